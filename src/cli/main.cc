@@ -1,0 +1,21 @@
+// `gandiva`: the command line of the gandiva scheduler.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/policies/registry.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gandiva: introspective cluster scheduling for deep-learning training"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  gandiva::cli::AddSimCommand(app, exit_code);
+  auto* policies = app.add_subcommand("policies", "List the known policies");
+  policies->callback([] {
+    for (const auto& p : gandiva::core::KnownPolicies()) {
+      std::printf("%-18s %s\n", p.name.c_str(), p.summary.c_str());
+    }
+  });
+  CLI11_PARSE(app, argc, argv);
+  return exit_code;
+}

@@ -1,0 +1,40 @@
+// Actions: what the scheduler asks the world to do.
+//
+// Contract with the world, for every action: carry it out and report
+// ActionDone (with the time it took) or ActionFailed (the job stays as it was
+// before the action). Kill and SetPriority need no report. The scheduler does
+// not ask for a second mechanism for a job while one is under way.
+//
+//   Start(job, gpus)     launch the job on these GPUs
+//   Suspend(job)         stop it at its next mini-batch boundary; its GPUs
+//                        stay assigned to it (it counts towards height)
+//   Resume(job)          continue a suspended job on its GPUs
+//   Migrate(job, gpus)   move a suspended job to other GPUs (checkpoint,
+//                        transfer, load) and run it there; on failure it
+//                        stays suspended where it was
+//   Kill(job)            stop it for good and free its GPUs
+//   SetPriority(job, p)  tell the job's environment its new priority
+// Pack, Unpack, Grow and Shrink come with the introspective mode.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/job.h"
+
+namespace gandiva::core {
+
+struct Action {
+  ActionId id;
+  ActionKind kind = ActionKind::kNone;
+  JobId job;
+  // Start, Migrate: where to run.
+  std::vector<GpuId> gpus;
+  // SetPriority: the new priority.
+  int priority = 0;
+  // Why (for logs and `gandiva show`).
+  std::string reason;
+};
+
+}  // namespace gandiva::core

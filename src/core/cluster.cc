@@ -1,0 +1,200 @@
+#include "core/cluster.h"
+
+#include <algorithm>
+
+#include "core/status.h"
+
+namespace gandiva::core {
+
+std::string ValidateServerSpec(const ServerSpec& spec) {
+  if (spec.gpus < 1) {
+    return "field 'gpus': must be at least 1, got " + std::to_string(spec.gpus);
+  }
+  if (spec.sockets < 1 || spec.gpus % spec.sockets != 0) {
+    return "field 'sockets': must be at least 1 and divide gpus (" +
+           std::to_string(spec.gpus) + "), got " + std::to_string(spec.sockets);
+  }
+  const int per_socket = spec.gpus / spec.sockets;
+  if (spec.switches_per_socket < 1 || per_socket % spec.switches_per_socket) {
+    return "field 'switches_per_socket': must be at least 1 and divide the "
+           "GPUs per socket (" +
+           std::to_string(per_socket) + "), got " +
+           std::to_string(spec.switches_per_socket);
+  }
+  return {};
+}
+
+const char* SpreadName(Spread s) {
+  switch (s) {
+    case Spread::kSameSwitch:
+      return "same-switch";
+    case Spread::kAcrossSwitches:
+      return "across-switches";
+    case Spread::kAcrossSockets:
+      return "across-sockets";
+    case Spread::kAcrossServers:
+      return "across-servers";
+  }
+  return "?";
+}
+
+ServerId Cluster::AddServer(const ServerSpec& spec) {
+  GANDIVA_CHECK_MSG(ValidateServerSpec(spec).empty(), ValidateServerSpec(spec));
+  Server s;
+  s.id = ServerId(static_cast<int32_t>(servers_.size()));
+  s.spec = spec;
+  s.first_gpu = GpuId(static_cast<int32_t>(gpus_.size()));
+  s.free_gpus = spec.gpus;
+  const int per_socket = spec.gpus / spec.sockets;
+  const int per_switch = per_socket / spec.switches_per_socket;
+  for (int i = 0; i < spec.gpus; ++i) {
+    Gpu g;
+    g.id = GpuId(static_cast<int32_t>(gpus_.size()));
+    g.server = s.id;
+    g.local = i;
+    g.socket = i / per_socket;
+    g.pcie_switch = i / per_switch;
+    gpus_.push_back(std::move(g));
+  }
+  servers_.push_back(s);
+  up_gpus_ += spec.gpus;
+  free_gpus_ += spec.gpus;
+  max_server_gpus_ = std::max(max_server_gpus_, spec.gpus);
+  Index(servers_.back());
+  return s.id;
+}
+
+std::vector<GpuId> Cluster::GpusOf(ServerId id) const {
+  const Server& s = server(id);
+  std::vector<GpuId> out;
+  out.reserve(s.spec.gpus);
+  for (int i = 0; i < s.spec.gpus; ++i) {
+    out.push_back(GpuId(s.first_gpu.value + i));
+  }
+  return out;
+}
+
+int Cluster::height() const {
+  for (auto it = heights_.rbegin(); it != heights_.rend(); ++it) {
+    if (it->second > 0) return it->first;
+  }
+  return 0;
+}
+
+Spread Cluster::SpreadOf(std::span<const GpuId> gpus) const {
+  if (gpus.empty()) return Spread::kSameSwitch;
+  const Gpu& first = gpu(gpus[0]);
+  Spread worst = Spread::kSameSwitch;
+  for (GpuId id : gpus.subspan(1)) {
+    const Gpu& g = gpu(id);
+    if (g.server != first.server) return Spread::kAcrossServers;
+    if (g.socket != first.socket) {
+      worst = Spread::kAcrossSockets;
+    } else if (g.pcie_switch != first.pcie_switch &&
+               worst < Spread::kAcrossSwitches) {
+      worst = Spread::kAcrossSwitches;
+    }
+  }
+  return worst;
+}
+
+void Cluster::Unindex(const Server& s) {
+  if (!s.up) return;
+  by_affinity_.erase({s.affinity, s.demand, s.id.value});
+  by_free_.erase({s.free_gpus, s.id.value});
+  by_demand_.erase({s.demand, s.id.value});
+  auto it = heights_.find(s.height());
+  if (it != heights_.end() && --it->second == 0) heights_.erase(it);
+}
+
+void Cluster::Index(const Server& s) {
+  if (!s.up) return;
+  by_affinity_.insert({s.affinity, s.demand, s.id.value});
+  if (s.free_gpus > 0) by_free_.insert({s.free_gpus, s.id.value});
+  by_demand_.insert({s.demand, s.id.value});
+  ++heights_[s.height()];
+}
+
+void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus) {
+  // GPUs of one server are contiguous in `gpus` or not; group by server.
+  size_t i = 0;
+  std::vector<GpuId> sorted(gpus.begin(), gpus.end());
+  std::sort(sorted.begin(), sorted.end());
+  GANDIVA_CHECK_MSG(
+      std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(),
+      "a job is placed twice on one GPU");
+  while (i < sorted.size()) {
+    Server& s = servers_[gpu(sorted[i]).server.value];
+    GANDIVA_CHECK_MSG(s.up, "placement on a server that is down");
+    Unindex(s);
+    int here = 0;
+    for (; i < sorted.size() && gpus_[sorted[i].value].server == s.id; ++i) {
+      Gpu& g = gpus_[sorted[i].value];
+      if (g.jobs.empty()) {
+        --s.free_gpus;
+        --free_gpus_;
+      }
+      g.jobs.push_back(job);
+      ++here;
+    }
+    if (s.jobs == 0) s.affinity = job_gpus;
+    ++s.jobs;
+    s.demand += here;
+    Index(s);
+  }
+}
+
+void Cluster::Unplace(JobId job, std::span<const GpuId> gpus) {
+  std::vector<GpuId> sorted(gpus.begin(), gpus.end());
+  std::sort(sorted.begin(), sorted.end());
+  size_t i = 0;
+  while (i < sorted.size()) {
+    Server& s = servers_[gpu(sorted[i]).server.value];
+    Unindex(s);
+    int here = 0;
+    for (; i < sorted.size() && gpus_[sorted[i].value].server == s.id; ++i) {
+      Gpu& g = gpus_[sorted[i].value];
+      auto it = std::find(g.jobs.begin(), g.jobs.end(), job);
+      GANDIVA_CHECK_MSG(it != g.jobs.end(), "unplacing a job not placed here");
+      g.jobs.erase(it);
+      if (g.jobs.empty()) {
+        ++s.free_gpus;
+        if (s.up) ++free_gpus_;
+      }
+      ++here;
+    }
+    --s.jobs;
+    s.demand -= here;
+    if (s.jobs == 0) s.affinity = 0;
+    Index(s);
+  }
+}
+
+void Cluster::Activate(std::span<const GpuId> gpus) {
+  for (GpuId id : gpus) ++gpus_[id.value].active;
+}
+
+void Cluster::Deactivate(std::span<const GpuId> gpus) {
+  for (GpuId id : gpus) {
+    GANDIVA_CHECK(gpus_[id.value].active > 0);
+    --gpus_[id.value].active;
+  }
+}
+
+void Cluster::SetUp(ServerId id, bool up) {
+  Server& s = servers_[id.value];
+  if (s.up == up) return;
+  if (!up) {
+    Unindex(s);
+    up_gpus_ -= s.spec.gpus;
+    free_gpus_ -= s.free_gpus;
+    s.up = false;
+  } else {
+    s.up = true;
+    up_gpus_ += s.spec.gpus;
+    free_gpus_ += s.free_gpus;
+    Index(s);
+  }
+}
+
+}  // namespace gandiva::core

@@ -1,0 +1,167 @@
+// The cluster as the scheduler sees it: servers of GPUs with their topology
+// inside a server (CPU sockets, PCIe switches), which jobs are placed on each
+// GPU and which of them run there now, and the Gandiva quantities derived from
+// that: a server's height and affinity, and the cluster's height.
+//
+// Height of a server = ceil(M / N): M GPUs demanded by the jobs placed on it
+// (suspended ones included), N its GPUs. Affinity = the GPU count of the jobs
+// placed on it, set by the first job placed on an empty server, 0 when empty.
+//
+// Placement changes go through the Scheduler only (it keeps the indexes that
+// make placement O(log servers)); policies read. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace gandiva::core {
+
+// A server's hardware. GPUs are split evenly over sockets, and each socket's
+// GPUs evenly over its PCIe switches.
+struct ServerSpec {
+  std::string name;
+  int gpus = 4;
+  int sockets = 1;
+  int switches_per_socket = 1;
+};
+
+// Empty when valid, else names the field and the problem.
+std::string ValidateServerSpec(const ServerSpec& spec);
+
+// How far apart a set of GPUs is, nearest first.
+enum class Spread : uint8_t {
+  kSameSwitch,
+  kAcrossSwitches,  // one socket, several PCIe switches
+  kAcrossSockets,   // one server, several sockets
+  kAcrossServers,
+};
+const char* SpreadName(Spread s);
+
+struct Gpu {
+  GpuId id;
+  ServerId server;
+  int local = 0;  // index inside its server
+  int socket = 0;
+  int pcie_switch = 0;  // index inside its server
+  // Jobs placed here (running or suspended), in placement order.
+  std::vector<JobId> jobs;
+  // How many of them hold it actively now (more than one when packed).
+  int active = 0;
+};
+
+struct Server {
+  ServerId id;
+  ServerSpec spec;
+  GpuId first_gpu;
+  bool up = true;
+  // M: GPUs demanded here by the jobs placed here, suspended ones included.
+  int demand = 0;
+  // GPUs with no job placed on them.
+  int free_gpus = 0;
+  int affinity = 0;
+  int jobs = 0;
+
+  int num_gpus() const { return spec.gpus; }
+  // ceil(M / N); 0 when empty.
+  int height() const { return (demand + spec.gpus - 1) / spec.gpus; }
+};
+
+class Cluster {
+ public:
+  Cluster() = default;
+
+  // Adds a server; its GPUs take the next GPU ids. The spec must be valid.
+  ServerId AddServer(const ServerSpec& spec);
+
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+  int num_gpus() const { return static_cast<int>(gpus_.size()); }
+  // The most GPUs any one server has.
+  int max_server_gpus() const { return max_server_gpus_; }
+  // GPUs on servers that are up.
+  int up_gpus() const { return up_gpus_; }
+  // Up GPUs with no job placed on them.
+  int free_gpus() const { return free_gpus_; }
+  const Server& server(ServerId id) const { return servers_[id.value]; }
+  const Gpu& gpu(GpuId id) const { return gpus_[id.value]; }
+  std::span<const Server> servers() const { return servers_; }
+  std::span<const Gpu> gpus() const { return gpus_; }
+  // GPU ids of a server, in local order.
+  std::vector<GpuId> GpusOf(ServerId id) const;
+
+  // Max server height over servers that are up; 0 for an idle cluster.
+  int height() const;
+  bool overloaded() const { return height() > 1; }
+
+  Spread SpreadOf(std::span<const GpuId> gpus) const;
+
+  // Ordered views for placement. Each calls f(const Server&) in order and
+  // stops early when f returns true. Servers that are down are never visited.
+  //
+  // Servers of one affinity (0 = empty servers), least demand first.
+  template <typename F>
+  void ForEachWithAffinity(int affinity, F&& f) const {
+    for (auto it = by_affinity_.lower_bound({affinity, -1, -1});
+         it != by_affinity_.end() && std::get<0>(*it) == affinity; ++it) {
+      if (f(servers_[std::get<2>(*it)])) return;
+    }
+  }
+  // Servers with at least `min_free` free GPUs, fewest free first (best fit).
+  template <typename F>
+  void ForEachWithFree(int min_free, F&& f) const {
+    for (auto it = by_free_.lower_bound({min_free, -1}); it != by_free_.end();
+         ++it) {
+      if (f(servers_[it->second])) return;
+    }
+  }
+  // Servers with free GPUs, most free first.
+  template <typename F>
+  void ForEachWithFreeDescending(F&& f) const {
+    for (auto it = by_free_.rbegin(); it != by_free_.rend(); ++it) {
+      if (f(servers_[it->second])) return;
+    }
+  }
+  // All up servers, least demand first.
+  template <typename F>
+  void ForEachByDemand(F&& f) const {
+    for (const auto& [demand, id] : by_demand_) {
+      if (f(servers_[id])) return;
+    }
+  }
+
+  // --- Mutation: the Scheduler's only. ---
+
+  // Records `job` (asking for `job_gpus` GPUs in all) as placed on `gpus`.
+  void Place(JobId job, int job_gpus, std::span<const GpuId> gpus);
+  // Undoes Place. The job must not be active on these GPUs.
+  void Unplace(JobId job, std::span<const GpuId> gpus);
+  void Activate(std::span<const GpuId> gpus);
+  void Deactivate(std::span<const GpuId> gpus);
+  void SetUp(ServerId id, bool up);
+
+ private:
+  void Unindex(const Server& s);
+  void Index(const Server& s);
+
+  std::vector<Server> servers_;
+  std::vector<Gpu> gpus_;
+  int up_gpus_ = 0;
+  int max_server_gpus_ = 0;
+  int free_gpus_ = 0;
+  // (affinity, demand, server) for up servers.
+  std::set<std::tuple<int, int, int>> by_affinity_;
+  // (free GPUs, server) for up servers with a free GPU.
+  std::set<std::pair<int, int>> by_free_;
+  // (demand, server) for up servers.
+  std::set<std::pair<int, int>> by_demand_;
+  // height -> number of up servers at that height.
+  std::map<int, int> heights_;
+};
+
+}  // namespace gandiva::core

@@ -1,0 +1,136 @@
+#include "core/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include "core/policies/placement.h"
+
+namespace gandiva::core {
+namespace {
+
+ServerSpec Spec(int gpus, int sockets = 1, int switches = 1) {
+  ServerSpec s;
+  s.name = "s";
+  s.gpus = gpus;
+  s.sockets = sockets;
+  s.switches_per_socket = switches;
+  return s;
+}
+
+std::vector<GpuId> G(std::initializer_list<int> ids) {
+  std::vector<GpuId> out;
+  for (int i : ids) out.push_back(GpuId(i));
+  return out;
+}
+
+TEST(ClusterTest, TopologySplitsGpusEvenly) {
+  Cluster c;
+  c.AddServer(Spec(8, 2, 2));
+  EXPECT_EQ(c.num_gpus(), 8);
+  EXPECT_EQ(c.gpu(GpuId(3)).socket, 0);
+  EXPECT_EQ(c.gpu(GpuId(4)).socket, 1);
+  EXPECT_EQ(c.gpu(GpuId(1)).pcie_switch, 0);
+  EXPECT_EQ(c.gpu(GpuId(2)).pcie_switch, 1);
+  EXPECT_EQ(c.gpu(GpuId(7)).pcie_switch, 3);
+  EXPECT_EQ(c.SpreadOf(G({0, 1})), Spread::kSameSwitch);
+  EXPECT_EQ(c.SpreadOf(G({0, 2})), Spread::kAcrossSwitches);
+  EXPECT_EQ(c.SpreadOf(G({0, 4})), Spread::kAcrossSockets);
+  c.AddServer(Spec(8, 2, 2));
+  EXPECT_EQ(c.SpreadOf(G({0, 8})), Spread::kAcrossServers);
+}
+
+TEST(ClusterTest, ValidatesSpecs) {
+  EXPECT_EQ(ValidateServerSpec(Spec(4, 2, 2)), "");
+  EXPECT_NE(ValidateServerSpec(Spec(0)).find("'gpus'"), std::string::npos);
+  EXPECT_NE(ValidateServerSpec(Spec(4, 3)).find("'sockets'"),
+            std::string::npos);
+  EXPECT_NE(ValidateServerSpec(Spec(4, 2, 3)).find("'switches_per_socket'"),
+            std::string::npos);
+}
+
+TEST(ClusterTest, HeightCountsSuspendedDemandAndAffinityFollowsFirstJob) {
+  Cluster c;
+  const ServerId s = c.AddServer(Spec(4));
+  EXPECT_EQ(c.server(s).height(), 0);
+  EXPECT_EQ(c.server(s).affinity, 0);
+  c.Place(JobId(1), 2, G({0, 1}));
+  EXPECT_EQ(c.server(s).affinity, 2);
+  EXPECT_EQ(c.server(s).height(), 1);
+  EXPECT_EQ(c.server(s).free_gpus, 2);
+  c.Place(JobId(2), 2, G({2, 3}));
+  c.Place(JobId(3), 2, G({0, 1}));  // time-sliced with job 1
+  EXPECT_EQ(c.server(s).demand, 6);
+  EXPECT_EQ(c.server(s).height(), 2);  // ceil(6 / 4)
+  EXPECT_EQ(c.height(), 2);
+  EXPECT_TRUE(c.overloaded());
+  EXPECT_EQ(c.free_gpus(), 0);
+  c.Unplace(JobId(3), G({0, 1}));
+  EXPECT_EQ(c.height(), 1);
+  c.Unplace(JobId(1), G({0, 1}));
+  c.Unplace(JobId(2), G({2, 3}));
+  EXPECT_EQ(c.server(s).affinity, 0);
+  EXPECT_EQ(c.free_gpus(), 4);
+  EXPECT_EQ(c.height(), 0);
+}
+
+TEST(ClusterTest, IndexesOrderServers) {
+  Cluster c;
+  for (int i = 0; i < 3; ++i) c.AddServer(Spec(4));
+  c.Place(JobId(1), 1, G({0}));  // server 0: affinity 1, demand 1
+  c.Place(JobId(2), 1, G({4}));  // server 1: affinity 1, demand 1
+  c.Place(JobId(3), 1, G({5}));  // server 1: demand 2
+  std::vector<int> order;
+  c.ForEachWithAffinity(1, [&](const Server& s) {
+    order.push_back(s.id.value);
+    return false;
+  });
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));  // least demand first
+  order.clear();
+  c.ForEachWithFree(3, [&](const Server& s) {
+    order.push_back(s.id.value);
+    return false;
+  });
+  EXPECT_EQ(order, (std::vector<int>{0, 2}));  // fewest free first
+  c.SetUp(ServerId(2), false);
+  EXPECT_EQ(c.up_gpus(), 8);
+  order.clear();
+  c.ForEachWithAffinity(0, [&](const Server& s) {
+    order.push_back(s.id.value);
+    return false;
+  });
+  EXPECT_TRUE(order.empty());
+}
+
+TEST(PlacementTest, PrefersAlignedFreeBlocksAndSameSocket) {
+  Cluster c;
+  c.AddServer(Spec(8, 2, 2));
+  c.Place(JobId(1), 1, G({0}));
+  c.Place(JobId(2), 1, G({5}));
+  // A 2-GPU job: the first aligned free pair is {2,3}.
+  auto two = FreeGpusOn(c, c.server(ServerId(0)), 2);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(*two, G({2, 3}));
+  // A 4-GPU job: no aligned block is free; both sockets have 3 free, so the
+  // first socket's three, then the other socket's fullest switch.
+  auto four = FreeGpusOn(c, c.server(ServerId(0)), 4);
+  ASSERT_TRUE(four);
+  EXPECT_EQ(*four, G({1, 2, 3, 6}));
+  EXPECT_FALSE(FreeGpusOn(c, c.server(ServerId(0)), 7));
+}
+
+TEST(PlacementTest, LeastLoadedBlockAndGather) {
+  Cluster c;
+  c.AddServer(Spec(4));
+  c.AddServer(Spec(4));
+  c.Place(JobId(1), 2, G({0, 1}));
+  c.Place(JobId(2), 2, G({2, 3}));
+  c.Place(JobId(3), 2, G({0, 1}));
+  EXPECT_EQ(LeastLoadedBlock(c, c.server(ServerId(0)), 2), G({2, 3}));
+  c.Place(JobId(4), 1, G({4}));
+  auto gathered = GatherFreeGpus(c, 3);
+  ASSERT_TRUE(gathered);
+  EXPECT_EQ(*gathered, G({5, 6, 7}));
+  EXPECT_FALSE(GatherFreeGpus(c, 4));
+}
+
+}  // namespace
+}  // namespace gandiva::core

@@ -1,0 +1,81 @@
+// Events: what the world (simulator or runtime) tells the scheduler.
+//
+// Every event carries the world's current time; the core has no clock of its
+// own. Plain values: thread-compatible.
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include "core/cluster.h"
+#include "core/ids.h"
+#include "core/job.h"
+#include "core/time.h"
+
+namespace gandiva::core {
+
+// A job was submitted. `id` is fresh, chosen by the world (dense small ints).
+struct JobArrived {
+  JobId id;
+  JobSpec spec;
+};
+// The job's process ended by itself: `success` when it completed its work.
+struct JobFinished {
+  JobId job;
+  bool success = true;
+};
+// A measurement of a running job.
+struct ProfileReport {
+  JobId job;
+  double minibatch_rate = 0;  // mini-batches per second since the last report
+  int64_t minibatches = 0;    // total so far
+  double gpu_memory_gb = 0;
+  double gpu_utilization = 0;  // 0..1
+};
+// The world carried out an action; `took` is the time it really took.
+struct ActionDone {
+  ActionId action;
+  JobId job;
+  Duration took;
+};
+// The world could not carry out an action; the job stays as it was before it.
+struct ActionFailed {
+  ActionId action;
+  JobId job;
+  Duration took;
+  std::string reason;
+};
+// A server joined (its id is the next server id) or came back.
+struct ServerUp {
+  ServerSpec spec;
+  ServerId id;  // invalid for a new server; the id of one coming back
+};
+// A server was lost; the jobs placed on it go back to the queue.
+struct ServerDown {
+  ServerId id;
+};
+// Periodic: lets the policy rotate time slices and act on timeouts.
+struct Tick {};
+// A user (or operator) asks to stop a job.
+struct KillRequest {
+  JobId job;
+  std::string reason;
+};
+// A user (or operator) changes a job's priority.
+struct PriorityRequest {
+  JobId job;
+  int priority = 0;
+};
+
+using EventBody = std::variant<JobArrived, JobFinished, ProfileReport,
+                               ActionDone, ActionFailed, ServerUp, ServerDown,
+                               Tick, KillRequest, PriorityRequest>;
+
+struct Event {
+  Time time;
+  EventBody body;
+};
+
+const char* EventName(const EventBody& body);
+
+}  // namespace gandiva::core

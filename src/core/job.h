@@ -1,0 +1,129 @@
+// Jobs as the scheduler sees them: what was asked for (JobSpec), where the job
+// is in its life (JobState and its transitions), what was measured of it
+// (Profile) and the bookkeeping the policies read.
+//
+// Job records live inside ClusterState and are changed only by the Scheduler;
+// policies read them. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/time.h"
+
+namespace gandiva::core {
+
+// What a user asks for. Validated by ValidateJobSpec before it is accepted.
+struct JobSpec {
+  // Human-readable name; need not be unique.
+  std::string name;
+  // GPUs requested: a power of two, at least 1.
+  int gpus = 1;
+  // Larger is more important. A job is never suspended for one of lower
+  // priority. Default 0.
+  int priority = 0;
+  // Who submitted it (free text; empty = anonymous).
+  std::string owner;
+  // Multi-job (for example one hyper-parameter search); empty = none.
+  std::string group;
+  // Virtual cluster (a trace's quota group); empty = none.
+  std::string vc;
+  // Opts in to grow-shrink: the job may run on more or fewer GPUs than asked.
+  bool elastic = false;
+  // Mini-batches to train, when known (0 = unknown; the job says when it is
+  // done). Used for progress displays only.
+  int64_t total_minibatches = 0;
+  // The model type when known (the simulator's catalog id; -1 = unknown).
+  int32_t model = -1;
+};
+
+// Empty when valid, else "field 'gpus': must be a power of two, got 3".
+std::string ValidateJobSpec(const JobSpec& spec);
+
+enum class JobState : uint8_t {
+  kQueued,     // waiting for GPUs; holds none
+  kRunning,    // holds its GPUs actively (possibly inside a mechanism)
+  kSuspended,  // placed (its GPUs count towards height) but not running
+  kMigrating,  // moving to other GPUs
+  kFinished,   // completed its work
+  kFailed,     // exited with an error or its server was lost for good
+  kKilled,     // stopped by a user or a policy
+};
+
+std::string_view JobStateName(JobState s);
+bool IsTerminal(JobState s);
+// The state machine: which transitions are legal.
+bool CanTransition(JobState from, JobState to);
+
+// What the job looks like when it runs, from ProfileReport events.
+struct Profile {
+  // Mini-batches per second, exponentially smoothed (see
+  // SchedulerOptions::profile_smoothing); 0 until the first report.
+  double minibatch_rate = 0;
+  // The rate reported last, unsmoothed.
+  double last_rate = 0;
+  double gpu_memory_gb = 0;
+  // 0..1, the share of the GPU's time the job keeps it busy.
+  double gpu_utilization = 0;
+  int64_t minibatches = 0;
+  int reports = 0;
+  Time updated = Time::Zero();
+};
+
+enum class ActionKind : uint8_t {
+  kNone,
+  kStart,
+  kSuspend,
+  kResume,
+  kMigrate,
+  kPack,
+  kUnpack,
+  kGrow,
+  kShrink,
+  kKill,
+  kSetPriority,
+};
+std::string_view ActionKindName(ActionKind k);
+
+struct Job {
+  JobId id;
+  JobSpec spec;
+  JobState state = JobState::kQueued;
+  // The GPUs the job is placed on (while running or suspended), or was last
+  // placed on (after it ended).
+  std::vector<GpuId> gpus;
+  // A mechanism under way for this job, if any; the policy must not ask for
+  // another until it is done.
+  ActionKind in_flight = ActionKind::kNone;
+  ActionId in_flight_id;
+
+  Time submitted = Time::Zero();
+  Time first_started = Time::Never();
+  // When it last started running productively (after its start or resume
+  // completed); meaningful while running.
+  Time run_since = Time::Never();
+  // When it was last suspended (or queued); orders time-slicing.
+  Time waiting_since = Time::Zero();
+  Time ended = Time::Never();
+
+  // Whether a process was launched for this placement (Run then resumes).
+  bool launched = false;
+  int suspends = 0;
+  int resumes = 0;
+  int migrations = 0;
+  // While migrating: the GPUs it is leaving (it goes back there on failure).
+  std::vector<GpuId> migrating_from;
+  int start_failures = 0;
+  Profile profile;
+
+  bool placed() const {
+    return state == JobState::kRunning || state == JobState::kSuspended ||
+           state == JobState::kMigrating;
+  }
+  bool busy() const { return in_flight != ActionKind::kNone; }
+};
+
+}  // namespace gandiva::core

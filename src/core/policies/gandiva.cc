@@ -1,0 +1,299 @@
+#include "core/policies/gandiva.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "core/policies/placement.h"
+
+namespace gandiva::core {
+
+void GandivaPolicy::decide(const ClusterState& state, const Event& event,
+                           Actions& out) {
+  if (claim_.size() < static_cast<size_t>(state.cluster().num_gpus())) {
+    claim_.resize(state.cluster().num_gpus());
+  }
+  std::vector<GpuId> freed;
+  bool place = false;
+  std::visit(
+      [&](const auto& e) {
+        using E = std::decay_t<decltype(e)>;
+        if constexpr (std::is_same_v<E, JobArrived> ||
+                      std::is_same_v<E, ServerUp> ||
+                      std::is_same_v<E, ServerDown>) {
+          place = true;
+        } else if constexpr (std::is_same_v<E, JobFinished> ||
+                             std::is_same_v<E, KillRequest>) {
+          freed = state.job(e.job).gpus;
+          place = true;
+        } else if constexpr (std::is_same_v<E, ActionDone>) {
+          const Job& j = state.job(e.job);
+          if (j.state == JobState::kSuspended) freed = j.gpus;
+        } else if constexpr (std::is_same_v<E, ActionFailed>) {
+          freed = state.job(e.job).gpus;
+          place = true;
+        } else if constexpr (std::is_same_v<E, PriorityRequest>) {
+          const Job& j = state.job(e.job);
+          if (j.state == JobState::kSuspended && !j.busy()) {
+            PreemptFor(state, j, /*tick=*/false, out);
+          }
+          place = true;
+        } else if constexpr (std::is_same_v<E, Tick>) {
+          Rotate(state, out);
+          place = true;
+        }
+      },
+      event.body);
+  if (!freed.empty()) FillIdle(state, freed, out);
+  if (place) PlaceQueued(state, out);
+  if (place || !freed.empty()) PullWaiting(state, out);
+}
+
+std::optional<std::vector<GpuId>> GandivaPolicy::FindFree(
+    const Cluster& cluster, int d, bool allow_split) const {
+  std::optional<std::vector<GpuId>> gpus;
+  auto take_free = [&](const Server& s) {
+    gpus = FreeGpusOn(cluster, s, d);
+    return gpus.has_value();
+  };
+  cluster.ForEachWithAffinity(d, take_free);
+  if (!gpus) cluster.ForEachWithAffinity(0, take_free);
+  if (!gpus) cluster.ForEachWithFree(d, take_free);
+  if (!gpus && allow_split) gpus = GatherFreeGpus(cluster, d);
+  return gpus;
+}
+
+void GandivaPolicy::PullWaiting(const ClusterState& state, Actions& out) {
+  const Cluster& cluster = state.cluster();
+  if (!options_.migrate_to_idle || state.waiting().empty() ||
+      cluster.free_gpus() == 0) {
+    return;
+  }
+  std::array<bool, kMaxLog2Gpus> blocked{};
+  std::vector<JobId> order;
+  for (const JobOrder& w : state.waiting()) order.push_back(w.id);
+  for (JobId id : order) {
+    const int free = cluster.free_gpus();
+    if (free == 0) return;
+    // Stop once no size that could still fit is left untried.
+    bool any_open = false;
+    for (int k = 0; (1 << k) <= free && k < kMaxLog2Gpus; ++k) {
+      any_open = any_open || !blocked[k];
+    }
+    if (!any_open) return;
+    const Job& j = state.job(id);
+    if (j.state != JobState::kSuspended || j.busy()) continue;
+    const int d = j.spec.gpus;
+    const int k = std::countr_zero(static_cast<unsigned>(d));
+    if (d > free || blocked[k]) continue;
+    // Whole servers for jobs larger than one; else steps 1-3, never split
+    // (a split job would be slower than its wait for a slice).
+    std::optional<std::vector<GpuId>> gpus;
+    if (d <= cluster.max_server_gpus()) {
+      gpus = FindFree(cluster, d, /*allow_split=*/false);
+    } else {
+      std::vector<GpuId> acc;
+      cluster.ForEachWithAffinity(0, [&](const Server& s) {
+        for (GpuId g : cluster.GpusOf(s.id)) {
+          if (static_cast<int>(acc.size()) < d) acc.push_back(g);
+        }
+        return static_cast<int>(acc.size()) >= d;
+      });
+      if (static_cast<int>(acc.size()) >= d) gpus = std::move(acc);
+    }
+    if (!gpus) {
+      blocked[k] = true;
+      continue;
+    }
+    out.Migrate(id, std::move(*gpus));
+  }
+}
+
+void GandivaPolicy::PlaceQueued(const ClusterState& state, Actions& out) {
+  // Walk each size class in queue order; within a class, once its first job
+  // cannot be placed the later ones (same demand, less waiting) cannot
+  // either. Across classes, the best head goes first.
+  const auto& classes = state.queue_by_size();
+  std::array<bool, kMaxLog2Gpus> blocked{};
+  while (true) {
+    const JobOrder* best = nullptr;
+    int best_class = -1;
+    for (int k = 0; k < kMaxLog2Gpus; ++k) {
+      if (blocked[k] || classes[k].empty()) continue;
+      const JobOrder& head = *classes[k].begin();
+      if (best == nullptr || head < *best) {
+        best = &head;
+        best_class = k;
+      }
+    }
+    if (best == nullptr) return;
+    const JobId id = best->id;
+    if (!Place(state, state.job(id), out)) blocked[best_class] = true;
+  }
+}
+
+bool GandivaPolicy::UnderCap(const Server& s, int more) const {
+  return options_.max_height <= 0 ||
+         s.demand + more <= options_.max_height * s.num_gpus();
+}
+
+bool GandivaPolicy::Place(const ClusterState& state, const Job& job,
+                          Actions& out) {
+  const Cluster& cluster = state.cluster();
+  const int d = job.spec.gpus;
+  std::optional<std::vector<GpuId>> gpus;
+  const bool starving =
+      !options_.starvation_timeout.is_infinite() &&
+      state.now() - job.waiting_since >= options_.starvation_timeout;
+
+  if (d <= cluster.max_server_gpus()) {
+    // 1. Same affinity with room, least loaded first; 2. an empty server;
+    // 3. any free GPUs: one server, best fit, else across servers.
+    gpus = FindFree(cluster, d, options_.allow_split);
+    if (gpus) {
+      out.Start(job.id, std::move(*gpus));
+      return true;
+    }
+    if (!options_.time_slicing) return false;
+    // 4. Time-slice with jobs of the same affinity, least loaded first.
+    auto share = [&](const Server& s) {
+      if (s.num_gpus() < d || !UnderCap(s, d)) return false;
+      gpus = LeastLoadedBlock(cluster, s, d);
+      return true;
+    };
+    cluster.ForEachWithAffinity(d, share);
+    if (!gpus && starving) cluster.ForEachByDemand(share);
+  } else {
+    // Larger than any server: whole servers.
+    std::vector<GpuId> acc;
+    auto take_whole = [&](const Server& s) {
+      for (GpuId g : cluster.GpusOf(s.id)) {
+        if (static_cast<int>(acc.size()) < d) acc.push_back(g);
+      }
+      return static_cast<int>(acc.size()) >= d;
+    };
+    // 2. Empty servers.
+    cluster.ForEachWithAffinity(0, take_whole);
+    if (static_cast<int>(acc.size()) >= d) gpus = std::move(acc);
+    // 3. Free GPUs anywhere.
+    if (!gpus) gpus = GatherFreeGpus(cluster, d);
+    if (gpus) {
+      out.Start(job.id, std::move(*gpus));
+      return true;
+    }
+    if (!options_.time_slicing) return false;
+    // 4. Share whole servers of the same affinity (then any, if starving).
+    auto share_whole = [&](const Server& s) {
+      if (!UnderCap(s, s.num_gpus())) return false;
+      return take_whole(s);
+    };
+    acc.clear();
+    cluster.ForEachWithAffinity(d, share_whole);
+    if (static_cast<int>(acc.size()) < d && starving) {
+      acc.clear();
+      cluster.ForEachByDemand(share_whole);
+    }
+    if (static_cast<int>(acc.size()) >= d) gpus = std::move(acc);
+  }
+  if (!gpus) return false;
+  std::vector<GpuId> placed = *gpus;
+  out.Assign(job.id, std::move(*gpus));
+  FillIdle(state, placed, out);
+  const Job& now = state.job(job.id);
+  if (now.state == JobState::kSuspended) PreemptFor(state, now, false, out);
+  return true;
+}
+
+bool GandivaPolicy::ClaimedByOther(const ClusterState& state, GpuId gpu,
+                                   JobId job) const {
+  const JobId c = claim_[gpu.value];
+  if (!c.valid() || c == job) return false;
+  const Job& claimant = state.job(c);
+  return claimant.state == JobState::kSuspended && !claimant.busy();
+}
+
+void GandivaPolicy::FillIdle(const ClusterState& state,
+                             const std::vector<GpuId>& gpus, Actions& out) {
+  const Cluster& cluster = state.cluster();
+  std::vector<JobOrder> candidates;
+  for (GpuId g : gpus) {
+    if (cluster.gpu(g).active > 0) continue;
+    for (JobId id : cluster.gpu(g).jobs) {
+      const Job& j = state.job(id);
+      if (j.state == JobState::kSuspended && !j.busy()) {
+        candidates.push_back({-j.spec.priority, j.waiting_since, j.id});
+      }
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()),
+                   candidates.end());
+  for (const JobOrder& c : candidates) {
+    const Job& j = state.job(c.id);
+    if (j.state != JobState::kSuspended || j.busy()) continue;
+    bool can = true;
+    for (GpuId g : j.gpus) {
+      if (cluster.gpu(g).active > 0 || ClaimedByOther(state, g, j.id)) {
+        can = false;
+        break;
+      }
+    }
+    if (can) out.Run(j.id);
+  }
+}
+
+void GandivaPolicy::PreemptFor(const ClusterState& state, const Job& job,
+                               bool tick, Actions& out) {
+  const Cluster& cluster = state.cluster();
+  std::vector<JobId> victims;
+  bool allowed = true;
+  bool all_lower = true;
+  for (GpuId g : job.gpus) {
+    for (JobId id : cluster.gpu(g).jobs) {
+      const Job& v = state.job(id);
+      if (v.state != JobState::kRunning) continue;
+      if (std::find(victims.begin(), victims.end(), id) != victims.end()) {
+        continue;
+      }
+      victims.push_back(id);
+      if (v.spec.priority > job.spec.priority) allowed = false;
+      if (v.spec.priority >= job.spec.priority) all_lower = false;
+    }
+  }
+  if (!allowed) return;
+  if (!tick && !all_lower) return;
+  if (tick) {
+    for (GpuId g : job.gpus) {
+      if (!ClaimedByOther(state, g, job.id)) claim_[g.value] = job.id;
+    }
+  }
+  if (victims.empty()) {
+    FillIdle(state, job.gpus, out);
+    return;
+  }
+  for (JobId id : victims) {
+    const Job& v = state.job(id);
+    if (v.busy()) continue;
+    const bool due = tick && v.spec.priority == job.spec.priority &&
+                     state.now() - v.run_since >= options_.quantum / 2;
+    if (v.spec.priority < job.spec.priority || due) out.Suspend(id);
+  }
+}
+
+void GandivaPolicy::Rotate(const ClusterState& state, Actions& out) {
+  std::fill(claim_.begin(), claim_.end(), JobId());
+  // Copy: suspending changes nothing in waiting(), but be safe against
+  // FillIdle running jobs (which leaves the set) while we walk it.
+  std::vector<JobId> order;
+  order.reserve(state.waiting().size());
+  for (const JobOrder& w : state.waiting()) order.push_back(w.id);
+  for (JobId id : order) {
+    const Job& j = state.job(id);
+    if (j.state != JobState::kSuspended || j.busy()) continue;
+    bool claimed = false;
+    for (GpuId g : j.gpus) claimed = claimed || ClaimedByOther(state, g, id);
+    if (claimed) continue;
+    PreemptFor(state, j, /*tick=*/true, out);
+  }
+}
+
+}  // namespace gandiva::core

@@ -1,0 +1,93 @@
+// GandivaPolicy: the paper's reactive mode (Algorithm 1) with time-slicing.
+//
+// Placement of a queued job asking for d GPUs, in this order:
+//  1. a server of the same affinity (hosting d-GPU jobs) with d free GPUs,
+//     least loaded (least demand) first;
+//  2. else an empty server, which takes affinity d;
+//  3. else any server with d free GPUs, fewest free first (fragmentation is
+//     accepted; migration repairs it later), and, if `allow_split`, free GPUs
+//     across servers;
+//  4. else, with time-slicing on, a same-affinity server below `max_height`,
+//     least loaded first, sharing its least loaded aligned block of d GPUs;
+//     a job that has waited `starvation_timeout` may share any server;
+//  5. else the job stays queued and is tried again when GPUs free up.
+// Jobs larger than a server take whole servers in the same order.
+//
+// Time-slicing: a job placed on GPUs that others hold waits there
+// (suspended). At each Tick, waiting jobs are taken in order (higher
+// priority first, then the longest waiting); each claims its GPUs and asks the
+// jobs running on them to suspend if each has run at least half a quantum
+// (with ticks every quantum, a slice lasts one quantum on average) and none
+// has a higher priority. A job of higher priority than all the jobs on its
+// GPUs takes them at once, without waiting for a tick. When GPUs fall idle
+// the first waiting job (in the same order) whose GPUs are all idle and not
+// claimed by another runs. A higher-priority job is never suspended for one
+// of lower priority.
+//
+// Not thread-safe (see Policy).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/policy.h"
+
+namespace gandiva::core {
+
+struct GandivaOptions {
+  // Time-slice length. Default 60 s (the paper's scheduling interval).
+  Duration quantum = Duration::Seconds(60);
+  // Share GPUs by suspend-resume when a job finds no free GPUs. Default on.
+  bool time_slicing = true;
+  // A server takes no more jobs once its height would exceed this: suspended
+  // jobs keep their state in host memory, which is finite. 0 = no limit.
+  // Default 4.
+  int max_height = 4;
+  // A queued job with no same-affinity server to share may share any server
+  // once it has waited this long. Default 5 min; Infinite() disables it.
+  Duration starvation_timeout = Duration::Seconds(300);
+  // Place a job across servers when no single server has enough free GPUs
+  // (step 3) rather than time-slice it. Default true.
+  bool allow_split = true;
+  // Move waiting jobs onto free GPUs (see above). Default true.
+  bool migrate_to_idle = true;
+};
+
+class GandivaPolicy final : public Policy {
+ public:
+  explicit GandivaPolicy(GandivaOptions options = {},
+                         std::string name = "gandiva")
+      : options_(options), name_(std::move(name)) {}
+  std::string_view name() const override { return name_; }
+  void decide(const ClusterState& state, const Event& event,
+              Actions& out) override;
+
+  const GandivaOptions& options() const { return options_; }
+
+ private:
+  void PlaceQueued(const ClusterState& state, Actions& out);
+  void PullWaiting(const ClusterState& state, Actions& out);
+  // Steps 1-3 of Algorithm 1: free GPUs for `d` GPUs, or nothing.
+  std::optional<std::vector<GpuId>> FindFree(const Cluster& cluster, int d,
+                                             bool allow_split) const;
+  // Algorithm 1 for one job; false when it stays queued.
+  bool Place(const ClusterState& state, const Job& job, Actions& out);
+  bool UnderCap(const Server& s, int more) const;
+  // Runs waiting jobs whose GPUs (some of `gpus`) are idle.
+  void FillIdle(const ClusterState& state, const std::vector<GpuId>& gpus,
+                Actions& out);
+  void Rotate(const ClusterState& state, Actions& out);
+  // Suspends the jobs holding `job`'s GPUs when allowed; `tick` says whether
+  // quantum expiry counts (else only priority does).
+  void PreemptFor(const ClusterState& state, const Job& job, bool tick,
+                  Actions& out);
+  bool ClaimedByOther(const ClusterState& state, GpuId gpu, JobId job) const;
+
+  GandivaOptions options_;
+  std::string name_;
+  // claim_[gpu]: the waiting job that GPU is kept for, if any.
+  std::vector<JobId> claim_;
+};
+
+}  // namespace gandiva::core

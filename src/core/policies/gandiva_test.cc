@@ -1,0 +1,250 @@
+#include "core/policies/gandiva.h"
+
+#include <gtest/gtest.h>
+
+#include "core/test_util.h"
+
+namespace gandiva::core {
+namespace {
+
+using testing::CountKind;
+using testing::Harness;
+
+ServerId ServerOf(const Harness& h, JobId j) {
+  return h.state().cluster().gpu(h.job(j).gpus[0]).server;
+}
+
+std::unique_ptr<Policy> Gandiva(GandivaOptions o = {}) {
+  return std::make_unique<GandivaPolicy>(o);
+}
+
+ServerSpec Gpus(int n) {
+  ServerSpec s;
+  s.gpus = n;
+  return s;
+}
+
+// Algorithm 1, step 2 then step 1: an empty server takes the first job's
+// affinity; the next job of that size goes to the same server while it has
+// room, even when an empty server exists.
+TEST(GandivaPlacementTest, SameAffinityBeforeEmpty) {
+  Harness h(Gandiva(), 3);
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(2);
+  const JobId c = h.Submit(1);
+  EXPECT_EQ(ServerOf(h, a), ServerId(0));
+  EXPECT_EQ(h.state().cluster().server(ServerId(0)).affinity, 1);
+  EXPECT_EQ(ServerOf(h, b), ServerId(1));  // no affinity-2 server: empty one
+  EXPECT_EQ(h.state().cluster().server(ServerId(1)).affinity, 2);
+  EXPECT_EQ(ServerOf(h, c), ServerId(0));  // same affinity, not empty s2
+}
+
+// Step 1 picks the least loaded same-affinity server with room.
+TEST(GandivaPlacementTest, SameAffinityLeastLoadedFirst) {
+  Harness h(Gandiva(), 2);
+  std::vector<JobId> on_s0;
+  for (int i = 0; i < 4; ++i) on_s0.push_back(h.Submit(1));
+  const JobId e = h.Submit(1);  // s0 full: empty s1
+  EXPECT_EQ(ServerOf(h, e), ServerId(1));
+  h.Send(JobFinished{on_s0[0], true});  // s0 demand 3, s1 demand 1
+  const JobId f = h.Submit(1);
+  EXPECT_EQ(ServerOf(h, f), ServerId(1));
+}
+
+// Step 3: no same-affinity room and no empty server: any free GPUs.
+TEST(GandivaPlacementTest, AnyFreeGpusAcceptingFragmentation) {
+  Harness h(Gandiva(), 2);
+  const JobId a = h.Submit(2);              // s0, affinity 2
+  for (int i = 0; i < 4; ++i) h.Submit(1);  // s1, affinity 1, full
+  const JobId f = h.Submit(1);
+  EXPECT_EQ(ServerOf(h, f), ServerId(0));  // mixed affinity
+  EXPECT_EQ(h.job(f).state, JobState::kRunning);
+  EXPECT_EQ(h.state().cluster().server(ServerId(0)).affinity, 2);
+  (void)a;
+}
+
+// Step 3, across servers: free GPUs exist, but on no single server.
+TEST(GandivaPlacementTest, SplitsAcrossServersWhenAllowed) {
+  for (bool allow : {true, false}) {
+    GandivaOptions o;
+    o.allow_split = allow;
+    Harness h(Gandiva(o), 2);
+    std::vector<JobId> ones;
+    for (int i = 0; i < 7; ++i) ones.push_back(h.Submit(1));
+    h.Send(JobFinished{ones[0], true});  // 1 free on s0, 1 free on s1
+    const JobId j = h.Submit(2);
+    if (allow) {
+      EXPECT_EQ(h.job(j).state, JobState::kRunning);
+      EXPECT_EQ(h.state().cluster().SpreadOf(h.job(j).gpus),
+                Spread::kAcrossServers);
+    } else {
+      // No affinity-2 server to share either: it waits.
+      EXPECT_EQ(h.job(j).state, JobState::kQueued);
+    }
+  }
+}
+
+// Step 4: no free GPUs: share a same-affinity server by time-slicing.
+TEST(GandivaPlacementTest, TimeSlicesOnSameAffinity) {
+  Harness h(Gandiva(), 1);
+  for (int i = 0; i < 4; ++i) h.Submit(1);
+  const JobId e = h.Submit(1);
+  EXPECT_EQ(h.job(e).state, JobState::kSuspended);
+  EXPECT_FALSE(h.job(e).launched);
+  EXPECT_EQ(h.state().cluster().height(), 2);
+  EXPECT_TRUE(h.last().empty());  // waiting: nothing for the world to do
+}
+
+// Step 5: queue when nothing fits; a starving job may share any server.
+TEST(GandivaPlacementTest, QueuesThenSharesWhenStarving) {
+  Harness h(Gandiva(), 1);
+  h.Submit(4);                  // affinity 4
+  const JobId j = h.Submit(2);  // no affinity-2 server, no free GPU
+  EXPECT_EQ(h.job(j).state, JobState::kQueued);
+  h.Advance(Duration::Seconds(299));
+  h.Tick();
+  EXPECT_EQ(h.job(j).state, JobState::kQueued);
+  h.Advance(Duration::Seconds(1));
+  h.Tick();
+  EXPECT_EQ(h.job(j).state, JobState::kSuspended);
+}
+
+TEST(GandivaPlacementTest, HeightIsCapped) {
+  GandivaOptions o;
+  o.max_height = 2;
+  Harness h(Gandiva(o), 1);
+  for (int i = 0; i < 8; ++i) h.Submit(1);
+  const JobId ninth = h.Submit(1);
+  EXPECT_EQ(h.job(ninth).state, JobState::kQueued);
+  EXPECT_EQ(h.state().cluster().height(), 2);
+}
+
+TEST(GandivaPlacementTest, WithoutTimeSlicingJobsQueue) {
+  GandivaOptions o;
+  o.time_slicing = false;
+  Harness h(Gandiva(o), 1);
+  for (int i = 0; i < 4; ++i) h.Submit(1);
+  EXPECT_EQ(h.job(h.Submit(1)).state, JobState::kQueued);
+}
+
+TEST(GandivaPlacementTest, LargerThanAServerTakesWholeServers) {
+  Harness h(Gandiva(), 3);
+  const JobId a = h.Submit(1);
+  const JobId big = h.Submit(8);
+  EXPECT_EQ(h.job(big).state, JobState::kRunning);
+  for (GpuId g : h.job(big).gpus) {
+    EXPECT_NE(h.state().cluster().gpu(g).server, ServerOf(h, a));
+  }
+}
+
+// Time-slicing: two jobs on one GPU take turns, one quantum each.
+TEST(GandivaTimeSliceTest, RoundRobinAtQuantum) {
+  Harness h(Gandiva(), 1, Gpus(1));
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(h.job(b).state, JobState::kSuspended);
+
+  h.Advance(Duration::Seconds(20));  // less than half a quantum
+  EXPECT_TRUE(h.Tick().empty());
+
+  h.Advance(Duration::Seconds(40));
+  auto t1 = h.Tick();
+  ASSERT_EQ(t1.size(), 1u);
+  EXPECT_EQ(t1[0].kind, ActionKind::kSuspend);
+  EXPECT_EQ(t1[0].job, a);
+  auto after = h.CompleteAll();  // a stops; b starts (first time: Start)
+  ASSERT_EQ(CountKind(after, ActionKind::kStart), 1);
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a).state, JobState::kSuspended);
+
+  h.Advance(Duration::Seconds(60));
+  auto t2 = h.Tick();
+  ASSERT_EQ(t2.size(), 1u);
+  EXPECT_EQ(t2[0].job, b);
+  auto back = h.CompleteAll();
+  ASSERT_EQ(CountKind(back, ActionKind::kResume), 1);
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a).suspends, 1);
+  EXPECT_EQ(h.job(a).resumes, 1);
+}
+
+TEST(GandivaTimeSliceTest, ThreeJobsEachGetATurn) {
+  Harness h(Gandiva(), 1, Gpus(1));
+  std::vector<JobId> jobs = {h.Submit(1), h.Submit(1), h.Submit(1)};
+  h.CompleteAll();
+  std::vector<JobId> ran;
+  for (int slice = 0; slice < 6; ++slice) {
+    for (JobId j : jobs) {
+      if (h.job(j).state == JobState::kRunning) ran.push_back(j);
+    }
+    h.Advance(Duration::Seconds(60));
+    h.Tick();
+    h.CompleteAll();
+  }
+  ASSERT_EQ(ran.size(), 6u);
+  EXPECT_EQ(ran, (std::vector<JobId>{jobs[0], jobs[1], jobs[2], jobs[0],
+                                     jobs[1], jobs[2]}));
+}
+
+// A job of higher priority is never suspended for one of lower priority, and
+// takes the GPU from lower-priority jobs at once.
+TEST(GandivaTimeSliceTest, PriorityRule) {
+  Harness h(Gandiva(), 1, Gpus(1));
+  const JobId high = h.Submit(1, /*priority=*/1);
+  const JobId low = h.Submit(1, /*priority=*/0);
+  h.CompleteAll();
+  for (int i = 0; i < 5; ++i) {
+    h.Advance(Duration::Seconds(60));
+    EXPECT_TRUE(h.Tick().empty());
+  }
+  EXPECT_EQ(h.job(high).state, JobState::kRunning);
+  EXPECT_EQ(h.job(low).state, JobState::kSuspended);
+
+  const JobId urgent = h.Submit(1, /*priority=*/2);
+  ASSERT_EQ(h.last().size(), 1u);  // no tick needed
+  EXPECT_EQ(h.last()[0].kind, ActionKind::kSuspend);
+  EXPECT_EQ(h.last()[0].job, high);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(urgent).state, JobState::kRunning);  // not `low`
+  EXPECT_EQ(h.job(low).suspends, 0);
+
+  // Raising `low` above everyone lets it run at once.
+  h.Send(PriorityRequest{low, 5});
+  h.CompleteAll();
+  EXPECT_EQ(h.job(low).state, JobState::kRunning);
+  EXPECT_EQ(h.job(urgent).state, JobState::kSuspended);
+}
+
+// A 2-GPU job sharing with two 1-GPU jobs gets both GPUs together.
+TEST(GandivaTimeSliceTest, MultiGpuJobGetsItsTurn) {
+  Harness h(Gandiva(), 1, Gpus(2));
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  const JobId c = h.Submit(1);  // waits on GPU 0 with a
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(300));
+  h.Tick();  // big is not here yet; c takes a's turn
+  h.CompleteAll();
+  const JobId big = h.Submit(2);
+  EXPECT_EQ(h.job(big).state, JobState::kQueued);  // no affinity-2 server
+  h.Advance(Duration::Seconds(300));
+  h.Tick();  // starving: shares the server; first in the waiting order?
+  h.CompleteAll();
+  // Within a few slices the big job runs on both GPUs.
+  bool ran = false;
+  for (int i = 0; i < 6 && !ran; ++i) {
+    h.Advance(Duration::Seconds(60));
+    h.Tick();
+    h.CompleteAll();
+    ran = h.job(big).state == JobState::kRunning;
+  }
+  EXPECT_TRUE(ran);
+  (void)a;
+  (void)b;
+  (void)c;
+}
+
+}  // namespace
+}  // namespace gandiva::core

@@ -1,0 +1,33 @@
+#include "core/policies/registry.h"
+
+namespace gandiva::core {
+
+std::vector<PolicyInfo> KnownPolicies() {
+  return {
+      {"fifo", "exclusive GPUs in arrival order, no preemption (YARN-like)"},
+      {"gandiva", "Algorithm 1 placement with time-slicing"},
+      {"gandiva-reactive", "Algorithm 1 placement, no time-slicing"},
+  };
+}
+
+StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
+                                             const PolicyOptions& options) {
+  if (name == "fifo")
+    return std::unique_ptr<Policy>(new FifoPolicy(options.fifo));
+  if (name == "gandiva") {
+    return std::unique_ptr<Policy>(new GandivaPolicy(options.gandiva));
+  }
+  if (name == "gandiva-reactive") {
+    GandivaOptions o = options.gandiva;
+    o.time_slicing = false;
+    return std::unique_ptr<Policy>(new GandivaPolicy(o, "gandiva-reactive"));
+  }
+  std::string known;
+  for (const PolicyInfo& p : KnownPolicies()) {
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  return InvalidArgument("unknown policy '" + std::string(name) +
+                         "' (known: " + known + ")");
+}
+
+}  // namespace gandiva::core

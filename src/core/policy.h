@@ -1,0 +1,71 @@
+// Policy: the pure decision part of the scheduler, and Actions, the sink
+// through which it decides.
+//
+// Contract: decide() is called once for every event, after the Scheduler has
+// applied the event to the state. It reads the state and takes zero or more
+// actions through `out`; each is checked and applied to the state at once
+// (so the policy sees its own earlier decisions) and handed to the world.
+// A policy must be deterministic: the same events give the same actions. It
+// may keep state of its own (timers, remembered failures) but no clock, I/O
+// or randomness it was not handed. Asking for an impossible action (a GPU
+// that is busy, a job in the wrong state) is a bug and stops the program.
+// Not thread-safe; a Scheduler calls it from one thread.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/action.h"
+#include "core/event.h"
+#include "core/state.h"
+
+namespace gandiva::core {
+
+class Scheduler;
+
+class Actions {
+ public:
+  // Launches a queued job on `gpus`, which no running job may hold.
+  // Equivalent to Assign then Run.
+  void Start(JobId job, std::vector<GpuId> gpus);
+  // Places a queued job on `gpus` without running it: it waits there for its
+  // time slice (state suspended, never started). The GPUs may be busy.
+  void Assign(JobId job, std::vector<GpuId> gpus);
+  // Runs a placed, suspended job on its GPUs, none of which may be held by a
+  // running job: a Start action if it never ran, else a Resume.
+  void Run(JobId job);
+  // Moves a placed, suspended job to `gpus` (none held by a running job) and
+  // runs it there. A job that never ran has nothing to move: it is placed
+  // anew and started (a Start action). Otherwise a Migrate action.
+  void Migrate(JobId job, std::vector<GpuId> gpus);
+  // Asks a running job to suspend at its next mini-batch boundary.
+  void Suspend(JobId job);
+  // Stops a job for good.
+  void Kill(JobId job, std::string reason);
+  void SetPriority(JobId job, int priority);
+
+  // The actions taken so far in this call.
+  std::span<const Action> taken() const {
+    return std::span<const Action>(*out_).subspan(first_);
+  }
+
+ private:
+  friend class Scheduler;
+  Actions(Scheduler* s, std::vector<Action>* out)
+      : s_(s), out_(out), first_(out->size()) {}
+  Scheduler* s_;
+  std::vector<Action>* out_;
+  size_t first_;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  virtual void decide(const ClusterState& state, const Event& event,
+                      Actions& out) = 0;
+};
+
+}  // namespace gandiva::core

@@ -1,0 +1,406 @@
+#include "core/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+namespace gandiva::core {
+
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+std::string JobRef(JobId id) { return "job " + std::to_string(id.value); }
+
+}  // namespace
+
+const char* EventName(const EventBody& body) {
+  static constexpr const char* kNames[] = {
+      "JobArrived",   "JobFinished",    "ProfileReport", "ActionDone",
+      "ActionFailed", "ServerUp",       "ServerDown",    "Tick",
+      "KillRequest",  "PriorityRequest"};
+  return kNames[body.index()];
+}
+
+// ---------------------------------------------------------------- Actions
+
+void Actions::Start(JobId id, std::vector<GpuId> gpus) {
+  Assign(id, std::move(gpus));
+  Run(id);
+}
+
+void Actions::Assign(JobId id, std::vector<GpuId> gpus) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kQueued,
+                    JobRef(id) + " is " + std::string(JobStateName(job.state)));
+  GANDIVA_CHECK_MSG(static_cast<int>(gpus.size()) == job.spec.gpus,
+                    JobRef(id) + ": wrong GPU count");
+  for (GpuId g : gpus) {
+    GANDIVA_CHECK(g.valid() && g.value < st.cluster_.num_gpus());
+    GANDIVA_CHECK(st.cluster_.server(st.cluster_.gpu(g).server).up);
+  }
+  st.Dequeue(job);
+  st.cluster_.Place(id, job.spec.gpus, gpus);
+  job.gpus = std::move(gpus);
+  job.state = JobState::kSuspended;
+  job.waiting_since = st.now_;
+  ++st.placed_;
+  s_->SetWaiting(job, true);
+}
+
+void Actions::Run(JobId id) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
+                    JobRef(id) + " cannot run: it is " +
+                        std::string(JobStateName(job.state)));
+  for (GpuId g : job.gpus) {
+    GANDIVA_CHECK_MSG(st.cluster_.gpu(g).active == 0,
+                      JobRef(id) + ": GPU " + std::to_string(g.value) +
+                          " is held by a running job");
+  }
+  s_->SetWaiting(job, false);
+  st.cluster_.Activate(job.gpus);
+  job.state = JobState::kRunning;
+  Action a;
+  a.id = s_->NextActionId();
+  a.job = id;
+  if (!job.launched) {
+    a.kind = ActionKind::kStart;
+    a.gpus = job.gpus;
+    job.launched = true;
+    if (job.first_started == Time::Never()) job.first_started = st.now_;
+    ++st.counters_.starts;
+  } else {
+    a.kind = ActionKind::kResume;
+    ++job.resumes;
+    ++st.counters_.resumes;
+  }
+  job.in_flight = a.kind;
+  job.in_flight_id = a.id;
+  out_->push_back(std::move(a));
+}
+
+void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
+                    JobRef(id) + " cannot migrate now");
+  GANDIVA_CHECK_MSG(static_cast<int>(gpus.size()) == job.spec.gpus,
+                    JobRef(id) + ": wrong GPU count");
+  for (GpuId g : gpus) {
+    GANDIVA_CHECK(g.valid() && g.value < st.cluster_.num_gpus());
+    GANDIVA_CHECK(st.cluster_.server(st.cluster_.gpu(g).server).up);
+    GANDIVA_CHECK_MSG(st.cluster_.gpu(g).active == 0,
+                      JobRef(id) + ": migration target GPU is busy");
+  }
+  s_->SetWaiting(job, false);
+  st.cluster_.Unplace(id, job.gpus);
+  if (!job.launched) {
+    job.gpus = std::move(gpus);
+    st.cluster_.Place(id, job.spec.gpus, job.gpus);
+    s_->SetWaiting(job, true);
+    Run(id);
+    return;
+  }
+  job.migrating_from = std::move(job.gpus);
+  job.gpus = std::move(gpus);
+  st.cluster_.Place(id, job.spec.gpus, job.gpus);
+  st.cluster_.Activate(job.gpus);
+  job.state = JobState::kMigrating;
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = ActionKind::kMigrate;
+  a.job = id;
+  a.gpus = job.gpus;
+  job.in_flight = ActionKind::kMigrate;
+  job.in_flight_id = a.id;
+  ++job.migrations;
+  ++st.counters_.migrations;
+  out_->push_back(std::move(a));
+}
+
+void Actions::Suspend(JobId id) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kRunning && !job.busy(),
+                    JobRef(id) + " cannot be suspended now");
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = ActionKind::kSuspend;
+  a.job = id;
+  job.in_flight = ActionKind::kSuspend;
+  job.in_flight_id = a.id;
+  ++job.suspends;
+  ++st.counters_.suspends;
+  out_->push_back(std::move(a));
+}
+
+void Actions::Kill(JobId id, std::string reason) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(!IsTerminal(job.state), JobRef(id) + " already ended");
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = ActionKind::kKill;
+  a.job = id;
+  a.reason = std::move(reason);
+  s_->OnJobEnded(job, JobState::kKilled);
+  ++st.counters_.kills;
+  out_->push_back(std::move(a));
+}
+
+void Actions::SetPriority(JobId id, int priority) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  if (job.spec.priority == priority) return;
+  const bool queued = st.Dequeue(job);
+  const bool waiting = st.waiting_.erase(ClusterState::WaitKey(job)) > 0;
+  job.spec.priority = priority;
+  if (queued) st.Enqueue(job);
+  if (waiting) st.waiting_.insert(ClusterState::WaitKey(job));
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = ActionKind::kSetPriority;
+  a.job = id;
+  a.priority = priority;
+  out_->push_back(std::move(a));
+}
+
+// -------------------------------------------------------------- Scheduler
+
+Scheduler::Scheduler(std::unique_ptr<Policy> policy, SchedulerOptions options)
+    : policy_(std::move(policy)), options_(options) {
+  GANDIVA_CHECK(policy_ != nullptr);
+}
+
+Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
+  if (event.time < state_.now_) {
+    return InvalidArgument(
+        "event time goes backwards: " + std::to_string(event.time.micros()) +
+        "us < " + std::to_string(state_.now_.micros()) + "us");
+  }
+  state_.now_ = event.time;
+  GANDIVA_RETURN_IF_ERROR(Apply(event));
+  ++state_.counters_.events;
+  Actions actions(this, &out);
+  if (const auto* kill = std::get_if<KillRequest>(&event.body)) {
+    if (!IsTerminal(state_.job(kill->job).state)) {
+      actions.Kill(kill->job, kill->reason);
+    }
+  } else if (const auto* pr = std::get_if<PriorityRequest>(&event.body)) {
+    actions.SetPriority(pr->job, pr->priority);
+  }
+  policy_->decide(state_, event, actions);
+  return Status::Ok();
+}
+
+Status Scheduler::Apply(const Event& event) {
+  auto need_job = [&](JobId id) -> Status {
+    if (!state_.has_job(id)) return NotFound("unknown " + JobRef(id));
+    return Status::Ok();
+  };
+  return std::visit(
+      Overloaded{
+          [&](const JobArrived& e) -> Status {
+            if (!e.id.valid()) return InvalidArgument("field 'id': invalid");
+            if (state_.has_job(e.id)) {
+              return Status(StatusCode::kAlreadyExists,
+                            JobRef(e.id) + " was already submitted");
+            }
+            if (std::string err = ValidateJobSpec(e.spec); !err.empty()) {
+              return InvalidArgument(JobRef(e.id) + ": " + err);
+            }
+            if (static_cast<size_t>(e.id.value) >= state_.jobs_.size()) {
+              state_.jobs_.resize(static_cast<size_t>(e.id.value) + 1);
+            }
+            Job& job = state_.jobs_[e.id.value];
+            job = Job{};
+            job.id = e.id;
+            job.spec = e.spec;
+            job.submitted = event.time;
+            job.waiting_since = event.time;
+            state_.Enqueue(job);
+            return Status::Ok();
+          },
+          [&](const JobFinished& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Job& job = state_.mutable_job(e.job);
+            if (IsTerminal(job.state)) return Status::Ok();  // e.g. killed
+            OnJobEnded(job,
+                       e.success ? JobState::kFinished : JobState::kFailed);
+            return Status::Ok();
+          },
+          [&](const ProfileReport& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Profile& p = state_.mutable_job(e.job).profile;
+            const double w = p.reports == 0 ? 1.0 : options_.profile_smoothing;
+            p.minibatch_rate =
+                w * e.minibatch_rate + (1 - w) * p.minibatch_rate;
+            p.last_rate = e.minibatch_rate;
+            p.minibatches = e.minibatches;
+            p.gpu_memory_gb = e.gpu_memory_gb;
+            p.gpu_utilization = e.gpu_utilization;
+            ++p.reports;
+            p.updated = event.time;
+            return Status::Ok();
+          },
+          [&](const ActionDone& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Job& job = state_.mutable_job(e.job);
+            // A stale report (the job ended or moved on) changes nothing.
+            if (job.busy() && job.in_flight_id == e.action) {
+              OnActionDone(job, e);
+            }
+            return Status::Ok();
+          },
+          [&](const ActionFailed& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Job& job = state_.mutable_job(e.job);
+            if (job.busy() && job.in_flight_id == e.action) {
+              OnActionFailed(job, e);
+            }
+            return Status::Ok();
+          },
+          [&](const ServerUp& e) -> Status {
+            if (e.id.valid()) {
+              if (e.id.value >= state_.cluster_.num_servers()) {
+                return NotFound("unknown server " + std::to_string(e.id.value));
+              }
+              state_.cluster_.SetUp(e.id, true);
+              return Status::Ok();
+            }
+            if (std::string err = ValidateServerSpec(e.spec); !err.empty()) {
+              return InvalidArgument("server '" + e.spec.name + "': " + err);
+            }
+            state_.cluster_.AddServer(e.spec);
+            return Status::Ok();
+          },
+          [&](const ServerDown& e) -> Status {
+            if (!e.id.valid() || e.id.value >= state_.cluster_.num_servers()) {
+              return NotFound("unknown server " + std::to_string(e.id.value));
+            }
+            // Collect first: requeueing changes the GPUs' job lists.
+            std::vector<JobId> lost;
+            for (GpuId g : state_.cluster_.GpusOf(e.id)) {
+              for (JobId j : state_.cluster_.gpu(g).jobs) lost.push_back(j);
+            }
+            std::sort(lost.begin(), lost.end());
+            lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
+            for (JobId j : lost) RequeueLost(state_.mutable_job(j));
+            state_.cluster_.SetUp(e.id, false);
+            return Status::Ok();
+          },
+          [&](const Tick&) -> Status { return Status::Ok(); },
+          [&](const KillRequest& e) -> Status { return need_job(e.job); },
+          [&](const PriorityRequest& e) -> Status { return need_job(e.job); },
+      },
+      event.body);
+}
+
+void Scheduler::SetWaiting(Job& job, bool waiting) {
+  if (waiting) {
+    state_.waiting_.insert(ClusterState::WaitKey(job));
+  } else {
+    state_.waiting_.erase(ClusterState::WaitKey(job));
+  }
+}
+
+void Scheduler::Unplace(Job& job) {
+  if (job.state == JobState::kRunning || job.state == JobState::kMigrating) {
+    state_.cluster_.Deactivate(job.gpus);
+  }
+  if (job.state == JobState::kSuspended) SetWaiting(job, false);
+  state_.cluster_.Unplace(job.id, job.gpus);
+  --state_.placed_;
+}
+
+void Scheduler::OnJobEnded(Job& job, JobState end) {
+  GANDIVA_CHECK(CanTransition(job.state, end));
+  if (job.state == JobState::kQueued) {
+    state_.Dequeue(job);
+  } else {
+    Unplace(job);
+  }
+  job.state = end;
+  job.in_flight = ActionKind::kNone;
+  job.ended = state_.now_;
+}
+
+void Scheduler::RequeueLost(Job& job) {
+  Unplace(job);
+  job.state = JobState::kQueued;
+  job.in_flight = ActionKind::kNone;
+  job.launched = false;
+  job.waiting_since = state_.now_;
+  state_.Enqueue(job);
+}
+
+void Scheduler::OnActionDone(Job& job, const ActionDone&) {
+  const ActionKind kind = job.in_flight;
+  job.in_flight = ActionKind::kNone;
+  switch (kind) {
+    case ActionKind::kStart:
+    case ActionKind::kResume:
+      job.run_since = state_.now_;
+      break;
+    case ActionKind::kMigrate:
+      job.state = JobState::kRunning;
+      job.run_since = state_.now_;
+      job.migrating_from.clear();
+      break;
+    case ActionKind::kSuspend:
+      state_.cluster_.Deactivate(job.gpus);
+      job.state = JobState::kSuspended;
+      job.waiting_since = state_.now_;
+      SetWaiting(job, true);
+      break;
+    default:
+      break;
+  }
+}
+
+void Scheduler::OnActionFailed(Job& job, const ActionFailed&) {
+  const ActionKind kind = job.in_flight;
+  job.in_flight = ActionKind::kNone;
+  ++state_.counters_.actions_failed;
+  switch (kind) {
+    case ActionKind::kStart:
+      ++job.start_failures;
+      RequeueLost(job);
+      break;
+    case ActionKind::kResume:
+      state_.cluster_.Deactivate(job.gpus);
+      job.state = JobState::kSuspended;
+      SetWaiting(job, true);
+      break;
+    case ActionKind::kSuspend:
+      break;  // it keeps running
+    case ActionKind::kMigrate:
+      // Back where it was, suspended.
+      state_.cluster_.Deactivate(job.gpus);
+      state_.cluster_.Unplace(job.id, job.gpus);
+      job.gpus = std::move(job.migrating_from);
+      job.migrating_from.clear();
+      state_.cluster_.Place(job.id, job.spec.gpus, job.gpus);
+      job.state = JobState::kSuspended;
+      SetWaiting(job, true);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace gandiva::core

@@ -1,0 +1,63 @@
+// Scheduler: the one scheduling brain both worlds drive.
+//
+// Handle() takes an event from the world, applies it to the ClusterState,
+// asks the Policy what to do and returns the actions, already applied to the
+// state. The world carries them out and answers with ActionDone or
+// ActionFailed events. Pure: no clock, no I/O, no threads. The same event
+// stream always gives the same actions.
+//
+// Events that make no sense (an unknown job, a job id used twice, an invalid
+// spec) are refused with an error Status and change nothing. Not thread-safe:
+// one thread calls Handle (the simulator's loop or the daemon's event loop).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/action.h"
+#include "core/event.h"
+#include "core/policy.h"
+#include "core/state.h"
+#include "core/status.h"
+
+namespace gandiva::core {
+
+struct SchedulerOptions {
+  // Weight of a new report in the smoothed mini-batch rate (exponential
+  // moving average): 1 keeps only the last report. Default 0.3, which
+  // forgets a report's influence to under 10% after about seven reports.
+  double profile_smoothing = 0.3;
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::unique_ptr<Policy> policy, SchedulerOptions options = {});
+
+  // Applies `event` and appends the resulting actions to `out`. Time must not
+  // go backwards.
+  Status Handle(const Event& event, std::vector<Action>& out);
+
+  const ClusterState& state() const { return state_; }
+  const Policy& policy() const { return *policy_; }
+
+ private:
+  friend class Actions;
+
+  Status Apply(const Event& event);
+  void OnJobEnded(Job& job, JobState end);
+  void OnActionDone(Job& job, const ActionDone& done);
+  void OnActionFailed(Job& job, const ActionFailed& failed);
+  void RequeueLost(Job& job);
+
+  // Bookkeeping helpers, shared with Actions.
+  void SetWaiting(Job& job, bool waiting);
+  void Unplace(Job& job);
+  ActionId NextActionId() { return ActionId(next_action_++); }
+
+  std::unique_ptr<Policy> policy_;
+  SchedulerOptions options_;
+  ClusterState state_;
+  int64_t next_action_ = 1;
+};
+
+}  // namespace gandiva::core

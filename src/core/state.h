@@ -1,0 +1,110 @@
+// ClusterState: everything the scheduler knows at one moment, as policies see
+// it: the time of the event being handled, the cluster, every job, the queue
+// and the time-slicing candidates.
+//
+// Policies get it read-only; only the Scheduler changes it, including while a
+// policy's decide() runs (each action the policy takes through `Actions` is
+// applied at once, so later reads in the same call see it). Thread-compatible.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/ids.h"
+#include "core/job.h"
+#include "core/time.h"
+
+namespace gandiva::core {
+
+// Orders jobs by priority (higher first), then by a time (earlier first),
+// then by id: the order of the queue and of time-slicing.
+struct JobOrder {
+  int neg_priority;
+  Time since;
+  JobId id;
+  auto operator<=>(const JobOrder&) const = default;
+};
+
+// Jobs ask for at most 2^(kMaxLog2Gpus - 1) GPUs.
+inline constexpr int kMaxLog2Gpus = 24;
+
+struct Counters {
+  int64_t starts = 0;
+  int64_t suspends = 0;
+  int64_t resumes = 0;
+  int64_t migrations = 0;
+  int64_t kills = 0;
+  int64_t actions_failed = 0;
+  int64_t events = 0;
+};
+
+class ClusterState {
+ public:
+  Time now() const { return now_; }
+  const Cluster& cluster() const { return cluster_; }
+
+  bool has_job(JobId id) const {
+    return id.valid() && static_cast<size_t>(id.value) < jobs_.size() &&
+           jobs_[id.value].id == id;
+  }
+  // The job must exist (has_job).
+  const Job& job(JobId id) const { return jobs_[id.value]; }
+  // Every job ever submitted, by id; slots of unused ids have an invalid id.
+  const std::vector<Job>& jobs() const { return jobs_; }
+
+  // Queued jobs, priority first, then submission order.
+  const std::set<JobOrder>& queue() const { return queue_; }
+  // The queue split by GPU count: entry k holds the jobs asking for 2^k GPUs.
+  const std::array<std::set<JobOrder>, kMaxLog2Gpus>& queue_by_size() const {
+    return queue_by_size_;
+  }
+  // Suspended jobs with no mechanism under way, priority first, then the
+  // longest waiting: the candidates for the next time slice.
+  const std::set<JobOrder>& waiting() const { return waiting_; }
+  // Jobs placed (running, suspended or migrating).
+  int64_t placed_jobs() const { return placed_; }
+  const Counters& counters() const { return counters_; }
+
+ private:
+  friend class Scheduler;
+  friend class Actions;
+
+  Job& mutable_job(JobId id) { return jobs_[id.value]; }
+  static JobOrder QueueKey(const Job& j) {
+    return {-j.spec.priority, j.submitted, j.id};
+  }
+  static JobOrder WaitKey(const Job& j) {
+    return {-j.spec.priority, j.waiting_since, j.id};
+  }
+  void Enqueue(const Job& j);
+  // False if the job was not queued.
+  bool Dequeue(const Job& j);
+
+  Time now_ = Time::Zero();
+  Cluster cluster_;
+  std::vector<Job> jobs_;
+  std::set<JobOrder> queue_;
+  std::array<std::set<JobOrder>, kMaxLog2Gpus> queue_by_size_;
+  std::set<JobOrder> waiting_;
+  int64_t placed_ = 0;
+  Counters counters_;
+};
+
+inline void ClusterState::Enqueue(const Job& j) {
+  queue_.insert(QueueKey(j));
+  queue_by_size_[std::countr_zero(static_cast<unsigned>(j.spec.gpus))].insert(
+      QueueKey(j));
+}
+
+inline bool ClusterState::Dequeue(const Job& j) {
+  queue_by_size_[std::countr_zero(static_cast<unsigned>(j.spec.gpus))].erase(
+      QueueKey(j));
+  return queue_.erase(QueueKey(j)) > 0;
+}
+
+}  // namespace gandiva::core

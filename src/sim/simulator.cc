@@ -1,0 +1,588 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <queue>
+#include <unordered_map>
+
+#include "core/scheduler.h"
+
+namespace gandiva::sim {
+
+using core::Action;
+using core::ActionKind;
+using core::Duration;
+using core::JobId;
+using core::Time;
+
+namespace {
+
+enum class EvKind : uint8_t { kFinish, kActionComplete, kTick, kSample };
+
+struct Ev {
+  int64_t t;
+  uint64_t seq;
+  EvKind kind;
+  int32_t job;
+  int64_t arg;  // kActionComplete: the action's id
+};
+struct Later {
+  bool operator()(const Ev& x, const Ev& y) const {
+    return x.t != y.t ? x.t > y.t : x.seq > y.seq;
+  }
+};
+
+// A job's progress in the simulated world.
+struct SimJob {
+  double total = 0;        // mini-batches to do
+  double done = 0;         // mini-batches done
+  double rate = 0;         // mini-batches per second now (0 when not training)
+  double feedback_at = 0;  // mini-batches that make the first feedback
+  int64_t last_us = 0;     // when done was last brought up to date
+  // When it will finish at the current rate (-1: not training), and the
+  // earliest finish event queued for it (-1: none). Keeping one event per job
+  // in the heap, instead of one per rate change, keeps the heap small.
+  int64_t finish_at = -1;
+  int64_t queued_finish = -1;
+  int64_t training_us = 0;  // time spent training
+  ActionKind pending = ActionKind::kNone;
+  int64_t pending_action = 0;
+  bool ended = false;
+};
+
+class World {
+ public:
+  World(const Workload& workload, const Catalog& catalog,
+        std::unique_ptr<core::Policy> policy, const SimOptions& options)
+      : workload_(workload),
+        catalog_(catalog),
+        options_(options),
+        scheduler_(std::move(policy)) {}
+
+  core::StatusOr<SimResult> Run();
+
+ private:
+  void Push(int64_t t, EvKind kind, int32_t job, int64_t arg) {
+    heap_.push(Ev{t, seq_++, kind, job, arg});
+  }
+  core::Status Send(core::EventBody body);
+  void Execute(const Action& a);
+  // Brings a job's progress up to now.
+  void Advance(int32_t j);
+  void SetRate(int32_t j, double rate);
+  double TrainingRate(int32_t j) const;
+  void Sample();
+  bool AllArrived() const { return next_arrival_ >= ids_.size(); }
+
+  const Workload& workload_;
+  const Catalog& catalog_;
+  const SimOptions& options_;
+  core::Scheduler scheduler_;
+
+  std::vector<size_t> ids_;  // simulated jobs: indexes into workload_.jobs
+  std::vector<SimJob> jobs_;
+  std::vector<JobResult> results_;
+  size_t next_arrival_ = 0;
+  std::priority_queue<Ev, std::vector<Ev>, Later> heap_;
+  uint64_t seq_ = 0;
+  int64_t now_ = 0;
+  int64_t ended_ = 0;
+  int64_t training_jobs_gpus_ = 0;  // GPUs of jobs training now
+  int64_t busy_jobs_ = 0;           // jobs training or in a mechanism
+  int64_t events_since_progress_ = 0;
+  bool acted_ = false;  // the last core event caused an action
+  std::vector<Action> actions_;
+  std::vector<TimelineSample> timeline_;
+};
+
+core::Status World::Send(core::EventBody body) {
+  actions_.clear();
+  GANDIVA_RETURN_IF_ERROR(scheduler_.Handle(
+      core::Event{Time::FromMicros(now_), std::move(body)}, actions_));
+  acted_ = !actions_.empty();
+  // Execute may not call Send (it only schedules), so iterating is safe.
+  for (const Action& a : actions_) Execute(a);
+  if (options_.progress &&
+      ++events_since_progress_ >= options_.progress_every_events) {
+    events_since_progress_ = 0;
+    options_.progress(ids_.empty() ? 1.0
+                                   : static_cast<double>(ended_) /
+                                         static_cast<double>(ids_.size()));
+  }
+  return core::Status::Ok();
+}
+
+void World::Advance(int32_t j) {
+  SimJob& s = jobs_[j];
+  const int64_t dt = now_ - s.last_us;
+  s.last_us = now_;
+  if (s.rate <= 0 || dt <= 0) return;
+  const double before = s.done;
+  s.done = std::min(s.total, s.done + s.rate * static_cast<double>(dt) / 1e6);
+  s.training_us += dt;
+  JobResult& r = results_[j];
+  if (r.feedback == Time::Never() && s.done >= s.feedback_at) {
+    const double need = std::max(0.0, s.feedback_at - before);
+    r.feedback = Time::FromMicros(
+        now_ - dt + static_cast<int64_t>(std::ceil(need / s.rate * 1e6)));
+    if (r.feedback > Time::FromMicros(now_))
+      r.feedback = Time::FromMicros(now_);
+  }
+}
+
+double World::TrainingRate(int32_t j) const {
+  const TraceJob& tj = workload_.jobs[ids_[j]];
+  const core::Job& job = scheduler_.state().job(JobId(j));
+  const core::Cluster& cluster = scheduler_.state().cluster();
+  const double iso = catalog_.IsolatedRate(tj.model, tj.gpus);
+  const core::Spread actual = cluster.SpreadOf(job.gpus);
+  // Durations are measured at the ideal placement for the job's size, so
+  // the penalty is relative to that.
+  const core::ServerSpec& spec = options_.server;
+  const int per_socket = spec.gpus / spec.sockets;
+  const int per_switch = per_socket / spec.switches_per_socket;
+  if (tj.gpus > spec.gpus) {
+    // The ideal spans servers already; only more servers than needed cost.
+    std::vector<int32_t> servers;
+    for (core::GpuId g : job.gpus)
+      servers.push_back(cluster.gpu(g).server.value);
+    std::sort(servers.begin(), servers.end());
+    const auto distinct =
+        std::unique(servers.begin(), servers.end()) - servers.begin();
+    const int needed = (tj.gpus + spec.gpus - 1) / spec.gpus;
+    return distinct > needed
+               ? iso * catalog_.SpreadFactor(tj.model, Spread::kCrossServer)
+               : iso;
+  }
+  const core::Spread ideal = tj.gpus <= per_switch ? core::Spread::kSameSwitch
+                             : tj.gpus <= per_socket
+                                 ? core::Spread::kAcrossSwitches
+                                 : core::Spread::kAcrossSockets;
+  if (actual <= ideal) return iso;
+  return iso * catalog_.SpreadFactor(tj.model, static_cast<Spread>(actual)) /
+         catalog_.SpreadFactor(tj.model, static_cast<Spread>(ideal));
+}
+
+void World::SetRate(int32_t j, double rate) {
+  Advance(j);
+  SimJob& s = jobs_[j];
+  const int gpus = workload_.jobs[ids_[j]].gpus;
+  if (s.rate > 0) training_jobs_gpus_ -= gpus;
+  if (rate > 0) training_jobs_gpus_ += gpus;
+  s.rate = rate;
+  s.finish_at = -1;
+  if (rate > 0) {
+    const double left = std::max(0.0, s.total - s.done);
+    s.finish_at = now_ + static_cast<int64_t>(std::ceil(left / rate * 1e6));
+    if (s.queued_finish < 0 || s.finish_at < s.queued_finish) {
+      s.queued_finish = s.finish_at;
+      Push(s.finish_at, EvKind::kFinish, j, 0);
+    }
+  }
+}
+
+void World::Execute(const Action& a) {
+  const int32_t j = a.job.value;
+  SimJob& s = jobs_[j];
+  Duration cost;
+  switch (a.kind) {
+    case ActionKind::kStart:
+      cost = options_.costs.start;
+      if (results_[j].first_start == Time::Never()) {
+        results_[j].first_start = Time::FromMicros(now_);
+      }
+      ++busy_jobs_;
+      break;
+    case ActionKind::kResume:
+      cost = options_.costs.resume;
+      ++busy_jobs_;
+      break;
+    case ActionKind::kMigrate:
+      cost = options_.costs.migrate;
+      ++busy_jobs_;
+      break;
+    case ActionKind::kSuspend:
+      SetRate(j, 0);
+      ++results_[j].suspends;
+      cost = options_.costs.suspend;
+      break;
+    case ActionKind::kKill:
+      if (s.rate > 0 || s.pending != ActionKind::kNone) --busy_jobs_;
+      SetRate(j, 0);
+      s.pending = ActionKind::kNone;
+      if (!s.ended) {
+        s.ended = true;
+        ++ended_;
+      }
+      return;
+    default:
+      return;  // SetPriority and others: nothing to simulate
+  }
+  s.pending = a.kind;
+  s.pending_action = a.id.value;
+  Push(now_ + cost.micros(), EvKind::kActionComplete, j, a.id.value);
+}
+
+void World::Sample() {
+  const core::ClusterState& st = scheduler_.state();
+  TimelineSample t;
+  t.time = Time::FromMicros(now_);
+  t.queued_jobs = static_cast<int>(st.queue().size());
+  t.suspended_jobs = static_cast<int>(st.waiting().size());
+  t.running_jobs = static_cast<int>(st.placed_jobs()) - t.suspended_jobs;
+  t.gpus_training =
+      st.cluster().up_gpus() == 0
+          ? 0
+          : static_cast<double>(training_jobs_gpus_) / st.cluster().up_gpus();
+  t.cluster_height = st.cluster().height();
+  timeline_.push_back(t);
+}
+
+core::StatusOr<SimResult> World::Run() {
+  const auto wall_start = std::chrono::steady_clock::now();
+  const int total_gpus = options_.servers * options_.server.gpus;
+  if (options_.servers < 1) {
+    return core::InvalidArgument("field 'servers': must be at least 1");
+  }
+  if (std::string err = core::ValidateServerSpec(options_.server);
+      !err.empty()) {
+    return core::InvalidArgument("server: " + err);
+  }
+  int64_t skipped = 0;
+  for (size_t i = 0; i < workload_.jobs.size(); ++i) {
+    const TraceJob& tj = workload_.jobs[i];
+    if (tj.gpus > total_gpus) {
+      if (!options_.skip_oversized) {
+        return core::InvalidArgument(
+            "job '" + tj.name + "' asks for " + std::to_string(tj.gpus) +
+            " GPUs; the cluster has " + std::to_string(total_gpus));
+      }
+      ++skipped;
+      continue;
+    }
+    if (tj.model < 0 || tj.model >= catalog_.size()) {
+      return core::InvalidArgument("job '" + tj.name +
+                                   "': field 'model': not in the catalog");
+    }
+    if (i > 0 && tj.submit < workload_.jobs[i - 1].submit) {
+      return core::InvalidArgument("workload: jobs not sorted by submit time");
+    }
+    ids_.push_back(i);
+  }
+  jobs_.resize(ids_.size());
+  results_.resize(ids_.size());
+  for (size_t j = 0; j < ids_.size(); ++j) {
+    const TraceJob& tj = workload_.jobs[ids_[j]];
+    SimJob& s = jobs_[j];
+    const double iso = catalog_.IsolatedRate(tj.model, tj.gpus);
+    s.total = std::max(1.0, tj.duration.seconds() * iso);
+    s.feedback_at = std::min(s.total, options_.feedback_work.seconds() * iso);
+    JobResult& r = results_[j];
+    r.name = tj.name;
+    r.gpus = tj.gpus;
+    r.model = tj.model;
+    r.submit = tj.submit;
+  }
+
+  for (int i = 0; i < options_.servers; ++i) {
+    core::ServerSpec spec = options_.server;
+    spec.name = "server-" + std::to_string(i);
+    GANDIVA_RETURN_IF_ERROR(Send(core::ServerUp{spec, core::ServerId()}));
+  }
+  if (options_.tick > Duration())
+    Push(options_.tick.micros(), EvKind::kTick, -1, 0);
+  if (options_.timeline_every > Duration()) Push(0, EvKind::kSample, -1, 0);
+
+  int64_t idle_ticks = 0;
+  const auto all_done = [&] {
+    return AllArrived() && ended_ == static_cast<int64_t>(ids_.size());
+  };
+  while (!all_done()) {
+    const bool arrival_next =
+        !AllArrived() &&
+        (heap_.empty() ||
+         workload_.jobs[ids_[next_arrival_]].submit.micros() <= heap_.top().t);
+    if (arrival_next) {
+      const int32_t j = static_cast<int32_t>(next_arrival_++);
+      const TraceJob& tj = workload_.jobs[ids_[j]];
+      now_ = std::max(now_, tj.submit.micros());
+      jobs_[j].last_us = now_;
+      core::JobSpec spec;
+      spec.name = tj.name;
+      spec.gpus = tj.gpus;
+      spec.priority = tj.priority;
+      spec.group = tj.group;
+      spec.vc = tj.vc;
+      spec.elastic = tj.elastic;
+      spec.model = tj.model;
+      spec.total_minibatches = static_cast<int64_t>(jobs_[j].total);
+      GANDIVA_RETURN_IF_ERROR(Send(core::JobArrived{JobId(j), spec}));
+      continue;
+    }
+    if (heap_.empty()) break;
+    const Ev ev = heap_.top();
+    heap_.pop();
+    now_ = std::max(now_, ev.t);
+    switch (ev.kind) {
+      case EvKind::kFinish: {
+        SimJob& s = jobs_[ev.job];
+        if (s.ended || ev.t != s.queued_finish) break;  // superseded
+        s.queued_finish = -1;
+        if (s.finish_at != ev.t) {
+          // The rate changed since: wait for the current finish time.
+          if (s.finish_at > ev.t) {
+            s.queued_finish = s.finish_at;
+            Push(s.finish_at, EvKind::kFinish, ev.job, 0);
+          }
+          break;
+        }
+        Advance(ev.job);
+        s.done = s.total;
+        SetRate(ev.job, 0);
+        --busy_jobs_;
+        s.ended = true;
+        ++ended_;
+        results_[ev.job].finish = Time::FromMicros(now_);
+        results_[ev.job].finished = true;
+        if (results_[ev.job].feedback == Time::Never()) {
+          results_[ev.job].feedback = Time::FromMicros(now_);
+        }
+        GANDIVA_RETURN_IF_ERROR(Send(core::JobFinished{JobId(ev.job), true}));
+        break;
+      }
+      case EvKind::kActionComplete: {
+        SimJob& s = jobs_[ev.job];
+        if (s.ended || s.pending_action != ev.arg) break;
+        const ActionKind kind = s.pending;
+        s.pending = ActionKind::kNone;
+        if (kind == ActionKind::kStart || kind == ActionKind::kResume ||
+            kind == ActionKind::kMigrate) {
+          SetRate(ev.job, TrainingRate(ev.job));
+        } else if (kind == ActionKind::kSuspend) {
+          --busy_jobs_;
+        }
+        GANDIVA_RETURN_IF_ERROR(Send(core::ActionDone{
+            core::ActionId(ev.arg), JobId(ev.job), Duration()}));
+        break;
+      }
+      case EvKind::kTick: {
+        GANDIVA_RETURN_IF_ERROR(Send(core::Tick{}));
+        if (AllArrived() && busy_jobs_ == 0 && !acted_) {
+          if (++idle_ticks >= options_.max_idle_ticks) break;
+        } else {
+          idle_ticks = 0;
+        }
+        if (!all_done())
+          Push(now_ + options_.tick.micros(), EvKind::kTick, -1, 0);
+        break;
+      }
+      case EvKind::kSample:
+        Sample();
+        if (!all_done()) {
+          Push(now_ + options_.timeline_every.micros(), EvKind::kSample, -1, 0);
+        }
+        break;
+    }
+    if (idle_ticks >= options_.max_idle_ticks) break;
+  }
+  if (options_.timeline_every > Duration()) Sample();
+
+  // Measure.
+  SimResult r;
+  r.policy = std::string(scheduler_.policy().name());
+  r.jobs = static_cast<int64_t>(ids_.size());
+  r.jobs_skipped = skipped;
+  r.total_gpus = total_gpus;
+  std::vector<double> jct, ttff;
+  double queueing = 0;
+  int64_t end_us = 0;
+  int64_t training_gpu_us = 0;
+  for (size_t j = 0; j < ids_.size(); ++j) {
+    JobResult& jr = results_[j];
+    const SimJob& s = jobs_[j];
+    training_gpu_us += s.training_us * jr.gpus;
+    if (jr.finished) {
+      ++r.jobs_finished;
+      jct.push_back((jr.finish - jr.submit).seconds());
+      end_us = std::max(end_us, jr.finish.micros());
+      jr.not_running =
+          (jr.finish - jr.first_start) - Duration::Micros(s.training_us);
+    }
+    if (jr.feedback != Time::Never()) {
+      ttff.push_back((jr.feedback - jr.submit).seconds());
+    }
+    if (jr.first_start != Time::Never()) {
+      queueing += (jr.first_start - jr.submit).seconds();
+    }
+  }
+  auto mean = [](const std::vector<double>& v) {
+    return v.empty() ? 0.0
+                     : std::accumulate(v.begin(), v.end(), 0.0) /
+                           static_cast<double>(v.size());
+  };
+  auto quantile = [](std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t k =
+        static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
+  };
+  r.mean_jct_s = mean(jct);
+  r.median_jct_s = quantile(jct, 0.5);
+  r.p95_jct_s = quantile(jct, 0.95);
+  r.mean_time_to_first_feedback_s = mean(ttff);
+  r.median_time_to_first_feedback_s = quantile(ttff, 0.5);
+  r.mean_queueing_s = r.jobs == 0 ? 0 : queueing / static_cast<double>(r.jobs);
+  r.makespan_s = static_cast<double>(end_us) / 1e6;
+  r.gpu_utilization =
+      end_us == 0
+          ? 0
+          : static_cast<double>(training_gpu_us) /
+                (static_cast<double>(total_gpus) * static_cast<double>(end_us));
+  const core::Counters& c = scheduler_.state().counters();
+  r.starts = c.starts;
+  r.suspends = c.suspends;
+  r.resumes = c.resumes;
+  r.migrations = c.migrations;
+  r.events = c.events;
+  r.per_job = std::move(results_);
+  r.timeline = std::move(timeline_);
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                           wall_start)
+                 .count();
+  return r;
+}
+
+// `v` with `decimals` digits after the point.
+std::string Fmt(int decimals, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
+core::StatusOr<SimResult> Simulate(const Workload& workload,
+                                   const Catalog& catalog,
+                                   std::unique_ptr<core::Policy> policy,
+                                   const SimOptions& options) {
+  World world(workload, catalog, std::move(policy), options);
+  return world.Run();
+}
+
+std::string ResultJson(const SimResult& r) {
+  nlohmann::ordered_json j;
+  j["policy"] = r.policy;
+  j["jobs"] = r.jobs;
+  j["jobs_skipped"] = r.jobs_skipped;
+  j["jobs_finished"] = r.jobs_finished;
+  j["total_gpus"] = r.total_gpus;
+  j["mean_jct_s"] = r.mean_jct_s;
+  j["median_jct_s"] = r.median_jct_s;
+  j["p95_jct_s"] = r.p95_jct_s;
+  j["makespan_s"] = r.makespan_s;
+  j["gpu_utilization"] = r.gpu_utilization;
+  j["mean_time_to_first_feedback_s"] = r.mean_time_to_first_feedback_s;
+  j["median_time_to_first_feedback_s"] = r.median_time_to_first_feedback_s;
+  j["mean_queueing_s"] = r.mean_queueing_s;
+  j["starts"] = r.starts;
+  j["suspends"] = r.suspends;
+  j["resumes"] = r.resumes;
+  j["migrations"] = r.migrations;
+  j["events"] = r.events;
+  j["wall_s"] = r.wall_s;
+  return j.dump(2) + "\n";
+}
+
+std::string PerJobCsv(const SimResult& r, const Catalog& catalog) {
+  std::string out =
+      "name,gpus,model,submit_s,start_s,finish_s,jct_s,queueing_s,"
+      "not_running_s,feedback_s,suspends\n";
+  auto t = [](Time x) {
+    return x == Time::Never() ? std::string() : Fmt(3, x.seconds());
+  };
+  for (const JobResult& j : r.per_job) {
+    std::string name = j.name;
+    if (name.find_first_of(",\"\n") != std::string::npos) {
+      std::string q = "\"";
+      for (char ch : name)
+        q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+      name = q + "\"";
+    }
+    out += name + "," + std::to_string(j.gpus) + ",\"" +
+           catalog.model(j.model).name + "\"," + t(j.submit) + "," +
+           t(j.first_start) + "," + t(j.finish) + "," +
+           (j.finished ? Fmt(3, (j.finish - j.submit).seconds()) : "") + "," +
+           (j.first_start == Time::Never()
+                ? ""
+                : Fmt(3, (j.first_start - j.submit).seconds())) +
+           "," + (j.finished ? Fmt(3, j.not_running.seconds()) : "") + "," +
+           (j.feedback == Time::Never()
+                ? ""
+                : Fmt(3, (j.feedback - j.submit).seconds())) +
+           "," + std::to_string(j.suspends) + "\n";
+  }
+  return out;
+}
+
+std::string SummaryTable(const std::vector<SimResult>& results) {
+  struct Col {
+    const char* head;
+    std::function<std::string(const SimResult&)> cell;
+  };
+  auto dur = [](double s) {
+    return core::FormatDuration(Duration::FromSeconds(s));
+  };
+  const std::vector<Col> cols = {
+      {"policy", [](const SimResult& r) { return r.policy; }},
+      {"jobs", [](const SimResult& r) { return std::to_string(r.jobs); }},
+      {"finished",
+       [](const SimResult& r) { return std::to_string(r.jobs_finished); }},
+      {"mean JCT", [&](const SimResult& r) { return dur(r.mean_jct_s); }},
+      {"median JCT", [&](const SimResult& r) { return dur(r.median_jct_s); }},
+      {"p95 JCT", [&](const SimResult& r) { return dur(r.p95_jct_s); }},
+      {"makespan", [&](const SimResult& r) { return dur(r.makespan_s); }},
+      {"GPU util",
+       [](const SimResult& r) {
+         return Fmt(1, 100 * r.gpu_utilization) + "%";
+       }},
+      {"1st feedback",
+       [&](const SimResult& r) {
+         return dur(r.mean_time_to_first_feedback_s);
+       }},
+      {"suspends",
+       [](const SimResult& r) { return std::to_string(r.suspends); }},
+      {"wall", [](const SimResult& r) { return Fmt(2, r.wall_s) + "s"; }},
+  };
+  std::vector<std::vector<std::string>> rows;
+  std::vector<size_t> width(cols.size());
+  for (size_t c = 0; c < cols.size(); ++c)
+    width[c] = std::string(cols[c].head).size();
+  for (const SimResult& r : results) {
+    rows.emplace_back();
+    for (size_t c = 0; c < cols.size(); ++c) {
+      rows.back().push_back(cols[c].cell(r));
+      width[c] = std::max(width[c], rows.back().back().size());
+    }
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) {
+      std::string cell = cells[c];
+      cell.insert(c == 0 ? cell.size() : 0, width[c] - cell.size(), ' ');
+      out += (c ? "  " : "") + cell;
+    }
+    out += "\n";
+  };
+  std::vector<std::string> heads;
+  for (const Col& c : cols) heads.push_back(c.head);
+  line(heads);
+  for (const auto& row : rows) line(row);
+  return out;
+}
+
+}  // namespace gandiva::sim

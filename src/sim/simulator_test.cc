@@ -1,0 +1,160 @@
+#include "sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include "core/policies/registry.h"
+#include "sim/workload/synthetic.h"
+
+namespace gandiva::sim {
+namespace {
+
+using core::Duration;
+using core::Time;
+
+class SimulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = Catalog::Load(GANDIVA_TEST_DATA_DIR);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    catalog_ = std::make_unique<Catalog>(std::move(*c));
+    resnet_ = *catalog_->FindFamily("ResNet-50");
+    vgg_ = *catalog_->FindFamily("VGG16");
+  }
+
+  TraceJob Job(std::string name, double submit_s, double duration_s,
+               int gpus = 1, ModelId model = -1) {
+    TraceJob j;
+    j.name = std::move(name);
+    j.submit = Time::Zero() + Duration::FromSeconds(submit_s);
+    j.duration = Duration::FromSeconds(duration_s);
+    j.gpus = gpus;
+    j.model = model < 0 ? resnet_ : model;
+    return j;
+  }
+
+  SimResult Run(const Workload& w, const std::string& policy,
+                SimOptions o = {}) {
+    auto p = core::MakePolicy(policy);
+    EXPECT_TRUE(p.ok());
+    auto r = Simulate(w, *catalog_, std::move(*p), o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::move(*r);
+  }
+
+  static SimOptions Small(int servers, int gpus) {
+    SimOptions o;
+    o.servers = servers;
+    o.server.gpus = gpus;
+    return o;
+  }
+
+  std::unique_ptr<Catalog> catalog_;
+  ModelId resnet_ = 0, vgg_ = 0;
+};
+
+TEST_F(SimulatorTest, AloneAJobTakesItsDurationPlusTheStart) {
+  Workload w;
+  w.jobs = {Job("a", 5, 1000)};
+  for (const char* policy : {"fifo", "gandiva"}) {
+    SimResult r = Run(w, policy, Small(1, 4));
+    ASSERT_EQ(r.jobs_finished, 1);
+    EXPECT_NEAR(r.mean_jct_s, 1010, 1e-3) << policy;
+    EXPECT_NEAR(r.mean_time_to_first_feedback_s, 70, 1e-3) << policy;
+    EXPECT_NEAR(r.makespan_s, 1015, 1e-3);
+    // One GPU of four trained for 1000 s of 1015 s.
+    EXPECT_NEAR(r.gpu_utilization, 1000.0 / (4 * 1015), 1e-6);
+  }
+}
+
+TEST_F(SimulatorTest, TimeSlicingGivesEarlyFeedback) {
+  Workload w;
+  w.jobs = {Job("a", 0, 3000), Job("b", 0, 3000), Job("c", 0, 3000)};
+  SimResult fifo = Run(w, "fifo", Small(1, 1));
+  SimResult gandiva = Run(w, "gandiva", Small(1, 1));
+  ASSERT_EQ(fifo.jobs_finished, 3);
+  ASSERT_EQ(gandiva.jobs_finished, 3);
+  // FIFO: feedback at 70 s, 3080 s, 6090 s after submission.
+  EXPECT_NEAR(fifo.mean_time_to_first_feedback_s, (70 + 3080 + 6090) / 3.0, 1);
+  // Time-slicing: every job trains within the first few slices.
+  for (const JobResult& j : gandiva.per_job) {
+    EXPECT_LT((j.feedback - j.submit).seconds(), 400) << j.name;
+  }
+  EXPECT_GT(gandiva.suspends, 10);
+  EXPECT_EQ(fifo.suspends, 0);
+  // Sharing costs a little: the makespan grows by the mechanisms' time only.
+  EXPECT_GT(gandiva.makespan_s, fifo.makespan_s);
+  EXPECT_LT(gandiva.makespan_s, fifo.makespan_s * 1.1);
+}
+
+TEST_F(SimulatorTest, SpreadAcrossServersSlowsAJob) {
+  // Two servers with one free GPU each: a 2-GPU VGG16 job must split.
+  Workload w;
+  // FIFO best fit puts a, b on server 0 and c, d on server 1; b and d end
+  // soon, leaving one free GPU on each server for the waiting VGG16 job.
+  w.jobs = {Job("a", 0, 100000), Job("b", 0, 100), Job("c", 0, 100000),
+            Job("d", 0, 100), Job("vgg", 1, 1000, 2, vgg_)};
+  SimOptions o = Small(2, 2);
+  SimResult r = Run(w, "fifo", o);
+  const JobResult& vgg = r.per_job[4];
+  const double factor = catalog_->SpreadFactor(vgg_, Spread::kCrossServer);
+  ASSERT_LT(factor, 1.0);
+  EXPECT_NEAR((vgg.finish - vgg.first_start).seconds(), 10 + 1000 / factor,
+              0.01);
+}
+
+TEST_F(SimulatorTest, SkipsJobsLargerThanTheCluster) {
+  Workload w;
+  w.jobs = {Job("small", 0, 100), Job("huge", 0, 100, 16)};
+  SimResult r = Run(w, "gandiva", Small(1, 4));
+  EXPECT_EQ(r.jobs, 1);
+  EXPECT_EQ(r.jobs_skipped, 1);
+  SimOptions strict = Small(1, 4);
+  strict.skip_oversized = false;
+  auto p = core::MakePolicy("gandiva");
+  auto bad = Simulate(w, *catalog_, std::move(*p), strict);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("huge"), std::string::npos);
+}
+
+TEST_F(SimulatorTest, SameSeedSameJson) {
+  SyntheticOptions so;
+  so.jobs = 200;
+  so.total_gpus = 32;
+  so.seed = 7;
+  const Workload w = GenerateSynthetic(*catalog_, so);
+  auto strip = [](std::string json) {
+    return json.substr(0, json.find("\"wall_s\""));
+  };
+  for (const char* policy : {"fifo", "gandiva"}) {
+    const std::string a = strip(ResultJson(Run(w, policy, Small(8, 4))));
+    const std::string b = strip(ResultJson(Run(w, policy, Small(8, 4))));
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a.find("\"jobs_finished\": 200"), std::string::npos) << a;
+  }
+  so.seed = 8;
+  const Workload w2 = GenerateSynthetic(*catalog_, so);
+  EXPECT_NE(strip(ResultJson(Run(w, "gandiva", Small(8, 4)))),
+            strip(ResultJson(Run(w2, "gandiva", Small(8, 4)))));
+}
+
+TEST_F(SimulatorTest, EveryJobFinishesExactlyOnce) {
+  SyntheticOptions so;
+  so.jobs = 300;
+  so.total_gpus = 16;
+  const Workload w = GenerateSynthetic(*catalog_, so);
+  for (const char* policy : {"fifo", "gandiva", "gandiva-reactive"}) {
+    SimResult r = Run(w, policy, Small(4, 4));
+    EXPECT_EQ(r.jobs_finished, r.jobs) << policy;
+    for (const JobResult& j : r.per_job) {
+      ASSERT_TRUE(j.finished) << j.name;
+      EXPECT_GE(j.finish, j.first_start);
+      EXPECT_GE(j.feedback, j.submit);
+      EXPECT_LE(j.feedback, j.finish);
+    }
+    EXPECT_EQ(r.resumes + r.starts + r.migrations, r.suspends + r.jobs)
+        << policy;
+  }
+}
+
+}  // namespace
+}  // namespace gandiva::sim
