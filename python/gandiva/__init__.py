@@ -1,0 +1,148 @@
+"""gandiva: the job side of the gandiva cluster scheduler, for Python.
+
+A training job calls `step()` at every mini-batch boundary; a gandiva node
+agent can then suspend it there (SIGTSTP, resumed by SIGCONT), or make it
+checkpoint and exit for a migration or a resize. The protocol is described in
+src/client/README.md; this package is a thin ctypes layer over
+libgandiva_client.so (see gandiva._lib for where it is looked for).
+
+Outside gandiva (no GANDIVA_PROGRESS_FILE) everything is a no-op and works
+even without the shared library.
+
+    import gandiva
+    gandiva.init()
+    for batch in loader:
+        train(batch)
+        if gandiva.step() == gandiva.STEP_CHECKPOINT:
+            save(gandiva.checkpoint_dir())
+            raise SystemExit(gandiva.checkpoint_done(True))
+
+PyTorch users get all of this in a few lines from `gandiva.torch.Job`.
+Thread-safety: call init/step/checkpoint_done/set_hooks from the training
+thread; the getters may be called from any thread.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from gandiva import _lib
+from gandiva._lib import (E_BAD_PAGE, E_HOOK, E_INVALID, E_IO,
+                          E_NO_CHECKPOINT_DIR, E_SIGNAL, E_STATE, EXIT_MIGRATE,
+                          EXIT_RESIZE, INACTIVE, OK, STEP_CHECKPOINT,
+                          STEP_CONTINUE, STEP_RESUMED, GandivaError,
+                          LibraryNotFoundError)
+
+__all__ = [
+    "init", "step", "checkpoint_done", "minibatches", "set_minibatches",
+    "active", "job_id", "checkpoint_dir", "resume_from", "target_world_size",
+    "set_hooks", "shutdown", "strerror", "GandivaError",
+    "LibraryNotFoundError", "OK", "INACTIVE", "STEP_CONTINUE", "STEP_RESUMED",
+    "STEP_CHECKPOINT", "EXIT_MIGRATE", "EXIT_RESIZE", "E_IO", "E_BAD_PAGE",
+    "E_SIGNAL", "E_HOOK", "E_NO_CHECKPOINT_DIR", "E_STATE", "E_INVALID",
+]
+
+# Keeps the ctypes hook objects alive while C holds pointers to them.
+_hooks = ()
+
+
+def _str(value: Optional[bytes]) -> Optional[str]:
+    return value.decode() if value else None
+
+
+def init() -> int:
+    """Attaches to the agent's progress page (GANDIVA_PROGRESS_FILE) and
+    installs the SIGTSTP/SIGUSR1 handlers. Returns OK, or INACTIVE outside
+    gandiva. Raises LibraryNotFoundError if the page is set but the library
+    is missing, GandivaError if attaching failed. Idempotent."""
+    rc = _lib.load().gandiva_init()
+    if rc < 0:
+        raise GandivaError("gandiva_init", rc)
+    return rc
+
+
+def step(count_only: bool = False) -> int:
+    """Call at every mini-batch boundary. Returns STEP_CONTINUE, STEP_RESUMED
+    (the job was suspended and resumed inside this call), STEP_CHECKPOINT
+    (save under checkpoint_dir(), then exit with checkpoint_done(True)), or a
+    negative E_* code (a hook failed / no checkpoint dir; training goes on).
+    count_only: count the boundary but leave requests for the next step."""
+    lib = _lib.load()
+    if count_only:
+        return lib.gandiva_step_flags(_lib.STEP_COUNT_ONLY)
+    return lib.gandiva_step()
+
+
+def checkpoint_done(ok: bool) -> int:
+    """After STEP_CHECKPOINT: report the save. ok=True returns the exit status
+    (EXIT_MIGRATE or EXIT_RESIZE) to exit with now; ok=False reports the
+    failure to the agent and returns 0 (keep training)."""
+    rc = _lib.load().gandiva_checkpoint_done(0 if ok else 1)
+    if rc < 0:
+        raise GandivaError("gandiva_checkpoint_done", rc)
+    return rc
+
+
+def minibatches() -> int:
+    """Mini-batch boundaries passed so far (after a restore: in total)."""
+    return int(_lib.load().gandiva_minibatches())
+
+
+def set_minibatches(count: int) -> None:
+    """Declares the count after a restore, before the first step()."""
+    _lib.load().gandiva_set_minibatches(int(count))
+
+
+def active() -> bool:
+    """True when attached to a gandiva agent's progress page."""
+    return bool(_lib.load().gandiva_active())
+
+
+def job_id() -> Optional[str]:
+    return _str(_lib.load().gandiva_job_id())
+
+
+def checkpoint_dir() -> Optional[str]:
+    """GANDIVA_CHECKPOINT_DIR as read by init()."""
+    return _str(_lib.load().gandiva_checkpoint_dir())
+
+
+def resume_from() -> Optional[str]:
+    """GANDIVA_RESUME_FROM as read by init(): a checkpoint to load."""
+    return _str(_lib.load().gandiva_resume_from())
+
+
+def target_world_size() -> int:
+    """World size asked by the last resize request (0 if none)."""
+    return int(_lib.load().gandiva_target_world_size())
+
+
+def set_hooks(offload: Optional[Callable[[], None]] = None,
+              reload: Optional[Callable[[], None]] = None) -> None:
+    """Registers the suspend hooks: `offload` runs at a suspend before the
+    process stops, `reload` after SIGCONT. A hook that raises is reported to
+    the agent as a failure (the traceback is printed). Checkpoints are taken
+    by the caller on STEP_CHECKPOINT, not by a hook."""
+    global _hooks
+    lib = _lib.load()
+    hooks = (_lib.wrap_hook(offload), _lib.wrap_hook(reload),
+             _lib.CKPT_HOOK(), _lib.CKPT_HOOK())
+    lib.gandiva_set_hooks(*hooks, None)
+    _hooks = hooks
+
+
+def shutdown() -> None:
+    """Publishes that the job left (also done at interpreter exit)."""
+    _lib.load().gandiva_shutdown()
+
+
+def strerror(code: int) -> str:
+    return _lib.load().gandiva_strerror(code).decode()
+
+
+def __getattr__(name: str):
+    # `gandiva.torch` without importing torch for users who do not need it.
+    if name == "torch":
+        import importlib
+        return importlib.import_module("gandiva.torch")
+    raise AttributeError(f"module 'gandiva' has no attribute {name!r}")

@@ -1,0 +1,111 @@
+"""Agent-side helpers over libgandiva_client.so: create a job's progress page,
+read it, post requests. For tools and tests; the node agent itself uses the
+C++ ProgressReader (src/client/progress_reader.h). Requires the shared
+library even outside gandiva.
+
+Thread-safety: every call maps the page on its own; only one agent may post
+requests to a page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from gandiva import _lib
+from gandiva._lib import GandivaError
+
+# enum gandiva_job_state
+STATE_NEW = 0
+STATE_RUNNING = 1
+STATE_SUSPENDING = 2
+STATE_SUSPENDED = 3
+STATE_RESUMING = 4
+STATE_CHECKPOINTING = 5
+STATE_EXITED = 6
+STATE_NAMES = ["new", "running", "suspending", "suspended", "resuming",
+               "checkpointing", "exited"]
+
+# enum gandiva_request_kind
+REQUEST_NONE = 0
+REQUEST_SUSPEND = 1
+REQUEST_CHECKPOINT_EXIT = 2
+REQUEST_RESIZE = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """One read of a progress page (times: CLOCK_MONOTONIC ns, 0 = never)."""
+
+    version: tuple
+    pid: int
+    state: int
+    minibatches: int
+    last_boundary_ns: int
+    rate: Optional[float]  # mini-batches/s over the window, None if unknown
+    rate_window: int
+    request_seq: int
+    ack_seq: int
+    done_seq: int
+    last_kind: int
+    last_result: int
+    last_received_ns: int
+    last_effective_ns: int
+    served_count: int
+    suspend_count: int
+    resumed_ns: int
+    exit_code: int
+    target_world_size: int
+
+    @property
+    def state_name(self) -> str:
+        return STATE_NAMES[self.state] if self.state < len(STATE_NAMES) \
+            else str(self.state)
+
+    @property
+    def last_latency_ns(self) -> Optional[int]:
+        """Request-to-effect latency of the last finished request."""
+        if (self.served_count == 0 or self.last_received_ns == 0 or
+                self.last_effective_ns < self.last_received_ns):
+            return None
+        return self.last_effective_ns - self.last_received_ns
+
+
+def create_page(path: str) -> None:
+    """Creates (or truncates) an empty page file at `path` (mode 0600)."""
+    rc = _lib.load_real().gandiva_page_create(str(path).encode())
+    if rc != 0:
+        raise GandivaError(f"gandiva_page_create({path})", rc)
+
+
+def read_page(path: str) -> Page:
+    info = _lib.PageInfo()
+    rc = _lib.load_real().gandiva_page_read(str(path).encode(), info)
+    if rc != 0:
+        raise GandivaError(f"gandiva_page_read({path})", rc)
+    return Page(
+        version=(info.version_major, info.version_minor), pid=info.pid,
+        state=info.state, minibatches=info.minibatches,
+        last_boundary_ns=info.last_boundary_ns,
+        rate=info.rate if info.rate_window >= 2 else None,
+        rate_window=info.rate_window, request_seq=info.request_seq,
+        ack_seq=info.ack_seq, done_seq=info.done_seq,
+        last_kind=info.last_kind, last_result=info.last_result,
+        last_received_ns=info.last_received_ns,
+        last_effective_ns=info.last_effective_ns,
+        served_count=info.served_count, suspend_count=info.suspend_count,
+        resumed_ns=info.resumed_ns, exit_code=info.exit_code,
+        target_world_size=info.target_world_size)
+
+
+def request(path: str, kind: int, arg: int = 0) -> int:
+    """Posts a request (REQUEST_*); returns its sequence number."""
+    seq = _lib.load_real().gandiva_page_request(str(path).encode(), kind, arg)
+    if seq < 0:
+        raise GandivaError(f"gandiva_page_request({path})", int(seq))
+    return int(seq)
+
+
+def monotonic_ns() -> int:
+    """CLOCK_MONOTONIC now (the clock of every page timestamp)."""
+    return _lib.time_monotonic_ns()

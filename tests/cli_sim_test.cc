@@ -1,0 +1,140 @@
+// End-to-end checks of `gandiva sim`: the binary as a user runs it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun Gandiva(const std::string& args) {
+  CliRun r;
+  const std::string cmd = std::string(GANDIVA_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class CliSimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gandiva_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+std::string WithoutWall(const std::string& json) {
+  const size_t at = json.find("\"wall_s\"");
+  return at == std::string::npos ? json : json.substr(0, at);
+}
+
+TEST_F(CliSimTest, SameSeedGivesIdenticalJson) {
+  const std::string args =
+      "sim --policy gandiva --jobs 300 --gpus 64 --seed 11 --no-progress";
+  CliRun a = Gandiva(args + " --json " + (dir_ / "a.json").string() +
+                     " --per-job " + (dir_ / "a.csv").string());
+  CliRun b = Gandiva(args + " --json " + (dir_ / "b.json").string() +
+                     " --per-job " + (dir_ / "b.csv").string());
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  const std::string ja = Slurp(dir_ / "a.json");
+  const std::string jb = Slurp(dir_ / "b.json");
+  EXPECT_NE(ja.find("\"jobs_finished\": 300"), std::string::npos) << ja;
+  for (const char* key : {"policy", "jobs", "jobs_finished", "mean_jct_s",
+                          "median_jct_s", "p95_jct_s", "makespan_s",
+                          "gpu_utilization", "mean_time_to_first_feedback_s",
+                          "suspends", "resumes", "events", "wall_s"}) {
+    EXPECT_NE(ja.find("\"" + std::string(key) + "\""), std::string::npos)
+        << key;
+  }
+  EXPECT_EQ(WithoutWall(ja), WithoutWall(jb));
+  EXPECT_EQ(Slurp(dir_ / "a.csv"), Slurp(dir_ / "b.csv"));
+  // One CSV row per job plus the header.
+  const std::string csv = Slurp(dir_ / "a.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 301);
+
+  CliRun c = Gandiva(
+      "sim --policy gandiva --jobs 300 --gpus 64 --seed 12 "
+      "--no-progress --json " +
+      (dir_ / "c.json").string());
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(WithoutWall(Slurp(dir_ / "c.json")), WithoutWall(ja));
+}
+
+TEST_F(CliSimTest, ComparesPoliciesInOneRun) {
+  CliRun r = Gandiva(
+      "sim --policy fifo,gandiva --jobs 200 --gpus 32 "
+      "--no-progress --json " +
+      (dir_ / "out.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("fifo "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gandiva "), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(dir_ / "out.fifo.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "out.gandiva.json"));
+}
+
+TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
+  CliRun r = Gandiva("sim --gpus 7 --gpus-per-server 4 --no-progress");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--gpus"), std::string::npos) << r.out;
+
+  r = Gandiva("sim --policy nosuch --jobs 10 --gpus 8 --no-progress");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("unknown policy 'nosuch'"), std::string::npos) << r.out;
+
+  const fs::path trace = dir_ / "bad.csv";
+  std::ofstream(trace) << "timestamp,duration,num_gpus,gpu_time,cluster\n"
+                       << "2017-10-09 07:01:55,66.0,1,66.0,vc1\n"
+                       << "2017-10-09 07:02:55,66.0,x,66.0,vc1\n";
+  r = Gandiva("sim --trace " + trace.string() + " --format philly --gpus 8");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("bad.csv:3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("num_gpus"), std::string::npos) << r.out;
+}
+
+TEST_F(CliSimTest, ReplaysShippedTraces) {
+  const std::string data = GANDIVA_TEST_DATA_DIR;
+  CliRun r =
+      Gandiva("sim --policy fifo,gandiva --no-progress --gpus 64 --trace " +
+              data + "/tiresias/60_job.csv --format tiresias");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("60"), std::string::npos);
+  r = Gandiva("sim --policy gandiva --no-progress --gpus 100 --trace " + data +
+              "/philly/philly_jobs_excl_6c71a0.csv --format philly --vc "
+              "11cb48 --max-jobs 500");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = Gandiva("sim --policy gandiva --no-progress --gpus 64 --trace " + data +
+              "/gavel/seed0/6214e9.trace --format gavel --skip-unknown "
+              "--max-jobs 300");
+  ASSERT_EQ(r.status, 0) << r.out;
+}
+
+}  // namespace
