@@ -49,6 +49,9 @@ struct SimJob {
   int64_t finish_at = -1;
   int64_t queued_finish = -1;
   int64_t training_us = 0;  // time spent training
+  double busy_gpu_s = 0;    // modelled GPU-busy seconds (see gpu_busy)
+  double iso_rate = 0;      // isolated rate at its size, ideal placement
+  double utilization = 0;   // the catalog's GPU utilisation when alone
   ActionKind pending = ActionKind::kNone;
   int64_t pending_action = 0;
   bool ended = false;
@@ -124,6 +127,9 @@ void World::Advance(int32_t j) {
   const double before = s.done;
   s.done = std::min(s.total, s.done + s.rate * static_cast<double>(dt) / 1e6);
   s.training_us += dt;
+  s.busy_gpu_s += s.utilization * std::min(1.0, s.rate / s.iso_rate) *
+                  static_cast<double>(results_[j].gpus) *
+                  static_cast<double>(dt) / 1e6;
   JobResult& r = results_[j];
   if (r.feedback == Time::Never() && s.done >= s.feedback_at) {
     const double need = std::max(0.0, s.feedback_at - before);
@@ -280,6 +286,8 @@ core::StatusOr<SimResult> World::Run() {
     SimJob& s = jobs_[j];
     const double iso = catalog_.IsolatedRate(tj.model, tj.gpus);
     s.total = std::max(1.0, tj.duration.seconds() * iso);
+    s.iso_rate = iso;
+    s.utilization = catalog_.model(tj.model).utilization;
     s.feedback_at = std::min(s.total, options_.feedback_work.seconds() * iso);
     JobResult& r = results_[j];
     r.name = tj.name;
@@ -401,10 +409,12 @@ core::StatusOr<SimResult> World::Run() {
   double queueing = 0;
   int64_t end_us = 0;
   int64_t training_gpu_us = 0;
+  double busy_gpu_s = 0;
   for (size_t j = 0; j < ids_.size(); ++j) {
     JobResult& jr = results_[j];
     const SimJob& s = jobs_[j];
     training_gpu_us += s.training_us * jr.gpus;
+    busy_gpu_s += s.busy_gpu_s;
     if (jr.finished) {
       ++r.jobs_finished;
       jct.push_back((jr.finish - jr.submit).seconds());
@@ -443,6 +453,9 @@ core::StatusOr<SimResult> World::Run() {
           ? 0
           : static_cast<double>(training_gpu_us) /
                 (static_cast<double>(total_gpus) * static_cast<double>(end_us));
+  r.gpu_busy = end_us == 0 ? 0
+                           : busy_gpu_s / (static_cast<double>(total_gpus) *
+                                           static_cast<double>(end_us) / 1e6);
   const core::Counters& c = scheduler_.state().counters();
   r.starts = c.starts;
   r.suspends = c.suspends;
@@ -486,6 +499,7 @@ std::string ResultJson(const SimResult& r) {
   j["p95_jct_s"] = r.p95_jct_s;
   j["makespan_s"] = r.makespan_s;
   j["gpu_utilization"] = r.gpu_utilization;
+  j["gpu_busy"] = r.gpu_busy;
   j["mean_time_to_first_feedback_s"] = r.mean_time_to_first_feedback_s;
   j["median_time_to_first_feedback_s"] = r.median_time_to_first_feedback_s;
   j["mean_queueing_s"] = r.mean_queueing_s;

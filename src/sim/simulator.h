@@ -110,6 +110,11 @@ struct SimResult {
   double makespan_s = 0;
   // GPU time spent training / (GPUs x makespan).
   double gpu_utilization = 0;
+  // The modelled busy fraction of the GPUs over the run: each training job's
+  // GPU utilisation (catalog), scaled by its progress rate relative to its
+  // isolated rate, over its GPUs, / (GPUs x makespan). Jobs never share a
+  // GPU while training here (no packing yet), so no GPU counts above 1.
+  double gpu_busy = 0;
   double mean_time_to_first_feedback_s = 0;
   double median_time_to_first_feedback_s = 0;
   double mean_queueing_s = 0;

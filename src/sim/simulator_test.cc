@@ -63,6 +63,10 @@ TEST_F(SimulatorTest, AloneAJobTakesItsDurationPlusTheStart) {
     EXPECT_NEAR(r.makespan_s, 1015, 1e-3);
     // One GPU of four trained for 1000 s of 1015 s.
     EXPECT_NEAR(r.gpu_utilization, 1000.0 / (4 * 1015), 1e-6);
+    // ... keeping it as busy as the model's utilisation says.
+    EXPECT_NEAR(r.gpu_busy,
+                catalog_->model(resnet_).utilization * 1000.0 / (4 * 1015),
+                1e-6);
   }
 }
 
