@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -43,6 +44,8 @@ struct SimFlags {
   int max_height = 4;
   double starvation_s = 300;
   std::string gpu_type = "v100";
+  std::string vc_quotas = "none";
+  bool allow_borrowing = false;
   std::string data_dir;
   bool progress = true;
 };
@@ -188,6 +191,27 @@ int RunSim(const SimFlags& f) {
       f.starvation_s < 0 ? core::Duration::Infinite()
                          : core::Duration::FromSeconds(f.starvation_s);
 
+  if (f.vc_quotas == "proportional") {
+    std::map<std::string, double> demand;
+    for (const sim::TraceJob& j : workload.jobs) {
+      demand[j.vc] += j.duration.seconds() * j.gpus;
+    }
+    po.fifo.vc_quotas =
+        core::ProportionalVcQuotas(std::vector<std::pair<std::string, double>>(
+                                       demand.begin(), demand.end()),
+                                   f.gpus);
+    po.fifo.allow_borrowing = f.allow_borrowing;
+    std::string shown;
+    for (const auto& [vc, q] : po.fifo.vc_quotas) {
+      shown += (shown.empty() ? "" : " ") + (vc.empty() ? "(none)" : vc) + ":" +
+               std::to_string(q);
+    }
+    std::fprintf(stderr, "fifo VC quotas (GPUs): %s\n", shown.c_str());
+  } else if (f.vc_quotas != "none") {
+    return fail("--vc-quotas: expected none or proportional, got '" +
+                f.vc_quotas + "'");
+  }
+
   const std::vector<std::string> names = Split(f.policies);
   if (names.empty()) return fail("--policy: give at least one policy");
   std::vector<sim::SimResult> results;
@@ -299,6 +323,14 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
   sim->add_option("--data-dir", flags->data_dir,
                   "Where the catalog and traces are (default: "
                   "$GANDIVA_DATA_DIR or the built-in path)");
+  sim->add_option("--vc-quotas", flags->vc_quotas,
+                  "fifo: none (one queue) or proportional (each virtual "
+                  "cluster its own FIFO queue with a GPU quota in proportion "
+                  "to its GPU-time demand)")
+      ->capture_default_str();
+  sim->add_flag("--allow-borrowing", flags->allow_borrowing,
+                "fifo with --vc-quotas: a VC may use idle GPUs beyond its "
+                "quota (never preempting)");
   sim->add_flag("!--no-progress", flags->progress, "No progress bar");
   sim->callback([flags, &exit_code] { exit_code = RunSim(*flags); });
 }

@@ -29,7 +29,7 @@ struct Action {
   ActionId id;
   ActionKind kind = ActionKind::kNone;
   JobId job;
-  // Start, Migrate: where to run.
+  // Start, Resume, Migrate: where to run.
   std::vector<GpuId> gpus;
   // SetPriority: the new priority.
   int priority = 0;

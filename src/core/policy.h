@@ -34,7 +34,8 @@ class Actions {
   // time slice (state suspended, never started). The GPUs may be busy.
   void Assign(JobId job, std::vector<GpuId> gpus);
   // Runs a placed, suspended job on its GPUs, none of which may be held by a
-  // running job: a Start action if it never ran, else a Resume.
+  // running job: a Start action if it never ran, else a Resume. Both carry
+  // the job's GPUs in `gpus`.
   void Run(JobId job);
   // Moves a placed, suspended job to `gpus` (none held by a running job) and
   // runs it there. A job that never ran has nothing to move: it is placed
@@ -42,6 +43,12 @@ class Actions {
   void Migrate(JobId job, std::vector<GpuId> gpus);
   // Asks a running job to suspend at its next mini-batch boundary.
   void Suspend(JobId job);
+  // Moves a placed, suspended job with no mechanism under way back to the
+  // queue (in its submission order), releasing its GPUs. Nothing is sent to
+  // the world. The job keeps `launched`, so once placed again (Assign, Run)
+  // it gets a Resume action whose `gpus` say where: on GPUs other than the
+  // ones it left, the world restores it there from its saved state.
+  void Requeue(JobId job);
   // Stops a job for good.
   void Kill(JobId job, std::string reason);
   void SetPriority(JobId job, int priority);

@@ -81,6 +81,7 @@ void Actions::Run(JobId id) {
     ++st.counters_.starts;
   } else {
     a.kind = ActionKind::kResume;
+    a.gpus = job.gpus;
     ++job.resumes;
     ++st.counters_.resumes;
   }
@@ -144,6 +145,19 @@ void Actions::Suspend(JobId id) {
   ++job.suspends;
   ++st.counters_.suspends;
   out_->push_back(std::move(a));
+}
+
+void Actions::Requeue(JobId id) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
+                    JobRef(id) + " cannot be requeued now");
+  s_->Unplace(job);
+  job.gpus.clear();
+  job.state = JobState::kQueued;
+  job.waiting_since = st.now_;
+  st.Enqueue(job);
 }
 
 void Actions::Kill(JobId id, std::string reason) {

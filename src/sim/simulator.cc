@@ -52,6 +52,9 @@ struct SimJob {
   double busy_gpu_s = 0;    // modelled GPU-busy seconds (see gpu_busy)
   double iso_rate = 0;      // isolated rate at its size, ideal placement
   double utilization = 0;   // the catalog's GPU utilisation when alone
+  // Where it last ran: a Resume elsewhere (after a policy gave its GPUs
+  // back) is charged as a migration.
+  std::vector<core::GpuId> last_gpus;
   ActionKind pending = ActionKind::kNone;
   int64_t pending_action = 0;
   bool ended = false;
@@ -198,17 +201,21 @@ void World::Execute(const Action& a) {
   switch (a.kind) {
     case ActionKind::kStart:
       cost = options_.costs.start;
+      s.last_gpus = a.gpus;
       if (results_[j].first_start == Time::Never()) {
         results_[j].first_start = Time::FromMicros(now_);
       }
       ++busy_jobs_;
       break;
     case ActionKind::kResume:
-      cost = options_.costs.resume;
+      cost = a.gpus.empty() || a.gpus == s.last_gpus ? options_.costs.resume
+                                                     : options_.costs.migrate;
+      if (!a.gpus.empty()) s.last_gpus = a.gpus;
       ++busy_jobs_;
       break;
     case ActionKind::kMigrate:
       cost = options_.costs.migrate;
+      s.last_gpus = a.gpus;
       ++busy_jobs_;
       break;
     case ActionKind::kSuspend:

@@ -1,8 +1,95 @@
 #include "core/policies/fifo.h"
 
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <optional>
+
 #include "core/policies/placement.h"
 
 namespace gandiva::core {
+
+namespace {
+
+// Free GPUs for `need`: best fit on one server, else across servers when
+// allowed (always for jobs larger than any server).
+std::optional<std::vector<GpuId>> FindGpus(const Cluster& cluster, int need,
+                                           bool relax_locality) {
+  if (cluster.free_gpus() < need) return std::nullopt;
+  std::optional<std::vector<GpuId>> gpus;
+  cluster.ForEachWithFree(need, [&](const Server& s) {
+    gpus = FreeGpusOn(cluster, s, need);
+    return true;
+  });
+  if (!gpus && (relax_locality || need > cluster.max_server_gpus())) {
+    gpus = GatherFreeGpus(cluster, need);
+  }
+  return gpus;
+}
+
+}  // namespace
+
+std::map<std::string, int> ProportionalVcQuotas(
+    const std::vector<std::pair<std::string, double>>& demand,
+    int cluster_gpus) {
+  std::map<std::string, double> by_vc;
+  for (const auto& [vc, amount] : demand) {
+    by_vc[vc] += std::isfinite(amount) && amount > 0 ? amount : 0.0;
+  }
+  std::map<std::string, int> quotas;
+  if (by_vc.empty()) return quotas;
+  const int vcs = static_cast<int>(by_vc.size());
+  int left = std::max(0, cluster_gpus);
+  const int base = left >= vcs ? 1 : 0;
+  left -= base * vcs;
+  double total = 0;
+  for (const auto& [vc, d] : by_vc) total += d;
+  // Shares of `left`, rounded down; the remainders decide the rest.
+  struct Part {
+    double remainder;
+    std::string vc;
+  };
+  std::vector<Part> parts;
+  int given = 0;
+  for (const auto& [vc, d] : by_vc) {
+    const double share =
+        total > 0 ? left * (d / total) : static_cast<double>(left) / vcs;
+    const int whole = std::min(left, static_cast<int>(std::floor(share)));
+    quotas[vc] = base + whole;
+    given += whole;
+    parts.push_back({share - whole, vc});
+  }
+  // Map order is name order, so a stable sort breaks ties by name.
+  std::stable_sort(
+      parts.begin(), parts.end(),
+      [](const Part& a, const Part& b) { return a.remainder > b.remainder; });
+  for (size_t i = 0; given < left; i = (i + 1) % parts.size(), ++given) {
+    ++quotas[parts[i].vc];
+  }
+  return quotas;
+}
+
+FifoPolicy::FifoPolicy(FifoOptions options) : options_(std::move(options)) {
+  for (const auto& [vc, quota] : options_.vc_quotas) {
+    index_.emplace(vc, static_cast<int>(index_.size()));
+    named_total_ += std::max(0, quota);
+  }
+  used_.assign(index_.size() + 1, 0);
+}
+
+int FifoPolicy::QueueOf(const Job& job) const {
+  auto it = index_.find(job.spec.vc);
+  return it == index_.end() ? static_cast<int>(index_.size()) : it->second;
+}
+
+int FifoPolicy::QuotaOf(const ClusterState& state, int queue) const {
+  if (queue == static_cast<int>(index_.size())) {
+    return std::max(0, state.cluster().up_gpus() - named_total_);
+  }
+  auto it = options_.vc_quotas.begin();
+  std::advance(it, queue);
+  return it->second;
+}
 
 void FifoPolicy::decide(const ClusterState& state, const Event& event,
                         Actions& out) {
@@ -14,23 +101,76 @@ void FifoPolicy::decide(const ClusterState& state, const Event& event,
                        std::holds_alternative<ServerUp>(event.body) ||
                        std::holds_alternative<ServerDown>(event.body);
   if (!may_fit) return;
+  if (!options_.vc_quotas.empty()) {
+    DecideByVc(state, out);
+    return;
+  }
   const Cluster& cluster = state.cluster();
   while (!state.queue().empty()) {
     const Job& head = state.job(state.queue().begin()->id);
-    const int need = head.spec.gpus;
-    if (cluster.free_gpus() < need) return;
-    std::optional<std::vector<GpuId>> gpus;
-    cluster.ForEachWithFree(need, [&](const Server& s) {
-      gpus = FreeGpusOn(cluster, s, need);
-      return true;
-    });
-    if (!gpus &&
-        (options_.relax_locality || need > cluster.max_server_gpus())) {
-      gpus = GatherFreeGpus(cluster, need);
-    }
+    auto gpus = FindGpus(cluster, head.spec.gpus, options_.relax_locality);
     if (!gpus) return;
     out.Start(head.id, std::move(*gpus));
   }
+}
+
+void FifoPolicy::DecideByVc(const ClusterState& state, Actions& out) {
+  // Forget the jobs that hold no GPUs any more (ended, or requeued after a
+  // failed start or a lost server).
+  for (auto it = started_.begin(); it != started_.end();) {
+    const Job& j = state.job(it->first);
+    if (j.placed()) {
+      ++it;
+      continue;
+    }
+    used_[it->second] -= j.spec.gpus;
+    it = started_.erase(it);
+  }
+  const Cluster& cluster = state.cluster();
+  const int queues = static_cast<int>(used_.size());
+  std::vector<int> quota(queues);
+  for (int q = 0; q < queues; ++q) quota[q] = QuotaOf(state, q);
+  auto try_start = [&](const Job& j, int q) {
+    auto gpus = FindGpus(cluster, j.spec.gpus, options_.relax_locality);
+    if (!gpus) return false;
+    out.Start(j.id, std::move(*gpus));
+    started_[j.id] = q;
+    used_[q] += j.spec.gpus;
+    return true;
+  };
+  // Walks the queue in order, each VC's jobs until its head is blocked. A
+  // started job leaves the queue, so step on before starting it.
+  auto walk = [&](auto&& visit) {
+    std::vector<bool> blocked(queues, false);
+    int open = queues;
+    const auto& queue = state.queue();
+    for (auto it = queue.begin();
+         it != queue.end() && open > 0 && cluster.free_gpus() > 0;) {
+      const Job& j = state.job(it->id);
+      ++it;
+      const int q = QueueOf(j);
+      if (blocked[q]) continue;
+      if (!visit(j, q)) {
+        blocked[q] = true;
+        --open;
+      }
+    }
+  };
+  // Within quotas.
+  bool owner_waiting = false;
+  std::vector<bool> borrower(queues, false);
+  walk([&](const Job& j, int q) {
+    if (used_[q] + j.spec.gpus > quota[q]) {
+      borrower[q] = true;
+      return false;
+    }
+    if (try_start(j, q)) return true;
+    owner_waiting = true;
+    return false;
+  });
+  if (!options_.allow_borrowing || owner_waiting) return;
+  // Idle GPUs for the VCs at their quota.
+  walk([&](const Job& j, int q) { return borrower[q] && try_start(j, q); });
 }
 
 }  // namespace gandiva::core

@@ -6,7 +6,18 @@
 // Placement of the job at the head: the server whose free GPUs fit it most
 // tightly; else, when `relax_locality` (default), free GPUs across servers on
 // as few servers as possible; else it waits.
+//
+// Virtual clusters (VCs): with `vc_quotas` set, each VC named there is its
+// own FIFO queue (a job that does not fit blocks only the jobs of its VC
+// behind it) and holds at most its quota of GPUs at once; see FifoOptions.
+//
+// Not thread-safe (see Policy).
 #pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/policy.h"
 
@@ -16,17 +27,61 @@ struct FifoOptions {
   // Place a job across servers when no single server has room (true), or
   // wait for one that has (false). Default true.
   bool relax_locality = true;
+  // GPU quota of each virtual cluster (JobSpec::vc), in GPUs. Default empty:
+  // one queue shared by all jobs, whatever their VC.
+  //
+  // Otherwise each VC named here is a FIFO queue of its own, and a job of it
+  // starts only while the GPUs its VC's jobs hold plus the job's stay within
+  // the quota (a job asking for more than its VC's quota runs only by
+  // borrowing). Jobs of VCs not named here (the empty VC included) share one
+  // more FIFO queue whose quota is what the named quotas leave of the
+  // cluster's up GPUs (0 if they take it all: such jobs then run only by
+  // borrowing). No VC has precedence: free GPUs go to the VCs' head jobs
+  // in queue order (priority, then arrival).
+  std::map<std::string, int> vc_quotas;
+  // With vc_quotas: lets a VC at its quota use GPUs beyond it while they are
+  // idle, that is when no VC's head job within its quota is waiting for GPUs.
+  // Borrowers' heads go in arrival order. A borrowed GPU is kept until its
+  // job ends (no preemption), counting towards the borrower's quota
+  // meanwhile, so the owner may wait for it. Default false (YARN's capacity
+  // scheduler with maximum capacity = capacity).
+  bool allow_borrowing = false;
 };
+
+// Quotas for `cluster_gpus` GPUs in proportion to each VC's demand (for
+// example the GPU-seconds its jobs ask for in a workload). `demand` lists
+// (vc, amount) pairs; a VC listed more than once gets the sum, negative
+// amounts count as 0. When the cluster has at least one GPU per VC, each VC
+// first gets one GPU and the rest are split in proportion to demand; else
+// all are split in proportion. Splitting rounds by largest remainder (ties:
+// the VC whose name sorts first); with no demand at all, evenly. The quotas
+// sum to `cluster_gpus` (at least 0) unless `demand` is empty.
+std::map<std::string, int> ProportionalVcQuotas(
+    const std::vector<std::pair<std::string, double>>& demand,
+    int cluster_gpus);
 
 class FifoPolicy final : public Policy {
  public:
-  explicit FifoPolicy(FifoOptions options = {}) : options_(options) {}
+  explicit FifoPolicy(FifoOptions options = {});
   std::string_view name() const override { return "fifo"; }
   void decide(const ClusterState& state, const Event& event,
               Actions& out) override;
 
  private:
+  // With vc_quotas, queues are numbered: the named VCs in name order, then
+  // the shared rest.
+  int QueueOf(const Job& job) const;
+  int QuotaOf(const ClusterState& state, int queue) const;
+  void DecideByVc(const ClusterState& state, Actions& out);
+
   FifoOptions options_;
+  // vc -> queue number, for the named VCs.
+  std::map<std::string, int> index_;
+  int named_total_ = 0;  // the sum of the named quotas
+  // With vc_quotas: the jobs this policy started that may still hold GPUs,
+  // with their queue, and the GPUs each queue's jobs hold.
+  std::map<JobId, int> started_;
+  std::vector<int> used_;
 };
 
 }  // namespace gandiva::core

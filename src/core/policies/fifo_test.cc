@@ -65,5 +65,121 @@ TEST(FifoTest, KeepsLocalityWhenAsked) {
   }
 }
 
+TEST(VcQuotaTest, ProportionalLargestRemainder) {
+  using V = std::vector<std::pair<std::string, double>>;
+  using Q = std::map<std::string, int>;
+  // One GPU each, the other 7 split 3:1:0 -> 5.25, 1.75, 0.
+  EXPECT_EQ(
+      ProportionalVcQuotas(V{{"a", 100}, {"b", 100}, {"c", 0}, {"a", 200}}, 10),
+      (Q{{"a", 6}, {"b", 3}, {"c", 1}}));
+  // Too few GPUs for one each: pure proportion; a tie goes to the first name.
+  EXPECT_EQ(ProportionalVcQuotas(V{{"b", 1}, {"a", 1}, {"c", 0}}, 1),
+            (Q{{"a", 1}, {"b", 0}, {"c", 0}}));
+  // No demand: evenly.
+  EXPECT_EQ(ProportionalVcQuotas(V{{"x", 0}, {"y", -5}, {"z", 0}}, 4),
+            (Q{{"x", 2}, {"y", 1}, {"z", 1}}));
+  EXPECT_TRUE(ProportionalVcQuotas(V{}, 8).empty());
+  // Always sums to the cluster.
+  const Q big = ProportionalVcQuotas(
+      V{{"p", 1e6}, {"q", 3.3e5}, {"r", 12}, {"s", 7.7e4}}, 180);
+  int sum = 0;
+  for (const auto& [vc, q] : big) {
+    sum += q;
+    EXPECT_GE(q, 1);
+  }
+  EXPECT_EQ(sum, 180);
+}
+
+// Submits jobs with a VC; these tests never use Harness::Submit.
+class VcJobs {
+ public:
+  explicit VcJobs(Harness& h) : h_(h) {}
+  JobId Submit(std::string vc, int gpus) {
+    JobSpec spec;
+    spec.gpus = gpus;
+    spec.vc = std::move(vc);
+    const JobId id(next_++);
+    h_.Send(JobArrived{id, spec});
+    return id;
+  }
+
+ private:
+  Harness& h_;
+  int32_t next_ = 0;
+};
+
+FifoOptions Quotas(std::map<std::string, int> q, bool borrow = false) {
+  FifoOptions o;
+  o.vc_quotas = std::move(q);
+  o.allow_borrowing = borrow;
+  return o;
+}
+
+// Each VC is its own FIFO queue held to its quota: a blocked head blocks its
+// own VC only.
+TEST(FifoVcTest, QueuesAndQuotasPerVc) {
+  Harness h(std::make_unique<FifoPolicy>(Quotas({{"a", 4}, {"b", 4}})), 2);
+  VcJobs v(h);
+  const JobId a1 = v.Submit("a", 4);
+  const JobId a2 = v.Submit("a", 2);  // a is at its quota
+  const JobId b1 = v.Submit("b", 2);  // not blocked by a2
+  const JobId b2 = v.Submit("b", 2);
+  const JobId b3 = v.Submit("b", 1);  // b at its quota
+  EXPECT_EQ(h.job(a1).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a2).state, JobState::kQueued);
+  EXPECT_EQ(h.job(b1).state, JobState::kRunning);
+  EXPECT_EQ(h.job(b2).state, JobState::kRunning);
+  EXPECT_EQ(h.job(b3).state, JobState::kQueued);
+  h.Send(JobFinished{b1, true});
+  EXPECT_EQ(h.job(b3).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a2).state, JobState::kQueued);  // still a's quota
+  h.Send(JobFinished{a1, true});
+  EXPECT_EQ(h.job(a2).state, JobState::kRunning);
+  for (const Gpu& g : h.state().cluster().gpus()) EXPECT_LE(g.jobs.size(), 1u);
+}
+
+// VCs not named share one queue with what the named quotas leave.
+TEST(FifoVcTest, UnnamedVcsShareTheRest) {
+  Harness h(std::make_unique<FifoPolicy>(Quotas({{"a", 4}})), 3);  // 12
+  VcJobs v(h);
+  const JobId z = v.Submit("z", 8);
+  const JobId anon = v.Submit("", 1);  // the rest (8) is used up
+  const JobId a = v.Submit("a", 4);
+  EXPECT_EQ(h.job(z).state, JobState::kRunning);
+  EXPECT_EQ(h.job(anon).state, JobState::kQueued);
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  h.Send(JobFinished{z, true});
+  EXPECT_EQ(h.job(anon).state, JobState::kRunning);
+}
+
+// With borrowing, a VC at its quota takes idle GPUs, without preemption,
+// and only while no VC within its quota waits for GPUs.
+TEST(FifoVcTest, BorrowsIdleGpusOnlyWhenAllowed) {
+  for (bool borrow : {false, true}) {
+    Harness h(
+        std::make_unique<FifoPolicy>(Quotas({{"a", 4}, {"b", 4}}, borrow)), 2);
+    VcJobs v(h);
+    std::vector<JobId> a;
+    for (int i = 0; i < 4; ++i) a.push_back(v.Submit("a", 2));
+    EXPECT_EQ(h.job(a[2]).state,
+              borrow ? JobState::kRunning : JobState::kQueued);
+    EXPECT_EQ(h.job(a[3]).state,
+              borrow ? JobState::kRunning : JobState::kQueued);
+    if (!borrow) continue;
+    const JobId b = v.Submit("b", 4);  // within quota, but no GPUs: waits
+    const JobId a5 = v.Submit("a", 1);
+    EXPECT_EQ(h.job(b).state, JobState::kQueued);
+    EXPECT_EQ(h.state().counters().suspends, 0);
+    h.Send(JobFinished{a[0], true});                // 2 free: too few for b
+    EXPECT_EQ(h.job(a5).state, JobState::kQueued);  // b waits: no borrowing
+    EXPECT_EQ(h.state().cluster().free_gpus(), 2);
+    h.Send(JobFinished{a[1], true});
+    EXPECT_EQ(h.job(b).state, JobState::kRunning);
+    EXPECT_EQ(h.job(a5).state, JobState::kQueued);  // a at 4 of 4, none idle
+    h.Send(JobFinished{a[2], true});                // a back at 2 of 4
+    EXPECT_EQ(h.job(a5).state, JobState::kRunning);
+  }
+}
+
 }  // namespace
 }  // namespace gandiva::core

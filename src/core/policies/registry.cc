@@ -1,5 +1,7 @@
 #include "core/policies/registry.h"
 
+#include "core/policies/tiresias.h"
+
 namespace gandiva::core {
 
 std::vector<PolicyInfo> KnownPolicies() {
@@ -7,6 +9,9 @@ std::vector<PolicyInfo> KnownPolicies() {
       {"fifo", "exclusive GPUs in arrival order, no preemption (YARN-like)"},
       {"gandiva", "Algorithm 1 placement with time-slicing"},
       {"gandiva-reactive", "Algorithm 1 placement, no time-slicing"},
+      {"tiresias-las",
+       "Tiresias 2D-LAS: least attained GPU-time first, exclusive GPUs, "
+       "preemption"},
   };
 }
 
@@ -21,6 +26,9 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
     GandivaOptions o = options.gandiva;
     o.time_slicing = false;
     return std::unique_ptr<Policy>(new GandivaPolicy(o, "gandiva-reactive"));
+  }
+  if (name == "tiresias-las") {
+    return std::unique_ptr<Policy>(new TiresiasPolicy(options.tiresias));
   }
   std::string known;
   for (const PolicyInfo& p : KnownPolicies()) {

@@ -8,6 +8,7 @@
 
 #include "core/policies/fifo.h"
 #include "core/policies/gandiva.h"
+#include "core/policies/tiresias.h"
 #include "core/policy.h"
 #include "core/status.h"
 
@@ -16,6 +17,7 @@ namespace gandiva::core {
 struct PolicyOptions {
   FifoOptions fifo;
   GandivaOptions gandiva;
+  TiresiasOptions tiresias;
 };
 
 // The names MakePolicy knows, with a line about each.
@@ -26,8 +28,8 @@ struct PolicyInfo {
 std::vector<PolicyInfo> KnownPolicies();
 
 // "fifo", "gandiva" (reactive placement + time-slicing), "gandiva-reactive"
-// (Algorithm 1 without time-slicing). Unknown names are an InvalidArgument
-// error that lists the known ones.
+// (Algorithm 1 without time-slicing), "tiresias-las". Unknown names are an
+// InvalidArgument error that lists the known ones.
 StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
                                              const PolicyOptions& options = {});
 

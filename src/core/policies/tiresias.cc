@@ -1,0 +1,186 @@
+#include "core/policies/tiresias.h"
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+
+#include "core/policies/placement.h"
+
+namespace gandiva::core {
+
+namespace {
+
+// Free GPUs for `need`: best fit on one server, else across servers.
+std::optional<std::vector<GpuId>> FindGpus(const Cluster& cluster, int need) {
+  if (cluster.free_gpus() < need) return std::nullopt;
+  std::optional<std::vector<GpuId>> gpus;
+  cluster.ForEachWithFree(need, [&](const Server& s) {
+    gpus = FreeGpusOn(cluster, s, need);
+    return true;
+  });
+  if (!gpus) gpus = GatherFreeGpus(cluster, need);
+  return gpus;
+}
+
+// Running, not starting, resuming, suspending or migrating.
+bool Training(const Job& j) {
+  return j.state == JobState::kRunning && !j.busy();
+}
+
+// Neither running nor on its way to run.
+bool Waiting(const Job& j) {
+  return j.state == JobState::kQueued || j.state == JobState::kSuspended ||
+         (j.state == JobState::kRunning && j.in_flight == ActionKind::kSuspend);
+}
+
+}  // namespace
+
+TiresiasPolicy::TiresiasPolicy(TiresiasOptions options, std::string name)
+    : options_(std::move(options)), name_(std::move(name)) {
+  std::sort(options_.queue_thresholds.begin(), options_.queue_thresholds.end());
+}
+
+double TiresiasPolicy::Attained(const Job& job, const Account& a,
+                                Time now) const {
+  double s = a.service;
+  if (a.run_from != Time::Never() && now > a.run_from) {
+    s += job.spec.gpus * (now - a.run_from).seconds();
+  }
+  return s;
+}
+
+int TiresiasPolicy::Level(const Job& job, const Account& a, Time now) const {
+  const double s = Attained(job, a, now) - a.offset;
+  const auto& t = options_.queue_thresholds;
+  return static_cast<int>(std::upper_bound(t.begin(), t.end(), s) - t.begin());
+}
+
+double TiresiasPolicy::AttainedService(const ClusterState& state,
+                                       JobId job) const {
+  auto it = accounts_.find(job);
+  if (it == accounts_.end()) return 0;
+  return Attained(state.job(job), it->second, state.now());
+}
+
+int TiresiasPolicy::QueueOf(const ClusterState& state, JobId job) const {
+  auto it = accounts_.find(job);
+  if (it == accounts_.end()) return 0;
+  return Level(state.job(job), it->second, state.now());
+}
+
+int TiresiasPolicy::Promotions(JobId job) const {
+  auto it = accounts_.find(job);
+  return it == accounts_.end() ? 0 : it->second.promotions;
+}
+
+void TiresiasPolicy::CloseInterval(const Job& job, Account& a, Time now) {
+  if (a.run_from == Time::Never()) return;
+  a.service = Attained(job, a, now);
+  a.run_from = Time::Never();
+  a.closed_at = now;
+  a.waiting_from = now;
+}
+
+void TiresiasPolicy::Reconcile(const ClusterState& state) {
+  const Time now = state.now();
+  for (auto it = accounts_.begin(); it != accounts_.end();) {
+    const Job& j = state.job(it->first);
+    Account& a = it->second;
+    if (IsTerminal(j.state)) {
+      it = accounts_.erase(it);
+      continue;
+    }
+    if (Training(j) && a.run_from == Time::Never()) {
+      // Its start or resume is done (or a suspension failed: it never
+      // stopped, but the time before the request was counted already).
+      a.run_from = a.closed_at == Time::Never()
+                       ? j.run_since
+                       : std::max(j.run_since, a.closed_at);
+    } else if (!Training(j) && a.run_from != Time::Never()) {
+      CloseInterval(j, a, now);  // e.g. its server was lost
+    }
+    ++it;
+  }
+}
+
+void TiresiasPolicy::decide(const ClusterState& state, const Event& event,
+                            Actions& out) {
+  if (std::holds_alternative<ProfileReport>(event.body)) return;
+  if (const auto* e = std::get_if<JobArrived>(&event.body)) {
+    Account a;
+    a.waiting_from = state.now();
+    accounts_[e->id] = a;
+  }
+  Reconcile(state);
+  if (const auto* e = std::get_if<ActionFailed>(&event.body)) {
+    // A failed resume leaves the job where it was: let it be placed anew
+    // rather than retried on the same GPUs.
+    const Job& j = state.job(e->job);
+    if (j.state == JobState::kSuspended && !j.busy()) out.Requeue(j.id);
+  }
+  Plan(state, out);
+}
+
+void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
+  const Time now = state.now();
+  const Cluster& cluster = state.cluster();
+  // (-priority, queue, arrival, id): the order jobs get GPUs in.
+  using Key = std::tuple<int, int, Time, JobId>;
+  std::vector<Key> order;
+  order.reserve(accounts_.size());
+  for (auto& [id, a] : accounts_) {
+    const Job& j = state.job(id);
+    int level = Level(j, a, now);
+    if (level > 0 && Waiting(j) && !options_.starve_limit.is_infinite() &&
+        now - a.waiting_from >= options_.starve_limit) {
+      a.offset = Attained(j, a, now);
+      a.waiting_from = now;
+      ++a.promotions;
+      level = 0;
+    }
+    order.emplace_back(-j.spec.priority, level, j.submitted, id);
+  }
+  std::sort(order.begin(), order.end());
+
+  // The desired set.
+  std::vector<bool> desired(order.size(), false);
+  int left = cluster.up_gpus();
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int need = state.job(std::get<3>(order[i])).spec.gpus;
+    if (need <= left) {
+      desired[i] = true;
+      left -= need;
+    }
+  }
+
+  // Preempt those outside it; give back the GPUs of the preempted.
+  for (size_t i = 0; i < order.size(); ++i) {
+    const JobId id = std::get<3>(order[i]);
+    const Job& j = state.job(id);
+    if (j.busy()) continue;  // decided again when its mechanism is done
+    if (j.state == JobState::kRunning && !desired[i]) {
+      CloseInterval(j, accounts_.at(id), now);
+      out.Suspend(id);
+    } else if (j.state == JobState::kSuspended) {
+      bool idle = desired[i];
+      for (GpuId g : j.gpus) idle = idle && cluster.gpu(g).active == 0;
+      if (idle) {
+        out.Run(id);  // chosen again before it gave its GPUs back
+      } else {
+        out.Requeue(id);
+      }
+    }
+  }
+
+  // Place the chosen queued jobs in order, where GPUs are free.
+  for (size_t i = 0; i < order.size() && cluster.free_gpus() > 0; ++i) {
+    if (!desired[i]) continue;
+    const Job& j = state.job(std::get<3>(order[i]));
+    if (j.state != JobState::kQueued) continue;
+    if (auto gpus = FindGpus(cluster, j.spec.gpus)) {
+      out.Start(j.id, std::move(*gpus));
+    }
+  }
+}
+
+}  // namespace gandiva::core

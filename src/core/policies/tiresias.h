@@ -1,0 +1,103 @@
+// TiresiasPolicy: the discretized two-dimensional least-attained-service
+// policy (2D-LAS) of Tiresias (Gu et al., NSDI'19), the second baseline
+// Gandiva is compared against. It needs no knowledge of job durations.
+//
+// A job's attained service is its GPU count times the time it has run
+// (GPU-seconds; a start, resume or suspension in progress does not count).
+// Jobs sit in K = thresholds + 1 queues by attained service: queue 0 (the
+// highest) holds those below the first threshold, queue k those that reached
+// threshold k but not k + 1. Higher queues go first, and within a queue the
+// earlier arrival first; above all, a job of higher JobSpec::priority goes
+// before one of lower priority (so it is never suspended for one).
+//
+// At each Tick, arrival, departure and mechanism report the policy takes the
+// desired set: the jobs in that order, each one that fits in the GPUs of the
+// servers that are up left by those before it (a job that does not fit is
+// skipped, it does not block those behind it). Running jobs outside the set
+// are suspended (preempted); the others run.
+//
+// GPUs are exclusive: a GPU has at most one job placed on it. So a preempted
+// job gives its GPUs back: once its suspension is done the policy requeues it
+// (Actions::Requeue), unless it is in the desired set again by then, when it
+// resumes where it is. A requeued job chosen again is placed anew, maybe on
+// other GPUs, and resumes from its saved state (a Resume action with its new
+// GPUs). Placement: the server whose free GPUs fit the job most tightly, else
+// free GPUs across servers on as few servers as possible. A chosen job whose
+// GPUs are still being given back (by jobs suspending) waits for them.
+//
+// Starvation: a job that has waited (neither running nor starting) for
+// `starve_limit` since it last ran, or since it arrived, is promoted to the
+// highest queue: its service counts from zero again for queueing (the total
+// is kept). Demotion and promotion are looked at on every call, so with
+// ticks every minute service is measured to about a minute's worth.
+//
+// Deterministic; not thread-safe (see Policy).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/policy.h"
+
+namespace gandiva::core {
+
+struct TiresiasOptions {
+  // Attained-service thresholds between the queues, in GPU-seconds,
+  // ascending (they are sorted); K = size() + 1 queues. Empty = one queue,
+  // that is FIFO with preemption only by priority. Default {3200}: K = 2
+  // with the threshold the Tiresias paper's evaluation uses.
+  std::vector<double> queue_thresholds = {3200.0};
+  // A job waiting this long is promoted to the highest queue (Tiresias's
+  // STARVELIMIT). Default 1 hour; Duration::Infinite() disables promotion.
+  Duration starve_limit = Duration::Seconds(3600);
+};
+
+class TiresiasPolicy final : public Policy {
+ public:
+  explicit TiresiasPolicy(TiresiasOptions options = {},
+                          std::string name = "tiresias-las");
+  std::string_view name() const override { return name_; }
+  void decide(const ClusterState& state, const Event& event,
+              Actions& out) override;
+
+  const TiresiasOptions& options() const { return options_; }
+  // GPU-seconds the job has run up to state.now(), the time of the last
+  // event (0 for a job that ended or that this policy never saw).
+  double AttainedService(const ClusterState& state, JobId job) const;
+  // The queue the job is in at state.now(), 0 the highest (0 for a job that
+  // ended or that this policy never saw).
+  int QueueOf(const ClusterState& state, JobId job) const;
+  // How many times the job was promoted for starving.
+  int Promotions(JobId job) const;
+
+ private:
+  // What the policy measures of a live job.
+  struct Account {
+    // GPU-seconds of the run intervals that ended.
+    double service = 0;
+    // Service at the last promotion: queueing counts from it.
+    double offset = 0;
+    // When the current run interval began; Never when not running.
+    Time run_from = Time::Never();
+    // When the last interval was closed (a suspension was asked).
+    Time closed_at = Time::Never();
+    // Since when it has waited, for starvation.
+    Time waiting_from = Time::Zero();
+    int promotions = 0;
+  };
+
+  // Brings the accounts up to date with the state.
+  void Reconcile(const ClusterState& state);
+  void CloseInterval(const Job& job, Account& a, Time now);
+  double Attained(const Job& job, const Account& a, Time now) const;
+  int Level(const Job& job, const Account& a, Time now) const;
+  void Plan(const ClusterState& state, Actions& out);
+
+  TiresiasOptions options_;
+  std::string name_;
+  // Live jobs (neither ended nor unknown), by id.
+  std::map<JobId, Account> accounts_;
+};
+
+}  // namespace gandiva::core
