@@ -67,9 +67,16 @@ struct PriorityRequest {
   int priority = 0;
 };
 
+// An operator holds a job (suspends it and keeps it suspended, or keeps it
+// out of the queue) or releases it to the policy again.
+struct HoldRequest {
+  JobId job;
+  bool hold = true;
+};
+
 using EventBody = std::variant<JobArrived, JobFinished, ProfileReport,
                                ActionDone, ActionFailed, ServerUp, ServerDown,
-                               Tick, KillRequest, PriorityRequest>;
+                               Tick, KillRequest, PriorityRequest, HoldRequest>;
 
 struct Event {
   Time time;

@@ -109,6 +109,9 @@ struct Job {
   Time waiting_since = Time::Zero();
   Time ended = Time::Never();
 
+  // Held by an operator: suspended (or kept out of the queue) until
+  // released; policies never run it.
+  bool held = false;
   // Whether a process was launched for this placement (Run then resumes).
   bool launched = false;
   int suspends = 0;

@@ -62,6 +62,7 @@ void Actions::Run(JobId id) {
   GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
                     JobRef(id) + " cannot run: it is " +
                         std::string(JobStateName(job.state)));
+  GANDIVA_CHECK_MSG(!job.held, JobRef(id) + " is held by an operator");
   for (GpuId g : job.gpus) {
     GANDIVA_CHECK_MSG(st.cluster_.gpu(g).active == 0,
                       JobRef(id) + ": GPU " + std::to_string(g.value) +
@@ -157,7 +158,7 @@ void Actions::Requeue(JobId id) {
   job.gpus.clear();
   job.state = JobState::kQueued;
   job.waiting_since = st.now_;
-  st.Enqueue(job);
+  if (!job.held) st.Enqueue(job);
 }
 
 void Actions::Kill(JobId id, std::string reason) {
@@ -216,6 +217,17 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
     }
   } else if (const auto* pr = std::get_if<PriorityRequest>(&event.body)) {
     actions.SetPriority(pr->job, pr->priority);
+  }
+  // A held job that is running with nothing under way is suspended now
+  // (after the hold itself, or once its start or resume completes).
+  JobId subject;
+  if (const auto* h = std::get_if<HoldRequest>(&event.body)) subject = h->job;
+  if (const auto* d = std::get_if<ActionDone>(&event.body)) subject = d->job;
+  if (subject.valid()) {
+    const Job& j = state_.job(subject);
+    if (j.held && j.state == JobState::kRunning && !j.busy()) {
+      actions.Suspend(subject);
+    }
   }
   policy_->decide(state_, event, actions);
   return Status::Ok();
@@ -320,12 +332,32 @@ Status Scheduler::Apply(const Event& event) {
           [&](const Tick&) -> Status { return Status::Ok(); },
           [&](const KillRequest& e) -> Status { return need_job(e.job); },
           [&](const PriorityRequest& e) -> Status { return need_job(e.job); },
+          [&](const HoldRequest& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Job& job = state_.mutable_job(e.job);
+            if (IsTerminal(job.state)) {
+              return FailedPrecondition(JobRef(e.job) + " already ended");
+            }
+            if (job.held == e.hold) return Status::Ok();
+            if (e.hold) {
+              if (job.state == JobState::kQueued) state_.Dequeue(job);
+              if (job.state == JobState::kSuspended) SetWaiting(job, false);
+              job.held = true;
+            } else {
+              job.held = false;
+              if (job.state == JobState::kQueued) state_.Enqueue(job);
+              if (job.state == JobState::kSuspended && !job.busy()) {
+                SetWaiting(job, true);
+              }
+            }
+            return Status::Ok();
+          },
       },
       event.body);
 }
 
 void Scheduler::SetWaiting(Job& job, bool waiting) {
-  if (waiting) {
+  if (waiting && !job.held) {
     state_.waiting_.insert(ClusterState::WaitKey(job));
   } else {
     state_.waiting_.erase(ClusterState::WaitKey(job));
@@ -344,7 +376,7 @@ void Scheduler::Unplace(Job& job) {
 void Scheduler::OnJobEnded(Job& job, JobState end) {
   GANDIVA_CHECK(CanTransition(job.state, end));
   if (job.state == JobState::kQueued) {
-    state_.Dequeue(job);
+    if (!job.held) state_.Dequeue(job);
   } else {
     Unplace(job);
   }
@@ -359,7 +391,7 @@ void Scheduler::RequeueLost(Job& job) {
   job.in_flight = ActionKind::kNone;
   job.launched = false;
   job.waiting_since = state_.now_;
-  state_.Enqueue(job);
+  if (!job.held) state_.Enqueue(job);
 }
 
 void Scheduler::OnActionDone(Job& job, const ActionDone&) {

@@ -22,7 +22,8 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
                       std::is_same_v<E, ServerDown>) {
           place = true;
         } else if constexpr (std::is_same_v<E, JobFinished> ||
-                             std::is_same_v<E, KillRequest>) {
+                             std::is_same_v<E, KillRequest> ||
+                             std::is_same_v<E, HoldRequest>) {
           freed = state.job(e.job).gpus;
           place = true;
         } else if constexpr (std::is_same_v<E, ActionDone>) {
@@ -219,7 +220,7 @@ void GandivaPolicy::FillIdle(const ClusterState& state,
     if (cluster.gpu(g).active > 0) continue;
     for (JobId id : cluster.gpu(g).jobs) {
       const Job& j = state.job(id);
-      if (j.state == JobState::kSuspended && !j.busy()) {
+      if (j.state == JobState::kSuspended && !j.busy() && !j.held) {
         candidates.push_back({-j.spec.priority, j.waiting_since, j.id});
       }
     }

@@ -217,6 +217,34 @@ TEST(GandivaTimeSliceTest, PriorityRule) {
   EXPECT_EQ(h.job(urgent).state, JobState::kSuspended);
 }
 
+// An operator's hold suspends a job and keeps it out of the rotation until
+// released.
+TEST(GandivaTimeSliceTest, HeldJobsStaySuspended) {
+  Harness h(Gandiva(), 1, Gpus(1));
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  auto held = h.Send(HoldRequest{a, true});
+  ASSERT_EQ(CountKind(held, ActionKind::kSuspend), 1);
+  h.CompleteAll();  // a stops, b starts
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  for (int i = 0; i < 3; ++i) {
+    h.Advance(Duration::Seconds(60));
+    EXPECT_TRUE(h.Tick().empty());  // nobody to rotate with
+    h.CompleteAll();
+  }
+  EXPECT_EQ(h.job(a).state, JobState::kSuspended);
+  h.Send(HoldRequest{a, false});
+  h.Advance(Duration::Seconds(60));
+  h.Tick();
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  // A queued job on hold is not placed.
+  const JobId c = h.Submit(1);
+  h.Send(HoldRequest{c, true});
+  EXPECT_TRUE(h.state().queue().empty() || h.job(c).state != JobState::kQueued);
+}
+
 // A 2-GPU job sharing with two 1-GPU jobs gets both GPUs together.
 TEST(GandivaTimeSliceTest, MultiGpuJobGetsItsTurn) {
   Harness h(Gandiva(), 1, Gpus(2));

@@ -146,7 +146,9 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
   std::vector<bool> desired(order.size(), false);
   int left = cluster.up_gpus();
   for (size_t i = 0; i < order.size(); ++i) {
-    const int need = state.job(std::get<3>(order[i])).spec.gpus;
+    const Job& j = state.job(std::get<3>(order[i]));
+    if (j.held) continue;  // an operator's hold: never chosen
+    const int need = j.spec.gpus;
     if (need <= left) {
       desired[i] = true;
       left -= need;
@@ -158,7 +160,7 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
     const JobId id = std::get<3>(order[i]);
     const Job& j = state.job(id);
     if (j.busy()) continue;  // decided again when its mechanism is done
-    if (j.state == JobState::kRunning && !desired[i]) {
+    if (j.state == JobState::kRunning && !desired[i] && !j.held) {
       CloseInterval(j, accounts_.at(id), now);
       out.Suspend(id);
     } else if (j.state == JobState::kSuspended) {
