@@ -60,7 +60,7 @@ struct SimJob {
   bool ended = false;
 };
 
-class World {
+class World final : public SimControl {
  public:
   World(const Workload& workload, const Catalog& catalog,
         std::unique_ptr<core::Policy> policy, const SimOptions& options)
@@ -70,6 +70,33 @@ class World {
         scheduler_(std::move(policy)) {}
 
   core::StatusOr<SimResult> Run();
+
+  // SimControl, for the tick hook. Indexes are workload positions.
+  core::Time now() const override { return Time::FromMicros(now_); }
+  size_t num_jobs() const override { return workload_.jobs.size(); }
+  double done(size_t i) const override {
+    const int32_t j = sim_index_[i];
+    if (j < 0) return 0;
+    const SimJob& s = jobs_[j];
+    return std::min(
+        s.total, s.done + s.rate * static_cast<double>(now_ - s.last_us) / 1e6);
+  }
+  double total(size_t i) const override {
+    const int32_t j = sim_index_[i];
+    return j < 0 ? 0 : jobs_[j].total;
+  }
+  bool arrived(size_t i) const override {
+    const int32_t j = sim_index_[i];
+    return j >= 0 && static_cast<size_t>(j) < next_arrival_;
+  }
+  bool ended(size_t i) const override {
+    const int32_t j = sim_index_[i];
+    return j < 0 || jobs_[j].ended;
+  }
+  void Kill(size_t i, std::string reason) override {
+    const int32_t j = sim_index_[i];
+    if (j >= 0) kills_.emplace_back(j, std::move(reason));
+  }
 
  private:
   void Push(int64_t t, EvKind kind, int32_t job, int64_t arg) {
@@ -90,6 +117,8 @@ class World {
   core::Scheduler scheduler_;
 
   std::vector<size_t> ids_;  // simulated jobs: indexes into workload_.jobs
+  std::vector<int32_t> sim_index_;  // workload index -> simulated job, or -1
+  std::vector<std::pair<int32_t, std::string>> kills_;  // from the hook
   std::vector<SimJob> jobs_;
   std::vector<JobResult> results_;
   size_t next_arrival_ = 0;
@@ -230,6 +259,8 @@ void World::Execute(const Action& a) {
       if (!s.ended) {
         s.ended = true;
         ++ended_;
+        results_[j].killed = true;
+        results_[j].finish = Time::FromMicros(now_);
       }
       return;
     default:
@@ -285,6 +316,10 @@ core::StatusOr<SimResult> World::Run() {
       return core::InvalidArgument("workload: jobs not sorted by submit time");
     }
     ids_.push_back(i);
+  }
+  sim_index_.assign(workload_.jobs.size(), -1);
+  for (size_t j = 0; j < ids_.size(); ++j) {
+    sim_index_[ids_[j]] = static_cast<int32_t>(j);
   }
   jobs_.resize(ids_.size());
   results_.resize(ids_.size());
@@ -386,6 +421,18 @@ core::StatusOr<SimResult> World::Run() {
       }
       case EvKind::kTick: {
         GANDIVA_RETURN_IF_ERROR(Send(core::Tick{}));
+        if (options_.on_tick) {
+          const bool acted = acted_;
+          options_.on_tick(*this);
+          for (auto& [j, reason] : kills_) {
+            if (!jobs_[j].ended && static_cast<size_t>(j) < next_arrival_) {
+              GANDIVA_RETURN_IF_ERROR(
+                  Send(core::KillRequest{JobId(j), std::move(reason)}));
+            }
+          }
+          acted_ = acted || !kills_.empty();
+          kills_.clear();
+        }
         if (AllArrived() && busy_jobs_ == 0 && !acted_) {
           if (++idle_ticks >= options_.max_idle_ticks) break;
         } else {
@@ -422,6 +469,7 @@ core::StatusOr<SimResult> World::Run() {
     const SimJob& s = jobs_[j];
     training_gpu_us += s.training_us * jr.gpus;
     busy_gpu_s += s.busy_gpu_s;
+    if (jr.killed) ++r.jobs_killed;
     if (jr.finished) {
       ++r.jobs_finished;
       jct.push_back((jr.finish - jr.submit).seconds());
@@ -500,6 +548,7 @@ std::string ResultJson(const SimResult& r) {
   j["jobs"] = r.jobs;
   j["jobs_skipped"] = r.jobs_skipped;
   j["jobs_finished"] = r.jobs_finished;
+  j["jobs_killed"] = r.jobs_killed;
   j["total_gpus"] = r.total_gpus;
   j["mean_jct_s"] = r.mean_jct_s;
   j["median_jct_s"] = r.median_jct_s;

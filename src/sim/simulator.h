@@ -47,6 +47,24 @@ struct MechanismCosts {
   core::Duration migrate = core::Duration::Seconds(2);
 };
 
+// What a tick hook sees of the running simulation and may do to it: the
+// hook of a hyper-parameter-search driver that watches its jobs' progress
+// and kills the worse ones. Job indexes are positions in the workload.
+class SimControl {
+ public:
+  virtual ~SimControl() = default;
+  virtual core::Time now() const = 0;
+  virtual size_t num_jobs() const = 0;
+  // Mini-batches done so far, and in all.
+  virtual double done(size_t job) const = 0;
+  virtual double total(size_t job) const = 0;
+  // Whether the job has arrived, and whether it ended (finished or killed).
+  virtual bool arrived(size_t job) const = 0;
+  virtual bool ended(size_t job) const = 0;
+  // Stops a job (a KillRequest to the scheduler) after the hook returns.
+  virtual void Kill(size_t job, std::string reason) = 0;
+};
+
 struct SimOptions {
   // The cluster: `servers` identical servers. Default 45 x 4 GPUs (the
   // paper's 180-GPU experiment).
@@ -73,6 +91,8 @@ struct SimOptions {
   // jobs ended so far (0..1); may be empty.
   std::function<void(double)> progress;
   int64_t progress_every_events = 1 << 16;
+  // Called at every tick, after the scheduler handled it; may be empty.
+  std::function<void(SimControl&)> on_tick;
 };
 
 struct JobResult {
@@ -88,6 +108,7 @@ struct JobResult {
   core::Duration not_running;
   int suspends = 0;
   bool finished = false;
+  bool killed = false;  // by a KillRequest (e.g. a search driver)
 };
 
 // One sample of the cluster over time.
@@ -106,6 +127,7 @@ struct SimResult {
   int64_t jobs = 0;          // jobs simulated (skipped ones excluded)
   int64_t jobs_skipped = 0;  // larger than the cluster
   int64_t jobs_finished = 0;
+  int64_t jobs_killed = 0;
   double mean_jct_s = 0;
   double median_jct_s = 0;
   double p95_jct_s = 0;

@@ -106,6 +106,29 @@ TEST_F(SimulatorTest, SpreadAcrossServersSlowsAJob) {
               0.01);
 }
 
+TEST_F(SimulatorTest, TickHookSeesProgressAndKills) {
+  Workload w;
+  w.jobs = {Job("keep", 0, 1000), Job("drop", 0, 1000)};
+  SimOptions o = Small(1, 2);
+  int calls = 0;
+  o.on_tick = [&](SimControl& c) {
+    ++calls;
+    ASSERT_EQ(c.num_jobs(), 2u);
+    if (calls == 1) {
+      EXPECT_TRUE(c.arrived(1));
+      // 60 s after submission, 50 s of training after a 10 s start.
+      EXPECT_NEAR(c.done(1) / c.total(1), 50.0 / 1000, 1e-6);
+      c.Kill(1, "worse half");
+    }
+  };
+  SimResult r = Run(w, "gandiva", o);
+  EXPECT_EQ(r.jobs_finished, 1);
+  EXPECT_EQ(r.jobs_killed, 1);
+  EXPECT_TRUE(r.per_job[1].killed);
+  EXPECT_FALSE(r.per_job[1].finished);
+  EXPECT_GT(calls, 10);
+}
+
 TEST_F(SimulatorTest, SkipsJobsLargerThanTheCluster) {
   Workload w;
   w.jobs = {Job("small", 0, 100), Job("huge", 0, 100, 16)};
