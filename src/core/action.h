@@ -12,9 +12,12 @@
 //   Migrate(job, gpus)   move a suspended job to other GPUs (checkpoint,
 //                        transfer, load) and run it there; on failure it
 //                        stays suspended where it was
+//   Pack(job, peer)      run a suspended job on the GPUs `peer` is running
+//                        on, both at once (start it if `launch`)
+//   Unpack(job)          suspend a packed job; its peer runs on alone
 //   Kill(job)            stop it for good and free its GPUs
 //   SetPriority(job, p)  tell the job's environment its new priority
-// Pack, Unpack, Grow and Shrink come with the introspective mode.
+// Grow and Shrink come with grow-shrink.
 #pragma once
 
 #include <string>
@@ -31,6 +34,10 @@ struct Action {
   JobId job;
   // Start, Resume, Migrate: where to run.
   std::vector<GpuId> gpus;
+  // Pack: the job whose GPUs it shares; and whether the job is launched
+  // (never ran) rather than resumed.
+  JobId peer;
+  bool launch = false;
   // SetPriority: the new priority.
   int priority = 0;
   // Why (for logs and `gandiva show`).

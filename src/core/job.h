@@ -71,6 +71,14 @@ struct Profile {
   int64_t minibatches = 0;
   int reports = 0;
   Time updated = Time::Zero();
+  // The rate in each situation the job has been measured in, smoothed the
+  // same way: running alone on the GPUs it asked for, and packed with its
+  // current partner (reset at every new pack). Reports classify by the
+  // job's situation when they arrive.
+  double rate_alone = 0;
+  int alone_reports = 0;
+  double rate_packed = 0;
+  int packed_reports = 0;
 };
 
 enum class ActionKind : uint8_t {
@@ -117,6 +125,11 @@ struct Job {
   int suspends = 0;
   int resumes = 0;
   int migrations = 0;
+  int packs = 0;
+  // The job sharing its GPUs while both run (packed), if any; and when the
+  // pack was made.
+  JobId packed_with;
+  Time packed_since = Time::Never();
   // While migrating: the GPUs it is leaving (it goes back there on failure).
   std::vector<GpuId> migrating_from;
   int start_failures = 0;

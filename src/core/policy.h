@@ -41,6 +41,12 @@ class Actions {
   // runs it there. A job that never ran has nothing to move: it is placed
   // anew and started (a Start action). Otherwise a Migrate action.
   void Migrate(JobId job, std::vector<GpuId> gpus);
+  // Packs a suspended job onto the GPUs that `with` (running alone, nothing
+  // under way) holds: both run at once. The job must be placed on exactly
+  // those GPUs. A Pack action.
+  void Pack(JobId job, JobId with);
+  // Suspends a packed job (an Unpack action); its partner runs on alone.
+  void Unpack(JobId job);
   // Asks a running job to suspend at its next mini-batch boundary.
   void Suspend(JobId job);
   // Moves a placed, suspended job with no mechanism under way back to the

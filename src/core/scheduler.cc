@@ -131,6 +131,64 @@ void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   out_->push_back(std::move(a));
 }
 
+void Actions::Pack(JobId id, JobId with) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id) && st.has_job(with), JobRef(id));
+  Job& job = st.mutable_job(id);
+  Job& peer = st.mutable_job(with);
+  GANDIVA_CHECK_MSG(
+      job.state == JobState::kSuspended && !job.busy() && !job.held,
+      JobRef(id) + " cannot be packed now");
+  GANDIVA_CHECK_MSG(peer.state == JobState::kRunning && !peer.busy() &&
+                        !peer.packed_with.valid(),
+                    JobRef(with) + " cannot take a partner now");
+  GANDIVA_CHECK_MSG(job.gpus == peer.gpus,
+                    JobRef(id) + " is not placed on its partner's GPUs");
+  for (GpuId g : job.gpus) GANDIVA_CHECK(st.cluster_.gpu(g).active == 1);
+  s_->SetWaiting(job, false);
+  st.cluster_.Activate(job.gpus);
+  job.state = JobState::kRunning;
+  job.packed_with = with;
+  peer.packed_with = id;
+  job.packed_since = peer.packed_since = st.now_;
+  job.profile.packed_reports = peer.profile.packed_reports = 0;
+  job.profile.rate_packed = peer.profile.rate_packed = 0;
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = ActionKind::kPack;
+  a.job = id;
+  a.gpus = job.gpus;
+  a.peer = with;
+  a.launch = !job.launched;
+  if (!job.launched) {
+    job.launched = true;
+    if (job.first_started == Time::Never()) job.first_started = st.now_;
+  }
+  job.in_flight = ActionKind::kPack;
+  job.in_flight_id = a.id;
+  ++job.packs;
+  ++st.counters_.packs;
+  out_->push_back(std::move(a));
+}
+
+void Actions::Unpack(JobId id) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(
+      job.state == JobState::kRunning && !job.busy() && job.packed_with.valid(),
+      JobRef(id) + " is not packed");
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = ActionKind::kUnpack;
+  a.job = id;
+  a.peer = job.packed_with;
+  job.in_flight = ActionKind::kUnpack;
+  job.in_flight_id = a.id;
+  ++st.counters_.unpacks;
+  out_->push_back(std::move(a));
+}
+
 void Actions::Suspend(JobId id) {
   ClusterState& st = s_->state_;
   GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
@@ -281,6 +339,19 @@ Status Scheduler::Apply(const Event& event) {
             p.gpu_utilization = e.gpu_utilization;
             ++p.reports;
             p.updated = event.time;
+            const Job& j = state_.job(e.job);
+            if (j.state == JobState::kRunning && !j.busy()) {
+              auto smooth = [&](double& rate, int& n) {
+                const double wn = n == 0 ? 1.0 : options_.profile_smoothing;
+                rate = wn * e.minibatch_rate + (1 - wn) * rate;
+                ++n;
+              };
+              if (j.packed_with.valid()) {
+                smooth(p.rate_packed, p.packed_reports);
+              } else if (static_cast<int>(j.gpus.size()) == j.spec.gpus) {
+                smooth(p.rate_alone, p.alone_reports);
+              }
+            }
             return Status::Ok();
           },
           [&](const ActionDone& e) -> Status {
@@ -364,7 +435,19 @@ void Scheduler::SetWaiting(Job& job, bool waiting) {
   }
 }
 
+void Scheduler::Unlink(Job& job) {
+  if (!job.packed_with.valid()) return;
+  Job& peer = state_.mutable_job(job.packed_with);
+  if (peer.packed_with == job.id) {
+    peer.packed_with = JobId();
+    peer.packed_since = Time::Never();
+  }
+  job.packed_with = JobId();
+  job.packed_since = Time::Never();
+}
+
 void Scheduler::Unplace(Job& job) {
+  Unlink(job);
   if (job.state == JobState::kRunning || job.state == JobState::kMigrating) {
     state_.cluster_.Deactivate(job.gpus);
   }
@@ -407,7 +490,12 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
       job.run_since = state_.now_;
       job.migrating_from.clear();
       break;
+    case ActionKind::kPack:
+      job.run_since = state_.now_;
+      break;
     case ActionKind::kSuspend:
+    case ActionKind::kUnpack:
+      Unlink(job);
       state_.cluster_.Deactivate(job.gpus);
       job.state = JobState::kSuspended;
       job.waiting_since = state_.now_;
@@ -433,7 +521,16 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed&) {
       SetWaiting(job, true);
       break;
     case ActionKind::kSuspend:
+    case ActionKind::kUnpack:
       break;  // it keeps running
+    case ActionKind::kPack:
+      // It did not start (for example, the two do not fit in the GPU's
+      // memory): suspended where it was.
+      Unlink(job);
+      state_.cluster_.Deactivate(job.gpus);
+      job.state = JobState::kSuspended;
+      SetWaiting(job, true);
+      break;
     case ActionKind::kMigrate:
       // Back where it was, suspended.
       state_.cluster_.Deactivate(job.gpus);

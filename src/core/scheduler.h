@@ -48,6 +48,8 @@ class Scheduler {
   void OnActionDone(Job& job, const ActionDone& done);
   void OnActionFailed(Job& job, const ActionFailed& failed);
   void RequeueLost(Job& job);
+  // Ends a pack when one of its jobs stops running there.
+  void Unlink(Job& job);
 
   // Bookkeeping helpers, shared with Actions.
   void SetWaiting(Job& job, bool waiting);

@@ -33,11 +33,15 @@ struct JobOrder {
 // Jobs ask for at most 2^(kMaxLog2Gpus - 1) GPUs.
 inline constexpr int kMaxLog2Gpus = 24;
 
+// Actions taken. Each run of a job begins with a start, resume, migrate or
+// pack, and ends with a suspend, an unpack, its end, or a failed action.
 struct Counters {
   int64_t starts = 0;
   int64_t suspends = 0;
   int64_t resumes = 0;
   int64_t migrations = 0;
+  int64_t packs = 0;
+  int64_t unpacks = 0;
   int64_t kills = 0;
   int64_t actions_failed = 0;
   int64_t events = 0;

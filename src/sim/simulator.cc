@@ -9,6 +9,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/rng.h"
 #include "core/scheduler.h"
 
 namespace gandiva::sim {
@@ -21,7 +22,13 @@ using core::Time;
 
 namespace {
 
-enum class EvKind : uint8_t { kFinish, kActionComplete, kTick, kSample };
+enum class EvKind : uint8_t {
+  kFinish,
+  kActionComplete,
+  kTick,
+  kSample,
+  kProfile
+};
 
 struct Ev {
   int64_t t;
@@ -57,6 +64,10 @@ struct SimJob {
   std::vector<core::GpuId> last_gpus;
   ActionKind pending = ActionKind::kNone;
   int64_t pending_action = 0;
+  bool pending_fails = false;  // the pending action will fail (no memory)
+  // The job it was last packed with (-1: never): whose rate to recompute
+  // when this one stops, even after the scheduler has dropped the link.
+  int32_t partner = -1;
   bool ended = false;
 };
 
@@ -108,6 +119,12 @@ class World final : public SimControl {
   void Advance(int32_t j);
   void SetRate(int32_t j, double rate);
   double TrainingRate(int32_t j) const;
+  // The job packed with j and training beside it now, or -1.
+  int32_t ActivePartner(int32_t j) const;
+  // Sets j's rate from its situation: training (placed, running, no
+  // mechanism under way) or not.
+  void RefreshRate(int32_t j);
+  void RefreshPartnerOf(int32_t j);
   void Sample();
   bool AllArrived() const { return next_arrival_ >= ids_.size(); }
 
@@ -132,6 +149,8 @@ class World final : public SimControl {
   bool acted_ = false;  // the last core event caused an action
   std::vector<Action> actions_;
   std::vector<TimelineSample> timeline_;
+  core::Rng noise_{core::Rng::Derive(options_.seed, 0x70f11e)};
+  int64_t pack_failures_ = 0;
 };
 
 core::Status World::Send(core::EventBody body) {
@@ -159,8 +178,16 @@ void World::Advance(int32_t j) {
   const double before = s.done;
   s.done = std::min(s.total, s.done + s.rate * static_cast<double>(dt) / 1e6);
   s.training_us += dt;
-  s.busy_gpu_s += s.utilization * std::min(1.0, s.rate / s.iso_rate) *
-                  static_cast<double>(results_[j].gpus) *
+  // Busy share of its GPUs: utilisation scaled by its rate; two packed jobs
+  // together keep a GPU at most fully busy (scaled down in proportion).
+  double busy = s.utilization * std::min(1.0, s.rate / s.iso_rate);
+  if (const int32_t p = ActivePartner(j); p >= 0) {
+    const SimJob& ps = jobs_[p];
+    const double both =
+        busy + ps.utilization * std::min(1.0, ps.rate / ps.iso_rate);
+    if (both > 1.0) busy /= both;
+  }
+  s.busy_gpu_s += busy * static_cast<double>(results_[j].gpus) *
                   static_cast<double>(dt) / 1e6;
   JobResult& r = results_[j];
   if (r.feedback == Time::Never() && s.done >= s.feedback_at) {
@@ -200,9 +227,43 @@ double World::TrainingRate(int32_t j) const {
                              : tj.gpus <= per_socket
                                  ? core::Spread::kAcrossSwitches
                                  : core::Spread::kAcrossSockets;
-  if (actual <= ideal) return iso;
-  return iso * catalog_.SpreadFactor(tj.model, static_cast<Spread>(actual)) /
-         catalog_.SpreadFactor(tj.model, static_cast<Spread>(ideal));
+  double rate = iso;
+  if (actual > ideal) {
+    rate *= catalog_.SpreadFactor(tj.model, static_cast<Spread>(actual)) /
+            catalog_.SpreadFactor(tj.model, static_cast<Spread>(ideal));
+  }
+  if (const int32_t p = ActivePartner(j); p >= 0) {
+    // Gavel's co-location factors (or the catalog's model of them).
+    rate *=
+        catalog_.PackedRates(tj.model, workload_.jobs[ids_[p]].model).factor_a;
+  }
+  return rate;
+}
+
+int32_t World::ActivePartner(int32_t j) const {
+  const core::Job& job = scheduler_.state().job(JobId(j));
+  if (!job.packed_with.valid()) return -1;
+  const int32_t p = job.packed_with.value;
+  const core::Job& peer = scheduler_.state().job(job.packed_with);
+  const SimJob& ps = jobs_[p];
+  const bool training = peer.state == core::JobState::kRunning &&
+                        ps.pending == ActionKind::kNone && !ps.ended;
+  return training ? p : -1;
+}
+
+void World::RefreshRate(int32_t j) {
+  const SimJob& s = jobs_[j];
+  const core::Job& job = scheduler_.state().job(JobId(j));
+  const bool training = !s.ended && s.pending == ActionKind::kNone &&
+                        job.state == core::JobState::kRunning;
+  SetRate(j, training ? TrainingRate(j) : 0);
+}
+
+void World::RefreshPartnerOf(int32_t j) {
+  const core::Job& job = scheduler_.state().job(JobId(j));
+  const int32_t p =
+      job.packed_with.valid() ? job.packed_with.value : jobs_[j].partner;
+  if (p >= 0 && !jobs_[p].ended) RefreshRate(p);
 }
 
 void World::SetRate(int32_t j, double rate) {
@@ -247,21 +308,37 @@ void World::Execute(const Action& a) {
       s.last_gpus = a.gpus;
       ++busy_jobs_;
       break;
+    case ActionKind::kPack: {
+      cost = a.launch ? options_.costs.start : options_.costs.resume;
+      if (a.launch && results_[j].first_start == Time::Never()) {
+        results_[j].first_start = Time::FromMicros(now_);
+      }
+      s.last_gpus = a.gpus;
+      const ModelId peer_model = workload_.jobs[ids_[a.peer.value]].model;
+      s.pending_fails =
+          catalog_.PackedRates(workload_.jobs[ids_[j]].model, peer_model)
+              .source == PackSource::kInfeasible;
+      ++busy_jobs_;
+      break;
+    }
     case ActionKind::kSuspend:
+    case ActionKind::kUnpack:
       SetRate(j, 0);
       ++results_[j].suspends;
       cost = options_.costs.suspend;
+      s.pending = a.kind;  // before the partner's rate is recomputed
+      RefreshPartnerOf(j);
       break;
     case ActionKind::kKill:
+      if (s.ended) return;
       if (s.rate > 0 || s.pending != ActionKind::kNone) --busy_jobs_;
       SetRate(j, 0);
       s.pending = ActionKind::kNone;
-      if (!s.ended) {
-        s.ended = true;
-        ++ended_;
-        results_[j].killed = true;
-        results_[j].finish = Time::FromMicros(now_);
-      }
+      s.ended = true;
+      ++ended_;
+      results_[j].killed = true;
+      results_[j].finish = Time::FromMicros(now_);
+      RefreshPartnerOf(j);
       return;
     default:
       return;  // SetPriority and others: nothing to simulate
@@ -396,6 +473,7 @@ core::StatusOr<SimResult> World::Run() {
         --busy_jobs_;
         s.ended = true;
         ++ended_;
+        RefreshPartnerOf(ev.job);  // it trains on alone
         results_[ev.job].finish = Time::FromMicros(now_);
         results_[ev.job].finished = true;
         if (results_[ev.job].feedback == Time::Never()) {
@@ -409,14 +487,40 @@ core::StatusOr<SimResult> World::Run() {
         if (s.ended || s.pending_action != ev.arg) break;
         const ActionKind kind = s.pending;
         s.pending = ActionKind::kNone;
-        if (kind == ActionKind::kStart || kind == ActionKind::kResume ||
-            kind == ActionKind::kMigrate) {
-          SetRate(ev.job, TrainingRate(ev.job));
-        } else if (kind == ActionKind::kSuspend) {
+        if (s.pending_fails) {
+          // A pack that does not fit in the GPU's memory: the job fails to
+          // start there and stays suspended.
+          s.pending_fails = false;
+          --busy_jobs_;
+          ++pack_failures_;
+          GANDIVA_RETURN_IF_ERROR(
+              Send(core::ActionFailed{core::ActionId(ev.arg), JobId(ev.job),
+                                      Duration(), "out of GPU memory"}));
+          break;
+        }
+        if (kind == ActionKind::kSuspend || kind == ActionKind::kUnpack) {
           --busy_jobs_;
         }
         GANDIVA_RETURN_IF_ERROR(Send(core::ActionDone{
             core::ActionId(ev.arg), JobId(ev.job), Duration()}));
+        if (kind == ActionKind::kStart || kind == ActionKind::kResume ||
+            kind == ActionKind::kMigrate || kind == ActionKind::kPack) {
+          RefreshRate(ev.job);
+          RefreshPartnerOf(ev.job);
+          // New information about the job's speed (a first run, a new
+          // placement, a new partner) is measured and reported.
+          if (kind != ActionKind::kResume) {
+            Push(now_ + options_.profile_delay.micros(), EvKind::kProfile,
+                 ev.job, 0);
+            const core::Job& job = scheduler_.state().job(JobId(ev.job));
+            if (kind == ActionKind::kPack && job.packed_with.valid()) {
+              jobs_[ev.job].partner = job.packed_with.value;
+              jobs_[job.packed_with.value].partner = ev.job;
+              Push(now_ + options_.profile_delay.micros(), EvKind::kProfile,
+                   job.packed_with.value, 0);
+            }
+          }
+        }
         break;
       }
       case EvKind::kTick: {
@@ -440,6 +544,19 @@ core::StatusOr<SimResult> World::Run() {
         }
         if (!all_done())
           Push(now_ + options_.tick.micros(), EvKind::kTick, -1, 0);
+        break;
+      }
+      case EvKind::kProfile: {
+        const SimJob& s = jobs_[ev.job];
+        if (s.ended || s.rate <= 0) break;
+        Advance(ev.job);
+        const ModelInfo& m = catalog_.model(workload_.jobs[ids_[ev.job]].model);
+        const double measured =
+            s.rate *
+            std::max(0.0, 1.0 + options_.profile_noise * noise_.Normal());
+        GANDIVA_RETURN_IF_ERROR(Send(core::ProfileReport{
+            JobId(ev.job), measured, static_cast<int64_t>(s.done), m.memory_gb,
+            m.utilization * std::min(1.0, s.rate / s.iso_rate)}));
         break;
       }
       case EvKind::kSample:
@@ -516,6 +633,9 @@ core::StatusOr<SimResult> World::Run() {
   r.suspends = c.suspends;
   r.resumes = c.resumes;
   r.migrations = c.migrations;
+  r.packs = c.packs;
+  r.unpacks = c.unpacks;
+  r.pack_failures = pack_failures_;
   r.events = c.events;
   r.per_job = std::move(results_);
   r.timeline = std::move(timeline_);
@@ -563,6 +683,9 @@ std::string ResultJson(const SimResult& r) {
   j["suspends"] = r.suspends;
   j["resumes"] = r.resumes;
   j["migrations"] = r.migrations;
+  j["packs"] = r.packs;
+  j["unpacks"] = r.unpacks;
+  j["pack_failures"] = r.pack_failures;
   j["events"] = r.events;
   j["wall_s"] = r.wall_s;
   return j.dump(2) + "\n";

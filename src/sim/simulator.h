@@ -91,6 +91,14 @@ struct SimOptions {
   // jobs ended so far (0..1); may be empty.
   std::function<void(double)> progress;
   int64_t progress_every_events = 1 << 16;
+  // Measurement: after a job's first start, a migration, and each change of
+  // packing, the job reports its mini-batch rate this long later (as an agent
+  // would once its window fills), with relative Gaussian noise of this
+  // standard deviation. Defaults 20 s and 0.02.
+  core::Duration profile_delay = core::Duration::Seconds(20);
+  double profile_noise = 0.02;
+  // Seeds the measurement noise. Default 1.
+  uint64_t seed = 1;
   // Called at every tick, after the scheduler handled it; may be empty.
   std::function<void(SimControl&)> on_tick;
 };
@@ -136,8 +144,8 @@ struct SimResult {
   double gpu_utilization = 0;
   // The modelled busy fraction of the GPUs over the run: each training job's
   // GPU utilisation (catalog), scaled by its progress rate relative to its
-  // isolated rate, over its GPUs, / (GPUs x makespan). Jobs never share a
-  // GPU while training here (no packing yet), so no GPU counts above 1.
+  // isolated rate, over its GPUs, / (GPUs x makespan); two packed jobs count
+  // at most 1 per GPU together.
   double gpu_busy = 0;
   double mean_time_to_first_feedback_s = 0;
   double median_time_to_first_feedback_s = 0;
@@ -146,7 +154,10 @@ struct SimResult {
   int64_t suspends = 0;
   int64_t resumes = 0;
   int64_t migrations = 0;
-  int64_t events = 0;  // events handled by the core
+  int64_t packs = 0;
+  int64_t unpacks = 0;
+  int64_t pack_failures = 0;  // packs that did not fit in GPU memory
+  int64_t events = 0;         // events handled by the core
   int total_gpus = 0;
   double wall_s = 0;
   std::vector<JobResult> per_job;

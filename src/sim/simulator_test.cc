@@ -178,7 +178,8 @@ TEST_F(SimulatorTest, EveryJobFinishesExactlyOnce) {
       EXPECT_GE(j.feedback, j.submit);
       EXPECT_LE(j.feedback, j.finish);
     }
-    EXPECT_EQ(r.resumes + r.starts + r.migrations, r.suspends + r.jobs)
+    EXPECT_EQ(r.starts + r.resumes + r.migrations + r.packs,
+              r.suspends + r.unpacks + r.jobs + r.pack_failures)
         << policy;
   }
 }

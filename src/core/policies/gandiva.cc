@@ -39,8 +39,23 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
           }
           place = true;
         } else if constexpr (std::is_same_v<E, Tick>) {
+          if (options_.packing) {
+            // Judge packs whose last report came before they settled.
+            std::vector<JobId> packed(packed_.begin(), packed_.end());
+            for (JobId id : packed) {
+              const Job& j = state.job(id);
+              if (!j.packed_with.valid()) {
+                packed_.erase(id);
+              } else {
+                JudgePack(state, j, out);
+              }
+            }
+            TryPack(state, out);
+          }
           Rotate(state, out);
           place = true;
+        } else if constexpr (std::is_same_v<E, ProfileReport>) {
+          if (options_.packing) JudgePack(state, state.job(e.job), out);
         }
       },
       event.body);
@@ -274,8 +289,13 @@ void GandivaPolicy::PreemptFor(const ClusterState& state, const Job& job,
   for (JobId id : victims) {
     const Job& v = state.job(id);
     if (v.busy()) continue;
+    // A packed pair shares one slice: it is due when its older member is.
+    Time since = v.run_since;
+    if (v.packed_with.valid()) {
+      since = std::min(since, state.job(v.packed_with).run_since);
+    }
     const bool due = tick && v.spec.priority == job.spec.priority &&
-                     state.now() - v.run_since >= options_.quantum / 2;
+                     state.now() - since >= options_.quantum / 2;
     if (v.spec.priority < job.spec.priority || due) out.Suspend(id);
   }
 }
@@ -294,6 +314,102 @@ void GandivaPolicy::Rotate(const ClusterState& state, Actions& out) {
     for (GpuId g : j.gpus) claimed = claimed || ClaimedByOther(state, g, id);
     if (claimed) continue;
     PreemptFor(state, j, /*tick=*/true, out);
+  }
+}
+
+}  // namespace gandiva::core
+
+namespace gandiva::core {
+
+void GandivaPolicy::JudgePack(const ClusterState& state, const Job& job,
+                              Actions& out) {
+  if (!job.packed_with.valid() || job.state != JobState::kRunning ||
+      job.busy()) {
+    return;
+  }
+  const Job& peer = state.job(job.packed_with);
+  if (peer.busy() || peer.packed_with != job.id) return;
+  const auto key = PairKey(job.id, peer.id);
+  if (good_pairs_.count(key)) return;
+  if (state.now() - job.packed_since < options_.pack_settle) return;
+  const Profile& a = job.profile;
+  const Profile& b = peer.profile;
+  if (a.packed_reports < options_.pack_reports ||
+      b.packed_reports < options_.pack_reports || a.alone_reports == 0 ||
+      b.alone_reports == 0 || a.rate_alone <= 0 || b.rate_alone <= 0) {
+    return;
+  }
+  const double packed =
+      a.rate_packed / a.rate_alone + b.rate_packed / b.rate_alone;
+  if (packed > options_.pack_keep_above) {
+    good_pairs_.insert(key);
+    return;
+  }
+  bad_pairs_.insert(key);
+  // Undo: the job that joined last leaves.
+  out.Unpack(job.run_since >= peer.run_since ? job.id : peer.id);
+}
+
+void GandivaPolicy::TryPack(const ClusterState& state, Actions& out) {
+  const Cluster& cluster = state.cluster();
+  if (!cluster.overloaded()) return;
+  struct Candidate {
+    double peer_util, job_util;
+    JobId job, peer;
+    auto operator<=>(const Candidate&) const = default;
+  };
+  std::vector<Candidate> candidates;
+  for (const JobOrder& w : state.waiting()) {
+    const Job& j = state.job(w.id);
+    if (!j.launched || j.profile.alone_reports == 0 ||
+        static_cast<int>(j.gpus.size()) != j.spec.gpus) {
+      continue;
+    }
+    // Packing must not jump the time-slicing queue: only the first waiting
+    // job of these GPUs may join the one running there.
+    const JobOrder mine{-j.spec.priority, j.waiting_since, j.id};
+    bool first = true;
+    for (JobId id : cluster.gpu(j.gpus[0]).jobs) {
+      const Job& o = state.job(id);
+      if (o.state == JobState::kSuspended && !o.busy() && !o.held &&
+          JobOrder{-o.spec.priority, o.waiting_since, o.id} < mine) {
+        first = false;
+        break;
+      }
+    }
+    if (!first) continue;
+    // The one job running on exactly these GPUs.
+    JobId peer;
+    bool single = true;
+    for (JobId id : cluster.gpu(j.gpus[0]).jobs) {
+      const Job& p = state.job(id);
+      if (p.state != JobState::kRunning) continue;
+      if (peer.valid()) single = false;
+      peer = id;
+    }
+    if (!peer.valid() || !single) continue;
+    const Job& p = state.job(peer);
+    if (p.busy() || p.packed_with.valid() || p.gpus != j.gpus ||
+        p.profile.alone_reports == 0 || p.spec.priority != j.spec.priority ||
+        bad_pairs_.count(PairKey(j.id, p.id)) ||
+        j.profile.gpu_memory_gb + p.profile.gpu_memory_gb >
+            options_.gpu_memory_gb) {
+      continue;
+    }
+    candidates.push_back(
+        {p.profile.gpu_utilization, j.profile.gpu_utilization, j.id, p.id});
+  }
+  std::sort(candidates.begin(), candidates.end());
+  for (const Candidate& c : candidates) {
+    const Job& j = state.job(c.job);
+    const Job& p = state.job(c.peer);
+    // Earlier packs in this round may have taken either.
+    if (j.state != JobState::kSuspended || j.busy() ||
+        p.state != JobState::kRunning || p.busy() || p.packed_with.valid()) {
+      continue;
+    }
+    out.Pack(c.job, c.peer);
+    packed_.insert(c.job);
   }
 }
 

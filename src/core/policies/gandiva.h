@@ -28,7 +28,9 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/policy.h"
@@ -52,6 +54,18 @@ struct GandivaOptions {
   bool allow_split = true;
   // Move waiting jobs onto free GPUs (see above). Default true.
   bool migrate_to_idle = true;
+  // Pack jobs on one GPU when profiling says it pays (see above). Default
+  // false here; the `gandiva` policy turns it on.
+  bool packing = false;
+  // GPU memory in GB that two packed jobs must fit in. Default 16 (V100).
+  double gpu_memory_gb = 16;
+  // How long a new pack runs before it is judged, and how many rate reports
+  // each of its jobs must have made while packed. Defaults 30 s and 1.
+  Duration pack_settle = Duration::Seconds(30);
+  int pack_reports = 1;
+  // Keep a pack whose normalised throughput exceeds this. Default 1.0:
+  // it must beat time-slicing.
+  double pack_keep_above = 1.0;
 };
 
 class GandivaPolicy final : public Policy {
@@ -83,11 +97,22 @@ class GandivaPolicy final : public Policy {
   void PreemptFor(const ClusterState& state, const Job& job, bool tick,
                   Actions& out);
   bool ClaimedByOther(const ClusterState& state, GpuId gpu, JobId job) const;
+  void TryPack(const ClusterState& state, Actions& out);
+  // Judges `job`'s pack once it has been measured; may unpack it.
+  void JudgePack(const ClusterState& state, const Job& job, Actions& out);
+  static std::pair<int32_t, int32_t> PairKey(JobId a, JobId b) {
+    return a < b ? std::pair(a.value, b.value) : std::pair(b.value, a.value);
+  }
 
   GandivaOptions options_;
   std::string name_;
   // claim_[gpu]: the waiting job that GPU is kept for, if any.
   std::vector<JobId> claim_;
+  // Pairs of jobs found to interfere (never packed again) and to pack well.
+  std::set<std::pair<int32_t, int32_t>> bad_pairs_;
+  std::set<std::pair<int32_t, int32_t>> good_pairs_;
+  // Jobs this policy packed (the joining side), until the pack ends.
+  std::set<JobId> packed_;
 };
 
 }  // namespace gandiva::core

@@ -245,6 +245,95 @@ TEST(GandivaTimeSliceTest, HeldJobsStaySuspended) {
   EXPECT_TRUE(h.state().queue().empty() || h.job(c).state != JobState::kQueued);
 }
 
+// Packing: two profiled jobs time-sliced on one GPU are packed; the pack is
+// kept when the measured packed throughput beats time-slicing, else undone
+// and never tried again.
+class GandivaPackingTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GandivaPackingTest, KeepOrUndoByMeasurement) {
+  const bool good = GetParam();
+  GandivaOptions o;
+  o.packing = true;
+  Harness h(Gandiva(o), 1, Gpus(1));
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(20));
+  h.Send(ProfileReport{a, 10.0, 200, 2.0, 0.3});  // a alone
+  h.Advance(Duration::Seconds(40));
+  h.Tick();  // b is not profiled yet: no pack; b takes a's turn
+  h.CompleteAll();
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  h.Advance(Duration::Seconds(20));
+  h.Send(ProfileReport{b, 20.0, 400, 3.0, 0.4});  // b alone
+  h.Advance(Duration::Seconds(40));
+  auto tick = h.Tick();
+  ASSERT_EQ(CountKind(tick, ActionKind::kPack), 1);
+  EXPECT_EQ(tick[0].job, a);
+  EXPECT_EQ(tick[0].peer, b);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).packed_with, b);
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(0)).active, 2);
+
+  // Measured while packed: 0.7 + 0.7 = 1.4 beats time-slicing; 0.4 + 0.4
+  // does not.
+  const double f = good ? 0.7 : 0.4;
+  h.Advance(Duration::Seconds(20));
+  h.Send(ProfileReport{a, 10.0 * f, 300, 2.0, 0.3});
+  auto judged = h.Send(ProfileReport{b, 20.0 * f, 500, 3.0, 0.4});
+  EXPECT_TRUE(judged.empty());  // not settled yet (30 s)
+  h.Advance(Duration::Seconds(40));
+  auto t = h.Tick();
+  if (good) {
+    EXPECT_EQ(CountKind(t, ActionKind::kUnpack), 0);
+    EXPECT_EQ(h.job(a).packed_with, b);
+  } else {
+    ASSERT_EQ(CountKind(t, ActionKind::kUnpack), 1);
+    EXPECT_EQ(t[0].job, a);  // the one that joined leaves
+    h.CompleteAll();
+    EXPECT_EQ(h.job(a).state, JobState::kSuspended);
+    EXPECT_FALSE(h.job(b).packed_with.valid());
+    // The pair is remembered: later ticks rotate, never re-pack it.
+    for (int i = 0; i < 6; ++i) {
+      h.Advance(Duration::Seconds(60));
+      EXPECT_EQ(CountKind(h.Tick(), ActionKind::kPack), 0);
+      h.CompleteAll();
+    }
+    EXPECT_EQ(h.state().counters().packs, 1);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(GoodAndBad, GandivaPackingTest,
+                         ::testing::Values(true, false));
+
+TEST(GandivaPackingTest, NoPackingWhenMemoryDoesNotFitOrNotOverloaded) {
+  GandivaOptions o;
+  o.packing = true;
+  o.gpu_memory_gb = 4;
+  Harness h(Gandiva(o), 1, Gpus(1));
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  h.Send(ProfileReport{a, 10.0, 200, 3.0, 0.3});
+  h.Advance(Duration::Seconds(60));
+  h.Tick();
+  h.CompleteAll();
+  h.Send(ProfileReport{b, 10.0, 200, 3.0, 0.3});
+  for (int i = 0; i < 4; ++i) {
+    h.Advance(Duration::Seconds(60));
+    EXPECT_EQ(CountKind(h.Tick(), ActionKind::kPack), 0);  // 3 + 3 > 4 GB
+    h.CompleteAll();
+  }
+  // Alone on its GPU (height 1) a job is never packed.
+  GandivaOptions o2;
+  o2.packing = true;
+  Harness solo(Gandiva(o2), 1, Gpus(2));
+  const JobId x = solo.Submit(1);
+  solo.CompleteAll();
+  solo.Send(ProfileReport{x, 10.0, 200, 1.0, 0.3});
+  solo.Advance(Duration::Seconds(60));
+  EXPECT_TRUE(solo.Tick().empty());
+}
+
 // A 2-GPU job sharing with two 1-GPU jobs gets both GPUs together.
 TEST(GandivaTimeSliceTest, MultiGpuJobGetsItsTurn) {
   Harness h(Gandiva(), 1, Gpus(2));

@@ -7,7 +7,12 @@ namespace gandiva::core {
 std::vector<PolicyInfo> KnownPolicies() {
   return {
       {"fifo", "exclusive GPUs in arrival order, no preemption (YARN-like)"},
-      {"gandiva", "Algorithm 1 placement with time-slicing"},
+      {"gandiva",
+       "Algorithm 1 placement, time-slicing, introspective packing, "
+       "migration"},
+      {"gandiva-timeslice",
+       "Algorithm 1 placement, time-slicing and migration to idle GPUs; no "
+       "packing"},
       {"gandiva-reactive", "Algorithm 1 placement, no time-slicing"},
       {"tiresias-las",
        "Tiresias 2D-LAS: least attained GPU-time first, exclusive GPUs, "
@@ -20,7 +25,14 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
   if (name == "fifo")
     return std::unique_ptr<Policy>(new FifoPolicy(options.fifo));
   if (name == "gandiva") {
-    return std::unique_ptr<Policy>(new GandivaPolicy(options.gandiva));
+    GandivaOptions o = options.gandiva;
+    o.packing = true;
+    return std::unique_ptr<Policy>(new GandivaPolicy(o));
+  }
+  if (name == "gandiva-timeslice") {
+    GandivaOptions o = options.gandiva;
+    o.packing = false;
+    return std::unique_ptr<Policy>(new GandivaPolicy(o, "gandiva-timeslice"));
   }
   if (name == "gandiva-reactive") {
     GandivaOptions o = options.gandiva;

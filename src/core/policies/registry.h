@@ -27,8 +27,10 @@ struct PolicyInfo {
 };
 std::vector<PolicyInfo> KnownPolicies();
 
-// "fifo", "gandiva" (reactive placement + time-slicing), "gandiva-reactive"
-// (Algorithm 1 without time-slicing), "tiresias-las". Unknown names are an
+// "fifo", "gandiva" (every mechanism: time-slicing, packing, migration),
+// "gandiva-timeslice" (no packing), "gandiva-reactive" (Algorithm 1 without
+// time-slicing), "tiresias-las". The gandiva variants set the options that
+// define them over `options.gandiva`. Unknown names are an
 // InvalidArgument error that lists the known ones.
 StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
                                              const PolicyOptions& options = {});
