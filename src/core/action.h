@@ -15,9 +15,11 @@
 //   Pack(job, peer)      run a suspended job on the GPUs `peer` is running
 //                        on, both at once (start it if `launch`)
 //   Unpack(job)          suspend a packed job; its peer runs on alone
+//   Grow(job, gpus)      restart an elastic job from its checkpoint on more
+//   Shrink(job, gpus)    or fewer GPUs (`gpus`: all it will have); on
+//                        failure it runs on as it was
 //   Kill(job)            stop it for good and free its GPUs
 //   SetPriority(job, p)  tell the job's environment its new priority
-// Grow and Shrink come with grow-shrink.
 #pragma once
 
 #include <string>
@@ -32,7 +34,7 @@ struct Action {
   ActionId id;
   ActionKind kind = ActionKind::kNone;
   JobId job;
-  // Start, Resume, Migrate: where to run.
+  // Start, Resume, Migrate, Pack, Grow, Shrink: where to run.
   std::vector<GpuId> gpus;
   // Pack: the job whose GPUs it shares; and whether the job is launched
   // (never ran) rather than resumed.

@@ -115,7 +115,8 @@ void Cluster::Index(const Server& s) {
   ++heights_[s.height()];
 }
 
-void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus) {
+void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,
+                    bool more) {
   // GPUs of one server are contiguous in `gpus` or not; group by server.
   size_t i = 0;
   std::vector<GpuId> sorted(gpus.begin(), gpus.end());
@@ -137,14 +138,16 @@ void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus) {
       g.jobs.push_back(job);
       ++here;
     }
-    if (s.jobs == 0) s.affinity = job_gpus;
-    ++s.jobs;
+    if (!more) {
+      if (s.jobs == 0) s.affinity = job_gpus;
+      ++s.jobs;
+    }
     s.demand += here;
     Index(s);
   }
 }
 
-void Cluster::Unplace(JobId job, std::span<const GpuId> gpus) {
+void Cluster::Unplace(JobId job, std::span<const GpuId> gpus, bool some) {
   std::vector<GpuId> sorted(gpus.begin(), gpus.end());
   std::sort(sorted.begin(), sorted.end());
   size_t i = 0;
@@ -163,7 +166,7 @@ void Cluster::Unplace(JobId job, std::span<const GpuId> gpus) {
       }
       ++here;
     }
-    --s.jobs;
+    if (!some) --s.jobs;
     s.demand -= here;
     if (s.jobs == 0) s.affinity = 0;
     Index(s);

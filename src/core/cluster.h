@@ -138,9 +138,13 @@ class Cluster {
   // --- Mutation: the Scheduler's only. ---
 
   // Records `job` (asking for `job_gpus` GPUs in all) as placed on `gpus`.
-  void Place(JobId job, int job_gpus, std::span<const GpuId> gpus);
-  // Undoes Place. The job must not be active on these GPUs.
-  void Unplace(JobId job, std::span<const GpuId> gpus);
+  // With `more`, the job already has GPUs on these servers and gets more
+  // (grow): it is not counted as another job there.
+  void Place(JobId job, int job_gpus, std::span<const GpuId> gpus,
+             bool more = false);
+  // Undoes Place. With `some`, the job keeps other GPUs on these servers
+  // (shrink) and still counts as placed there.
+  void Unplace(JobId job, std::span<const GpuId> gpus, bool some = false);
   void Activate(std::span<const GpuId> gpus);
   void Deactivate(std::span<const GpuId> gpus);
   void SetUp(ServerId id, bool up);

@@ -130,8 +130,12 @@ struct Job {
   // pack was made.
   JobId packed_with;
   Time packed_since = Time::Never();
-  // While migrating: the GPUs it is leaving (it goes back there on failure).
+  // While migrating or resizing: the GPUs it had before (it goes back to
+  // them on failure).
   std::vector<GpuId> migrating_from;
+  // While shrinking: the GPUs it keeps.
+  std::vector<GpuId> shrinking_to;
+  int resizes = 0;
   int start_failures = 0;
   Profile profile;
 

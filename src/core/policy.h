@@ -47,6 +47,11 @@ class Actions {
   void Pack(JobId job, JobId with);
   // Suspends a packed job (an Unpack action); its partner runs on alone.
   void Unpack(JobId job);
+  // Resizes a running elastic job (nothing under way, not packed) to `gpus`,
+  // a power of two on its one server: a superset of its GPUs whose new ones
+  // are free (Grow), or a subset (Shrink). The job restarts from a
+  // checkpoint at the new size.
+  void Resize(JobId job, std::vector<GpuId> gpus);
   // Asks a running job to suspend at its next mini-batch boundary.
   void Suspend(JobId job);
   // Moves a placed, suspended job with no mechanism under way back to the

@@ -1,6 +1,8 @@
 #include "core/scheduler.h"
 
 #include <algorithm>
+#include <bit>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -21,9 +23,10 @@ std::string JobRef(JobId id) { return "job " + std::to_string(id.value); }
 
 const char* EventName(const EventBody& body) {
   static constexpr const char* kNames[] = {
-      "JobArrived",   "JobFinished",    "ProfileReport", "ActionDone",
-      "ActionFailed", "ServerUp",       "ServerDown",    "Tick",
-      "KillRequest",  "PriorityRequest"};
+      "JobArrived",   "JobFinished",     "ProfileReport", "ActionDone",
+      "ActionFailed", "ServerUp",        "ServerDown",    "Tick",
+      "KillRequest",  "PriorityRequest", "HoldRequest"};
+  static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
 
@@ -97,7 +100,7 @@ void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   Job& job = st.mutable_job(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
                     JobRef(id) + " cannot migrate now");
-  GANDIVA_CHECK_MSG(static_cast<int>(gpus.size()) == job.spec.gpus,
+  GANDIVA_CHECK_MSG(gpus.size() == job.gpus.size(),
                     JobRef(id) + ": wrong GPU count");
   for (GpuId g : gpus) {
     GANDIVA_CHECK(g.valid() && g.value < st.cluster_.num_gpus());
@@ -186,6 +189,57 @@ void Actions::Unpack(JobId id) {
   job.in_flight = ActionKind::kUnpack;
   job.in_flight_id = a.id;
   ++st.counters_.unpacks;
+  out_->push_back(std::move(a));
+}
+
+void Actions::Resize(JobId id, std::vector<GpuId> gpus) {
+  ClusterState& st = s_->state_;
+  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
+  Job& job = st.mutable_job(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kRunning && !job.busy() &&
+                        !job.packed_with.valid() && job.spec.elastic,
+                    JobRef(id) + " cannot be resized now");
+  GANDIVA_CHECK_MSG(!gpus.empty() && std::has_single_bit(gpus.size()) &&
+                        gpus.size() != job.gpus.size(),
+                    JobRef(id) + ": bad new size");
+  std::sort(gpus.begin(), gpus.end());
+  std::vector<GpuId> old = job.gpus;
+  std::sort(old.begin(), old.end());
+  const ServerId server = st.cluster_.gpu(old[0]).server;
+  for (GpuId g : gpus) {
+    GANDIVA_CHECK_MSG(st.cluster_.gpu(g).server == server,
+                      JobRef(id) + ": resize beyond its server");
+  }
+  Action a;
+  a.id = s_->NextActionId();
+  a.job = id;
+  a.gpus = gpus;
+  if (gpus.size() > old.size()) {
+    GANDIVA_CHECK(
+        std::includes(gpus.begin(), gpus.end(), old.begin(), old.end()));
+    std::vector<GpuId> extra;
+    std::set_difference(gpus.begin(), gpus.end(), old.begin(), old.end(),
+                        std::back_inserter(extra));
+    for (GpuId g : extra) {
+      GANDIVA_CHECK_MSG(st.cluster_.gpu(g).jobs.empty(),
+                        JobRef(id) + ": grows onto a GPU in use");
+    }
+    st.cluster_.Place(id, job.spec.gpus, extra, /*more=*/true);
+    st.cluster_.Activate(extra);
+    job.migrating_from = job.gpus;
+    job.gpus = gpus;
+    a.kind = ActionKind::kGrow;
+    ++st.counters_.grows;
+  } else {
+    GANDIVA_CHECK(
+        std::includes(old.begin(), old.end(), gpus.begin(), gpus.end()));
+    a.kind = ActionKind::kShrink;
+    job.shrinking_to = gpus;
+    ++st.counters_.shrinks;
+  }
+  job.in_flight = a.kind;
+  job.in_flight_id = a.id;
+  ++job.resizes;
   out_->push_back(std::move(a));
 }
 
@@ -493,6 +547,23 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
     case ActionKind::kPack:
       job.run_since = state_.now_;
       break;
+    case ActionKind::kGrow:
+      job.migrating_from.clear();
+      job.run_since = state_.now_;
+      break;
+    case ActionKind::kShrink: {
+      std::vector<GpuId> old = job.gpus;
+      std::sort(old.begin(), old.end());
+      std::vector<GpuId> removed;
+      std::set_difference(old.begin(), old.end(), job.shrinking_to.begin(),
+                          job.shrinking_to.end(), std::back_inserter(removed));
+      state_.cluster_.Deactivate(removed);
+      state_.cluster_.Unplace(job.id, removed, /*some=*/true);
+      job.gpus = std::move(job.shrinking_to);
+      job.shrinking_to.clear();
+      job.run_since = state_.now_;
+      break;
+    }
     case ActionKind::kSuspend:
     case ActionKind::kUnpack:
       Unlink(job);
@@ -523,6 +594,24 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed&) {
     case ActionKind::kSuspend:
     case ActionKind::kUnpack:
       break;  // it keeps running
+    case ActionKind::kShrink:
+      job.shrinking_to.clear();
+      break;  // it runs on at its size
+    case ActionKind::kGrow: {
+      // Back to the GPUs it had.
+      std::vector<GpuId> old = job.migrating_from;
+      std::sort(old.begin(), old.end());
+      std::vector<GpuId> now = job.gpus;
+      std::sort(now.begin(), now.end());
+      std::vector<GpuId> extra;
+      std::set_difference(now.begin(), now.end(), old.begin(), old.end(),
+                          std::back_inserter(extra));
+      state_.cluster_.Deactivate(extra);
+      state_.cluster_.Unplace(job.id, extra, /*some=*/true);
+      job.gpus = std::move(job.migrating_from);
+      job.migrating_from.clear();
+      break;
+    }
     case ActionKind::kPack:
       // It did not start (for example, the two do not fit in the GPU's
       // memory): suspended where it was.

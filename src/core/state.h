@@ -42,6 +42,8 @@ struct Counters {
   int64_t migrations = 0;
   int64_t packs = 0;
   int64_t unpacks = 0;
+  int64_t grows = 0;
+  int64_t shrinks = 0;
   int64_t kills = 0;
   int64_t actions_failed = 0;
   int64_t events = 0;

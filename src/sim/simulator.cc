@@ -55,10 +55,12 @@ struct SimJob {
   // in the heap, instead of one per rate change, keeps the heap small.
   int64_t finish_at = -1;
   int64_t queued_finish = -1;
-  int64_t training_us = 0;  // time spent training
-  double busy_gpu_s = 0;    // modelled GPU-busy seconds (see gpu_busy)
-  double iso_rate = 0;      // isolated rate at its size, ideal placement
-  double utilization = 0;   // the catalog's GPU utilisation when alone
+  int64_t training_us = 0;      // time spent training
+  int64_t training_gpu_us = 0;  // the same, times its GPUs then
+  int gpus_now = 0;             // GPUs while training (0 when not)
+  double busy_gpu_s = 0;        // modelled GPU-busy seconds (see gpu_busy)
+  double iso_rate = 0;          // isolated rate at its size, ideal placement
+  double utilization = 0;       // the catalog's GPU utilisation when alone
   // Where it last ran: a Resume elsewhere (after a policy gave its GPUs
   // back) is charged as a migration.
   std::vector<core::GpuId> last_gpus;
@@ -178,6 +180,7 @@ void World::Advance(int32_t j) {
   const double before = s.done;
   s.done = std::min(s.total, s.done + s.rate * static_cast<double>(dt) / 1e6);
   s.training_us += dt;
+  s.training_gpu_us += dt * s.gpus_now;
   // Busy share of its GPUs: utilisation scaled by its rate; two packed jobs
   // together keep a GPU at most fully busy (scaled down in proportion).
   double busy = s.utilization * std::min(1.0, s.rate / s.iso_rate);
@@ -187,8 +190,8 @@ void World::Advance(int32_t j) {
         busy + ps.utilization * std::min(1.0, ps.rate / ps.iso_rate);
     if (both > 1.0) busy /= both;
   }
-  s.busy_gpu_s += busy * static_cast<double>(results_[j].gpus) *
-                  static_cast<double>(dt) / 1e6;
+  s.busy_gpu_s +=
+      busy * static_cast<double>(s.gpus_now) * static_cast<double>(dt) / 1e6;
   JobResult& r = results_[j];
   if (r.feedback == Time::Never() && s.done >= s.feedback_at) {
     const double need = std::max(0.0, s.feedback_at - before);
@@ -203,30 +206,33 @@ double World::TrainingRate(int32_t j) const {
   const TraceJob& tj = workload_.jobs[ids_[j]];
   const core::Job& job = scheduler_.state().job(JobId(j));
   const core::Cluster& cluster = scheduler_.state().cluster();
-  const double iso = catalog_.IsolatedRate(tj.model, tj.gpus);
+  // Its size now: grow-shrink changes it, and with it the rate (sublinear
+  // scaling from the catalog).
+  const int g = static_cast<int>(job.gpus.size());
+  const double iso = catalog_.IsolatedRate(tj.model, g);
   const core::Spread actual = cluster.SpreadOf(job.gpus);
   // Durations are measured at the ideal placement for the job's size, so
   // the penalty is relative to that.
   const core::ServerSpec& spec = options_.server;
   const int per_socket = spec.gpus / spec.sockets;
   const int per_switch = per_socket / spec.switches_per_socket;
-  if (tj.gpus > spec.gpus) {
+  if (g > spec.gpus) {
     // The ideal spans servers already; only more servers than needed cost.
     std::vector<int32_t> servers;
-    for (core::GpuId g : job.gpus)
-      servers.push_back(cluster.gpu(g).server.value);
+    for (core::GpuId id : job.gpus) {
+      servers.push_back(cluster.gpu(id).server.value);
+    }
     std::sort(servers.begin(), servers.end());
     const auto distinct =
         std::unique(servers.begin(), servers.end()) - servers.begin();
-    const int needed = (tj.gpus + spec.gpus - 1) / spec.gpus;
+    const int needed = (g + spec.gpus - 1) / spec.gpus;
     return distinct > needed
                ? iso * catalog_.SpreadFactor(tj.model, Spread::kCrossServer)
                : iso;
   }
-  const core::Spread ideal = tj.gpus <= per_switch ? core::Spread::kSameSwitch
-                             : tj.gpus <= per_socket
-                                 ? core::Spread::kAcrossSwitches
-                                 : core::Spread::kAcrossSockets;
+  const core::Spread ideal = g <= per_switch   ? core::Spread::kSameSwitch
+                             : g <= per_socket ? core::Spread::kAcrossSwitches
+                                               : core::Spread::kAcrossSockets;
   double rate = iso;
   if (actual > ideal) {
     rate *= catalog_.SpreadFactor(tj.model, static_cast<Spread>(actual)) /
@@ -269,9 +275,11 @@ void World::RefreshPartnerOf(int32_t j) {
 void World::SetRate(int32_t j, double rate) {
   Advance(j);
   SimJob& s = jobs_[j];
-  const int gpus = workload_.jobs[ids_[j]].gpus;
-  if (s.rate > 0) training_jobs_gpus_ -= gpus;
-  if (rate > 0) training_jobs_gpus_ += gpus;
+  training_jobs_gpus_ -= s.gpus_now;
+  s.gpus_now =
+      rate > 0 ? static_cast<int>(scheduler_.state().job(JobId(j)).gpus.size())
+               : 0;
+  training_jobs_gpus_ += s.gpus_now;
   s.rate = rate;
   s.finish_at = -1;
   if (rate > 0) {
@@ -321,6 +329,13 @@ void World::Execute(const Action& a) {
       ++busy_jobs_;
       break;
     }
+    case ActionKind::kGrow:
+    case ActionKind::kShrink:
+      // Checkpoint at a boundary, restart at the new size.
+      SetRate(j, 0);
+      cost = options_.costs.resize;
+      s.last_gpus = a.gpus;
+      break;
     case ActionKind::kSuspend:
     case ActionKind::kUnpack:
       SetRate(j, 0);
@@ -504,12 +519,14 @@ core::StatusOr<SimResult> World::Run() {
         GANDIVA_RETURN_IF_ERROR(Send(core::ActionDone{
             core::ActionId(ev.arg), JobId(ev.job), Duration()}));
         if (kind == ActionKind::kStart || kind == ActionKind::kResume ||
-            kind == ActionKind::kMigrate || kind == ActionKind::kPack) {
+            kind == ActionKind::kMigrate || kind == ActionKind::kPack ||
+            kind == ActionKind::kGrow || kind == ActionKind::kShrink) {
           RefreshRate(ev.job);
           RefreshPartnerOf(ev.job);
           // New information about the job's speed (a first run, a new
           // placement, a new partner) is measured and reported.
-          if (kind != ActionKind::kResume) {
+          if (kind != ActionKind::kResume && kind != ActionKind::kGrow &&
+              kind != ActionKind::kShrink) {
             Push(now_ + options_.profile_delay.micros(), EvKind::kProfile,
                  ev.job, 0);
             const core::Job& job = scheduler_.state().job(JobId(ev.job));
@@ -584,7 +601,7 @@ core::StatusOr<SimResult> World::Run() {
   for (size_t j = 0; j < ids_.size(); ++j) {
     JobResult& jr = results_[j];
     const SimJob& s = jobs_[j];
-    training_gpu_us += s.training_us * jr.gpus;
+    training_gpu_us += s.training_gpu_us;
     busy_gpu_s += s.busy_gpu_s;
     if (jr.killed) ++r.jobs_killed;
     if (jr.finished) {
@@ -636,6 +653,8 @@ core::StatusOr<SimResult> World::Run() {
   r.packs = c.packs;
   r.unpacks = c.unpacks;
   r.pack_failures = pack_failures_;
+  r.grows = c.grows;
+  r.shrinks = c.shrinks;
   r.events = c.events;
   r.per_job = std::move(results_);
   r.timeline = std::move(timeline_);
@@ -686,6 +705,8 @@ std::string ResultJson(const SimResult& r) {
   j["packs"] = r.packs;
   j["unpacks"] = r.unpacks;
   j["pack_failures"] = r.pack_failures;
+  j["grows"] = r.grows;
+  j["shrinks"] = r.shrinks;
   j["events"] = r.events;
   j["wall_s"] = r.wall_s;
   return j.dump(2) + "\n";

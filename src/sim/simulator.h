@@ -45,6 +45,10 @@ struct MechanismCosts {
   // left (a policy that gives a suspended job's GPUs back, like
   // tiresias-las, resumes it from its checkpoint elsewhere).
   core::Duration migrate = core::Duration::Seconds(2);
+  // Resizing an elastic job (grow or shrink): checkpoint at a boundary and
+  // restart warm at the new size. Default 5 s (an estimate: a save to a
+  // ramdisk plus a warm start, less than a cold start).
+  core::Duration resize = core::Duration::Seconds(5);
 };
 
 // What a tick hook sees of the running simulation and may do to it: the
@@ -157,7 +161,9 @@ struct SimResult {
   int64_t packs = 0;
   int64_t unpacks = 0;
   int64_t pack_failures = 0;  // packs that did not fit in GPU memory
-  int64_t events = 0;         // events handled by the core
+  int64_t grows = 0;
+  int64_t shrinks = 0;
+  int64_t events = 0;  // events handled by the core
   int total_gpus = 0;
   double wall_s = 0;
   std::vector<JobResult> per_job;

@@ -59,8 +59,26 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
         }
       },
       event.body);
+  if (options_.grow_shrink) {
+    if (const auto* a = std::get_if<JobArrived>(&event.body)) {
+      if (a->spec.elastic) elastic_.insert(a->id);
+    }
+    // A shrink that completed frees GPUs for whoever waits.
+    if (const auto* d = std::get_if<ActionDone>(&event.body)) {
+      const Job& j = state.job(d->job);
+      if (grown_.count(j.id) &&
+          static_cast<int>(j.gpus.size()) == j.spec.gpus) {
+        grown_.erase(j.id);
+        place = true;
+      }
+    }
+  }
   if (!freed.empty()) FillIdle(state, freed, out);
   if (place) PlaceQueued(state, out);
+  // After placement: only demand that placement could not meet shrinks.
+  if (options_.grow_shrink) {
+    GrowShrink(state, std::holds_alternative<Tick>(event.body), out);
+  }
   if (place || !freed.empty()) PullWaiting(state, out);
 }
 
@@ -98,7 +116,7 @@ void GandivaPolicy::PullWaiting(const ClusterState& state, Actions& out) {
     if (!any_open) return;
     const Job& j = state.job(id);
     if (j.state != JobState::kSuspended || j.busy()) continue;
-    const int d = j.spec.gpus;
+    const int d = static_cast<int>(j.gpus.size());
     const int k = std::countr_zero(static_cast<unsigned>(d));
     if (d > free || blocked[k]) continue;
     // Whole servers for jobs larger than one; else steps 1-3, never split
@@ -410,6 +428,77 @@ void GandivaPolicy::TryPack(const ClusterState& state, Actions& out) {
     }
     out.Pack(c.job, c.peer);
     packed_.insert(c.job);
+  }
+}
+
+}  // namespace gandiva::core
+
+namespace gandiva::core {
+
+void GandivaPolicy::GrowShrink(const ClusterState& state, bool tick,
+                               Actions& out) {
+  const Cluster& cluster = state.cluster();
+  const bool demand = !state.queue().empty() || !state.waiting().empty();
+  if (demand) {
+    idle_since_ = Time::Never();
+    // Shrink at once: back to the aligned block it asked for.
+    for (JobId id : std::vector<JobId>(grown_.begin(), grown_.end())) {
+      const Job& j = state.job(id);
+      if (IsTerminal(j.state)) {
+        grown_.erase(id);
+        continue;
+      }
+      if (j.state != JobState::kRunning || j.busy() ||
+          static_cast<int>(j.gpus.size()) <= j.spec.gpus) {
+        continue;
+      }
+      std::vector<GpuId> keep = j.gpus;
+      std::sort(keep.begin(), keep.end());
+      keep.resize(j.spec.gpus);
+      out.Resize(id, std::move(keep));
+    }
+    return;
+  }
+  if (!tick) return;
+  if (cluster.free_gpus() == 0) {
+    idle_since_ = Time::Never();
+    return;
+  }
+  if (idle_since_ == Time::Never()) idle_since_ = state.now();
+  if (state.now() - idle_since_ < options_.grow_idle_timeout) return;
+  for (JobId id : std::vector<JobId>(elastic_.begin(), elastic_.end())) {
+    const Job& j = state.job(id);
+    if (IsTerminal(j.state)) {
+      elastic_.erase(id);
+      continue;
+    }
+    if (j.state != JobState::kRunning || j.busy() || j.held ||
+        j.packed_with.valid()) {
+      continue;
+    }
+    std::vector<GpuId> gpus = j.gpus;
+    std::sort(gpus.begin(), gpus.end());
+    const Server& s = cluster.server(cluster.gpu(gpus[0]).server);
+    const int g = static_cast<int>(gpus.size());
+    if (2 * g > s.num_gpus() ||
+        cluster.SpreadOf(gpus) == Spread::kAcrossServers) {
+      continue;
+    }
+    // The aligned block of 2g GPUs holding its own (which must be aligned).
+    const int local = cluster.gpu(gpus[0]).local;
+    if (local % g != 0) continue;
+    const int base = local - local % (2 * g);
+    std::vector<GpuId> block;
+    bool ok = true;
+    for (int i = base; i < base + 2 * g && ok; ++i) {
+      const GpuId gid(s.first_gpu.value + i);
+      const bool mine = std::binary_search(gpus.begin(), gpus.end(), gid);
+      ok = mine || cluster.gpu(gid).jobs.empty();
+      block.push_back(gid);
+    }
+    if (!ok) continue;
+    out.Resize(id, std::move(block));
+    grown_.insert(id);
   }
 }
 

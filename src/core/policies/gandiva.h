@@ -66,6 +66,12 @@ struct GandivaOptions {
   // Keep a pack whose normalised throughput exceeds this. Default 1.0:
   // it must beat time-slicing.
   double pack_keep_above = 1.0;
+  // Grow elastic jobs onto idle GPUs, shrink them on demand (see above).
+  // Default false here; the `gandiva` policy turns it on.
+  bool grow_shrink = false;
+  // How long GPUs must have been free, with nothing queued or waiting,
+  // before elastic jobs grow. Default 5 min.
+  Duration grow_idle_timeout = Duration::Seconds(300);
 };
 
 class GandivaPolicy final : public Policy {
@@ -98,6 +104,8 @@ class GandivaPolicy final : public Policy {
                   Actions& out);
   bool ClaimedByOther(const ClusterState& state, GpuId gpu, JobId job) const;
   void TryPack(const ClusterState& state, Actions& out);
+  // Grow-shrink at an event; `tick` says whether growing may happen.
+  void GrowShrink(const ClusterState& state, bool tick, Actions& out);
   // Judges `job`'s pack once it has been measured; may unpack it.
   void JudgePack(const ClusterState& state, const Job& job, Actions& out);
   static std::pair<int32_t, int32_t> PairKey(JobId a, JobId b) {
@@ -113,6 +121,11 @@ class GandivaPolicy final : public Policy {
   std::set<std::pair<int32_t, int32_t>> good_pairs_;
   // Jobs this policy packed (the joining side), until the pack ends.
   std::set<JobId> packed_;
+  // Elastic jobs, and those running on more GPUs than they asked for.
+  std::set<JobId> elastic_;
+  std::set<JobId> grown_;
+  // Since when GPUs have been free with nothing queued or waiting.
+  Time idle_since_ = Time::Never();
 };
 
 }  // namespace gandiva::core

@@ -334,6 +334,65 @@ TEST(GandivaPackingTest, NoPackingWhenMemoryDoesNotFitOrNotOverloaded) {
   EXPECT_TRUE(solo.Tick().empty());
 }
 
+// Grow-shrink: an elastic job grows onto GPUs idle past the timeout, by
+// doublings within its server, and shrinks back as soon as a job waits.
+TEST(GandivaGrowShrinkTest, GrowsAfterTimeoutShrinksOnDemand) {
+  GandivaOptions o;
+  o.grow_shrink = true;
+  Harness h(Gandiva(o), 2);  // two servers of 4
+  JobSpec spec;
+  spec.gpus = 1;
+  spec.elastic = true;
+  h.Send(JobArrived{JobId(0), spec});  // GPU 0
+  spec.elastic = false;
+  h.Send(JobArrived{JobId(1), spec});  // GPU 1
+  h.Send(JobArrived{JobId(4), spec});  // GPU 2
+  h.CompleteAll();
+  h.Send(JobFinished{JobId(1), true});  // GPU 1 free again
+  const JobId e(0);
+  h.Advance(Duration::Seconds(60));
+  EXPECT_TRUE(h.Tick().empty());  // idle, but not for long enough
+  h.Advance(Duration::Seconds(300));
+  auto grow = h.Tick();
+  ASSERT_EQ(CountKind(grow, ActionKind::kGrow), 1);
+  EXPECT_EQ(grow[0].job, e);
+  EXPECT_EQ(grow[0].gpus.size(), 2u);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(e).gpus.size(), 2u);
+  // The next doubling needs GPUs 0-3 but job 4 holds one: it stays at 2.
+  h.Advance(Duration::Seconds(60));
+  EXPECT_EQ(CountKind(h.Tick(), ActionKind::kGrow), 0);
+  h.Send(JobFinished{JobId(4), true});
+  h.Advance(Duration::Seconds(60));
+  auto grow4 = h.Tick();
+  ASSERT_EQ(CountKind(grow4, ActionKind::kGrow), 1);
+  EXPECT_EQ(grow4[0].gpus.size(), 4u);
+  h.CompleteAll();
+  // Never beyond its server, though the other server is idle.
+  h.Advance(Duration::Seconds(60));
+  EXPECT_EQ(CountKind(h.Tick(), ActionKind::kGrow), 0);
+  EXPECT_EQ(h.state().counters().grows, 2);
+
+  // Demand: a 4-GPU job takes the empty server; then a 2-GPU job finds no
+  // room and waits: the elastic job shrinks at once, to its one GPU.
+  h.Send(JobArrived{JobId(2), [] {
+                      JobSpec s;
+                      s.gpus = 4;
+                      return s;
+                    }()});
+  auto arrive = h.Send(JobArrived{JobId(3), [] {
+                                    JobSpec s;
+                                    s.gpus = 2;
+                                    return s;
+                                  }()});
+  ASSERT_EQ(CountKind(arrive, ActionKind::kShrink), 1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(e).gpus.size(), 1u);
+  EXPECT_EQ(h.job(e).state, JobState::kRunning);
+  // The waiting job now runs on the freed GPUs.
+  EXPECT_EQ(h.job(JobId(3)).state, JobState::kRunning);
+}
+
 // A 2-GPU job sharing with two 1-GPU jobs gets both GPUs together.
 TEST(GandivaTimeSliceTest, MultiGpuJobGetsItsTurn) {
   Harness h(Gandiva(), 1, Gpus(2));

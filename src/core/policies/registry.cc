@@ -9,7 +9,7 @@ std::vector<PolicyInfo> KnownPolicies() {
       {"fifo", "exclusive GPUs in arrival order, no preemption (YARN-like)"},
       {"gandiva",
        "Algorithm 1 placement, time-slicing, introspective packing, "
-       "migration"},
+       "migration, grow-shrink"},
       {"gandiva-timeslice",
        "Algorithm 1 placement, time-slicing and migration to idle GPUs; no "
        "packing"},
@@ -27,11 +27,13 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
   if (name == "gandiva") {
     GandivaOptions o = options.gandiva;
     o.packing = true;
+    o.grow_shrink = true;
     return std::unique_ptr<Policy>(new GandivaPolicy(o));
   }
   if (name == "gandiva-timeslice") {
     GandivaOptions o = options.gandiva;
     o.packing = false;
+    o.grow_shrink = false;
     return std::unique_ptr<Policy>(new GandivaPolicy(o, "gandiva-timeslice"));
   }
   if (name == "gandiva-reactive") {
