@@ -79,7 +79,35 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
   if (options_.grow_shrink) {
     GrowShrink(state, std::holds_alternative<Tick>(event.body), out);
   }
+  if (options_.consolidate || options_.defrag) {
+    // A job suspended to be moved moves now.
+    if (const auto* d = std::get_if<ActionDone>(&event.body)) {
+      const Job& j = state.job(d->job);
+      if (moving_.count(j.id) && j.state == JobState::kSuspended) {
+        moving_.erase(j.id);
+        if (!j.busy() && !j.held) MoveJob(state, j, out);
+      }
+    }
+    const bool departure = std::holds_alternative<JobFinished>(event.body) ||
+                           std::holds_alternative<KillRequest>(event.body);
+    const bool tick = std::holds_alternative<Tick>(event.body);
+    if (options_.consolidate && (departure || tick)) Consolidate(state, out);
+    if (options_.defrag && tick) Defragment(state, out);
+  }
   if (place || !freed.empty()) PullWaiting(state, out);
+  if (options_.consolidate) {
+    for (const Action& a : out.taken()) {
+      if ((a.kind == ActionKind::kStart || a.kind == ActionKind::kMigrate ||
+           a.kind == ActionKind::kResume) &&
+          !a.gpus.empty() && IsSplit(state.cluster(), a.gpus)) {
+        split_.insert(a.job);
+      }
+    }
+    if (const auto* ar = std::get_if<JobArrived>(&event.body)) {
+      const Job& j = state.job(ar->id);
+      if (j.placed() && IsSplit(state.cluster(), j.gpus)) split_.insert(j.id);
+    }
+  }
 }
 
 std::optional<std::vector<GpuId>> GandivaPolicy::FindFree(
@@ -253,7 +281,8 @@ void GandivaPolicy::FillIdle(const ClusterState& state,
     if (cluster.gpu(g).active > 0) continue;
     for (JobId id : cluster.gpu(g).jobs) {
       const Job& j = state.job(id);
-      if (j.state == JobState::kSuspended && !j.busy() && !j.held) {
+      if (j.state == JobState::kSuspended && !j.busy() && !j.held &&
+          !moving_.count(j.id)) {
         candidates.push_back({-j.spec.priority, j.waiting_since, j.id});
       }
     }
@@ -499,6 +528,130 @@ void GandivaPolicy::GrowShrink(const ClusterState& state, bool tick,
     if (!ok) continue;
     out.Resize(id, std::move(block));
     grown_.insert(id);
+  }
+}
+
+}  // namespace gandiva::core
+
+namespace gandiva::core {
+
+bool GandivaPolicy::IsSplit(const Cluster& cluster,
+                            const std::vector<GpuId>& gpus) const {
+  if (gpus.empty()) return false;
+  const Spread actual = cluster.SpreadOf(gpus);
+  const ServerSpec& spec = cluster.server(cluster.gpu(gpus[0]).server).spec;
+  const int d = static_cast<int>(gpus.size());
+  const int per_socket = spec.gpus / spec.sockets;
+  const int per_switch = per_socket / spec.switches_per_socket;
+  if (d > spec.gpus) {
+    std::vector<int32_t> servers;
+    for (GpuId g : gpus) servers.push_back(cluster.gpu(g).server.value);
+    std::sort(servers.begin(), servers.end());
+    const auto distinct =
+        std::unique(servers.begin(), servers.end()) - servers.begin();
+    return distinct > (d + spec.gpus - 1) / spec.gpus;
+  }
+  const Spread ideal = d <= per_switch   ? Spread::kSameSwitch
+                       : d <= per_socket ? Spread::kAcrossSwitches
+                                         : Spread::kAcrossSockets;
+  return actual > ideal;
+}
+
+std::optional<std::vector<GpuId>> GandivaPolicy::GoodPlace(
+    const Cluster& cluster, int d, int avoid_server,
+    bool only_busy_servers) const {
+  std::optional<std::vector<GpuId>> gpus;
+  auto try_server = [&](const Server& s) {
+    if (s.id.value == avoid_server) return false;
+    if (only_busy_servers &&
+        (s.jobs == 0 || 4 * s.free_gpus >= 3 * s.num_gpus())) {
+      return false;
+    }
+    auto g = FreeGpusOn(cluster, s, d);
+    if (g && !IsSplit(cluster, *g)) gpus = std::move(g);
+    return gpus.has_value();
+  };
+  if (d <= cluster.max_server_gpus()) {
+    cluster.ForEachWithAffinity(d, try_server);
+    if (!gpus && !only_busy_servers) {
+      cluster.ForEachWithAffinity(0, try_server);
+    }
+    if (!gpus) cluster.ForEachWithFree(d, try_server);
+    return gpus;
+  }
+  if (only_busy_servers) return std::nullopt;
+  std::vector<GpuId> acc;
+  cluster.ForEachWithAffinity(0, [&](const Server& s) {
+    for (GpuId g : cluster.GpusOf(s.id)) {
+      if (static_cast<int>(acc.size()) < d) acc.push_back(g);
+    }
+    return static_cast<int>(acc.size()) >= d;
+  });
+  if (static_cast<int>(acc.size()) >= d) return acc;
+  return std::nullopt;
+}
+
+void GandivaPolicy::MoveJob(const ClusterState& state, const Job& job,
+                            Actions& out) {
+  if (job.busy() || job.held || job.packed_with.valid()) return;
+  const Cluster& cluster = state.cluster();
+  const int d = static_cast<int>(job.gpus.size());
+  const int here = cluster.gpu(job.gpus[0]).server.value;
+  const bool split = IsSplit(cluster, job.gpus);
+  // Consolidating: anywhere good; defragmenting: off its server, onto a
+  // server that is busy and not fragmented itself.
+  auto target = GoodPlace(cluster, d, split ? -1 : here, !split);
+  if (!target) return;
+  if (job.state == JobState::kSuspended) {
+    out.Migrate(job.id, std::move(*target));
+    split_.erase(job.id);
+  } else if (job.state == JobState::kRunning) {
+    out.Suspend(job.id);
+    moving_.insert(job.id);
+  }
+}
+
+void GandivaPolicy::Consolidate(const ClusterState& state, Actions& out) {
+  for (JobId id : std::vector<JobId>(split_.begin(), split_.end())) {
+    const Job& j = state.job(id);
+    if (!j.placed() || !IsSplit(state.cluster(), j.gpus)) {
+      split_.erase(id);
+      continue;
+    }
+    if (moving_.count(id)) continue;
+    MoveJob(state, j, out);
+  }
+}
+
+void GandivaPolicy::Defragment(const ClusterState& state, Actions& out) {
+  if (state.queue().empty()) return;
+  const Cluster& cluster = state.cluster();
+  int moves = 0;
+  std::vector<ServerId> fragmented;
+  cluster.ForEachWithFreeDescending([&](const Server& s) {
+    if (4 * s.free_gpus < 3 * s.num_gpus()) return true;  // none further
+    if (s.jobs > 0) fragmented.push_back(s.id);
+    return false;
+  });
+  for (ServerId sid : fragmented) {
+    std::vector<JobId> jobs;
+    for (GpuId g : cluster.GpusOf(sid)) {
+      for (JobId id : cluster.gpu(g).jobs) {
+        if (std::find(jobs.begin(), jobs.end(), id) == jobs.end()) {
+          jobs.push_back(id);
+        }
+      }
+    }
+    for (JobId id : jobs) {
+      if (moves >= options_.defrag_moves_per_tick) return;
+      const Job& j = state.job(id);
+      if (moving_.count(id) || j.busy() || j.held || j.packed_with.valid()) {
+        continue;
+      }
+      const size_t before = out.taken().size();
+      MoveJob(state, j, out);
+      if (out.taken().size() > before) ++moves;
+    }
   }
 }
 

@@ -72,6 +72,13 @@ struct GandivaOptions {
   // How long GPUs must have been free, with nothing queued or waiting,
   // before elastic jobs grow. Default 5 min.
   Duration grow_idle_timeout = Duration::Seconds(300);
+  // Migrate badly placed jobs when room frees up (see above). Default false
+  // here; the `gandiva` policy turns it on.
+  bool consolidate = false;
+  // Empty fragmented servers while jobs queue (see above). Default false
+  // here; the `gandiva` policy turns it on.
+  bool defrag = false;
+  int defrag_moves_per_tick = 2;
 };
 
 class GandivaPolicy final : public Policy {
@@ -106,6 +113,16 @@ class GandivaPolicy final : public Policy {
   void TryPack(const ClusterState& state, Actions& out);
   // Grow-shrink at an event; `tick` says whether growing may happen.
   void GrowShrink(const ClusterState& state, bool tick, Actions& out);
+  void Consolidate(const ClusterState& state, Actions& out);
+  void Defragment(const ClusterState& state, Actions& out);
+  // Moves a job (running: suspend now, migrate later) to `gpus`, or to the
+  // best free place when the suspend completes.
+  void MoveJob(const ClusterState& state, const Job& job, Actions& out);
+  // A placement as good as `d` GPUs allow, free now, off `avoid` (-1: none).
+  std::optional<std::vector<GpuId>> GoodPlace(const Cluster& cluster, int d,
+                                              int avoid_server,
+                                              bool only_busy_servers) const;
+  bool IsSplit(const Cluster& cluster, const std::vector<GpuId>& gpus) const;
   // Judges `job`'s pack once it has been measured; may unpack it.
   void JudgePack(const ClusterState& state, const Job& job, Actions& out);
   static std::pair<int32_t, int32_t> PairKey(JobId a, JobId b) {
@@ -126,6 +143,9 @@ class GandivaPolicy final : public Policy {
   std::set<JobId> grown_;
   // Since when GPUs have been free with nothing queued or waiting.
   Time idle_since_ = Time::Never();
+  // Jobs placed worse than their size needs; jobs suspended to be moved.
+  std::set<JobId> split_;
+  std::set<JobId> moving_;
 };
 
 }  // namespace gandiva::core

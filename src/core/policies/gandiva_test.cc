@@ -393,6 +393,71 @@ TEST(GandivaGrowShrinkTest, GrowsAfterTimeoutShrinksOnDemand) {
   EXPECT_EQ(h.job(JobId(3)).state, JobState::kRunning);
 }
 
+// Migration on departure: a job split across servers moves to one server
+// as soon as a departure leaves room there.
+TEST(GandivaMigrationTest, SplitJobConsolidatesOnDeparture) {
+  GandivaOptions o;
+  o.consolidate = true;
+  Harness h(Gandiva(o), 2);
+  std::vector<JobId> ones;
+  for (int i = 0; i < 7; ++i) ones.push_back(h.Submit(1));  // s0 4, s1 3
+  h.Send(JobFinished{ones[0], true});                       // s0: 1 free
+  const JobId x = h.Submit(2);
+  h.CompleteAll();
+  ASSERT_EQ(h.state().cluster().SpreadOf(h.job(x).gpus),
+            Spread::kAcrossServers);
+  // One departure on s0 leaves one free GPU there: not enough.
+  EXPECT_EQ(CountKind(h.Send(JobFinished{ones[1], true}), ActionKind::kSuspend),
+            0);
+  // A second leaves two: x moves.
+  auto moved = h.Send(JobFinished{ones[2], true});
+  ASSERT_EQ(CountKind(moved, ActionKind::kSuspend), 1);
+  auto done = h.CompleteAll();
+  EXPECT_EQ(CountKind(done, ActionKind::kMigrate), 1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(x).state, JobState::kRunning);
+  EXPECT_NE(h.state().cluster().SpreadOf(h.job(x).gpus),
+            Spread::kAcrossServers);
+  EXPECT_EQ(h.state().counters().migrations, 1);
+  // Nothing else moves afterwards.
+  h.Advance(Duration::Seconds(60));
+  EXPECT_EQ(CountKind(h.Tick(), ActionKind::kSuspend), 0);
+}
+
+// Defragmentation: while a 4-GPU job queues, a server that hosts one job
+// but has 3 of 4 GPUs free is emptied onto a busier server; the queued job
+// then gets the whole server. The rule stops there.
+TEST(GandivaMigrationTest, DefragmentsUntilTheRuleHolds) {
+  GandivaOptions o;
+  o.defrag = true;
+  o.time_slicing = false;
+  o.allow_split = false;
+  Harness h(Gandiva(o), 3);
+  h.Submit(4);                   // s0 full
+  const JobId a = h.Submit(1);   // s1
+  const JobId b = h.Submit(2);   // s2
+  const JobId c = h.Submit(1);   // s1
+  h.Send(JobFinished{c, true});  // s1: only a, 3 free: fragmented
+  h.CompleteAll();
+  const JobId e = h.Submit(4);
+  EXPECT_EQ(h.job(e).state, JobState::kQueued);
+  h.Advance(Duration::Seconds(60));
+  auto t = h.Tick();
+  ASSERT_EQ(CountKind(t, ActionKind::kSuspend), 1);
+  EXPECT_EQ(t[0].job, a);
+  h.CompleteAll();  // a migrates to s2 beside b
+  EXPECT_EQ(h.state().cluster().gpu(h.job(a).gpus[0]).server,
+            h.state().cluster().gpu(h.job(b).gpus[0]).server);
+  h.Advance(Duration::Seconds(60));
+  h.Tick();
+  EXPECT_EQ(h.job(e).state, JobState::kRunning);
+  h.CompleteAll();
+  // Every busy server now has fewer than 3 of 4 GPUs free: no more moves.
+  h.Advance(Duration::Seconds(60));
+  EXPECT_EQ(CountKind(h.Tick(), ActionKind::kSuspend), 0);
+  EXPECT_EQ(h.state().counters().migrations, 1);
+}
+
 // A 2-GPU job sharing with two 1-GPU jobs gets both GPUs together.
 TEST(GandivaTimeSliceTest, MultiGpuJobGetsItsTurn) {
   Harness h(Gandiva(), 1, Gpus(2));

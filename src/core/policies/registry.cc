@@ -28,12 +28,16 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
     GandivaOptions o = options.gandiva;
     o.packing = true;
     o.grow_shrink = true;
+    o.consolidate = true;
+    o.defrag = true;
     return std::unique_ptr<Policy>(new GandivaPolicy(o));
   }
   if (name == "gandiva-timeslice") {
     GandivaOptions o = options.gandiva;
     o.packing = false;
     o.grow_shrink = false;
+    o.consolidate = false;
+    o.defrag = false;
     return std::unique_ptr<Policy>(new GandivaPolicy(o, "gandiva-timeslice"));
   }
   if (name == "gandiva-reactive") {
