@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   int large_jobs = 100000;
   int large_gpus = 10000;
   bool skip_large = false;
-  std::string policies = "fifo,gandiva";
+  std::string policies = "fifo,gandiva-timeslice,gandiva";
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) {

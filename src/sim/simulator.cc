@@ -110,6 +110,10 @@ class World final : public SimControl {
     const int32_t j = sim_index_[i];
     if (j >= 0) kills_.emplace_back(j, std::move(reason));
   }
+  void SetPriority(size_t i, int priority) override {
+    const int32_t j = sim_index_[i];
+    if (j >= 0) priorities_.emplace_back(j, priority);
+  }
 
  private:
   void Push(int64_t t, EvKind kind, int32_t job, int64_t arg) {
@@ -138,6 +142,7 @@ class World final : public SimControl {
   std::vector<size_t> ids_;  // simulated jobs: indexes into workload_.jobs
   std::vector<int32_t> sim_index_;  // workload index -> simulated job, or -1
   std::vector<std::pair<int32_t, std::string>> kills_;  // from the hook
+  std::vector<std::pair<int32_t, int>> priorities_;     // from the hook
   std::vector<SimJob> jobs_;
   std::vector<JobResult> results_;
   size_t next_arrival_ = 0;
@@ -551,8 +556,14 @@ core::StatusOr<SimResult> World::Run() {
                   Send(core::KillRequest{JobId(j), std::move(reason)}));
             }
           }
-          acted_ = acted || !kills_.empty();
+          for (auto& [j, p] : priorities_) {
+            if (!jobs_[j].ended && static_cast<size_t>(j) < next_arrival_) {
+              GANDIVA_RETURN_IF_ERROR(Send(core::PriorityRequest{JobId(j), p}));
+            }
+          }
+          acted_ = acted || !kills_.empty() || !priorities_.empty();
           kills_.clear();
+          priorities_.clear();
         }
         if (AllArrived() && busy_jobs_ == 0 && !acted_) {
           if (++idle_ticks >= options_.max_idle_ticks) break;

@@ -67,6 +67,8 @@ class SimControl {
   virtual bool ended(size_t job) const = 0;
   // Stops a job (a KillRequest to the scheduler) after the hook returns.
   virtual void Kill(size_t job, std::string reason) = 0;
+  // Changes a job's priority (a PriorityRequest) after the hook returns.
+  virtual void SetPriority(size_t job, int priority) = 0;
 };
 
 struct SimOptions {

@@ -204,6 +204,14 @@ void SuccessiveHalvingDriver::OnTick(SimControl& control) {
     }
     std::sort(d.killed.begin(), d.killed.end());
     rungs_.push_back(std::move(d));
+    if (spec_.boost_survivors) {
+      // Dynamic prioritisation: the survivors of rung r run at priority r,
+      // above the background jobs and the configurations cut earlier.
+      for (size_t k = 0; k < keep && k < live.size(); ++k) {
+        const size_t job = spec_.jobs[static_cast<size_t>(live[k])];
+        if (!control.ended(job)) control.SetPriority(job, next_rung_);
+      }
+    }
     ++next_rung_;
   }
 

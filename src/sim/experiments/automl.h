@@ -106,6 +106,10 @@ struct SearchSpec {
   core::Time submit;  // when the search was submitted
   // Kill the remaining configurations once one reaches the target.
   bool stop_when_found = true;
+  // Raise the survivors' priority to the rung number after each rung (the
+  // paper's dynamic prioritisation), so background work never takes their
+  // GPUs. Default false.
+  bool boost_survivors = false;
 };
 
 class SuccessiveHalvingDriver {

@@ -26,6 +26,7 @@ class FakeControl final : public SimControl {
     ended_[j] = true;
     kills.push_back(j);
   }
+  void SetPriority(size_t j, int p) override { priorities.emplace_back(j, p); }
   // Every live job advances by `mb` mini-batches; a minute passes.
   void Advance(double mb) {
     now_ = now_ + core::Duration::Seconds(60);
@@ -40,6 +41,7 @@ class FakeControl final : public SimControl {
   std::vector<double> done_, total_;
   std::vector<bool> ended_;
   std::vector<size_t> kills;
+  std::vector<std::pair<size_t, int>> priorities;
 };
 
 AccuracyModelOptions SmallModel(int configs) {
