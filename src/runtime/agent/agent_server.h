@@ -1,0 +1,116 @@
+// AgentServer: the gandiva-agent node agent as a library, so that the binary,
+// tests and the local-cluster launcher can run one in-process.
+//
+// It discovers the GPUs (GpuInventory: NVML or virtual), serves the gRPC
+// `Agent` service (proto/gandiva.proto) over a Supervisor that runs the jobs,
+// and keeps the daemon informed from one reporter thread: RegisterAgent at
+// start (and again whenever the daemon was unreachable or answers that it
+// does not know this agent), then Report every report interval and at once
+// when a job exits. Exit records are kept until a Report carrying them
+// succeeds, so none is lost while the daemon is down.
+//
+// Jobs are children of this process, reaped by waitpid(pid): a process that
+// embeds an agent must not reap children it did not start (no waitpid(-1),
+// no SIGCHLD set to SIG_IGN), or exits read as code -1.
+//
+// Thread-safety: all methods may be called from any thread; Shutdown is
+// idempotent.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace gandiva::runtime {
+
+class GpuInventory;
+class Supervisor;
+
+struct AgentOptions {
+  // The daemon's Scheduler service, host:port. Empty: serve only, never
+  // register (for tests of the Agent service alone).
+  std::string scheduler_address;
+  // Where the Agent service listens; port 0 picks a free port.
+  std::string listen_address = "0.0.0.0:0";
+  // Host reported in RegisterAgent.address. Empty: the listen host, or this
+  // machine's hostname when listening on all interfaces.
+  std::string advertise_host;
+  std::string name;  // unique per server; empty: the hostname
+  // GPUs: virtual ones when NVML finds none (or when virtual_only).
+  int virtual_gpus = 4;
+  bool virtual_only = false;
+  int sockets = 1;
+  int switches_per_socket = 1;
+  std::string nvml_library = "libnvidia-ml.so.1";
+  // Job logs and checkpoints go under work_dir/jobs/<job_id>/. Empty:
+  // /tmp/gandiva-agent-<name>.
+  std::string work_dir;
+  // Progress pages: empty = /dev/shm when present, else work_dir.
+  std::string page_dir;
+  int cpus_per_gpu = 0;  // > 0: pin virtual-GPU jobs to CPUs
+  std::chrono::milliseconds report_interval{500};
+  std::chrono::milliseconds kill_grace{10000};
+  std::chrono::milliseconds suspend_timeout{30000};
+  // Deadline of each call to the daemon; the retry backoff's ceiling.
+  std::chrono::milliseconds rpc_timeout{2000};
+  std::chrono::milliseconds max_backoff{5000};
+  // Where the agent's own messages go. Empty: stderr, "gandiva-agent[name]:".
+  std::function<void(std::string_view)> log;
+};
+
+class AgentServer {
+ public:
+  // Discovers GPUs, starts the gRPC service and the reporter thread. Returns
+  // once the service listens (registration happens in the background).
+  // Errors: a bad option (InvalidArgument, naming it), an address that
+  // cannot be bound (Unavailable), a work dir that cannot be made (Io).
+  static core::StatusOr<std::unique_ptr<AgentServer>> Start(
+      AgentOptions options);
+
+  // Shuts down if still running.
+  ~AgentServer();
+  AgentServer(const AgentServer&) = delete;
+  AgentServer& operator=(const AgentServer&) = delete;
+
+  const std::string& name() const;
+  // The address reported to the daemon, "host:port" with the bound port.
+  const std::string& address() const;
+  int port() const;
+  const GpuInventory& gpus() const;
+  // The jobs (tests and embedders may inspect them; the daemon drives them
+  // through the service).
+  Supervisor& supervisor();
+
+  // Whether the last call to the daemon succeeded with this agent known.
+  bool registered() const;
+  // How many RegisterAgent calls succeeded so far.
+  int registrations() const;
+  // The daemon's id for this server (from the last RegisterAgent).
+  int32_t server_id() const;
+  // Wakes the reporter: a Report goes out now.
+  void ReportNow();
+
+  // Stops serving, kills the jobs (SIGTERM, then SIGKILL after the grace
+  // period), tries once to report their exits, stops the reporter.
+  void Shutdown();
+  // Blocks until Shutdown (called from another thread).
+  void Wait();
+
+  struct Impl;
+
+ private:
+  explicit AgentServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "host:port" split at the last ':' (brackets of an IPv6 host kept).
+// kInvalidArgument (naming `field`) when there is no valid port.
+core::StatusOr<std::pair<std::string, int>> SplitHostPort(
+    const std::string& address, std::string_view field);
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,411 @@
+// The Agent gRPC service in-process, against a fake Scheduler service that
+// records RegisterAgent and Report calls: registration, exits reported once,
+// idempotent actions, logs, re-registration after the daemon restarts (or
+// forgets the agent) with the exits kept meanwhile, and a Python job
+// suspended and resumed through the service.
+#include "runtime/agent/agent_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include "proto/gandiva.grpc.pb.h"
+#include "runtime/agent/gpu_inventory.h"
+#include "runtime/agent/supervisor.h"
+#include "runtime/agent/test_util.h"
+
+namespace gandiva::runtime {
+namespace {
+
+using testing::TempDir;
+using testing::UniqueName;
+using testing::WaitUntil;
+using namespace std::chrono_literals;
+
+// A daemon that records what agents tell it. Report from an agent it has not
+// registered is answered NOT_FOUND, as a restarted daemon would.
+class FakeScheduler final : public rpc::Scheduler::Service {
+ public:
+  // Listens on `address` ("127.0.0.1:0" for a free port).
+  explicit FakeScheduler(const std::string& address) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort(address, grpc::InsecureServerCredentials(), &port_);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+  }
+  ~FakeScheduler() override { Stop(); }
+  void Stop() {
+    if (server_) {
+      server_->Shutdown(std::chrono::system_clock::now());
+      server_->Wait();
+      server_.reset();
+    }
+  }
+  bool ok() const { return server_ != nullptr && port_ > 0; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  grpc::Status RegisterAgent(grpc::ServerContext*,
+                             const rpc::RegisterAgentRequest* req,
+                             rpc::RegisterAgentReply* reply) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    registrations_.push_back(*req);
+    known_.insert(req->name());
+    reply->set_server_id(7);
+    return grpc::Status::OK;
+  }
+  grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
+                      rpc::AgentReportReply*) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!known_.contains(req->name())) {
+      ++unknown_reports_;
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "agent " + req->name() + " is not registered");
+    }
+    reports_.push_back(*req);
+    return grpc::Status::OK;
+  }
+
+  void Forget() {
+    std::lock_guard<std::mutex> lock(mu_);
+    known_.clear();
+  }
+  std::vector<rpc::RegisterAgentRequest> registrations() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return registrations_;
+  }
+  std::vector<rpc::AgentReport> reports() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reports_;
+  }
+  int unknown_reports() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unknown_reports_;
+  }
+  // Exits of `job_id` received so far, over all reports.
+  std::vector<rpc::JobExit> ExitsOf(int64_t job_id) {
+    std::vector<rpc::JobExit> out;
+    for (const auto& r : reports()) {
+      for (const auto& e : r.exits()) {
+        if (e.job_id() == job_id) out.push_back(e);
+      }
+    }
+    return out;
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::mutex mu_;
+  std::vector<rpc::RegisterAgentRequest> registrations_;
+  std::vector<rpc::AgentReport> reports_;
+  std::set<std::string> known_;
+  int unknown_reports_ = 0;
+};
+
+class AgentServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<FakeScheduler>("127.0.0.1:0");
+    ASSERT_TRUE(daemon_->ok());
+  }
+  void StartAgent(int gpus = 4, int sockets = 2) {
+    AgentOptions o;
+    o.scheduler_address = daemon_->address();
+    o.listen_address = "127.0.0.1:0";
+    o.name = UniqueName("agent");
+    o.virtual_gpus = gpus;
+    o.sockets = sockets;
+    o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+    o.work_dir = dir_.path();
+    o.report_interval = 100ms;
+    o.max_backoff = 300ms;
+    o.kill_grace = 2s;
+    o.log = [](std::string_view) {};
+    auto a = AgentServer::Start(o);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    agent_ = std::move(*a);
+    stub_ = rpc::Agent::NewStub(grpc::CreateChannel(
+        agent_->address(), grpc::InsecureChannelCredentials()));
+  }
+  grpc::Status Start(int64_t job, int64_t action, const std::string& command,
+                     rpc::StartJobReply* reply = nullptr,
+                     std::map<std::string, std::string> env = {}) {
+    rpc::StartJobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(action);
+    req.mutable_spec()->set_command(command);
+    req.mutable_spec()->set_gpus(1);
+    for (const auto& [k, v] : env) (*req.mutable_spec()->mutable_env())[k] = v;
+    req.add_gpus(0);
+    rpc::StartJobReply r;
+    grpc::ClientContext ctx;
+    return stub_->StartJob(&ctx, req, reply ? reply : &r);
+  }
+  rpc::JobRequest Req(int64_t job, int64_t action) {
+    rpc::JobRequest r;
+    r.set_job_id(job);
+    r.set_action_id(action);
+    return r;
+  }
+  grpc::Status Suspend(int64_t job, int64_t action, rpc::SuspendReply* out) {
+    grpc::ClientContext ctx;
+    return stub_->SuspendJob(&ctx, Req(job, action), out);
+  }
+  grpc::Status Resume(int64_t job, int64_t action, rpc::ResumeReply* out) {
+    grpc::ClientContext ctx;
+    return stub_->ResumeJob(&ctx, Req(job, action), out);
+  }
+  grpc::Status Kill(int64_t job, int64_t action) {
+    grpc::ClientContext ctx;
+    rpc::KillReply out;
+    return stub_->KillJob(&ctx, Req(job, action), &out);
+  }
+  rpc::AgentStatusReply Status() {
+    grpc::ClientContext ctx;
+    rpc::AgentStatusReply out;
+    EXPECT_TRUE(stub_->Status(&ctx, {}, &out).ok());
+    return out;
+  }
+  std::string Tail(int64_t job, bool follow, int64_t offset = 0,
+                   grpc::Status* status = nullptr) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+    rpc::TailLogRequest req;
+    req.set_job_id(job);
+    req.set_follow(follow);
+    req.set_offset(offset);
+    auto reader = stub_->TailLog(&ctx, req);
+    std::string data;
+    rpc::LogChunk chunk;
+    int64_t next = -1;  // chunks are contiguous
+    while (reader->Read(&chunk)) {
+      if (next >= 0) {
+        EXPECT_EQ(chunk.offset(), next);
+      } else if (offset >= 0) {
+        EXPECT_EQ(chunk.offset(), offset);
+      }
+      next = chunk.offset() + static_cast<int64_t>(chunk.data().size());
+      data += chunk.data();
+    }
+    grpc::Status s = reader->Finish();
+    if (status) *status = s;
+    return data;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<FakeScheduler> daemon_;
+  std::unique_ptr<AgentServer> agent_;
+  std::unique_ptr<rpc::Agent::Stub> stub_;
+};
+
+TEST_F(AgentServerTest, RegistersAndReportsAnExitExactlyOnce) {
+  StartAgent(4, 2);
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->registrations().empty(); }));
+  const rpc::RegisterAgentRequest reg = daemon_->registrations()[0];
+  EXPECT_EQ(reg.name(), agent_->name());
+  EXPECT_EQ(reg.address(), "127.0.0.1:" + std::to_string(agent_->port()));
+  EXPECT_EQ(reg.sockets(), 2);
+  EXPECT_EQ(reg.switches_per_socket(), 1);
+  ASSERT_EQ(reg.gpus_size(), 4);
+  EXPECT_EQ(reg.gpus(3).uuid(), "virtual-3");
+  EXPECT_EQ(reg.gpus(3).name(), "virtual");
+  EXPECT_EQ(reg.gpus(3).socket(), 1);
+  EXPECT_EQ(reg.jobs_size(), 0);
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  EXPECT_EQ(agent_->server_id(), 7);
+
+  rpc::StartJobReply started;
+  ASSERT_TRUE(Start(1, 1, "echo hello; exit 4", &started).ok());
+  EXPECT_GT(started.pid(), 0);
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(1).empty(); }));
+  // A few more reports go out; the exit is in none of them.
+  const size_t seen = daemon_->reports().size();
+  ASSERT_TRUE(WaitUntil([&] { return daemon_->reports().size() >= seen + 3; }));
+  const auto exits = daemon_->ExitsOf(1);
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].exit_code(), 4);
+  EXPECT_EQ(exits[0].minibatches(), 0);
+  EXPECT_EQ(Tail(1, false), "hello\n");
+  EXPECT_EQ(Tail(1, false, 2), "llo\n");
+  EXPECT_EQ(Tail(1, false, -3), "lo\n");
+  EXPECT_EQ(daemon_->registrations().size(), 1u);
+}
+
+TEST_F(AgentServerTest, JobActionsAreIdempotentPerActionId) {
+  StartAgent();
+  rpc::StartJobReply a, b;
+  ASSERT_TRUE(Start(1, 10, "exec sleep 1000", &a).ok());
+  ASSERT_TRUE(Start(1, 10, "exec sleep 1000", &b).ok());  // a repeat
+  EXPECT_EQ(a.pid(), b.pid());
+  grpc::Status s = Start(1, 11, "exec sleep 1000");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << s.error_message();
+
+  rpc::SuspendReply s1, s2;
+  ASSERT_TRUE(Suspend(1, 12, &s1).ok());
+  ASSERT_TRUE(Suspend(1, 12, &s2).ok());  // the first result again
+  EXPECT_EQ(s1.took_us(), s2.took_us());
+  EXPECT_FALSE(s1.at_boundary());
+  EXPECT_EQ(Suspend(1, 13, &s2).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  rpc::AgentStatusReply st = Status();
+  EXPECT_EQ(st.server_name(), agent_->name());
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).state(), rpc::SUSPENDED);
+  EXPECT_EQ(st.jobs(0).pid(), a.pid());
+  ASSERT_EQ(st.jobs(0).gpus_size(), 1);
+
+  rpc::ResumeReply r;
+  s = Resume(1, 12, &r);  // action 12 was a suspend
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("action_id"), std::string::npos);
+  ASSERT_TRUE(Resume(1, 14, &r).ok());
+  EXPECT_EQ(Status().jobs(0).state(), rpc::RUNNING);
+  ASSERT_TRUE(Kill(1, 15).ok());
+  ASSERT_TRUE(Kill(1, 15).ok());
+  ASSERT_TRUE(Kill(1, 16).ok());  // already dead: still ok
+  EXPECT_EQ(Status().jobs_size(), 0);
+
+  rpc::SuspendReply unused;
+  s = Suspend(42, 17, &unused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("job 42"), std::string::npos);
+  rpc::StartJobRequest bad;
+  bad.set_job_id(2);
+  bad.set_action_id(18);
+  bad.mutable_spec()->set_command("true");
+  bad.mutable_spec()->set_workdir("/nonexistent/dir");
+  rpc::StartJobReply unused2;
+  grpc::ClientContext ctx;
+  s = stub_->StartJob(&ctx, bad, &unused2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("spec.workdir"), std::string::npos);
+  EXPECT_EQ(Tail(99, false, 0, &s), "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(AgentServerTest, TailLogFollowsUntilTheJobEnds) {
+  StartAgent();
+  ASSERT_TRUE(
+      Start(1, 1, "for i in 1 2 3; do echo line$i; sleep 0.2; done").ok());
+  EXPECT_EQ(Tail(1, true), "line1\nline2\nline3\n");
+}
+
+TEST_F(AgentServerTest, ReRegistersAfterTheDaemonRestartsAndKeepsExits) {
+  StartAgent();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  ASSERT_TRUE(Start(1, 1, "exec sleep 1000").ok());
+  const std::string address = daemon_->address();
+  daemon_->Stop();
+  // While the daemon is down a job ends; its exit is kept.
+  ASSERT_TRUE(Start(2, 2, "exit 5").ok());
+  ASSERT_TRUE(agent_->supervisor().WaitForExit(2, 30s));
+  ASSERT_TRUE(WaitUntil([&] { return !agent_->registered(); }));
+  ASSERT_EQ(agent_->supervisor().PendingExits().size(), 1u);
+
+  daemon_ = std::make_unique<FakeScheduler>(address);  // same port
+  ASSERT_TRUE(daemon_->ok());
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(2).empty(); }));
+  const auto regs = daemon_->registrations();
+  ASSERT_GE(regs.size(), 1u);
+  ASSERT_EQ(regs[0].jobs_size(), 1);  // the job still running
+  EXPECT_EQ(regs[0].jobs(0).job_id(), 1);
+  EXPECT_EQ(regs[0].jobs(0).state(), rpc::RUNNING);
+  const size_t seen = daemon_->reports().size();
+  ASSERT_TRUE(WaitUntil([&] { return daemon_->reports().size() >= seen + 2; }));
+  ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);
+  EXPECT_EQ(daemon_->ExitsOf(2)[0].exit_code(), 5);
+  EXPECT_TRUE(agent_->supervisor().PendingExits().empty());
+  EXPECT_GE(agent_->registrations(), 2);
+
+  // A daemon that forgets the agent answers NOT_FOUND: the agent registers
+  // again at once.
+  const int before = agent_->registrations();
+  daemon_->Forget();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
+  EXPECT_GE(daemon_->unknown_reports(), 1);
+  EXPECT_EQ(daemon_->registrations().back().jobs_size(), 1);
+}
+
+TEST_F(AgentServerTest, ProfilesAndSuspendOfAPythonJob) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    GTEST_SKIP() << "no /usr/bin/python3";
+  }
+  StartAgent();
+  ASSERT_TRUE(Start(3, 1,
+                    "/usr/bin/python3 -c 'import time, gandiva\n"
+                    "gandiva.init()\n"
+                    "for i in range(100):\n"
+                    "    time.sleep(0.01)\n"
+                    "    gandiva.step()\n'",
+                    nullptr,
+                    {{"PYTHONPATH", GANDIVA_PYTHON_DIR},
+                     {"GANDIVA_CLIENT_LIB", GANDIVA_CLIENT_LIB_PATH},
+                     {"PYTHONDONTWRITEBYTECODE", "1"}})
+                  .ok());
+  // Profiles show the library and progress.
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const auto& r : daemon_->reports()) {
+      for (const auto& p : r.profiles()) {
+        if (p.job_id() == 3 && p.progress().uses_library() &&
+            p.progress().minibatches() >= 3) {
+          return true;
+        }
+      }
+    }
+    return !daemon_->ExitsOf(3).empty();
+  }));
+  ASSERT_TRUE(daemon_->ExitsOf(3).empty()) << "ended too soon";
+  rpc::SuspendReply s;
+  grpc::Status st = Suspend(3, 2, &s);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(s.at_boundary());
+  const int64_t at = Status().jobs(0).progress().minibatches();
+  EXPECT_LT(at, 100);
+  rpc::ResumeReply r;
+  ASSERT_TRUE(Resume(3, 3, &r).ok());
+  std::printf(
+      "[ python via gRPC ] suspend %lld us (at boundary), resume %lld us\n",
+      static_cast<long long>(s.took_us()), static_cast<long long>(r.took_us()));
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(3).empty(); }, 60s));
+  EXPECT_EQ(daemon_->ExitsOf(3)[0].exit_code(), 0);
+  EXPECT_EQ(daemon_->ExitsOf(3)[0].minibatches(), 100);
+}
+
+TEST(AgentServerOptionsTest, BadOptionsNameTheFlag) {
+  TempDir dir;
+  AgentOptions o;
+  o.work_dir = dir.path();
+  o.log = [](std::string_view) {};
+  o.listen_address = "nonsense";
+  auto a = AgentServer::Start(o);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("--listen"), std::string::npos);
+  o.listen_address = "127.0.0.1:0";
+  o.scheduler_address = "host:notaport";
+  a = AgentServer::Start(o);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("--scheduler"), std::string::npos);
+  o.scheduler_address = "";
+  o.virtual_only = true;
+  o.virtual_gpus = 3;
+  o.sockets = 2;
+  a = AgentServer::Start(o);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("sockets"), std::string::npos);
+  // Serving alone (no daemon) works.
+  o.sockets = 1;
+  a = AgentServer::Start(o);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_GT((*a)->port(), 0);
+  EXPECT_EQ((*a)->gpus().gpus().size(), 3u);
+  (*a)->Shutdown();
+  (*a)->Shutdown();  // idempotent
+}
+
+}  // namespace
+}  // namespace gandiva::runtime

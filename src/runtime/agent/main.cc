@@ -1,0 +1,90 @@
+// gandiva-agent: the node agent. Runs jobs on this server's GPUs for the
+// gandiva-scheduler daemon (see README.md in this directory).
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "runtime/agent/agent_server.h"
+
+int main(int argc, char** argv) {
+  gandiva::runtime::AgentOptions o;
+  int report_interval_ms = 500;
+  int kill_grace_ms = 10000;
+  int suspend_timeout_ms = 30000;
+  CLI::App app{"gandiva-agent: the gandiva node agent (one per GPU server)"};
+  app.add_option("--scheduler", o.scheduler_address,
+                 "HOST:PORT of the gandiva-scheduler daemon")
+      ->required();
+  app.add_option("--listen", o.listen_address,
+                 "HOST:PORT of this agent's service (port 0: pick a free one)")
+      ->capture_default_str();
+  app.add_option("--advertise-host", o.advertise_host,
+                 "Host reported to the daemon (default: the listen host, or "
+                 "the hostname when listening on all interfaces)");
+  app.add_option("--name", o.name, "Unique server name (default: hostname)");
+  app.add_option("--virtual-gpus", o.virtual_gpus,
+                 "Virtual GPUs offered when NVML finds no GPU")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_flag("--virtual-only", o.virtual_only,
+               "Offer virtual GPUs even when NVML finds real ones");
+  app.add_option("--sockets", o.sockets, "CPU sockets (GPU topology)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--switches-per-socket", o.switches_per_socket,
+                 "PCIe switches per socket (GPU topology)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--work-dir", o.work_dir,
+                 "Job logs and checkpoints (DIR/jobs/<id>/); default "
+                 "/tmp/gandiva-agent-<name>");
+  app.add_option("--page-dir", o.page_dir,
+                 "Progress pages (default /dev/shm, else the work dir)");
+  app.add_option("--report-interval-ms", report_interval_ms,
+                 "Report to the daemon at least this often")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
+  app.add_option("--cpus-per-gpu", o.cpus_per_gpu,
+                 "Pin virtual-GPU jobs to this many CPUs per GPU (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_option("--kill-grace-ms", kill_grace_ms,
+                 "SIGTERM -> SIGKILL grace period when killing a job")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
+  app.add_option("--suspend-timeout-ms", suspend_timeout_ms,
+                 "How long a suspend may take before it fails")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
+  app.add_option("--nvml", o.nvml_library, "NVML library to dlopen")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.report_interval = std::chrono::milliseconds(report_interval_ms);
+  o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
+  o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);
+
+  // SIGINT/SIGTERM are taken by sigwait below; every thread inherits the
+  // mask (jobs get an empty one).
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto agent = gandiva::runtime::AgentServer::Start(o);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "gandiva-agent: %s\n",
+                 agent.status().ToString().c_str());
+    return 2;
+  }
+  std::printf("gandiva-agent %s listening on %s\n", (*agent)->name().c_str(),
+              (*agent)->address().c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&stop, &sig);
+  (*agent)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,172 @@
+// Process supervision for the node agent: starts a job's command as a child
+// in its own process group with the gandiva environment, suspends it (SIGTSTP
+// at a mini-batch boundary for jobs using the job-side library, SIGSTOP of
+// the group otherwise), resumes it (SIGCONT), kills it (SIGTERM, then SIGKILL
+// after a grace period), reaps it and keeps its exit record until the caller
+// acknowledges it (the agent does once a report reached the daemon).
+// No gRPC here: errors are core::Status values (kNotFound: unknown job;
+// kFailedPrecondition: wrong state; kInvalidArgument: bad request, naming the
+// field; kUnavailable: the job did not react in time).
+//
+// Thread-safety: all methods are thread-safe. Actions on one job (Suspend,
+// Resume, Kill) are serialised; actions on different jobs run concurrently.
+// One waiter thread per running job blocks in waitpid(); the exit callback is
+// called from it, outside every lock.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gandiva::runtime {
+
+struct SupervisorOptions {
+  std::string name = "agent";  // the agent's name (part of page file names)
+  std::string work_dir;        // DIR: logs in DIR/jobs/<id>/log
+  // Where progress pages go: empty = /dev/shm when it exists, else
+  // DIR/jobs/<id>.
+  std::string page_dir;
+  int num_gpus = 0;  // local GPU indices must be < this (0: not checked)
+  bool virtual_gpus = true;  // CUDA_VISIBLE_DEVICES="" + GANDIVA_VIRTUAL_GPUS
+  int cpus_per_gpu = 0;      // > 0: pin virtual-GPU jobs to CPUs (affinity)
+  std::chrono::milliseconds kill_grace{10000};       // SIGTERM -> SIGKILL
+  std::chrono::milliseconds suspend_timeout{30000};  // request -> stopped
+  // A job suspended this soon after its start whose library has not yet
+  // announced itself is waited for, up to then, before it is stopped
+  // without it (SIGSTOP, not at a boundary).
+  std::chrono::milliseconds library_start_grace{10000};
+  std::chrono::milliseconds resume_timeout{30000};  // SIGCONT -> running
+};
+
+struct StartParams {
+  int64_t job_id = 0;
+  std::string command;  // run as /bin/sh -c <command>
+  std::string workdir;  // must exist; empty: DIR/jobs/<id>
+  std::map<std::string, std::string> env;
+  std::vector<int> gpus;    // local GPU indices
+  std::string resume_from;  // GANDIVA_RESUME_FROM when non-empty
+};
+
+struct StartResult {
+  pid_t pid = 0;
+  int64_t took_us = 0;
+};
+struct SuspendResult {
+  int64_t took_us = 0;       // request -> stopped
+  bool at_boundary = false;  // the library stopped at a mini-batch boundary
+};
+struct ResumeResult {
+  int64_t took_us = 0;  // SIGCONT -> running again
+};
+
+enum class RunState { kRunning, kSuspended, kExited };
+
+// A snapshot of one job as the supervisor sees it.
+struct JobView {
+  int64_t job_id = 0;
+  pid_t pid = 0;  // the child (process group leader)
+  RunState state = RunState::kRunning;
+  std::vector<int> gpus;
+  uint64_t minibatches = 0;
+  double minibatch_rate = 0;  // smoothed, per second; 0 when unknown
+  bool uses_library = false;  // the job attached to its progress page
+  pid_t library_pid = 0;      // the process that attached (0: none)
+  std::string log_path;
+  int exit_code = 0;  // when kExited: status, or -N when killed by signal N
+};
+
+struct ExitRecord {
+  uint64_t seq = 0;  // increasing per supervisor; AckExits takes it
+  int64_t job_id = 0;
+  int exit_code = 0;  // -N: killed by signal N
+  int64_t minibatches = 0;
+};
+
+class Supervisor {
+ public:
+  // `on_exit` (may be empty) is called from a waiter thread after each exit
+  // has been recorded.
+  explicit Supervisor(SupervisorOptions options,
+                      std::function<void(const ExitRecord&)> on_exit = {});
+  // Kills every live job (KillAll) and joins the waiter threads.
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  const SupervisorOptions& options() const { return options_; }
+
+  // Launches the job; returns once the command runs (exec succeeded).
+  // kFailedPrecondition if the job already runs here; kInvalidArgument for a
+  // bad field (job_id, spec.command, spec.workdir, spec.env, gpus); kIo when
+  // a file or the process cannot be created.
+  core::StatusOr<StartResult> Start(const StartParams& params);
+  // Returns once the job is stopped (bounded by suspend_timeout).
+  core::StatusOr<SuspendResult> Suspend(int64_t job_id);
+  // Returns once the job runs again (bounded by resume_timeout).
+  core::StatusOr<ResumeResult> Resume(int64_t job_id);
+  // SIGCONT + SIGTERM to the group, SIGKILL after kill_grace; returns once the
+  // job has exited. Ok for a job that already exited.
+  core::Status Kill(int64_t job_id);
+  // Kills every live job concurrently, as Kill does.
+  void KillAll();
+
+  // Live jobs (running or suspended); with `include_exited`, also ended ones.
+  std::vector<JobView> Jobs(bool include_exited = false) const;
+  core::StatusOr<JobView> Job(int64_t job_id) const;
+  // Waits (bounded) until the job has exited; false on timeout or unknown job.
+  bool WaitForExit(int64_t job_id, std::chrono::milliseconds timeout) const;
+
+  // Exit records not acknowledged yet, oldest first.
+  std::vector<ExitRecord> PendingExits() const;
+  // Drops the records with seq <= `up_to_seq`.
+  void AckExits(uint64_t up_to_seq);
+
+  std::string JobDir(int64_t job_id) const;
+  std::string LogPath(int64_t job_id) const;
+  std::string CheckpointDir(int64_t job_id) const;
+  std::string PagePath(int64_t job_id) const;
+
+ private:
+  struct JobRec;
+
+  std::shared_ptr<JobRec> Find(int64_t job_id) const;
+  void Wait(const std::shared_ptr<JobRec>& job);
+  core::Status KillLocked(JobRec& job);  // job.action_mu held
+  // Waits until pred() or the job exited or the deadline; true if pred().
+  bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
+                 const std::function<bool()>& pred) const;
+  std::vector<int> CpusFor(const std::vector<int>& gpus) const;
+
+  const SupervisorOptions options_;
+  const std::function<void(const ExitRecord&)> on_exit_;
+  std::vector<int> cpus_;  // CPUs this process may use (for pinning)
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable exited_cv_;
+  std::map<int64_t, std::shared_ptr<JobRec>> jobs_;  // guarded by mu_
+  std::vector<ExitRecord> exits_;                    // guarded by mu_
+  uint64_t next_exit_seq_ = 1;                       // guarded by mu_
+  std::vector<std::thread> old_waiters_;             // guarded by mu_
+};
+
+// Processes whose process group is `pgid` (scans /proc).
+std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
+// True when every process of group `pgid` is stopped (or a zombie), counting
+// a process in uninterruptible sleep with a stopped child as stopped (a
+// vfork() parent waiting for a child stopped before exec); true for an empty
+// group.
+bool ProcessGroupStopped(pid_t pgid);
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,369 @@
+// The supervisor alone: jobs as /bin/sh children, exit codes, environment,
+// logs, process groups, kill, and suspend/resume with and without the
+// job-side library (a C++ job and a Python job).
+#include "runtime/agent/supervisor.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "client/progress_reader.h"
+#include "runtime/agent/test_util.h"
+
+namespace gandiva::runtime {
+namespace {
+
+using testing::ReadFile;
+using testing::TempDir;
+using testing::UniqueName;
+using testing::WaitUntil;
+using namespace std::chrono_literals;
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  SupervisorOptions Options() {
+    SupervisorOptions o;
+    o.name = UniqueName("sup");
+    o.work_dir = dir_.path();
+    o.num_gpus = 4;
+    o.kill_grace = 2s;
+    return o;
+  }
+  StartParams Job(int64_t id, std::string command) {
+    StartParams p;
+    p.job_id = id;
+    p.command = std::move(command);
+    return p;
+  }
+  // Waits for the exit and returns its view.
+  JobView Finish(Supervisor& sup, int64_t id) {
+    EXPECT_TRUE(sup.WaitForExit(id, 30s)) << "job " << id << " did not exit";
+    auto v = sup.Job(id);
+    EXPECT_TRUE(v.ok());
+    return v.ok() ? *v : JobView{};
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(SupervisorTest, ExitCodesAndRecordsKeptUntilAcked) {
+  Supervisor sup(Options());
+  ASSERT_TRUE(sup.Start(Job(1, "exit 3")).ok());
+  ASSERT_TRUE(sup.Start(Job(2, "kill -9 $$")).ok());
+  ASSERT_TRUE(sup.Start(Job(3, "true")).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 3);
+  EXPECT_EQ(Finish(sup, 2).exit_code, -9);
+  EXPECT_EQ(Finish(sup, 3).exit_code, 0);
+  EXPECT_EQ(Finish(sup, 1).state, RunState::kExited);
+  EXPECT_TRUE(sup.Jobs().empty());
+  EXPECT_EQ(sup.Jobs(true).size(), 3u);
+
+  std::vector<ExitRecord> exits = sup.PendingExits();
+  ASSERT_EQ(exits.size(), 3u);
+  std::map<int64_t, int> codes;
+  for (const ExitRecord& e : exits) codes[e.job_id] = e.exit_code;
+  EXPECT_EQ(codes, (std::map<int64_t, int>{{1, 3}, {2, -9}, {3, 0}}));
+  EXPECT_EQ(sup.PendingExits().size(), 3u);  // kept until acknowledged
+  sup.AckExits(exits[1].seq);
+  ASSERT_EQ(sup.PendingExits().size(), 1u);
+  EXPECT_EQ(sup.PendingExits()[0].seq, exits[2].seq);
+  sup.AckExits(exits[2].seq);
+  EXPECT_TRUE(sup.PendingExits().empty());
+
+  // A job id that ended may start again (a restart).
+  ASSERT_TRUE(sup.Start(Job(1, "exit 4")).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 4);
+}
+
+TEST_F(SupervisorTest, EnvironmentLogAndWorkdir) {
+  Supervisor sup(Options());
+  StartParams p =
+      Job(7,
+          "echo \"cvd=[${CUDA_VISIBLE_DEVICES-unset}] "
+          "v=[$GANDIVA_VIRTUAL_GPUS] id=$GANDIVA_JOB_ID "
+          "ckpt=$GANDIVA_CHECKPOINT_DIR resume=$GANDIVA_RESUME_FROM "
+          "foo=$FOO pwd=$(pwd)\"; "
+          "echo \"page=$GANDIVA_PROGRESS_FILE\"; echo to-stderr >&2");
+  p.gpus = {1, 3};
+  p.env = {{"FOO", "bar baz"}, {"GANDIVA_JOB_ID", "spoofed"}};
+  p.workdir = dir_.path();
+  p.resume_from = "/ckpt/here";
+  auto r = sup.Start(p);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_GT(r->pid, 0);
+  EXPECT_EQ(Finish(sup, 7).exit_code, 0);
+  const std::string log = ReadFile(sup.LogPath(7));
+  EXPECT_EQ(sup.LogPath(7), dir_.path() + "/jobs/7/log");
+  EXPECT_NE(log.find("cvd=[] v=[1,3] id=7 ckpt=" + dir_.path() +
+                     "/jobs/7/checkpoint resume=/ckpt/here foo=bar baz pwd=" +
+                     dir_.path() + "\n"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("page=" + sup.PagePath(7) + "\n"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("to-stderr\n"), std::string::npos) << log;
+  EXPECT_TRUE(std::filesystem::is_directory(sup.CheckpointDir(7)));
+  // The page is removed once the job has ended.
+  EXPECT_FALSE(std::filesystem::exists(sup.PagePath(7)));
+
+  // Real GPUs: CUDA_VISIBLE_DEVICES lists them; no GANDIVA_VIRTUAL_GPUS;
+  // the default workdir is the job's directory; the log is appended to.
+  SupervisorOptions o = Options();
+  o.virtual_gpus = false;
+  Supervisor real(o);
+  StartParams q = Job(7,
+                      "echo \"cvd=$CUDA_VISIBLE_DEVICES "
+                      "v=${GANDIVA_VIRTUAL_GPUS-unset} "
+                      "resume=${GANDIVA_RESUME_FROM-unset} pwd=$(pwd)\"");
+  q.gpus = {2, 0};
+  ASSERT_TRUE(real.Start(q).ok());
+  EXPECT_EQ(Finish(real, 7).exit_code, 0);
+  const std::string log2 = ReadFile(real.LogPath(7));
+  EXPECT_NE(log2.find("cvd=2,0 v=unset resume=unset pwd=" + dir_.path() +
+                      "/jobs/7\n"),
+            std::string::npos)
+      << log2;
+  EXPECT_NE(log2.find("foo=bar baz"), std::string::npos);  // appended
+}
+
+TEST_F(SupervisorTest, BadRequestsAndWrongStates) {
+  Supervisor sup(Options());
+  StartParams p = Job(1, "true");
+  p.workdir = dir_.path() + "/missing";
+  auto r = sup.Start(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("spec.workdir"), std::string::npos);
+  EXPECT_NE(r.status().message().find("/missing"), std::string::npos);
+
+  r = sup.Start(Job(0, "true"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("job_id"), std::string::npos);
+  r = sup.Start(Job(2, ""));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("spec.command"), std::string::npos);
+  p = Job(3, "true");
+  p.gpus = {4};
+  r = sup.Start(p);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gpus"), std::string::npos);
+  p.gpus = {1, 1};
+  EXPECT_EQ(sup.Start(p).status().code(), core::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ(sup.Suspend(99).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(sup.Resume(99).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(sup.Kill(99).code(), core::StatusCode::kNotFound);
+
+  ASSERT_TRUE(sup.Start(Job(5, "exec sleep 1000")).ok());
+  auto again = sup.Start(Job(5, "true"));
+  EXPECT_EQ(again.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sup.Resume(5).status().code(),
+            core::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(sup.Suspend(5).ok());
+  EXPECT_EQ(sup.Suspend(5).status().code(),
+            core::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(sup.Kill(5).ok());
+  EXPECT_EQ(Finish(sup, 5).exit_code, -SIGTERM);  // killed while suspended
+  EXPECT_TRUE(sup.Kill(5).ok());                  // idempotent
+  EXPECT_EQ(sup.Suspend(5).status().code(),
+            core::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SupervisorTest, OwnProcessGroupAndKillOfTheWholeGroup) {
+  SupervisorOptions o = Options();
+  o.kill_grace = 300ms;
+  Supervisor sup(o);
+  auto r = sup.Start(Job(1, "sleep 1000 & sleep 1000 & wait"));
+  ASSERT_TRUE(r.ok());
+  const pid_t pid = r->pid;
+  EXPECT_EQ(getpgid(pid), pid);       // its own process group
+  EXPECT_EQ(getsid(pid), getsid(0));  // but not a new session
+  ASSERT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pid).size() == 3; }));
+  ASSERT_TRUE(sup.Kill(1).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, -SIGTERM);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pid).empty(); }));
+
+  // A job that ignores SIGTERM gets SIGKILL after the grace period.
+  r = sup.Start(Job(2, "trap '' TERM; sleep 1000 & wait"));
+  ASSERT_TRUE(r.ok());
+  const pid_t pid2 = r->pid;
+  ASSERT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pid2).size() == 2; }));
+  ASSERT_TRUE(sup.Kill(2).ok());
+  EXPECT_EQ(Finish(sup, 2).exit_code, -SIGKILL);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pid2).empty(); }));
+}
+
+TEST_F(SupervisorTest, LeftoversOfTheGroupAreKilledAtExit) {
+  Supervisor sup(Options());
+  auto r = sup.Start(Job(1, "sleep 1000 & exit 0"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 0);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(r->pid).empty(); }));
+}
+
+TEST_F(SupervisorTest, CpuPinningOfVirtualGpuJobs) {
+  SupervisorOptions o = Options();
+  o.cpus_per_gpu = 1;
+  Supervisor sup(o);
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+    if (CPU_ISSET(c, &set)) first = c;
+  }
+  StartParams p = Job(1, "grep Cpus_allowed_list /proc/self/status");
+  p.gpus = {0};
+  ASSERT_TRUE(sup.Start(p).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 0);
+  const std::string log = ReadFile(sup.LogPath(1));
+  EXPECT_NE(log.find(":\t" + std::to_string(first) + "\n"), std::string::npos)
+      << log;
+  // The agent's own thread got its affinity back.
+  cpu_set_t after;
+  ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&set, &after));
+}
+
+TEST_F(SupervisorTest, WaitsForTheLibraryOfAJustStartedJob) {
+  Supervisor sup(Options());
+  // The job announces the library only after a while (as a Python job does
+  // once it has imported its framework); a suspend meanwhile waits for it.
+  auto r = sup.Start(Job(
+      1, std::string("sleep 0.3; exec ") + GANDIVA_AGENT_TEST_JOB + " 100000"));
+  ASSERT_TRUE(r.ok());
+  auto s = sup.Suspend(1);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->at_boundary);
+  ASSERT_TRUE(sup.Resume(1).ok());
+  ASSERT_TRUE(sup.Kill(1).ok());
+}
+
+TEST_F(SupervisorTest, SuspendAndResumeWithoutTheLibrary) {
+  // No grace for a library that will never announce itself: stop at once.
+  SupervisorOptions o = Options();
+  o.library_start_grace = std::chrono::milliseconds(0);
+  Supervisor sup(o);
+  // A shell loop with a child per iteration: SIGSTOP of the whole group.
+  auto r = sup.Start(
+      Job(1,
+          "i=0; while [ $i -lt 100 ]; do i=$((i+1)); echo $i; sleep 0.01; "
+          "done"));
+  ASSERT_TRUE(r.ok());
+  const std::string log = sup.LogPath(1);
+  for (int cycle = 0; cycle < 3; ++cycle) {
+    auto s = sup.Suspend(1);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_FALSE(s->at_boundary);
+    EXPECT_TRUE(ProcessGroupStopped(r->pid));
+    EXPECT_EQ(sup.Job(1)->state, RunState::kSuspended);
+    EXPECT_FALSE(sup.Job(1)->uses_library);
+    const size_t size = ReadFile(log).size();
+    std::this_thread::sleep_for(30ms);
+    EXPECT_EQ(ReadFile(log).size(), size);  // nothing ran while stopped
+    auto res = sup.Resume(1);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    EXPECT_EQ(sup.Job(1)->state, RunState::kRunning);
+    std::printf("[ no library ] suspend %lld us, resume %lld us\n",
+                static_cast<long long>(s->took_us),
+                static_cast<long long>(res->took_us));
+  }
+  EXPECT_EQ(Finish(sup, 1).exit_code, 0);
+  EXPECT_NE(ReadFile(log).find("\n100\n"), std::string::npos);
+}
+
+// The library job stops at a boundary, its worker is stopped too, and it
+// ends with exactly its N mini-batches after suspend/resume cycles.
+void SuspendResumeCycles(Supervisor& sup, int64_t id, int cycles,
+                         uint64_t total, const char* label) {
+  ASSERT_TRUE(WaitUntil([&] {
+    auto v = sup.Job(id);
+    return v.ok() && (v->state == RunState::kExited ||
+                      (v->uses_library && v->minibatches >= 2));
+  }));
+  ASSERT_EQ(sup.Job(id)->state, RunState::kRunning) << "ended too soon";
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    auto s = sup.Suspend(id);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_TRUE(s->at_boundary);
+    JobView v = *sup.Job(id);
+    EXPECT_TRUE(v.uses_library);
+    EXPECT_EQ(v.state, RunState::kSuspended);
+    EXPECT_TRUE(client::ProcessIsStopped(v.library_pid));
+    EXPECT_TRUE(ProcessGroupStopped(v.pid));
+    EXPECT_LT(v.minibatches, total);
+    std::this_thread::sleep_for(30ms);
+    EXPECT_EQ(sup.Job(id)->minibatches, v.minibatches);  // stopped for real
+    auto res = sup.Resume(id);
+    ASSERT_TRUE(res.ok()) << res.status().ToString();
+    std::printf("[ %s ] suspend %lld us (at boundary: %d), resume %lld us\n",
+                label, static_cast<long long>(s->took_us), s->at_boundary,
+                static_cast<long long>(res->took_us));
+  }
+}
+
+TEST_F(SupervisorTest, SuspendAndResumeWithTheLibrary) {
+  Supervisor sup(Options());
+  constexpr int kSteps = 150;
+  auto r = sup.Start(Job(1, std::string(GANDIVA_AGENT_TEST_JOB) + " " +
+                                std::to_string(kSteps) + " 10 --worker"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  SuspendResumeCycles(sup, 1, 3, kSteps, "C++ library job");
+  const JobView end = Finish(sup, 1);
+  EXPECT_EQ(end.exit_code, 0) << ReadFile(sup.LogPath(1));
+  std::vector<ExitRecord> exits = sup.PendingExits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].minibatches, kSteps);
+  EXPECT_NE(ReadFile(sup.LogPath(1)).find("minibatches 150 resumed 3\n"),
+            std::string::npos)
+      << ReadFile(sup.LogPath(1));
+}
+
+TEST_F(SupervisorTest, SuspendAndResumeAPythonJob) {
+  if (access("/usr/bin/python3", X_OK) != 0) {
+    GTEST_SKIP() << "no /usr/bin/python3";
+  }
+  Supervisor sup(Options());
+  constexpr int kSteps = 120;
+  StartParams p =
+      Job(1,
+          "exec /usr/bin/python3 -c 'import time, gandiva\n"
+          "gandiva.init()\n"
+          "resumed = 0\n"
+          "for i in range(" +
+              std::to_string(kSteps) +
+              "):\n"
+              "    time.sleep(0.01)\n"
+              "    resumed += gandiva.step() == gandiva.STEP_RESUMED\n"
+              "print(\"py minibatches\", gandiva.minibatches(), \"resumed\", "
+              "resumed)\n'");
+  p.env = {{"PYTHONPATH", GANDIVA_PYTHON_DIR},
+           {"GANDIVA_CLIENT_LIB", GANDIVA_CLIENT_LIB_PATH},
+           {"PYTHONDONTWRITEBYTECODE", "1"}};
+  ASSERT_TRUE(sup.Start(p).ok());
+  SuspendResumeCycles(sup, 1, 2, kSteps, "Python library job");
+  const JobView end = Finish(sup, 1);
+  const std::string log = ReadFile(sup.LogPath(1));
+  EXPECT_EQ(end.exit_code, 0) << log;
+  ASSERT_EQ(sup.PendingExits().size(), 1u);
+  EXPECT_EQ(sup.PendingExits()[0].minibatches, kSteps);
+  EXPECT_NE(log.find("py minibatches 120 resumed 2\n"), std::string::npos)
+      << log;
+}
+
+TEST_F(SupervisorTest, DestructionKillsLiveJobs) {
+  pid_t pid = 0;
+  {
+    Supervisor sup(Options());
+    auto r = sup.Start(Job(1, "sleep 1000 & wait"));
+    ASSERT_TRUE(r.ok());
+    pid = r->pid;
+    ASSERT_TRUE(sup.Suspend(1).ok());
+  }
+  EXPECT_TRUE(ProcessGroupMembers(pid).empty());
+}
+
+}  // namespace
+}  // namespace gandiva::runtime
