@@ -1,0 +1,177 @@
+#include "runtime/scheduler/event_codec.h"
+
+#include <nlohmann/json.hpp>
+#include <type_traits>
+
+namespace gandiva::runtime {
+
+using nlohmann::json;
+
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+json SpecToJson(const core::JobSpec& s) {
+  return json{
+      {"name", s.name},         {"gpus", s.gpus},
+      {"priority", s.priority}, {"owner", s.owner},
+      {"group", s.group},       {"vc", s.vc},
+      {"elastic", s.elastic},   {"total_minibatches", s.total_minibatches},
+      {"model", s.model}};
+}
+
+core::JobSpec SpecFromJson(const json& j) {
+  core::JobSpec s;
+  s.name = j.at("name").get<std::string>();
+  s.gpus = j.at("gpus").get<int>();
+  s.priority = j.at("priority").get<int>();
+  s.owner = j.at("owner").get<std::string>();
+  s.group = j.at("group").get<std::string>();
+  s.vc = j.at("vc").get<std::string>();
+  s.elastic = j.at("elastic").get<bool>();
+  s.total_minibatches = j.at("total_minibatches").get<int64_t>();
+  s.model = j.at("model").get<int32_t>();
+  return s;
+}
+
+}  // namespace
+
+const char* EventKindName(const core::EventBody& body) {
+  static constexpr const char* kNames[] = {
+      "JobArrived",   "JobFinished",     "ProfileReport", "ActionDone",
+      "ActionFailed", "ServerUp",        "ServerDown",    "Tick",
+      "KillRequest",  "PriorityRequest", "HoldRequest"};
+  static_assert(std::size(kNames) == std::variant_size_v<core::EventBody>);
+  return kNames[body.index()];
+}
+
+std::string EncodeCoreSpec(const core::JobSpec& spec) {
+  return SpecToJson(spec).dump();
+}
+
+std::string EncodeEvent(const core::EventBody& body) {
+  json j = std::visit(
+      Overloaded{
+          [](const core::JobArrived& e) {
+            return json{{"id", e.id.value}, {"spec", SpecToJson(e.spec)}};
+          },
+          [](const core::JobFinished& e) {
+            return json{{"job", e.job.value}, {"success", e.success}};
+          },
+          [](const core::ProfileReport& e) {
+            return json{{"job", e.job.value},
+                        {"minibatch_rate", e.minibatch_rate},
+                        {"minibatches", e.minibatches},
+                        {"gpu_memory_gb", e.gpu_memory_gb},
+                        {"gpu_utilization", e.gpu_utilization}};
+          },
+          [](const core::ActionDone& e) {
+            return json{{"action", e.action.value},
+                        {"job", e.job.value},
+                        {"took_us", e.took.micros()}};
+          },
+          [](const core::ActionFailed& e) {
+            return json{{"action", e.action.value},
+                        {"job", e.job.value},
+                        {"took_us", e.took.micros()},
+                        {"reason", e.reason}};
+          },
+          [](const core::ServerUp& e) {
+            return json{{"id", e.id.value},
+                        {"name", e.spec.name},
+                        {"gpus", e.spec.gpus},
+                        {"sockets", e.spec.sockets},
+                        {"switches_per_socket", e.spec.switches_per_socket}};
+          },
+          [](const core::ServerDown& e) {
+            return json{{"id", e.id.value}};
+          },
+          [](const core::Tick&) { return json::object(); },
+          [](const core::KillRequest& e) {
+            return json{{"job", e.job.value}, {"reason", e.reason}};
+          },
+          [](const core::PriorityRequest& e) {
+            return json{{"job", e.job.value}, {"priority", e.priority}};
+          },
+          [](const core::HoldRequest& e) {
+            return json{{"job", e.job.value}, {"hold", e.hold}};
+          },
+      },
+      body);
+  j["kind"] = EventKindName(body);
+  return j.dump();
+}
+
+core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
+  try {
+    const json j = json::parse(text);
+    const std::string kind = j.at("kind").get<std::string>();
+    auto job = [&] { return core::JobId(j.at("job").get<int32_t>()); };
+    auto took = [&] {
+      return core::Duration::Micros(j.at("took_us").get<int64_t>());
+    };
+    if (kind == "JobArrived") {
+      return core::EventBody(core::JobArrived{
+          core::JobId(j.at("id").get<int32_t>()), SpecFromJson(j.at("spec"))});
+    }
+    if (kind == "JobFinished") {
+      return core::EventBody(
+          core::JobFinished{job(), j.at("success").get<bool>()});
+    }
+    if (kind == "ProfileReport") {
+      core::ProfileReport p;
+      p.job = job();
+      p.minibatch_rate = j.at("minibatch_rate").get<double>();
+      p.minibatches = j.at("minibatches").get<int64_t>();
+      p.gpu_memory_gb = j.at("gpu_memory_gb").get<double>();
+      p.gpu_utilization = j.at("gpu_utilization").get<double>();
+      return core::EventBody(p);
+    }
+    if (kind == "ActionDone") {
+      return core::EventBody(core::ActionDone{
+          core::ActionId(j.at("action").get<int64_t>()), job(), took()});
+    }
+    if (kind == "ActionFailed") {
+      return core::EventBody(
+          core::ActionFailed{core::ActionId(j.at("action").get<int64_t>()),
+                             job(), took(), j.at("reason").get<std::string>()});
+    }
+    if (kind == "ServerUp") {
+      core::ServerUp e;
+      e.id = core::ServerId(j.at("id").get<int32_t>());
+      e.spec.name = j.at("name").get<std::string>();
+      e.spec.gpus = j.at("gpus").get<int>();
+      e.spec.sockets = j.at("sockets").get<int>();
+      e.spec.switches_per_socket = j.at("switches_per_socket").get<int>();
+      return core::EventBody(e);
+    }
+    if (kind == "ServerDown") {
+      return core::EventBody(
+          core::ServerDown{core::ServerId(j.at("id").get<int32_t>())});
+    }
+    if (kind == "Tick") return core::EventBody(core::Tick{});
+    if (kind == "KillRequest") {
+      return core::EventBody(
+          core::KillRequest{job(), j.at("reason").get<std::string>()});
+    }
+    if (kind == "PriorityRequest") {
+      return core::EventBody(
+          core::PriorityRequest{job(), j.at("priority").get<int>()});
+    }
+    if (kind == "HoldRequest") {
+      return core::EventBody(
+          core::HoldRequest{job(), j.at("hold").get<bool>()});
+    }
+    return core::InvalidArgument("event: unknown kind '" + kind + "'");
+  } catch (const json::exception& e) {
+    return core::InvalidArgument(std::string("event: malformed JSON: ") +
+                                 e.what());
+  }
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,55 @@
+// SchedulerOptions: everything that configures the gandiva-scheduler daemon,
+// with its default. Plain value: thread-compatible.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace gandiva::runtime {
+
+struct SchedulerOptions {
+  // Where the gRPC Scheduler service listens, "host:port". Port 0 picks a
+  // free port; SchedulerServer::address() (and `address_file`) tell which.
+  // Default "0.0.0.0:7070".
+  std::string listen = "0.0.0.0:7070";
+  // If non-empty, the bound address ("host:port", host 127.0.0.1 when
+  // listening on all interfaces) is written to this file once the daemon
+  // serves (atomically: written to a temporary file, then renamed).
+  // Default empty.
+  std::string address_file;
+  // The SQLite database holding jobs, servers, history and the event log.
+  // Created if missing; recovered from if present. Default "./gandiva.db".
+  std::string db_path = "gandiva.db";
+  // fsync every commit (SQLite synchronous=FULL): committed state survives
+  // a power loss, not just a crash of the daemon. Default false (NORMAL).
+  bool durable_sync = false;
+
+  // --- Policy. Stored in the database on first start. Unset: the stored
+  // value (or the default for a new database). Set and different from the
+  // stored value: Start() refuses (the event log can only be replayed into
+  // the policy that wrote it; use a new --db to change policy).
+  //
+  // Policy name (see `gandiva policies`). Default "gandiva".
+  std::optional<std::string> policy;
+  // Time-slice length in seconds (gandiva policies). Default 60.
+  std::optional<double> quantum_s;
+  // The most jobs time-sharing a GPU (a server's height cap, gandiva
+  // policies; 0 = no cap). Default 4.
+  std::optional<int> max_height;
+
+  // How often the event loop sends the core a Tick. Default 1000 ms.
+  int tick_ms = 1000;
+  // An agent that has not reported for this long is declared down (its
+  // jobs go back to the queue). Default 30 s.
+  double agent_timeout_s = 30;
+  // Deadline of each call to an agent (suspend waits for a mini-batch
+  // boundary). Default 120 s.
+  double agent_rpc_timeout_s = 120;
+  // Threads executing actions against agents. The actions of one job run
+  // in order on one of them. Default 8.
+  int executor_threads = 8;
+  // Log each event and action to stderr. Default false.
+  bool verbose = false;
+};
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,1452 @@
+#include "runtime/scheduler/scheduler_server.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/policies/registry.h"
+#include "core/scheduler.h"
+#include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/event_codec.h"
+#include "runtime/scheduler/store.h"
+
+namespace gandiva::runtime {
+
+namespace {
+
+using core::ActionKind;
+using core::JobId;
+using core::JobState;
+using core::ServerId;
+using nlohmann::json;
+
+int64_t WallMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+grpc::Status ToGrpc(const core::Status& s) {
+  using core::StatusCode;
+  switch (s.code()) {
+    case StatusCode::kOk:
+      return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+      return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
+    case StatusCode::kNotFound:
+      return {grpc::StatusCode::NOT_FOUND, s.message()};
+    case StatusCode::kFailedPrecondition:
+      return {grpc::StatusCode::FAILED_PRECONDITION, s.message()};
+    case StatusCode::kAlreadyExists:
+      return {grpc::StatusCode::ALREADY_EXISTS, s.message()};
+    case StatusCode::kUnavailable:
+      return {grpc::StatusCode::UNAVAILABLE, s.message()};
+    default:
+      return {grpc::StatusCode::INTERNAL, s.ToString()};
+  }
+}
+
+rpc::JobState ToRpcState(const core::Job& j) {
+  switch (j.state) {
+    case JobState::kQueued:
+      return rpc::QUEUED;
+    case JobState::kRunning:
+      return rpc::RUNNING;
+    case JobState::kSuspended:
+      // Placed but never launched: it waits for its first slice.
+      return j.launched ? rpc::SUSPENDED : rpc::QUEUED;
+    case JobState::kMigrating:
+      return rpc::MIGRATING;
+    case JobState::kFinished:
+      return rpc::FINISHED;
+    case JobState::kFailed:
+      return rpc::FAILED;
+    case JobState::kKilled:
+      return rpc::KILLED;
+  }
+  return rpc::JOB_STATE_UNSPECIFIED;
+}
+
+std::string SpecToJson(const rpc::JobSpec& spec) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &out, o);
+  return out;
+}
+
+core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
+  core::JobSpec c;
+  c.name = s.name();
+  c.gpus = s.gpus();
+  c.priority = s.priority();
+  c.owner = s.owner();
+  c.group = s.group();
+  c.elastic = s.elastic();
+  c.total_minibatches = s.total_minibatches();
+  return c;
+}
+
+// A small pool; tasks with the same key run in order on one thread.
+class Executor {
+ public:
+  explicit Executor(int threads) : workers_(static_cast<size_t>(threads)) {
+    for (Worker& w : workers_) w.thread = std::thread([&w] { w.Main(); });
+  }
+  ~Executor() { Stop(); }
+  void Run(int64_t key, std::function<void()> task) {
+    Worker& w = workers_[static_cast<size_t>(key) % workers_.size()];
+    std::lock_guard lock(w.mu);
+    if (w.stop) return;
+    w.tasks.push_back(std::move(task));
+    w.cv.notify_one();
+  }
+  void Stop() {
+    for (Worker& w : workers_) {
+      std::lock_guard lock(w.mu);
+      w.stop = true;
+      w.cv.notify_one();
+    }
+    for (Worker& w : workers_) {
+      if (w.thread.joinable()) w.thread.join();
+    }
+  }
+
+ private:
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> tasks;
+    bool stop = false;
+    std::thread thread;
+    void Main() {
+      while (true) {
+        std::function<void()> t;
+        {
+          std::unique_lock lock(mu);
+          cv.wait(lock, [&] { return stop || !tasks.empty(); });
+          if (stop) return;
+          t = std::move(tasks.front());
+          tasks.pop_front();
+        }
+        t();
+      }
+    }
+  };
+  std::vector<Worker> workers_;
+};
+
+// Where the daemon believes a job's process lives.
+struct Proc {
+  ServerId server;
+  std::vector<int32_t> local;  // local GPU indices there
+  bool exists = false;         // false: none (or lost); start afresh
+};
+
+struct JobExtra {
+  rpc::JobSpec spec;
+  std::string spec_json;
+  std::optional<int32_t> exit_code;
+  rpc::Progress progress;
+  Proc proc;
+  // Exits to ignore per server: processes the daemon killed itself (a job
+  // restarted elsewhere), whose exit is not the job's.
+  std::map<int32_t, int> ignore_exits;
+  JobRow written;  // the row as last written to the store
+  bool has_written = false;
+};
+
+struct AgentConn {
+  ServerId id;
+  std::string name;
+  std::string address;
+  std::vector<rpc::Gpu> gpus;
+  int32_t sockets = 1;
+  int32_t switches_per_socket = 1;
+  std::shared_ptr<rpc::Agent::Stub> stub;
+  enum class Link { kAwaiting, kUp, kDown } link = Link::kAwaiting;
+  int64_t last_seen_us = 0;
+  // Set at registration: jobs the daemon placed here that the agent did not
+  // list; decided at its first report (their exits may still come).
+  bool reconcile_pending = false;
+  std::set<int32_t> missing;
+};
+
+struct PendingAction {
+  core::Action action;
+  int64_t dispatched_us = 0;
+  bool relocate = false;  // a resume carried out as a fresh start
+};
+
+struct Snapshot {
+  std::map<int64_t, rpc::JobInfo> jobs;
+  rpc::ListServersReply servers;
+};
+
+std::string HostPortForClients(const std::string& listen, int port) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    host = "127.0.0.1";
+  }
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ Impl
+
+struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
+  SchedulerOptions opts;
+  std::string policy_name;
+  std::string address;
+  std::unique_ptr<Store> store;
+  std::unique_ptr<core::Scheduler> sched;
+
+  // --- Owned by the loop thread (and by Start before it runs). ---
+  int64_t clock_us = 0;
+  int64_t next_internal_id = 0;
+  std::map<int32_t, JobExtra> extras;  // by job id
+  std::vector<AgentConn> agents;       // by server id
+  std::map<std::string, int32_t> agent_by_name;
+  std::map<int64_t, PendingAction> pending;  // by action id
+  WriteBatch batch;
+  bool servers_dirty = true;
+
+  // --- The queue into the loop. ---
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+  bool stopped = false;
+  std::condition_variable stopped_cv;
+  std::thread loop;
+
+  std::unique_ptr<Executor> executor;
+  std::unique_ptr<grpc::Server> grpc_server;
+
+  std::mutex snap_mu;
+  std::shared_ptr<const Snapshot> snap = std::make_shared<Snapshot>();
+
+  // ------------------------------------------------------------ helpers
+
+  void Log(const std::string& s) const {
+    if (opts.verbose)
+      std::fprintf(stderr, "gandiva-scheduler: %s\n", s.c_str());
+  }
+  void Warn(const std::string& s) const {
+    std::fprintf(stderr, "gandiva-scheduler: %s\n", s.c_str());
+  }
+
+  int64_t Now() {
+    clock_us = std::max(clock_us, WallMicros());
+    return clock_us;
+  }
+  int64_t InternalActionId() {
+    // Distinct from the core's small action ids and from earlier runs.
+    next_internal_id = std::max(next_internal_id + 1, WallMicros());
+    return (int64_t{1} << 62) | next_internal_id;
+  }
+
+  void Post(std::function<void()> f) {
+    std::lock_guard lock(mu);
+    if (stopping) return;
+    queue.push_back(std::move(f));
+    cv.notify_one();
+  }
+
+  // Runs `f` on the loop and waits for its answer (nullopt when the daemon
+  // shuts down first, or after 60 s).
+  template <typename T>
+  std::optional<T> Call(std::function<T()> f) {
+    auto p = std::make_shared<std::promise<T>>();
+    auto fut = p->get_future();
+    // Published before the answer: a client reads its own writes.
+    Post([this, p, f = std::move(f)] {
+      T result = f();
+      PersistAndPublish();
+      p->set_value(std::move(result));
+    });
+    if (fut.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      return std::nullopt;
+    }
+    try {
+      return fut.get();
+    } catch (const std::future_error&) {
+      return std::nullopt;  // dropped at shutdown
+    }
+  }
+  static grpc::Status Unavailable() {
+    return {grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"};
+  }
+
+  JobExtra* Extra(int32_t job) {
+    auto it = extras.find(job);
+    return it == extras.end() ? nullptr : &it->second;
+  }
+  const core::ClusterState& st() const { return sched->state(); }
+  bool LiveJob(int64_t id) const {
+    return id > 0 && id < (int64_t{1} << 31) &&
+           st().has_job(JobId(static_cast<int32_t>(id)));
+  }
+
+  // Server and local GPU indices of a set of cluster GPUs; nullopt when
+  // they span servers.
+  std::optional<std::pair<ServerId, std::vector<int32_t>>> Where(
+      const std::vector<core::GpuId>& gpus) const {
+    if (gpus.empty()) return std::nullopt;
+    const core::Cluster& c = st().cluster();
+    ServerId s = c.gpu(gpus[0]).server;
+    std::vector<int32_t> local;
+    for (core::GpuId g : gpus) {
+      if (c.gpu(g).server != s) return std::nullopt;
+      local.push_back(c.gpu(g).local);
+    }
+    return std::pair(s, local);
+  }
+
+  void History(int32_t job, const std::string& action, bool ok, int64_t took_us,
+               const std::string& detail) {
+    batch.history.push_back(
+        HistoryRow{job, Now(), action, ok, took_us, detail});
+    Log("job " + std::to_string(job) + ": " + action +
+        (ok ? " ok" : " FAILED") + (detail.empty() ? "" : " (" + detail + ")"));
+  }
+
+  // ---------------------------------------------------------- the core
+
+  // Logs `body`, hands it to the core and carries out the actions.
+  core::Status Feed(core::EventBody body) {
+    const int64_t t = Now();
+    auto seq = store->AppendEvent(t, EventKindName(body), EncodeEvent(body));
+    if (!seq.ok()) {
+      Warn("cannot log event, not handled: " + seq.status().ToString());
+      return seq.status();
+    }
+    std::vector<core::Action> actions;
+    core::Status s =
+        sched->Handle(core::Event{core::Time::FromMicros(t), body}, actions);
+    if (!s.ok())
+      Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
+    AfterHandle(body, actions, /*live=*/true);
+    return s;
+  }
+
+  // Daemon bookkeeping after an event; `live` false while replaying the log
+  // (the actions were carried out before the crash).
+  void AfterHandle(const core::EventBody& body,
+                   const std::vector<core::Action>& actions, bool live) {
+    if (const auto* f = std::get_if<core::JobFinished>(&body)) {
+      if (JobExtra* x = Extra(f->job.value)) x->proc = Proc{};
+    } else if (const auto* d = std::get_if<core::ActionDone>(&body)) {
+      pending.erase(d->action.value);
+    } else if (const auto* fl = std::get_if<core::ActionFailed>(&body)) {
+      auto it = pending.find(fl->action.value);
+      if (it != pending.end()) {
+        const ActionKind k = it->second.action.kind;
+        JobExtra* x = Extra(fl->job.value);
+        if (x != nullptr &&
+            (k == ActionKind::kStart || it->second.relocate ||
+             (k == ActionKind::kPack && it->second.action.launch))) {
+          x->proc.exists = false;
+        }
+        pending.erase(it);
+      }
+    } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
+      for (auto& [id, x] : extras) {
+        if (x.proc.server == down->id) x.proc = Proc{};
+      }
+    }
+    for (const core::Action& a : actions) Execute(a, live);
+  }
+
+  void Execute(const core::Action& a, bool live) {
+    JobExtra* x = Extra(a.job.value);
+    if (x == nullptr) {
+      Warn("action for a job without a record: " + std::to_string(a.job.value));
+      return;
+    }
+    const bool resume_like = a.kind == ActionKind::kResume ||
+                             (a.kind == ActionKind::kPack && !a.launch);
+    const bool start_like = a.kind == ActionKind::kStart ||
+                            (a.kind == ActionKind::kPack && a.launch);
+    switch (a.kind) {
+      case ActionKind::kStart:
+      case ActionKind::kResume:
+      case ActionKind::kPack: {
+        PendingAction p{a, Now(), false};
+        auto where = Where(a.gpus);
+        const Proc old = x->proc;
+        if (!where) {
+          x->proc = Proc{};
+          pending[a.id.value] = p;
+          if (live) {
+            const int32_t job = a.job.value;
+            Post([this, job] {
+              History(job, "start", false, 0,
+                      "multi-server jobs are not supported by agents yet");
+              if (!IsEnded(job))
+                (void)Feed(core::JobFinished{JobId(job), false});
+            });
+          }
+          return;
+        }
+        p.relocate =
+            resume_like && !(old.exists && old.server == where->first &&
+                             old.local == where->second);
+        (void)start_like;
+        x->proc = Proc{where->first, where->second, true};
+        pending[a.id.value] = p;
+        if (live) Dispatch(p, old);
+        return;
+      }
+      case ActionKind::kSuspend:
+      case ActionKind::kUnpack:
+        pending[a.id.value] = PendingAction{a, Now(), false};
+        if (live) Dispatch(pending[a.id.value], x->proc);
+        return;
+      case ActionKind::kKill: {
+        const Proc old = x->proc;
+        x->proc = Proc{};
+        if (live) {
+          History(a.job.value, "kill", true, 0, a.reason);
+          if (old.exists) KillAt(a.job.value, old, a.id.value);
+        }
+        return;
+      }
+      case ActionKind::kSetPriority:
+      case ActionKind::kNone:
+        return;
+      default:  // Migrate, Grow, Shrink
+        pending[a.id.value] = PendingAction{a, Now(), false};
+        if (live) {
+          const std::string what(core::ActionKindName(a.kind));
+          Reply(a.job.value, a.id.value, what, false, 0,
+                what + " is not supported by agents yet");
+        }
+        return;
+    }
+  }
+
+  bool IsEnded(int32_t job) const {
+    return !st().has_job(JobId(job)) ||
+           core::IsTerminal(st().job(JobId(job)).state);
+  }
+
+  // Posts the outcome of an action back to the loop.
+  void Reply(int32_t job, int64_t action, const std::string& what, bool ok,
+             int64_t took_us, const std::string& detail) {
+    Post([=, this] {
+      History(job, what, ok, took_us, detail);
+      if (!LiveJob(job)) return;
+      const core::Job& j = st().job(JobId(job));
+      // A stale reply (the job ended or moved on) is not worth logging.
+      if (!j.busy() || j.in_flight_id.value != action) return;
+      const auto took = core::Duration::Micros(took_us);
+      if (ok) {
+        (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
+      } else {
+        (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
+                                      detail});
+      }
+    });
+  }
+
+  std::shared_ptr<rpc::Agent::Stub> StubOf(ServerId s) const {
+    if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) {
+      return nullptr;
+    }
+    return agents[static_cast<size_t>(s.value)].stub;
+  }
+
+  std::unique_ptr<grpc::ClientContext> Ctx() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::microseconds(static_cast<int64_t>(
+                          opts.agent_rpc_timeout_s * 1e6)));
+    return ctx;
+  }
+  static std::string RpcError(const char* call, const grpc::Status& s) {
+    return std::string(call) + ": " + s.error_message() + " (code " +
+           std::to_string(static_cast<int>(s.error_code())) + ")";
+  }
+
+  // Kills a process the daemon no longer wants (fire and forget).
+  void KillAt(int32_t job, const Proc& where, int64_t action_id) {
+    auto stub = StubOf(where.server);
+    if (stub == nullptr) return;
+    executor->Run(job, [this, stub, job, action_id] {
+      rpc::JobRequest req;
+      req.set_job_id(job);
+      req.set_action_id(action_id);
+      rpc::KillReply rep;
+      auto ctx = Ctx();
+      grpc::Status s = stub->KillJob(ctx.get(), req, &rep);
+      if (!s.ok())
+        Log("job " + std::to_string(job) + ": " + RpcError("KillJob", s));
+    });
+  }
+
+  // Carries out a mechanism at the agent; `old` is where the job's process
+  // was before the action.
+  void Dispatch(const PendingAction& p, const Proc& old) {
+    const core::Action& a = p.action;
+    JobExtra& x = *Extra(a.job.value);
+    const int32_t job = a.job.value;
+    const int64_t aid = a.id.value;
+    const std::string what(core::ActionKindName(a.kind));
+    const bool starts = a.kind == ActionKind::kStart || p.relocate ||
+                        (a.kind == ActionKind::kPack && a.launch);
+    const bool suspends =
+        a.kind == ActionKind::kSuspend || a.kind == ActionKind::kUnpack;
+    if (suspends && !x.proc.exists) {
+      Reply(job, aid, what, true, 0, "no process to stop; it restarts afresh");
+      return;
+    }
+    auto stub = StubOf(x.proc.server);
+    if (stub == nullptr) {
+      Reply(job, aid, what, false, 0,
+            "no agent connected for server " +
+                std::to_string(x.proc.server.value));
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto took = [t0] {
+      return std::chrono::duration_cast<std::chrono::microseconds>(
+                 std::chrono::steady_clock::now() - t0)
+          .count();
+    };
+    if (starts) {
+      std::string detail = "gpus " + json(x.proc.local).dump();
+      std::shared_ptr<rpc::Agent::Stub> old_stub;
+      int64_t kill_id = 0;
+      if (p.relocate && old.exists) {
+        old_stub = StubOf(old.server);
+        kill_id = InternalActionId();
+        ++x.ignore_exits[old.server.value];
+        detail += "; restarted from scratch (left server " +
+                  std::to_string(old.server.value) + ")";
+      } else if (p.relocate) {
+        detail += "; restarted from scratch (its process was lost)";
+      }
+      rpc::StartJobRequest req;
+      req.set_job_id(job);
+      req.set_action_id(aid);
+      *req.mutable_spec() = x.spec;
+      for (int32_t g : x.proc.local) req.add_gpus(g);
+      executor->Run(job, [=, this] {
+        if (old_stub != nullptr) {
+          rpc::JobRequest kreq;
+          kreq.set_job_id(job);
+          kreq.set_action_id(kill_id);
+          rpc::KillReply krep;
+          auto ctx = Ctx();
+          (void)old_stub->KillJob(ctx.get(), kreq, &krep);
+        }
+        rpc::StartJobReply rep;
+        auto ctx = Ctx();
+        grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+        if (s.ok()) {
+          Reply(job, aid, what, true,
+                rep.took_us() > 0 ? rep.took_us() : took(), detail);
+        } else {
+          Reply(job, aid, what, false, took(), RpcError("StartJob", s));
+        }
+      });
+      return;
+    }
+    rpc::JobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(aid);
+    executor->Run(job, [=, this] {
+      auto ctx = Ctx();
+      grpc::Status s;
+      int64_t agent_took = 0;
+      std::string detail;
+      if (suspends) {
+        rpc::SuspendReply rep;
+        s = stub->SuspendJob(ctx.get(), req, &rep);
+        agent_took = rep.took_us();
+        // Jobs with the library stop at a mini-batch boundary; others are
+        // stopped wherever they are (SIGSTOP).
+        detail = rep.at_boundary() ? "at boundary" : "not at boundary";
+      } else {
+        rpc::ResumeReply rep;
+        s = stub->ResumeJob(ctx.get(), req, &rep);
+        agent_took = rep.took_us();
+      }
+      if (s.ok()) {
+        Reply(job, aid, what, true, agent_took > 0 ? agent_took : took(),
+              detail);
+      } else {
+        Reply(job, aid, what, false, took(),
+              RpcError(suspends ? "SuspendJob" : "ResumeJob", s));
+      }
+    });
+  }
+
+  // ----------------------------------------------------------- agents
+
+  core::StatusOr<int32_t> RegisterAgent(const rpc::RegisterAgentRequest& r) {
+    if (r.name().empty()) return core::InvalidArgument("field 'name': empty");
+    if (r.address().empty()) {
+      return core::InvalidArgument("field 'address': empty");
+    }
+    core::ServerSpec spec;
+    spec.name = r.name();
+    spec.gpus = r.gpus_size();
+    spec.sockets = std::max(1, r.sockets());
+    spec.switches_per_socket = std::max(1, r.switches_per_socket());
+    if (std::string err = core::ValidateServerSpec(spec); !err.empty()) {
+      return core::InvalidArgument(err);
+    }
+    int32_t id;
+    auto it = agent_by_name.find(r.name());
+    if (it == agent_by_name.end()) {
+      id = static_cast<int32_t>(agents.size());
+      agents.push_back(AgentConn{});
+      agent_by_name[r.name()] = id;
+    } else {
+      id = it->second;
+      const AgentConn& a = agents[static_cast<size_t>(id)];
+      if (static_cast<int>(a.gpus.size()) != spec.gpus) {
+        return core::FailedPrecondition(
+            "agent '" + r.name() + "' registered before with " +
+            std::to_string(a.gpus.size()) + " GPUs, now " +
+            std::to_string(spec.gpus) +
+            "; a server's GPUs cannot change (use another name)");
+      }
+    }
+    AgentConn& a = agents[static_cast<size_t>(id)];
+    a.id = ServerId(id);
+    a.name = r.name();
+    a.gpus.assign(r.gpus().begin(), r.gpus().end());
+    a.sockets = spec.sockets;
+    a.switches_per_socket = spec.switches_per_socket;
+    if (a.address != r.address() || a.stub == nullptr) {
+      a.address = r.address();
+      a.stub = rpc::Agent::NewStub(
+          grpc::CreateChannel(a.address, grpc::InsecureChannelCredentials()));
+    }
+    a.link = AgentConn::Link::kUp;
+    a.last_seen_us = Now();
+    // The row first: a ServerUp in the log always has its row.
+    WriteBatch rows;
+    rows.servers.push_back(ServerRowOf(a));
+    GANDIVA_RETURN_IF_ERROR(store->Write(rows));
+    const core::Cluster& c = st().cluster();
+    if (id >= c.num_servers()) {
+      if (id != c.num_servers()) {
+        return core::Status(core::StatusCode::kInternal,
+                            "server ids out of step with the core");
+      }
+      GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId()}));
+    } else if (!c.server(ServerId(id)).up) {
+      GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId(id)}));
+    }
+    servers_dirty = true;
+    Log("agent '" + a.name + "' registered as server " + std::to_string(id) +
+        " at " + a.address + " with " + std::to_string(r.jobs_size()) +
+        " jobs");
+    Reconcile(a, r);
+    return id;
+  }
+
+  // Makes the daemon's view and the agent's agree after a (re-)registration.
+  void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r) {
+    std::map<int32_t, rpc::JobState> reported;
+    for (const rpc::AgentJob& j : r.jobs()) {
+      const int32_t id = static_cast<int32_t>(j.job_id());
+      JobExtra* x = Extra(id);
+      const bool ours = x != nullptr && !IsEnded(id) && x->proc.exists &&
+                        x->proc.server == a.id;
+      if (ours) {
+        reported[id] = j.state();
+        continue;
+      }
+      // A process the daemon does not want there (killed, requeued, or
+      // moved while the daemon or the agent was away).
+      Proc stray{a.id, {}, true};
+      if (x != nullptr) ++x->ignore_exits[a.id.value];
+      if (x != nullptr)
+        History(id, "kill", true, 0, "stray process on " + a.name);
+      KillAt(id, stray, InternalActionId());
+    }
+    a.missing.clear();
+    for (auto& [id, x] : extras) {
+      if (!x.proc.exists || x.proc.server != a.id || IsEnded(id)) continue;
+      auto rep = reported.find(id);
+      if (rep == reported.end()) {
+        a.missing.insert(id);
+        continue;
+      }
+      const core::Job& j = st().job(JobId(id));
+      if (!j.busy()) continue;
+      bool ok = false;
+      switch (j.in_flight) {
+        case ActionKind::kStart:
+          ok = true;
+          break;
+        case ActionKind::kResume:
+        case ActionKind::kPack:
+          ok = rep->second == rpc::RUNNING;
+          break;
+        case ActionKind::kSuspend:
+        case ActionKind::kUnpack:
+          ok = rep->second == rpc::SUSPENDED;
+          break;
+        default:
+          continue;  // Migrate and others fail through their own reply
+      }
+      const std::string what(core::ActionKindName(j.in_flight));
+      const std::string detail = "reconciled: agent reports it " +
+                                 std::string(rpc::JobState_Name(rep->second));
+      History(id, what, ok, 0, detail);
+      if (ok) {
+        (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
+      } else {
+        (void)Feed(core::ActionFailed{j.in_flight_id, JobId(id), {}, detail});
+      }
+    }
+    a.reconcile_pending = true;
+  }
+
+  // A job the daemon placed on `a` that the agent no longer runs and whose
+  // exit never came: its process is lost.
+  void Lost(AgentConn& a, int32_t id) {
+    JobExtra& x = *Extra(id);
+    x.proc.exists = false;
+    const core::Job& j = st().job(JobId(id));
+    History(id, "lost", false, 0, "agent '" + a.name + "' no longer runs it");
+    if (j.busy()) {
+      auto it = pending.find(j.in_flight_id.value);
+      switch (j.in_flight) {
+        case ActionKind::kResume:
+          if (it != pending.end()) {
+            // Start it afresh where the core resumes it.
+            it->second.relocate = true;
+            const Proc old = x.proc;  // exists == false: nothing to kill
+            x.proc.exists = true;
+            Dispatch(it->second, old);
+            return;
+          }
+          break;
+        case ActionKind::kSuspend:
+        case ActionKind::kUnpack:
+          (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
+          return;
+        default:
+          break;
+      }
+      (void)Feed(
+          core::ActionFailed{j.in_flight_id, JobId(id), {}, "process lost"});
+      return;
+    }
+    if (j.state != JobState::kRunning) return;  // resumes as a fresh start
+    // The core believes it runs: launch it again where it is placed.
+    auto stub = StubOf(x.proc.server);
+    if (stub == nullptr) return;
+    x.proc.exists = true;
+    rpc::StartJobRequest req;
+    req.set_job_id(id);
+    req.set_action_id(InternalActionId());
+    *req.mutable_spec() = x.spec;
+    for (int32_t g : x.proc.local) req.add_gpus(g);
+    executor->Run(id, [=, this] {
+      rpc::StartJobReply rep;
+      auto ctx = Ctx();
+      grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+      Post([=, this] {
+        History(id, "restart", s.ok(), rep.took_us(),
+                s.ok() ? "relaunched a lost process" : RpcError("StartJob", s));
+        if (!s.ok() && !IsEnded(id)) {
+          Extra(id)->proc.exists = false;
+          (void)Feed(core::JobFinished{JobId(id), false});
+        }
+      });
+    });
+  }
+
+  grpc::Status DoReport(const rpc::AgentReport& r) {
+    auto it = agent_by_name.find(r.name());
+    if (it == agent_by_name.end() ||
+        agents[static_cast<size_t>(it->second)].link != AgentConn::Link::kUp) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "agent '" + r.name() +
+                  "' is not registered (new, timed out, or the scheduler "
+                  "restarted): call RegisterAgent again"};
+    }
+    AgentConn& a = agents[static_cast<size_t>(it->second)];
+    a.last_seen_us = Now();
+    for (const rpc::JobExit& e : r.exits()) {
+      const int32_t id = static_cast<int32_t>(e.job_id());
+      JobExtra* x = Extra(id);
+      if (x == nullptr) continue;
+      if (auto ig = x->ignore_exits.find(a.id.value);
+          ig != x->ignore_exits.end() && ig->second > 0) {
+        --ig->second;
+        continue;
+      }
+      if (!x->proc.exists || x->proc.server != a.id) continue;
+      x->proc = Proc{};
+      x->exit_code = e.exit_code();
+      if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+      if (IsEnded(id)) continue;
+      History(id, "exit", e.exit_code() == 0, 0,
+              "exit code " + std::to_string(e.exit_code()));
+      (void)Feed(core::JobFinished{JobId(id), e.exit_code() == 0});
+    }
+    for (const rpc::JobProfile& p : r.profiles()) {
+      const int32_t id = static_cast<int32_t>(p.job_id());
+      JobExtra* x = Extra(id);
+      if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
+      x->progress = p.progress();
+      core::ProfileReport pr;
+      pr.job = JobId(id);
+      pr.minibatch_rate = p.progress().minibatch_rate();
+      pr.minibatches = p.progress().minibatches();
+      pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
+                         (1024.0 * 1024.0 * 1024.0);
+      pr.gpu_utilization = p.progress().gpu_utilization();
+      (void)Feed(pr);
+    }
+    if (a.reconcile_pending) {
+      a.reconcile_pending = false;
+      std::set<int32_t> missing;
+      missing.swap(a.missing);
+      for (int32_t id : missing) {
+        JobExtra* x = Extra(id);
+        if (x != nullptr && x->proc.exists && x->proc.server == a.id &&
+            !IsEnded(id)) {
+          Lost(a, id);
+        }
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  void CheckAgents() {
+    const int64_t now = Now();
+    const auto timeout = static_cast<int64_t>(opts.agent_timeout_s * 1e6);
+    for (AgentConn& a : agents) {
+      if (a.link == AgentConn::Link::kDown || now - a.last_seen_us <= timeout) {
+        continue;
+      }
+      a.link = AgentConn::Link::kDown;
+      a.reconcile_pending = false;
+      a.missing.clear();
+      Warn("agent '" + a.name + "' silent for more than " +
+           std::to_string(opts.agent_timeout_s) + " s: server down");
+      servers_dirty = true;
+      if (a.id.value < st().cluster().num_servers() &&
+          st().cluster().server(a.id).up) {
+        (void)Feed(core::ServerDown{a.id});
+      }
+    }
+  }
+
+  // ------------------------------------------------------- user requests
+
+  core::StatusOr<int64_t> Submit(const rpc::JobSpec& spec) {
+    const std::string json = SpecToJson(spec);
+    const int64_t now = Now();
+    auto id = store->InsertJob(json, now);  // durable before anything else
+    if (!id.ok()) return id.status();
+    if (*id >= (int64_t{1} << 31)) {
+      return core::Status(core::StatusCode::kInternal, "job ids exhausted");
+    }
+    AddExtra(static_cast<int32_t>(*id), spec, json);
+    (void)Feed(
+        core::JobArrived{JobId(static_cast<int32_t>(*id)), ToCoreSpec(spec)});
+    return *id;
+  }
+
+  void AddExtra(int32_t id, const rpc::JobSpec& spec, const std::string& json) {
+    JobExtra& x = extras[id];
+    x.spec = spec;
+    x.spec_json = json;
+  }
+
+  core::Status CheckLiveJob(int64_t id) const {
+    if (!LiveJob(id)) return core::NotFound("no job " + std::to_string(id));
+    const core::Job& j = st().job(JobId(static_cast<int32_t>(id)));
+    if (core::IsTerminal(j.state)) {
+      return core::FailedPrecondition(
+          "job " + std::to_string(id) + " already ended (" +
+          std::string(core::JobStateName(j.state)) + ")");
+    }
+    return core::Status::Ok();
+  }
+
+  core::Status Kill(int64_t id, const std::string& reason) {
+    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
+    return Feed(core::KillRequest{JobId(static_cast<int32_t>(id)),
+                                  reason.empty() ? "killed by user" : reason});
+  }
+
+  core::Status Hold(int64_t id, bool hold) {
+    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
+    const core::Job& j = st().job(JobId(static_cast<int32_t>(id)));
+    if (!hold && !j.held) {
+      return core::FailedPrecondition("job " + std::to_string(id) +
+                                      " is not suspended by an operator");
+    }
+    if (hold && j.held) return core::Status::Ok();
+    History(static_cast<int32_t>(id), hold ? "hold" : "release", true, 0,
+            hold ? "suspended by operator" : "resumed by operator");
+    return Feed(core::HoldRequest{JobId(static_cast<int32_t>(id)), hold});
+  }
+
+  // --------------------------------------------- persistence and snapshot
+
+  ServerRow ServerRowOf(const AgentConn& a) const {
+    ServerRow r;
+    r.id = a.id.value;
+    r.name = a.name;
+    r.address = a.address;
+    json g = json::array();
+    for (const rpc::Gpu& gpu : a.gpus) {
+      std::string s;
+      (void)google::protobuf::util::MessageToJsonString(gpu, &s);
+      g.push_back(json::parse(s));
+    }
+    r.gpus_json = g.dump();
+    r.sockets = a.sockets;
+    r.switches_per_socket = a.switches_per_socket;
+    return r;
+  }
+
+  rpc::JobInfo InfoOf(int32_t id, const JobExtra& x) const {
+    rpc::JobInfo info;
+    info.set_id(id);
+    *info.mutable_spec() = x.spec;
+    *info.mutable_progress() = x.progress;
+    info.set_uses_library(x.progress.uses_library());
+    if (x.exit_code) info.set_exit_code(*x.exit_code);
+    if (!st().has_job(JobId(id))) {
+      info.set_state(rpc::QUEUED);
+      return info;
+    }
+    const core::Job& j = st().job(JobId(id));
+    info.set_state(ToRpcState(j));
+    info.set_submitted_us(j.submitted.micros());
+    if (j.first_started != core::Time::Never()) {
+      info.set_started_us(j.first_started.micros());
+    }
+    if (j.ended != core::Time::Never()) info.set_ended_us(j.ended.micros());
+    info.set_suspends(j.suspends);
+    info.set_resumes(j.resumes);
+    if (!j.gpus.empty()) {
+      const core::Cluster& c = st().cluster();
+      const ServerId s = c.gpu(j.gpus[0]).server;
+      info.set_server(c.server(s).spec.name);
+      for (core::GpuId g : j.gpus) info.add_gpus(c.gpu(g).local);
+    }
+    if (info.progress().minibatches() == 0 && j.profile.minibatches > 0) {
+      info.mutable_progress()->set_minibatches(j.profile.minibatches);
+    }
+    return info;
+  }
+
+  static JobRow RowOf(const rpc::JobInfo& i, const JobExtra& x) {
+    JobRow r;
+    r.id = i.id();
+    r.spec_json = x.spec_json;
+    r.state = i.state();
+    r.submitted_us = i.submitted_us();
+    r.started_us = i.started_us();
+    r.ended_us = i.ended_us();
+    r.exit_code = x.exit_code;
+    r.minibatches = i.progress().minibatches();
+    r.minibatch_rate = i.progress().minibatch_rate();
+    r.uses_library = i.uses_library();
+    r.server = i.server();
+    r.gpus_json =
+        json(std::vector<int32_t>(i.gpus().begin(), i.gpus().end())).dump();
+    r.suspends = i.suspends();
+    r.resumes = i.resumes();
+    return r;
+  }
+  static bool SameRow(const JobRow& a, const JobRow& b) {
+    return a.state == b.state && a.started_us == b.started_us &&
+           a.ended_us == b.ended_us && a.exit_code == b.exit_code &&
+           a.minibatches == b.minibatches &&
+           a.minibatch_rate == b.minibatch_rate &&
+           a.uses_library == b.uses_library && a.server == b.server &&
+           a.gpus_json == b.gpus_json && a.suspends == b.suspends &&
+           a.resumes == b.resumes && a.submitted_us == b.submitted_us;
+  }
+
+  void PersistAndPublish() {
+    auto next = std::make_shared<Snapshot>();
+    for (auto& [id, x] : extras) {
+      rpc::JobInfo info = InfoOf(id, x);
+      if (st().has_job(JobId(id))) {
+        JobRow row = RowOf(info, x);
+        if (!x.has_written || !SameRow(row, x.written)) {
+          batch.jobs.push_back(row);
+          x.written = std::move(row);
+          x.has_written = true;
+        }
+      }
+      next->jobs.emplace(id, std::move(info));
+    }
+    if (servers_dirty) {
+      for (const AgentConn& a : agents) batch.servers.push_back(ServerRowOf(a));
+      servers_dirty = false;
+    }
+    if (core::Status s = store->Write(batch); !s.ok()) {
+      Warn("cannot write state: " + s.ToString());
+    }
+    batch = WriteBatch{};
+    const core::Cluster& c = st().cluster();
+    for (const AgentConn& a : agents) {
+      rpc::ServerInfo* si = next->servers.add_servers();
+      si->set_id(a.id.value);
+      si->set_name(a.name);
+      si->set_address(a.address);
+      for (const rpc::Gpu& g : a.gpus) *si->add_gpus() = g;
+      if (a.id.value >= c.num_servers()) continue;
+      const core::Server& s = c.server(a.id);
+      si->set_up(s.up && a.link != AgentConn::Link::kDown);
+      si->set_height(s.height());
+      si->set_affinity(s.affinity);
+      si->set_free_gpus(s.free_gpus);
+      for (core::GpuId g : c.GpusOf(a.id)) {
+        rpc::GpuJobs* gj = si->add_gpu_jobs();
+        for (JobId j : c.gpu(g).jobs) {
+          if (st().job(j).state == JobState::kRunning) gj->add_running(j.value);
+        }
+        for (JobId j : c.gpu(g).jobs) {
+          if (st().job(j).state != JobState::kRunning) gj->add_waiting(j.value);
+        }
+      }
+    }
+    std::lock_guard lock(snap_mu);
+    snap = std::move(next);
+  }
+
+  std::shared_ptr<const Snapshot> Snap() {
+    std::lock_guard lock(snap_mu);
+    return snap;
+  }
+
+  // ------------------------------------------------------------ the loop
+
+  void LoopMain() {
+    const auto tick = std::chrono::milliseconds(std::max(1, opts.tick_ms));
+    auto next_tick = std::chrono::steady_clock::now() + tick;
+    while (true) {
+      std::deque<std::function<void()>> work;
+      {
+        std::unique_lock lock(mu);
+        cv.wait_until(lock, next_tick,
+                      [&] { return stopping || !queue.empty(); });
+        if (stopping) break;
+        work.swap(queue);
+      }
+      for (auto& f : work) f();
+      if (std::chrono::steady_clock::now() >= next_tick) {
+        (void)Feed(core::Tick{});
+        CheckAgents();
+        next_tick = std::chrono::steady_clock::now() + tick;
+      }
+      PersistAndPublish();
+    }
+  }
+
+  // ----------------------------------------------------------- startup
+
+  core::Status Open() {
+    auto s = Store::Open(opts.db_path, opts.durable_sync);
+    if (!s.ok()) return s.status();
+    store = std::move(*s);
+    GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
+    return Recover();
+  }
+
+  core::Status ResolvePolicy() {
+    auto stored = store->GetMeta("policy");
+    if (!stored.ok()) return stored.status();
+    json want = {{"policy", "gandiva"},
+                 {"quantum_us", int64_t{60'000'000}},
+                 {"max_height", 4}};
+    if (stored->has_value()) {
+      try {
+        want = json::parse(**stored);
+      } catch (const json::exception& e) {
+        return core::IoError(std::string("stored policy options: ") + e.what());
+      }
+    }
+    std::string diff;
+    auto check = [&](const char* flag, const char* key, const json& given) {
+      if (stored->has_value() && want.at(key) != given) {
+        diff += std::string(diff.empty() ? "" : "; ") + flag + " " +
+                given.dump() + " (the database has " + want.at(key).dump() +
+                ")";
+      }
+      want[key] = given;
+    };
+    if (opts.policy) check("--policy", "policy", *opts.policy);
+    if (opts.quantum_s) {
+      if (*opts.quantum_s <= 0) {
+        return core::InvalidArgument("--quantum-s: must be positive");
+      }
+      check("--quantum-s", "quantum_us",
+            core::Duration::FromSeconds(*opts.quantum_s).micros());
+    }
+    if (opts.max_height) {
+      if (*opts.max_height < 0) {
+        return core::InvalidArgument("--max-height: must not be negative");
+      }
+      check("--max-height", "max_height", *opts.max_height);
+    }
+    if (!diff.empty()) {
+      return core::FailedPrecondition(
+          "database '" + opts.db_path +
+          "' was created with other policy "
+          "options: " +
+          diff +
+          ". Omit these flags to use the stored ones, "
+          "or use a new --db");
+    }
+    core::PolicyOptions po;
+    po.gandiva.quantum =
+        core::Duration::Micros(want.at("quantum_us").get<int64_t>());
+    po.gandiva.max_height = want.at("max_height").get<int>();
+    // What agents cannot do yet: migrate, run one job across servers.
+    po.gandiva.migrate_to_idle = false;
+    po.gandiva.allow_split = false;
+    po.fifo.relax_locality = false;
+    policy_name = want.at("policy").get<std::string>();
+    auto policy = core::MakePolicy(policy_name, po);
+    if (!policy.ok()) return policy.status();
+    sched = std::make_unique<core::Scheduler>(std::move(*policy));
+    if (!stored->has_value()) {
+      GANDIVA_RETURN_IF_ERROR(store->SetMeta("policy", want.dump()));
+    }
+    return core::Status::Ok();
+  }
+
+  core::Status Recover() {
+    auto jobs = store->LoadJobs();
+    if (!jobs.ok()) return jobs.status();
+    for (const JobRow& row : *jobs) {
+      rpc::JobSpec spec;
+      if (!google::protobuf::util::JsonStringToMessage(row.spec_json, &spec)
+               .ok()) {
+        return core::IoError("job " + std::to_string(row.id) +
+                             ": stored spec is not valid JSON");
+      }
+      AddExtra(static_cast<int32_t>(row.id), spec, row.spec_json);
+      JobExtra& x = extras[static_cast<int32_t>(row.id)];
+      x.exit_code = row.exit_code;
+      x.progress.set_minibatches(row.minibatches);
+      x.progress.set_minibatch_rate(row.minibatch_rate);
+      x.progress.set_uses_library(row.uses_library);
+      x.written = row;
+      x.has_written = true;
+      clock_us = std::max(clock_us, row.submitted_us);
+    }
+    auto servers = store->LoadServers();
+    if (!servers.ok()) return servers.status();
+    const int64_t now = WallMicros();
+    for (const ServerRow& row : *servers) {
+      if (row.id != static_cast<int32_t>(agents.size())) {
+        return core::IoError("servers table: ids are not dense");
+      }
+      AgentConn a;
+      a.id = ServerId(row.id);
+      a.name = row.name;
+      a.address = row.address;
+      a.sockets = row.sockets;
+      a.switches_per_socket = row.switches_per_socket;
+      try {
+        for (const json& g : json::parse(row.gpus_json)) {
+          rpc::Gpu gpu;
+          (void)google::protobuf::util::JsonStringToMessage(g.dump(), &gpu);
+          a.gpus.push_back(gpu);
+        }
+      } catch (const json::exception& e) {
+        return core::IoError("server '" + row.name + "': " + e.what());
+      }
+      a.stub = rpc::Agent::NewStub(
+          grpc::CreateChannel(a.address, grpc::InsecureChannelCredentials()));
+      a.link = AgentConn::Link::kAwaiting;
+      a.last_seen_us = now;
+      agent_by_name[a.name] = row.id;
+      agents.push_back(std::move(a));
+    }
+    // Replay: the same events give the same state; the actions were carried
+    // out (or were under way) before the restart.
+    int64_t replayed = 0;
+    GANDIVA_RETURN_IF_ERROR(store->ForEachEvent([&](const EventRow& e) {
+      auto body = DecodeEvent(e.json);
+      if (!body.ok()) {
+        return core::IoError("event log entry " + std::to_string(e.seq) + ": " +
+                             body.status().message());
+      }
+      if (const auto* arrived = std::get_if<core::JobArrived>(&*body)) {
+        if (Extra(arrived->id.value) == nullptr) {
+          return core::IoError("event log entry " + std::to_string(e.seq) +
+                               ": job " + std::to_string(arrived->id.value) +
+                               " is not in the jobs table");
+        }
+      }
+      clock_us = std::max(clock_us, e.time_us);
+      std::vector<core::Action> actions;
+      (void)sched->Handle(core::Event{core::Time::FromMicros(e.time_us), *body},
+                          actions);
+      AfterHandle(*body, actions, /*live=*/false);
+      ++replayed;
+      return core::Status::Ok();
+    }));
+    if (replayed > 0) {
+      Warn("recovered from '" + opts.db_path + "': replayed " +
+           std::to_string(replayed) + " events, " +
+           std::to_string(extras.size()) + " jobs, " +
+           std::to_string(agents.size()) +
+           " servers; waiting for agents to register again");
+    }
+    return core::Status::Ok();
+  }
+
+  // Jobs stored but never handed to the core (the daemon died in between).
+  void ArriveUnarrived() {
+    for (auto& [id, x] : extras) {
+      if (!st().has_job(JobId(id))) {
+        (void)Feed(core::JobArrived{JobId(id), ToCoreSpec(x.spec)});
+      }
+    }
+  }
+
+  // ------------------------------------------------------ gRPC handlers
+
+  grpc::Status RegisterAgent(grpc::ServerContext*,
+                             const rpc::RegisterAgentRequest* req,
+                             rpc::RegisterAgentReply* rep) override {
+    auto r = Call<core::StatusOr<int32_t>>(
+        [this, req] { return RegisterAgent(*req); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    rep->set_server_id(**r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
+                      rpc::AgentReportReply*) override {
+    auto r = Call<grpc::Status>([this, req] { return DoReport(*req); });
+    return r ? *r : Unavailable();
+  }
+
+  grpc::Status Submit(grpc::ServerContext*, const rpc::SubmitRequest* req,
+                      rpc::SubmitReply* rep) override {
+    const rpc::JobSpec& spec = req->spec();
+    std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
+    if (err.empty() && spec.command().empty()) {
+      err = "field 'command': must not be empty";
+    }
+    if (err.empty() && !spec.workdir().empty() &&
+        !std::filesystem::path(spec.workdir()).is_absolute()) {
+      err = "field 'workdir': must be an absolute path, got '" +
+            spec.workdir() + "'";
+    }
+    if (!err.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, err};
+    auto r = Call<core::StatusOr<int64_t>>(
+        [this, req] { return Submit(req->spec()); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    rep->set_job_id(**r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest* req,
+                        rpc::ListJobsReply* rep) override {
+    auto s = Snap();
+    for (const auto& [id, info] : s->jobs) {
+      const bool ended = info.state() == rpc::FINISHED ||
+                         info.state() == rpc::FAILED ||
+                         info.state() == rpc::KILLED;
+      if (ended && !req->all()) continue;
+      *rep->add_jobs() = info;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                      rpc::JobInfo* rep) override {
+    auto s = Snap();
+    auto it = s->jobs.find(req->job_id());
+    if (it == s->jobs.end()) {
+      return {grpc::StatusCode::NOT_FOUND,
+              "no job " + std::to_string(req->job_id())};
+    }
+    *rep = it->second;
+    auto h = store->History(req->job_id());
+    if (!h.ok()) return ToGrpc(h.status());
+    for (const HistoryRow& row : *h) {
+      rpc::HistoryEntry* e = rep->add_history();
+      e->set_time_us(row.time_us);
+      e->set_action(row.action);
+      e->set_ok(row.ok);
+      e->set_took_us(row.took_us);
+      e->set_detail(row.detail);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Kill(grpc::ServerContext*, const rpc::KillRequest* req,
+                    rpc::Empty*) override {
+    auto r = Call<core::Status>(
+        [this, req] { return Kill(req->job_id(), req->reason()); });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Suspend(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                       rpc::Empty*) override {
+    auto r =
+        Call<core::Status>([this, req] { return Hold(req->job_id(), true); });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Resume(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                      rpc::Empty*) override {
+    auto r =
+        Call<core::Status>([this, req] { return Hold(req->job_id(), false); });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
+                           rpc::ListServersReply* rep) override {
+    *rep = Snap()->servers;
+    return grpc::Status::OK;
+  }
+  grpc::Status Ping(grpc::ServerContext*, const rpc::Empty*,
+                    rpc::Empty*) override {
+    return grpc::Status::OK;
+  }
+};
+
+// -------------------------------------------------------- SchedulerServer
+
+SchedulerServer::SchedulerServer(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)) {}
+
+SchedulerServer::~SchedulerServer() { Shutdown(); }
+
+core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
+    SchedulerOptions options) {
+  if (options.tick_ms <= 0) {
+    return core::InvalidArgument("--tick-ms: must be positive");
+  }
+  if (options.agent_timeout_s <= 0) {
+    return core::InvalidArgument("--agent-timeout-s: must be positive");
+  }
+  if (options.agent_rpc_timeout_s <= 0) {
+    return core::InvalidArgument("--agent-rpc-timeout-s: must be positive");
+  }
+  if (options.executor_threads < 1) {
+    return core::InvalidArgument("--executor-threads: must be at least 1");
+  }
+  if (options.listen.rfind(':') == std::string::npos) {
+    return core::InvalidArgument("--listen: expected HOST:PORT, got '" +
+                                 options.listen + "'");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(options);
+  GANDIVA_RETURN_IF_ERROR(impl->Open());
+  impl->executor = std::make_unique<Executor>(impl->opts.executor_threads);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(impl->opts.listen, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(impl.get());
+  impl->grpc_server = builder.BuildAndStart();
+  if (impl->grpc_server == nullptr || port == 0) {
+    return core::Status(core::StatusCode::kUnavailable,
+                        "cannot listen on '" + impl->opts.listen + "'");
+  }
+  impl->address = HostPortForClients(impl->opts.listen, port);
+
+  Impl* p = impl.get();
+  p->Post([p] { p->ArriveUnarrived(); });
+  p->PersistAndPublish();
+  p->loop = std::thread([p] { p->LoopMain(); });
+  if (!p->opts.address_file.empty()) {
+    const std::string tmp = p->opts.address_file + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << p->address << "\n";
+      if (!f) {
+        std::unique_ptr<SchedulerServer> s(
+            new SchedulerServer(std::move(impl)));
+        s->Shutdown();
+        return core::IoError("cannot write '" + tmp + "'");
+      }
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, p->opts.address_file, ec);
+    if (ec) {
+      std::unique_ptr<SchedulerServer> s(new SchedulerServer(std::move(impl)));
+      s->Shutdown();
+      return core::IoError("cannot write '" + p->opts.address_file +
+                           "': " + ec.message());
+    }
+  }
+  return std::unique_ptr<SchedulerServer>(new SchedulerServer(std::move(impl)));
+}
+
+const std::string& SchedulerServer::address() const { return impl_->address; }
+const std::string& SchedulerServer::policy() const {
+  return impl_->policy_name;
+}
+
+void SchedulerServer::Sync() {
+  (void)impl_->Call<bool>([] { return true; });
+}
+
+void SchedulerServer::Shutdown() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.mu);
+    if (m.stopped) return;
+  }
+  if (m.grpc_server) {
+    m.grpc_server->Shutdown(std::chrono::system_clock::now() +
+                            std::chrono::seconds(2));
+  }
+  {
+    std::lock_guard lock(m.mu);
+    m.stopping = true;
+    m.queue.clear();
+    m.cv.notify_all();
+  }
+  if (m.loop.joinable()) m.loop.join();
+  if (m.executor) m.executor->Stop();
+  if (m.grpc_server) m.grpc_server->Wait();
+  {
+    std::lock_guard lock(m.mu);
+    m.stopped = true;
+  }
+  m.stopped_cv.notify_all();
+}
+
+void SchedulerServer::Wait() {
+  std::unique_lock lock(impl_->mu);
+  impl_->stopped_cv.wait(lock, [&] { return impl_->stopped; });
+}
+
+}  // namespace gandiva::runtime

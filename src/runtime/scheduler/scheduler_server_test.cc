@@ -1,0 +1,682 @@
+// The daemon in-process (and, for crash recovery, as a child process)
+// against fake agents: small in-process Agent services that succeed, fail
+// StartJob, or answer slowly. No timed assertions: every wait polls for a
+// condition with a generous limit.
+#include "runtime/scheduler/scheduler_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "proto/gandiva.grpc.pb.h"
+
+namespace gandiva::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool WaitFor(const std::function<bool()>& cond, int seconds = 30) {
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+enum class Mode { kOk, kFailStart, kSlow };
+
+// A fake node agent: keeps a table of "processes" and answers like one.
+class FakeAgent final : public rpc::Agent::Service {
+ public:
+  FakeAgent(std::string name, int gpus, Mode mode)
+      : name_(std::move(name)), gpus_(gpus), mode_(mode) {
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(this);
+    server_ = b.BuildAndStart();
+    address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  ~FakeAgent() override { server_->Shutdown(); }
+
+  struct Proc {
+    rpc::JobState state;
+    std::vector<int32_t> gpus;
+  };
+
+  grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
+                        rpc::StartJobReply* rep) override {
+    if (mode_ == Mode::kSlow) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    std::lock_guard lock(mu_);
+    ++start_calls_[r->job_id()];
+    if (mode_ == Mode::kFailStart) {
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, "no GPUs today"};
+    }
+    if (procs_.count(r->job_id())) ++duplicate_starts_;
+    procs_[r->job_id()] = Proc{
+        rpc::RUNNING, std::vector<int32_t>(r->gpus().begin(), r->gpus().end())};
+    start_gpus_[r->job_id()] = procs_[r->job_id()].gpus;
+    ever_ran_.insert(r->job_id());
+    rep->set_pid(1000 + r->job_id());
+    rep->set_took_us(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* r,
+                          rpc::SuspendReply* rep) override {
+    std::lock_guard lock(mu_);
+    auto it = procs_.find(r->job_id());
+    if (it == procs_.end()) return {grpc::StatusCode::NOT_FOUND, "no such job"};
+    it->second.state = rpc::SUSPENDED;
+    ++suspends_;
+    rep->set_took_us(2);
+    return grpc::Status::OK;
+  }
+  grpc::Status ResumeJob(grpc::ServerContext*, const rpc::JobRequest* r,
+                         rpc::ResumeReply* rep) override {
+    std::lock_guard lock(mu_);
+    auto it = procs_.find(r->job_id());
+    if (it == procs_.end()) return {grpc::StatusCode::NOT_FOUND, "no such job"};
+    it->second.state = rpc::RUNNING;
+    ++resumes_;
+    rep->set_took_us(3);
+    return grpc::Status::OK;
+  }
+  grpc::Status KillJob(grpc::ServerContext*, const rpc::JobRequest* r,
+                       rpc::KillReply*) override {
+    std::lock_guard lock(mu_);
+    procs_.erase(r->job_id());
+    ++kills_[r->job_id()];
+    return grpc::Status::OK;
+  }
+
+  // Registers with the scheduler at `addr`, listing the jobs it runs.
+  grpc::Status Register(const std::string& addr) {
+    std::lock_guard lock(mu_);
+    sched_addr_ = addr;
+    stub_ = rpc::Scheduler::NewStub(
+        grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+    return RegisterLocked();
+  }
+  // The job's process ended: kept until a report gets through.
+  void Exit(int64_t job, int code) {
+    std::lock_guard lock(mu_);
+    procs_.erase(job);
+    rpc::JobExit e;
+    e.set_job_id(job);
+    e.set_exit_code(code);
+    outbox_.push_back(e);
+  }
+  // Forgets a job without an exit (as if the node lost it).
+  void Lose(int64_t job) {
+    std::lock_guard lock(mu_);
+    procs_.erase(job);
+  }
+  // Sends a report (exits kept so far); re-registers when told to, as a
+  // real agent does.
+  grpc::Status Report() {
+    std::lock_guard lock(mu_);
+    rpc::AgentReport r;
+    r.set_name(name_);
+    for (const auto& e : outbox_) *r.add_exits() = e;
+    rpc::AgentReportReply rep;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    grpc::Status s = stub_->Report(&ctx, r, &rep);
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      grpc::Status reg = RegisterLocked();
+      if (!reg.ok()) return reg;
+      grpc::ClientContext ctx2;
+      s = stub_->Report(&ctx2, r, &rep);
+    }
+    if (s.ok()) {
+      for (const auto& e : outbox_) ++reported_exits_[e.job_id()];
+      outbox_.clear();
+    }
+    return s;
+  }
+  // Ends every running job with `code` and reports.
+  void FinishRunning(int code = 0) {
+    std::vector<int64_t> running;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [id, p] : procs_) {
+        if (p.state == rpc::RUNNING) running.push_back(id);
+      }
+    }
+    for (int64_t id : running) Exit(id, code);
+    (void)Report();
+  }
+
+  std::map<int64_t, Proc> procs() {
+    std::lock_guard lock(mu_);
+    return procs_;
+  }
+  int start_calls(int64_t job) {
+    std::lock_guard lock(mu_);
+    return start_calls_[job];
+  }
+  std::vector<int32_t> start_gpus(int64_t job) {
+    std::lock_guard lock(mu_);
+    return start_gpus_[job];
+  }
+  int suspends() {
+    std::lock_guard lock(mu_);
+    return suspends_;
+  }
+  int resumes() {
+    std::lock_guard lock(mu_);
+    return resumes_;
+  }
+  int kills(int64_t job) {
+    std::lock_guard lock(mu_);
+    return kills_[job];
+  }
+  int duplicate_starts() {
+    std::lock_guard lock(mu_);
+    return duplicate_starts_;
+  }
+  std::set<int64_t> ever_ran() {
+    std::lock_guard lock(mu_);
+    return ever_ran_;
+  }
+  std::map<int64_t, int> reported_exits() {
+    std::lock_guard lock(mu_);
+    return reported_exits_;
+  }
+
+ private:
+  grpc::Status RegisterLocked() {
+    rpc::RegisterAgentRequest r;
+    r.set_name(name_);
+    r.set_address(address_);
+    r.set_sockets(1);
+    r.set_switches_per_socket(1);
+    for (int i = 0; i < gpus_; ++i) {
+      rpc::Gpu* g = r.add_gpus();
+      g->set_local(i);
+      g->set_uuid("virtual-" + std::to_string(i));
+      g->set_name("virtual");
+    }
+    for (const auto& [id, p] : procs_) {
+      rpc::AgentJob* j = r.add_jobs();
+      j->set_job_id(id);
+      j->set_state(p.state);
+      for (int32_t g : p.gpus) j->add_gpus(g);
+    }
+    rpc::RegisterAgentReply rep;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    return stub_->RegisterAgent(&ctx, r, &rep);
+  }
+
+  std::string name_;
+  int gpus_;
+  Mode mode_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::mutex mu_;
+  std::string sched_addr_;
+  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+  std::map<int64_t, Proc> procs_;
+  std::vector<rpc::JobExit> outbox_;
+  std::map<int64_t, int> start_calls_;
+  std::map<int64_t, std::vector<int32_t>> start_gpus_;
+  std::map<int64_t, int> kills_;
+  std::map<int64_t, int> reported_exits_;
+  std::set<int64_t> ever_ran_;
+  int suspends_ = 0;
+  int resumes_ = 0;
+  int duplicate_starts_ = 0;
+};
+
+// A CLI-like client.
+class Client {
+ public:
+  explicit Client(const std::string& addr)
+      : stub_(rpc::Scheduler::NewStub(
+            grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()))) {}
+  grpc::Status Submit(const rpc::JobSpec& spec, int64_t* id = nullptr) {
+    rpc::SubmitRequest r;
+    *r.mutable_spec() = spec;
+    rpc::SubmitReply rep;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Submit(&ctx, r, &rep);
+    if (id != nullptr) *id = rep.job_id();
+    return s;
+  }
+  int64_t MustSubmit(int gpus, const std::string& name = "job") {
+    rpc::JobSpec spec;
+    spec.set_name(name);
+    spec.set_command("python3 train.py");
+    spec.set_gpus(gpus);
+    int64_t id = -1;
+    grpc::Status s = Submit(spec, &id);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return id;
+  }
+  rpc::JobInfo Get(int64_t id, grpc::Status* status = nullptr) {
+    rpc::JobIdRequest r;
+    r.set_job_id(id);
+    rpc::JobInfo info;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->GetJob(&ctx, r, &info);
+    if (status != nullptr) *status = s;
+    return info;
+  }
+  rpc::JobState State(int64_t id) { return Get(id).state(); }
+  std::vector<rpc::JobInfo> List(bool all = true) {
+    rpc::ListJobsRequest r;
+    r.set_all(all);
+    rpc::ListJobsReply rep;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->ListJobs(&ctx, r, &rep).ok());
+    return {rep.jobs().begin(), rep.jobs().end()};
+  }
+  rpc::ListServersReply Servers() {
+    rpc::ListServersReply rep;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->ListServers(&ctx, rpc::Empty(), &rep).ok());
+    return rep;
+  }
+  grpc::Status Kill(int64_t id) {
+    rpc::KillRequest r;
+    r.set_job_id(id);
+    r.set_reason("test");
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Kill(&ctx, r, &e);
+  }
+  grpc::Status Suspend(int64_t id) {
+    rpc::JobIdRequest r;
+    r.set_job_id(id);
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Suspend(&ctx, r, &e);
+  }
+  grpc::Status Resume(int64_t id) {
+    rpc::JobIdRequest r;
+    r.set_job_id(id);
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Resume(&ctx, r, &e);
+  }
+  grpc::Status Ping() {
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(1));
+    return stub_->Ping(&ctx, e, &e);
+  }
+
+ private:
+  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+};
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gandiva-daemon-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  SchedulerOptions Options() {
+    SchedulerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.db_path = (dir_ / "gandiva.db").string();
+    o.tick_ms = 50;
+    o.agent_timeout_s = 600;
+    o.agent_rpc_timeout_s = 10;
+    return o;
+  }
+  Client& StartDaemon(SchedulerOptions o) {
+    auto s = SchedulerServer::Start(std::move(o));
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(*s);
+    client_ = std::make_unique<Client>(server_->address());
+    return *client_;
+  }
+  fs::path dir_;
+  std::unique_ptr<SchedulerServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+// Table-driven over agent behaviours (in the style of kubernetes'
+// default_binder_test).
+TEST_F(DaemonTest, ActionsReachAgents) {
+  struct Case {
+    const char* name;
+    Mode mode;
+    int exit_code;
+    bool starts;
+  };
+  const Case cases[] = {
+      {"succeeds", Mode::kOk, 0, true},
+      {"slow", Mode::kSlow, 3, true},
+      {"fails_start", Mode::kFailStart, 0, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TearDown();
+    SetUp();
+    Client& cl = StartDaemon(Options());
+    FakeAgent agent(std::string("node-") + c.name, 4, c.mode);
+    ASSERT_TRUE(agent.Register(server_->address()).ok());
+    const int64_t big = cl.MustSubmit(2, "big");
+    const int64_t small = cl.MustSubmit(1, "small");
+    EXPECT_EQ(big, 1);
+    EXPECT_EQ(small, 2);
+    if (!c.starts) {
+      // Start fails, the job goes back to the queue and is tried again.
+      ASSERT_TRUE(WaitFor([&] { return agent.start_calls(big) >= 2; }));
+      bool saw_failure = false;
+      const rpc::JobInfo info = cl.Get(big);
+      for (const auto& h : info.history()) {
+        if (h.action() == "start" && !h.ok()) {
+          saw_failure = true;
+          EXPECT_NE(h.detail().find("no GPUs today"), std::string::npos);
+        }
+      }
+      EXPECT_TRUE(saw_failure);
+      ASSERT_TRUE(cl.Kill(big).ok());
+      ASSERT_TRUE(cl.Kill(small).ok());
+      EXPECT_EQ(cl.State(big), rpc::KILLED);
+      EXPECT_TRUE(agent.procs().empty());
+      continue;
+    }
+    // RUNNING in the daemon as soon as the start is under way; wait for the
+    // (maybe slow) agent to have both.
+    ASSERT_TRUE(WaitFor([&] {
+      return cl.State(big) == rpc::RUNNING && cl.State(small) == rpc::RUNNING &&
+             agent.procs().size() == 2;
+    }));
+    // The agent got the GPUs the daemon shows, distinct ones.
+    const rpc::JobInfo bi = cl.Get(big);
+    const rpc::JobInfo si = cl.Get(small);
+    EXPECT_EQ(agent.start_gpus(big),
+              std::vector<int32_t>(bi.gpus().begin(), bi.gpus().end()));
+    EXPECT_EQ(agent.start_gpus(small),
+              std::vector<int32_t>(si.gpus().begin(), si.gpus().end()));
+    ASSERT_EQ(bi.gpus_size(), 2);
+    ASSERT_EQ(si.gpus_size(), 1);
+    std::set<int32_t> all{bi.gpus(0), bi.gpus(1), si.gpus(0)};
+    EXPECT_EQ(all.size(), 3u);
+    for (int32_t g : all) EXPECT_TRUE(g >= 0 && g < 4);
+    EXPECT_EQ(bi.server(), std::string("node-") + c.name);
+
+    const rpc::ListServersReply servers = cl.Servers();
+    ASSERT_EQ(servers.servers_size(), 1);
+    EXPECT_TRUE(servers.servers(0).up());
+    EXPECT_EQ(servers.servers(0).free_gpus(), 1);
+    EXPECT_EQ(servers.servers(0).gpu_jobs_size(), 4);
+
+    agent.FinishRunning(c.exit_code);
+    const rpc::JobState want = c.exit_code == 0 ? rpc::FINISHED : rpc::FAILED;
+    ASSERT_TRUE(WaitFor(
+        [&] { return cl.State(big) == want && cl.State(small) == want; }));
+    const rpc::JobInfo done = cl.Get(big);
+    EXPECT_EQ(done.exit_code(), c.exit_code);
+    EXPECT_GT(done.ended_us(), 0);
+    std::vector<std::string> actions;
+    for (const auto& h : done.history()) actions.push_back(h.action());
+    // The start's reply and the exit report race; both are recorded.
+    std::sort(actions.begin(), actions.end());
+    EXPECT_EQ(actions, (std::vector<std::string>{"exit", "start"}));
+    EXPECT_EQ(cl.List(/*all=*/false).size(), 0u);
+    EXPECT_EQ(cl.List(/*all=*/true).size(), 2u);
+  }
+}
+
+TEST_F(DaemonTest, TimeSlicingStartsSuspendsAndResumesEveryJob) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva";
+  o.quantum_s = 0.2;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 3; ++i) jobs.push_back(cl.MustSubmit(1));
+  // More jobs than GPUs: all get turns.
+  ASSERT_TRUE(WaitFor([&] {
+    return agent.ever_ran().size() == 3 && agent.suspends() >= 3 &&
+           agent.resumes() >= 1;
+  }));
+  EXPECT_EQ(agent.duplicate_starts(), 0);
+  const rpc::ListServersReply servers = cl.Servers();
+  ASSERT_EQ(servers.servers_size(), 1);
+  EXPECT_EQ(servers.servers(0).height(), 3);
+  ASSERT_EQ(servers.servers(0).gpu_jobs_size(), 1);
+  EXPECT_LE(servers.servers(0).gpu_jobs(0).running_size(), 1);
+  // Never two running at once on the one GPU.
+  int running = 0;
+  for (const auto& [id, p] : agent.procs()) running += p.state == rpc::RUNNING;
+  EXPECT_LE(running, 1);
+  ASSERT_TRUE(WaitFor([&] {
+    agent.FinishRunning();
+    for (int64_t j : jobs) {
+      if (cl.State(j) != rpc::FINISHED) return false;
+    }
+    return true;
+  }));
+  for (int64_t j : jobs) EXPECT_EQ(agent.reported_exits()[j], 1);
+}
+
+TEST_F(DaemonTest, InvalidSpecsAreRefusedAndNotStored) {
+  Client& cl = StartDaemon(Options());
+  struct Case {
+    std::function<void(rpc::JobSpec&)> edit;
+    const char* field;
+  };
+  const Case cases[] = {
+      {[](rpc::JobSpec& s) { s.set_gpus(3); }, "gpus"},
+      {[](rpc::JobSpec& s) { s.set_gpus(0); }, "gpus"},
+      {[](rpc::JobSpec& s) { s.set_command(""); }, "command"},
+      {[](rpc::JobSpec& s) { s.set_workdir("relative/dir"); }, "workdir"},
+      {[](rpc::JobSpec& s) { s.set_total_minibatches(-1); },
+       "total_minibatches"},
+  };
+  for (const Case& c : cases) {
+    rpc::JobSpec spec;
+    spec.set_name("bad");
+    spec.set_command("true");
+    spec.set_gpus(1);
+    c.edit(spec);
+    grpc::Status s = cl.Submit(spec);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_NE(s.error_message().find(std::string("'") + c.field + "'"),
+              std::string::npos)
+        << s.error_message();
+  }
+  server_->Sync();
+  EXPECT_TRUE(cl.List(true).empty());
+  // A valid one gets the first id: nothing was stored before.
+  EXPECT_EQ(cl.MustSubmit(1), 1);
+}
+
+TEST_F(DaemonTest, OperatorSuspendResumeKill) {
+  Client& cl = StartDaemon(Options());
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  EXPECT_EQ(cl.Suspend(42).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(cl.Kill(42).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::Status st;
+  cl.Get(42, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  EXPECT_EQ(cl.Resume(j).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(j) == rpc::SUSPENDED &&
+           agent.procs()[j].state == rpc::SUSPENDED;
+  }));
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(j) == rpc::RUNNING &&
+           agent.procs()[j].state == rpc::RUNNING;
+  }));
+  ASSERT_TRUE(cl.Kill(j).ok());
+  EXPECT_EQ(cl.State(j), rpc::KILLED);
+  ASSERT_TRUE(WaitFor([&] { return agent.kills(j) == 1; }));
+  EXPECT_EQ(cl.Kill(j).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(cl.Suspend(j).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // The agent's late exit report for the killed job changes nothing.
+  agent.Exit(j, -9);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_EQ(cl.State(j), rpc::KILLED);
+}
+
+TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  StartDaemon(o);
+  server_.reset();
+  o.policy = "gandiva";
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.status().message().find("--policy"), std::string::npos);
+  o.policy.reset();  // unset: the stored one
+  auto again = SchedulerServer::Start(o);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->policy(), "fifo");
+}
+
+// The real binary as a child process, killed with SIGKILL and restarted on
+// the same database.
+class Daemon {
+ public:
+  Daemon(const fs::path& dir, const std::vector<std::string>& extra) {
+    addr_file_ = dir / "addr";
+    fs::remove(addr_file_);
+    std::vector<std::string> args = {GANDIVA_SCHEDULER_BIN,
+                                     "--listen=127.0.0.1:0",
+                                     "--address-file=" + addr_file_.string(),
+                                     "--db=" + (dir / "gandiva.db").string(),
+                                     "--tick-ms=50",
+                                     "--agent-timeout-s=600"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  ~Daemon() { Kill(); }
+  // The address, once the daemon serves.
+  std::string Address() {
+    std::string addr;
+    WaitFor([&] {
+      std::ifstream f(addr_file_);
+      return static_cast<bool>(f >> addr);
+    });
+    return addr;
+  }
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  fs::path addr_file_;
+};
+
+TEST_F(DaemonTest, CrashRecoveryFinishesEveryJobExactlyOnce) {
+  auto d1 = std::make_unique<Daemon>(
+      dir_, std::vector<std::string>{"--policy=gandiva", "--quantum-s=0.3"});
+  const std::string a1 = d1->Address();
+  ASSERT_FALSE(a1.empty());
+  Client c1(a1);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(a1).ok());
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 5; ++i) jobs.push_back(c1.MustSubmit(1));
+  // Time-slicing under way: both GPUs busy, some job suspended.
+  ASSERT_TRUE(WaitFor([&] {
+    int running = 0;
+    for (const auto& [id, p] : agent.procs())
+      running += p.state == rpc::RUNNING;
+    return running == 2 && agent.suspends() >= 1;
+  }));
+  d1->Kill();  // SIGKILL: no clean shutdown
+  d1.reset();
+
+  // While the daemon is down: one job exits (the agent keeps the exit), and
+  // the node loses another without an exit.
+  int64_t exited = -1, lost = -1;
+  for (const auto& [id, p] : agent.procs()) {
+    if (p.state != rpc::RUNNING) continue;
+    if (exited < 0) {
+      exited = id;
+    } else {
+      lost = id;
+    }
+  }
+  ASSERT_GT(exited, 0);
+  ASSERT_GT(lost, 0);
+  agent.Exit(exited, 0);
+  agent.Lose(lost);
+
+  Daemon d2(dir_, {});  // the stored policy options
+  const std::string a2 = d2.Address();
+  ASSERT_FALSE(a2.empty());
+  Client c2(a2);
+  // Everything submitted before the crash is there.
+  ASSERT_TRUE(WaitFor([&] { return c2.List(true).size() == jobs.size(); }));
+  ASSERT_TRUE(agent.Register(a2).ok());
+  ASSERT_TRUE(agent.Report().ok());  // delivers the kept exit
+  ASSERT_TRUE(WaitFor([&] { return c2.State(exited) == rpc::FINISHED; }));
+  // The lost job runs again (relaunched where it was).
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(lost) == 1; }));
+  // A new submission after recovery gets the next id.
+  jobs.push_back(c2.MustSubmit(1));
+  EXPECT_EQ(jobs.back(), 6);
+  ASSERT_TRUE(WaitFor([&] {
+    agent.FinishRunning();
+    for (int64_t j : jobs) {
+      if (c2.State(j) != rpc::FINISHED) return false;
+    }
+    return true;
+  }));
+  for (int64_t j : jobs) {
+    EXPECT_EQ(agent.reported_exits()[j], 1) << "job " << j;
+    int exits = 0;
+    const rpc::JobInfo info = c2.Get(j);
+    for (const auto& h : info.history()) exits += h.action() == "exit";
+    EXPECT_EQ(exits, 1) << "job " << j;
+  }
+  EXPECT_EQ(agent.duplicate_starts(), 0);
+}
+
+}  // namespace
+}  // namespace gandiva::runtime

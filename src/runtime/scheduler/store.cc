@@ -1,0 +1,335 @@
+#include "runtime/scheduler/store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+namespace gandiva::runtime {
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta(
+  key TEXT PRIMARY KEY,
+  value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs(
+  id INTEGER PRIMARY KEY,
+  spec TEXT NOT NULL,
+  state INTEGER NOT NULL,
+  submitted_us INTEGER NOT NULL,
+  started_us INTEGER NOT NULL DEFAULT 0,
+  ended_us INTEGER NOT NULL DEFAULT 0,
+  exit_code INTEGER,
+  minibatches INTEGER NOT NULL DEFAULT 0,
+  minibatch_rate REAL NOT NULL DEFAULT 0,
+  uses_library INTEGER NOT NULL DEFAULT 0,
+  server TEXT NOT NULL DEFAULT '',
+  gpus TEXT NOT NULL DEFAULT '[]',
+  suspends INTEGER NOT NULL DEFAULT 0,
+  resumes INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS servers(
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  address TEXT NOT NULL,
+  gpus TEXT NOT NULL,
+  sockets INTEGER NOT NULL,
+  switches_per_socket INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS history(
+  seq INTEGER PRIMARY KEY,
+  job INTEGER NOT NULL,
+  time_us INTEGER NOT NULL,
+  action TEXT NOT NULL,
+  ok INTEGER NOT NULL,
+  took_us INTEGER NOT NULL,
+  detail TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS history_by_job ON history(job, seq);
+CREATE TABLE IF NOT EXISTS events(
+  seq INTEGER PRIMARY KEY,
+  time_us INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  body TEXT NOT NULL);
+)sql";
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  core::Status prepared() const {
+    if (rc_ == SQLITE_OK) return core::Status::Ok();
+    return core::IoError(std::string("sqlite prepare: ") + sqlite3_errmsg(db_));
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()),
+                      SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& BindNull(int i) {
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(s_); }
+  core::Status Run() {
+    GANDIVA_RETURN_IF_ERROR(prepared());
+    const int rc = Step();
+    if (rc == SQLITE_DONE || rc == SQLITE_ROW) return core::Status::Ok();
+    return core::IoError(std::string("sqlite: ") + sqlite3_errmsg(db_));
+  }
+  core::Status StepError() const {
+    return core::IoError(std::string("sqlite: ") + sqlite3_errmsg(db_));
+  }
+  int64_t Int(int c) const { return sqlite3_column_int64(s_, c); }
+  double Real(int c) const { return sqlite3_column_double(s_, c); }
+  bool IsNull(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  std::string Text(int c) const {
+    const auto* p = sqlite3_column_text(s_, c);
+    return p == nullptr
+               ? std::string()
+               : std::string(reinterpret_cast<const char*>(p),
+                             static_cast<size_t>(sqlite3_column_bytes(s_, c)));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+}  // namespace
+
+core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
+                                                   bool durable_sync) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+      nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return core::IoError("cannot open database '" + path + "': " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<Store> store(new Store(db));
+  GANDIVA_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  GANDIVA_RETURN_IF_ERROR(store->Exec(
+      durable_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+  GANDIVA_RETURN_IF_ERROR(store->Exec(kSchema));
+  return store;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+core::Status Store::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err != nullptr ? err : "unknown error";
+    sqlite3_free(err);
+    return core::IoError("sqlite: " + msg);
+  }
+  return core::Status::Ok();
+}
+
+core::StatusOr<std::optional<std::string>> Store::GetMeta(
+    const std::string& key) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT value FROM meta WHERE key = ?");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  s.Bind(1, key);
+  const int rc = s.Step();
+  if (rc == SQLITE_ROW) return std::optional<std::string>(s.Text(0));
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  return s.StepError();
+}
+
+core::Status Store::SetMeta(const std::string& key, const std::string& value) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)");
+  s.Bind(1, key).Bind(2, value);
+  return s.Run();
+}
+
+core::StatusOr<int64_t> Store::InsertJob(const std::string& spec_json,
+                                         int64_t submitted_us) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "INSERT INTO jobs(spec, state, submitted_us) VALUES(?, 1, ?)");
+  s.Bind(1, spec_json).Bind(2, submitted_us);
+  GANDIVA_RETURN_IF_ERROR(s.Run());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+core::StatusOr<std::vector<JobRow>> Store::LoadJobs() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "SELECT id, spec, state, submitted_us, started_us, ended_us, "
+         "exit_code, minibatches, minibatch_rate, uses_library, server, gpus, "
+         "suspends, resumes FROM jobs ORDER BY id");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  std::vector<JobRow> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    JobRow r;
+    r.id = s.Int(0);
+    r.spec_json = s.Text(1);
+    r.state = static_cast<int>(s.Int(2));
+    r.submitted_us = s.Int(3);
+    r.started_us = s.Int(4);
+    r.ended_us = s.Int(5);
+    if (!s.IsNull(6)) r.exit_code = static_cast<int32_t>(s.Int(6));
+    r.minibatches = s.Int(7);
+    r.minibatch_rate = s.Real(8);
+    r.uses_library = s.Int(9) != 0;
+    r.server = s.Text(10);
+    r.gpus_json = s.Text(11);
+    r.suspends = static_cast<int32_t>(s.Int(12));
+    r.resumes = static_cast<int32_t>(s.Int(13));
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return s.StepError();
+  return out;
+}
+
+core::StatusOr<std::vector<ServerRow>> Store::LoadServers() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "SELECT id, name, address, gpus, sockets, switches_per_socket "
+         "FROM servers ORDER BY id");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  std::vector<ServerRow> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    ServerRow r;
+    r.id = static_cast<int32_t>(s.Int(0));
+    r.name = s.Text(1);
+    r.address = s.Text(2);
+    r.gpus_json = s.Text(3);
+    r.sockets = static_cast<int32_t>(s.Int(4));
+    r.switches_per_socket = static_cast<int32_t>(s.Int(5));
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return s.StepError();
+  return out;
+}
+
+core::StatusOr<std::vector<HistoryRow>> Store::History(int64_t job) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "SELECT job, time_us, action, ok, took_us, detail FROM history "
+         "WHERE job = ? ORDER BY seq");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  s.Bind(1, job);
+  std::vector<HistoryRow> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    HistoryRow r;
+    r.job = s.Int(0);
+    r.time_us = s.Int(1);
+    r.action = s.Text(2);
+    r.ok = s.Int(3) != 0;
+    r.took_us = s.Int(4);
+    r.detail = s.Text(5);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return s.StepError();
+  return out;
+}
+
+core::Status Store::Write(const WriteBatch& batch) {
+  if (batch.empty()) return core::Status::Ok();
+  std::lock_guard lock(mu_);
+  GANDIVA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  core::Status st = WriteLocked(batch);
+  if (!st.ok()) {
+    (void)Exec("ROLLBACK");
+    return st;
+  }
+  return Exec("COMMIT");
+}
+
+core::Status Store::WriteLocked(const WriteBatch& batch) {
+  for (const JobRow& r : batch.jobs) {
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO jobs(id, spec, state, submitted_us, "
+           "started_us, ended_us, exit_code, minibatches, minibatch_rate, "
+           "uses_library, server, gpus, suspends, resumes) "
+           "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    s.Bind(1, r.id).Bind(2, r.spec_json).Bind(3, int64_t{r.state});
+    s.Bind(4, r.submitted_us).Bind(5, r.started_us).Bind(6, r.ended_us);
+    if (r.exit_code) {
+      s.Bind(7, int64_t{*r.exit_code});
+    } else {
+      s.BindNull(7);
+    }
+    s.Bind(8, r.minibatches).Bind(9, r.minibatch_rate);
+    s.Bind(10, int64_t{r.uses_library ? 1 : 0}).Bind(11, r.server);
+    s.Bind(12, r.gpus_json).Bind(13, int64_t{r.suspends});
+    s.Bind(14, int64_t{r.resumes});
+    GANDIVA_RETURN_IF_ERROR(s.Run());
+  }
+  for (const ServerRow& r : batch.servers) {
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO servers(id, name, address, gpus, sockets, "
+           "switches_per_socket) VALUES(?,?,?,?,?,?)");
+    s.Bind(1, int64_t{r.id}).Bind(2, r.name).Bind(3, r.address);
+    s.Bind(4, r.gpus_json).Bind(5, int64_t{r.sockets});
+    s.Bind(6, int64_t{r.switches_per_socket});
+    GANDIVA_RETURN_IF_ERROR(s.Run());
+  }
+  for (const HistoryRow& r : batch.history) {
+    Stmt s(db_,
+           "INSERT INTO history(job, time_us, action, ok, took_us, detail) "
+           "VALUES(?,?,?,?,?,?)");
+    s.Bind(1, r.job).Bind(2, r.time_us).Bind(3, r.action);
+    s.Bind(4, int64_t{r.ok ? 1 : 0}).Bind(5, r.took_us).Bind(6, r.detail);
+    GANDIVA_RETURN_IF_ERROR(s.Run());
+  }
+  return core::Status::Ok();
+}
+
+core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
+                                           const std::string& kind,
+                                           const std::string& json) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "INSERT INTO events(time_us, kind, body) VALUES(?, ?, ?)");
+  s.Bind(1, time_us).Bind(2, kind).Bind(3, json);
+  GANDIVA_RETURN_IF_ERROR(s.Run());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+core::Status Store::ForEachEvent(
+    const std::function<core::Status(const EventRow&)>& f) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT seq, time_us, kind, body FROM events ORDER BY seq");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    EventRow r{s.Int(0), s.Int(1), s.Text(2), s.Text(3)};
+    GANDIVA_RETURN_IF_ERROR(f(r));
+  }
+  if (rc != SQLITE_DONE) return s.StepError();
+  return core::Status::Ok();
+}
+
+core::StatusOr<int64_t> Store::EventCount() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT COUNT(*) FROM events");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  if (s.Step() != SQLITE_ROW) return s.StepError();
+  return s.Int(0);
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,126 @@
+// Store: the daemon's durable state in one SQLite file (WAL mode).
+//
+// Tables:
+//   meta(key, value)      settings that must not change across restarts
+//                         (the policy and its options)
+//   jobs                  one row per submitted job: its spec (JSON), state,
+//                         timestamps, exit code, progress; ids are dense
+//                         from 1 (SQLite rowids, never deleted)
+//   servers               one row per registered agent: id (registration
+//                         order, from 0), name, address, GPUs (JSON)
+//   history               per job: action, ok, took_us, detail, time
+//   events                the event log: every event fed to the core, in
+//                         order, written before it is handled
+//
+// Each call is one transaction (WriteBatch groups several writes into one).
+// With WAL and synchronous=NORMAL a committed transaction survives the
+// process being killed (SIGKILL); `durable_sync` (synchronous=FULL) makes it
+// survive a power loss too, at the cost of an fsync per commit.
+//
+// Thread-safe: calls are serialized by an internal mutex.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+struct sqlite3;
+
+namespace gandiva::runtime {
+
+struct JobRow {
+  int64_t id = 0;
+  std::string spec_json;
+  int state = 0;  // rpc::JobState
+  int64_t submitted_us = 0;
+  int64_t started_us = 0;  // 0 = never
+  int64_t ended_us = 0;    // 0 = not ended
+  std::optional<int32_t> exit_code;
+  int64_t minibatches = 0;
+  double minibatch_rate = 0;
+  bool uses_library = false;
+  std::string server;     // name of the server it is (was last) placed on
+  std::string gpus_json;  // local GPU indices there, e.g. "[0,1]"
+  int32_t suspends = 0;
+  int32_t resumes = 0;
+};
+
+struct ServerRow {
+  int32_t id = 0;
+  std::string name;
+  std::string address;
+  std::string gpus_json;  // the rpc::Gpu list as JSON
+  int32_t sockets = 1;
+  int32_t switches_per_socket = 1;
+};
+
+struct HistoryRow {
+  int64_t job = 0;
+  int64_t time_us = 0;
+  std::string action;
+  bool ok = true;
+  int64_t took_us = 0;
+  std::string detail;
+};
+
+struct EventRow {
+  int64_t seq = 0;
+  int64_t time_us = 0;
+  std::string kind;
+  std::string json;
+};
+
+// Writes applied together in one transaction.
+struct WriteBatch {
+  std::vector<JobRow> jobs;  // full rows, replacing the stored ones
+  std::vector<ServerRow> servers;
+  std::vector<HistoryRow> history;
+  bool empty() const {
+    return jobs.empty() && servers.empty() && history.empty();
+  }
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the database at `path`.
+  static core::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
+                                                     bool durable_sync = false);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  core::StatusOr<std::optional<std::string>> GetMeta(const std::string& key);
+  core::Status SetMeta(const std::string& key, const std::string& value);
+
+  // Stores a new job (state QUEUED) and returns its id (1, 2, ...).
+  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
+                                    int64_t submitted_us);
+  core::StatusOr<std::vector<JobRow>> LoadJobs();
+  core::StatusOr<std::vector<ServerRow>> LoadServers();
+  core::StatusOr<std::vector<HistoryRow>> History(int64_t job);
+  core::Status Write(const WriteBatch& batch);
+
+  // Appends one event to the log (its own transaction); returns its seq.
+  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
+                                      const std::string& json);
+  // Calls `f` for every logged event in order; stops at its first error.
+  core::Status ForEachEvent(
+      const std::function<core::Status(const EventRow&)>& f);
+  core::StatusOr<int64_t> EventCount();
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  core::Status Exec(const char* sql);
+  core::Status WriteLocked(const WriteBatch& batch);
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,156 @@
+#include "runtime/scheduler/store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "runtime/scheduler/event_codec.h"
+
+namespace gandiva::runtime {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gandiva-store-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "g.db").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(StoreTest, RoundTripAndReopen) {
+  {
+    auto s = Store::Open(path_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    ASSERT_TRUE(st.SetMeta("policy", "{\"x\":1}").ok());
+    auto a = st.InsertJob("{\"name\":\"a\"}", 10);
+    auto b = st.InsertJob("{\"name\":\"b\"}", 20);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, 1);
+    EXPECT_EQ(*b, 2);
+    WriteBatch batch;
+    JobRow row;
+    row.id = 2;
+    row.spec_json = "{\"name\":\"b\"}";
+    row.state = 5;
+    row.submitted_us = 20;
+    row.started_us = 25;
+    row.ended_us = 30;
+    row.exit_code = 0;
+    row.minibatches = 7;
+    row.server = "s0";
+    row.gpus_json = "[0,1]";
+    row.suspends = 3;
+    batch.jobs.push_back(row);
+    batch.servers.push_back(ServerRow{0, "s0", "127.0.0.1:1", "[]", 1, 1});
+    batch.history.push_back(
+        HistoryRow{2, 25, "start", true, 100, "gpus [0,1]"});
+    batch.history.push_back(HistoryRow{2, 26, "suspend", false, 5, "why"});
+    ASSERT_TRUE(st.Write(batch).ok());
+    ASSERT_TRUE(st.AppendEvent(1, "Tick", "{\"kind\":\"Tick\"}").ok());
+    ASSERT_TRUE(st.AppendEvent(2, "Tick", "{\"kind\":\"Tick\"}").ok());
+  }
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  auto meta = st.GetMeta("policy");
+  ASSERT_TRUE(meta.ok());
+  ASSERT_TRUE(meta->has_value());
+  EXPECT_EQ(**meta, "{\"x\":1}");
+  auto missing = st.GetMeta("nope");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(missing->has_value());
+
+  auto jobs = st.LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].state, 1);
+  EXPECT_FALSE((*jobs)[0].exit_code.has_value());
+  const JobRow& b = (*jobs)[1];
+  EXPECT_EQ(b.state, 5);
+  EXPECT_EQ(b.exit_code, 0);
+  EXPECT_EQ(b.minibatches, 7);
+  EXPECT_EQ(b.gpus_json, "[0,1]");
+  EXPECT_EQ(b.suspends, 3);
+  EXPECT_EQ(b.ended_us, 30);
+
+  auto servers = st.LoadServers();
+  ASSERT_TRUE(servers.ok());
+  ASSERT_EQ(servers->size(), 1u);
+  EXPECT_EQ((*servers)[0].name, "s0");
+
+  auto h = st.History(2);
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(h->size(), 2u);
+  EXPECT_EQ((*h)[0].action, "start");
+  EXPECT_FALSE((*h)[1].ok);
+  EXPECT_EQ((*h)[1].detail, "why");
+
+  std::vector<int64_t> times;
+  ASSERT_TRUE(st.ForEachEvent([&](const EventRow& e) {
+                  times.push_back(e.time_us);
+                  return core::Status::Ok();
+                }).ok());
+  EXPECT_EQ(times, (std::vector<int64_t>{1, 2}));
+  // Ids stay dense after a reopen.
+  auto c = st.InsertJob("{}", 30);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, 3);
+}
+
+TEST(EventCodecTest, EveryKindRoundTrips) {
+  core::JobSpec spec;
+  spec.name = "resnet";
+  spec.gpus = 4;
+  spec.priority = 2;
+  spec.owner = "ann";
+  spec.group = "hp";
+  spec.vc = "vc1";
+  spec.elastic = true;
+  spec.total_minibatches = 1000;
+  spec.model = 3;
+  core::ServerUp up;
+  up.spec = core::ServerSpec{"s1", 8, 2, 2};
+  up.id = core::ServerId(1);
+  core::ProfileReport pr{core::JobId(4), 12.5, 100, 3.25, 0.75};
+  const std::vector<core::EventBody> events = {
+      core::JobArrived{core::JobId(4), spec},
+      core::JobFinished{core::JobId(4), false},
+      pr,
+      core::ActionDone{core::ActionId(9), core::JobId(4),
+                       core::Duration::Micros(77)},
+      core::ActionFailed{core::ActionId(9), core::JobId(4),
+                         core::Duration::Micros(5), "no \"agent\""},
+      up,
+      core::ServerDown{core::ServerId(1)},
+      core::Tick{},
+      core::KillRequest{core::JobId(4), "user"},
+      core::PriorityRequest{core::JobId(4), -3},
+      core::HoldRequest{core::JobId(4), false},
+  };
+  for (const core::EventBody& e : events) {
+    const std::string text = EncodeEvent(e);
+    auto back = DecodeEvent(text);
+    ASSERT_TRUE(back.ok()) << text << ": " << back.status().ToString();
+    EXPECT_EQ(back->index(), e.index());
+    EXPECT_EQ(EncodeEvent(*back), text);
+  }
+  auto arrived =
+      std::get<core::JobArrived>(*DecodeEvent(EncodeEvent(events[0])));
+  EXPECT_EQ(arrived.spec.vc, "vc1");
+  EXPECT_EQ(arrived.spec.model, 3);
+  EXPECT_EQ(std::string(EventKindName(core::HoldRequest{})), "HoldRequest");
+  EXPECT_FALSE(DecodeEvent("{\"kind\":\"Nope\"}").ok());
+  EXPECT_FALSE(DecodeEvent("not json").ok());
+}
+
+}  // namespace
+}  // namespace gandiva::runtime
