@@ -1,5 +1,5 @@
 // Subcommands of the `gandiva` command line. Each Add* registers its
-// subcommand and options on the app; the subcommand's callback runs it and
+// subcommand(s) and options on the app; a subcommand's callback runs it and
 // sets the process exit code through `exit_code`.
 #pragma once
 
@@ -7,6 +7,18 @@
 
 namespace gandiva::cli {
 
+// `gandiva sim`: the simulator.
 void AddSimCommand(CLI::App& app, int& exit_code);
+// `gandiva experiment NAME`: the paper's experiments in the simulator.
+void AddExperimentCommand(CLI::App& app, int& exit_code);
+
+#ifdef GANDIVA_WITH_RUNTIME
+// `gandiva submit|ls|show|logs|kill|suspend|resume|servers`: clients of the
+// scheduler daemon (job_commands.cc).
+void AddJobCommands(CLI::App& app, int& exit_code);
+// `gandiva up|down`: a local cluster of background daemons
+// (cluster_commands.cc).
+void AddClusterCommands(CLI::App& app, int& exit_code);
+#endif
 
 }  // namespace gandiva::cli

@@ -7,12 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "sim/experiments/experiments.h"
 
 namespace gandiva::cli {
-
-void AddExperimentCommand(CLI::App& app, int& exit_code);
-
 namespace {
 
 struct ExperimentFlags {

@@ -10,6 +10,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   gandiva::cli::AddSimCommand(app, exit_code);
+  gandiva::cli::AddExperimentCommand(app, exit_code);
+#ifdef GANDIVA_WITH_RUNTIME
+  gandiva::cli::AddClusterCommands(app, exit_code);
+  gandiva::cli::AddJobCommands(app, exit_code);
+#endif
   auto* policies = app.add_subcommand("policies", "List the known policies");
   policies->callback([] {
     for (const auto& p : gandiva::core::KnownPolicies()) {

@@ -1,0 +1,660 @@
+// `gandiva up` and `gandiva down`: a local cluster in one command. `up`
+// starts gandiva-scheduler and N gandiva-agents with virtual GPUs as
+// background processes (the binaries next to this one), waits until every
+// agent has registered, and records what it started in the state directory
+// (see local_cluster.h); `down` stops exactly those processes.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/job_spec.h"
+#include "cli/local_cluster.h"
+#include "cli/scheduler_client.h"
+
+#ifndef GANDIVA_SOURCE_DIR
+#define GANDIVA_SOURCE_DIR ""
+#endif
+#ifndef GANDIVA_CLIENT_LIB_PATH
+#define GANDIVA_CLIENT_LIB_PATH ""
+#endif
+
+extern char** environ;
+
+namespace gandiva::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// The quantum `up --demo` gives a new database unless --quantum-s says.
+constexpr double kDemoQuantumS = 10;
+
+struct UpFlags {
+  std::string state_dir;
+  int agents = 2;
+  int gpus_per_agent = 2;
+  int port = 0;
+  std::optional<std::string> policy;
+  std::optional<double> quantum_s;
+  std::optional<int> tick_ms;
+  bool demo = false;
+  bool real_gpus = false;
+  double timeout_s = 60;
+  std::vector<std::string> scheduler_args;
+  std::vector<std::string> agent_args;
+};
+
+struct DownFlags {
+  std::string state_dir;
+  bool purge = false;
+  double grace_s = 10;
+};
+
+std::string Tail(const std::string& path, size_t lines) {
+  std::ifstream f(path);
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(f, line)) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size();
+       ++i) {
+    out += "    " + all[i] + "\n";
+  }
+  return out;
+}
+
+// The first existing path among `candidates`, or "".
+std::string FirstExisting(const std::vector<fs::path>& candidates) {
+  for (const auto& p : candidates) {
+    std::error_code ec;
+    if (!p.empty() && fs::exists(p, ec)) {
+      return fs::absolute(p).lexically_normal().string();
+    }
+  }
+  return "";
+}
+
+// <repo>/python, <repo>/examples, libgandiva_client.so: next to the build
+// tree this binary sits in, else where CMake said at configure time.
+std::string FindPythonDir(const fs::path& bin) {
+  const std::string init = FirstExisting(
+      {bin / "../../python/gandiva/__init__.py",
+       bin / "../share/gandiva/python/gandiva/__init__.py",
+       fs::path(GANDIVA_SOURCE_DIR) / "python/gandiva/__init__.py"});
+  return init.empty() ? ""
+                      : fs::path(init).parent_path().parent_path().string();
+}
+
+std::string FindExamplesDir(const fs::path& bin) {
+  const std::string demo = FirstExisting(
+      {bin / "../../examples/demo", bin / "../share/gandiva/examples/demo",
+       fs::path(GANDIVA_SOURCE_DIR) / "examples/demo"});
+  return demo.empty() ? "" : fs::path(demo).parent_path().string();
+}
+
+std::string FindClientLib(const fs::path& bin) {
+  return FirstExisting(
+      {bin / "../lib/libgandiva_client.so", fs::path(GANDIVA_CLIENT_LIB_PATH)});
+}
+
+// Starts `argv` in the background: its own session (a Ctrl-C at the
+// terminal does not reach it), stdin from /dev/null, stdout and stderr
+// appended to `log`, `env` added to ours. Returns the pid or -1.
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log,
+            const std::map<std::string, std::string>& env, std::string* error) {
+  const int out =
+      ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) {
+    *error = "cannot open " + log;
+    return -1;
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // The environment is built before fork: the child of a threaded process
+  // (gRPC's) may only make async-signal-safe calls before exec.
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr)
+      vars[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  }
+  for (const auto& [k, v] : env) vars[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(out);
+    *error = "fork failed";
+    return -1;
+  }
+  if (pid == 0) {
+    ::setsid();
+    const int in = ::open("/dev/null", O_RDONLY);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+    ::execve(args[0], args.data(), envp.data());
+    static const char kMsg[] = "gandiva up: cannot exec the binary\n";
+    (void)!::write(2, kMsg, sizeof kMsg - 1);
+    ::_exit(127);
+  }
+  ::close(out);
+  return pid;
+}
+
+// True while our child `pid` has not exited (reaps it when it has).
+bool ChildAlive(pid_t pid, int* status) {
+  return ::waitpid(pid, status, WNOHANG) == 0;
+}
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) {
+    return "exited with status " + std::to_string(WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status)) {
+    return "was killed by signal " + std::to_string(WTERMSIG(status));
+  }
+  return "stopped";
+}
+
+// The live processes of a record (a recycled pid does not count).
+std::vector<ClusterProcess> Alive(const ClusterRecord& record) {
+  std::vector<ClusterProcess> out;
+  for (const auto& p : record.processes) {
+    if (ProcessRuns(p.pid, BinaryOf(p))) out.push_back(p);
+  }
+  return out;
+}
+
+// Job processes the agents run now (pid -> job id), asked before they stop
+// so that none outlives `down`.
+std::map<pid_t, int64_t> AgentJobs(const std::string& scheduler) {
+  std::map<pid_t, int64_t> out;
+  auto stub = ConnectScheduler(scheduler);
+  rpc::ListServersReply servers;
+  if (!stub->ListServers(Context(milliseconds(3000)).get(), rpc::Empty(),
+                         &servers)
+           .ok()) {
+    return out;
+  }
+  for (const auto& s : servers.servers()) {
+    if (!s.up() || s.address().empty()) continue;
+    auto agent = ConnectAgent(s.address());
+    rpc::AgentStatusReply status;
+    if (agent
+            ->Status(Context(milliseconds(3000)).get(),
+                     rpc::AgentStatusRequest(), &status)
+            .ok()) {
+      for (const auto& j : status.jobs()) {
+        if (j.pid() > 0) out[static_cast<pid_t>(j.pid())] = j.job_id();
+      }
+    }
+  }
+  return out;
+}
+
+// True when `pid` is still the process of gandiva job `job_id`.
+bool IsJobProcess(pid_t pid, int64_t job_id) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/environ",
+                  std::ios::binary);
+  if (!f) return false;
+  const std::string want = "GANDIVA_JOB_ID=" + std::to_string(job_id);
+  std::string var;
+  while (std::getline(f, var, '\0')) {
+    if (var == want) return true;
+  }
+  return false;
+}
+
+// SIGTERM to each, then SIGKILL to those alive after `grace`.
+void Stop(const std::vector<ClusterProcess>& procs, double grace_s) {
+  for (const auto& p : procs) ::kill(p.pid, SIGTERM);
+  const auto deadline =
+      Clock::now() + milliseconds(static_cast<int64_t>(grace_s * 1000));
+  for (;;) {
+    bool any = false;
+    for (const auto& p : procs) any = any || ProcessRuns(p.pid, BinaryOf(p));
+    if (!any) return;
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  for (const auto& p : procs) {
+    if (ProcessRuns(p.pid, BinaryOf(p))) {
+      std::fprintf(stderr,
+                   "gandiva down: %s (pid %d) still runs after %.0fs: "
+                   "SIGKILL\n",
+                   p.role.c_str(), static_cast<int>(p.pid), grace_s);
+      ::kill(p.pid, SIGKILL);
+    }
+  }
+  const auto hard = Clock::now() + std::chrono::seconds(5);
+  while (Clock::now() < hard) {
+    bool any = false;
+    for (const auto& p : procs) any = any || ProcessRuns(p.pid, BinaryOf(p));
+    if (!any) return;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+// Stops the processes of `record` that are alive: the scheduler first (its
+// database keeps the jobs' state), then the agents, then any job process
+// that outlived its agent. Returns how many daemons it stopped.
+size_t StopCluster(const ClusterRecord& record, double grace_s) {
+  const std::vector<ClusterProcess> alive = Alive(record);
+  std::map<pid_t, int64_t> jobs;
+  if (const ClusterProcess* s = record.scheduler();
+      s != nullptr && ProcessRuns(s->pid, BinaryOf(*s))) {
+    jobs = AgentJobs(s->name);
+  }
+  std::vector<ClusterProcess> schedulers, agents;
+  for (const auto& p : alive) {
+    (p.role == "scheduler" ? schedulers : agents).push_back(p);
+  }
+  Stop(schedulers, grace_s);
+  Stop(agents, grace_s);
+  for (const auto& [pid, job] : jobs) {
+    if (IsJobProcess(pid, job)) {
+      std::fprintf(stderr,
+                   "gandiva down: job %lld (pid %d) outlived its agent: "
+                   "SIGKILL\n",
+                   static_cast<long long>(job), static_cast<int>(pid));
+      ::kill(-pid, SIGKILL);
+      ::kill(pid, SIGKILL);
+    }
+  }
+  return alive.size();
+}
+
+// How to call this binary in printed hints: relative to the current
+// directory when it is below it ("build/bin/gandiva").
+std::string SelfForHints() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "gandiva";
+  const fs::path rel = fs::relative(exe, fs::current_path(ec), ec);
+  if (!ec && !rel.empty() && rel.begin()->string() != "..") {
+    return rel.string();
+  }
+  return exe.string();
+}
+
+bool IsDefaultStateDir(const std::string& flag) {
+  return flag.empty() && std::getenv("GANDIVA_STATE_DIR") == nullptr;
+}
+
+// Submits every examples/demo/*.yaml; false on the first failure.
+bool SubmitDemo(const std::string& address, const fs::path& bin) {
+  const std::string examples = FindExamplesDir(bin);
+  if (examples.empty()) {
+    std::fprintf(stderr,
+                 "gandiva up: --demo: no examples/demo directory "
+                 "found next to this build\n");
+    return false;
+  }
+  std::vector<fs::path> specs;
+  for (const auto& e : fs::directory_iterator(examples + "/demo")) {
+    if (e.path().extension() == ".yaml") specs.push_back(e.path());
+  }
+  std::sort(specs.begin(), specs.end());
+  auto stub = ConnectScheduler(address);
+  std::printf("demo: submitting %zu jobs from %s/demo\n", specs.size(),
+              examples.c_str());
+  for (const auto& path : specs) {
+    auto spec = LoadJobSpec(path.string());
+    if (!spec.ok()) {
+      std::fprintf(stderr, "gandiva up: --demo: %s\n",
+                   spec.status().message().c_str());
+      return false;
+    }
+    rpc::SubmitRequest req;
+    *req.mutable_spec() = *spec;
+    rpc::SubmitReply reply;
+    const grpc::Status st = stub->Submit(Context().get(), req, &reply);
+    if (!st.ok()) {
+      std::fprintf(stderr, "gandiva up: --demo: submitting %s: %s\n",
+                   path.c_str(),
+                   DescribeRpcError(st, {address, true, ""}).c_str());
+      return false;
+    }
+    std::printf("  job %lld: %s (%s)\n", static_cast<long long>(reply.job_id()),
+                spec->name().c_str(), path.filename().c_str());
+  }
+  return true;
+}
+
+int RunUp(const UpFlags& f) {
+  const std::string dir = ResolveStateDir(f.state_dir);
+  const std::string self = SelfForHints();
+  const std::string hint_dir =
+      IsDefaultStateDir(f.state_dir) ? "" : " --state-dir " + dir;
+
+  if (auto record = ReadClusterRecord(dir)) {
+    const auto alive = Alive(*record);
+    const ClusterProcess* s = record->scheduler();
+    if (s != nullptr && ProcessRuns(s->pid, BinaryOf(*s))) {
+      std::printf(
+          "gandiva up: the local cluster is already up: scheduler at %s "
+          "(pid %d), %zu of %zu processes running; state in %s\n"
+          "  stop it with: %s down%s\n",
+          s->name.c_str(), static_cast<int>(s->pid), alive.size(),
+          record->processes.size(), dir.c_str(), self.c_str(),
+          hint_dir.c_str());
+      return 0;
+    }
+    // A stale record (crashed or killed daemons): clear what is left.
+    if (!alive.empty()) {
+      std::printf(
+          "gandiva up: stopping %zu leftover processes of a previous "
+          "cluster\n",
+          alive.size());
+    }
+    StopCluster(*record, 5);
+    std::error_code ec;
+    fs::remove(ClusterRecordPath(dir), ec);
+  }
+
+  const fs::path bin = SelfDirectory();
+  const std::string scheduler_bin = (bin / "gandiva-scheduler").string();
+  const std::string agent_bin = (bin / "gandiva-agent").string();
+  for (const auto& b : {scheduler_bin, agent_bin}) {
+    if (::access(b.c_str(), X_OK) != 0) {
+      std::fprintf(stderr,
+                   "gandiva up: %s not found: build it (cmake --build build "
+                   "--target gandiva-scheduler gandiva-agent)\n",
+                   b.c_str());
+      return 1;
+    }
+  }
+  std::error_code ec;
+  fs::create_directories(fs::path(dir) / "logs", ec);
+  if (ec) {
+    std::fprintf(stderr, "gandiva up: cannot create %s/logs: %s\n", dir.c_str(),
+                 ec.message().c_str());
+    return 1;
+  }
+
+  // The agents' (hence the jobs') environment: the Python package and the
+  // job-side library of this build, so that job specs need neither.
+  std::map<std::string, std::string> agent_env;
+  if (std::string py = FindPythonDir(bin); !py.empty()) {
+    const char* old = std::getenv("PYTHONPATH");
+    agent_env["PYTHONPATH"] =
+        py + (old != nullptr && *old ? ":" + std::string(old) : "");
+  }
+  if (std::string lib = FindClientLib(bin); !lib.empty()) {
+    agent_env["GANDIVA_CLIENT_LIB"] = lib;
+  }
+
+  ClusterRecord record;
+  auto fail = [&](const std::string& what, const std::string& log) {
+    std::fprintf(stderr, "gandiva up: %s\n", what.c_str());
+    if (!log.empty()) {
+      std::fprintf(stderr, "  last lines of %s:\n%s", log.c_str(),
+                   Tail(log, 15).c_str());
+    }
+    StopCluster(record, 3);
+    for (const auto& p : record.processes) ::waitpid(p.pid, nullptr, WNOHANG);
+    std::error_code ignored;
+    fs::remove(ClusterRecordPath(dir), ignored);
+    return 1;
+  };
+
+  // The scheduler.
+  const std::string addr_file = dir + "/scheduler.addr";
+  fs::remove(addr_file, ec);
+  const std::string sched_log = dir + "/logs/scheduler.log";
+  std::vector<std::string> sargv = {
+      scheduler_bin,        "--listen", "127.0.0.1:" + std::to_string(f.port),
+      "--address-file",     addr_file,  "--db",
+      dir + "/scheduler.db"};
+  if (f.policy) sargv.insert(sargv.end(), {"--policy", *f.policy});
+  std::optional<double> quantum = f.quantum_s;
+  if (!quantum && f.demo && !fs::exists(fs::path(dir) / "scheduler.db")) {
+    quantum = kDemoQuantumS;  // a new database: let time-slicing show soon
+  }
+  if (quantum) {
+    std::ostringstream q;
+    q << *quantum;
+    sargv.insert(sargv.end(), {"--quantum-s", q.str()});
+  }
+  if (f.tick_ms) {
+    sargv.insert(sargv.end(), {"--tick-ms", std::to_string(*f.tick_ms)});
+  }
+  sargv.insert(sargv.end(), f.scheduler_args.begin(), f.scheduler_args.end());
+  std::string error;
+  const pid_t spid = Spawn(sargv, sched_log, {}, &error);
+  if (spid < 0) return fail(error, "");
+
+  const auto deadline =
+      Clock::now() + milliseconds(static_cast<int64_t>(f.timeout_s * 1000));
+  std::string address;
+  int status = 0;
+  while (address.empty()) {
+    if (!ChildAlive(spid, &status)) {
+      return fail("gandiva-scheduler " + DescribeExit(status), sched_log);
+    }
+    if (Clock::now() > deadline) {
+      ::kill(spid, SIGKILL);
+      return fail("gandiva-scheduler did not write " + addr_file + " in " +
+                      std::to_string(static_cast<int>(f.timeout_s)) + "s",
+                  sched_log);
+    }
+    std::ifstream a(addr_file);
+    std::getline(a, address);
+    while (!address.empty() &&
+           std::isspace(static_cast<unsigned char>(address.back()))) {
+      address.pop_back();
+    }
+    if (address.empty()) std::this_thread::sleep_for(milliseconds(50));
+  }
+  record.processes.push_back({"scheduler", spid, address});
+  if (auto st = WriteClusterRecord(dir, record); !st.ok()) {
+    return fail(st.message(), "");
+  }
+
+  // The agents.
+  for (int i = 0; i < f.agents; ++i) {
+    const std::string name = "agent-" + std::to_string(i);
+    const std::string work = dir + "/agents/" + name;
+    fs::create_directories(work, ec);
+    std::vector<std::string> aargv = {agent_bin,
+                                      "--scheduler",
+                                      address,
+                                      "--listen",
+                                      "127.0.0.1:0",
+                                      "--name",
+                                      name,
+                                      "--virtual-gpus",
+                                      std::to_string(f.gpus_per_agent),
+                                      "--work-dir",
+                                      work};
+    if (!f.real_gpus) aargv.push_back("--virtual-only");
+    aargv.insert(aargv.end(), f.agent_args.begin(), f.agent_args.end());
+    const pid_t apid =
+        Spawn(aargv, dir + "/logs/" + name + ".log", agent_env, &error);
+    if (apid < 0) return fail(error, "");
+    record.processes.push_back({"agent", apid, name});
+    if (auto st = WriteClusterRecord(dir, record); !st.ok()) {
+      return fail(st.message(), "");
+    }
+  }
+
+  // Wait until every agent has registered.
+  auto stub = ConnectScheduler(address);
+  std::set<std::string> want;
+  for (int i = 0; i < f.agents; ++i) want.insert("agent-" + std::to_string(i));
+  for (;;) {
+    for (const auto& p : record.processes) {
+      if (!ChildAlive(p.pid, &status)) {
+        return fail(BinaryOf(p) + " (" + p.role +
+                        (p.role == "agent" ? " " + p.name : "") + ") " +
+                        DescribeExit(status),
+                    p.role == "scheduler" ? sched_log
+                                          : dir + "/logs/" + p.name + ".log");
+      }
+    }
+    rpc::ListServersReply servers;
+    if (stub->ListServers(Context(milliseconds(2000)).get(), rpc::Empty(),
+                          &servers)
+            .ok()) {
+      size_t up = 0;
+      for (const auto& s : servers.servers()) {
+        if (s.up() && want.count(s.name())) ++up;
+      }
+      if (up == want.size()) break;
+    }
+    if (Clock::now() > deadline) {
+      return fail("not every agent registered with the scheduler in " +
+                      std::to_string(static_cast<int>(f.timeout_s)) +
+                      "s; see " + dir + "/logs/",
+                  dir + "/logs/agent-0.log");
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+
+  std::printf(
+      "gandiva up: local cluster up: scheduler at %s, %d agents x %d "
+      "virtual GPUs\n"
+      "  state and logs: %s\n",
+      address.c_str(), f.agents, f.gpus_per_agent, dir.c_str());
+  if (!hint_dir.empty()) {
+    std::printf("  point the CLI at it: export GANDIVA_STATE_DIR=%s\n",
+                dir.c_str());
+  }
+  std::printf(
+      "  submit a job:   %s submit examples/cnn.yaml\n"
+      "  list jobs:      %s ls\n"
+      "  see the GPUs:   %s servers\n"
+      "  stop it all:    %s down%s\n",
+      self.c_str(), self.c_str(), self.c_str(), self.c_str(), hint_dir.c_str());
+  if (f.demo) {
+    if (!SubmitDemo(address, bin)) return 1;
+    std::printf("watch it with: %s ls%s\n", self.c_str(), hint_dir.c_str());
+  }
+  return 0;
+}
+
+int RunDown(const DownFlags& f) {
+  const std::string dir = ResolveStateDir(f.state_dir);
+  auto record = ReadClusterRecord(dir);
+  size_t stopped = 0;
+  if (record) stopped = StopCluster(*record, f.grace_s);
+  std::error_code ec;
+  fs::remove(ClusterRecordPath(dir), ec);
+  fs::remove(fs::path(dir) / "scheduler.addr", ec);
+  if (stopped == 0) {
+    std::printf(
+        "gandiva down: the local cluster is not running (state in "
+        "%s)\n",
+        dir.c_str());
+  } else {
+    std::printf("gandiva down: stopped %zu processes (state in %s)\n", stopped,
+                dir.c_str());
+  }
+  if (f.purge) {
+    // Only what `up` creates: never a whole directory a user pointed at.
+    for (const char* name :
+         {"cluster.tmp", "scheduler.addr.tmp", "scheduler.db",
+          "scheduler.db-wal", "scheduler.db-shm", "scheduler.db-journal",
+          "logs", "agents"}) {
+      fs::remove_all(fs::path(dir) / name, ec);
+    }
+    fs::remove(dir, ec);  // only when empty now
+    std::printf("gandiva down: purged the state%s\n",
+                fs::exists(dir) ? " (other files left in place)" : "");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddClusterCommands(CLI::App& app, int& exit_code) {
+  {
+    auto f = std::make_shared<UpFlags>();
+    CLI::App* up = app.add_subcommand(
+        "up",
+        "Start a local cluster: a scheduler daemon and agents with virtual "
+        "GPUs, in the background");
+    up->add_option("--agents", f->agents, "Agents (servers) to start")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    up->add_option("--gpus-per-agent", f->gpus_per_agent,
+                   "Virtual GPUs per agent")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    up->add_option("--state-dir", f->state_dir,
+                   "Where the database, logs and the record of the processes "
+                   "go (default: $GANDIVA_STATE_DIR, else ~/.gandiva)");
+    up->add_option("--port", f->port,
+                   "The scheduler's port on 127.0.0.1 (0: any free port)")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 65535));
+    up->add_option("--policy", f->policy,
+                   "Scheduling policy (see `gandiva policies`; default: "
+                   "the database's, else gandiva)");
+    up->add_option("--quantum-s", f->quantum_s,
+                   "Time-slice in seconds (default: the database's, else 60)");
+    up->add_option("--tick-ms", f->tick_ms,
+                   "Milliseconds between scheduling ticks (default: the "
+                   "daemon's)");
+    up->add_flag("--demo", f->demo,
+                 "Then submit the demo workload (examples/demo/*.yaml); a new "
+                 "state dir gets --quantum-s 10 unless given");
+    up->add_flag("--real-gpus", f->real_gpus,
+                 "Let agents use the GPUs NVML finds (default: virtual GPUs "
+                 "only)");
+    up->add_option("--timeout-s", f->timeout_s,
+                   "How long to wait for the daemons to come up")
+        ->capture_default_str();
+    up->add_option("--scheduler-arg", f->scheduler_args,
+                   "Extra argument for gandiva-scheduler (repeatable)")
+        ->allow_extra_args(false);
+    up->add_option("--agent-arg", f->agent_args,
+                   "Extra argument for each gandiva-agent (repeatable)")
+        ->allow_extra_args(false);
+    up->callback([f, &exit_code] { exit_code = RunUp(*f); });
+  }
+  {
+    auto f = std::make_shared<DownFlags>();
+    CLI::App* down = app.add_subcommand(
+        "down", "Stop the local cluster started by `gandiva up`");
+    down->add_option("--state-dir", f->state_dir,
+                     "The cluster's state directory (default: "
+                     "$GANDIVA_STATE_DIR, else ~/.gandiva)");
+    down->add_flag("--purge", f->purge,
+                   "Also remove the state: database, logs, agents' work "
+                   "directories");
+    down->add_option("--grace-s", f->grace_s,
+                     "Seconds between SIGTERM and SIGKILL")
+        ->capture_default_str();
+    down->callback([f, &exit_code] { exit_code = RunDown(*f); });
+  }
+}
+
+}  // namespace gandiva::cli

@@ -1,0 +1,39 @@
+// Formatting of durations, progress and tables for the cluster commands.
+#include "cli/format.h"
+
+#include <gtest/gtest.h>
+
+namespace gandiva::cli {
+namespace {
+
+TEST(FormatTest, Took) {
+  EXPECT_EQ(FormatTook(850), "850us");
+  EXPECT_EQ(FormatTook(3100), "3.10ms");
+  EXPECT_EQ(FormatTook(31'000), "31.0ms");
+  EXPECT_EQ(FormatTook(1'250'000), "1.25s");
+  EXPECT_EQ(FormatTook(125'000'000), "2m05s");
+}
+
+TEST(FormatTest, Age) {
+  EXPECT_EQ(FormatAge(7'400'000), "7s");
+  EXPECT_EQ(FormatAge(184'000'000), "3m04s");
+  EXPECT_EQ(FormatAge(int64_t{7500} * 1'000'000), "2h05m");
+  EXPECT_EQ(FormatAge(int64_t{100'000} * 1'000'000), "1d03h");
+  EXPECT_EQ(FormatAge(-5), "0s");
+}
+
+TEST(FormatTest, ProgressAndStates) {
+  EXPECT_EQ(FormatProgress(12, 400), "12/400");
+  EXPECT_EQ(FormatProgress(12, 0), "12");
+  EXPECT_EQ(StateName(rpc::SUSPENDED), "suspended");
+  EXPECT_TRUE(IsEnded(rpc::KILLED));
+  EXPECT_FALSE(IsEnded(rpc::MIGRATING));
+}
+
+TEST(FormatTest, TableAlignsColumns) {
+  EXPECT_EQ(FormatTable({{"ID", "NAME", "X"}, {"10", "a", ""}}),
+            "ID  NAME  X\n10  a\n");
+}
+
+}  // namespace
+}  // namespace gandiva::cli

@@ -1,0 +1,557 @@
+// `gandiva submit|ls|show|logs|kill|suspend|resume|servers`: the user's view
+// of a running cluster, as a client of the daemon's Scheduler service (and,
+// for logs of jobs on other machines, of the agent's TailLog).
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/format.h"
+#include "cli/job_spec.h"
+#include "cli/scheduler_client.h"
+
+namespace gandiva::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One subcommand's connection to the daemon, and its error reporting.
+class Session {
+ public:
+  Session(std::string command, const ConnectionFlags& flags)
+      : command_(std::move(command)),
+        where_(ResolveScheduler(flags)),
+        // No address (no cluster recorded): a channel that fails at once,
+        // so that every call reports it through DescribeRpcError.
+        stub_(ConnectScheduler(where_.address.empty() ? "unix:/nonexistent"
+                                                      : where_.address)) {}
+
+  rpc::Scheduler::Stub& stub() { return *stub_; }
+  const SchedulerAddress& where() const { return where_; }
+
+  // Prints "gandiva <command>: <message>" on stderr; returns 1.
+  int Fail(const std::string& message) const {
+    std::fprintf(stderr, "gandiva %s: %s\n", command_.c_str(), message.c_str());
+    return 1;
+  }
+  int Fail(const grpc::Status& status) const {
+    return Fail(DescribeRpcError(status, where_));
+  }
+
+  // The id a user's JOB argument names: a number, or a job's name (unique
+  // among live jobs, else among all).
+  bool ResolveJob(const std::string& arg, int64_t* id, std::string* error) {
+    char* end = nullptr;
+    const long long n = std::strtoll(arg.c_str(), &end, 10);
+    if (!arg.empty() && end != nullptr && *end == '\0') {
+      if (n <= 0) {
+        *error = "job ids are positive integers, got '" + arg + "'";
+        return false;
+      }
+      *id = n;
+      return true;
+    }
+    rpc::ListJobsRequest req;
+    req.set_all(true);
+    rpc::ListJobsReply reply;
+    const grpc::Status st = stub_->ListJobs(Context().get(), req, &reply);
+    if (!st.ok()) {
+      *error = DescribeRpcError(st, where_);
+      return false;
+    }
+    std::vector<const rpc::JobInfo*> live, all;
+    for (const auto& j : reply.jobs()) {
+      if (j.spec().name() != arg) continue;
+      all.push_back(&j);
+      if (!IsEnded(j.state())) live.push_back(&j);
+    }
+    const auto& pick = live.empty() ? all : live;
+    if (pick.size() == 1) {
+      *id = pick[0]->id();
+      return true;
+    }
+    if (pick.empty()) {
+      *error = "no job named '" + arg + "'";
+    } else {
+      std::string ids;
+      for (const auto* j : pick) ids += " " + std::to_string(j->id());
+      *error = "several jobs are named '" + arg + "' (ids" + ids +
+               "): name one by its id";
+    }
+    return false;
+  }
+
+  // GetJob with a clear message for an unknown id.
+  bool GetJob(int64_t id, rpc::JobInfo* info, std::string* error) {
+    rpc::JobIdRequest req;
+    req.set_job_id(id);
+    const grpc::Status st = stub_->GetJob(Context().get(), req, info);
+    if (st.ok()) return true;
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      *error =
+          "no job " + std::to_string(id) +
+          (st.error_message().empty() ? "" : " (" + st.error_message() + ")");
+    } else {
+      *error = DescribeRpcError(st, where_);
+    }
+    return false;
+  }
+
+ private:
+  std::string command_;
+  SchedulerAddress where_;
+  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+};
+
+// ------------------------------------------------------------------ submit
+
+struct SubmitFlags {
+  ConnectionFlags conn;
+  std::string file;
+  std::string name;
+  bool dry_run = false;
+};
+
+void PrintSpec(const rpc::JobSpec& spec) {
+  std::printf("name: %s\ncommand: %s\ngpus: %d\npriority: %d\nowner: %s\n",
+              spec.name().c_str(), spec.command().c_str(), spec.gpus(),
+              spec.priority(), spec.owner().c_str());
+  std::printf("group: %s\nelastic: %s\nworkdir: %s\n", spec.group().c_str(),
+              spec.elastic() ? "true" : "false", spec.workdir().c_str());
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  std::printf("env:%s\n", env.empty() ? " {}" : "");
+  for (const auto& [k, v] : env) {
+    std::printf("  %s: %s\n", k.c_str(), v.c_str());
+  }
+  std::printf("total_minibatches: %lld\n",
+              static_cast<long long>(spec.total_minibatches()));
+}
+
+int RunSubmit(const SubmitFlags& f) {
+  auto spec = LoadJobSpec(f.file);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "gandiva submit: %s\n",
+                 spec.status().message().c_str());
+    return 1;
+  }
+  if (!f.name.empty()) {
+    if (std::string why = CheckJobName(f.name); !why.empty()) {
+      std::fprintf(stderr, "gandiva submit: --name: %s\n", why.c_str());
+      return 1;
+    }
+    spec->set_name(f.name);
+  }
+  if (f.dry_run) {
+    PrintSpec(*spec);
+    return 0;
+  }
+  Session s("submit", f.conn);
+  rpc::SubmitRequest req;
+  *req.mutable_spec() = *spec;
+  rpc::SubmitReply reply;
+  const grpc::Status st = s.stub().Submit(Context().get(), req, &reply);
+  if (!st.ok()) return s.Fail(st);
+  std::printf("%lld\n", static_cast<long long>(reply.job_id()));
+  return 0;
+}
+
+// ---------------------------------------------------------------------- ls
+
+struct LsFlags {
+  ConnectionFlags conn;
+  bool all = false;
+};
+
+int RunLs(const LsFlags& f) {
+  Session s("ls", f.conn);
+  rpc::ListJobsRequest req;
+  req.set_all(f.all);
+  rpc::ListJobsReply reply;
+  const grpc::Status st = s.stub().ListJobs(Context().get(), req, &reply);
+  if (!st.ok()) return s.Fail(st);
+  std::vector<const rpc::JobInfo*> jobs;
+  for (const auto& j : reply.jobs()) jobs.push_back(&j);
+  std::sort(jobs.begin(), jobs.end(),
+            [](const auto* a, const auto* b) { return a->id() < b->id(); });
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "GPUS",
+                                                 "SERVER", "PROGRESS", "RATE",
+                                                 "SUSPENDS", "AGE"}};
+  const int64_t now = NowUs();
+  for (const auto* j : jobs) {
+    std::string server = j->server().empty() ? "-" : j->server();
+    if (!j->server().empty() && j->gpus_size() > 0) {
+      server += ":" + JoinGpus(j->gpus());
+    }
+    char rate[32] = "-";
+    if (j->progress().minibatch_rate() > 0 && !IsEnded(j->state())) {
+      std::snprintf(rate, sizeof rate, "%.1f", j->progress().minibatch_rate());
+    }
+    rows.push_back(
+        {std::to_string(j->id()), j->spec().name(), StateName(j->state()),
+         std::to_string(j->spec().gpus()), server,
+         FormatProgress(j->progress().minibatches(),
+                        j->spec().total_minibatches()),
+         rate, std::to_string(j->suspends()),
+         j->submitted_us() > 0 ? FormatAge(now - j->submitted_us()) : "-"});
+  }
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  if (jobs.empty()) {
+    std::printf(f.all
+                    ? "(no jobs)\n"
+                    : "(no live jobs; `gandiva ls --all` shows ended ones)\n");
+  }
+  return 0;
+}
+
+// -------------------------------------------------------------------- show
+
+struct JobFlags {
+  ConnectionFlags conn;
+  std::string job;
+};
+
+int RunShow(const JobFlags& f) {
+  Session s("show", f.conn);
+  int64_t id = 0;
+  std::string error;
+  rpc::JobInfo j;
+  if (!s.ResolveJob(f.job, &id, &error) || !s.GetJob(id, &j, &error)) {
+    return s.Fail(error);
+  }
+  const rpc::JobSpec& spec = j.spec();
+  const int64_t now = NowUs();
+  auto when = [now](int64_t us) {
+    return us > 0 ? FormatClock(us) + " (" + FormatAge(now - us) + " ago)"
+                  : std::string("-");
+  };
+  std::printf("job %lld: %s\n", static_cast<long long>(j.id()),
+              spec.name().c_str());
+  std::printf("  state:        %s", StateName(j.state()).c_str());
+  if (!j.server().empty()) {
+    std::printf(" on %s, GPU %s", j.server().c_str(),
+                JoinGpus(j.gpus()).c_str());
+  }
+  if (IsEnded(j.state())) std::printf(", exit code %d", j.exit_code());
+  std::printf("\n");
+  std::printf("  command:      %s\n", spec.command().c_str());
+  std::printf("  workdir:      %s\n", spec.workdir().c_str());
+  std::printf("  gpus:         %d\n", spec.gpus());
+  std::printf("  priority:     %d\n", spec.priority());
+  std::printf("  owner:        %s\n", spec.owner().c_str());
+  std::printf("  group:        %s\n",
+              spec.group().empty() ? "-" : spec.group().c_str());
+  std::printf("  elastic:      %s\n", spec.elastic() ? "yes" : "no");
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  std::printf("  env:         %s\n", env.empty() ? " -" : "");
+  for (const auto& [k, v] : env) {
+    std::printf("    %s=%s\n", k.c_str(), v.c_str());
+  }
+  std::printf("  submitted:    %s\n", when(j.submitted_us()).c_str());
+  std::printf("  started:      %s\n", when(j.started_us()).c_str());
+  std::printf("  ended:        %s\n", when(j.ended_us()).c_str());
+  const rpc::Progress& p = j.progress();
+  std::printf(
+      "  progress:     %s mini-batches",
+      FormatProgress(p.minibatches(), spec.total_minibatches()).c_str());
+  if (p.minibatch_rate() > 0) {
+    std::printf(", %.1f mini-batches/s", p.minibatch_rate());
+  }
+  std::printf("\n");
+  std::printf("  library:      %s\n",
+              j.uses_library() || p.uses_library()
+                  ? "yes (suspends at mini-batch boundaries)"
+                  : "no (plain SIGSTOP/SIGCONT)");
+  std::printf("  suspends:     %d (resumes %d)\n", j.suspends(), j.resumes());
+  if (p.gpu_memory_bytes() > 0 || p.gpu_utilization() > 0) {
+    std::printf("  gpu:          %.0f%% busy, %.1f MiB\n",
+                100 * p.gpu_utilization(),
+                static_cast<double>(p.gpu_memory_bytes()) / (1 << 20));
+  }
+  std::printf("  log:          %s\n",
+              j.log_path().empty() ? "-" : j.log_path().c_str());
+  std::printf("history:%s\n", j.history().empty() ? " (none)" : "");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& h : j.history()) {
+    std::string at = j.submitted_us() > 0 && h.time_us() >= j.submitted_us()
+                         ? "+" + FormatTook(h.time_us() - j.submitted_us())
+                         : FormatClock(h.time_us());
+    rows.push_back(
+        {"  " + FormatClock(h.time_us()).substr(11), at, h.action(),
+         h.ok() ? FormatTook(h.took_us()) : "FAILED",
+         h.ok() ? h.detail() : FormatTook(h.took_us()) + " " + h.detail()});
+  }
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  return 0;
+}
+
+// -------------------------------------------------------------------- logs
+
+struct LogsFlags {
+  ConnectionFlags conn;
+  std::string job;
+  bool follow = false;
+};
+
+// Copies what `path` has after `*offset` to stdout; false if unreadable.
+bool CopyNew(const std::string& path, int64_t* offset) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  f.seekg(*offset);
+  char buf[1 << 16];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    std::fwrite(buf, 1, static_cast<size_t>(f.gcount()), stdout);
+    *offset += f.gcount();
+  }
+  std::fflush(stdout);
+  return true;
+}
+
+int RunLogs(const LogsFlags& f) {
+  Session s("logs", f.conn);
+  int64_t id = 0;
+  std::string error;
+  rpc::JobInfo j;
+  if (!s.ResolveJob(f.job, &id, &error) || !s.GetJob(id, &j, &error)) {
+    return s.Fail(error);
+  }
+  // Wait for a queued job to get a log (with -f), else say there is none.
+  while (j.log_path().empty() && j.server().empty()) {
+    if (!f.follow || IsEnded(j.state())) {
+      return s.Fail("job " + std::to_string(id) + " (" + StateName(j.state()) +
+                    ") has no log yet");
+    }
+    std::this_thread::sleep_for(milliseconds(500));
+    if (!s.GetJob(id, &j, &error)) return s.Fail(error);
+  }
+
+  // The log file, when this machine can read it.
+  int64_t offset = 0;
+  if (!j.log_path().empty() && ::access(j.log_path().c_str(), R_OK) == 0) {
+    CopyNew(j.log_path(), &offset);
+    while (f.follow && !IsEnded(j.state())) {
+      std::this_thread::sleep_for(milliseconds(250));
+      CopyNew(j.log_path(), &offset);
+      if (!s.GetJob(id, &j, &error)) return s.Fail(error);
+    }
+    CopyNew(j.log_path(), &offset);  // what came before the end
+    return 0;
+  }
+
+  // Else through the agent of the job's server.
+  rpc::ListServersReply servers;
+  const grpc::Status st =
+      s.stub().ListServers(Context().get(), rpc::Empty(), &servers);
+  if (!st.ok()) return s.Fail(st);
+  std::string agent_address;
+  for (const auto& srv : servers.servers()) {
+    if (srv.name() == j.server()) agent_address = srv.address();
+  }
+  if (agent_address.empty()) {
+    return s.Fail("the log of job " + std::to_string(id) + " (" + j.log_path() +
+                  ") is not readable here and its server '" + j.server() +
+                  "' is not known to the scheduler");
+  }
+  auto agent = ConnectAgent(agent_address);
+  rpc::TailLogRequest req;
+  req.set_job_id(id);
+  req.set_follow(f.follow);
+  grpc::ClientContext ctx;
+  if (!f.follow) {
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::minutes(1));
+  }
+  auto reader = agent->TailLog(&ctx, req);
+  rpc::LogChunk chunk;
+  while (reader->Read(&chunk)) {
+    std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
+    std::fflush(stdout);
+  }
+  const grpc::Status tail = reader->Finish();
+  if (!tail.ok()) {
+    return s.Fail("agent " + j.server() + " at " + agent_address + ": " +
+                  tail.error_message());
+  }
+  return 0;
+}
+
+// ---------------------------------------------------- kill/suspend/resume
+
+enum class Act { kKill, kSuspend, kResume };
+
+int RunAct(Act act, const JobFlags& f) {
+  const char* name = act == Act::kKill      ? "kill"
+                     : act == Act::kSuspend ? "suspend"
+                                            : "resume";
+  Session s(name, f.conn);
+  int64_t id = 0;
+  std::string error;
+  if (!s.ResolveJob(f.job, &id, &error)) return s.Fail(error);
+  rpc::Empty reply;
+  grpc::Status st;
+  if (act == Act::kKill) {
+    rpc::KillRequest req;
+    req.set_job_id(id);
+    const char* user = std::getenv("USER");
+    req.set_reason(std::string("gandiva kill by ") +
+                   (user != nullptr ? user : "a user"));
+    st = s.stub().Kill(Context().get(), req, &reply);
+  } else {
+    rpc::JobIdRequest req;
+    req.set_job_id(id);
+    st = act == Act::kSuspend ? s.stub().Suspend(Context().get(), req, &reply)
+                              : s.stub().Resume(Context().get(), req, &reply);
+  }
+  if (!st.ok()) {
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return s.Fail(
+          "no job " + std::to_string(id) +
+          (st.error_message().empty() ? "" : " (" + st.error_message() + ")"));
+    }
+    return s.Fail(st);
+  }
+  const char* done = act == Act::kKill      ? "killed"
+                     : act == Act::kSuspend ? "suspended"
+                                            : "resumed";
+  std::printf("job %lld %s\n", static_cast<long long>(id), done);
+  return 0;
+}
+
+// ----------------------------------------------------------------- servers
+
+struct ServersFlags {
+  ConnectionFlags conn;
+};
+
+std::string JoinIds(const google::protobuf::RepeatedField<int64_t>& ids) {
+  if (ids.empty()) return "-";
+  std::string s;
+  for (int64_t id : ids) {
+    if (!s.empty()) s += ",";
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+int RunServers(const ServersFlags& f) {
+  Session s("servers", f.conn);
+  rpc::ListServersReply reply;
+  const grpc::Status st =
+      s.stub().ListServers(Context().get(), rpc::Empty(), &reply);
+  if (!st.ok()) return s.Fail(st);
+  if (reply.servers().empty()) {
+    std::printf("(no servers: start agents, or `gandiva up`)\n");
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "NAME", "ADDRESS", "UP", "GPUS", "FREE", "HEIGHT", "AFFINITY"}};
+  for (const auto& srv : reply.servers()) {
+    rows.push_back({std::to_string(srv.id()), srv.name(), srv.address(),
+                    srv.up() ? "yes" : "no", std::to_string(srv.gpus_size()),
+                    std::to_string(srv.free_gpus()),
+                    std::to_string(srv.height()),
+                    srv.affinity() > 0 ? std::to_string(srv.affinity()) : "-"});
+  }
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  std::printf("\n");
+  std::vector<std::vector<std::string>> gpu_rows = {
+      {"SERVER", "GPU", "KIND", "RUNNING", "WAITING"}};
+  for (const auto& srv : reply.servers()) {
+    for (int i = 0; i < srv.gpus_size(); ++i) {
+      const rpc::Gpu& g = srv.gpus(i);
+      const rpc::GpuJobs* jobs =
+          i < srv.gpu_jobs_size() ? &srv.gpu_jobs(i) : nullptr;
+      gpu_rows.push_back({srv.name(), std::to_string(g.local()),
+                          g.name().empty() ? "-" : g.name(),
+                          jobs != nullptr ? JoinIds(jobs->running()) : "-",
+                          jobs != nullptr ? JoinIds(jobs->waiting()) : "-"});
+    }
+  }
+  std::fputs(FormatTable(gpu_rows).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, int& exit_code) {
+  {
+    auto f = std::make_shared<SubmitFlags>();
+    CLI::App* sub = app.add_subcommand(
+        "submit",
+        "Submit a job described by a YAML spec (fields: examples/README.md); "
+        "prints its id");
+    sub->add_option("spec", f->file, "The job spec (YAML)")->required();
+    sub->add_option("--name", f->name, "Name the job (overrides the spec's)");
+    sub->add_flag("--dry-run", f->dry_run,
+                  "Check the spec and print it with its defaults; submit "
+                  "nothing");
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunSubmit(*f); });
+  }
+  {
+    auto f = std::make_shared<LsFlags>();
+    CLI::App* sub = app.add_subcommand("ls", "List jobs");
+    sub->add_flag("-a,--all", f->all, "Include ended jobs");
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunLs(*f); });
+  }
+  {
+    auto f = std::make_shared<JobFlags>();
+    CLI::App* sub = app.add_subcommand(
+        "show", "Everything about a job, with its mechanism history");
+    sub->add_option("job", f->job, "Job id or name")->required();
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunShow(*f); });
+  }
+  {
+    auto f = std::make_shared<LogsFlags>();
+    CLI::App* sub =
+        app.add_subcommand("logs", "Print a job's log (stdout and stderr)");
+    sub->add_option("job", f->job, "Job id or name")->required();
+    sub->add_flag("-f,--follow", f->follow, "Keep printing until the job ends");
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunLogs(*f); });
+  }
+  struct ActDef {
+    const char* name;
+    const char* help;
+    Act act;
+  };
+  for (const ActDef& d :
+       {ActDef{"kill", "Kill a job", Act::kKill},
+        ActDef{"suspend", "Suspend a job (at its next mini-batch boundary)",
+               Act::kSuspend},
+        ActDef{"resume", "Resume a job suspended by `gandiva suspend`",
+               Act::kResume}}) {
+    auto f = std::make_shared<JobFlags>();
+    CLI::App* sub = app.add_subcommand(d.name, d.help);
+    sub->add_option("job", f->job, "Job id or name")->required();
+    AddConnectionFlags(sub, &f->conn);
+    const Act act = d.act;
+    sub->callback([f, act, &exit_code] { exit_code = RunAct(act, *f); });
+  }
+  {
+    auto f = std::make_shared<ServersFlags>();
+    CLI::App* sub = app.add_subcommand(
+        "servers", "List servers, their GPUs and the jobs placed on each");
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunServers(*f); });
+  }
+}
+
+}  // namespace gandiva::cli

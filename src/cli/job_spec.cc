@@ -1,0 +1,358 @@
+#include "cli/job_spec.h"
+
+#include <pwd.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+namespace gandiva::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Where a message points: "job.yaml:4" (1-based line) or "job.yaml".
+std::string Where(const std::string& path, const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.line < 0) return path;
+  return path + ":" + std::to_string(mark.line + 1);
+}
+
+core::Status FieldError(const std::string& path, const YAML::Node& node,
+                        std::string_view field, const std::string& why) {
+  return core::InvalidArgument(Where(path, node) + ": field '" +
+                               std::string(field) + "': " + why);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'gpus'?)" for a near miss, else "".
+std::string Suggestion(std::string_view key) {
+  std::string best;
+  size_t best_d = 3;  // suggest only within an edit distance of 2
+  for (std::string_view f : kJobSpecFields) {
+    const size_t d = EditDistance(key, f);
+    if (d < best_d) {
+      best_d = d;
+      best = std::string(f);
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+std::string Describe(const YAML::Node& node) {
+  if (node.IsNull()) return "nothing";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  return "'" + node.Scalar() + "'";
+}
+
+core::StatusOr<std::string> AsString(const std::string& path,
+                                     const YAML::Node& node,
+                                     std::string_view field) {
+  if (!node.IsScalar()) {
+    return FieldError(path, node, field,
+                      "expected a string, got " + Describe(node));
+  }
+  return node.Scalar();
+}
+
+core::StatusOr<int64_t> AsInt(const std::string& path, const YAML::Node& node,
+                              std::string_view field, int64_t lo, int64_t hi) {
+  if (!node.IsScalar()) {
+    return FieldError(path, node, field,
+                      "expected an integer, got " + Describe(node));
+  }
+  const std::string& s = node.Scalar();
+  int64_t v = 0;
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (begin != end && *begin == '+') ++begin;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (s.empty() || ec != std::errc() || ptr != end) {
+    return FieldError(path, node, field,
+                      "expected an integer, got '" + s + "'");
+  }
+  if (v < lo || v > hi) {
+    return FieldError(path, node, field,
+                      "must be between " + std::to_string(lo) + " and " +
+                          std::to_string(hi) + ", got " + s);
+  }
+  return v;
+}
+
+core::StatusOr<bool> AsBool(const std::string& path, const YAML::Node& node,
+                            std::string_view field) {
+  if (node.IsScalar()) {
+    std::string s = node.Scalar();
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) {
+      return static_cast<char>(std::tolower(c));
+    });
+    if (s == "true" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "no" || s == "off") return false;
+  }
+  return FieldError(path, node, field,
+                    "expected true or false, got " + Describe(node));
+}
+
+bool ValidEnvName(const std::string& name) {
+  if (name.empty()) return false;
+  if (std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_';
+  });
+}
+
+std::string DefaultOwner() {
+  if (const char* user = std::getenv("USER"); user != nullptr && *user) {
+    return user;
+  }
+  if (const passwd* pw = ::getpwuid(::getuid()); pw != nullptr) {
+    return pw->pw_name;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+std::string CheckJobName(const std::string& name) {
+  if (name.empty()) return "must not be empty";
+  if (name.size() > 64) return "must be at most 64 characters";
+  for (unsigned char c : name) {
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') {
+      return "may hold only letters, digits, '.', '_' and '-', got '" + name +
+             "'";
+    }
+  }
+  return "";
+}
+
+std::string ShellQuote(std::string_view word) {
+  const bool plain =
+      !word.empty() &&
+      std::all_of(word.begin(), word.end(), [](unsigned char c) {
+        return std::isalnum(c) ||
+               std::string_view("@%_+=:,./-").find(static_cast<char>(c)) !=
+                   std::string_view::npos;
+      });
+  if (plain) return std::string(word);
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  out += "'";
+  return out;
+}
+
+core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
+                                          const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    std::string where = path;
+    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1);
+    return core::InvalidArgument(where + ": not valid YAML: " + e.msg);
+  }
+  if (root.IsNull()) {
+    return core::InvalidArgument(path +
+                                 ": empty spec: field 'command' is required");
+  }
+  if (!root.IsMap()) {
+    return core::InvalidArgument(
+        Where(path, root) +
+        ": a job spec is a map of fields (name, command, gpus, ...), got " +
+        Describe(root));
+  }
+
+  const fs::path spec_dir =
+      fs::absolute(fs::path(path)).lexically_normal().parent_path();
+  rpc::JobSpec spec;
+  spec.set_gpus(1);
+  spec.set_owner(DefaultOwner());
+  bool have_command = false;
+  std::string workdir;
+  bool have_workdir = false;
+
+  for (const auto& kv : root) {
+    const YAML::Node& key = kv.first;
+    const YAML::Node& value = kv.second;
+    if (!key.IsScalar()) {
+      return core::InvalidArgument(Where(path, key) +
+                                   ": field names must be plain strings");
+    }
+    const std::string field = key.Scalar();
+    if (field == "name") {
+      auto s = AsString(path, value, field);
+      if (!s.ok()) return s.status();
+      if (std::string why = CheckJobName(*s); !why.empty()) {
+        return FieldError(path, value, field, why);
+      }
+      spec.set_name(*s);
+    } else if (field == "command") {
+      std::string command;
+      if (value.IsSequence()) {
+        for (const auto& word : value) {
+          if (!word.IsScalar()) {
+            return FieldError(
+                path, word, field,
+                "list items must be strings, got " + Describe(word));
+          }
+          if (!command.empty()) command += ' ';
+          command += ShellQuote(word.Scalar());
+        }
+      } else if (value.IsScalar()) {
+        command = value.Scalar();
+      } else {
+        return FieldError(
+            path, value, field,
+            "expected a string or a list of words, got " + Describe(value));
+      }
+      if (command.find_first_not_of(" \t\n") == std::string::npos) {
+        return FieldError(path, value, field, "must not be empty");
+      }
+      spec.set_command(command);
+      have_command = true;
+    } else if (field == "gpus") {
+      auto v = AsInt(path, value, field, 1, 1 << 20);
+      if (!v.ok()) return v.status();
+      if ((*v & (*v - 1)) != 0) {
+        return FieldError(path, value, field,
+                          "must be a power of two >= 1 (1, 2, 4, 8, ...), "
+                          "got " +
+                              std::to_string(*v));
+      }
+      spec.set_gpus(static_cast<int32_t>(*v));
+    } else if (field == "priority") {
+      auto v = AsInt(path, value, field, std::numeric_limits<int32_t>::min(),
+                     std::numeric_limits<int32_t>::max());
+      if (!v.ok()) return v.status();
+      spec.set_priority(static_cast<int32_t>(*v));
+    } else if (field == "owner" || field == "group") {
+      auto s = AsString(path, value, field);
+      if (!s.ok()) return s.status();
+      if (field == "owner") {
+        if (s->empty()) return FieldError(path, value, field, "is empty");
+        spec.set_owner(*s);
+      } else {
+        spec.set_group(*s);
+      }
+    } else if (field == "elastic") {
+      auto b = AsBool(path, value, field);
+      if (!b.ok()) return b.status();
+      spec.set_elastic(*b);
+    } else if (field == "workdir") {
+      auto s = AsString(path, value, field);
+      if (!s.ok()) return s.status();
+      if (s->empty()) return FieldError(path, value, field, "is empty");
+      std::string dir = *s;
+      if (dir == "~" || dir.rfind("~/", 0) == 0) {
+        const char* home = std::getenv("HOME");
+        if (home == nullptr) {
+          return FieldError(path, value, field, "'~' but HOME is not set");
+        }
+        dir = std::string(home) + dir.substr(1);
+      }
+      workdir = (spec_dir / dir).lexically_normal().string();
+      have_workdir = true;
+      std::error_code ec;
+      if (!fs::is_directory(workdir, ec)) {
+        return FieldError(path, value, field, "no such directory: " + workdir);
+      }
+    } else if (field == "env") {
+      if (value.IsNull()) continue;
+      if (!value.IsMap()) {
+        return FieldError(
+            path, value, field,
+            "expected a map of NAME: value, got " + Describe(value));
+      }
+      for (const auto& e : value) {
+        const std::string name = e.first.IsScalar() ? e.first.Scalar() : "";
+        if (!ValidEnvName(name)) {
+          return FieldError(path, e.first, field,
+                            "'" + name +
+                                "' is not a variable name "
+                                "([A-Za-z_][A-Za-z0-9_]*)");
+        }
+        if (e.second.IsNull()) {
+          (*spec.mutable_env())[name] = "";
+        } else if (e.second.IsScalar()) {
+          (*spec.mutable_env())[name] = e.second.Scalar();
+        } else {
+          return FieldError(path, e.second, field,
+                            "value of " + name + " must be a string, got " +
+                                Describe(e.second));
+        }
+      }
+    } else if (field == "total_minibatches") {
+      auto v =
+          AsInt(path, value, field, 0, std::numeric_limits<int64_t>::max());
+      if (!v.ok()) return v.status();
+      spec.set_total_minibatches(*v);
+    } else {
+      return core::InvalidArgument(Where(path, key) + ": unknown field '" +
+                                   field + "'" + Suggestion(field));
+    }
+  }
+
+  if (!have_command) {
+    return core::InvalidArgument(path + ": field 'command' is required");
+  }
+  if (spec.name().empty()) {
+    std::string stem = fs::path(path).stem().string();
+    if (!CheckJobName(stem).empty()) stem = "job";
+    spec.set_name(stem);
+  }
+  if (!have_workdir) {
+    std::error_code ec;
+    if (!fs::is_directory(spec_dir, ec)) {
+      return core::InvalidArgument(path + ": field 'workdir': default " +
+                                   spec_dir.string() + " is not a directory");
+    }
+    workdir = spec_dir.string();
+  }
+  spec.set_workdir(workdir);
+  return spec;
+}
+
+core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    return core::InvalidArgument(path + ": is a directory, not a job spec");
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return core::IoError(path + ": cannot read the file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return core::IoError(path + ": read error");
+  return ParseJobSpec(ss.str(), path);
+}
+
+}  // namespace gandiva::cli

@@ -1,0 +1,56 @@
+// Job spec files: the YAML a user hands to `gandiva submit`, read and checked
+// into the wire JobSpec before anything is sent to the daemon.
+//
+// Fields (every one is documented in examples/README.md):
+//   name               string, default: the file's name without extension;
+//                      1-64 characters of [A-Za-z0-9._-]
+//   command            required; a string run by /bin/sh -c, or a list of
+//                      words (each shell-quoted, then joined)
+//   gpus               integer, a power of two >= 1, default 1
+//   priority           integer, default 0
+//   owner              string, default $USER (else the login name)
+//   group              string, default "" (none)
+//   elastic            boolean, default false
+//   workdir            string, default the spec file's directory; a relative
+//                      path is taken from that directory; made absolute; must
+//                      be an existing directory
+//   env                map of NAME: value (NAME matches [A-Za-z_][A-Za-z0-9_]*;
+//                      values are scalars), default empty
+//   total_minibatches  integer >= 0, default 0 (unknown)
+// Any other top-level key is refused ("job.yaml:3: unknown field 'gpu'").
+//
+// Pure functions of their input (and, for defaults, of the environment and
+// the file system): thread-compatible.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "proto/gandiva.pb.h"
+
+namespace gandiva::cli {
+
+// The fields a spec may have, in documentation order.
+inline constexpr std::string_view kJobSpecFields[] = {
+    "name",  "command", "gpus",    "priority", "owner",
+    "group", "elastic", "workdir", "env",      "total_minibatches"};
+
+// Reads and checks the spec at `path`. Errors are INVALID_ARGUMENT (or IO
+// when the file cannot be read) with a message that starts with the file
+// name (and the line, when known) and names the field:
+//   "job.yaml:4: field 'gpus': must be a power of two >= 1, got 3".
+core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path);
+
+// The same for YAML text; `path` is used in messages and for the default
+// name and workdir.
+core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
+                                          const std::string& path);
+
+// Checks a job name against the rule above; empty when valid, else why not.
+std::string CheckJobName(const std::string& name);
+
+// Quotes one word for /bin/sh (unchanged when it needs no quoting).
+std::string ShellQuote(std::string_view word);
+
+}  // namespace gandiva::cli

@@ -1,0 +1,143 @@
+// Job spec files: defaults, every rule, and messages that name the file and
+// the field.
+#include "cli/job_spec.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace gandiva::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+class JobSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gandiva_spec_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_ / "sub");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  core::StatusOr<rpc::JobSpec> Load(const std::string& text,
+                                    const std::string& file = "job.yaml") {
+    const fs::path p = dir_ / file;
+    std::ofstream(p) << text;
+    return LoadJobSpec(p.string());
+  }
+  // The error message of a refused spec ("" if it was accepted).
+  std::string Error(const std::string& text) {
+    auto r = Load(text);
+    return r.ok() ? "" : r.status().message();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(JobSpecTest, Defaults) {
+  ::setenv("USER", "alice", 1);
+  auto spec = Load("command: python3 train.py\n", "cnn.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->name(), "cnn");
+  EXPECT_EQ(spec->command(), "python3 train.py");
+  EXPECT_EQ(spec->gpus(), 1);
+  EXPECT_EQ(spec->priority(), 0);
+  EXPECT_EQ(spec->owner(), "alice");
+  EXPECT_EQ(spec->group(), "");
+  EXPECT_FALSE(spec->elastic());
+  EXPECT_EQ(spec->workdir(), dir_.lexically_normal().string());
+  EXPECT_TRUE(spec->env().empty());
+  EXPECT_EQ(spec->total_minibatches(), 0);
+}
+
+TEST_F(JobSpecTest, EveryField) {
+  auto spec = Load(
+      "name: lstm-1\ncommand: [python3, a b.py, --x]\ngpus: 4\npriority: -2\n"
+      "owner: bob\ngroup: nlp\nelastic: yes\nworkdir: sub\n"
+      "env: {OMP_NUM_THREADS: 1, EMPTY: }\ntotal_minibatches: 300\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->name(), "lstm-1");
+  EXPECT_EQ(spec->command(), "python3 'a b.py' --x");
+  EXPECT_EQ(spec->gpus(), 4);
+  EXPECT_EQ(spec->priority(), -2);
+  EXPECT_EQ(spec->owner(), "bob");
+  EXPECT_EQ(spec->group(), "nlp");
+  EXPECT_TRUE(spec->elastic());
+  EXPECT_EQ(spec->workdir(), (dir_ / "sub").lexically_normal().string());
+  EXPECT_EQ(spec->env().at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(spec->env().at("EMPTY"), "");
+  EXPECT_EQ(spec->total_minibatches(), 300);
+}
+
+TEST_F(JobSpecTest, AbsoluteWorkdir) {
+  auto spec = Load("command: x\nworkdir: " + (dir_ / "sub").string() + "\n");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->workdir(), (dir_ / "sub").string());
+}
+
+TEST_F(JobSpecTest, UnknownFieldIsRefusedWithASuggestion) {
+  const std::string e = Error("command: x\ngpu: 2\n");
+  EXPECT_NE(e.find("job.yaml:2: unknown field 'gpu'"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'gpus'"), std::string::npos) << e;
+  EXPECT_NE(Error("command: x\nfoo: 1\n").find("unknown field 'foo'"),
+            std::string::npos);
+}
+
+TEST_F(JobSpecTest, RefusalsNameTheField) {
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  } cases[] = {
+      {"gpus: 1\n", "field 'command' is required"},
+      {"command: ''\n", "field 'command': must not be empty"},
+      {"command: {a: 1}\n", "field 'command'"},
+      {"command: x\ngpus: 3\n",
+       "job.yaml:2: field 'gpus': must be a power of two"},
+      {"command: x\ngpus: 0\n", "field 'gpus'"},
+      {"command: x\ngpus: two\n",
+       "field 'gpus': expected an integer, got 'two'"},
+      {"command: x\npriority: 1.5\n", "field 'priority': expected an integer"},
+      {"command: x\nelastic: maybe\n",
+       "field 'elastic': expected true or false"},
+      {"command: x\nworkdir: nowhere\n", "field 'workdir': no such directory"},
+      {"command: x\nenv: [A]\n", "field 'env': expected a map"},
+      {"command: x\nenv: {1A: x}\n",
+       "field 'env': '1A' is not a variable name"},
+      {"command: x\nenv: {A: [1]}\n", "field 'env': value of A"},
+      {"command: x\ntotal_minibatches: -1\n", "field 'total_minibatches'"},
+      {"command: x\nname: 'a b'\n", "field 'name'"},
+      {"command: x\nowner: ''\n", "field 'owner'"},
+      {"- a\n- b\n", "a job spec is a map"},
+      {"command: [x\n", "not valid YAML"},
+      {"", "empty spec"},
+  };
+  for (const Case& c : cases) {
+    const std::string e = Error(c.yaml);
+    EXPECT_NE(e.find(c.expect), std::string::npos) << "spec:\n"
+                                                   << c.yaml << "error: " << e;
+    EXPECT_EQ(e.rfind((dir_ / "job.yaml").string(), 0), 0u)
+        << "error does not start with the file: " << e;
+  }
+}
+
+TEST_F(JobSpecTest, MissingFile) {
+  auto r = LoadJobSpec((dir_ / "none.yaml").string());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("none.yaml"), std::string::npos);
+}
+
+TEST(ShellQuoteTest, QuotesOnlyWhatNeedsIt) {
+  EXPECT_EQ(ShellQuote("--steps=3"), "--steps=3");
+  EXPECT_EQ(ShellQuote("a b"), "'a b'");
+  EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ShellQuote("$HOME"), "'$HOME'");
+}
+
+}  // namespace
+}  // namespace gandiva::cli

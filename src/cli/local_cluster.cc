@@ -1,0 +1,91 @@
+#include "cli/local_cluster.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace gandiva::cli {
+
+namespace fs = std::filesystem;
+
+const ClusterProcess* ClusterRecord::scheduler() const {
+  for (const auto& p : processes) {
+    if (p.role == "scheduler") return &p;
+  }
+  return nullptr;
+}
+
+std::string ClusterRecordPath(const std::string& state_dir) {
+  return (fs::path(state_dir) / "cluster").string();
+}
+
+std::optional<ClusterRecord> ReadClusterRecord(const std::string& state_dir) {
+  std::ifstream f(ClusterRecordPath(state_dir));
+  if (!f) return std::nullopt;
+  ClusterRecord record;
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    ClusterProcess p;
+    long pid = 0;
+    if (in >> p.role >> pid >> p.name && pid > 0 &&
+        (p.role == "scheduler" || p.role == "agent")) {
+      p.pid = static_cast<pid_t>(pid);
+      record.processes.push_back(p);
+    }
+  }
+  return record;
+}
+
+core::Status WriteClusterRecord(const std::string& state_dir,
+                                const ClusterRecord& record) {
+  const std::string path = ClusterRecordPath(state_dir);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << "# gandiva local cluster, written by `gandiva up`; `gandiva down` "
+         "stops these\n";
+    for (const auto& p : record.processes) {
+      f << p.role << ' ' << p.pid << ' ' << p.name << '\n';
+    }
+    f.close();
+    if (!f) return core::IoError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return core::IoError("cannot write " + path + ": " + ec.message());
+  return core::Status::Ok();
+}
+
+bool ProcessRuns(pid_t pid, const std::string& binary) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno != EPERM) return false;
+  // A zombie still answers kill(0); its state in /proc/<pid>/stat is 'Z'.
+  {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)),
+                     std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size() &&
+        text[paren + 2] == 'Z') {
+      return false;
+    }
+  }
+  std::error_code ec;
+  const fs::path exe =
+      fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec);
+  if (ec) return false;
+  // A rebuilt binary reads "gandiva-agent (deleted)".
+  return exe.filename().string().rfind(binary, 0) == 0;
+}
+
+std::string BinaryOf(const ClusterProcess& p) {
+  return p.role == "scheduler" ? "gandiva-scheduler" : "gandiva-agent";
+}
+
+}  // namespace gandiva::cli

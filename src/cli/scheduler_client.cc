@@ -1,0 +1,136 @@
+#include "cli/scheduler_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/local_cluster.h"
+
+namespace gandiva::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string Trim(std::string s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  const size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return Trim(line);
+}
+
+}  // namespace
+
+void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags) {
+  sub->add_option("--scheduler", flags->scheduler,
+                  "The daemon's HOST:PORT (default: $GANDIVA_SCHEDULER, "
+                  "else the local cluster's, else " +
+                      std::string(kDefaultSchedulerAddress) + ")");
+  sub->add_option("--state-dir", flags->state_dir,
+                  "The local cluster's state directory (default: "
+                  "$GANDIVA_STATE_DIR, else ~/.gandiva)");
+}
+
+std::string ResolveStateDir(const std::string& flag) {
+  std::string dir = flag;
+  if (dir.empty()) {
+    if (const char* env = std::getenv("GANDIVA_STATE_DIR"); env && *env) {
+      dir = env;
+    }
+  }
+  if (dir.empty()) {
+    const char* home = std::getenv("HOME");
+    dir = (home != nullptr && *home) ? std::string(home) + "/.gandiva"
+                                     : std::string(".gandiva");
+  }
+  std::error_code ec;
+  fs::path abs = fs::absolute(dir, ec);
+  return ec ? dir : abs.lexically_normal().string();
+}
+
+SchedulerAddress ResolveScheduler(const ConnectionFlags& flags) {
+  if (!flags.scheduler.empty()) return {flags.scheduler, false, ""};
+  if (const char* env = std::getenv("GANDIVA_SCHEDULER"); env && *env) {
+    return {env, false, ""};
+  }
+  const std::string state = ResolveStateDir(flags.state_dir);
+  if (auto record = ReadClusterRecord(state)) {
+    if (const ClusterProcess* s = record->scheduler()) {
+      return {s->name, true, state};
+    }
+  }
+  if (std::string addr = ReadFirstLine(state + "/scheduler.addr");
+      !addr.empty()) {
+    return {addr, true, state};
+  }
+  const char* env_dir = std::getenv("GANDIVA_STATE_DIR");
+  if (!flags.state_dir.empty() || (env_dir != nullptr && *env_dir)) {
+    return {"", true, state};
+  }
+  return {kDefaultSchedulerAddress, true, state};
+}
+
+std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
+    const std::string& address) {
+  return rpc::Scheduler::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address) {
+  return rpc::Agent::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+std::unique_ptr<grpc::ClientContext> Context(
+    std::chrono::milliseconds timeout) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  return ctx;
+}
+
+std::string DescribeRpcError(const grpc::Status& status,
+                             const SchedulerAddress& where) {
+  if (where.address.empty()) {
+    return "no local cluster in " + where.state_dir +
+           ": is the local cluster up? run `gandiva up`";
+  }
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      if (where.from_local_cluster) {
+        return "no scheduler at " + where.address +
+               ": is the local cluster up? run `gandiva up`";
+      }
+      return "no scheduler at " + where.address + " (" +
+             status.error_message() + ")";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "the scheduler at " + where.address + " did not answer in time (" +
+             status.error_message() + ")";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return status.error_message();
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "the scheduler at " + where.address +
+             " does not implement this call (" + status.error_message() + ")";
+    default:
+      return "scheduler error " + std::to_string(status.error_code()) + ": " +
+             status.error_message();
+  }
+}
+
+std::string SelfDirectory() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+}  // namespace gandiva::cli

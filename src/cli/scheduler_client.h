@@ -1,0 +1,64 @@
+// How the CLI finds the scheduler daemon and the local cluster's state, and
+// how it turns a failed call into a message a user can act on.
+//
+// The daemon's address comes from, in order: --scheduler HOST:PORT, then
+// $GANDIVA_SCHEDULER, then the local cluster's state directory (what
+// `gandiva up` recorded), then kDefaultSchedulerAddress (only when no state
+// directory was named by --state-dir or $GANDIVA_STATE_DIR). The state
+// directory is --state-dir, else $GANDIVA_STATE_DIR, else ~/.gandiva
+// (./.gandiva when HOME is not set).
+//
+// Plain functions; the stubs they return are gRPC's (thread-safe).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "proto/gandiva.grpc.pb.h"
+
+namespace gandiva::cli {
+
+// Where the daemon listens when started without --listen (0.0.0.0:7070),
+// seen from this machine.
+inline constexpr const char* kDefaultSchedulerAddress = "127.0.0.1:7070";
+
+// Options every cluster subcommand takes.
+struct ConnectionFlags {
+  std::string scheduler;  // empty: resolve as above
+  std::string state_dir;  // empty: resolve as above
+};
+
+// Adds --scheduler and --state-dir to a subcommand.
+void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags);
+
+// The state directory to use (see above); absolute.
+std::string ResolveStateDir(const std::string& flag);
+
+// Where the address came from, for messages.
+struct SchedulerAddress {
+  std::string address;  // empty: the named state dir records no cluster
+  bool from_local_cluster = false;  // the state dir or the default
+  std::string state_dir;            // set when from_local_cluster
+};
+SchedulerAddress ResolveScheduler(const ConnectionFlags& flags);
+
+std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
+    const std::string& address);
+std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address);
+
+// A client context with a deadline `timeout` from now.
+std::unique_ptr<grpc::ClientContext> Context(
+    std::chrono::milliseconds timeout = std::chrono::seconds(15));
+
+// "no scheduler at 127.0.0.1:7070: is the local cluster up? run `gandiva up`"
+// for an unreachable daemon; otherwise the daemon's own message (with its
+// code when it is not a plain INVALID_ARGUMENT / NOT_FOUND).
+std::string DescribeRpcError(const grpc::Status& status,
+                             const SchedulerAddress& where);
+
+// The directory holding the running `gandiva` binary (/proc/self/exe's).
+std::string SelfDirectory();
+
+}  // namespace gandiva::cli

@@ -1,0 +1,185 @@
+// End-to-end tests of the `gandiva` cluster commands as a user runs them:
+// spec refusals before any daemon is contacted, and a local cluster brought
+// up, used and brought down with `gandiva up` / `ls` / `down`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "tests/runtime/harness.h"
+
+namespace gandiva::e2e {
+namespace {
+
+using std::chrono::seconds;
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun Gandiva(const std::string& args) {
+  CliRun r;
+  const std::string cmd = std::string(GANDIVA_CLI) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class CliE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gandiva_cli_e2e_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ::unsetenv("GANDIVA_SCHEDULER");
+    ::unsetenv("GANDIVA_STATE_DIR");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+  fs::path dir_;
+};
+
+// Bad specs are refused with the file and the field, before the daemon is
+// contacted (nothing listens at the --scheduler given).
+TEST_F(CliE2eTest, SubmitRefusesBadSpecNamingTheField) {
+  struct Case {
+    const char* yaml;
+    const char* expect;
+  } cases[] = {
+      {"command: x\ngpu: 2\n", "unknown field 'gpu'"},
+      {"command: x\ngpus: 3\n", "field 'gpus'"},
+      {"gpus: 1\n", "field 'command' is required"},
+      {"command: x\nenv: [1]\n", "field 'env'"},
+      {"command: x\nworkdir: /no/such/dir\n", "field 'workdir'"},
+  };
+  for (const Case& c : cases) {
+    const fs::path spec = Write("job.yaml", c.yaml);
+    const CliRun r =
+        Gandiva("submit " + spec.string() + " --scheduler 127.0.0.1:1");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(spec.string()), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("no scheduler"), std::string::npos)
+        << "contacted the daemon before checking the spec: " << r.out;
+  }
+  // A good spec gets as far as the (absent) daemon, with a clear message.
+  const fs::path good = Write("good.yaml", "command: 'true'\n");
+  const CliRun r =
+      Gandiva("submit " + good.string() + " --scheduler 127.0.0.1:1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("no scheduler at 127.0.0.1:1"), std::string::npos)
+      << r.out;
+}
+
+// `gandiva up` starts a local cluster (idempotently), the job commands use
+// it through the state directory alone, and `gandiva down` stops it
+// (idempotently).
+TEST_F(CliE2eTest, UpLsDown) {
+  const std::string state = "--state-dir " + (dir_ / "state").string();
+  {
+    const CliRun r = Gandiva("ls " + state);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.out.find("is the local cluster up? run `gandiva up`"),
+              std::string::npos)
+        << r.out;
+  }
+  CliRun up = Gandiva("up " + state +
+                      " --agents 1 --gpus-per-agent 2 --quantum-s 2 "
+                      "--tick-ms 200");
+  ASSERT_EQ(up.status, 0) << up.out;
+  EXPECT_NE(up.out.find("local cluster up"), std::string::npos) << up.out;
+  {
+    const CliRun again = Gandiva("up " + state);
+    EXPECT_EQ(again.status, 0) << again.out;
+    EXPECT_NE(again.out.find("already up"), std::string::npos) << again.out;
+  }
+  {
+    const CliRun r = Gandiva("servers " + state);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("agent-0"), std::string::npos) << r.out;
+  }
+
+  // A job whose spec relies on the agents' environment (set by `up`) for
+  // the Python package and the library.
+  const bool torch = HaveTorch();
+  const fs::path spec =
+      Write("tiny.yaml",
+            torch ? std::string("name: tiny\ncommand: ") + GANDIVA_PYTHON +
+                        " " + GANDIVA_EXAMPLES_DIR +
+                        "/train_cnn.py --steps 30 --log-every 10\n"
+                        "total_minibatches: 30\nenv: {OMP_NUM_THREADS: 1}\n"
+                  : "name: tiny\ncommand: echo done: 30 steps\n");
+  const CliRun sub = Gandiva("submit " + spec.string() + " " + state);
+  ASSERT_EQ(sub.status, 0) << sub.out;
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  ASSERT_FALSE(id.empty());
+  {
+    const CliRun r = Gandiva("ls --all " + state);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("tiny"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("PROGRESS"), std::string::npos) << r.out;
+  }
+  CliRun show;
+  const bool finished = WaitUntil(
+      [&] {
+        show = Gandiva("show " + id + " " + state);
+        return show.out.find("state:        finished") != std::string::npos ||
+               show.out.find("state:        failed") != std::string::npos;
+      },
+      seconds(120), std::chrono::milliseconds(500));
+  EXPECT_TRUE(finished) << show.out << "\nscheduler log:\n"
+                        << TailOf(dir_ / "state/logs/scheduler.log")
+                        << "agent log:\n"
+                        << TailOf(dir_ / "state/logs/agent-0.log");
+  EXPECT_NE(show.out.find("state:        finished"), std::string::npos)
+      << show.out;
+  EXPECT_NE(show.out.find("history:"), std::string::npos) << show.out;
+  {
+    const CliRun r = Gandiva("logs " + id + " " + state);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("done: 30 steps"), std::string::npos) << r.out;
+  }
+  {
+    const CliRun r = Gandiva("show 999999 " + state);
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.out.find("no job 999999"), std::string::npos) << r.out;
+  }
+
+  const CliRun down = Gandiva("down " + state);
+  EXPECT_EQ(down.status, 0) << down.out;
+  EXPECT_NE(down.out.find("stopped"), std::string::npos) << down.out;
+  {
+    const CliRun again = Gandiva("down " + state);
+    EXPECT_EQ(again.status, 0) << again.out;
+    EXPECT_NE(again.out.find("not running"), std::string::npos) << again.out;
+  }
+  {
+    const CliRun r = Gandiva("ls " + state);
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("run `gandiva up`"), std::string::npos) << r.out;
+  }
+  const CliRun purge = Gandiva("down --purge " + state);
+  EXPECT_EQ(purge.status, 0) << purge.out;
+  EXPECT_FALSE(fs::exists(dir_ / "state")) << purge.out;
+}
+
+}  // namespace
+}  // namespace gandiva::e2e

@@ -1,0 +1,331 @@
+#include "tests/runtime/harness.h"
+
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace gandiva::e2e {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::unique_ptr<Process> Process::Start(
+    const std::vector<std::string>& argv, const fs::path& log,
+    const std::map<std::string, std::string>& env) {
+  const int out =
+      ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) return nullptr;
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // The environment is built before fork: the child of a threaded process
+  // (gRPC's) may only make async-signal-safe calls before exec.
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr)
+      vars[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  }
+  for (const auto& [k, v] : env) vars[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(out);
+    return nullptr;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);  // a Ctrl-C at the terminal goes to the test only
+    const int in = ::open("/dev/null", O_RDONLY);
+    ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out);
+  return std::unique_ptr<Process>(new Process(pid, log));
+}
+
+Process::~Process() { Stop(); }
+
+bool Process::Alive() {
+  if (exited_) return false;
+  if (::waitpid(pid_, &status_, WNOHANG) == pid_) exited_ = true;
+  return !exited_;
+}
+
+void Process::Signal(int sig) {
+  if (Alive()) ::kill(pid_, sig);
+}
+
+bool Process::Wait(milliseconds timeout) {
+  return WaitUntil([this] { return !Alive(); }, timeout,
+                   std::chrono::milliseconds(20));
+}
+
+void Process::Stop(milliseconds grace) {
+  if (!Alive()) return;
+  ::kill(pid_, SIGTERM);
+  if (!Wait(grace)) {
+    ::kill(pid_, SIGKILL);
+    Wait(std::chrono::seconds(10));
+  }
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string TailOf(const fs::path& p, size_t lines) {
+  std::istringstream in(Slurp(p));
+  std::vector<std::string> all;
+  std::string line;
+  while (std::getline(in, line)) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size();
+       ++i) {
+    out += "  | " + all[i] + "\n";
+  }
+  return out;
+}
+
+bool WaitUntil(const std::function<bool()>& pred, milliseconds timeout,
+               milliseconds period) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (pred()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(period);
+  }
+}
+
+bool HaveTorch() {
+  static const bool have = [] {
+    const std::string cmd =
+        std::string(GANDIVA_PYTHON) + " -c 'import torch' >/dev/null 2>&1";
+    return std::system(cmd.c_str()) == 0;
+  }();
+  return have;
+}
+
+int CountLines(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (line.find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TestCluster::TestCluster(ClusterOptions options)
+    : options_(std::move(options)) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  dir_ = fs::temp_directory_path() /
+         ("gandiva_e2e_" + std::to_string(::getpid()) + "_" +
+          (info != nullptr ? info->name() : "cluster"));
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+}
+
+TestCluster::~TestCluster() {
+  // Agents first (they kill their jobs), then the daemon.
+  for (auto& a : agents_) a->Stop();
+  if (scheduler_) scheduler_->Stop();
+  if (std::getenv("GANDIVA_E2E_KEEP") == nullptr) {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+}
+
+bool TestCluster::StartScheduler(int port, std::string* error) {
+  const fs::path addr_file = dir_ / "scheduler.addr";
+  std::error_code ec;
+  fs::remove(addr_file, ec);
+  std::ostringstream q;
+  q << options_.quantum_s;
+  ++scheduler_starts_;
+  scheduler_ = Process::Start(
+      {GANDIVA_SCHEDULER_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
+       "--address-file", addr_file.string(), "--db",
+       (dir_ / "scheduler.db").string(), "--policy", options_.policy,
+       "--quantum-s", q.str(), "--tick-ms", std::to_string(options_.tick_ms)},
+      dir_ / "scheduler.log");
+  if (scheduler_ == nullptr) {
+    *error = "cannot start " GANDIVA_SCHEDULER_BIN;
+    return false;
+  }
+  std::string address;
+  const bool up = WaitUntil(
+      [&] {
+        std::ifstream f(addr_file);
+        std::getline(f, address);
+        return !address.empty() || !scheduler_->Alive();
+      },
+      std::chrono::seconds(60), milliseconds(50));
+  if (!up || address.empty()) {
+    *error = "gandiva-scheduler did not serve (start " +
+             std::to_string(scheduler_starts_) + "):\n" +
+             TailOf(dir_ / "scheduler.log");
+    return false;
+  }
+  address_ = address;
+  stub_ = rpc::Scheduler::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  return true;
+}
+
+bool TestCluster::StartAgents(std::string* error) {
+  for (int i = 0; i < options_.agents; ++i) {
+    const std::string name = "agent-" + std::to_string(i);
+    const fs::path work = dir_ / name;
+    fs::create_directories(work);
+    auto p = Process::Start(
+        {GANDIVA_AGENT_BIN, "--scheduler", address_, "--listen", "127.0.0.1:0",
+         "--name", name, "--virtual-gpus",
+         std::to_string(options_.gpus_per_agent), "--virtual-only",
+         "--work-dir", work.string(), "--report-interval-ms", "200"},
+        dir_ / (name + ".log"));
+    if (p == nullptr) {
+      *error = "cannot start " GANDIVA_AGENT_BIN;
+      return false;
+    }
+    agents_.push_back(std::move(p));
+  }
+  const bool all_up = WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+        rpc::ListServersReply reply;
+        if (!stub_->ListServers(&ctx, rpc::Empty(), &reply).ok()) return false;
+        int up = 0;
+        for (const auto& s : reply.servers()) up += s.up() ? 1 : 0;
+        return up == options_.agents;
+      },
+      std::chrono::seconds(60));
+  if (!all_up) {
+    *error = "the agents did not all register:\n" + Logs();
+    return false;
+  }
+  return true;
+}
+
+bool TestCluster::Start(std::string* error) {
+  return StartScheduler(0, error) && StartAgents(error);
+}
+
+std::string TestCluster::Logs() const {
+  std::string out = "scheduler.log:\n" + TailOf(dir_ / "scheduler.log");
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    out += "agent-" + std::to_string(i) + ".log:\n" +
+           TailOf(agents_[i]->log(), 15);
+  }
+  return out;
+}
+
+rpc::JobSpec TestCluster::TrainSpec(const std::string& name,
+                                    const std::string& model, int steps,
+                                    int seed, int min_step_ms) const {
+  rpc::JobSpec spec;
+  spec.set_name(name);
+  spec.set_command(std::string(GANDIVA_PYTHON) + " " + GANDIVA_EXAMPLES_DIR +
+                   "/train_" + model + ".py --steps " + std::to_string(steps) +
+                   " --seed " + std::to_string(seed) + " --min-step-ms " +
+                   std::to_string(min_step_ms) + " --log-every 50");
+  spec.set_gpus(1);
+  spec.set_owner("e2e");
+  spec.set_workdir(dir_.string());
+  spec.set_total_minibatches(steps);
+  auto& env = *spec.mutable_env();
+  env["PYTHONPATH"] = GANDIVA_PYTHON_DIR;
+  env["GANDIVA_CLIENT_LIB"] = GANDIVA_CLIENT_LIB;
+  env["OMP_NUM_THREADS"] = "1";
+  env["PYTHONDONTWRITEBYTECODE"] = "1";
+  return spec;
+}
+
+int64_t TestCluster::Submit(const rpc::JobSpec& spec, std::string* error) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  rpc::SubmitRequest req;
+  *req.mutable_spec() = spec;
+  rpc::SubmitReply reply;
+  const grpc::Status st = stub_->Submit(&ctx, req, &reply);
+  if (!st.ok()) {
+    *error = "Submit: " + st.error_message();
+    return 0;
+  }
+  return reply.job_id();
+}
+
+std::map<int64_t, rpc::JobInfo> TestCluster::Jobs(bool* ok) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  rpc::ListJobsRequest req;
+  req.set_all(true);
+  rpc::ListJobsReply reply;
+  const bool good = stub_->ListJobs(&ctx, req, &reply).ok();
+  if (ok != nullptr) *ok = good;
+  std::map<int64_t, rpc::JobInfo> out;
+  for (const auto& j : reply.jobs()) out[j.id()] = j;
+  return out;
+}
+
+rpc::JobInfo TestCluster::Job(int64_t id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  rpc::JobIdRequest req;
+  req.set_job_id(id);
+  rpc::JobInfo info;
+  if (!stub_->GetJob(&ctx, req, &info).ok()) return rpc::JobInfo();
+  return info;
+}
+
+std::string TestCluster::JobLog(const rpc::JobInfo& job) {
+  if (!job.log_path().empty() && ::access(job.log_path().c_str(), R_OK) == 0) {
+    return Slurp(job.log_path());
+  }
+  grpc::ClientContext lctx;
+  lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  rpc::ListServersReply servers;
+  if (!stub_->ListServers(&lctx, rpc::Empty(), &servers).ok()) return "";
+  // Every agent that ran the job holds a part (a job may have moved).
+  std::string text;
+  for (const auto& s : servers.servers()) {
+    if (s.address().empty()) continue;
+    auto agent = rpc::Agent::NewStub(
+        grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    rpc::TailLogRequest req;
+    req.set_job_id(job.id());
+    auto reader = agent->TailLog(&ctx, req);
+    rpc::LogChunk chunk;
+    while (reader->Read(&chunk)) text += chunk.data();
+    (void)reader->Finish();
+  }
+  return text;
+}
+
+}  // namespace gandiva::e2e

@@ -1,0 +1,128 @@
+// A test harness for end-to-end runs of the real runtime binaries on
+// loopback: child processes with their output in files, a scheduler daemon
+// and agents on ports chosen at run time, job specs that run the PyTorch
+// examples, and polling helpers with generous deadlines (failure guards for
+// a loaded 2-core machine, never timing assertions).
+//
+// Paths come from compile definitions set by tests/runtime/CMakeLists.txt.
+// Thread-compatible: use from the test's thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "proto/gandiva.grpc.pb.h"
+
+namespace gandiva::e2e {
+
+namespace fs = std::filesystem;
+
+// A child process; stdout and stderr go to `log`. The destructor stops it
+// (SIGTERM, SIGKILL after 10 s) if it still runs.
+class Process {
+ public:
+  static std::unique_ptr<Process> Start(
+      const std::vector<std::string>& argv, const fs::path& log,
+      const std::map<std::string, std::string>& env = {});
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  const fs::path& log() const { return log_; }
+  bool Alive();
+  void Signal(int sig);
+  // Waits until it exits (true) or `timeout` passes (false).
+  bool Wait(std::chrono::milliseconds timeout);
+  // SIGTERM, then SIGKILL after `grace`; waits for the exit.
+  void Stop(std::chrono::milliseconds grace = std::chrono::seconds(10));
+  int status() const { return status_; }  // waitpid status once exited
+
+ private:
+  Process(pid_t pid, fs::path log) : pid_(pid), log_(std::move(log)) {}
+  pid_t pid_;
+  fs::path log_;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+std::string Slurp(const fs::path& p);
+// The last `lines` lines of a file, for failure messages.
+std::string TailOf(const fs::path& p, size_t lines = 30);
+
+// Polls `pred` every `period` until it is true (returns true) or `timeout`
+// passes (returns false).
+bool WaitUntil(
+    const std::function<bool()>& pred, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds period = std::chrono::milliseconds(100));
+
+// True when /usr/bin/python3 (GANDIVA_PYTHON) imports torch.
+bool HaveTorch();
+
+// Options of a local test cluster.
+struct ClusterOptions {
+  std::string policy = "gandiva";
+  double quantum_s = 2;
+  int tick_ms = 200;
+  int agents = 2;
+  int gpus_per_agent = 2;
+};
+
+// A scheduler daemon and agents in a temporary directory, as separate
+// processes. Everything is stopped and the directory removed at the end.
+class TestCluster {
+ public:
+  explicit TestCluster(ClusterOptions options);
+  ~TestCluster();
+
+  const fs::path& dir() const { return dir_; }
+  const std::string& address() const { return address_; }
+  rpc::Scheduler::Stub& stub() { return *stub_; }
+  Process* scheduler() { return scheduler_.get(); }
+
+  // Starts the daemon on `port` (0: any free port; the address file tells
+  // which); returns false (with the reason in *error) when it does not
+  // serve within the deadline.
+  bool StartScheduler(int port, std::string* error);
+  // Starts every agent and waits until all are registered and up.
+  bool StartAgents(std::string* error);
+  // Both.
+  bool Start(std::string* error);
+  // The daemon's and agents' logs, for failure messages.
+  std::string Logs() const;
+
+  // A spec running examples/train_<model>.py for `steps` mini-batches.
+  rpc::JobSpec TrainSpec(const std::string& name, const std::string& model,
+                         int steps, int seed, int min_step_ms) const;
+  // Submits; returns the job id (0 on failure, with the reason in *error).
+  int64_t Submit(const rpc::JobSpec& spec, std::string* error);
+  // ListJobs(all) as a map by id; empty on an RPC failure.
+  std::map<int64_t, rpc::JobInfo> Jobs(bool* ok = nullptr);
+  // GetJob: everything about one job, with its history (ListJobs may leave
+  // the history out). An empty JobInfo on an RPC failure.
+  rpc::JobInfo Job(int64_t id);
+  // A job's log: the file at JobInfo.log_path when readable, else what
+  // every agent's TailLog has for it (in server order).
+  std::string JobLog(const rpc::JobInfo& job);
+
+ private:
+  ClusterOptions options_;
+  fs::path dir_;
+  std::string address_;
+  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+  std::unique_ptr<Process> scheduler_;
+  std::vector<std::unique_ptr<Process>> agents_;
+  int scheduler_starts_ = 0;
+};
+
+// Lines of `text` that contain `needle`.
+int CountLines(const std::string& text, const std::string& needle);
+
+}  // namespace gandiva::e2e

@@ -1,0 +1,227 @@
+// End-to-end tests of the runtime: the real gandiva-scheduler and
+// gandiva-agent binaries on loopback running real PyTorch jobs (the
+// examples/ scripts, on CPU with virtual GPUs).
+//
+// Deadlines here are failure guards sized for a loaded 2-core machine; no
+// assertion depends on how fast anything ran.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/runtime/harness.h"
+
+namespace gandiva::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+bool Ended(rpc::JobState s) {
+  return s == rpc::FINISHED || s == rpc::FAILED || s == rpc::KILLED;
+}
+
+std::string Describe(const std::map<int64_t, rpc::JobInfo>& jobs) {
+  std::string out;
+  for (const auto& [id, j] : jobs) {
+    out += "  job " + std::to_string(id) + " " + j.spec().name() + " " +
+           rpc::JobState_Name(j.state()) + " on '" + j.server() + "' mb " +
+           std::to_string(j.progress().minibatches()) + " exit " +
+           std::to_string(j.exit_code()) + " suspends " +
+           std::to_string(j.suspends()) + "\n";
+    for (const auto& h : j.history()) {
+      out += "      " + h.action() + (h.ok() ? " ok " : " FAILED ") +
+             std::to_string(h.took_us()) + "us " + h.detail() + "\n";
+    }
+  }
+  return out;
+}
+
+// Checks what every finished job must satisfy: it finished (exit 0) with
+// exactly `steps` mini-batches, its log says so once, and it was started
+// from scratch once (later starts, if any, resumed from a checkpoint).
+void ExpectFinishedExactlyOnce(TestCluster& c, const rpc::JobInfo& j,
+                               int steps) {
+  SCOPED_TRACE("job " + std::to_string(j.id()) + " (" + j.spec().name() + ")");
+  EXPECT_EQ(j.state(), rpc::FINISHED);
+  EXPECT_EQ(j.exit_code(), 0);
+  EXPECT_EQ(j.progress().minibatches(), steps);
+  const std::string log = c.JobLog(j);
+  const std::string done = "done: " + std::to_string(steps) + " steps";
+  EXPECT_EQ(CountLines(log, done), 1) << "log:\n" << log;
+  EXPECT_EQ(CountLines(log, "done: "), 1) << "log:\n" << log;
+  // "cnn: job ..." is printed at every start; "resumed from" precedes it
+  // when the start loaded a checkpoint.
+  const int starts = CountLines(log, ": job ");
+  const int resumed = CountLines(log, "resumed from ");
+  EXPECT_EQ(starts - resumed, 1) << "started from scratch more than once:\n"
+                                 << log;
+}
+
+class RuntimeE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  }
+};
+
+// (a) Six one-GPU jobs on two agents of two virtual GPUs each, under the
+// gandiva policy with a short quantum: the jobs time-slice (every job makes
+// progress before any finishes), every suspend takes effect at a mini-batch
+// boundary, and each job finishes with exactly the mini-batches it asked
+// for.
+TEST_F(RuntimeE2eTest, SixJobsTimeSliceOnFourGpus) {
+  TestCluster c({.policy = "gandiva", .quantum_s = 2, .tick_ms = 200});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+
+  constexpr int kSteps = 400;
+  constexpr int kStepMs = 25;  // >= 10 s of training per job
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 6; ++i) {
+    const std::string model = i % 2 == 0 ? "cnn" : "lstm";
+    const int64_t id = c.Submit(
+        c.TrainSpec(model + "-" + std::to_string(i), model, kSteps, i, kStepMs),
+        &error);
+    ASSERT_GT(id, 0) << error;
+    ids.push_back(id);
+  }
+
+  // Sample until all have ended: when each job was first seen with
+  // progress, and when any job was first seen ended.
+  std::map<int64_t, int> first_progress;  // job -> sample index
+  int first_end = -1;
+  int sample = 0;
+  std::map<int64_t, rpc::JobInfo> jobs;
+  const bool all_ended = WaitUntil(
+      [&] {
+        bool ok = false;
+        auto now = c.Jobs(&ok);
+        if (!ok) return false;
+        jobs = now;
+        ++sample;
+        bool all = jobs.size() == ids.size();
+        for (const auto& [id, j] : jobs) {
+          if (j.progress().minibatches() > 0 && !first_progress.count(id)) {
+            first_progress[id] = sample;
+          }
+          if (Ended(j.state())) {
+            if (first_end < 0) first_end = sample;
+          } else {
+            all = false;
+          }
+        }
+        return all;
+      },
+      seconds(240), milliseconds(100));
+  ASSERT_TRUE(all_ended) << "jobs did not all end:\n"
+                         << Describe(jobs) << c.Logs();
+
+  // Time-slicing, not queueing: each job ran before the first one ended.
+  for (int64_t id : ids) {
+    ASSERT_TRUE(first_progress.count(id))
+        << "job " << id << " never showed progress\n"
+        << Describe(jobs);
+    EXPECT_LT(first_progress[id], first_end)
+        << "job " << id << " made no progress before a job ended (sample "
+        << first_progress[id] << " vs " << first_end << ")\n"
+        << Describe(jobs);
+  }
+
+  // Every suspend took effect at a mini-batch boundary; time-slicing
+  // suspended some. The daemon records the agent's SuspendReply.at_boundary
+  // in the suspend's history detail: "at boundary" / "not at boundary".
+  for (int64_t id : ids) jobs[id] = c.Job(id);
+  int suspends = 0;
+  for (const auto& [id, j] : jobs) {
+    for (const auto& h : j.history()) {
+      if (h.action() != "suspend") continue;
+      ++suspends;
+      EXPECT_TRUE(h.ok()) << "job " << id << ": " << h.detail();
+      EXPECT_NE(h.detail().find("at boundary"), std::string::npos)
+          << "job " << id << ": suspend not recorded at a mini-batch "
+          << "boundary: '" << h.detail() << "'\n"
+          << Describe(jobs);
+      EXPECT_EQ(h.detail().find("not at boundary"), std::string::npos)
+          << "job " << id << ": " << h.detail();
+    }
+  }
+  EXPECT_GE(suspends, 2) << Describe(jobs);
+
+  for (int64_t id : ids) ExpectFinishedExactlyOnce(c, jobs[id], kSteps);
+}
+
+// (b) SIGKILL the daemon in the middle of a workload and restart it on the
+// same database and port: every job still finishes, exactly once, and none
+// is lost or duplicated.
+TEST_F(RuntimeE2eTest, SchedulerCrashLosesNoJob) {
+  TestCluster c({.policy = "gandiva", .quantum_s = 2, .tick_ms = 200});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+
+  constexpr int kSteps = 300;
+  constexpr int kStepMs = 20;
+  std::set<int64_t> ids;
+  for (int i = 0; i < 6; ++i) {
+    const int64_t id = c.Submit(
+        c.TrainSpec("crash-" + std::to_string(i), "cnn", kSteps, i, kStepMs),
+        &error);
+    ASSERT_GT(id, 0) << error;
+    ids.insert(id);
+  }
+
+  // Mid-workload: some jobs train, none has ended yet.
+  std::map<int64_t, rpc::JobInfo> jobs;
+  const bool mid = WaitUntil(
+      [&] {
+        jobs = c.Jobs();
+        int training = 0;
+        for (const auto& [id, j] : jobs) {
+          if (j.progress().minibatches() > 0) ++training;
+        }
+        return training >= 2;
+      },
+      seconds(120));
+  ASSERT_TRUE(mid) << "no job got going:\n" << Describe(jobs) << c.Logs();
+
+  const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
+  c.scheduler()->Signal(SIGKILL);
+  ASSERT_TRUE(c.scheduler()->Wait(seconds(10)));
+  std::this_thread::sleep_for(milliseconds(500));
+  ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
+
+  const bool all_ended = WaitUntil(
+      [&] {
+        bool ok = false;
+        auto now = c.Jobs(&ok);
+        if (!ok) return false;
+        jobs = now;
+        if (jobs.size() < ids.size()) return false;
+        for (const auto& [id, j] : jobs) {
+          if (!Ended(j.state())) return false;
+        }
+        return true;
+      },
+      seconds(240), milliseconds(200));
+  ASSERT_TRUE(all_ended) << "jobs did not all end after the restart:\n"
+                         << Describe(jobs) << c.Logs();
+
+  std::set<int64_t> seen;
+  for (auto& [id, j] : jobs) {
+    seen.insert(id);
+    j = c.Job(id);
+  }
+  EXPECT_EQ(seen, ids) << "jobs lost or invented by the restart:\n"
+                       << Describe(jobs);
+  for (int64_t id : ids) {
+    if (jobs.count(id)) ExpectFinishedExactlyOnce(c, jobs[id], kSteps);
+  }
+}
+
+}  // namespace
+}  // namespace gandiva::e2e
