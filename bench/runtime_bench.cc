@@ -1,0 +1,176 @@
+// Runtime mechanism latencies on this machine, printed (asserts nothing):
+//  - suspend request -> stopped and resume request -> running again, over N
+//    cycles each, for a C++ job with the job-side library (stops at a
+//    mini-batch boundary), a PyTorch job with the Python integration, and a
+//    job without the library (SIGSTOP/SIGCONT);
+//  - the scheduler daemon's gRPC round trip (Ping) on loopback.
+//
+//   gandiva_bench_runtime [--cycles N] [--pings N] [--skip-python]
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proto/gandiva.grpc.pb.h"
+#include "runtime/agent/supervisor.h"
+#include "runtime/scheduler/scheduler_server.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gandiva;
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double median_ms = 0, p95_ms = 0, max_ms = 0;
+};
+
+Stats Summarise(std::vector<double> ms) {
+  Stats s;
+  if (ms.empty()) return s;
+  std::sort(ms.begin(), ms.end());
+  s.median_ms = ms[ms.size() / 2];
+  s.p95_ms = ms[std::min(ms.size() - 1, (ms.size() * 95 + 99) / 100 - 1)];
+  s.max_ms = ms.back();
+  return s;
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "gandiva_bench_runtime: %s\n", what.c_str());
+  std::exit(1);
+}
+
+std::chrono::milliseconds sup_grace{0};
+
+void CycleJob(runtime::Supervisor& sup, int64_t id, const std::string& label,
+              const std::string& command,
+              const std::map<std::string, std::string>& env, bool library,
+              int cycles) {
+  runtime::StartParams p;
+  p.job_id = id;
+  p.command = command;
+  p.env = env;
+  p.gpus = {0};
+  auto started = sup.Start(p);
+  if (!started.ok()) Die(label + ": " + started.status().ToString());
+  const auto t_start = Clock::now();
+  // Let it get going (a library job: until it has attached and stepped).
+  // A job without the library is first suspended only after the agent's
+  // grace for a library to attach (library_start_grace), which a suspend
+  // of a just-started job would otherwise wait out.
+  if (!library) {
+    std::this_thread::sleep_until(t_start + sup_grace +
+                                  std::chrono::milliseconds(200));
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < deadline) {
+    auto v = sup.Job(id);
+    if (!v.ok()) Die(label + ": " + v.status().ToString());
+    if (v->state == runtime::RunState::kExited) Die(label + ": exited early");
+    if (!library || (v->uses_library && v->minibatches > 0)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::vector<double> suspend_ms, resume_ms;
+  int at_boundary = 0;
+  for (int c = 0; c < cycles; ++c) {
+    auto s = sup.Suspend(id);
+    if (!s.ok()) Die(label + ": suspend: " + s.status().ToString());
+    suspend_ms.push_back(static_cast<double>(s->took_us) / 1e3);
+    at_boundary += s->at_boundary;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    auto r = sup.Resume(id);
+    if (!r.ok()) Die(label + ": resume: " + r.status().ToString());
+    resume_ms.push_back(static_cast<double>(r->took_us) / 1e3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  (void)sup.Kill(id);
+  const Stats s = Summarise(suspend_ms), r = Summarise(resume_ms);
+  std::printf("%-22s %6d %10.2f %10.2f %10.2f %10.2f %10.2f %10.2f %8d\n",
+              label.c_str(), cycles, s.median_ms, s.p95_ms, s.max_ms,
+              r.median_ms, r.p95_ms, r.max_ms, at_boundary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int cycles = 50;
+  int pings = 2000;
+  bool python = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--cycles") && i + 1 < argc) {
+      cycles = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--pings") && i + 1 < argc) {
+      pings = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--skip-python")) {
+      python = false;
+    } else {
+      Die(std::string("unknown argument ") + argv[i]);
+    }
+  }
+  const fs::path dir = fs::temp_directory_path() /
+                       ("gandiva-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+
+  runtime::SupervisorOptions so;
+  so.name = "bench";
+  so.work_dir = dir / "agent";
+  so.num_gpus = 1;
+  runtime::Supervisor sup(so);
+  sup_grace = so.library_start_grace;
+  std::printf("suspend and resume latency on this machine (ms)\n");
+  std::printf("%-22s %6s %10s %10s %10s %10s %10s %10s %8s\n", "job", "cycles",
+              "susp_med", "susp_p95", "susp_max", "res_med", "res_p95",
+              "res_max", "boundary");
+  CycleJob(sup, 1, "C++ with library",
+           std::string(GANDIVA_BENCH_TEST_JOB) + " 100000000 5", {}, true,
+           cycles);
+  if (python) {
+    CycleJob(sup, 2, "PyTorch with library",
+             "/usr/bin/python3 " + std::string(GANDIVA_SOURCE_DIR) +
+                 "/examples/train_cnn.py --steps 100000000 --log-every 1000000",
+             {{"PYTHONPATH", std::string(GANDIVA_SOURCE_DIR) + "/python"},
+              {"GANDIVA_CLIENT_LIB", GANDIVA_CLIENT_LIB_PATH},
+              {"OMP_NUM_THREADS", "1"}},
+             true, cycles);
+  }
+  CycleJob(sup, 3, "shell, no library",
+           "while :; do i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done; done",
+           {}, false, cycles);
+
+  runtime::SchedulerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.db_path = (dir / "bench.db").string();
+  auto server = runtime::SchedulerServer::Start(o);
+  if (!server.ok()) Die(server.status().ToString());
+  auto channel = grpc::CreateChannel((*server)->address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = rpc::Scheduler::NewStub(channel);
+  std::vector<double> rtt;
+  for (int i = 0; i < pings + 100; ++i) {
+    grpc::ClientContext ctx;
+    rpc::Empty req, rep;
+    const auto t0 = Clock::now();
+    grpc::Status st = stub->Ping(&ctx, req, &rep);
+    const double us =
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    if (!st.ok()) Die("Ping: " + st.error_message());
+    if (i >= 100) rtt.push_back(us / 1e3);  // the first 100 warm up
+  }
+  const Stats r = Summarise(rtt);
+  std::printf(
+      "\nscheduler gRPC round trip (Ping, loopback, %d calls): median "
+      "%.1f us, p95 %.1f us, max %.1f us\n",
+      pings, r.median_ms * 1e3, r.p95_ms * 1e3, r.max_ms * 1e3);
+  (*server)->Shutdown();
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return 0;
+}
