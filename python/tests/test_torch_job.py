@@ -15,7 +15,7 @@ from gandiva import agent
 from conftest import (PYTHON_DIR, child_env, finish, start_child, wait_delivered,
                       wait_for, wait_stopped)
 
-EXAMPLE = PYTHON_DIR / "examples" / "train_cnn.py"
+EXAMPLE = PYTHON_DIR.parent / "examples" / "train_cnn.py"
 
 
 def read_log(path):
@@ -189,4 +189,4 @@ def test_example_runs_standalone(tmp_path):
                           env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "step 4" in proc.stdout
+    assert "done: 4 steps" in proc.stdout
