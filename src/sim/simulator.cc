@@ -38,8 +38,14 @@ struct Ev {
   int64_t arg;  // kActionComplete: the action's id
 };
 struct Later {
+  // Earliest first; at one instant a timeline sample comes before anything
+  // else, so it sees the cluster as it was, not in the middle of the
+  // rotation a tick at that instant starts.
   bool operator()(const Ev& x, const Ev& y) const {
-    return x.t != y.t ? x.t > y.t : x.seq > y.seq;
+    if (x.t != y.t) return x.t > y.t;
+    const bool xs = x.kind == EvKind::kSample, ys = y.kind == EvKind::kSample;
+    if (xs != ys) return ys;
+    return x.seq > y.seq;
   }
 };
 
