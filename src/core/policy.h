@@ -73,6 +73,14 @@ class Actions {
   friend class Scheduler;
   Actions(Scheduler* s, std::vector<Action>* out)
       : s_(s), out_(out), first_(out->size()) {}
+  // The job, which must exist.
+  Job& CheckedJob(JobId id);
+  // Every GPU exists and is on a server that is up; with `idle`, none is
+  // held by a running job.
+  void CheckGpus(JobId id, const std::vector<GpuId>& gpus, bool idle);
+  // Appends an action of `kind` for `job` and returns it; a mechanism is
+  // recorded as the job's action under way.
+  Action& Emit(Job& job, ActionKind kind, bool mechanism);
   Scheduler* s_;
   std::vector<Action>* out_;
   size_t first_;

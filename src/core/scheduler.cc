@@ -32,6 +32,38 @@ const char* EventName(const EventBody& body) {
 
 // ---------------------------------------------------------------- Actions
 
+Job& Actions::CheckedJob(JobId id) {
+  GANDIVA_CHECK_MSG(s_->state_.has_job(id), JobRef(id));
+  return s_->state_.mutable_job(id);
+}
+
+void Actions::CheckGpus(JobId id, const std::vector<GpuId>& gpus, bool idle) {
+  const Cluster& cluster = s_->state_.cluster_;
+  for (GpuId g : gpus) {
+    GANDIVA_CHECK_MSG(g.valid() && g.value < cluster.num_gpus(),
+                      JobRef(id) + ": no GPU " + std::to_string(g.value));
+    GANDIVA_CHECK_MSG(cluster.server(cluster.gpu(g).server).up,
+                      JobRef(id) + ": GPU " + std::to_string(g.value) +
+                          " is on a server that is down");
+    GANDIVA_CHECK_MSG(!idle || cluster.gpu(g).active == 0,
+                      JobRef(id) + ": GPU " + std::to_string(g.value) +
+                          " is held by a running job");
+  }
+}
+
+Action& Actions::Emit(Job& job, ActionKind kind, bool mechanism) {
+  Action a;
+  a.id = s_->NextActionId();
+  a.kind = kind;
+  a.job = job.id;
+  if (mechanism) {
+    job.in_flight = kind;
+    job.in_flight_id = a.id;
+  }
+  out_->push_back(std::move(a));
+  return out_->back();
+}
+
 void Actions::Start(JobId id, std::vector<GpuId> gpus) {
   Assign(id, std::move(gpus));
   Run(id);
@@ -39,16 +71,12 @@ void Actions::Start(JobId id, std::vector<GpuId> gpus) {
 
 void Actions::Assign(JobId id, std::vector<GpuId> gpus) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kQueued,
                     JobRef(id) + " is " + std::string(JobStateName(job.state)));
   GANDIVA_CHECK_MSG(static_cast<int>(gpus.size()) == job.spec.gpus,
                     JobRef(id) + ": wrong GPU count");
-  for (GpuId g : gpus) {
-    GANDIVA_CHECK(g.valid() && g.value < st.cluster_.num_gpus());
-    GANDIVA_CHECK(st.cluster_.server(st.cluster_.gpu(g).server).up);
-  }
+  CheckGpus(id, gpus, /*idle=*/false);
   st.Dequeue(job);
   st.cluster_.Place(id, job.spec.gpus, gpus);
   job.gpus = std::move(gpus);
@@ -60,54 +88,35 @@ void Actions::Assign(JobId id, std::vector<GpuId> gpus) {
 
 void Actions::Run(JobId id) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
                     JobRef(id) + " cannot run: it is " +
                         std::string(JobStateName(job.state)));
   GANDIVA_CHECK_MSG(!job.held, JobRef(id) + " is held by an operator");
-  for (GpuId g : job.gpus) {
-    GANDIVA_CHECK_MSG(st.cluster_.gpu(g).active == 0,
-                      JobRef(id) + ": GPU " + std::to_string(g.value) +
-                          " is held by a running job");
-  }
+  CheckGpus(id, job.gpus, /*idle=*/true);
   s_->SetWaiting(job, false);
   st.cluster_.Activate(job.gpus);
   job.state = JobState::kRunning;
-  Action a;
-  a.id = s_->NextActionId();
-  a.job = id;
   if (!job.launched) {
-    a.kind = ActionKind::kStart;
-    a.gpus = job.gpus;
     job.launched = true;
     if (job.first_started == Time::Never()) job.first_started = st.now_;
     ++st.counters_.starts;
+    Emit(job, ActionKind::kStart, true).gpus = job.gpus;
   } else {
-    a.kind = ActionKind::kResume;
-    a.gpus = job.gpus;
     ++job.resumes;
     ++st.counters_.resumes;
+    Emit(job, ActionKind::kResume, true).gpus = job.gpus;
   }
-  job.in_flight = a.kind;
-  job.in_flight_id = a.id;
-  out_->push_back(std::move(a));
 }
 
 void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
                     JobRef(id) + " cannot migrate now");
   GANDIVA_CHECK_MSG(gpus.size() == job.gpus.size(),
                     JobRef(id) + ": wrong GPU count");
-  for (GpuId g : gpus) {
-    GANDIVA_CHECK(g.valid() && g.value < st.cluster_.num_gpus());
-    GANDIVA_CHECK(st.cluster_.server(st.cluster_.gpu(g).server).up);
-    GANDIVA_CHECK_MSG(st.cluster_.gpu(g).active == 0,
-                      JobRef(id) + ": migration target GPU is busy");
-  }
+  CheckGpus(id, gpus, /*idle=*/true);
   s_->SetWaiting(job, false);
   st.cluster_.Unplace(id, job.gpus);
   if (!job.launched) {
@@ -122,23 +131,15 @@ void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   st.cluster_.Place(id, job.spec.gpus, job.gpus);
   st.cluster_.Activate(job.gpus);
   job.state = JobState::kMigrating;
-  Action a;
-  a.id = s_->NextActionId();
-  a.kind = ActionKind::kMigrate;
-  a.job = id;
-  a.gpus = job.gpus;
-  job.in_flight = ActionKind::kMigrate;
-  job.in_flight_id = a.id;
   ++job.migrations;
   ++st.counters_.migrations;
-  out_->push_back(std::move(a));
+  Emit(job, ActionKind::kMigrate, true).gpus = job.gpus;
 }
 
 void Actions::Pack(JobId id, JobId with) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id) && st.has_job(with), JobRef(id));
-  Job& job = st.mutable_job(id);
-  Job& peer = st.mutable_job(with);
+  Job& job = CheckedJob(id);
+  Job& peer = CheckedJob(with);
   GANDIVA_CHECK_MSG(
       job.state == JobState::kSuspended && !job.busy() && !job.held,
       JobRef(id) + " cannot be packed now");
@@ -156,10 +157,7 @@ void Actions::Pack(JobId id, JobId with) {
   job.packed_since = peer.packed_since = st.now_;
   job.profile.packed_reports = peer.profile.packed_reports = 0;
   job.profile.rate_packed = peer.profile.rate_packed = 0;
-  Action a;
-  a.id = s_->NextActionId();
-  a.kind = ActionKind::kPack;
-  a.job = id;
+  Action& a = Emit(job, ActionKind::kPack, true);
   a.gpus = job.gpus;
   a.peer = with;
   a.launch = !job.launched;
@@ -167,35 +165,22 @@ void Actions::Pack(JobId id, JobId with) {
     job.launched = true;
     if (job.first_started == Time::Never()) job.first_started = st.now_;
   }
-  job.in_flight = ActionKind::kPack;
-  job.in_flight_id = a.id;
   ++job.packs;
   ++st.counters_.packs;
-  out_->push_back(std::move(a));
 }
 
 void Actions::Unpack(JobId id) {
-  ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(
       job.state == JobState::kRunning && !job.busy() && job.packed_with.valid(),
       JobRef(id) + " is not packed");
-  Action a;
-  a.id = s_->NextActionId();
-  a.kind = ActionKind::kUnpack;
-  a.job = id;
-  a.peer = job.packed_with;
-  job.in_flight = ActionKind::kUnpack;
-  job.in_flight_id = a.id;
-  ++st.counters_.unpacks;
-  out_->push_back(std::move(a));
+  ++s_->state_.counters_.unpacks;
+  Emit(job, ActionKind::kUnpack, true).peer = job.packed_with;
 }
 
 void Actions::Resize(JobId id, std::vector<GpuId> gpus) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kRunning && !job.busy() &&
                         !job.packed_with.valid() && job.spec.elastic,
                     JobRef(id) + " cannot be resized now");
@@ -210,11 +195,8 @@ void Actions::Resize(JobId id, std::vector<GpuId> gpus) {
     GANDIVA_CHECK_MSG(st.cluster_.gpu(g).server == server,
                       JobRef(id) + ": resize beyond its server");
   }
-  Action a;
-  a.id = s_->NextActionId();
-  a.job = id;
-  a.gpus = gpus;
-  if (gpus.size() > old.size()) {
+  const bool grow = gpus.size() > old.size();
+  if (grow) {
     GANDIVA_CHECK(
         std::includes(gpus.begin(), gpus.end(), old.begin(), old.end()));
     std::vector<GpuId> extra;
@@ -228,42 +210,30 @@ void Actions::Resize(JobId id, std::vector<GpuId> gpus) {
     st.cluster_.Activate(extra);
     job.migrating_from = job.gpus;
     job.gpus = gpus;
-    a.kind = ActionKind::kGrow;
     ++st.counters_.grows;
   } else {
     GANDIVA_CHECK(
         std::includes(old.begin(), old.end(), gpus.begin(), gpus.end()));
-    a.kind = ActionKind::kShrink;
     job.shrinking_to = gpus;
     ++st.counters_.shrinks;
   }
-  job.in_flight = a.kind;
-  job.in_flight_id = a.id;
   ++job.resizes;
-  out_->push_back(std::move(a));
+  Emit(job, grow ? ActionKind::kGrow : ActionKind::kShrink, true).gpus =
+      std::move(gpus);
 }
 
 void Actions::Suspend(JobId id) {
-  ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kRunning && !job.busy(),
                     JobRef(id) + " cannot be suspended now");
-  Action a;
-  a.id = s_->NextActionId();
-  a.kind = ActionKind::kSuspend;
-  a.job = id;
-  job.in_flight = ActionKind::kSuspend;
-  job.in_flight_id = a.id;
   ++job.suspends;
-  ++st.counters_.suspends;
-  out_->push_back(std::move(a));
+  ++s_->state_.counters_.suspends;
+  Emit(job, ActionKind::kSuspend, true);
 }
 
 void Actions::Requeue(JobId id) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
                     JobRef(id) + " cannot be requeued now");
   s_->Unplace(job);
@@ -274,36 +244,23 @@ void Actions::Requeue(JobId id) {
 }
 
 void Actions::Kill(JobId id, std::string reason) {
-  ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   GANDIVA_CHECK_MSG(!IsTerminal(job.state), JobRef(id) + " already ended");
-  Action a;
-  a.id = s_->NextActionId();
-  a.kind = ActionKind::kKill;
-  a.job = id;
-  a.reason = std::move(reason);
   s_->OnJobEnded(job, JobState::kKilled);
-  ++st.counters_.kills;
-  out_->push_back(std::move(a));
+  ++s_->state_.counters_.kills;
+  Emit(job, ActionKind::kKill, false).reason = std::move(reason);
 }
 
 void Actions::SetPriority(JobId id, int priority) {
   ClusterState& st = s_->state_;
-  GANDIVA_CHECK_MSG(st.has_job(id), JobRef(id));
-  Job& job = st.mutable_job(id);
+  Job& job = CheckedJob(id);
   if (job.spec.priority == priority) return;
   const bool queued = st.Dequeue(job);
   const bool waiting = st.waiting_.erase(ClusterState::WaitKey(job)) > 0;
   job.spec.priority = priority;
   if (queued) st.Enqueue(job);
   if (waiting) st.waiting_.insert(ClusterState::WaitKey(job));
-  Action a;
-  a.id = s_->NextActionId();
-  a.kind = ActionKind::kSetPriority;
-  a.job = id;
-  a.priority = priority;
-  out_->push_back(std::move(a));
+  Emit(job, ActionKind::kSetPriority, false).priority = priority;
 }
 
 // -------------------------------------------------------------- Scheduler
