@@ -168,8 +168,9 @@ class World final : public SimControl {
 
 core::Status World::Send(core::EventBody body) {
   actions_.clear();
-  GANDIVA_RETURN_IF_ERROR(scheduler_.Handle(
-      core::Event{Time::FromMicros(now_), std::move(body)}, actions_));
+  core::Event event{Time::FromMicros(now_), std::move(body)};
+  GANDIVA_RETURN_IF_ERROR(scheduler_.Handle(event, actions_));
+  if (options_.record) options_.record(event, actions_);
   acted_ = !actions_.empty();
   // Execute may not call Send (it only schedules), so iterating is safe.
   for (const Action& a : actions_) Execute(a);

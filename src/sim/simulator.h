@@ -105,6 +105,10 @@ struct SimOptions {
   double profile_noise = 0.02;
   // Seeds the measurement noise. Default 1.
   uint64_t seed = 1;
+  // Called with every event the scheduler handled and the actions it gave,
+  // in order; may be empty. For recording a run (for example to replay it).
+  std::function<void(const core::Event&, const std::vector<core::Action>&)>
+      record;
   // Called at every tick, after the scheduler handled it; may be empty.
   std::function<void(SimControl&)> on_tick;
 };
