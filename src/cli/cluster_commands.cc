@@ -28,6 +28,7 @@
 #include "cli/job_spec.h"
 #include "cli/local_cluster.h"
 #include "cli/scheduler_client.h"
+#include "runtime/exec_env.h"
 
 #ifndef GANDIVA_SOURCE_DIR
 #define GANDIVA_SOURCE_DIR ""
@@ -35,8 +36,6 @@
 #ifndef GANDIVA_CLIENT_LIB_PATH
 #define GANDIVA_CLIENT_LIB_PATH ""
 #endif
-
-extern char** environ;
 
 namespace gandiva::cli {
 namespace {
@@ -130,20 +129,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log,
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  // The environment is built before fork: the child of a threaded process
-  // (gRPC's) may only make async-signal-safe calls before exec.
-  std::map<std::string, std::string> vars;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr)
-      vars[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
-  }
-  for (const auto& [k, v] : env) vars[k] = v;
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  runtime::ExecEnv envp(env);  // before fork: see ExecEnv
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = ::fork();
@@ -159,7 +145,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log,
     ::dup2(out, 1);
     ::dup2(out, 2);
     for (int fd = 3; fd < 1024; ++fd) ::close(fd);
-    ::execve(args[0], args.data(), envp.data());
+    ::execve(args[0], args.data(), envp.envp());
     static const char kMsg[] = "gandiva up: cannot exec the binary\n";
     (void)!::write(2, kMsg, sizeof kMsg - 1);
     ::_exit(127);

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <thread>
 
-extern char** environ;
+#include "runtime/exec_env.h"
 
 namespace gandiva::e2e {
 
@@ -29,20 +29,7 @@ std::unique_ptr<Process> Process::Start(
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  // The environment is built before fork: the child of a threaded process
-  // (gRPC's) may only make async-signal-safe calls before exec.
-  std::map<std::string, std::string> vars;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr)
-      vars[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
-  }
-  for (const auto& [k, v] : env) vars[k] = v;
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
+  runtime::ExecEnv envp(env);  // before fork: see ExecEnv
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(out);
@@ -55,7 +42,7 @@ std::unique_ptr<Process> Process::Start(
     ::dup2(out, 1);
     ::dup2(out, 2);
     for (int fd = 3; fd < 1024; ++fd) ::close(fd);
-    ::execve(args[0], args.data(), envp.data());
+    ::execve(args[0], args.data(), envp.envp());
     ::_exit(127);
   }
   ::close(out);

@@ -19,8 +19,7 @@
 #include <utility>
 
 #include "client/progress_reader.h"
-
-extern char** environ;
+#include "runtime/exec_env.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -318,19 +317,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
 
   // The environment: ours, less what gandiva sets, then the spec's, then
   // gandiva's own variables (which win).
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq == nullptr) continue;
-    env.emplace(std::string(*e, static_cast<size_t>(eq - *e)),
-                std::string(eq + 1));
-  }
-  for (const char* k : {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS",
-                        "GANDIVA_JOB_ID", "GANDIVA_PROGRESS_FILE",
-                        "GANDIVA_CHECKPOINT_DIR", "GANDIVA_RESUME_FROM"}) {
-    env.erase(k);
-  }
-  for (const auto& [k, v] : params.env) env[k] = v;
+  std::map<std::string, std::string> env = params.env;
   if (options_.virtual_gpus) {
     env["CUDA_VISIBLE_DEVICES"] = "";
     env["GANDIVA_VIRTUAL_GPUS"] = JoinInts(params.gpus);
@@ -343,12 +330,9 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   if (!params.resume_from.empty()) {
     env["GANDIVA_RESUME_FROM"] = params.resume_from;
   }
-  std::vector<std::string> env_strings;
-  env_strings.reserve(env.size());
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  ExecEnv envp(env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS",
+                     "GANDIVA_JOB_ID", "GANDIVA_PROGRESS_FILE",
+                     "GANDIVA_CHECKPOINT_DIR", "GANDIVA_RESUME_FROM"});
   std::string arg0 = "sh", arg1 = "-c", arg2 = params.command;
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
 
@@ -392,7 +376,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     pinned = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
   }
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp.data());
+  const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp.envp());
   if (pinned) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);

@@ -1,0 +1,48 @@
+// ExecEnv: the environment for a child that is about to be exec'd: this
+// process's environment, less the names in `unset`, with `set` applied on
+// top. Build it before fork(): the child of a threaded process (gRPC's) may
+// only make async-signal-safe calls before exec, and envp() needs none.
+// Holds its own strings; envp() stays valid while the ExecEnv lives.
+// Thread-compatible (reads `environ` once, in the constructor).
+#pragma once
+
+#include <cstring>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace gandiva::runtime {
+
+class ExecEnv {
+ public:
+  explicit ExecEnv(const std::map<std::string, std::string>& set,
+                   std::initializer_list<const char*> unset = {}) {
+    std::map<std::string, std::string> vars;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      if (eq != nullptr) {
+        vars[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+      }
+    }
+    for (const char* name : unset) vars.erase(name);
+    for (const auto& [k, v] : set) vars[k] = v;
+    strings_.reserve(vars.size());
+    for (const auto& [k, v] : vars) strings_.push_back(k + "=" + v);
+    for (std::string& s : strings_) ptrs_.push_back(s.data());
+    ptrs_.push_back(nullptr);
+  }
+  ExecEnv(const ExecEnv&) = delete;
+  ExecEnv& operator=(const ExecEnv&) = delete;
+
+  // NULL-terminated, for execve and posix_spawn.
+  char** envp() { return ptrs_.data(); }
+
+ private:
+  std::vector<std::string> strings_;
+  std::vector<char*> ptrs_;
+};
+
+}  // namespace gandiva::runtime
