@@ -96,6 +96,8 @@ class PageInfo(ctypes.Structure):
         ("resumed_ns", ctypes.c_uint64),
         ("exit_code", ctypes.c_int32),
         ("target_world_size", ctypes.c_uint32),
+        ("restore_begin_ns", ctypes.c_uint64),
+        ("restore_end_ns", ctypes.c_uint64),
     ]
 
 

@@ -173,6 +173,8 @@ typedef struct gandiva_page_info {
   uint64_t resumed_ns;
   int32_t exit_code;
   uint32_t target_world_size;
+  uint64_t restore_begin_ns; /* page minor >= 1; else 0 */
+  uint64_t restore_end_ns;
 } gandiva_page_info;
 
 /* Creates (or truncates) the page file at `path` with mode 0600 and an empty

@@ -166,6 +166,9 @@ void ReadPageInfo(const gandiva_progress_page& page, gandiva_page_info* out) {
   out->resumed_ns = page.resumed_ns.load(kAcquire);
   out->exit_code = page.exit_code.load(kAcquire);
   out->target_world_size = page.target_world_size.load(kAcquire);
+  const bool minor1 = page.version_minor >= 1;
+  out->restore_begin_ns = minor1 ? page.restore_begin_ns.load(kAcquire) : 0;
+  out->restore_end_ns = minor1 ? page.restore_end_ns.load(kAcquire) : 0;
   out->request_seq = gandiva_request_seq(page.request.load(kAcquire));
   out->minibatches = page.minibatches.load(kAcquire);
   RateEstimate rate = ComputeRate(page);

@@ -47,7 +47,7 @@
 /* "GNDVPAGE" read as a little-endian 64-bit integer. */
 #define GANDIVA_PAGE_MAGIC 0x4547415056444E47ULL
 #define GANDIVA_PAGE_VERSION_MAJOR 1
-#define GANDIVA_PAGE_VERSION_MINOR 0
+#define GANDIVA_PAGE_VERSION_MINOR 1
 /* Size of the file the agent creates (one page; the struct uses less). */
 #define GANDIVA_PAGE_FILE_SIZE 4096
 /* Timestamps of this many most recent mini-batch boundaries are kept. */
@@ -62,8 +62,19 @@ enum gandiva_job_state {
                                       raise(SIGSTOP); waits for SIGCONT */
   GANDIVA_STATE_RESUMING = 4,      /* continued, running the reload hook */
   GANDIVA_STATE_CHECKPOINTING = 5, /* saving for checkpoint-and-exit/resize */
-  GANDIVA_STATE_EXITED = 6 /* left gandiva_step() for good; see exit_code */
+  GANDIVA_STATE_EXITED = 6, /* left gandiva_step() for good; see exit_code */
+  GANDIVA_STATE_WAITING = 7 /* (minor 1) warm start: the process is up and
+                               waits for its checkpoint to arrive (see
+                               GANDIVA_RESUME_READY_FILE) */
 };
+
+/* Warm start (minor 1). A job started with GANDIVA_RESUME_WAIT=1 waits, in
+ * state WAITING, until the file GANDIVA_RESUME_READY_FILE exists in the
+ * directory GANDIVA_RESUME_FROM names; the agent creates it once every file
+ * of the checkpoint is in place. The job then stores restore_begin_ns, loads,
+ * stores restore_end_ns and goes to RUNNING; its next boundary is its first
+ * mini-batch after the move. */
+#define GANDIVA_RESUME_READY_FILE ".gandiva-ready"
 
 /* What the agent asks for (`request`). */
 enum gandiva_request_kind {
@@ -157,7 +168,11 @@ typedef struct gandiva_progress_page {
                                                  gandiva_shutdown(); 75/76 after a
                                                  served checkpoint-and-exit/resize */
   GANDIVA_ATOMIC(uint32_t) target_world_size; /* arg of the last RESIZE */
-  uint8_t reserved2[24];
+  /* (minor 1) Restore from a checkpoint: started (after the wait of a warm
+   * start) and finished. 0 = no restore. */
+  GANDIVA_ATOMIC(uint64_t) restore_begin_ns;
+  GANDIVA_ATOMIC(uint64_t) restore_end_ns;
+  uint8_t reserved2[8];
 
   /* ---- job -> agent: boundary ring (job writes; offset 256) ---- */
   GANDIVA_ATOMIC(uint64_t) boundary_ns[GANDIVA_PAGE_RING];
@@ -183,6 +198,8 @@ GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, served_count) == 200,
                       "layout: served_count");
 GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, exit_code) == 224,
                       "layout: exit_code");
+GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, restore_begin_ns) == 232,
+                      "layout: restore_begin_ns");
 GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, boundary_ns) == 256,
                       "layout: boundary_ns");
 GANDIVA_STATIC_ASSERT(sizeof(gandiva_progress_page) == 384, "layout: size");

@@ -28,6 +28,8 @@ std::string_view JobStateName(JobState state) {
       return "checkpointing";
     case JobState::kExited:
       return "exited";
+    case JobState::kWaiting:
+      return "waiting for checkpoint";
   }
   return "unknown";
 }
@@ -125,6 +127,8 @@ ProgressSnapshot ProgressReader::Read() const {
   s.resumed_ns = info.resumed_ns;
   s.exit_code = info.exit_code;
   s.target_world_size = info.target_world_size;
+  s.restore_begin_ns = info.restore_begin_ns;
+  s.restore_end_ns = info.restore_end_ns;
   return s;
 }
 

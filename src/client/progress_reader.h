@@ -30,6 +30,7 @@ enum class JobState : uint32_t {
   kResuming = GANDIVA_STATE_RESUMING,
   kCheckpointing = GANDIVA_STATE_CHECKPOINTING,
   kExited = GANDIVA_STATE_EXITED,
+  kWaiting = GANDIVA_STATE_WAITING,  // warm start, waiting for a checkpoint
 };
 std::string_view JobStateName(JobState state);
 
@@ -72,6 +73,8 @@ struct ProgressSnapshot {
   uint64_t resumed_ns = 0;
   int32_t exit_code = 0;
   uint32_t target_world_size = 0;
+  uint64_t restore_begin_ns = 0;  // restore from a checkpoint began (0: none)
+  uint64_t restore_end_ns = 0;    // ... and finished
 
   // last_effective_ns - last_received_ns of the last finished request.
   std::optional<int64_t> last_request_latency_ns() const;
