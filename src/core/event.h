@@ -44,6 +44,9 @@ struct ActionFailed {
   JobId job;
   Duration took;
   std::string reason;
+  // The mechanism can never work for this job (a Migrate of a job that
+  // cannot be checkpointed): policies stop asking for it.
+  bool permanent = false;
 };
 // A server joined (its id is the next server id) or came back.
 struct ServerUp {
@@ -74,9 +77,25 @@ struct HoldRequest {
   bool hold = true;
 };
 
-using EventBody = std::variant<JobArrived, JobFinished, ProfileReport,
-                               ActionDone, ActionFailed, ServerUp, ServerDown,
-                               Tick, KillRequest, PriorityRequest, HoldRequest>;
+// An operator asks for a mechanism by hand. Refused (kFailedPrecondition,
+// with the reason) when it cannot be carried out now, and the job is left
+// as it was; otherwise the actions are taken at once. The policy may later
+// undo the effect (unpack a pack that measures badly, move a job back for
+// locality) like any decision of its own.
+struct MechanismRequest {
+  enum class Kind : uint8_t { kMigrate, kPack, kUnpack, kResize };
+  Kind kind = Kind::kMigrate;
+  JobId job;
+  ServerId server;  // kMigrate: to this server
+  JobId with;       // kPack: onto the GPUs this running job holds
+  int gpus = 0;     // kResize: the new GPU count
+};
+const char* MechanismKindName(MechanismRequest::Kind kind);
+
+using EventBody =
+    std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
+                 ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
+                 PriorityRequest, HoldRequest, MechanismRequest>;
 
 struct Event {
   Time time;

@@ -137,6 +137,13 @@ struct Job {
   std::vector<GpuId> shrinking_to;
   int resizes = 0;
   int start_failures = 0;
+  // A Migrate of the running job is under way (it runs again where it was
+  // if the migration fails).
+  bool migrating_running = false;
+  // A migration failed for good (the job cannot be checkpointed): policies
+  // leave it where it is; `immovable_reason` says why.
+  bool immovable = false;
+  std::string immovable_reason;
   Profile profile;
 
   bool placed() const {

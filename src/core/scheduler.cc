@@ -25,7 +25,7 @@ const char* EventName(const EventBody& body) {
   static constexpr const char* kNames[] = {
       "JobArrived",   "JobFinished",     "ProfileReport", "ActionDone",
       "ActionFailed", "ServerUp",        "ServerDown",    "Tick",
-      "KillRequest",  "PriorityRequest", "HoldRequest"};
+      "KillRequest",  "PriorityRequest", "HoldRequest",   "MechanismRequest"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -112,10 +112,14 @@ void Actions::Run(JobId id) {
 void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   ClusterState& st = s_->state_;
   Job& job = CheckedJob(id);
-  GANDIVA_CHECK_MSG(job.state == JobState::kSuspended && !job.busy(),
+  const bool running = job.state == JobState::kRunning;
+  GANDIVA_CHECK_MSG((job.state == JobState::kSuspended ||
+                     (running && !job.packed_with.valid())) &&
+                        !job.busy(),
                     JobRef(id) + " cannot migrate now");
   GANDIVA_CHECK_MSG(gpus.size() == job.gpus.size(),
                     JobRef(id) + ": wrong GPU count");
+  if (running) st.cluster_.Deactivate(job.gpus);
   CheckGpus(id, gpus, /*idle=*/true);
   s_->SetWaiting(job, false);
   st.cluster_.Unplace(id, job.gpus);
@@ -131,6 +135,7 @@ void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   st.cluster_.Place(id, job.spec.gpus, job.gpus);
   st.cluster_.Activate(job.gpus);
   job.state = JobState::kMigrating;
+  job.migrating_running = running;
   ++job.migrations;
   ++st.counters_.migrations;
   Emit(job, ActionKind::kMigrate, true).gpus = job.gpus;
@@ -286,6 +291,8 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
     }
   } else if (const auto* pr = std::get_if<PriorityRequest>(&event.body)) {
     actions.SetPriority(pr->job, pr->priority);
+  } else if (const auto* m = std::get_if<MechanismRequest>(&event.body)) {
+    CarryOut(*m, actions);
   }
   // A held job that is running with nothing under way is suspended now
   // (after the hold itself, or once its start or resume completes).
@@ -414,6 +421,10 @@ Status Scheduler::Apply(const Event& event) {
           [&](const Tick&) -> Status { return Status::Ok(); },
           [&](const KillRequest& e) -> Status { return need_job(e.job); },
           [&](const PriorityRequest& e) -> Status { return need_job(e.job); },
+          [&](const MechanismRequest& e) -> Status {
+            std::vector<GpuId> gpus;
+            return PlanMechanism(e, &gpus);
+          },
           [&](const HoldRequest& e) -> Status {
             GANDIVA_RETURN_IF_ERROR(need_job(e.job));
             Job& job = state_.mutable_job(e.job);
@@ -436,6 +447,212 @@ Status Scheduler::Apply(const Event& event) {
           },
       },
       event.body);
+}
+
+const char* MechanismKindName(MechanismRequest::Kind kind) {
+  switch (kind) {
+    case MechanismRequest::Kind::kMigrate:
+      return "migrate";
+    case MechanismRequest::Kind::kPack:
+      return "pack";
+    case MechanismRequest::Kind::kUnpack:
+      return "unpack";
+    case MechanismRequest::Kind::kResize:
+      return "resize";
+  }
+  return "unknown";
+}
+
+Status Scheduler::PlanMechanism(const MechanismRequest& m,
+                                std::vector<GpuId>* gpus) const {
+  using Kind = MechanismRequest::Kind;
+  const Cluster& cluster = state_.cluster_;
+  if (!state_.has_job(m.job)) return NotFound("unknown " + JobRef(m.job));
+  const Job& job = state_.job(m.job);
+  const std::string me = JobRef(m.job);
+  auto refuse = [&](const std::string& why) {
+    return FailedPrecondition("cannot " +
+                              std::string(MechanismKindName(m.kind)) + " " +
+                              me + ": " + why);
+  };
+  if (IsTerminal(job.state)) return refuse("it already ended");
+  if (job.busy()) {
+    return refuse("a " + std::string(ActionKindName(job.in_flight)) +
+                  " is under way; try again when it is done");
+  }
+  const int have = static_cast<int>(job.gpus.size());
+  switch (m.kind) {
+    case Kind::kMigrate: {
+      if (!job.placed()) return refuse("it is queued: nothing to move");
+      if (job.packed_with.valid()) {
+        return refuse("it is packed with " + JobRef(job.packed_with) +
+                      "; unpack it first");
+      }
+      if (job.launched && job.immovable) {
+        return refuse("it cannot be checkpointed (" + job.immovable_reason +
+                      ")");
+      }
+      if (!m.server.valid() || m.server.value >= cluster.num_servers()) {
+        return refuse("unknown server " + std::to_string(m.server.value));
+      }
+      const Server& s = cluster.server(m.server);
+      if (!s.up) return refuse("server " + s.spec.name + " is down");
+      if (cluster.gpu(job.gpus[0]).server == m.server &&
+          cluster.SpreadOf(job.gpus) != Spread::kAcrossServers) {
+        return refuse("it is already on server " + s.spec.name);
+      }
+      if (job.spec.gpus > s.num_gpus()) {
+        return refuse("it needs " + std::to_string(job.spec.gpus) +
+                      " GPUs and server " + s.spec.name + " has " +
+                      std::to_string(s.num_gpus()));
+      }
+      // GPUs no running job holds, emptiest first.
+      std::vector<std::pair<size_t, GpuId>> idle;
+      for (GpuId g : cluster.GpusOf(m.server)) {
+        if (cluster.gpu(g).active == 0) {
+          idle.emplace_back(cluster.gpu(g).jobs.size(), g);
+        }
+      }
+      if (static_cast<int>(idle.size()) < have) {
+        return refuse("no room: server " + s.spec.name + " has " +
+                      std::to_string(idle.size()) +
+                      " GPUs that no running job holds, and it needs " +
+                      std::to_string(have));
+      }
+      std::stable_sort(idle.begin(), idle.end(),
+                       [](auto& a, auto& b) { return a.first < b.first; });
+      gpus->clear();
+      for (int i = 0; i < have; ++i) gpus->push_back(idle[i].second);
+      std::sort(gpus->begin(), gpus->end());
+      return Status::Ok();
+    }
+    case Kind::kPack: {
+      if (!state_.has_job(m.with)) return NotFound("unknown " + JobRef(m.with));
+      const Job& peer = state_.job(m.with);
+      const std::string them = JobRef(m.with);
+      if (m.with == m.job) return refuse("a job cannot be packed with itself");
+      if (peer.state != JobState::kRunning) {
+        return refuse(them + " is not running");
+      }
+      if (peer.busy()) {
+        return refuse(them + " has a " +
+                      std::string(ActionKindName(peer.in_flight)) +
+                      " under way");
+      }
+      if (peer.packed_with.valid()) {
+        return refuse(them + " is already packed with " +
+                      JobRef(peer.packed_with));
+      }
+      if (job.state == JobState::kRunning) {
+        return refuse(
+            "it is running; packing joins a waiting job to a "
+            "running one (suspend it first)");
+      }
+      if (job.spec.gpus != static_cast<int>(peer.gpus.size())) {
+        return refuse("it needs " + std::to_string(job.spec.gpus) +
+                      " GPUs and " + them + " holds " +
+                      std::to_string(peer.gpus.size()));
+      }
+      if (job.launched && job.immovable && job.gpus != peer.gpus) {
+        return refuse("it would have to move and cannot be checkpointed (" +
+                      job.immovable_reason + ")");
+      }
+      for (GpuId g : peer.gpus) {
+        if (cluster.gpu(g).active != 1) {
+          return refuse("the GPUs of " + them + " are shared already");
+        }
+      }
+      *gpus = peer.gpus;
+      return Status::Ok();
+    }
+    case Kind::kUnpack:
+      if (!job.packed_with.valid() || job.state != JobState::kRunning) {
+        return refuse("it is not packed");
+      }
+      if (state_.job(job.packed_with).busy()) {
+        return refuse(JobRef(job.packed_with) + " has a mechanism under way");
+      }
+      return Status::Ok();
+    case Kind::kResize: {
+      const int want = m.gpus;
+      if (!job.spec.elastic) {
+        return refuse("it is not elastic (submit it with elastic: true)");
+      }
+      if (want < 1 || !std::has_single_bit(static_cast<unsigned>(want))) {
+        return refuse("field 'gpus': " + std::to_string(want) +
+                      " is not a power of two >= 1");
+      }
+      if (job.state != JobState::kRunning) {
+        return refuse("it is not running");
+      }
+      if (job.packed_with.valid()) {
+        return refuse("it is packed with " + JobRef(job.packed_with) +
+                      "; unpack it first");
+      }
+      if (want == have) {
+        return refuse("it already has " + std::to_string(have) + " GPUs");
+      }
+      std::vector<GpuId> mine = job.gpus;
+      std::sort(mine.begin(), mine.end());
+      const ServerId sid = cluster.gpu(mine[0]).server;
+      const Server& s = cluster.server(sid);
+      if (cluster.SpreadOf(mine) == Spread::kAcrossServers) {
+        return refuse("it spans servers; resizing needs it on one");
+      }
+      if (want < have) {
+        *gpus = std::vector<GpuId>(mine.begin(), mine.begin() + want);
+        return Status::Ok();
+      }
+      if (want > s.num_gpus()) {
+        return refuse("server " + s.spec.name + " has only " +
+                      std::to_string(s.num_gpus()) + " GPUs");
+      }
+      *gpus = mine;
+      for (GpuId g : cluster.GpusOf(sid)) {
+        if (static_cast<int>(gpus->size()) == want) break;
+        if (cluster.gpu(g).jobs.empty()) gpus->push_back(g);
+      }
+      if (static_cast<int>(gpus->size()) < want) {
+        return refuse("no room: server " + s.spec.name + " has " +
+                      std::to_string(gpus->size() - mine.size()) +
+                      " free GPUs and it needs " + std::to_string(want - have) +
+                      " more");
+      }
+      std::sort(gpus->begin(), gpus->end());
+      return Status::Ok();
+    }
+  }
+  return InvalidArgument("unknown mechanism");
+}
+
+void Scheduler::CarryOut(const MechanismRequest& m, Actions& actions) {
+  std::vector<GpuId> gpus;
+  GANDIVA_CHECK(PlanMechanism(m, &gpus).ok());  // Apply checked it
+  Job& job = state_.mutable_job(m.job);
+  switch (m.kind) {
+    case MechanismRequest::Kind::kMigrate:
+      if (job.held) {  // the operator wants it to run there
+        job.held = false;
+      }
+      actions.Migrate(m.job, std::move(gpus));
+      return;
+    case MechanismRequest::Kind::kPack:
+      if (job.held) job.held = false;
+      if (job.state == JobState::kQueued) {
+        actions.Assign(m.job, std::move(gpus));
+      } else if (job.gpus != gpus) {
+        actions.Requeue(m.job);
+        actions.Assign(m.job, std::move(gpus));
+      }
+      actions.Pack(m.job, m.with);
+      return;
+    case MechanismRequest::Kind::kUnpack:
+      actions.Unpack(m.job);
+      return;
+    case MechanismRequest::Kind::kResize:
+      actions.Resize(m.job, std::move(gpus));
+      return;
+  }
 }
 
 void Scheduler::SetWaiting(Job& job, bool waiting) {
@@ -500,6 +717,7 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
       job.state = JobState::kRunning;
       job.run_since = state_.now_;
       job.migrating_from.clear();
+      job.migrating_running = false;
       break;
     case ActionKind::kPack:
       job.run_since = state_.now_;
@@ -534,7 +752,7 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
   }
 }
 
-void Scheduler::OnActionFailed(Job& job, const ActionFailed&) {
+void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
   const ActionKind kind = job.in_flight;
   job.in_flight = ActionKind::kNone;
   ++state_.counters_.actions_failed;
@@ -578,14 +796,24 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed&) {
       SetWaiting(job, true);
       break;
     case ActionKind::kMigrate:
-      // Back where it was, suspended.
+      // Back where it was, as it was (running or suspended).
       state_.cluster_.Deactivate(job.gpus);
       state_.cluster_.Unplace(job.id, job.gpus);
       job.gpus = std::move(job.migrating_from);
       job.migrating_from.clear();
       state_.cluster_.Place(job.id, job.spec.gpus, job.gpus);
-      job.state = JobState::kSuspended;
-      SetWaiting(job, true);
+      if (job.migrating_running) {
+        state_.cluster_.Activate(job.gpus);
+        job.state = JobState::kRunning;
+      } else {
+        job.state = JobState::kSuspended;
+        SetWaiting(job, true);
+      }
+      job.migrating_running = false;
+      if (failed.permanent) {
+        job.immovable = true;
+        job.immovable_reason = failed.reason;
+      }
       break;
     default:
       break;

@@ -44,6 +44,11 @@ class Scheduler {
   friend class Actions;
 
   Status Apply(const Event& event);
+  // Checks an operator's request; on success `gpus` holds where the job
+  // goes (migrate, resize) and the request can be carried out now.
+  Status PlanMechanism(const MechanismRequest& m,
+                       std::vector<GpuId>* gpus) const;
+  void CarryOut(const MechanismRequest& m, Actions& actions);
   void OnJobEnded(Job& job, JobState end);
   void OnActionDone(Job& job, const ActionDone& done);
   void OnActionFailed(Job& job, const ActionFailed& failed);

@@ -35,13 +35,39 @@ class Harness {
     return out;
   }
 
-  JobId Submit(int gpus, int priority = 0) {
+  // Sends an event that may be refused; on success behaves like Send.
+  Status TrySend(EventBody body) {
+    std::vector<Action> out;
+    Status st = scheduler_.Handle(Event{now_, std::move(body)}, out);
+    for (const Action& a : out) {
+      if (a.kind != ActionKind::kKill && a.kind != ActionKind::kSetPriority) {
+        pending_.push_back(a);
+      }
+    }
+    last_ = std::move(out);
+    return st;
+  }
+
+  JobId Submit(int gpus, int priority = 0, bool elastic = false) {
     JobSpec spec;
     spec.gpus = gpus;
     spec.priority = priority;
+    spec.elastic = elastic;
     const JobId id(next_job_++);
     last_ = Send(JobArrived{id, spec});
     return id;
+  }
+
+  // Reports one pending action of `job` failed; returns what it caused.
+  std::vector<Action> Fail(JobId job, bool permanent = false) {
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].job != job) continue;
+      Action a = pending_[i];
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      return Send(ActionFailed{a.id, a.job, Duration(), "test", permanent});
+    }
+    ADD_FAILURE() << "no pending action for job " << job.value;
+    return {};
   }
 
   // Reports every pending action done (in order), including those caused by

@@ -326,7 +326,11 @@ void World::Execute(const Action& a) {
     case ActionKind::kMigrate:
       cost = options_.costs.migrate;
       s.last_gpus = a.gpus;
-      ++busy_jobs_;
+      if (s.rate > 0) {
+        SetRate(j, 0);  // an operator's move of a running job
+      } else {
+        ++busy_jobs_;
+      }
       break;
     case ActionKind::kPack: {
       cost = a.launch ? options_.costs.start : options_.costs.resume;

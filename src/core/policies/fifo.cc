@@ -98,6 +98,7 @@ void FifoPolicy::decide(const ClusterState& state, const Event& event,
                        std::holds_alternative<JobFinished>(event.body) ||
                        std::holds_alternative<KillRequest>(event.body) ||
                        std::holds_alternative<HoldRequest>(event.body) ||
+                       std::holds_alternative<MechanismRequest>(event.body) ||
                        std::holds_alternative<ActionFailed>(event.body) ||
                        std::holds_alternative<ServerUp>(event.body) ||
                        std::holds_alternative<ServerDown>(event.body);

@@ -56,6 +56,20 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
           place = true;
         } else if constexpr (std::is_same_v<E, ProfileReport>) {
           if (options_.packing) JudgePack(state, state.job(e.job), out);
+        } else if constexpr (std::is_same_v<E, MechanismRequest>) {
+          // An operator's request was carried out (the core refuses the
+          // others before the policy sees them).
+          const Job& j = state.job(e.job);
+          using K = MechanismRequest::Kind;
+          if (e.kind == K::kMigrate) {
+            freed = j.migrating_from;
+            place = true;
+          } else if (e.kind == K::kPack) {
+            packed_.insert(e.job);
+          } else if (e.kind == K::kUnpack && j.packed_with.valid()) {
+            // The operator judged this pair: never re-form it by itself.
+            bad_pairs_.insert(PairKey(j.id, j.packed_with));
+          }
         }
       },
       event.body);
@@ -144,6 +158,7 @@ void GandivaPolicy::PullWaiting(const ClusterState& state, Actions& out) {
     if (!any_open) return;
     const Job& j = state.job(id);
     if (j.state != JobState::kSuspended || j.busy()) continue;
+    if (j.launched && j.immovable) continue;
     const int d = static_cast<int>(j.gpus.size());
     const int k = std::countr_zero(static_cast<unsigned>(d));
     if (d > free || blocked[k]) continue;
@@ -593,7 +608,9 @@ std::optional<std::vector<GpuId>> GandivaPolicy::GoodPlace(
 
 void GandivaPolicy::MoveJob(const ClusterState& state, const Job& job,
                             Actions& out) {
-  if (job.busy() || job.held || job.packed_with.valid()) return;
+  if (job.busy() || job.held || job.packed_with.valid() || job.immovable) {
+    return;
+  }
   const Cluster& cluster = state.cluster();
   const int d = static_cast<int>(job.gpus.size());
   const int here = cluster.gpu(job.gpus[0]).server.value;

@@ -42,12 +42,7 @@ core::JobSpec SpecFromJson(const json& j) {
 }  // namespace
 
 const char* EventKindName(const core::EventBody& body) {
-  static constexpr const char* kNames[] = {
-      "JobArrived",   "JobFinished",     "ProfileReport", "ActionDone",
-      "ActionFailed", "ServerUp",        "ServerDown",    "Tick",
-      "KillRequest",  "PriorityRequest", "HoldRequest"};
-  static_assert(std::size(kNames) == std::variant_size_v<core::EventBody>);
-  return kNames[body.index()];
+  return core::EventName(body);
 }
 
 std::string EncodeCoreSpec(const core::JobSpec& spec) {
@@ -79,7 +74,8 @@ std::string EncodeEvent(const core::EventBody& body) {
             return json{{"action", e.action.value},
                         {"job", e.job.value},
                         {"took_us", e.took.micros()},
-                        {"reason", e.reason}};
+                        {"reason", e.reason},
+                        {"permanent", e.permanent}};
           },
           [](const core::ServerUp& e) {
             return json{{"id", e.id.value},
@@ -100,6 +96,13 @@ std::string EncodeEvent(const core::EventBody& body) {
           },
           [](const core::HoldRequest& e) {
             return json{{"job", e.job.value}, {"hold", e.hold}};
+          },
+          [](const core::MechanismRequest& e) {
+            return json{{"job", e.job.value},
+                        {"mechanism", core::MechanismKindName(e.kind)},
+                        {"server", e.server.value},
+                        {"with", e.with.value},
+                        {"gpus", e.gpus}};
           },
       },
       body);
@@ -137,9 +140,9 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
           core::ActionId(j.at("action").get<int64_t>()), job(), took()});
     }
     if (kind == "ActionFailed") {
-      return core::EventBody(
-          core::ActionFailed{core::ActionId(j.at("action").get<int64_t>()),
-                             job(), took(), j.at("reason").get<std::string>()});
+      return core::EventBody(core::ActionFailed{
+          core::ActionId(j.at("action").get<int64_t>()), job(), took(),
+          j.at("reason").get<std::string>(), j.value("permanent", false)});
     }
     if (kind == "ServerUp") {
       core::ServerUp e;
@@ -166,6 +169,26 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
     if (kind == "HoldRequest") {
       return core::EventBody(
           core::HoldRequest{job(), j.at("hold").get<bool>()});
+    }
+    if (kind == "MechanismRequest") {
+      core::MechanismRequest m;
+      m.job = job();
+      const std::string mech = j.at("mechanism").get<std::string>();
+      using K = core::MechanismRequest::Kind;
+      bool known = false;
+      for (K k : {K::kMigrate, K::kPack, K::kUnpack, K::kResize}) {
+        if (mech == core::MechanismKindName(k)) {
+          m.kind = k;
+          known = true;
+        }
+      }
+      if (!known) {
+        return core::InvalidArgument("event: unknown mechanism '" + mech + "'");
+      }
+      m.server = core::ServerId(j.at("server").get<int32_t>());
+      m.with = core::JobId(j.at("with").get<int32_t>());
+      m.gpus = j.at("gpus").get<int>();
+      return core::EventBody(m);
     }
     return core::InvalidArgument("event: unknown kind '" + kind + "'");
   } catch (const json::exception& e) {

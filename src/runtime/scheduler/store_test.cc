@@ -135,6 +135,11 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       core::KillRequest{core::JobId(4), "user"},
       core::PriorityRequest{core::JobId(4), -3},
       core::HoldRequest{core::JobId(4), false},
+      core::MechanismRequest{core::MechanismRequest::Kind::kPack,
+                             core::JobId(4), core::ServerId(), core::JobId(2),
+                             0},
+      core::ActionFailed{core::ActionId(10), core::JobId(4),
+                         core::Duration::Micros(5), "no library", true},
   };
   for (const core::EventBody& e : events) {
     const std::string text = EncodeEvent(e);

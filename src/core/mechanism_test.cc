@@ -1,0 +1,166 @@
+// Operator requests for the mechanisms (MechanismRequest): what the core
+// accepts, what it refuses and why, and what a failure leaves behind.
+#include <gtest/gtest.h>
+
+#include "core/policies/fifo.h"
+#include "core/policies/gandiva.h"
+#include "core/scheduler.h"
+#include "core/test_util.h"
+
+namespace gandiva::core {
+namespace {
+
+using testing::CountKind;
+using testing::Harness;
+using Kind = MechanismRequest::Kind;
+
+MechanismRequest Migrate(JobId job, int server) {
+  return {Kind::kMigrate, job, ServerId(server), JobId(), 0};
+}
+MechanismRequest Pack(JobId job, JobId with) {
+  return {Kind::kPack, job, ServerId(), with, 0};
+}
+MechanismRequest Unpack(JobId job) {
+  return {Kind::kUnpack, job, ServerId(), JobId(), 0};
+}
+MechanismRequest Resize(JobId job, int gpus) {
+  return {Kind::kResize, job, ServerId(), JobId(), gpus};
+}
+
+// A refusal: kFailedPrecondition whose message holds `why`, and no action.
+void ExpectRefused(Harness& h, const MechanismRequest& m,
+                   const std::string& why) {
+  Status st = h.TrySend(m);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
+  EXPECT_TRUE(h.last().empty());
+}
+
+int ServerOf(const Harness& h, JobId job) {
+  return h.state().cluster().gpu(h.job(job).gpus[0]).server.value;
+}
+
+TEST(MechanismTest, MigratesARunningJobAndGoesBackOnFailure) {
+  Harness h(std::make_unique<FifoPolicy>(), 2);
+  const JobId a = h.Submit(2);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(a).state, JobState::kRunning);
+  const int from = ServerOf(h, a);
+  const int to = 1 - from;
+
+  ASSERT_TRUE(h.TrySend(Migrate(a, to)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kMigrate), 1);
+  EXPECT_EQ(h.job(a).state, JobState::kMigrating);
+  EXPECT_EQ(ServerOf(h, a), to);
+  EXPECT_EQ(h.state().cluster().server(ServerId(from)).free_gpus, 4);
+
+  h.Fail(a);
+  // Back where it was, running, its GPUs held again.
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(ServerOf(h, a), from);
+  for (GpuId g : h.job(a).gpus) {
+    EXPECT_EQ(h.state().cluster().gpu(g).active, 1);
+  }
+  EXPECT_FALSE(h.job(a).immovable);
+
+  ASSERT_TRUE(h.TrySend(Migrate(a, to)).ok());
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(ServerOf(h, a), to);
+  EXPECT_EQ(h.job(a).migrations, 2);
+}
+
+TEST(MechanismTest, RefusesMigrationsThatCannotBeDone) {
+  Harness h(std::make_unique<FifoPolicy>(), 2);
+  const JobId a = h.Submit(4);
+  const JobId b = h.Submit(4);
+  const JobId q = h.Submit(2);  // queued: no room
+  h.CompleteAll();
+  ExpectRefused(h, Migrate(q, 0), "queued");
+  ExpectRefused(h, Migrate(a, ServerOf(h, a)), "already on server");
+  ExpectRefused(h, Migrate(a, ServerOf(h, b)), "no room");
+  ExpectRefused(h, Migrate(a, 7), "unknown server");
+  EXPECT_EQ(h.TrySend(Migrate(JobId(42), 0)).code(), StatusCode::kNotFound);
+  // The refused job runs on where it was.
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+}
+
+TEST(MechanismTest, APermanentFailureMakesTheJobImmovable) {
+  Harness h(std::make_unique<FifoPolicy>(), 2);
+  const JobId a = h.Submit(1);
+  h.CompleteAll();
+  ASSERT_TRUE(h.TrySend(Migrate(a, 1 - ServerOf(h, a))).ok());
+  h.Fail(a, /*permanent=*/true);
+  EXPECT_TRUE(h.job(a).immovable);
+  EXPECT_EQ(h.job(a).immovable_reason, "test");
+  ExpectRefused(h, Migrate(a, 1 - ServerOf(h, a)), "cannot be checkpointed");
+}
+
+TEST(MechanismTest, PacksAQueuedJobAndUnpacksIt) {
+  Harness h(std::make_unique<FifoPolicy>(), 1,
+            ServerSpec{"", 1, 1, 1});  // one GPU
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(b).state, JobState::kQueued);
+  ExpectRefused(h, Pack(a, b), "is not running");
+  ExpectRefused(h, Pack(b, b), "itself");
+  ASSERT_TRUE(h.TrySend(Pack(b, a)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kPack), 1);
+  EXPECT_TRUE(h.last().back().launch);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(b).packed_with, a);
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(0)).active, 2);
+  ExpectRefused(h, Migrate(b, 0), "unpack it first");
+
+  ASSERT_TRUE(h.TrySend(Unpack(b)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kUnpack), 1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(b).state, JobState::kSuspended);
+  EXPECT_FALSE(h.job(a).packed_with.valid());
+  ExpectRefused(h, Unpack(b), "not packed");
+}
+
+TEST(MechanismTest, PackingMovesASuspendedJobOntoItsPartner) {
+  GandivaOptions o;  // no packing, no moves of its own
+  o.migrate_to_idle = false;
+  Harness h(std::make_unique<GandivaPolicy>(o), 2, ServerSpec{"", 1, 1, 1});
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  ASSERT_NE(ServerOf(h, a), ServerOf(h, b));
+  // Hold b (an operator suspend), then pack it with a.
+  h.Send(HoldRequest{b, true});
+  h.CompleteAll();
+  ASSERT_EQ(h.job(b).state, JobState::kSuspended);
+  ASSERT_TRUE(h.TrySend(Pack(b, a)).ok());
+  const Action& pack = h.last().back();
+  EXPECT_EQ(pack.kind, ActionKind::kPack);
+  EXPECT_FALSE(pack.launch);  // it ran: the world moves its process
+  EXPECT_EQ(pack.gpus, h.job(a).gpus);
+  EXPECT_FALSE(h.job(b).held);
+}
+
+TEST(MechanismTest, ResizesElasticJobsOnly) {
+  Harness h(std::make_unique<FifoPolicy>(), 1);
+  const JobId e = h.Submit(1, 0, /*elastic=*/true);
+  const JobId r = h.Submit(1);
+  h.CompleteAll();
+  ExpectRefused(h, Resize(r, 2), "not elastic");
+  ExpectRefused(h, Resize(e, 3), "power of two");
+  ExpectRefused(h, Resize(e, 1), "already has 1");
+  ExpectRefused(h, Resize(e, 8), "has only 4");
+  ExpectRefused(h, Resize(e, 4), "no room");
+  ASSERT_TRUE(h.TrySend(Resize(e, 2)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kGrow), 1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(e).gpus.size(), 2u);
+  ASSERT_TRUE(h.TrySend(Resize(e, 1)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kShrink), 1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(e).gpus.size(), 1u);
+  EXPECT_EQ(h.state().cluster().free_gpus(), 2);
+}
+
+}  // namespace
+}  // namespace gandiva::core
