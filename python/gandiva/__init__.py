@@ -29,13 +29,15 @@ from typing import Callable, Optional
 from gandiva import _lib
 from gandiva._lib import (E_BAD_PAGE, E_HOOK, E_INVALID, E_IO,
                           E_NO_CHECKPOINT_DIR, E_SIGNAL, E_STATE, EXIT_MIGRATE,
-                          EXIT_RESIZE, INACTIVE, OK, STEP_CHECKPOINT,
+                          EXIT_RESIZE, INACTIVE, OK, RESUME_READY_FILE,
+                          STEP_CHECKPOINT,
                           STEP_CONTINUE, STEP_RESUMED, GandivaError,
                           LibraryNotFoundError)
 
 __all__ = [
     "init", "step", "checkpoint_done", "minibatches", "set_minibatches",
     "active", "job_id", "checkpoint_dir", "resume_from", "target_world_size",
+    "restore_begin", "restore_end", "world_size", "RESUME_READY_FILE",
     "set_hooks", "shutdown", "strerror", "GandivaError",
     "LibraryNotFoundError", "OK", "INACTIVE", "STEP_CONTINUE", "STEP_RESUMED",
     "STEP_CHECKPOINT", "EXIT_MIGRATE", "EXIT_RESIZE", "E_IO", "E_BAD_PAGE",
@@ -115,6 +117,34 @@ def resume_from() -> Optional[str]:
 def target_world_size() -> int:
     """World size asked by the last resize request (0 if none)."""
     return int(_lib.load().gandiva_target_world_size())
+
+
+def restore_begin(timeout: Optional[float] = None) -> bool:
+    """Starts a restore; call after init(), before the first step(). Returns
+    False if there is nothing to load (no GANDIVA_RESUME_FROM). With
+    GANDIVA_RESUME_WAIT=1 (a warm start) first waits, in state WAITING, until
+    the agent created RESUME_READY_FILE in the resume_from() directory, for
+    at most `timeout` seconds (None: forever); raises GandivaError (E_STATE)
+    on timeout. Returns True: load resume_from() now, then restore_end()."""
+    ms = -1 if timeout is None else max(0, int(timeout * 1000))
+    rc = _lib.load().gandiva_restore_begin(ms)
+    if rc < 0:
+        raise GandivaError("gandiva_restore_begin", rc)
+    return rc == 1
+
+
+def restore_end() -> None:
+    """After the load that restore_begin() allowed (and set_minibatches()):
+    publishes the restore's end time and state RUNNING."""
+    _lib.load().gandiva_restore_end()
+
+
+def world_size() -> int:
+    """GANDIVA_WORLD_SIZE: the number of GPUs (data-parallel ranks) the agent
+    started the job with; 1 if unset."""
+    import os
+    value = os.environ.get("GANDIVA_WORLD_SIZE")
+    return int(value) if value else 1
 
 
 def set_hooks(offload: Optional[Callable[[], None]] = None,

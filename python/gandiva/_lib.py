@@ -42,6 +42,10 @@ STEP_COUNT_ONLY = 1  # gandiva_step_flags() flag
 EXIT_MIGRATE = 75
 EXIT_RESIZE = 76
 
+# Warm start: created by the agent in GANDIVA_RESUME_FROM once the checkpoint
+# is complete (client/progress_page.h).
+RESUME_READY_FILE = ".gandiva-ready"
+
 _ERROR_NAMES = {
     OK: "GANDIVA_OK",
     INACTIVE: "GANDIVA_INACTIVE",
@@ -120,6 +124,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gandiva_set_hooks": ([HOOK, HOOK, CKPT_HOOK, CKPT_HOOK, c.c_void_p],
                               None),
         "gandiva_restore": ([], c.c_int),
+        "gandiva_restore_begin": ([c.c_int], c.c_int),
+        "gandiva_restore_end": ([], None),
         "gandiva_step": ([], c.c_int),
         "gandiva_step_flags": ([c.c_uint], c.c_int),
         "gandiva_checkpoint_done": ([c.c_int], c.c_int),
@@ -165,6 +171,26 @@ class NoOpLib:
 
     def gandiva_restore(self) -> int:
         return E_STATE
+
+    def gandiva_restore_begin(self, timeout_ms: int) -> int:
+        # The same wait as the C library's (a rank > 0 of a data-parallel
+        # job may run without the library).
+        resume = self._env.get("GANDIVA_RESUME_FROM")
+        if resume is None:
+            return 0
+        if os.environ.get("GANDIVA_RESUME_WAIT") == "1":
+            import time
+            ready = os.path.join(resume.decode(), RESUME_READY_FILE)
+            deadline = (None if timeout_ms < 0 else
+                        time.monotonic() + timeout_ms / 1000.0)
+            while not os.path.exists(ready):
+                if deadline is not None and time.monotonic() >= deadline:
+                    return E_STATE
+                time.sleep(0.002)
+        return 1
+
+    def gandiva_restore_end(self) -> None:
+        pass
 
     def gandiva_step(self) -> int:
         self._count += 1

@@ -23,8 +23,9 @@ STATE_SUSPENDED = 3
 STATE_RESUMING = 4
 STATE_CHECKPOINTING = 5
 STATE_EXITED = 6
+STATE_WAITING = 7  # warm start: waiting for the checkpoint (page minor 1)
 STATE_NAMES = ["new", "running", "suspending", "suspended", "resuming",
-               "checkpointing", "exited"]
+               "checkpointing", "exited", "waiting"]
 
 # enum gandiva_request_kind
 REQUEST_NONE = 0
@@ -56,6 +57,8 @@ class Page:
     resumed_ns: int
     exit_code: int
     target_world_size: int
+    restore_begin_ns: int = 0  # restore began (after a warm start's wait)
+    restore_end_ns: int = 0    # ... and finished
 
     @property
     def state_name(self) -> str:
@@ -95,7 +98,9 @@ def read_page(path: str) -> Page:
         last_effective_ns=info.last_effective_ns,
         served_count=info.served_count, suspend_count=info.suspend_count,
         resumed_ns=info.resumed_ns, exit_code=info.exit_code,
-        target_world_size=info.target_world_size)
+        target_world_size=info.target_world_size,
+        restore_begin_ns=info.restore_begin_ns,
+        restore_end_ns=info.restore_end_ns)
 
 
 def request(path: str, kind: int, arg: int = 0) -> int:
@@ -104,6 +109,16 @@ def request(path: str, kind: int, arg: int = 0) -> int:
     if seq < 0:
         raise GandivaError(f"gandiva_page_request({path})", int(seq))
     return int(seq)
+
+
+def mark_ready(directory: str) -> None:
+    """Warm start: tells a job waiting on `directory` (its
+    GANDIVA_RESUME_FROM) that the checkpoint is complete, by creating the
+    ready file there (atomically: temp file, then rename)."""
+    import os
+    tmp = os.path.join(str(directory), f".gandiva-ready.tmp.{os.getpid()}")
+    open(tmp, "w").close()
+    os.replace(tmp, os.path.join(str(directory), _lib.RESUME_READY_FILE))
 
 
 def monotonic_ns() -> int:

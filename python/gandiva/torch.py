@@ -10,42 +10,219 @@ migrate and resize at mini-batch boundaries.
 What happens at a boundary (after the body of the loop ran for a batch):
   - suspend (SIGTSTP or a page request): model and optimizer tensors move to
     host memory and the CUDA cache is freed; the process stops; on SIGCONT
-    they move back and training goes on. On CPU nothing moves.
+    they move back and training goes on. On CPU nothing moves. A
+    checkpoint-and-exit or resize asked while suspended is served right after
+    the resume, at the same boundary.
   - checkpoint-and-exit (migration) or resize: model and optimizer
-    state_dicts, the step count, the data position and the RNG states
-    (torch, CUDA, numpy, python `random`) are saved to
-    $GANDIVA_CHECKPOINT_DIR/checkpoint.pt (temp file + rename), then the
+    state_dicts, the step and sample counts, the data position and the RNG
+    states (torch, CUDA, numpy, python `random`) are saved to
+    $GANDIVA_CHECKPOINT_DIR/checkpoint.gdv (temp file + rename), then the
     process exits with status 75 (resize: 76) by raising SystemExit.
-A job started with GANDIVA_RESUME_FROM (a directory holding checkpoint.pt, or
-the file itself) loads it before the first batch and continues at the next
-mini-batch with identical parameters and random streams: `batches()`
+A job started with GANDIVA_RESUME_FROM (a directory holding the checkpoint,
+or the file itself) loads it before the first batch and continues at the
+next mini-batch with identical parameters and random streams: `batches()`
 re-creates the epoch's iterator from the RNG state the epoch started with
 and skips the batches already trained on, so shuffling and random
 augmentation replay exactly (for loaders whose randomness comes from these
 RNGs).
 
+Warm start: build the model and optimizer, then construct the Job and call
+start() (or start training): with GANDIVA_RESUME_WAIT=1 the process does its
+slow setup first and then waits (page state WAITING) until the agent says
+the checkpoint arrived (gandiva.restore_begin()).
+
+Checkpoint format (`save_state`/`load_state`): one file, "GNDVCKPT" magic, a
+small pickled skeleton in which every tensor is a reference (dtype, shape,
+offset), then the raw tensor bytes, each 64-byte aligned. Loading reads the
+bytes straight into freshly allocated tensors (readinto): no pickling of
+tensor data, no extra copies. Files written by torch.save (older gandiva
+versions, checkpoint.pt) still load.
+
+Data-parallel jobs (torch.distributed initialized before the Job is built,
+world size > 1; see `python -m gandiva.launch`): only rank 0 attaches to the
+agent's page. At each boundary rank 0 calls gandiva.step() and broadcasts
+the outcome; on checkpoint-and-exit/resize rank 0 saves one replica (plus
+every rank's RNG states) and all ranks exit with the same status (75/76). A
+suspended rank 0 blocks the others in that broadcast. On restore every rank
+loads the same checkpoint. `samples` (add_samples() or samples_per_step)
+counts the training samples processed, so that a job resized to another
+world size can continue at the same sample position.
+
 Extra state (LR schedulers, AMP grad scalers, counters) joins checkpoints via
 `register_state()`. Leaving a `batches()` loop early (break or an exception)
-counts the current batch as trained. Single-process jobs only: data-parallel
-jobs (one checkpoint per replica group) are not handled yet.
+counts the current batch as trained.
 
 Thread-safety: use a Job from the training thread only.
 """
 
 from __future__ import annotations
 
+import ctypes
+import io
 import os
+import pickle
 import random
+import struct
 import sys
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
 import gandiva
 
-CHECKPOINT_NAME = "checkpoint.pt"
-_FORMAT = 1
+CHECKPOINT_NAME = "checkpoint.gdv"
+LEGACY_CHECKPOINT_NAME = "checkpoint.pt"  # torch.save files (still loaded)
+_FORMAT = 1  # layout of the checkpoint dict
+
+# ---- the fast checkpoint format ----
+
+MAGIC = b"GNDVCKPT"
+FILE_VERSION = 1
+ALIGN = 64
+# magic, file version, reserved, skeleton length, data offset (from file start)
+_HEADER = struct.Struct("<8sIIQQ")
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _raw(t: torch.Tensor, nbytes: int):
+    """A writable buffer over the bytes of contiguous CPU tensor `t`."""
+    return memoryview((ctypes.c_char * nbytes).from_address(t.data_ptr())
+                      ).cast("B")
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles the skeleton: dense tensors become (dtype, shape, offset)."""
+
+    def __init__(self, f):
+        super().__init__(f, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors: List[Tuple[torch.Tensor, int, int]] = []
+        self.memo_ids: Dict[int, Tuple] = {}
+        self.keep: List[torch.Tensor] = []  # ids stay unique while pickling
+        self.size = 0
+
+    def persistent_id(self, obj):
+        if not isinstance(obj, torch.Tensor):
+            return None
+        if obj.layout != torch.strided or obj.is_quantized:
+            return None  # rare: pickled by torch itself
+        pid = self.memo_ids.get(id(obj))
+        if pid is not None:
+            return pid
+        t = obj.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        nbytes = t.numel() * t.element_size()
+        offset = self.size
+        self.size = _align(offset + nbytes)
+        self.tensors.append((t, offset, nbytes))
+        self.keep.append(obj)
+        pid = ("t", len(self.tensors) - 1, str(t.dtype)[len("torch."):],
+               tuple(t.shape), offset, nbytes)
+        self.memo_ids[id(obj)] = pid
+        return pid
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f):
+        super().__init__(f)
+        self.tensors: List[Tuple[torch.Tensor, int, int]] = []
+        self.by_index: Dict[int, torch.Tensor] = {}
+
+    def persistent_load(self, pid):
+        if pid[0] != "t":
+            raise pickle.UnpicklingError(f"unknown reference {pid[0]!r}")
+        _, index, dtype, shape, offset, nbytes = pid
+        t = self.by_index.get(index)
+        if t is None:  # one tensor referenced twice stays one tensor
+            t = torch.empty(shape, dtype=getattr(torch, dtype))
+            if t.numel() * t.element_size() != nbytes:
+                raise pickle.UnpicklingError("tensor size mismatch")
+            self.by_index[index] = t
+            self.tensors.append((t, offset, nbytes))
+        return t
+
+
+def save_state(obj: Any, path: str) -> None:
+    """Writes `obj` (dicts, lists, tensors, picklable values) to `path` in
+    the fast format; not atomic (Job.save() writes a temp file and renames).
+    Tensors come back on the CPU, as plain tensors (not Parameters)."""
+    buf = io.BytesIO()
+    pickler = _Pickler(buf)
+    pickler.dump(obj)
+    skeleton = buf.getvalue()
+    data_offset = _align(_HEADER.size + len(skeleton))
+    with open(path, "wb", buffering=0) as f:
+        def write(b):
+            view = memoryview(b)
+            while len(view):
+                n = f.write(view)
+                view = view[n:]
+
+        write(_HEADER.pack(MAGIC, FILE_VERSION, 0, len(skeleton), data_offset)
+              + skeleton + bytes(data_offset - _HEADER.size - len(skeleton)))
+        pos = 0
+        for t, offset, nbytes in pickler.tensors:
+            if offset > pos:
+                write(bytes(offset - pos))
+            if nbytes:
+                write(_raw(t, nbytes))
+            pos = offset + nbytes
+        os.fsync(f.fileno())
+
+
+def is_fast_format(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+def load_state(path: str) -> Any:
+    """Reads a file written by save_state(); tensors are on the CPU."""
+    with open(path, "rb", buffering=0) as f:
+        head = f.read(_HEADER.size)
+        if len(head) != _HEADER.size:
+            raise ValueError(f"{path}: truncated checkpoint")
+        magic, version, _, skel_len, data_offset = _HEADER.unpack(head)
+        if magic != MAGIC:
+            raise ValueError(f"{path}: not a gandiva checkpoint")
+        if version != FILE_VERSION:
+            raise ValueError(f"{path}: checkpoint file version {version} "
+                             f"(this gandiva reads {FILE_VERSION})")
+        skeleton = f.read(skel_len)
+        unpickler = _Unpickler(io.BytesIO(skeleton))
+        obj = unpickler.load()
+        pos = None
+        for t, offset, nbytes in sorted(unpickler.tensors,
+                                        key=lambda e: e[1]):
+            if nbytes == 0:
+                continue
+            if pos != data_offset + offset:
+                f.seek(data_offset + offset)
+            view = _raw(t, nbytes)
+            while len(view):
+                n = f.readinto(view)
+                if not n:
+                    raise ValueError(f"{path}: truncated checkpoint")
+                view = view[n:]
+            pos = data_offset + offset + nbytes
+    return obj
+
+
+def read_checkpoint(path: str) -> Dict[str, Any]:
+    """The checkpoint dict of a Job checkpoint: a file, or a directory
+    holding checkpoint.gdv (or a legacy torch.save checkpoint.pt)."""
+    if os.path.isdir(path):
+        fast = os.path.join(path, CHECKPOINT_NAME)
+        legacy = os.path.join(path, LEGACY_CHECKPOINT_NAME)
+        path = fast if os.path.exists(fast) or not os.path.exists(legacy) \
+            else legacy
+    if is_fast_format(path):
+        return load_state(path)
+    return torch.load(path, map_location="cpu")
 
 
 def _rng_state() -> Dict[str, Any]:
@@ -73,25 +250,85 @@ def _set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _load_optimizer(optimizer: torch.optim.Optimizer,
+                    state: Dict[str, Any]) -> None:
+    """optimizer.load_state_dict() without its deep copy of every state
+    tensor (the loaded tensors are ours): big tensors are set aside, the
+    rest loads as usual, then the big ones are put back, cast as
+    load_state_dict() casts them."""
+    big: Dict[Tuple[Any, str], torch.Tensor] = {}
+    slim_state = {}
+    for pid, st in state["state"].items():
+        slim = {}
+        for k, v in st.items():
+            if torch.is_tensor(v) and k != "step" and v.numel() >= 1024:
+                big[(pid, k)] = v
+                slim[k] = None
+            else:
+                slim[k] = v
+        slim_state[pid] = slim
+    optimizer.load_state_dict({"state": slim_state,
+                               "param_groups": state["param_groups"]})
+    if not big:
+        return
+    saved_ids = [i for g in state["param_groups"] for i in g["params"]]
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    by_id = dict(zip(saved_ids, params))
+    for (pid, k), v in big.items():
+        param = by_id.get(pid)
+        if param is None:  # state of no parameter: kept as saved
+            optimizer.state[pid][k] = v
+            continue
+        if param.is_floating_point():
+            v = v.to(dtype=param.dtype)
+        optimizer.state[param][k] = v.to(device=param.device)
+
+
 class Job:
     """A training job cooperating with gandiva.
 
-    model: the torch.nn.Module; optimizer: its optimizer (or None).
+    model: the torch.nn.Module (may be a DistributedDataParallel wrapper);
+    optimizer: its optimizer (or None).
     checkpoint_name: file name of the checkpoint inside the directory.
+    samples_per_step: training samples one step consumes (in all ranks
+    together); added to `samples` at every boundary. Without it, call
+    add_samples() in the loop if you need the count.
     Construction attaches to the agent (gandiva.init()); the checkpoint named
     by GANDIVA_RESUME_FROM is loaded when training starts (first epochs(),
-    batches() or step() call, or start())."""
+    batches() or step() call, or start()). For a data-parallel job,
+    initialize torch.distributed before constructing the Job."""
 
     def __init__(self, model: torch.nn.Module,
                  optimizer: Optional[torch.optim.Optimizer] = None, *,
-                 checkpoint_name: str = CHECKPOINT_NAME):
+                 checkpoint_name: str = CHECKPOINT_NAME,
+                 samples_per_step: Optional[int] = None):
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            model = model.module  # checkpoints load at any world size
         self.model = model
         self.optimizer = optimizer
         self.checkpoint_name = checkpoint_name
+        self.samples_per_step = samples_per_step
         self.steps = 0            # mini-batches trained, across restarts
+        self.samples = 0          # training samples processed, all ranks
         self.epoch = 0            # epochs completed
         self.batch_in_epoch = 0   # batches trained in the current epoch
         self.restored_from: Optional[str] = None
+        # The world size the checkpoint was saved with (None: no restore).
+        self.restored_world_size: Optional[int] = None
+        self.rank, self.world_size = 0, 1
+        self._dist = False
+        import torch.distributed as dist
+        if (dist.is_available() and dist.is_initialized() and
+                dist.get_world_size() > 1):
+            self._dist = True
+            self.rank = dist.get_rank()
+            self.world_size = dist.get_world_size()
+            if self.rank != 0:
+                # Only rank 0 talks to the agent, whatever the launcher did.
+                os.environ.pop("GANDIVA_PROGRESS_FILE", None)
+            self._bcast_device = (
+                torch.device("cuda", torch.cuda.current_device())
+                if dist.get_backend() == "nccl" else torch.device("cpu"))
         self._extra: Dict[str, Tuple[Callable[[], Any],
                                      Callable[[Any], None]]] = {}
         self._started = False
@@ -119,19 +356,28 @@ class Job:
             raise ValueError("register_state needs obj or both get and set")
         self._extra[name] = (get, set)
 
+    def add_samples(self, n: int) -> None:
+        """Counts `n` more training samples (all ranks together) for the
+        current step; call before the step's boundary."""
+        self.samples += int(n)
+
     # ---- the loop ----
 
-    def start(self) -> bool:
-        """Loads GANDIVA_RESUME_FROM if set (once). Returns True if it did."""
+    def start(self, timeout: Optional[float] = None) -> bool:
+        """Loads GANDIVA_RESUME_FROM if set (once). Returns True if it did.
+        On a warm start (GANDIVA_RESUME_WAIT=1) first waits until the agent
+        marked the checkpoint ready (at most `timeout` seconds; None:
+        forever). Build the model and optimizer before: that is the slow
+        setup a warm start overlaps with the checkpoint's transfer."""
         if self._started:
             return self.restored_from is not None
         self._started = True
-        path = gandiva.resume_from()
-        if path:
-            self.load(path)
-            gandiva.set_minibatches(self.steps)
-            return True
-        return False
+        if not gandiva.restore_begin(timeout):
+            return False
+        self.load(gandiva.resume_from())
+        gandiva.set_minibatches(self.steps)
+        gandiva.restore_end()
+        return True
 
     def epochs(self, count: int) -> Iterator[int]:
         """Yields epoch numbers from the restored epoch up to count - 1. An
@@ -200,23 +446,64 @@ class Job:
     def _boundary(self, count_only: bool = False) -> int:
         self.steps += 1
         self.batch_in_epoch += 1
+        if self.samples_per_step:
+            self.samples += self.samples_per_step
         rc = gandiva.step(count_only=count_only)
+        if self._dist and not count_only:
+            return self._dist_boundary(rc)
         if rc == gandiva.STEP_CHECKPOINT:
             self._checkpoint_and_exit()
         elif rc < 0:
-            warnings.warn(f"gandiva: request failed at step {self.steps}: "
-                          f"{gandiva.strerror(rc)}")
+            self._warn(rc)
         return rc
 
-    def _checkpoint_and_exit(self) -> None:
-        directory = gandiva.checkpoint_dir()
+    def _warn(self, rc: int) -> None:
+        warnings.warn(f"gandiva: request failed at step {self.steps}: "
+                      f"{gandiva.strerror(rc)}")
+
+    def _broadcast(self, value: int) -> int:
+        import torch.distributed as dist
+        t = torch.tensor([value], dtype=torch.int64, device=self._bcast_device)
+        dist.broadcast(t, src=0)
+        return int(t.item())
+
+    def _dist_boundary(self, rc: int) -> int:
+        """Rank 0 decided (its gandiva.step() returned `rc`; the others'
+        only counted); every rank learns whether to checkpoint."""
+        import torch.distributed as dist
+        checkpoint = self._broadcast(
+            1 if self.rank == 0 and rc == gandiva.STEP_CHECKPOINT else 0)
+        if self.rank == 0 and rc < 0:
+            self._warn(rc)
+        if not checkpoint:
+            return rc if self.rank == 0 else gandiva.STEP_CONTINUE
+        # Rank 0 saves one replica plus every rank's RNG streams.
+        rngs = (_rng_state(), self._epoch_start_rng)
+        gathered = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(rngs, gathered, dst=0)
+        status = 0
+        if self.rank == 0:
+            ok = self._try_save(gandiva.checkpoint_dir(), rank_rng=gathered)
+            status = gandiva.checkpoint_done(ok)
+        status = self._broadcast(status)
+        if status:
+            dist.barrier()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            raise SystemExit(status)
+        return gandiva.STEP_CONTINUE  # the save failed; train on
+
+    def _try_save(self, directory: str, **kw) -> bool:
         try:
-            self.save(directory)
-            ok = True
+            self.save(directory, **kw)
+            return True
         except Exception:  # the agent learns of it; training goes on
             import traceback
             traceback.print_exc()
-            ok = False
+            return False
+
+    def _checkpoint_and_exit(self) -> None:
+        ok = self._try_save(gandiva.checkpoint_dir())
         status = gandiva.checkpoint_done(ok)
         if ok:
             sys.stdout.flush()
@@ -230,6 +517,8 @@ class Job:
         return {
             "format": _FORMAT,
             "steps": self.steps,
+            "samples": self.samples,
+            "world_size": self.world_size,
             "epoch": self.epoch,
             "batch_in_epoch": self.batch_in_epoch,
             "model": self.model.state_dict(),
@@ -240,18 +529,27 @@ class Job:
             "extra": {name: get() for name, (get, _) in self._extra.items()},
         }
 
-    def save(self, directory: str) -> str:
+    def save(self, directory: str, *, legacy: bool = False,
+             rank_rng: Optional[list] = None) -> str:
         """Writes the checkpoint into `directory` atomically (temp file, then
-        rename); returns its path."""
+        rename); returns its path. legacy=True writes torch.save's format
+        (slow; for comparisons). rank_rng: every rank's (rng, epoch start
+        rng), saved by a data-parallel job."""
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, self.checkpoint_name)
-        tmp = os.path.join(directory,
-                           f".{self.checkpoint_name}.tmp.{os.getpid()}")
+        name = LEGACY_CHECKPOINT_NAME if legacy else self.checkpoint_name
+        path = os.path.join(directory, name)
+        tmp = os.path.join(directory, f".{name}.tmp.{os.getpid()}")
+        state = self.state_dict()
+        if rank_rng is not None:
+            state["rank_rng"] = rank_rng
         try:
-            with open(tmp, "wb") as f:
-                torch.save(self.state_dict(), f)
-                f.flush()
-                os.fsync(f.fileno())
+            if legacy:
+                with open(tmp, "wb") as f:
+                    torch.save(state, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+            else:
+                save_state(state, tmp)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -259,16 +557,25 @@ class Job:
         return path
 
     def load(self, path: str) -> None:
-        """Loads a checkpoint (a file, or a directory holding one)."""
+        """Loads a checkpoint (a file, or a directory holding one; files
+        written by torch.save load too)."""
         if os.path.isdir(path):
-            path = os.path.join(path, self.checkpoint_name)
-        state = torch.load(path, map_location="cpu")
+            fast = os.path.join(path, self.checkpoint_name)
+            if not os.path.exists(fast) and os.path.exists(
+                    os.path.join(path, LEGACY_CHECKPOINT_NAME)):
+                fast = os.path.join(path, LEGACY_CHECKPOINT_NAME)
+            path = fast
+        state = read_checkpoint(path)
         if state.get("format") != _FORMAT:
             raise ValueError(f"{path}: unknown checkpoint format "
                              f"{state.get('format')}")
         self.model.load_state_dict(state["model"])
         if self.optimizer is not None and state["optimizer"] is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+            _load_optimizer(self.optimizer, state["optimizer"])
+        rank_rng = state.get("rank_rng")
+        if rank_rng is not None and len(rank_rng) == self.world_size:
+            # Same world size: every rank goes on with its own streams.
+            state["rng"], state["epoch_start_rng"] = rank_rng[self.rank]
         for name, value in state["extra"].items():
             if name in self._extra:
                 self._extra[name][1](value)
@@ -276,6 +583,8 @@ class Job:
                 warnings.warn(f"gandiva: checkpoint state {name!r} is not "
                               "registered; ignored")
         self.steps = state["steps"]
+        self.samples = state.get("samples", 0)
+        self.restored_world_size = state.get("world_size", 1)
         self.epoch = state["epoch"]
         self.batch_in_epoch = state["batch_in_epoch"]
         _set_rng_state(state["rng"])

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import gandiva.torch
 from gandiva import agent
 from conftest import (PYTHON_DIR, child_env, finish, start_child, wait_delivered,
                       wait_for, wait_stopped)
@@ -146,8 +147,8 @@ def test_migration_resumes_with_identical_parameters(tmp_path, lib_path, reap,
     assert info.done_seq == seq
     assert info.last_result == 0
     assert info.minibatches == hold_at + 1
-    assert sorted(os.listdir(ckpt)) == ["checkpoint.pt"]  # no temp file left
-    saved = torch.load(ckpt / "checkpoint.pt")
+    assert sorted(os.listdir(ckpt)) == ["checkpoint.gdv"]  # no temp file left
+    saved = gandiva.torch.read_checkpoint(str(ckpt))
     assert saved["steps"] == hold_at + 1
 
     # Run 2: a new process (a new page, as on another server) resumes.
@@ -180,7 +181,7 @@ def test_resize_exits_76(tmp_path, lib_path, reap):
     assert status == 76, err
     info = agent.read_page(page)
     assert info.target_world_size == 2
-    assert (ckpt / "checkpoint.pt").exists()
+    assert (ckpt / "checkpoint.gdv").exists()
 
 
 def test_example_runs_standalone(tmp_path):

@@ -62,7 +62,7 @@ def test_checkpoint_round_trip_with_user_state(tmp_path):
     extra["lr_scale"] = 0.5
     assert (job.steps, job.epoch, job.batch_in_epoch) == (9, 1, 3)
     path = job.save(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.gdv"]
     train(job, model, opt, loader, 20, counter)
     expected = {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -72,7 +72,7 @@ def test_checkpoint_round_trip_with_user_state(tmp_path):
     job2.register_state("counter", counter2)
     job2.register_state("extra", get=lambda: dict(extra2),
                         set=lambda d: extra2.update(d))
-    job2.load(str(tmp_path))  # a directory: checkpoint.pt inside
+    job2.load(str(tmp_path))  # a directory: checkpoint.gdv inside
     assert job2.restored_from == path
     assert (job2.steps, counter2.n, extra2["lr_scale"]) == (9, 9, 0.5)
     train(job2, model2, opt2, loader, 20, counter2)

@@ -5,6 +5,7 @@
 #include "client/gandiva_client.h"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -61,6 +62,8 @@ struct State {
   pid_t owner_pid = 0;  // the process that attached (not forked children)
   PageMapping map;
   EnvString job_id, checkpoint_dir, resume_from;
+  bool resume_wait = false;    // GANDIVA_RESUME_WAIT=1: warm start
+  bool restore_begun = false;  // gandiva_restore_begin() returned 1
   Hooks hooks;
   std::atomic<uint64_t> count{0};
   uint32_t seen_seq = 0;
@@ -197,6 +200,32 @@ int ServeExit(gandiva_progress_page* page, uint32_t kind, uint32_t arg,
   std::exit(status);
 }
 
+// After a suspend was served and the job continued: a checkpoint-and-exit or
+// resize that arrived meanwhile (in the request word or by SIGUSR1) is served
+// now, at the boundary where the job stopped. Returns true and sets *rc if
+// one was served; a newer request of another kind stays for the next step.
+bool ServeExitAfterResume(gandiva_progress_page* page, int* rc) {
+  State& g = G();
+  uint64_t word = page->request.load(kAcquire);
+  uint32_t seq = gandiva_request_seq(word);
+  uint32_t kind = gandiva_request_kind_of(word);
+  bool word_exit =
+      seq != g.seen_seq && (kind == GANDIVA_REQUEST_CHECKPOINT_EXIT ||
+                            kind == GANDIVA_REQUEST_RESIZE);
+  uint64_t sig_checkpoint = g_sig_checkpoint_ns.exchange(0, kRelaxed);
+  if (!word_exit && sig_checkpoint == 0) return false;
+  uint64_t received = sig_checkpoint != 0 ? sig_checkpoint : MonotonicNs();
+  if (word_exit) {
+    g.seen_seq = seq;
+    page->ack_seq.store(seq, kRelease);
+  } else {
+    kind = GANDIVA_REQUEST_CHECKPOINT_EXIT;
+  }
+  *rc = ServeExit(page, kind, gandiva_request_arg(word), received, word_exit,
+                  seq);
+  return true;
+}
+
 void RestoreHandlers() {
   State& g = G();
   if (!g.handlers_installed) return;
@@ -234,6 +263,10 @@ int gandiva_init(void) {
   ReadEnv("GANDIVA_JOB_ID", &g.job_id);
   ReadEnv("GANDIVA_CHECKPOINT_DIR", &g.checkpoint_dir);
   ReadEnv("GANDIVA_RESUME_FROM", &g.resume_from);
+  EnvString resume_wait;
+  ReadEnv("GANDIVA_RESUME_WAIT", &resume_wait);
+  g.resume_wait = resume_wait.set && resume_wait.value == "1";
+  g.restore_begun = false;
   EnvString page_path;
   ReadEnv("GANDIVA_PROGRESS_FILE", &page_path);
   if (!page_path.set) return g.init_result = GANDIVA_INACTIVE;
@@ -258,6 +291,8 @@ int gandiva_init(void) {
   page->pid.store(g.owner_pid, kRelaxed);
   page->minibatches.store(count, kRelaxed);
   page->rate_since.store(count, kRelaxed);
+  page->restore_begin_ns.store(0, kRelaxed);
+  page->restore_end_ns.store(0, kRelaxed);
   page->attached_ns.store(MonotonicNs(), kRelaxed);
   SetState(page, GANDIVA_STATE_RUNNING);
   if (!g.atexit_registered) {
@@ -272,15 +307,57 @@ void gandiva_set_hooks(gandiva_hook_fn offload, gandiva_hook_fn reload,
   G().hooks = Hooks{offload, reload, save, load, user_data};
 }
 
+int gandiva_restore_begin(int timeout_ms) {
+  State& g = G();
+  if (!g.initialized) return GANDIVA_E_STATE;
+  if (!g.resume_from.set) return 0;
+  gandiva_progress_page* page = Page();
+  if (g.resume_wait) {
+    std::string ready = g.resume_from.value + "/" GANDIVA_RESUME_READY_FILE;
+    if (page != nullptr) SetState(page, GANDIVA_STATE_WAITING);
+    uint64_t deadline =
+        timeout_ms < 0
+            ? 0
+            : MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+    while (access(ready.c_str(), F_OK) != 0) {
+      if (timeout_ms >= 0 && MonotonicNs() >= deadline) {
+        if (page != nullptr) SetState(page, GANDIVA_STATE_RUNNING);
+        return GANDIVA_E_STATE;
+      }
+      timespec ts{0, 2000000};  // 2 ms
+      nanosleep(&ts, nullptr);
+    }
+  }
+  g.restore_begun = true;
+  if (page != nullptr) {
+    page->restore_end_ns.store(0, kRelaxed);
+    page->restore_begin_ns.store(MonotonicNs(), kRelease);
+    SetState(page, GANDIVA_STATE_RESUMING);
+  }
+  return 1;
+}
+
+void gandiva_restore_end(void) {
+  State& g = G();
+  if (!g.restore_begun) return;
+  g.restore_begun = false;
+  if (gandiva_progress_page* page = Page()) {
+    page->restore_end_ns.store(MonotonicNs(), kRelease);
+    page->rate_since.store(g.count.load(kRelaxed), kRelease);
+    SetState(page, GANDIVA_STATE_RUNNING);
+  }
+}
+
 int gandiva_restore(void) {
   State& g = G();
   if (!g.initialized) return GANDIVA_E_STATE;
   if (!g.resume_from.set) return 0;
   if (g.hooks.load == nullptr) return GANDIVA_E_STATE;
-  if (g.hooks.load(g.resume_from.value.c_str(), g.hooks.user_data) != 0) {
-    return GANDIVA_E_HOOK;
-  }
-  return 1;
+  int rc = gandiva_restore_begin(-1);
+  if (rc != 1) return rc;
+  int load = g.hooks.load(g.resume_from.value.c_str(), g.hooks.user_data);
+  gandiva_restore_end();
+  return load == 0 ? 1 : GANDIVA_E_HOOK;
 }
 
 int gandiva_step(void) { return gandiva_step_flags(0); }
@@ -325,8 +402,13 @@ int gandiva_step_flags(unsigned flags) {
                      seq);
   }
   if (word_kind == GANDIVA_REQUEST_SUSPEND || sig_suspend != 0) {
-    return ServeSuspend(page, sig_suspend != 0 ? sig_suspend : now, from_word,
-                        seq);
+    int rc = ServeSuspend(page, sig_suspend != 0 ? sig_suspend : now, from_word,
+                          seq);
+    // Asked to checkpoint while suspended: save here, where the job stopped,
+    // instead of training one more mini-batch first.
+    int exit_rc = 0;
+    if (ServeExitAfterResume(page, &exit_rc)) return exit_rc;
+    return rc;
   }
   if (from_word) {
     // A NONE request cancels an unserved one; nothing to do but finish it.
@@ -386,6 +468,8 @@ void gandiva_shutdown(void) {
   g.job_id = EnvString{};
   g.checkpoint_dir = EnvString{};
   g.resume_from = EnvString{};
+  g.resume_wait = false;
+  g.restore_begun = false;
 }
 
 const char* gandiva_strerror(int code) {

@@ -9,10 +9,11 @@
  *   gandiva_set_hooks(offload, reload, save, load, &my_state);
  *   gandiva_init();                 // no-op outside gandiva
  *   gandiva_restore();              // loads GANDIVA_RESUME_FROM if set
+ *                                   // (waits for it on a warm start)
  *   for (;;) { train_one_minibatch(); gandiva_step(); }
  *   gandiva_shutdown();
  *
- * Thread-safety: gandiva_init(), gandiva_set_hooks(), gandiva_restore(),
+ * Thread-safety: gandiva_init(), gandiva_set_hooks(), gandiva_restore*(),
  * gandiva_step*(), gandiva_checkpoint_done(), gandiva_set_minibatches() and
  * gandiva_shutdown() are called from one thread (the training thread), never
  * concurrently. The getters (gandiva_minibatches(), gandiva_active(),
@@ -102,17 +103,45 @@ GANDIVA_API void gandiva_set_hooks(gandiva_hook_fn offload,
                                    gandiva_checkpoint_fn save,
                                    gandiva_checkpoint_fn load, void* user_data);
 
-/* If GANDIVA_RESUME_FROM is set, calls the load hook with it. Returns 1 if a
+/* If GANDIVA_RESUME_FROM is set, calls the load hook with it, between
+ * gandiva_restore_begin(-1) and gandiva_restore_end(). Returns 1 if a
  * checkpoint was loaded, 0 if there is none to load, GANDIVA_E_STATE if one
- * is set but no load hook is registered, GANDIVA_E_HOOK if the hook failed. */
+ * is set but no load hook is registered (or gandiva_init() was not called),
+ * GANDIVA_E_HOOK if the hook failed. */
 GANDIVA_API int gandiva_restore(void);
+
+/* The two halves of a restore, for jobs that load the checkpoint themselves
+ * (call after gandiva_init(), before the first gandiva_step()):
+ *   if (gandiva_restore_begin(-1) == 1) {
+ *     load(gandiva_resume_from());
+ *     gandiva_restore_end();
+ *   }
+ * gandiva_restore_begin(): returns 0 if GANDIVA_RESUME_FROM is unset
+ * (nothing to load). With GANDIVA_RESUME_WAIT=1 (a warm start: the process
+ * was started before its checkpoint arrived) it publishes state WAITING and
+ * waits until the file GANDIVA_RESUME_READY_FILE exists in the
+ * GANDIVA_RESUME_FROM directory, polling every 2 ms, for at most timeout_ms
+ * (< 0: forever); GANDIVA_E_STATE on timeout (state back to RUNNING) or
+ * before gandiva_init(). Then stores restore_begin_ns, publishes state
+ * RESUMING (loading) and returns 1: load now. Also works when inactive (no
+ * page: only the wait).
+ * gandiva_restore_end(): after the load; stores restore_end_ns, restarts the
+ * rate window at the current count (call gandiva_set_minibatches() first)
+ * and publishes state RUNNING. No-op unless gandiva_restore_begin() returned
+ * 1 since. */
+GANDIVA_API int gandiva_restore_begin(int timeout_ms);
+GANDIVA_API void gandiva_restore_end(void);
 
 /* Call at every mini-batch boundary (after a mini-batch's optimizer step,
  * before the next one starts). Counts and timestamps the boundary, then
  * serves at most one pending request (checkpoint-and-exit/resize before
- * suspend). Returns a GANDIVA_STEP_* value or a GANDIVA_E_* code (a hook
- * failed or no checkpoint directory; the job keeps running and the agent sees
- * the failure in last_result). Outside gandiva it only counts. */
+ * suspend). Exception: when a suspend was served and, once continued, a
+ * checkpoint-and-exit or resize is pending (posted or signalled while the
+ * job was stopped), it is served in the same call, so the checkpoint is
+ * taken at the boundary where the job stopped. Returns a GANDIVA_STEP_* value
+ * or a GANDIVA_E_* code (a hook failed or no checkpoint directory; the job
+ * keeps running and the agent sees the failure in last_result). Outside gandiva
+ * it only counts. */
 GANDIVA_API int gandiva_step(void);
 GANDIVA_API int gandiva_step_flags(unsigned flags);
 

@@ -584,6 +584,170 @@ TEST_F(ClientTest, RestoreCallsTheLoadHookWithResumeFrom) {
   EXPECT_EQ(ev.front(), std::make_pair(kLoad, uint64_t{42}));
 }
 
+// A warm start: the process is up before its checkpoint; it waits in state
+// WAITING until the agent creates the ready file, then loads.
+TEST_F(ClientTest, WarmStartWaitsForTheReadyFileThenRestores) {
+  std::ofstream(ckpt_dir_ + "/state") << 42;
+  ChildConfig cfg;
+  cfg.batches = 3;
+  cfg.load_hook = true;
+  cfg.env = AgentEnv();
+  cfg.env.push_back({"GANDIVA_RESUME_FROM", ckpt_dir_});
+  cfg.env.push_back({"GANDIVA_RESUME_WAIT", "1"});
+  Start(cfg, true, /*wait=*/false);
+  ASSERT_TRUE(WaitFor([&] { return reader_->state() == JobState::kWaiting; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  ProgressSnapshot s = reader_->Read();
+  EXPECT_EQ(s.state, JobState::kWaiting);  // still waiting: no ready file
+  EXPECT_EQ(s.pid, pid_);
+  EXPECT_EQ(s.restore_begin_ns, 0u);
+  EXPECT_EQ(Count(kLoad), 0u);
+  uint64_t ready_ns = gandiva_monotonic_ns();
+  std::ofstream(ckpt_dir_ + "/" GANDIVA_RESUME_READY_FILE) << "";
+  EXPECT_EQ(WaitExit(), 0);
+  s = reader_->Read();
+  EXPECT_EQ(s.minibatches, 45u);
+  EXPECT_GE(s.restore_begin_ns, ready_ns);
+  EXPECT_GE(s.restore_end_ns, s.restore_begin_ns);
+  std::printf("warm start: ready file -> restore begin %.3f ms\n",
+              static_cast<double>(s.restore_begin_ns - ready_ns) / 1e6);
+  auto ev = Events();
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.front(), std::make_pair(kLoad, uint64_t{42}));
+}
+
+TEST_F(ClientTest, ColdRestoreRecordsTheRestoreTimes) {
+  std::ofstream(ckpt_dir_ + "/state") << 7;
+  ChildConfig cfg;
+  cfg.batches = 2;
+  cfg.load_hook = true;
+  cfg.env = AgentEnv();
+  cfg.env.push_back({"GANDIVA_RESUME_FROM", ckpt_dir_});  // no wait
+  Start(cfg, true, /*wait=*/false);
+  EXPECT_EQ(WaitExit(), 0);
+  ProgressSnapshot s = reader_->Read();
+  EXPECT_EQ(s.minibatches, 9u);
+  EXPECT_GT(s.restore_begin_ns, 0u);
+  EXPECT_GE(s.restore_end_ns, s.restore_begin_ns);
+}
+
+// Without a page (not run by an agent, or a data-parallel rank > 0) the
+// warm start is only the wait; a timeout is GANDIVA_E_STATE.
+TEST_F(ClientTest, RestoreBeginWaitsWhenInactiveAndTimesOut) {
+  std::fflush(nullptr);
+  pid_ = fork();
+  ASSERT_GE(pid_, 0);
+  if (pid_ == 0) {
+    unsetenv("GANDIVA_PROGRESS_FILE");
+    setenv("GANDIVA_RESUME_FROM", ckpt_dir_.c_str(), 1);
+    setenv("GANDIVA_RESUME_WAIT", "1", 1);
+    if (gandiva_restore_begin(0) != GANDIVA_E_STATE) _exit(10);  // no init
+    if (gandiva_init() != GANDIVA_INACTIVE) _exit(11);
+    if (gandiva_restore_begin(20) != GANDIVA_E_STATE) _exit(12);
+    g_shared->at_hold.store(1);
+    if (gandiva_restore_begin(10000) != 1) _exit(13);
+    gandiva_restore_end();
+    gandiva_restore_end();  // no-op
+    gandiva_shutdown();
+    // Without GANDIVA_RESUME_FROM there is nothing to wait for.
+    unsetenv("GANDIVA_RESUME_FROM");
+    if (gandiva_init() != GANDIVA_INACTIVE) _exit(14);
+    if (gandiva_restore_begin(-1) != 0) _exit(15);
+    _exit(0);
+  }
+  WaitHold();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::ofstream(ckpt_dir_ + "/" GANDIVA_RESUME_READY_FILE) << "";
+  EXPECT_EQ(WaitExit(), 0);
+}
+
+// Suspended, then asked to checkpoint: the checkpoint is taken at the
+// boundary where the job stopped, without training another mini-batch.
+TEST_F(ClientTest, CheckpointRequestedWhileSuspendedSavesWhereItStopped) {
+  constexpr uint64_t kHold = 3;
+  ChildConfig cfg;
+  cfg.batches = 100;
+  cfg.hold_at = kHold;
+  cfg.save_hook = true;
+  cfg.env = AgentEnv();
+  Start(cfg);
+  WaitHold();
+  ASSERT_TRUE(reader_->Request(RequestKind::kSuspend).ok());
+  shared_->release.store(1);
+  WaitStopped();
+  EXPECT_EQ(reader_->state(), JobState::kSuspended);
+  auto seq = reader_->Request(RequestKind::kResize, 2);
+  ASSERT_TRUE(seq.ok());
+  ASSERT_EQ(kill(pid_, SIGCONT), 0);
+  EXPECT_EQ(WaitExit(), GANDIVA_EXIT_RESIZE);
+  ProgressSnapshot s = reader_->Read();
+  EXPECT_EQ(s.exit_code, GANDIVA_EXIT_RESIZE);
+  EXPECT_EQ(s.target_world_size, 2u);
+  EXPECT_TRUE(reader_->IsDone(*seq));
+  EXPECT_EQ(s.minibatches, kHold + 1);
+  EXPECT_EQ(s.suspend_count, 1u);
+  EXPECT_EQ(s.served_count, 2u);
+  std::ifstream in(ckpt_dir_ + "/state");
+  uint64_t saved = 0;
+  ASSERT_TRUE(in >> saved);
+  EXPECT_EQ(saved, kHold + 1);
+  std::vector<std::pair<Event, uint64_t>> tail = {{kEnd, kHold},
+                                                  {kOffload, kHold + 1},
+                                                  {kReload, kHold + 1},
+                                                  {kSave, kHold + 1}};
+  auto ev = Events();
+  ASSERT_GE(ev.size(), tail.size());
+  EXPECT_EQ(std::vector(ev.end() - tail.size(), ev.end()), tail);
+  EXPECT_EQ(Count(kBegin), kHold + 1);  // batch 4 never began
+}
+
+TEST_F(ClientTest, Sigusr1WhileStoppedCheckpointsAtTheSameBoundary) {
+  constexpr uint64_t kHold = 2;
+  ChildConfig cfg;
+  cfg.batches = 100;
+  cfg.hold_at = kHold;
+  cfg.env = AgentEnv();  // no save hook: step() returns CHECKPOINT
+  Start(cfg);
+  WaitHold();
+  ASSERT_EQ(kill(pid_, SIGTSTP), 0);
+  WaitDelivered(SIGTSTP);
+  shared_->release.store(1);
+  WaitStopped();
+  ASSERT_EQ(kill(pid_, SIGUSR1), 0);  // pending until continued
+  ASSERT_EQ(kill(pid_, SIGCONT), 0);
+  EXPECT_EQ(WaitExit(), GANDIVA_EXIT_MIGRATE);
+  ProgressSnapshot s = reader_->Read();
+  EXPECT_EQ(s.exit_code, GANDIVA_EXIT_MIGRATE);
+  EXPECT_EQ(s.last_kind, RequestKind::kCheckpointAndExit);
+  EXPECT_EQ(s.minibatches, kHold + 1);
+  auto ev = Events();
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.back(), std::make_pair(kCheckpoint, kHold));
+  EXPECT_EQ(Count(kResumed), 0u);
+  EXPECT_EQ(Count(kBegin), kHold + 1);
+}
+
+// A suspend requested while suspended is not a checkpoint: it stays for the
+// next boundary, and training goes on in between.
+TEST_F(ClientTest, SuspendRequestedWhileSuspendedWaitsForTheNextBoundary) {
+  ChildConfig cfg;
+  cfg.batches = 6;
+  cfg.hold_at = 1;
+  cfg.env = AgentEnv();
+  Start(cfg);
+  WaitHold();
+  ASSERT_TRUE(reader_->Request(RequestKind::kSuspend).ok());
+  shared_->release.store(1);
+  WaitStopped();
+  ASSERT_TRUE(reader_->Request(RequestKind::kSuspend).ok());
+  ASSERT_EQ(kill(pid_, SIGCONT), 0);
+  WaitStopped();
+  EXPECT_EQ(reader_->minibatches(), 3u);  // one more batch, then stopped
+  ASSERT_EQ(kill(pid_, SIGCONT), 0);
+  EXPECT_EQ(WaitExit(), 0);
+  EXPECT_EQ(reader_->Read().suspend_count, 2u);
+}
+
 TEST_F(ClientTest, WithoutTheEnvironmentTheLibraryIsANoOp) {
   ChildConfig cfg;
   cfg.batches = 0;

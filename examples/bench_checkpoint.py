@@ -1,0 +1,83 @@
+"""Times gandiva.torch.Job checkpoints of a large model with Adam state:
+the fast raw-tensor format (checkpoint.gdv) against torch.save
+(checkpoint.pt), each saved by Job.save() and loaded by Job.load() into a
+fresh job, and checks the restore is bit-identical.
+
+    /usr/bin/python3 examples/bench_checkpoint.py [--dir /dev/shm] [--mb 288]
+"""
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+import torch
+
+import gandiva.torch
+
+
+def make(width, layers, seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        *[torch.nn.Linear(width, width) for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default="/dev/shm")
+    ap.add_argument("--mb", type=float, default=288.0,
+                    help="model + Adam state size (3 copies of the params)")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    layers = 6
+    width = int(((args.mb * 2**20 / 12) / layers) ** 0.5)
+    model, opt = make(width, layers, 0)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    nparams = sum(p.numel() for p in model.parameters())
+    total = nparams * 4 * 3
+    print(f"model: {layers} x Linear({width}, {width}), {nparams / 1e6:.1f}M "
+          f"params; model + Adam state {total / 2**20:.0f} MiB")
+    job = gandiva.torch.Job(model, opt)
+    model2, opt2 = make(width, layers, 1)
+    job2 = gandiva.torch.Job(model2, opt2)
+    root = tempfile.mkdtemp(dir=args.dir, prefix="gandiva-bench-")
+    try:
+        for legacy in (True, False):
+            name = "torch.save (old)" if legacy else "raw tensors (new)"
+            best_s = best_l = float("inf")
+            first = None
+            for _ in range(args.repeat):
+                d = os.path.join(root, "old" if legacy else "new")
+                shutil.rmtree(d, ignore_errors=True)
+                t0 = time.perf_counter()
+                path = job.save(d, legacy=legacy)
+                t1 = time.perf_counter()
+                job2.load(path)
+                t2 = time.perf_counter()
+                best_s, best_l = min(best_s, t1 - t0), min(best_l, t2 - t1)
+                first = first or (t1 - t0, t2 - t1)
+            size = os.path.getsize(path)
+            same = all(torch.equal(a, b) for a, b in zip(
+                model.state_dict().values(), model2.state_dict().values()))
+            for p, q in zip(model.parameters(), model2.parameters()):
+                for k in ("exp_avg", "exp_avg_sq", "step"):
+                    same = same and torch.equal(opt.state[p][k],
+                                                opt2.state[q][k])
+            print(f"{name:18s}: save {best_s:.3f} s, load {best_l:.3f} s, "
+                  f"save+load {best_s + best_l:.3f} s; first run: save "
+                  f"{first[0]:.3f} s, load {first[1]:.3f} s "
+                  f"({size / 2**20:.0f} MiB file, bit-identical: {same})")
+            model2, opt2 = make(width, layers, 1)
+            job2 = gandiva.torch.Job(model2, opt2)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""A data-parallel job (examples/train_ddp.py, gloo on CPU) started by the
+launcher (python -m gandiva.launch) and resized: world size 1 -> 2 -> 1
+through RESIZE requests on rank 0's page (exit 76, restart with the new size
+and GANDIVA_RESUME_FROM), ending at exactly the target number of samples;
+and a checkpoint-and-exit + warm restart at the same world size, which is
+bit-identical to an uninterrupted run. The test plays the node agent."""
+
+import subprocess
+import sys
+
+import torch
+
+import gandiva.torch
+from gandiva import agent
+from conftest import PYTHON_DIR, child_env, finish, wait_for
+
+EXAMPLE = PYTHON_DIR.parent / "examples" / "train_ddp.py"
+SAMPLES = 3200
+
+
+def launch(lib_path, nproc, out=None, extra=(), **env):
+    args = [sys.executable, "-m", "gandiva.launch", "--nproc", str(nproc),
+            "--", str(EXAMPLE), "--samples", str(SAMPLES), "--log-every", "0"]
+    if out is not None:
+        args += ["--out", str(out)]
+    return subprocess.Popen(args + [str(a) for a in extra],
+                            env=child_env(lib_path, **env), process_group=0,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def run_to_end(lib_path, nproc, out, **env):
+    status, stdout, err = finish(launch(lib_path, nproc, out, **env))
+    assert status == 0, err
+    assert f"done samples={SAMPLES} " in stdout, stdout
+    return torch.load(out), stdout
+
+
+def request_after(page, proc, steps, kind, arg=0):
+    """Posts a request once rank 0 passed `steps` more boundaries."""
+    wait_for(lambda: agent.read_page(page).state == agent.STATE_RUNNING,
+             "rank 0 to attach")
+    start = agent.read_page(page).minibatches
+    wait_for(lambda: agent.read_page(page).minibatches >= start + steps or
+             proc.poll() is not None, "progress")
+    return agent.request(page, kind, arg)
+
+
+def test_resize_1_2_1_keeps_the_sample_position(tmp_path, lib_path, reap):
+    ref, _ = run_to_end(lib_path, 1, tmp_path / "ref.pt")
+    ckpt = tmp_path / "ckpt"
+    sizes = [1, 2, 1]
+    out = tmp_path / "resized.pt"
+    stdout = ""
+    for i, (nproc, new) in enumerate(zip(sizes, sizes[1:] + [None])):
+        page = tmp_path / f"progress{i}"
+        agent.create_page(page)
+        env = dict(GANDIVA_PROGRESS_FILE=page, GANDIVA_CHECKPOINT_DIR=ckpt,
+                   GANDIVA_WORLD_SIZE=nproc)
+        if i > 0:
+            env["GANDIVA_RESUME_FROM"] = ckpt
+        proc = launch(lib_path, nproc,
+                      out if new is None else None,
+                      extra=["--min-step-ms", "3"] if new else [], **env)
+        reap(proc)
+        if new is None:
+            status, stdout, err = finish(proc)
+            assert status == 0, err
+            break
+        request_after(page, proc, 20, agent.REQUEST_RESIZE, new)
+        status, stdout, err = finish(proc)
+        assert status == 76, err
+        info = agent.read_page(page)
+        assert info.exit_code == 76 and info.target_world_size == new
+        assert info.pid not in (0, proc.pid)  # rank 0, not the launcher
+        saved = gandiva.torch.read_checkpoint(str(ckpt))
+        assert saved["world_size"] == nproc
+        assert saved["samples"] < SAMPLES
+    assert f"done samples={SAMPLES} " in stdout, stdout
+    assert "world_size=1" in stdout
+    resized = torch.load(out)
+    for name, tensor in ref.items():
+        # Not bit-identical: the world size changes the batches and the
+        # reduction order; both runs converge to the same solution.
+        assert torch.allclose(tensor, resized[name], atol=1e-4), name
+
+
+def test_checkpoint_and_warm_restart_at_world_size_2_is_bit_identical(
+        tmp_path, lib_path, reap):
+    ref, _ = run_to_end(lib_path, 2, tmp_path / "ref.pt")
+    ckpt = tmp_path / "ckpt"
+    # The destination starts first and waits (every rank) for the ready file.
+    page2 = tmp_path / "progress2"
+    agent.create_page(page2)
+    out = tmp_path / "migrated.pt"
+    warm = launch(lib_path, 2, out, GANDIVA_PROGRESS_FILE=page2,
+                  GANDIVA_RESUME_FROM=ckpt, GANDIVA_RESUME_WAIT=1,
+                  GANDIVA_WORLD_SIZE=2)
+    reap(warm)
+    page1 = tmp_path / "progress1"
+    agent.create_page(page1)
+    src = launch(lib_path, 2, None, extra=["--min-step-ms", "3"],
+                 GANDIVA_PROGRESS_FILE=page1, GANDIVA_CHECKPOINT_DIR=ckpt,
+                 GANDIVA_WORLD_SIZE=2)
+    reap(src)
+    request_after(page1, src, 15, agent.REQUEST_CHECKPOINT_EXIT)
+    status, _, err = finish(src)
+    assert status == 75, err
+    wait_for(lambda: agent.read_page(page2).state == agent.STATE_WAITING,
+             "the warm job to wait")
+    assert warm.poll() is None
+    agent.mark_ready(ckpt)
+    status, stdout, err = finish(warm)
+    assert status == 0, err
+    assert "resumed from" in stdout and f"done samples={SAMPLES} " in stdout
+    info = agent.read_page(page2)
+    assert info.restore_end_ns >= info.restore_begin_ns > 0
+    migrated = torch.load(out)
+    for name, tensor in ref.items():
+        assert torch.equal(tensor, migrated[name]), name

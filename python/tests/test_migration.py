@@ -1,0 +1,192 @@
+"""Migration support in the Python package: the fast checkpoint format, the
+warm start (a process that waits for its checkpoint) and a checkpoint asked
+while the job is suspended. The tests play the node agent."""
+
+import os
+import random
+import signal
+import struct
+
+import pytest
+import torch
+
+import gandiva
+import gandiva.torch
+from gandiva import agent
+from conftest import (child_env, finish, start_child, wait_for, wait_stopped)
+from test_torch_job import read_log, run_to_end
+
+
+def make(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.BatchNorm1d(12),
+                                torch.nn.ReLU(), torch.nn.Dropout(0.3),
+                                torch.nn.Linear(12, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    return model, opt
+
+
+def train(model, opt, n, job=None):
+    for _ in range(n):
+        x = torch.randn(8, 6)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if job is not None:
+            job.add_samples(8)
+            job.step()
+
+
+def test_fast_format_round_trip_is_bit_identical(tmp_path, monkeypatch):
+    for name in ("GANDIVA_PROGRESS_FILE", "GANDIVA_RESUME_FROM"):
+        monkeypatch.delenv(name, raising=False)
+    model, opt = make()
+    job = gandiva.torch.Job(model, opt)
+    extra = {"half": torch.arange(5, dtype=torch.float16), "n": 3}
+    job.register_state("extra", get=lambda: extra, set=extra.update)
+    train(model, opt, 5, job)
+    random.seed(5)
+    path = job.save(str(tmp_path))
+    assert os.path.basename(path) == gandiva.torch.CHECKPOINT_NAME
+    with open(path, "rb") as f:
+        magic, version, _, skel, data = struct.unpack("<8sIIQQ", f.read(32))
+    assert magic == gandiva.torch.MAGIC and version == 1 and data % 64 == 0
+    # What the job does next, from the saved state.
+    train(model, opt, 3)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    after = (random.random(), torch.rand(3))
+
+    model2, opt2 = make(seed=1)
+    job2 = gandiva.torch.Job(model2, opt2)
+    extra2 = {}
+    job2.register_state("extra", get=lambda: extra2, set=extra2.update)
+    random.seed(99)
+    torch.manual_seed(99)
+    job2.load(str(tmp_path))
+    assert (job2.steps, job2.samples, job2.restored_world_size) == (5, 40, 1)
+    assert extra2["n"] == 3 and extra2["half"].dtype == torch.float16
+    assert torch.equal(extra2["half"], extra["half"])
+    # Adam state (exp_avg, exp_avg_sq, step) restored exactly.
+    saved = gandiva.torch.read_checkpoint(path)["optimizer"]["state"]
+    for i, q in enumerate(model2.parameters()):
+        assert set(opt2.state[q]) == {"step", "exp_avg", "exp_avg_sq"}
+        for k, v in saved[i].items():
+            assert torch.equal(opt2.state[q][k], v), (i, k)
+    train(model2, opt2, 3)  # dropout and data draw from the restored RNG
+    for k, v in model2.state_dict().items():
+        assert torch.equal(v, expected[k]), k
+    assert random.random() == after[0]
+    assert torch.equal(torch.rand(3), after[1])
+
+    # A torch.save checkpoint (older gandiva) still loads, identically.
+    legacy_dir = tmp_path / "legacy"
+    job.load(str(tmp_path))
+    job.save(str(legacy_dir), legacy=True)
+    assert sorted(os.listdir(legacy_dir)) == ["checkpoint.pt"]
+    model3, opt3 = make(seed=2)
+    job3 = gandiva.torch.Job(model3, opt3)
+    job3.register_state("extra", get=lambda: {}, set=lambda d: None)
+    job3.load(str(legacy_dir))
+    assert job3.steps == 5
+    train(model3, opt3, 3)
+    for k, v in model3.state_dict().items():
+        assert torch.equal(v, expected[k]), k
+
+
+def test_save_state_keeps_shared_and_odd_tensors(tmp_path):
+    base = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    obj = {"a": base, "b": base, "t": base.t(), "empty": torch.empty(0, 3),
+           "bool": torch.tensor([True, False]), "scalar": torch.tensor(7),
+           "bf16": torch.ones(3, dtype=torch.bfloat16), "list": [1, "x"]}
+    path = str(tmp_path / "s.gdv")
+    gandiva.torch.save_state(obj, path)
+    back = gandiva.torch.load_state(path)
+    assert back["a"] is back["b"]
+    for k in ("a", "t", "empty", "bool", "scalar", "bf16"):
+        assert back[k].dtype == obj[k].dtype and torch.equal(back[k], obj[k])
+    assert back["list"] == [1, "x"]
+
+
+def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
+        tmp_path, lib_path, reap):
+    steps, seed, hold_at = 24, 3, 9
+    ref, _ = run_to_end(tmp_path, lib_path, "ref", steps, seed)
+
+    # The destination process starts first: it builds its model and waits.
+    ckpt = tmp_path / "ckpt"
+    page2 = tmp_path / "progress2"
+    agent.create_page(page2)
+    out2 = tmp_path / "warm.pt"
+    warm = start_child(["--steps", steps, "--seed", seed, "--out", out2],
+                       child_env(lib_path, GANDIVA_PROGRESS_FILE=page2,
+                                 GANDIVA_RESUME_FROM=ckpt,
+                                 GANDIVA_RESUME_WAIT=1))
+    reap(warm)
+    wait_for(lambda: agent.read_page(page2).state == agent.STATE_WAITING,
+             "the warm process to wait")
+    assert agent.read_page(page2).pid == warm.pid
+
+    # The source job checkpoints and exits.
+    page1 = tmp_path / "progress1"
+    agent.create_page(page1)
+    hold, release = tmp_path / "hold", tmp_path / "release"
+    src = start_child(["--steps", steps, "--seed", seed, "--hold-at", hold_at,
+                       "--hold-file", hold, "--release-file", release],
+                      child_env(lib_path, GANDIVA_PROGRESS_FILE=page1,
+                                GANDIVA_CHECKPOINT_DIR=ckpt))
+    reap(src)
+    wait_for(hold.exists, "the source to reach the hold")
+    agent.request(page1, agent.REQUEST_CHECKPOINT_EXIT)
+    release.touch()
+    status, _, err = finish(src)
+    assert status == 75, err
+    info = agent.read_page(page2)
+    assert info.state == agent.STATE_WAITING  # files there, not marked ready
+    assert info.restore_begin_ns == 0
+
+    ready_ns = agent.monotonic_ns()
+    agent.mark_ready(ckpt)
+    status, out, err = finish(warm)
+    assert status == 0, err
+    info = agent.read_page(page2)
+    assert info.restore_begin_ns >= ready_ns
+    assert info.restore_end_ns >= info.restore_begin_ns
+    assert info.minibatches == steps
+    print(f"warm start: ready -> restore begin "
+          f"{(info.restore_begin_ns - ready_ns) / 1e6:.2f} ms, load "
+          f"{(info.restore_end_ns - info.restore_begin_ns) / 1e6:.2f} ms")
+    resumed = torch.load(out2)
+    assert resumed["steps"] == steps
+    for name, tensor in ref["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
+
+
+def test_checkpoint_asked_while_suspended_trains_no_extra_batch(
+        tmp_path, lib_path, reap):
+    page = tmp_path / "progress"
+    ckpt = tmp_path / "ckpt"
+    log = tmp_path / "log"
+    hold, release = tmp_path / "hold", tmp_path / "release"
+    agent.create_page(page)
+    proc = start_child(["--steps", 50, "--hold-at", 5, "--hold-file", hold,
+                        "--release-file", release, "--log", log],
+                       child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                                 GANDIVA_CHECKPOINT_DIR=ckpt))
+    reap(proc)
+    wait_for(hold.exists, "the job to reach batch 5")
+    agent.request(page, agent.REQUEST_SUSPEND)
+    release.touch()
+    wait_stopped(proc.pid)
+    assert agent.read_page(page).state == agent.STATE_SUSPENDED
+    seq = agent.request(page, agent.REQUEST_CHECKPOINT_EXIT)
+    os.kill(proc.pid, signal.SIGCONT)
+    status, _, err = finish(proc)
+    assert status == 75, err
+    info = agent.read_page(page)
+    assert info.done_seq == seq and info.exit_code == 75
+    assert info.minibatches == 6
+    lines = read_log(log)
+    assert lines[-4:] == ["begin 5", "end 5", "offload", "reload"], lines[-6:]
+    assert gandiva.torch.read_checkpoint(str(ckpt))["steps"] == 6
