@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/progress_page.h"
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
@@ -27,6 +28,44 @@ namespace gandiva::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Checkpoint files travel in chunks of this size (one message each).
+constexpr size_t kChunkBytes = 2 << 20;
+// gRPC message size limit on the Agent service and agent-to-agent channels.
+constexpr int kMaxMessageBytes = 64 << 20;
+
+int64_t MicrosSince(Clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() -
+                                                               t0)
+      .count();
+}
+
+// Regular files under `dir`, relative paths, sorted; the ready file and
+// partial files of a transfer are left out.
+std::vector<std::string> CheckpointFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    const std::string name = it->path().filename().string();
+    if (name == GANDIVA_RESUME_READY_FILE) continue;
+    if (name.ends_with(".gandiva-part")) continue;
+    out.push_back(std::filesystem::relative(it->path(), dir, ec).string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A relative path that stays inside its directory.
+bool SafeRelativePath(const std::string& path) {
+  if (path.empty() || path[0] == '/') return false;
+  for (const auto& part : std::filesystem::path(path)) {
+    if (part == ".." || part == ".") return false;
+  }
+  return true;
+}
 
 grpc::StatusCode ToGrpcCode(core::StatusCode code) {
   switch (code) {
@@ -188,6 +227,12 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   bool was_unreachable = false;  // reporter thread only
   std::thread reporter;
 
+  // Capabilities, probed once in the background at start.
+  mutable std::mutex caps_mu;
+  mutable std::condition_variable caps_cv;
+  bool caps_done = false;  // guarded by caps_mu
+  std::thread caps_thread;
+
   // Declared last: destroyed first, while what its exit callback uses lives.
   std::unique_ptr<Supervisor> supervisor;
 
@@ -218,6 +263,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
                                                 : rpc::RUNNING);
     for (int g : v.gpus) j.add_gpus(g);
     *j.mutable_progress() = ToProgress(v);
+    j.set_has_checkpoint(v.has_checkpoint);
     return j;
   }
 
@@ -226,6 +272,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     p.set_minibatches(static_cast<int64_t>(v.minibatches));
     p.set_minibatch_rate(v.minibatch_rate);
     p.set_uses_library(v.uses_library);
+    p.set_sharing(v.sharing);
+    p.set_world_size(v.world_size);
     if (!inventory->is_virtual() && v.state == RunState::kRunning) {
       p.set_gpu_utilization(inventory->Utilization(v.gpus));
       p.set_gpu_memory_bytes(
@@ -246,6 +294,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           for (const auto& [k, v] : req->spec().env()) p.env[k] = v;
           p.gpus.assign(req->gpus().begin(), req->gpus().end());
           p.resume_from = req->resume_from();
+          p.restartable = req->spec().restartable();
+          p.warm = req->warm();
+          p.resume_local = req->resume_local();
           auto r = supervisor->Start(p);
           if (!r.ok()) {
             Log("StartJob " + std::to_string(p.job_id) +
@@ -255,7 +306,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           out->set_pid(r->pid);
           out->set_took_us(r->took_us);
           Log("started job " + std::to_string(p.job_id) + " (pid " +
-              std::to_string(r->pid) + ")");
+              std::to_string(r->pid) + ")" +
+              (p.warm           ? " warm, waiting for its checkpoint"
+               : p.resume_local ? " from its checkpoint here"
+                                : ""));
           return grpc::Status::OK;
         });
   }
@@ -290,8 +344,299 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return actions.Run<rpc::KillReply>(
         {"KillJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::KillReply*) {
-          return ToGrpc(supervisor->Kill(req->job_id()));
+          core::Status s = supervisor->Kill(req->job_id());
+          const bool had = supervisor->DropCheckpoint(req->job_id());
+          if (s.code() == core::StatusCode::kNotFound && had) {
+            return grpc::Status::OK;  // only its checkpoint was left here
+          }
+          return ToGrpc(s);
         });
+  }
+
+  grpc::Status CheckpointJob(grpc::ServerContext*,
+                             const rpc::CheckpointRequest* req,
+                             rpc::CheckpointReply* reply) override {
+    return actions.Run<rpc::CheckpointReply>(
+        {"CheckpointJob", req->job_id()}, req->action_id(), reply,
+        [&](rpc::CheckpointReply* out) {
+          auto r = supervisor->Checkpoint(req->job_id(), req->resize_to());
+          if (!r.ok()) {
+            Log("CheckpointJob " + std::to_string(req->job_id()) +
+                " failed: " + r.status().ToString());
+            return ToGrpc(r.status());
+          }
+          out->set_took_us(r->took_us);
+          out->set_save_us(r->save_us);
+          out->set_bytes(r->bytes);
+          out->set_files(r->files);
+          out->set_method(r->method);
+          out->set_minibatches(r->minibatches);
+          Log("checkpointed job " + std::to_string(req->job_id()) + " (" +
+              r->method + ", " + std::to_string(r->files) + " files, " +
+              std::to_string(r->bytes) + " bytes, " +
+              std::to_string(r->took_us) + " us)");
+          return grpc::Status::OK;
+        });
+  }
+
+  grpc::Status ReadCheckpoint(
+      grpc::ServerContext* ctx, const rpc::ReadCheckpointRequest* req,
+      grpc::ServerWriter<rpc::CheckpointChunk>* writer) override {
+    const int64_t job_id = req->job_id();
+    const std::string dir = supervisor->HeldCheckpoint(job_id);
+    if (dir.empty()) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          "no checkpoint of job " + std::to_string(job_id) + " on this agent");
+    }
+    std::vector<char> buf(kChunkBytes);
+    for (const std::string& rel : CheckpointFiles(dir)) {
+      const std::string path = dir + "/" + rel;
+      const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            "opening " + path + ": " + std::strerror(errno));
+      }
+      struct stat st;
+      if (fstat(fd, &st) != 0) {
+        close(fd);
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            "stat " + path + ": " + std::strerror(errno));
+      }
+      int64_t offset = 0;
+      bool first = true;
+      for (;;) {
+        const ssize_t n = pread(fd, buf.data(), buf.size(), offset);
+        if (n < 0) {
+          close(fd);
+          return grpc::Status(grpc::StatusCode::INTERNAL,
+                              "reading " + path + ": " + std::strerror(errno));
+        }
+        if (n == 0 && !first) break;
+        rpc::CheckpointChunk chunk;
+        chunk.set_path(rel);
+        chunk.set_offset(offset);
+        chunk.set_data(buf.data(), static_cast<size_t>(n));
+        chunk.set_file_size(st.st_size);
+        chunk.set_mode(st.st_mode & 07777);
+        if (ctx->IsCancelled() || !writer->Write(chunk)) {
+          close(fd);
+          return grpc::Status(grpc::StatusCode::CANCELLED,
+                              "the reader went away");
+        }
+        first = false;
+        offset += n;
+        if (n == 0) break;
+      }
+      close(fd);
+    }
+    return grpc::Status::OK;
+  }
+
+  // Writes the files of a ReadCheckpoint stream into `dir` (temp names, then
+  // rename). Adds the bytes written to *bytes.
+  grpc::Status FetchCheckpoint(int64_t job_id, const std::string& source,
+                               const std::string& dir, Clock::time_point end,
+                               int64_t* bytes) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+    args.SetMaxSendMessageSize(kMaxMessageBytes);
+    auto source_channel = grpc::CreateCustomChannel(
+        source, grpc::InsecureChannelCredentials(), args);
+    auto stub = rpc::Agent::NewStub(source_channel);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::duration_cast<std::chrono::milliseconds>(
+                         end - Clock::now()));
+    rpc::ReadCheckpointRequest rreq;
+    rreq.set_job_id(job_id);
+    auto reader = stub->ReadCheckpoint(&ctx, rreq);
+    rpc::CheckpointChunk chunk;
+    std::string current, temp;
+    int fd = -1;
+    int64_t size = 0;
+    uint32_t mode = 0600;
+    grpc::Status failure = grpc::Status::OK;
+    auto finish_file = [&]() -> bool {
+      if (fd < 0) return true;
+      bool ok = fchmod(fd, mode & 07777) == 0;
+      ok = close(fd) == 0 && ok;
+      fd = -1;
+      struct stat st;
+      if (!ok || stat(temp.c_str(), &st) != 0 || st.st_size != size ||
+          rename(temp.c_str(), (dir + "/" + current).c_str()) != 0) {
+        failure = grpc::Status(
+            grpc::StatusCode::INTERNAL,
+            "writing " + dir + "/" + current + " failed or it is incomplete");
+        return false;
+      }
+      return true;
+    };
+    while (reader->Read(&chunk)) {
+      if (chunk.path() != current) {
+        if (!finish_file()) break;
+        if (!SafeRelativePath(chunk.path())) {
+          failure =
+              grpc::Status(grpc::StatusCode::INTERNAL,
+                           "the source sent a bad path '" + chunk.path() + "'");
+          break;
+        }
+        current = chunk.path();
+        temp = dir + "/" + current + ".gandiva-part";
+        std::error_code ec;
+        std::filesystem::create_directories(
+            std::filesystem::path(temp).parent_path(), ec);
+        fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0) {
+          failure =
+              grpc::Status(grpc::StatusCode::INTERNAL,
+                           "creating " + temp + ": " + std::strerror(errno));
+          break;
+        }
+        size = chunk.file_size();
+        mode = chunk.mode() != 0 ? chunk.mode() : 0600;
+      }
+      const std::string& data = chunk.data();
+      size_t done = 0;
+      while (done < data.size()) {
+        const ssize_t n = pwrite(
+            fd, data.data() + done, data.size() - done,
+            static_cast<off_t>(chunk.offset()) + static_cast<off_t>(done));
+        if (n <= 0) {
+          failure =
+              grpc::Status(grpc::StatusCode::INTERNAL,
+                           "writing " + temp + ": " + std::strerror(errno));
+          break;
+        }
+        done += static_cast<size_t>(n);
+      }
+      if (!failure.ok()) break;
+      *bytes += static_cast<int64_t>(data.size());
+    }
+    if (failure.ok()) finish_file();
+    if (fd >= 0) close(fd);
+    if (!failure.ok()) {
+      ctx.TryCancel();
+      (void)reader->Finish();
+      return failure;
+    }
+    grpc::Status s = reader->Finish();
+    if (!s.ok()) {
+      return grpc::Status(s.error_code() == grpc::StatusCode::NOT_FOUND
+                              ? grpc::StatusCode::FAILED_PRECONDITION
+                              : grpc::StatusCode::UNAVAILABLE,
+                          "fetching the checkpoint of job " +
+                              std::to_string(job_id) + " from " + source +
+                              ": " + s.error_message());
+    }
+    return grpc::Status::OK;
+  }
+
+  // Moves (rename, else copy) the checkpoint held here into `dir`.
+  grpc::Status MoveLocalCheckpoint(int64_t job_id, const std::string& dir,
+                                   int64_t* bytes) {
+    const std::string held = supervisor->HeldCheckpoint(job_id);
+    if (held.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "no checkpoint of job " + std::to_string(job_id) +
+                              " on this agent to receive from");
+    }
+    if (held == dir) {
+      for (const std::string& rel : CheckpointFiles(dir)) {
+        std::error_code ec;
+        *bytes += static_cast<int64_t>(
+            std::filesystem::file_size(dir + "/" + rel, ec));
+      }
+      return grpc::Status::OK;
+    }
+    for (const std::string& rel : CheckpointFiles(held)) {
+      const std::string from = held + "/" + rel;
+      const std::string to = dir + "/" + rel;
+      std::error_code ec;
+      std::filesystem::create_directories(
+          std::filesystem::path(to).parent_path(), ec);
+      *bytes += static_cast<int64_t>(std::filesystem::file_size(from, ec));
+      if (rename(from.c_str(), to.c_str()) == 0) continue;
+      const std::string temp = to + ".gandiva-part";
+      std::filesystem::copy_file(
+          from, temp, std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec || rename(temp.c_str(), to.c_str()) != 0) {
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            "copying " + from + " to " + to + ": " +
+                                (ec ? ec.message() : std::strerror(errno)));
+      }
+    }
+    // The files now live there only.
+    supervisor->HoldCheckpoint(job_id, dir);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReceiveCheckpoint(grpc::ServerContext*,
+                                 const rpc::ReceiveCheckpointRequest* req,
+                                 rpc::ReceiveCheckpointReply* reply) override {
+    return actions.Run<rpc::ReceiveCheckpointReply>(
+        {"ReceiveCheckpoint", req->job_id()}, req->action_id(), reply,
+        [&](rpc::ReceiveCheckpointReply* out) {
+          grpc::Status s = Receive(*req, out);
+          if (!s.ok()) {
+            Log("ReceiveCheckpoint " + std::to_string(req->job_id()) +
+                " failed: " + s.error_message());
+          }
+          return s;
+        });
+  }
+
+  grpc::Status Receive(const rpc::ReceiveCheckpointRequest& req,
+                       rpc::ReceiveCheckpointReply* out) {
+    const auto t0 = Clock::now();
+    const auto end = t0 + options.receive_timeout;
+    const int64_t job_id = req.job_id();
+    const std::string what = "job " + std::to_string(job_id);
+    auto view = supervisor->Job(job_id);
+    if (!view.ok()) return ToGrpc(view.status());
+    if (view->state == RunState::kExited) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          what + " has exited");
+    }
+    if (!view->warm) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          what + " was not started warm here");
+    }
+    const std::string dir = supervisor->IncomingDir(job_id);
+    int64_t bytes = 0;
+    const auto transfer0 = Clock::now();
+    grpc::Status s =
+        req.source_address().empty()
+            ? MoveLocalCheckpoint(job_id, dir, &bytes)
+            : FetchCheckpoint(job_id, req.source_address(), dir, end, &bytes);
+    if (!s.ok()) return s;
+    const int64_t transfer_us = MicrosSince(transfer0);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - Clock::now());
+    auto r = supervisor->AwaitRestore(
+        job_id, req.await_first_minibatch(),
+        std::max(left, std::chrono::milliseconds(1)), [&]() -> core::Status {
+          const std::string ready = dir + "/" GANDIVA_RESUME_READY_FILE;
+          const int fd =
+              open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+          if (fd < 0) {
+            return core::IoError("creating " + ready + ": " +
+                                 std::strerror(errno));
+          }
+          close(fd);
+          return core::Status::Ok();
+        });
+    if (!r.ok()) return ToGrpc(r.status());
+    out->set_bytes(bytes);
+    out->set_transfer_us(transfer_us);
+    out->set_warm_us(r->warm_us);
+    out->set_load_us(r->load_us);
+    out->set_first_minibatch_us(r->first_minibatch_us);
+    out->set_took_us(MicrosSince(t0));
+    Log("job " + std::to_string(job_id) + " received its checkpoint (" +
+        std::to_string(bytes) + " bytes in " + std::to_string(transfer_us) +
+        " us) and restored it");
+    return grpc::Status::OK;
   }
 
   grpc::Status Status(grpc::ServerContext*, const rpc::AgentStatusRequest*,
@@ -300,6 +645,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     for (const JobView& v : supervisor->Jobs()) {
       *reply->add_jobs() = ToAgentJob(v);
     }
+    *reply->mutable_capabilities() = ToCapabilities();
     return grpc::Status::OK;
   }
 
@@ -353,6 +699,36 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return result;
   }
 
+  rpc::AgentCapabilities ToCapabilities() {
+    const Capabilities c = supervisor->capabilities();
+    rpc::AgentCapabilities out;
+    out.set_criu(c.criu);
+    out.set_criu_detail(c.criu_detail);
+    out.set_mps(c.mps);
+    out.set_mps_detail(c.mps_detail);
+    return out;
+  }
+
+  void ProbeCapabilities() {
+    Capabilities c;
+    ProbeMps(&c);
+    ProbeCriu(&c, options.criu_probe_timeout);
+    supervisor->SetCapabilities(c);
+    Log("capabilities: CRIU " + std::string(c.criu ? "usable" : "not usable") +
+        " (" + c.criu_detail + "); MPS " + (c.mps ? "usable" : "not usable") +
+        " (" + c.mps_detail + ")");
+    {
+      std::lock_guard<std::mutex> lock(caps_mu);
+      caps_done = true;
+    }
+    caps_cv.notify_all();
+    // Registered without them: register again with them.
+    if (registrations.load() > 0) {
+      registered = false;
+      Wake();
+    }
+  }
+
   // ----------------------------------------------------------- reporter
 
   std::unique_ptr<grpc::ClientContext> CallContext() {
@@ -377,6 +753,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     req.set_sockets(inventory->sockets());
     req.set_switches_per_socket(inventory->switches_per_socket());
     for (const JobView& v : supervisor->Jobs()) *req.add_jobs() = ToAgentJob(v);
+    *req.mutable_capabilities() = ToCapabilities();
     rpc::RegisterAgentReply reply;
     auto ctx = CallContext();
     grpc::Status s = scheduler->RegisterAgent(ctx.get(), req, &reply);
@@ -455,6 +832,13 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   }
 
   void ReporterLoop() {
+    {
+      // The first registration carries the capabilities when they come
+      // soon (the probe is bounded); else they follow in a new one.
+      std::unique_lock<std::mutex> lock(caps_mu);
+      caps_cv.wait_for(lock, std::chrono::seconds(5),
+                       [&] { return caps_done; });
+    }
     const auto min_backoff = std::chrono::milliseconds(100);
     auto backoff = min_backoff;
     for (;;) {
@@ -497,6 +881,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     rep_cv.notify_all();
     if (reporter.joinable()) reporter.join();
+    if (caps_thread.joinable()) caps_thread.join();
     // Last try to hand over the exits of the jobs just killed.
     if (scheduler && !supervisor->PendingExits().empty()) {
       if (!registered) (void)Register();
@@ -540,6 +925,21 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     return core::IoError("--work-dir: cannot create " + options.work_dir +
                          "/jobs: " + ec.message());
   }
+  if (options.checkpoint_root.empty()) {
+    struct stat st;
+    options.checkpoint_root = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)
+                                  ? "/dev/shm/gandiva-" + impl->name
+                                  : options.work_dir + "/checkpoints";
+  }
+  std::filesystem::create_directories(options.checkpoint_root + "/jobs", ec);
+  if (ec) {
+    return core::IoError("--checkpoint-dir: cannot create " +
+                         options.checkpoint_root + "/jobs: " + ec.message());
+  }
+  if (options.checkpoint_timeout.count() <= 0 ||
+      options.receive_timeout.count() <= 0) {
+    return core::InvalidArgument("--checkpoint-timeout-ms: must be positive");
+  }
 
   GpuInventoryOptions gopts;
   gopts.virtual_gpus = options.virtual_gpus;
@@ -560,6 +960,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   sopts.cpus_per_gpu = options.cpus_per_gpu;
   sopts.kill_grace = options.kill_grace;
   sopts.suspend_timeout = options.suspend_timeout;
+  sopts.checkpoint_root = options.checkpoint_root;
+  sopts.checkpoint_timeout = options.checkpoint_timeout;
+  sopts.library_start_grace = options.library_start_grace;
   Impl* raw = impl.get();
   impl->options = std::move(options);
   impl->supervisor =
@@ -574,6 +977,8 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   builder.AddListeningPort(impl->options.listen_address,
                            grpc::InsecureServerCredentials(), &impl->port);
   builder.RegisterService(impl.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0) {
     impl->server.reset();
@@ -591,7 +996,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
                 ? " virtual GPUs (" + impl->inventory->nvml_note() + ")"
                 : " GPUs from NVML") +
            "; serving on " + impl->address + "; work dir " +
-           impl->options.work_dir);
+           impl->options.work_dir + "; checkpoints in " +
+           impl->options.checkpoint_root);
+  impl->caps_thread = std::thread([raw] { raw->ProbeCapabilities(); });
 
   if (!impl->options.scheduler_address.empty()) {
     grpc::ChannelArguments args;
@@ -616,6 +1023,14 @@ bool AgentServer::registered() const { return impl_->registered.load(); }
 int AgentServer::registrations() const { return impl_->registrations.load(); }
 int32_t AgentServer::server_id() const { return impl_->server_id.load(); }
 void AgentServer::ReportNow() { impl_->Wake(); }
+Capabilities AgentServer::capabilities() const {
+  return impl_->supervisor->capabilities();
+}
+bool AgentServer::WaitForCapabilities(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(impl_->caps_mu);
+  return impl_->caps_cv.wait_for(lock, timeout,
+                                 [&] { return impl_->caps_done; });
+}
 void AgentServer::Shutdown() { impl_->Shutdown(); }
 
 void AgentServer::Wait() {

@@ -25,6 +25,7 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "runtime/agent/capabilities.h"
 
 namespace gandiva::runtime {
 
@@ -47,9 +48,25 @@ struct AgentOptions {
   int sockets = 1;
   int switches_per_socket = 1;
   std::string nvml_library = "libnvidia-ml.so.1";
-  // Job logs and checkpoints go under work_dir/jobs/<job_id>/. Empty:
+  // Job logs go under work_dir/jobs/<job_id>/. Empty:
   // /tmp/gandiva-agent-<name>.
   std::string work_dir;
+  // Checkpoints (best on a ramdisk): checkpoint_root/jobs/<job_id>/checkpoint
+  // (GANDIVA_CHECKPOINT_DIR) and .../incoming (a warm start's
+  // GANDIVA_RESUME_FROM). Empty: /dev/shm/gandiva-<name> when /dev/shm
+  // exists, else work_dir/checkpoints.
+  std::string checkpoint_root;
+  // CheckpointJob: request -> the job exited with its checkpoint saved.
+  std::chrono::milliseconds checkpoint_timeout{60000};
+  // ReceiveCheckpoint: the whole call (transfer, restore, first mini-batch).
+  std::chrono::milliseconds receive_timeout{60000};
+  // Suspend/CheckpointJob of a job this young that has not attached to its
+  // page yet wait up to this for the library before treating it as a job
+  // without it.
+  std::chrono::milliseconds library_start_grace{10000};
+  // Capabilities (CRIU trial, MPS) are probed in the background at start;
+  // each CRIU step is bounded by this.
+  std::chrono::milliseconds criu_probe_timeout{3000};
   // Progress pages: empty = /dev/shm when present, else work_dir.
   std::string page_dir;
   int cpus_per_gpu = 0;  // > 0: pin virtual-GPU jobs to CPUs
@@ -85,6 +102,12 @@ class AgentServer {
   // The jobs (tests and embedders may inspect them; the daemon drives them
   // through the service).
   Supervisor& supervisor();
+
+  // The capabilities found at start (criu_detail "not checked yet" until the
+  // background probe finished).
+  Capabilities capabilities() const;
+  // Waits (bounded) until the capability probe finished; false on timeout.
+  bool WaitForCapabilities(std::chrono::milliseconds timeout) const;
 
   // Whether the last call to the daemon succeeded with this agent known.
   bool registered() const;

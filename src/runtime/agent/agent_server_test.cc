@@ -9,11 +9,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 
+#include "client/progress_reader.h"
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/agent/capabilities.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
 #include "runtime/agent/test_util.h"
@@ -121,6 +126,10 @@ class AgentServerTest : public ::testing::Test {
     o.sockets = sockets;
     o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
     o.work_dir = dir_.path();
+    o.checkpoint_root = dir_.path() + "/ckpt";
+    o.library_start_grace = 300ms;
+    o.checkpoint_timeout = 20s;
+    o.receive_timeout = 20s;
     o.report_interval = 100ms;
     o.max_backoff = 300ms;
     o.kill_grace = 2s;
@@ -374,6 +383,418 @@ TEST_F(AgentServerTest, ProfilesAndSuspendOfAPythonJob) {
   ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(3).empty(); }, 60s));
   EXPECT_EQ(daemon_->ExitsOf(3)[0].exit_code(), 0);
   EXPECT_EQ(daemon_->ExitsOf(3)[0].minibatches(), 100);
+}
+
+// ------------------------------------------------ migration and resize
+
+// A second agent (destination of a migration) with its own dirs, serving
+// without a daemon, and helpers for the new calls.
+class MigrationTest : public AgentServerTest {
+ protected:
+  void StartSecondAgent() {
+    AgentOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.name = UniqueName("agent-b");
+    o.virtual_gpus = 4;
+    o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+    o.work_dir = dir2_.path();
+    o.checkpoint_root = dir2_.path() + "/ckpt";
+    o.library_start_grace = 300ms;
+    o.checkpoint_timeout = 20s;
+    o.receive_timeout = 20s;
+    o.kill_grace = 2s;
+    o.log = [](std::string_view) {};
+    auto a = AgentServer::Start(o);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    agent2_ = std::move(*a);
+    stub2_ = rpc::Agent::NewStub(grpc::CreateChannel(
+        agent2_->address(), grpc::InsecureChannelCredentials()));
+  }
+  static rpc::StartJobRequest StartReq(int64_t job, int64_t action,
+                                       const std::string& command) {
+    rpc::StartJobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(action);
+    req.mutable_spec()->set_command(command);
+    req.mutable_spec()->set_gpus(1);
+    req.add_gpus(0);
+    return req;
+  }
+  static grpc::Status StartOn(rpc::Agent::Stub* stub,
+                              const rpc::StartJobRequest& req) {
+    grpc::ClientContext ctx;
+    rpc::StartJobReply r;
+    return stub->StartJob(&ctx, req, &r);
+  }
+  static grpc::Status CheckpointOn(rpc::Agent::Stub* stub, int64_t job,
+                                   int64_t action, rpc::CheckpointReply* out,
+                                   int resize_to = 0) {
+    rpc::CheckpointRequest req;
+    req.set_job_id(job);
+    req.set_action_id(action);
+    req.set_resize_to(resize_to);
+    grpc::ClientContext ctx;
+    return stub->CheckpointJob(&ctx, req, out);
+  }
+  static grpc::Status ReceiveOn(rpc::Agent::Stub* stub, int64_t job,
+                                int64_t action, const std::string& source,
+                                rpc::ReceiveCheckpointReply* out) {
+    rpc::ReceiveCheckpointRequest req;
+    req.set_job_id(job);
+    req.set_action_id(action);
+    req.set_source_address(source);
+    req.set_await_first_minibatch(true);
+    grpc::ClientContext ctx;
+    return stub->ReceiveCheckpoint(&ctx, req, out);
+  }
+  static rpc::AgentStatusReply StatusOf(rpc::Agent::Stub* stub) {
+    grpc::ClientContext ctx;
+    rpc::AgentStatusReply out;
+    EXPECT_TRUE(stub->Status(&ctx, {}, &out).ok());
+    return out;
+  }
+  static int64_t Minibatches(rpc::Agent::Stub* stub, int64_t job) {
+    const rpc::AgentStatusReply st = StatusOf(stub);
+    for (const auto& j : st.jobs()) {
+      if (j.job_id() == job) return j.progress().minibatches();
+    }
+    return -1;
+  }
+  static const rpc::AgentJob* FindJob(const rpc::AgentStatusReply& st,
+                                      int64_t job) {
+    for (const auto& j : st.jobs()) {
+      if (j.job_id() == job) return &j;
+    }
+    return nullptr;
+  }
+  // The count saved in a checkpoint's state file (-1: none).
+  static int64_t SavedCount(const std::string& dir) {
+    unsigned long long n = 0;
+    const std::string text = testing::ReadFile(dir + "/state");
+    if (std::sscanf(text.c_str(), "minibatches %llu", &n) != 1) return -1;
+    return static_cast<int64_t>(n);
+  }
+  std::string Job(const std::string& args) {
+    return std::string("exec ") + GANDIVA_AGENT_TEST_JOB + " " + args;
+  }
+  std::string Ckpt(int64_t job) {
+    return dir_.path() + "/ckpt/jobs/" + std::to_string(job) + "/checkpoint";
+  }
+  std::string Log(const TempDir& d, int64_t job) {
+    return testing::ReadFile(d.path() + "/jobs/" + std::to_string(job) +
+                             "/log");
+  }
+
+  TempDir dir2_;
+  std::unique_ptr<AgentServer> agent2_;
+  std::unique_ptr<rpc::Agent::Stub> stub2_;
+};
+
+TEST_F(MigrationTest, CheckpointOfARunningJobThenResumeLocalThenKillDrops) {
+  StartAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state --big 3000")))
+          .ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.method(), "library");
+  EXPECT_EQ(c.files(), 2);
+  EXPECT_GT(c.bytes(), 3000 * 1024);
+  EXPECT_GE(c.minibatches(), 3);
+  EXPECT_GT(c.took_us(), 0);
+  EXPECT_GE(c.save_us(), 0);
+  EXPECT_EQ(SavedCount(Ckpt(1)), c.minibatches());
+  std::printf("[ checkpoint ] took %lld us, save %lld us, %lld bytes\n",
+              static_cast<long long>(c.took_us()),
+              static_cast<long long>(c.save_us()),
+              static_cast<long long>(c.bytes()));
+  // The exit reaches the daemon as any other, with code 75.
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(1).empty(); }));
+  EXPECT_EQ(daemon_->ExitsOf(1)[0].exit_code(), 75);
+
+  // Resumes here from that checkpoint.
+  const int64_t n = c.minibatches();
+  rpc::StartJobRequest again =
+      StartReq(1, 3, Job(std::to_string(n + 5) + " 5 --state --big 3000"));
+  again.set_resume_local(true);
+  s = StartOn(stub_.get(), again);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(agent_->supervisor().WaitForExit(1, 20s));
+  const std::string log = Log(dir_, 1);
+  EXPECT_NE(log.find("restored " + std::to_string(n)), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
+  EXPECT_NE(log.find("minibatches " + std::to_string(n + 5)), std::string::npos)
+      << log;
+
+  // KillJob drops the checkpoint; resume_local is then refused.
+  ASSERT_TRUE(Kill(1, 4).ok());
+  EXPECT_FALSE(std::filesystem::exists(Ckpt(1)));
+  again.set_action_id(5);
+  EXPECT_EQ(StartOn(stub_.get(), again).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(MigrationTest, CheckpointOfASuspendedJobSavesWhereItStopped) {
+  StartAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state"))).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(1, 2, &sr).ok());
+  ASSERT_TRUE(sr.at_boundary());
+  const int64_t at = Minibatches(stub_.get(), 1);
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 3, &c, /*resize_to=*/2);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.method(), "library");
+  EXPECT_EQ(c.minibatches(), at);  // no further mini-batch was trained
+  EXPECT_EQ(SavedCount(Ckpt(1)), at);
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(1).empty(); }));
+  EXPECT_EQ(daemon_->ExitsOf(1)[0].exit_code(), 76);  // a resize
+}
+
+TEST_F(MigrationTest, AFailedSaveLeavesTheJobAsItWas) {
+  StartAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state --fail-save")))
+          .ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("save failed"), std::string::npos)
+      << s.error_message();
+  auto st = Status();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).state(), rpc::RUNNING);
+  const int64_t m = st.jobs(0).progress().minibatches();
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) > m + 2; }));
+
+  // Suspended: suspended again afterwards.
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(1, 3, &sr).ok());
+  s = CheckpointOn(stub_.get(), 1, 4, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  st = Status();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).state(), rpc::SUSPENDED);
+  EXPECT_TRUE(ProcessGroupStopped(static_cast<pid_t>(st.jobs(0).pid())));
+  rpc::ResumeReply rr;
+  ASSERT_TRUE(Resume(1, 5, &rr).ok());
+  const int64_t m2 = Minibatches(stub_.get(), 1);
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) > m2 + 2; }));
+  EXPECT_TRUE(daemon_->ExitsOf(1).empty());
+}
+
+TEST_F(MigrationTest, RefusesAJobThatCannotBeCheckpointedAndLeavesItRunning) {
+  StartAgent();
+  rpc::StartJobReply started;
+  ASSERT_TRUE(Start(7, 1, "exec sleep 1000", &started).ok());
+  ASSERT_TRUE(agent_->WaitForCapabilities(20s));
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 7, 2, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("job 7 cannot be migrated"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("not declared restartable"),
+            std::string::npos);
+  EXPECT_NE(s.error_message().find("CRIU"), std::string::npos);
+  std::printf("[ refusal ] %s\n", s.error_message().c_str());
+  auto st = Status();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).state(), rpc::RUNNING);
+  EXPECT_EQ(st.jobs(0).pid(), started.pid());
+  EXPECT_EQ(kill(static_cast<pid_t>(started.pid()), 0), 0);
+}
+
+TEST_F(MigrationTest, ARestartableJobGetsSigterm) {
+  StartAgent();
+  rpc::StartJobRequest req = StartReq(
+      1, 1,
+      "trap 'echo saved > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
+      "while :; do sleep 0.05; done");
+  req.mutable_spec()->set_restartable(true);
+  ASSERT_TRUE(StartOn(stub_.get(), req).ok());
+  std::this_thread::sleep_for(100ms);
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(1, 2, &sr).ok());  // SIGCONT after SIGTERM too
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 3, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.method(), "restart");
+  EXPECT_EQ(c.files(), 1);
+  EXPECT_EQ(testing::ReadFile(Ckpt(1) + "/own"), "saved\n");
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(1).empty(); }));
+  EXPECT_EQ(daemon_->ExitsOf(1)[0].exit_code(), 0);
+}
+
+TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
+  StartAgent();
+  StartSecondAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state --big 5000")))
+          .ok());
+  // The destination starts warm at once; it waits for its checkpoint.
+  rpc::StartJobRequest warm =
+      StartReq(1, 1, Job("100000 5 --state --big 5000"));
+  warm.set_warm(true);
+  ASSERT_TRUE(StartOn(stub2_.get(), warm).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  EXPECT_EQ(Minibatches(stub2_.get(), 1), 0);
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  rpc::ReceiveCheckpointReply r;
+  s = ReceiveOn(stub2_.get(), 1, 2, agent_->address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.bytes(), c.bytes());
+  EXPECT_GT(r.transfer_us(), 0);
+  EXPECT_GT(r.warm_us(), 0);
+  EXPECT_GT(r.load_us(), 0);
+  EXPECT_GT(r.first_minibatch_us(), 0);
+  EXPECT_GE(r.took_us(), r.transfer_us());
+  std::printf(
+      "[ migration ] checkpoint %lld us (save %lld), %lld bytes moved in "
+      "%lld us, warm %lld us, load %lld us, first mini-batch %lld us, "
+      "receive %lld us\n",
+      static_cast<long long>(c.took_us()), static_cast<long long>(c.save_us()),
+      static_cast<long long>(r.bytes()),
+      static_cast<long long>(r.transfer_us()),
+      static_cast<long long>(r.warm_us()), static_cast<long long>(r.load_us()),
+      static_cast<long long>(r.first_minibatch_us()),
+      static_cast<long long>(r.took_us()));
+  const std::string log = Log(dir2_, 1);
+  EXPECT_NE(log.find("restored " + std::to_string(c.minibatches())),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
+  auto st = StatusOf(stub2_.get());
+  const rpc::AgentJob* j = FindJob(st, 1);
+  ASSERT_NE(j, nullptr);
+  EXPECT_GT(j->progress().minibatches(), c.minibatches());
+  EXPECT_TRUE(j->has_checkpoint());
+  EXPECT_EQ(j->progress().world_size(), 1);
+  EXPECT_EQ(j->progress().sharing(), "exclusive");
+  // The source still holds its copy until told to drop it.
+  EXPECT_TRUE(std::filesystem::exists(Ckpt(1) + "/state"));
+  grpc::ClientContext ctx;
+  rpc::KillReply kr;
+  ASSERT_TRUE(stub2_->KillJob(&ctx, Req(1, 3), &kr).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir2_.path() + "/ckpt/jobs/1"));
+
+  // Nothing to read for an unknown job.
+  grpc::ClientContext ctx2;
+  rpc::ReadCheckpointRequest rr;
+  rr.set_job_id(99);
+  auto reader = stub_->ReadCheckpoint(&ctx2, rr);
+  rpc::CheckpointChunk chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(MigrationTest, AWarmStartTakesTheCheckpointHeldHere) {
+  StartAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state"))).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  rpc::CheckpointReply c;
+  ASSERT_TRUE(CheckpointOn(stub_.get(), 1, 2, &c).ok());
+  rpc::StartJobRequest warm = StartReq(1, 3, Job("100000 5 --state"));
+  warm.set_warm(true);
+  ASSERT_TRUE(StartOn(stub_.get(), warm).ok());
+  rpc::ReceiveCheckpointReply r;
+  grpc::Status s = ReceiveOn(stub_.get(), 1, 4, "", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_GT(r.bytes(), 0);
+  EXPECT_NE(Log(dir_, 1).find("restored " + std::to_string(c.minibatches())),
+            std::string::npos);
+  // A warm start's receive fails when the process is gone.
+  ASSERT_TRUE(Kill(1, 5).ok());
+  warm.set_action_id(6);
+  warm.mutable_spec()->set_command("exit 3");
+  ASSERT_TRUE(StartOn(stub_.get(), warm).ok());
+  s = ReceiveOn(stub_.get(), 1, 7, "", &r);
+  EXPECT_FALSE(s.ok());
+}
+
+TEST_F(MigrationTest, CapabilitiesSharingAndWorldSize) {
+  StartAgent();
+  ASSERT_TRUE(agent_->WaitForCapabilities(20s));
+  const Capabilities caps = agent_->capabilities();
+  EXPECT_NE(caps.criu_detail, "not checked yet");
+  EXPECT_FALSE(caps.criu_detail.empty());
+  std::printf("[ capabilities ] criu %d (%s); mps %d (%s)\n", caps.criu,
+              caps.criu_detail.c_str(), caps.mps, caps.mps_detail.c_str());
+  if (FindOnPath("criu").empty()) {
+    EXPECT_FALSE(caps.criu);
+    EXPECT_NE(caps.criu_detail.find("not found"), std::string::npos);
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    auto regs = daemon_->registrations();
+    return !regs.empty() &&
+           regs.back().capabilities().criu_detail() == caps.criu_detail;
+  }));
+  EXPECT_EQ(Status().capabilities().criu(), caps.criu);
+  EXPECT_EQ(Status().capabilities().mps_detail(), caps.mps_detail);
+
+  rpc::StartJobRequest a = StartReq(1, 1,
+                                    "echo ws=$GANDIVA_WORLD_SIZE; "
+                                    "exec sleep 1000");
+  a.add_gpus(1);
+  ASSERT_TRUE(StartOn(stub_.get(), a).ok());
+  ASSERT_TRUE(StartOn(stub_.get(), StartReq(2, 2, "exec sleep 1000")).ok());
+  ASSERT_TRUE(StartOn(stub_.get(), StartReq(3, 3, "exec sleep 1000")).ok());
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(3, 4, &sr).ok());
+  const rpc::AgentStatusReply st = Status();
+  const std::string packed = caps.mps ? "mps" : "time-shared";
+  std::map<int64_t, rpc::Progress> progress;
+  for (const auto& j : st.jobs()) progress[j.job_id()] = j.progress();
+  ASSERT_EQ(progress.size(), 3u);
+  EXPECT_EQ(progress[1].world_size(), 2);
+  EXPECT_EQ(progress[1].sharing(), packed);
+  EXPECT_EQ(progress[2].world_size(), 1);
+  EXPECT_EQ(progress[2].sharing(), packed);
+  EXPECT_EQ(progress[3].sharing(), "exclusive");  // suspended
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Log(dir_, 1).find("ws=2") != std::string::npos; }));
+}
+
+TEST_F(MigrationTest, ADataParallelJobIsSuspendedResumedAndKilledAsAGroup) {
+  StartAgent();
+  // Rank 1 runs without the page, rank 0 (the exec'd shell) attaches.
+  const std::string cmd = std::string("env -u GANDIVA_PROGRESS_FILE ") +
+                          GANDIVA_AGENT_TEST_JOB + " 100000 5 & exec " +
+                          GANDIVA_AGENT_TEST_JOB + " 100000 5";
+  rpc::StartJobReply started;
+  ASSERT_TRUE(Start(1, 1, cmd, &started).ok());
+  const pid_t pgid = static_cast<pid_t>(started.pid());
+  ASSERT_TRUE(WaitUntil([&] {
+    return Minibatches(stub_.get(), 1) >= 3 &&
+           ProcessGroupMembers(pgid).size() >= 2;
+  }));
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(1, 2, &sr).ok());
+  EXPECT_TRUE(sr.at_boundary());
+  EXPECT_EQ(ProcessGroupMembers(pgid).size(), 2u);
+  EXPECT_TRUE(ProcessGroupStopped(pgid));
+  for (pid_t p : ProcessGroupMembers(pgid)) {
+    EXPECT_TRUE(client::ProcessIsStopped(p)) << p;
+  }
+  rpc::ResumeReply rr;
+  ASSERT_TRUE(Resume(1, 3, &rr).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    for (pid_t p : ProcessGroupMembers(pgid)) {
+      if (client::ProcessIsStopped(p)) return false;
+    }
+    return true;
+  }));
+  ASSERT_TRUE(Kill(1, 4).ok());
+  ASSERT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pgid).empty(); }));
 }
 
 TEST(AgentServerOptionsTest, BadOptionsNameTheFlag) {

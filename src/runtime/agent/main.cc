@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   int report_interval_ms = 500;
   int kill_grace_ms = 10000;
   int suspend_timeout_ms = 30000;
+  int checkpoint_timeout_ms = 60000;
   CLI::App app{"gandiva-agent: the gandiva node agent (one per GPU server)"};
   app.add_option("--scheduler", o.scheduler_address,
                  "HOST:PORT of the gandiva-scheduler daemon")
@@ -40,6 +41,14 @@ int main(int argc, char** argv) {
   app.add_option("--work-dir", o.work_dir,
                  "Job logs and checkpoints (DIR/jobs/<id>/); default "
                  "/tmp/gandiva-agent-<name>");
+  app.add_option("--checkpoint-dir", o.checkpoint_root,
+                 "Checkpoints (DIR/jobs/<id>/checkpoint and incoming); "
+                 "default /dev/shm/gandiva-<name>, else WORK_DIR/checkpoints");
+  app.add_option("--checkpoint-timeout-ms", checkpoint_timeout_ms,
+                 "How long a job may take to save and exit (CheckpointJob), "
+                 "and a warm start to receive and load (ReceiveCheckpoint)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
   app.add_option("--page-dir", o.page_dir,
                  "Progress pages (default /dev/shm, else the work dir)");
   app.add_option("--report-interval-ms", report_interval_ms,
@@ -64,6 +73,8 @@ int main(int argc, char** argv) {
   o.report_interval = std::chrono::milliseconds(report_interval_ms);
   o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
   o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);
+  o.checkpoint_timeout = std::chrono::milliseconds(checkpoint_timeout_ms);
+  o.receive_timeout = std::chrono::milliseconds(checkpoint_timeout_ms);
 
   // SIGINT/SIGTERM are taken by sigwait below; every thread inherits the
   // mask (jobs get an empty one).

@@ -6,8 +6,10 @@
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <optional>
 #include <utility>
 
+#include "client/progress_page.h"
 #include "client/progress_reader.h"
 #include "runtime/exec_env.h"
 
@@ -33,6 +36,54 @@ int64_t MicrosSince(Clock::time_point t0) {
 }
 
 std::string Errno(int err) { return std::strerror(err); }
+
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull +
+         static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int64_t NsToUs(uint64_t later, uint64_t earlier) {
+  return later > earlier ? static_cast<int64_t>((later - earlier) / 1000) : 0;
+}
+
+// Regular files under `dir` (recursively), less the ready file.
+void DirStats(const std::string& dir, int64_t* bytes, int* files) {
+  *bytes = 0;
+  *files = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file(ec)) continue;
+    if (it->path().filename() == GANDIVA_RESUME_READY_FILE) continue;
+    *bytes += static_cast<int64_t>(it->file_size(ec));
+    ++*files;
+  }
+}
+
+std::string PageErrorName(int32_t code) {
+  switch (code) {
+    case -1:
+      return "GANDIVA_E_IO";
+    case -4:
+      return "GANDIVA_E_HOOK (the save hook failed)";
+    case -5:
+      return "GANDIVA_E_NO_CHECKPOINT_DIR";
+    case -6:
+      return "GANDIVA_E_STATE";
+    default:
+      return "error " + std::to_string(code);
+  }
+}
+
+bool Overlaps(const std::vector<int>& a, const std::vector<int>& b) {
+  for (int x : a) {
+    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+  }
+  return false;
+}
 
 std::string JoinInts(const std::vector<int>& v) {
   std::string s;
@@ -160,6 +211,18 @@ struct Supervisor::JobRec {
   std::string page_path;
   std::optional<client::ProgressReader> reader;  // set before publication
   Clock::time_point started = Clock::now();
+  uint64_t started_ns = 0;  // CLOCK_MONOTONIC, as the page's times
+  // The page mapped read-only for what ProgressReader does not show
+  // (state_changed_ns); null if that failed.
+  const gandiva_progress_page* raw_page = nullptr;
+  ~JobRec() {
+    if (raw_page != nullptr) {
+      munmap(const_cast<gandiva_progress_page*>(raw_page),
+             GANDIVA_PAGE_FILE_SIZE);
+    }
+  }
+  bool restartable = false;
+  bool warm = false;
   std::thread waiter;
   std::mutex action_mu;  // serialises Suspend/Resume/Kill of this job
   std::atomic<bool> exited{false};
@@ -203,7 +266,16 @@ std::string Supervisor::LogPath(int64_t job_id) const {
   return JobDir(job_id) + "/log";
 }
 std::string Supervisor::CheckpointDir(int64_t job_id) const {
-  return JobDir(job_id) + "/checkpoint";
+  const std::string& root = options_.checkpoint_root.empty()
+                                ? options_.work_dir
+                                : options_.checkpoint_root;
+  return root + "/jobs/" + std::to_string(job_id) + "/checkpoint";
+}
+std::string Supervisor::IncomingDir(int64_t job_id) const {
+  const std::string& root = options_.checkpoint_root.empty()
+                                ? options_.work_dir
+                                : options_.checkpoint_root;
+  return root + "/jobs/" + std::to_string(job_id) + "/incoming";
 }
 std::string Supervisor::PagePath(int64_t job_id) const {
   // The agent's pid keeps two agents of the same name on one machine (two
@@ -285,6 +357,22 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
                                    what + ")");
     }
   }
+  if (params.warm && !params.resume_from.empty()) {
+    return core::InvalidArgument(
+        "resume_from: must be empty for a warm start (" + what + ")");
+  }
+  if (params.warm && params.resume_local) {
+    return core::InvalidArgument(
+        "resume_local: a warm start takes its checkpoint from "
+        "ReceiveCheckpoint (" +
+        what + ")");
+  }
+  if (params.resume_local && !params.resume_from.empty()) {
+    return core::InvalidArgument(
+        "resume_from: must be empty with "
+        "resume_local (" +
+        what + ")");
+  }
 
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = jobs_.find(params.job_id); it != jobs_.end()) {
@@ -299,13 +387,48 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     jobs_.erase(it);
   }
 
+  std::string resume_from = params.resume_from;
+  const std::string checkpoint_dir = CheckpointDir(params.job_id);
+  const std::string incoming_dir = IncomingDir(params.job_id);
+  std::error_code ec;
+  if (params.resume_local) {
+    auto held = held_.find(params.job_id);
+    if (held == held_.end()) {
+      return core::FailedPrecondition(
+          what + " has no checkpoint on this agent (resume_local)");
+    }
+    resume_from = held->second;
+  }
+  if (params.warm) {
+    // A checkpoint received here earlier moves aside for the new one.
+    if (auto held = held_.find(params.job_id);
+        held != held_.end() && held->second == incoming_dir) {
+      std::filesystem::remove_all(checkpoint_dir, ec);
+      std::filesystem::create_directories(
+          std::filesystem::path(checkpoint_dir).parent_path(), ec);
+      std::filesystem::rename(incoming_dir, checkpoint_dir, ec);
+      held->second = checkpoint_dir;
+    }
+    std::filesystem::remove_all(incoming_dir, ec);
+    std::filesystem::create_directories(incoming_dir, ec);
+    if (ec) {
+      return core::IoError("creating " + incoming_dir + ": " + ec.message());
+    }
+    resume_from = incoming_dir;
+  }
+
   auto job = std::make_shared<JobRec>();
   job->job_id = params.job_id;
   job->gpus = params.gpus;
   job->log_path = LogPath(params.job_id);
   job->page_path = PagePath(params.job_id);
-  const std::string checkpoint_dir = CheckpointDir(params.job_id);
-  std::error_code ec;
+  job->restartable = params.restartable;
+  job->warm = params.warm;
+  std::filesystem::create_directories(JobDir(params.job_id), ec);
+  if (ec) {
+    return core::IoError("creating " + JobDir(params.job_id) + ": " +
+                         ec.message());
+  }
   std::filesystem::create_directories(checkpoint_dir, ec);
   if (ec) {
     return core::IoError("creating " + checkpoint_dir + ": " + ec.message());
@@ -314,6 +437,15 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   auto reader = client::ProgressReader::Open(job->page_path);
   if (!reader.ok()) return reader.status();
   job->reader.emplace(std::move(*reader));
+  if (const int fd = open(job->page_path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd >= 0) {
+    void* m =
+        mmap(nullptr, GANDIVA_PAGE_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m != MAP_FAILED) {
+      job->raw_page = static_cast<const gandiva_progress_page*>(m);
+    }
+  }
 
   // The environment: ours, less what gandiva sets, then the spec's, then
   // gandiva's own variables (which win).
@@ -327,12 +459,25 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   env["GANDIVA_JOB_ID"] = std::to_string(params.job_id);
   env["GANDIVA_PROGRESS_FILE"] = job->page_path;
   env["GANDIVA_CHECKPOINT_DIR"] = checkpoint_dir;
-  if (!params.resume_from.empty()) {
-    env["GANDIVA_RESUME_FROM"] = params.resume_from;
+  env["GANDIVA_WORLD_SIZE"] = std::to_string(params.gpus.size());
+  if (!resume_from.empty()) env["GANDIVA_RESUME_FROM"] = resume_from;
+  if (params.warm) env["GANDIVA_RESUME_WAIT"] = "1";
+  if (caps_.mps) {
+    // Packed: another live job here holds one of its GPUs.
+    const bool packed =
+        std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& kv) {
+          return kv.second->state != RunState::kExited &&
+                 Overlaps(kv.second->gpus, params.gpus);
+        });
+    if (packed) {
+      env["CUDA_MPS_PIPE_DIRECTORY"] = caps_.mps_pipe_dir;
+      env["CUDA_MPS_LOG_DIRECTORY"] = caps_.mps_log_dir;
+    }
   }
   ExecEnv envp(env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS",
                      "GANDIVA_JOB_ID", "GANDIVA_PROGRESS_FILE",
-                     "GANDIVA_CHECKPOINT_DIR", "GANDIVA_RESUME_FROM"});
+                     "GANDIVA_CHECKPOINT_DIR", "GANDIVA_RESUME_FROM",
+                     "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE"});
   std::string arg0 = "sh", arg1 = "-c", arg2 = params.command;
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
 
@@ -376,6 +521,8 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     pinned = pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
   }
   pid_t pid = 0;
+  job->started = Clock::now();
+  job->started_ns = MonotonicNs();
   const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp.envp());
   if (pinned) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   posix_spawn_file_actions_destroy(&fa);
@@ -441,10 +588,17 @@ bool Supervisor::PollUntil(const JobRec& job, Clock::time_point end,
 
 core::StatusOr<SuspendResult> Supervisor::Suspend(int64_t job_id) {
   const auto t0 = Clock::now();
-  const std::string what = JobIdText(job_id);
   auto job = Find(job_id);
-  if (!job) return core::NotFound(what + " is not known to this agent");
+  if (!job) {
+    return core::NotFound(JobIdText(job_id) + " is not known to this agent");
+  }
   std::lock_guard<std::mutex> action(job->action_mu);
+  return SuspendLocked(job, t0);
+}
+
+core::StatusOr<SuspendResult> Supervisor::SuspendLocked(
+    const std::shared_ptr<JobRec>& job, Clock::time_point t0) {
+  const std::string what = JobIdText(job->job_id);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (job->state == RunState::kExited) {
@@ -630,6 +784,17 @@ std::vector<JobView> Supervisor::Jobs(bool include_exited) const {
     v.gpus = job->gpus;
     v.log_path = job->log_path;
     v.exit_code = job->exit_code;
+    v.world_size = static_cast<int>(job->gpus.size());
+    v.warm = job->warm;
+    v.has_checkpoint = held_.contains(job->job_id);
+    if (job->state == RunState::kRunning) {
+      const bool shared =
+          std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& kv) {
+            return kv.second != job && kv.second->state == RunState::kRunning &&
+                   Overlaps(kv.second->gpus, job->gpus);
+          });
+      if (shared) v.sharing = caps_.mps ? "mps" : "time-shared";
+    }
     if (job->reader) {
       const client::ProgressSnapshot s = job->reader->Read();
       v.minibatches = s.minibatches;
@@ -666,6 +831,271 @@ void Supervisor::AckExits(uint64_t up_to_seq) {
   std::lock_guard<std::mutex> lock(mu_);
   std::erase_if(exits_,
                 [&](const ExitRecord& r) { return r.seq <= up_to_seq; });
+}
+
+// ---------------------------------------------------------- checkpoints
+
+core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
+                                                        int resize_to) {
+  const auto t0 = Clock::now();
+  const std::string what = JobIdText(job_id);
+  if (resize_to < 0 || resize_to > static_cast<int>(GANDIVA_REQUEST_ARG_MAX)) {
+    return core::InvalidArgument("resize_to: out of range, got " +
+                                 std::to_string(resize_to));
+  }
+  auto job = Find(job_id);
+  if (!job) return core::NotFound(what + " is not known to this agent");
+  std::lock_guard<std::mutex> action(job->action_mu);
+  bool was_suspended = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job->state == RunState::kExited) {
+      return core::FailedPrecondition(what + " has exited");
+    }
+    was_suspended = job->state == RunState::kSuspended;
+  }
+  // A job that has just started may not have reached the library yet.
+  if (!was_suspended && job->reader->state() == client::JobState::kNew) {
+    PollUntil(*job,
+              std::min(t0 + options_.checkpoint_timeout,
+                       job->started + options_.library_start_grace),
+              [&] { return job->reader->state() != client::JobState::kNew; });
+  }
+  const client::ProgressSnapshot snap = job->reader->Read();
+  const bool library = snap.pid > 0 && snap.state != client::JobState::kNew &&
+                       snap.state != client::JobState::kExited;
+  if (library) return CheckpointLibrary(job, resize_to, was_suspended, t0);
+  if (job->restartable) return CheckpointRestart(job, was_suspended, t0);
+  const Capabilities caps = capabilities();
+  std::string criu =
+      caps.criu
+          ? "CRIU works here (" + caps.criu_detail +
+                ") but this agent does not checkpoint jobs "
+                "with CRIU yet"
+          : "CRIU is not usable on this server (" + caps.criu_detail + ")";
+  return core::FailedPrecondition(
+      what +
+      " cannot be migrated: it does not use the gandiva job-side library, is "
+      "not declared restartable, and " +
+      criu);
+}
+
+core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
+    const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
+    Clock::time_point t0) {
+  const std::string what = JobIdText(job->job_id);
+  const auto end = t0 + options_.checkpoint_timeout;
+  const client::RequestKind kind =
+      resize_to > 0 ? client::RequestKind::kResize
+                    : client::RequestKind::kCheckpointAndExit;
+  const int expected =
+      resize_to > 0 ? GANDIVA_EXIT_RESIZE : GANDIVA_EXIT_MIGRATE;
+  auto seq = job->reader->Request(kind, static_cast<uint32_t>(resize_to));
+  if (!seq.ok()) return seq.status();
+  const pid_t pgid = job->pid;
+  if (was_suspended) {
+    // The library serves the request right after it is continued, at the
+    // boundary where it stopped.
+    kill(-pgid, SIGCONT);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job->state == RunState::kSuspended) job->state = RunState::kRunning;
+  }
+  client::ProgressSnapshot s;
+  const bool failed = PollUntil(*job, end, [&] {
+    s = job->reader->Read();
+    return s.done_seq >= *seq && s.last_result != 0 &&
+           s.state != client::JobState::kCheckpointing;
+  });
+  if (job->exited.load()) {
+    int code = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      code = job->exit_code;
+    }
+    const std::string dir = CheckpointDir(job->job_id);
+    CheckpointResult r;
+    DirStats(dir, &r.bytes, &r.files);
+    if (code != expected) {
+      return core::FailedPrecondition(
+          what + " exited with code " + std::to_string(code) +
+          " while checkpointing (expected " + std::to_string(expected) + ")");
+    }
+    if (r.files == 0) {
+      return core::FailedPrecondition(what + " exited with code " +
+                                      std::to_string(code) +
+                                      " but left no checkpoint in " + dir);
+    }
+    const client::ProgressSnapshot after = job->reader->Read();
+    r.took_us = MicrosSince(t0);
+    r.save_us = after.last_effective_ns > after.last_received_ns &&
+                        after.last_received_ns > 0
+                    ? NsToUs(after.last_effective_ns, after.last_received_ns)
+                    : 0;
+    r.method = "library";
+    r.minibatches = static_cast<int64_t>(after.minibatches);
+    r.exit_code = code;
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[job->job_id] = dir;
+    return r;
+  }
+  // Failed or timed out: cancel the request and put the job back.
+  (void)job->reader->Request(client::RequestKind::kNone);
+  std::string reason =
+      failed ? "its save failed (" + PageErrorName(s.last_result) + ")"
+             : "it did not save and exit within " +
+                   std::to_string(options_.checkpoint_timeout.count()) +
+                   " ms (page state " +
+                   std::string(client::JobStateName(s.state)) + ")";
+  if (was_suspended) {
+    auto again = SuspendLocked(job, Clock::now());
+    if (!again.ok()) {
+      reason += "; suspending it again failed: " + again.status().message();
+    }
+  }
+  return core::FailedPrecondition(what + " was not checkpointed: " + reason +
+                                  "; the request was cancelled and the job "
+                                  "left " +
+                                  (was_suspended ? "suspended" : "running"));
+}
+
+core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
+    const std::shared_ptr<JobRec>& job, bool was_suspended,
+    Clock::time_point t0) {
+  const std::string what = JobIdText(job->job_id);
+  const pid_t pgid = job->pid;
+  kill(-pgid, SIGTERM);
+  if (was_suspended) kill(-pgid, SIGCONT);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (job->state == RunState::kSuspended) job->state = RunState::kRunning;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!exited_cv_.wait_for(lock, options_.checkpoint_timeout,
+                           [&] { return job->exited.load(); })) {
+    return core::Status(
+        core::StatusCode::kUnavailable,
+        what + " (restartable) did not exit within " +
+            std::to_string(options_.checkpoint_timeout.count()) +
+            " ms of SIGTERM");
+  }
+  CheckpointResult r;
+  r.exit_code = job->exit_code;
+  lock.unlock();
+  const std::string dir = CheckpointDir(job->job_id);
+  DirStats(dir, &r.bytes, &r.files);
+  r.took_us = MicrosSince(t0);
+  r.method = "restart";
+  r.minibatches = static_cast<int64_t>(job->reader->minibatches());
+  lock.lock();
+  held_[job->job_id] = dir;
+  return r;
+}
+
+core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
+    int64_t job_id, bool await_first_minibatch,
+    std::chrono::milliseconds timeout,
+    const std::function<core::Status()>& make_ready) {
+  const auto end = Clock::now() + timeout;
+  const std::string what = JobIdText(job_id);
+  auto job = Find(job_id);
+  if (!job) return core::NotFound(what + " is not known to this agent");
+  if (!job->warm) {
+    return core::FailedPrecondition(what + " was not started warm here");
+  }
+  auto gone = [&](const std::string& when) {
+    int code = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      code = job->exit_code;
+    }
+    return core::FailedPrecondition(what + " exited (code " +
+                                    std::to_string(code) + ") " + when);
+  };
+  auto late = [&](const std::string& what_for) {
+    return core::Status(core::StatusCode::kUnavailable,
+                        what + " did not " + what_for + " within " +
+                            std::to_string(timeout.count()) + " ms");
+  };
+  if (job->exited.load()) return gone("before its checkpoint arrived");
+  RestoreResult r;
+  client::ProgressSnapshot s;
+  // The process builds its model, then waits for the checkpoint.
+  const bool waiting = PollUntil(*job, end, [&] {
+    s = job->reader->Read();
+    return s.state == client::JobState::kWaiting || s.restore_begin_ns != 0;
+  });
+  if (!waiting) {
+    if (job->exited.load()) return gone("before waiting for its checkpoint");
+    return late("wait for its checkpoint (page state WAITING)");
+  }
+  if (s.state == client::JobState::kWaiting) {
+    const uint64_t since =
+        job->raw_page != nullptr
+            ? job->raw_page->state_changed_ns.load(std::memory_order_acquire)
+            : MonotonicNs();
+    r.warm_us = NsToUs(since, job->started_ns);
+  }
+  GANDIVA_RETURN_IF_ERROR(make_ready());
+  const bool restored = PollUntil(*job, end, [&] {
+    s = job->reader->Read();
+    return s.restore_end_ns != 0;
+  });
+  if (!restored) {
+    if (job->exited.load()) return gone("while restoring its checkpoint");
+    return late("restore its checkpoint");
+  }
+  r.load_us = NsToUs(s.restore_end_ns, s.restore_begin_ns);
+  const uint64_t restore_end = s.restore_end_ns;
+  if (await_first_minibatch) {
+    const uint64_t at_end = s.minibatches;
+    const bool stepped = PollUntil(*job, end, [&] {
+      s = job->reader->Read();
+      return s.last_boundary_ns > restore_end || s.minibatches > at_end;
+    });
+    if (!stepped && !(job->exited.load() && s.minibatches > at_end)) {
+      if (job->exited.load()) {
+        return gone("before its first mini-batch after the restore");
+      }
+      return late("train a mini-batch after its restore");
+    }
+    r.first_minibatch_us = NsToUs(s.last_boundary_ns, restore_end);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  held_[job_id] = IncomingDir(job_id);
+  return r;
+}
+
+std::string Supervisor::HeldCheckpoint(int64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = held_.find(job_id);
+  return it == held_.end() ? std::string() : it->second;
+}
+
+void Supervisor::HoldCheckpoint(int64_t job_id, const std::string& dir) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_[job_id] = dir;
+}
+
+bool Supervisor::DropCheckpoint(int64_t job_id) {
+  bool had = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    had = held_.erase(job_id) > 0;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(
+      std::filesystem::path(CheckpointDir(job_id)).parent_path(), ec);
+  return had;
+}
+
+void Supervisor::SetCapabilities(const Capabilities& caps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  caps_ = caps;
+}
+
+Capabilities Supervisor::capabilities() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return caps_;
 }
 
 }  // namespace gandiva::runtime

@@ -4,6 +4,13 @@
 // the group otherwise), resumes it (SIGCONT), kills it (SIGTERM, then SIGKILL
 // after a grace period), reaps it and keeps its exit record until the caller
 // acknowledges it (the agent does once a report reached the daemon).
+// For migration and resize it checkpoints a job (a checkpoint-and-exit or
+// resize request on its page; SIGTERM for a restartable job without the
+// library), warm-starts one that waits for a checkpoint to arrive, and keeps
+// the checkpoints it holds under options.checkpoint_root.
+// A job may be several processes (a data-parallel launcher and its ranks):
+// signals go to its process group; the process that attached the page (rank
+// 0) stops itself at a boundary and the rest of the group is then SIGSTOPped.
 // No gRPC here: errors are core::Status values (kNotFound: unknown job;
 // kFailedPrecondition: wrong state; kInvalidArgument: bad request, naming the
 // field; kUnavailable: the job did not react in time).
@@ -29,6 +36,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/agent/capabilities.h"
 
 namespace gandiva::runtime {
 
@@ -48,6 +56,12 @@ struct SupervisorOptions {
   // without it (SIGSTOP, not at a boundary).
   std::chrono::milliseconds library_start_grace{10000};
   std::chrono::milliseconds resume_timeout{30000};  // SIGCONT -> running
+  // Checkpoints: GANDIVA_CHECKPOINT_DIR of job J is
+  // ROOT/jobs/J/checkpoint, a warm start's GANDIVA_RESUME_FROM is
+  // ROOT/jobs/J/incoming. Empty: work_dir.
+  std::string checkpoint_root;
+  // Checkpoint(): request -> exited with the checkpoint saved.
+  std::chrono::milliseconds checkpoint_timeout{60000};
 };
 
 struct StartParams {
@@ -57,6 +71,15 @@ struct StartParams {
   std::map<std::string, std::string> env;
   std::vector<int> gpus;    // local GPU indices
   std::string resume_from;  // GANDIVA_RESUME_FROM when non-empty
+  // The job keeps its own checkpoints in GANDIVA_CHECKPOINT_DIR: Checkpoint()
+  // may stop it with SIGTERM (JobSpec.restartable).
+  bool restartable = false;
+  // Warm start: GANDIVA_RESUME_FROM=IncomingDir(job), GANDIVA_RESUME_WAIT=1
+  // (the library waits for the ready file there). resume_from must be empty.
+  bool warm = false;
+  // GANDIVA_RESUME_FROM = the checkpoint held here for the job
+  // (HeldCheckpoint); kFailedPrecondition when there is none.
+  bool resume_local = false;
 };
 
 struct StartResult {
@@ -69,6 +92,20 @@ struct SuspendResult {
 };
 struct ResumeResult {
   int64_t took_us = 0;  // SIGCONT -> running again
+};
+struct CheckpointResult {
+  int64_t took_us = 0;  // request -> exited with the checkpoint complete
+  int64_t save_us = 0;  // the job's own save, from its page (0: unknown)
+  int64_t bytes = 0;    // regular files in the checkpoint directory
+  int files = 0;
+  std::string method;  // "library" or "restart"
+  int64_t minibatches = 0;
+  int exit_code = 0;  // 75 / 76 (library), whatever SIGTERM gave (restart)
+};
+struct RestoreResult {
+  int64_t warm_us = 0;  // process start -> page state WAITING (0: unseen)
+  int64_t load_us = 0;  // restore_end - restore_begin, from the page
+  int64_t first_minibatch_us = 0;  // restore end -> a boundary after it
 };
 
 enum class RunState { kRunning, kSuspended, kExited };
@@ -84,7 +121,13 @@ struct JobView {
   bool uses_library = false;  // the job attached to its progress page
   pid_t library_pid = 0;      // the process that attached (0: none)
   std::string log_path;
-  int exit_code = 0;  // when kExited: status, or -N when killed by signal N
+  int exit_code = 0;   // when kExited: status, or -N when killed by signal N
+  int world_size = 0;  // GPUs it was started on
+  // "exclusive", "time-shared" (another running job here holds one of its
+  // GPUs) or "mps" (that, with MPS usable).
+  std::string sharing = "exclusive";
+  bool warm = false;            // started with StartParams::warm
+  bool has_checkpoint = false;  // HeldCheckpoint(job_id) is set
 };
 
 struct ExitRecord {
@@ -122,6 +165,46 @@ class Supervisor {
   // Kills every live job concurrently, as Kill does.
   void KillAll();
 
+  // Migration / resize, source side: the job saves its state and exits.
+  // A job attached to its page gets a checkpoint-and-exit request (resize
+  // when resize_to > 0) and, if suspended, SIGCONT; the reply comes once it
+  // exited with 75 (76) and CheckpointDir() is non-empty. If it reports a
+  // failed save or does not finish within checkpoint_timeout, the request is
+  // cancelled, the job is put back as it was (suspended again if it was) and
+  // the result is kFailedPrecondition. A job without the library that is
+  // restartable gets SIGTERM (then SIGCONT if suspended); kUnavailable if it
+  // does not exit in time. Any other job: kFailedPrecondition with the
+  // reason, the job untouched. On success the checkpoint directory is held
+  // (HeldCheckpoint). The exit is recorded and reported as any other.
+  core::StatusOr<CheckpointResult> Checkpoint(int64_t job_id,
+                                              int resize_to = 0);
+
+  // Warm start, destination side: waits (bounded by `timeout`) until the job
+  // (started warm, still running) waits for its checkpoint (page WAITING),
+  // calls make_ready() (which must create the ready file in IncomingDir),
+  // then waits until the job restored (restore_end_ns != 0) and, with
+  // await_first_minibatch, passed a boundary after that. Then IncomingDir is
+  // the job's held checkpoint. kFailedPrecondition if the job was not started
+  // warm or exited; kUnavailable on timeout; make_ready()'s error.
+  core::StatusOr<RestoreResult> AwaitRestore(
+      int64_t job_id, bool await_first_minibatch,
+      std::chrono::milliseconds timeout,
+      const std::function<core::Status()>& make_ready);
+
+  // The directory of the complete checkpoint held here for the job ("" if
+  // none): CheckpointDir after Checkpoint(), IncomingDir after AwaitRestore.
+  std::string HeldCheckpoint(int64_t job_id) const;
+  // Records `dir` as the complete checkpoint held for the job.
+  void HoldCheckpoint(int64_t job_id, const std::string& dir);
+  // Deletes CHECKPOINT_ROOT/jobs/<id> (checkpoint and incoming) and forgets
+  // the held checkpoint. True if there was one.
+  bool DropCheckpoint(int64_t job_id);
+
+  // Found in the background at agent start; used for the refusal reason of
+  // Checkpoint(), MPS env of packed jobs and JobView::sharing.
+  void SetCapabilities(const Capabilities& caps);
+  Capabilities capabilities() const;
+
   // Live jobs (running or suspended); with `include_exited`, also ended ones.
   std::vector<JobView> Jobs(bool include_exited = false) const;
   core::StatusOr<JobView> Job(int64_t job_id) const;
@@ -136,6 +219,7 @@ class Supervisor {
   std::string JobDir(int64_t job_id) const;
   std::string LogPath(int64_t job_id) const;
   std::string CheckpointDir(int64_t job_id) const;
+  std::string IncomingDir(int64_t job_id) const;
   std::string PagePath(int64_t job_id) const;
 
  private:
@@ -144,6 +228,15 @@ class Supervisor {
   std::shared_ptr<JobRec> Find(int64_t job_id) const;
   void Wait(const std::shared_ptr<JobRec>& job);
   core::Status KillLocked(JobRec& job);  // job.action_mu held
+  core::StatusOr<SuspendResult> SuspendLocked(
+      const std::shared_ptr<JobRec>& job,
+      std::chrono::steady_clock::time_point t0);  // job->action_mu held
+  core::StatusOr<CheckpointResult> CheckpointLibrary(
+      const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
+      std::chrono::steady_clock::time_point t0);
+  core::StatusOr<CheckpointResult> CheckpointRestart(
+      const std::shared_ptr<JobRec>& job, bool was_suspended,
+      std::chrono::steady_clock::time_point t0);
   // Waits until pred() or the job exited or the deadline; true if pred().
   bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
                  const std::function<bool()>& pred) const;
@@ -159,6 +252,8 @@ class Supervisor {
   std::vector<ExitRecord> exits_;                    // guarded by mu_
   uint64_t next_exit_seq_ = 1;                       // guarded by mu_
   std::vector<std::thread> old_waiters_;             // guarded by mu_
+  std::map<int64_t, std::string> held_;              // guarded by mu_
+  Capabilities caps_;                                // guarded by mu_
 };
 
 // Processes whose process group is `pgid` (scans /proc).

@@ -30,6 +30,8 @@ class SupervisorTest : public ::testing::Test {
     o.work_dir = dir_.path();
     o.num_gpus = 4;
     o.kill_grace = 2s;
+    // Jobs without the library are suspended without waiting 10 s for it.
+    o.library_start_grace = 1s;
     return o;
   }
   StartParams Job(int64_t id, std::string command) {
