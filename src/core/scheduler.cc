@@ -358,7 +358,11 @@ Status Scheduler::Apply(const Event& event) {
             ++p.reports;
             p.updated = event.time;
             const Job& j = state_.job(e.job);
-            if (j.state == JobState::kRunning && !j.busy()) {
+            // A report without a rate (the job has not passed two
+            // boundaries since it started or resumed) says nothing of how
+            // fast it runs alone or packed.
+            if (j.state == JobState::kRunning && !j.busy() &&
+                e.minibatch_rate > 0) {
               auto smooth = [&](double& rate, int& n) {
                 const double wn = n == 0 ? 1.0 : options_.profile_smoothing;
                 rate = wn * e.minibatch_rate + (1 - wn) * rate;

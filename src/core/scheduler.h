@@ -37,6 +37,13 @@ class Scheduler {
   // go backwards.
   Status Handle(const Event& event, std::vector<Action>& out);
 
+  // Whether an operator's request could be carried out now (what Handle
+  // would say of it), without carrying it out.
+  Status Check(const MechanismRequest& m) const {
+    std::vector<GpuId> gpus;
+    return PlanMechanism(m, &gpus);
+  }
+
   const ClusterState& state() const { return state_; }
   const Policy& policy() const { return *policy_; }
 

@@ -396,9 +396,10 @@ void GandivaPolicy::JudgePack(const ClusterState& state, const Job& job,
   if (state.now() - job.packed_since < options_.pack_settle) return;
   const Profile& a = job.profile;
   const Profile& b = peer.profile;
+  const int alone = std::max(1, options_.pack_min_alone_reports);
   if (a.packed_reports < options_.pack_reports ||
-      b.packed_reports < options_.pack_reports || a.alone_reports == 0 ||
-      b.alone_reports == 0 || a.rate_alone <= 0 || b.rate_alone <= 0) {
+      b.packed_reports < options_.pack_reports || a.alone_reports < alone ||
+      b.alone_reports < alone || a.rate_alone <= 0 || b.rate_alone <= 0) {
     return;
   }
   const double packed =
@@ -423,7 +424,9 @@ void GandivaPolicy::TryPack(const ClusterState& state, Actions& out) {
   std::vector<Candidate> candidates;
   for (const JobOrder& w : state.waiting()) {
     const Job& j = state.job(w.id);
-    if (!j.launched || j.profile.alone_reports == 0 ||
+    if (!j.launched ||
+        j.profile.alone_reports <
+            std::max(1, options_.pack_min_alone_reports) ||
         static_cast<int>(j.gpus.size()) != j.spec.gpus) {
       continue;
     }
@@ -452,7 +455,9 @@ void GandivaPolicy::TryPack(const ClusterState& state, Actions& out) {
     if (!peer.valid() || !single) continue;
     const Job& p = state.job(peer);
     if (p.busy() || p.packed_with.valid() || p.gpus != j.gpus ||
-        p.profile.alone_reports == 0 || p.spec.priority != j.spec.priority ||
+        p.profile.alone_reports <
+            std::max(1, options_.pack_min_alone_reports) ||
+        p.spec.priority != j.spec.priority ||
         bad_pairs_.count(PairKey(j.id, p.id)) ||
         j.profile.gpu_memory_gb + p.profile.gpu_memory_gb >
             options_.gpu_memory_gb) {

@@ -63,6 +63,11 @@ struct GandivaOptions {
   // each of its jobs must have made while packed. Defaults 30 s and 1.
   Duration pack_settle = Duration::Seconds(30);
   int pack_reports = 1;
+  // A job is packed, and a pack judged, only once each job has made this
+  // many reports running alone (so its alone rate is past its warm-up).
+  // Default 1: the simulator reports a situation once, after it settled.
+  // The daemon, whose agents report every fraction of a second, asks for 5.
+  int pack_min_alone_reports = 1;
   // Keep a pack whose normalised throughput exceeds this. Default 1.0:
   // it must beat time-slicing.
   double pack_keep_above = 1.0;
