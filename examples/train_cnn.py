@@ -13,6 +13,7 @@ Exits 0 after exactly --steps mini-batches; the last line is
 """
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -114,6 +115,13 @@ def main() -> int:
         if job.steps >= args.steps:
             break
     print(f"done: {job.steps} steps, loss {loss.item():.4f}", flush=True)
+    # A fingerprint of the trained parameters: a job that was suspended,
+    # migrated or restored prints the same one as a run that never was.
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    print(f"parameters sha256 {digest.hexdigest()}", flush=True)
     return 0
 
 

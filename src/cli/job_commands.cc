@@ -132,8 +132,9 @@ void PrintSpec(const rpc::JobSpec& spec) {
   std::printf("name: %s\ncommand: %s\ngpus: %d\npriority: %d\nowner: %s\n",
               spec.name().c_str(), spec.command().c_str(), spec.gpus(),
               spec.priority(), spec.owner().c_str());
-  std::printf("group: %s\nelastic: %s\nworkdir: %s\n", spec.group().c_str(),
-              spec.elastic() ? "true" : "false", spec.workdir().c_str());
+  std::printf("group: %s\nelastic: %s\nrestartable: %s\nworkdir: %s\n",
+              spec.group().c_str(), spec.elastic() ? "true" : "false",
+              spec.restartable() ? "true" : "false", spec.workdir().c_str());
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
   std::printf("env:%s\n", env.empty() ? " {}" : "");
   for (const auto& [k, v] : env) {
@@ -257,6 +258,7 @@ int RunShow(const JobFlags& f) {
   std::printf("  group:        %s\n",
               spec.group().empty() ? "-" : spec.group().c_str());
   std::printf("  elastic:      %s\n", spec.elastic() ? "yes" : "no");
+  std::printf("  restartable:  %s\n", spec.restartable() ? "yes" : "no");
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
   std::printf("  env:         %s\n", env.empty() ? " -" : "");
   for (const auto& [k, v] : env) {
@@ -277,6 +279,16 @@ int RunShow(const JobFlags& f) {
               j.uses_library() || p.uses_library()
                   ? "yes (suspends at mini-batch boundaries)"
                   : "no (plain SIGSTOP/SIGCONT)");
+  if (!p.sharing().empty()) {
+    std::printf("  gpu sharing:  %s\n",
+                p.sharing() == "mps"           ? "packed, under NVIDIA MPS"
+                : p.sharing() == "time-shared" ? "packed (no MPS: the GPU "
+                                                 "time-shares the two)"
+                                               : p.sharing().c_str());
+  }
+  if (p.world_size() > 1) {
+    std::printf("  world size:   %d processes\n", p.world_size());
+  }
   std::printf("  suspends:     %d (resumes %d)\n", j.suspends(), j.resumes());
   if (p.gpu_memory_bytes() > 0 || p.gpu_utilization() > 0) {
     std::printf("  gpu:          %.0f%% busy, %.1f MiB\n",
@@ -432,6 +444,116 @@ int RunAct(Act act, const JobFlags& f) {
   return 0;
 }
 
+// ------------------------------------------- migrate/pack/unpack/resize
+
+enum class Mech { kMigrate, kPack, kUnpack, kResize };
+
+struct MechFlags {
+  ConnectionFlags conn;
+  std::string job;
+  std::string server;  // migrate --to
+  std::string with;    // pack --with
+  int gpus = 0;        // resize --gpus
+  bool no_wait = false;
+  double timeout_s = 300;
+};
+
+// Waits until the job's history shows the outcome of the mechanism asked
+// for at or after `since_us` (the daemon's clock); prints it.
+int AwaitOutcome(Session& s, int64_t id, const std::vector<std::string>& names,
+                 int64_t since_us, double timeout_s) {
+  const auto end =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  while (std::chrono::steady_clock::now() < end) {
+    rpc::JobInfo j;
+    std::string error;
+    if (!s.GetJob(id, &j, &error)) return s.Fail(error);
+    for (const auto& h : j.history()) {
+      if (h.time_us() < since_us) continue;
+      if (std::find(names.begin(), names.end(), h.action()) == names.end()) {
+        continue;
+      }
+      if (h.ok()) {
+        std::printf("job %lld: %s done in %s: %s\n", static_cast<long long>(id),
+                    h.action().c_str(), FormatTook(h.took_us()).c_str(),
+                    h.detail().c_str());
+        return 0;
+      }
+      return s.Fail("job " + std::to_string(id) + ": " + h.action() +
+                    " failed: " + h.detail() + " (the job stays as it was)");
+    }
+    if (IsEnded(j.state())) {
+      return s.Fail("job " + std::to_string(id) + " ended before the " +
+                    names[0] + " was done");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return s.Fail("job " + std::to_string(id) + ": no outcome after " +
+                std::to_string(static_cast<int>(timeout_s)) +
+                " s; see `gandiva show " + std::to_string(id) + "`");
+}
+
+int RunMech(Mech mech, const MechFlags& f) {
+  const char* name = mech == Mech::kMigrate  ? "migrate"
+                     : mech == Mech::kPack   ? "pack"
+                     : mech == Mech::kUnpack ? "unpack"
+                                             : "resize";
+  Session s(name, f.conn);
+  int64_t id = 0;
+  std::string error;
+  if (!s.ResolveJob(f.job, &id, &error)) return s.Fail(error);
+  // The history's clock is the daemon's; read the latest entry to start
+  // after it.
+  rpc::JobInfo before;
+  if (!s.GetJob(id, &before, &error)) return s.Fail(error);
+  int64_t since = 0;
+  for (const auto& h : before.history())
+    since = std::max(since, h.time_us() + 1);
+  rpc::Empty reply;
+  grpc::Status st;
+  std::vector<std::string> outcome = {name};
+  switch (mech) {
+    case Mech::kMigrate: {
+      rpc::MigrateRequest req;
+      req.set_job_id(id);
+      req.set_server(f.server);
+      st = s.stub().Migrate(Context().get(), req, &reply);
+      break;
+    }
+    case Mech::kPack: {
+      int64_t with = 0;
+      if (!s.ResolveJob(f.with, &with, &error)) return s.Fail(error);
+      rpc::PackRequest req;
+      req.set_job_id(id);
+      req.set_with_job_id(with);
+      st = s.stub().Pack(Context().get(), req, &reply);
+      break;
+    }
+    case Mech::kUnpack: {
+      rpc::JobIdRequest req;
+      req.set_job_id(id);
+      st = s.stub().Unpack(Context().get(), req, &reply);
+      break;
+    }
+    case Mech::kResize: {
+      rpc::ResizeRequest req;
+      req.set_job_id(id);
+      req.set_gpus(f.gpus);
+      st = s.stub().Resize(Context().get(), req, &reply);
+      outcome = {"grow", "shrink"};
+      break;
+    }
+  }
+  if (!st.ok()) return s.Fail(st);
+  if (f.no_wait) {
+    std::printf("job %lld: %s under way (see `gandiva show %lld`)\n",
+                static_cast<long long>(id), name, static_cast<long long>(id));
+    return 0;
+  }
+  return AwaitOutcome(s, id, outcome, since, f.timeout_s);
+}
+
 // ----------------------------------------------------------------- servers
 
 struct ServersFlags {
@@ -483,6 +605,15 @@ int RunServers(const ServersFlags& f) {
     }
   }
   std::fputs(FormatTable(gpu_rows).c_str(), stdout);
+  std::printf("\n");
+  for (const auto& srv : reply.servers()) {
+    const rpc::AgentCapabilities& c = srv.capabilities();
+    std::printf("%s: CRIU %s, MPS %s\n", srv.name().c_str(),
+                c.criu() ? ("yes (" + c.criu_detail() + ")").c_str()
+                         : ("no (" + c.criu_detail() + ")").c_str(),
+                c.mps() ? ("yes (" + c.mps_detail() + ")").c_str()
+                        : ("no (" + c.mps_detail() + ")").c_str());
+  }
   return 0;
 }
 
@@ -544,6 +675,48 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     AddConnectionFlags(sub, &f->conn);
     const Act act = d.act;
     sub->callback([f, act, &exit_code] { exit_code = RunAct(act, *f); });
+  }
+  struct MechDef {
+    const char* name;
+    const char* help;
+    Mech mech;
+  };
+  for (const MechDef& d :
+       {MechDef{"migrate",
+                "Move a job to another server (checkpoint at a mini-batch "
+                "boundary, transfer, resume there)",
+                Mech::kMigrate},
+        MechDef{"pack",
+                "Run a waiting job on the GPUs of a running one, both at "
+                "once; the scheduler undoes it if they measure slower than "
+                "time-slicing",
+                Mech::kPack},
+        MechDef{"unpack", "Suspend a packed job; its partner runs alone",
+                Mech::kUnpack},
+        MechDef{"resize",
+                "Grow or shrink an elastic job (restart from a checkpoint at "
+                "the new size)",
+                Mech::kResize}}) {
+    auto f = std::make_shared<MechFlags>();
+    CLI::App* sub = app.add_subcommand(d.name, d.help);
+    sub->add_option("job", f->job, "Job id or name")->required();
+    if (d.mech == Mech::kMigrate) {
+      sub->add_option("--to", f->server, "The server's name (gandiva servers)")
+          ->required();
+    } else if (d.mech == Mech::kPack) {
+      sub->add_option("--with", f->with, "The running job to share GPUs with")
+          ->required();
+    } else if (d.mech == Mech::kResize) {
+      sub->add_option("--gpus", f->gpus, "The new GPU count (a power of two)")
+          ->required();
+    }
+    sub->add_flag("--no-wait", f->no_wait,
+                  "Return once the request is accepted");
+    sub->add_option("--timeout-s", f->timeout_s, "How long to wait for it")
+        ->capture_default_str();
+    AddConnectionFlags(sub, &f->conn);
+    const Mech mech = d.mech;
+    sub->callback([f, mech, &exit_code] { exit_code = RunMech(mech, *f); });
   }
   {
     auto f = std::make_shared<ServersFlags>();

@@ -264,10 +264,14 @@ core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
       } else {
         spec.set_group(*s);
       }
-    } else if (field == "elastic") {
+    } else if (field == "elastic" || field == "restartable") {
       auto b = AsBool(path, value, field);
       if (!b.ok()) return b.status();
-      spec.set_elastic(*b);
+      if (field == "elastic") {
+        spec.set_elastic(*b);
+      } else {
+        spec.set_restartable(*b);
+      }
     } else if (field == "workdir") {
       auto s = AsString(path, value, field);
       if (!s.ok()) return s.status();

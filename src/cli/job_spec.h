@@ -11,6 +11,11 @@
 //   owner              string, default $USER (else the login name)
 //   group              string, default "" (none)
 //   elastic            boolean, default false
+//   restartable        boolean, default false: the job keeps its own
+//                      checkpoints in $GANDIVA_CHECKPOINT_DIR and resumes
+//                      from $GANDIVA_RESUME_FROM, so it may be stopped with
+//                      SIGTERM and restarted elsewhere (migration without
+//                      the job-side library)
 //   workdir            string, default the spec file's directory; a relative
 //                      path is taken from that directory; made absolute; must
 //                      be an existing directory
@@ -32,9 +37,17 @@
 namespace gandiva::cli {
 
 // The fields a spec may have, in documentation order.
-inline constexpr std::string_view kJobSpecFields[] = {
-    "name",  "command", "gpus",    "priority", "owner",
-    "group", "elastic", "workdir", "env",      "total_minibatches"};
+inline constexpr std::string_view kJobSpecFields[] = {"name",
+                                                      "command",
+                                                      "gpus",
+                                                      "priority",
+                                                      "owner",
+                                                      "group",
+                                                      "elastic",
+                                                      "restartable",
+                                                      "workdir",
+                                                      "env",
+                                                      "total_minibatches"};
 
 // Reads and checks the spec at `path`. Errors are INVALID_ARGUMENT (or IO
 // when the file cannot be read) with a message that starts with the file

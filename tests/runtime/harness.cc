@@ -151,12 +151,22 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
   std::ostringstream q;
   q << options_.quantum_s;
   ++scheduler_starts_;
-  scheduler_ = Process::Start(
-      {GANDIVA_SCHEDULER_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
-       "--address-file", addr_file.string(), "--db",
-       (dir_ / "scheduler.db").string(), "--policy", options_.policy,
-       "--quantum-s", q.str(), "--tick-ms", std::to_string(options_.tick_ms)},
-      dir_ / "scheduler.log");
+  std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN,
+                                   "--listen",
+                                   "127.0.0.1:" + std::to_string(port),
+                                   "--address-file",
+                                   addr_file.string(),
+                                   "--db",
+                                   (dir_ / "scheduler.db").string(),
+                                   "--policy",
+                                   options_.policy,
+                                   "--quantum-s",
+                                   q.str(),
+                                   "--tick-ms",
+                                   std::to_string(options_.tick_ms)};
+  argv.insert(argv.end(), options_.scheduler_args.begin(),
+              options_.scheduler_args.end());
+  scheduler_ = Process::Start(argv, dir_ / "scheduler.log");
   if (scheduler_ == nullptr) {
     *error = "cannot start " GANDIVA_SCHEDULER_BIN;
     return false;
@@ -186,12 +196,25 @@ bool TestCluster::StartAgents(std::string* error) {
     const std::string name = "agent-" + std::to_string(i);
     const fs::path work = dir_ / name;
     fs::create_directories(work);
-    auto p = Process::Start(
-        {GANDIVA_AGENT_BIN, "--scheduler", address_, "--listen", "127.0.0.1:0",
-         "--name", name, "--virtual-gpus",
-         std::to_string(options_.gpus_per_agent), "--virtual-only",
-         "--work-dir", work.string(), "--report-interval-ms", "200"},
-        dir_ / (name + ".log"));
+    std::vector<std::string> argv = {GANDIVA_AGENT_BIN,
+                                     "--scheduler",
+                                     address_,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--name",
+                                     name,
+                                     "--virtual-gpus",
+                                     std::to_string(options_.gpus_per_agent),
+                                     "--virtual-only",
+                                     "--work-dir",
+                                     work.string(),
+                                     "--checkpoint-dir",
+                                     (work / "checkpoints").string(),
+                                     "--report-interval-ms",
+                                     "200"};
+    argv.insert(argv.end(), options_.agent_args.begin(),
+                options_.agent_args.end());
+    auto p = Process::Start(argv, dir_ / (name + ".log"));
     if (p == nullptr) {
       *error = "cannot start " GANDIVA_AGENT_BIN;
       return false;
@@ -226,6 +249,35 @@ std::string TestCluster::Logs() const {
   for (size_t i = 0; i < agents_.size(); ++i) {
     out += "agent-" + std::to_string(i) + ".log:\n" +
            TailOf(agents_[i]->log(), 15);
+  }
+  return out;
+}
+
+int TestCluster::Cli(const std::vector<std::string>& args,
+                     std::string* output) {
+  static int n = 0;
+  const fs::path log = dir_ / ("cli-" + std::to_string(++n) + ".out");
+  std::vector<std::string> argv = {GANDIVA_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.push_back("--scheduler");
+  argv.push_back(address_);
+  auto p = Process::Start(argv, log);
+  if (p == nullptr) {
+    *output = "cannot start " GANDIVA_CLI;
+    return -1;
+  }
+  if (!p->Wait(std::chrono::seconds(300))) p->Stop();
+  *output = Slurp(log);
+  const int st = p->status();
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::vector<rpc::HistoryEntry> TestCluster::History(int64_t id,
+                                                    const std::string& action) {
+  std::vector<rpc::HistoryEntry> out;
+  const rpc::JobInfo job = Job(id);
+  for (const auto& h : job.history()) {
+    if (h.action() == action) out.push_back(h);
   }
   return out;
 }

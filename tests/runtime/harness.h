@@ -73,6 +73,9 @@ struct ClusterOptions {
   int tick_ms = 200;
   int agents = 2;
   int gpus_per_agent = 2;
+  // Extra command-line arguments of the daemon and of every agent.
+  std::vector<std::string> scheduler_args;
+  std::vector<std::string> agent_args;
 };
 
 // A scheduler daemon and agents in a temporary directory, as separate
@@ -97,6 +100,12 @@ class TestCluster {
   bool Start(std::string* error);
   // The daemon's and agents' logs, for failure messages.
   std::string Logs() const;
+
+  // Runs the gandiva CLI against this cluster; returns its exit status and
+  // puts its stdout and stderr in *output.
+  int Cli(const std::vector<std::string>& args, std::string* output);
+  // The job's history entries with this action, oldest first.
+  std::vector<rpc::HistoryEntry> History(int64_t id, const std::string& action);
 
   // A spec running examples/train_<model>.py for `steps` mini-batches.
   rpc::JobSpec TrainSpec(const std::string& name, const std::string& model,

@@ -60,11 +60,24 @@ int main(int argc, char** argv) {
   app.add_option("--executor-threads", o.executor_threads,
                  "threads calling agents")
       ->capture_default_str();
+  double pack_settle_s = 30;
+  auto* settle_opt = app.add_option(
+      "--pack-settle-s", pack_settle_s,
+      "how long a new pack runs before it is judged (default 30)");
+  double keep_above = 1;
+  auto* keep_opt = app.add_option(
+      "--pack-keep-above", keep_above,
+      "keep a pack when its normalised throughput is above this (default 1)");
+  app.add_option("--probe-delay-s", o.probe_delay_s,
+                 "measure a mechanism's effect on the rate this long after")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "log events and actions to stderr");
   CLI11_PARSE(app, argc, argv);
   if (policy_opt->count() > 0) o.policy = policy;
   if (quantum_opt->count() > 0) o.quantum_s = quantum_s;
   if (height_opt->count() > 0) o.max_height = max_height;
+  if (settle_opt->count() > 0) o.pack_settle_s = pack_settle_s;
+  if (keep_opt->count() > 0) o.pack_keep_above = keep_above;
 
   // Block the signals before any thread starts, so they reach sigwait only.
   sigset_t set;

@@ -48,6 +48,16 @@ struct SchedulerOptions {
   // Threads executing actions against agents. The actions of one job run
   // in order on one of them. Default 8.
   int executor_threads = 8;
+  // How long a new pack runs before the policy judges it from the measured
+  // rates (gandiva policy; stored with the policy options). Default 30 s.
+  std::optional<double> pack_settle_s;
+  // A pack is kept when the sum of its jobs' packed/alone rate ratios is
+  // above this (gandiva policy; stored with the policy options). Default 1:
+  // it must beat time-slicing.
+  std::optional<double> pack_keep_above;
+  // How long after a mechanism took effect its effect on the job's
+  // mini-batch rate is measured for the job's history. Default 10 s.
+  double probe_delay_s = 10;
   // Log each event and action to stderr. Default false.
   bool verbose = false;
 };

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -157,6 +158,21 @@ struct Proc {
   ServerId server;
   std::vector<int32_t> local;  // local GPU indices there
   bool exists = false;         // false: none (or lost); start afresh
+  // No process, but the agent at `server` holds the job's checkpoint (a
+  // migration whose transfer failed): the job resumes from it.
+  bool checkpoint = false;
+  // A move or resize is under way: the process at `server` was asked to
+  // checkpoint and exit, so its exit with 75 or 76 is not the job's end.
+  bool leaving = false;
+};
+
+// A decision whose effect on the job's mini-batch rate is measured: the
+// rate before it, and the first report at least `due_us` later gives the
+// rate after it (kept in the job's history).
+struct Probe {
+  std::string what;
+  double before = 0;
+  int64_t due_us = 0;
 };
 
 struct JobExtra {
@@ -170,6 +186,7 @@ struct JobExtra {
   std::map<int32_t, int> ignore_exits;
   JobRow written;  // the row as last written to the store
   bool has_written = false;
+  std::optional<Probe> probe;
 };
 
 struct AgentConn {
@@ -186,13 +203,23 @@ struct AgentConn {
   // list; decided at its first report (their exits may still come).
   bool reconcile_pending = false;
   std::set<int32_t> missing;
+  rpc::AgentCapabilities caps;
 };
 
 struct PendingAction {
   core::Action action;
   int64_t dispatched_us = 0;
-  bool relocate = false;  // a resume carried out as a fresh start
+  // A resume or pack on other GPUs than the job's process is on: carried
+  // out as a move (checkpoint, transfer, warm start), or a fresh start.
+  bool relocate = false;
+  double rate_before = 0;  // the job's mini-batch rate when it was taken
+  // Sent to an agent by this daemon process (not replayed from the log):
+  // its reply will come.
+  bool sent = false;
 };
+
+// Where a move left the job's process.
+enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 
 struct Snapshot {
   std::map<int64_t, rpc::JobInfo> jobs;
@@ -383,13 +410,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     const bool resume_like = a.kind == ActionKind::kResume ||
                              (a.kind == ActionKind::kPack && !a.launch);
-    const bool start_like = a.kind == ActionKind::kStart ||
-                            (a.kind == ActionKind::kPack && a.launch);
     switch (a.kind) {
       case ActionKind::kStart:
       case ActionKind::kResume:
-      case ActionKind::kPack: {
-        PendingAction p{a, Now(), false};
+      case ActionKind::kPack:
+      case ActionKind::kMigrate:
+      case ActionKind::kGrow:
+      case ActionKind::kShrink: {
+        PendingAction p{a, Now(), false, x->progress.minibatch_rate()};
         auto where = Where(a.gpus);
         const Proc old = x->proc;
         if (!where) {
@@ -406,18 +434,29 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           }
           return;
         }
-        p.relocate =
-            resume_like && !(old.exists && old.server == where->first &&
-                             old.local == where->second);
-        (void)start_like;
+        const bool moves = a.kind == ActionKind::kMigrate ||
+                           a.kind == ActionKind::kGrow ||
+                           a.kind == ActionKind::kShrink;
+        p.relocate = moves || (resume_like &&
+                               !(old.exists && old.server == where->first &&
+                                 old.local == where->second));
         x->proc = Proc{where->first, where->second, true};
+        x->proc.leaving = p.relocate;
+        p.sent = live;
         pending[a.id.value] = p;
-        if (live) Dispatch(p, old);
+        if (live) {
+          if (p.relocate) {
+            Move(p, old);
+          } else {
+            Dispatch(p, old);
+          }
+        }
         return;
       }
       case ActionKind::kSuspend:
       case ActionKind::kUnpack:
-        pending[a.id.value] = PendingAction{a, Now(), false};
+        pending[a.id.value] =
+            PendingAction{a, Now(), false, x->progress.minibatch_rate()};
         if (live) Dispatch(pending[a.id.value], x->proc);
         return;
       case ActionKind::kKill: {
@@ -425,20 +464,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         x->proc = Proc{};
         if (live) {
           History(a.job.value, "kill", true, 0, a.reason);
-          if (old.exists) KillAt(a.job.value, old, a.id.value);
+          if (old.exists || old.checkpoint)
+            KillAt(a.job.value, old, a.id.value);
         }
         return;
       }
       case ActionKind::kSetPriority:
       case ActionKind::kNone:
-        return;
-      default:  // Migrate, Grow, Shrink
-        pending[a.id.value] = PendingAction{a, Now(), false};
-        if (live) {
-          const std::string what(core::ActionKindName(a.kind));
-          Reply(a.job.value, a.id.value, what, false, 0,
-                what + " is not supported by agents yet");
-        }
         return;
     }
   }
@@ -459,6 +491,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (!j.busy() || j.in_flight_id.value != action) return;
       const auto took = core::Duration::Micros(took_us);
       if (ok) {
+        StartProbe(job, what, action);
         (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
       } else {
         (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
@@ -549,7 +582,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       req.set_action_id(aid);
       *req.mutable_spec() = x.spec;
       for (int32_t g : x.proc.local) req.add_gpus(g);
-      executor->Run(job, [=, this] {
+      const int64_t stray_kill_id = InternalActionId();
+      const int64_t retry_id = InternalActionId();
+      const ServerId start_server = x.proc.server;
+      executor->Run(job, [=, this]() mutable {
         if (old_stub != nullptr) {
           rpc::JobRequest kreq;
           kreq.set_job_id(job);
@@ -561,6 +597,25 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         rpc::StartJobReply rep;
         auto ctx = Ctx();
         grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+        if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+            s.error_message().find("already runs here") != std::string::npos) {
+          // A process of this job the daemon lost track of (a start whose
+          // reply was lost in a crash): the daemon wants a new one here.
+          Post([this, job, srv = start_server] {
+            if (JobExtra* xx = Extra(job)) ++xx->ignore_exits[srv.value];
+          });
+          rpc::JobRequest kreq;
+          kreq.set_job_id(job);
+          kreq.set_action_id(stray_kill_id);
+          rpc::KillReply krep;
+          auto kctx = Ctx();
+          (void)stub->KillJob(kctx.get(), kreq, &krep);
+          rep.Clear();
+          auto ctx2 = Ctx();
+          req.set_action_id(retry_id);
+          s = stub->StartJob(ctx2.get(), req, &rep);
+          detail += "; replaced a stray process of the job";
+        }
         if (s.ok()) {
           Reply(job, aid, what, true,
                 rep.took_us() > 0 ? rep.took_us() : took(), detail);
@@ -590,6 +645,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         s = stub->ResumeJob(ctx.get(), req, &rep);
         agent_took = rep.took_us();
       }
+      // The process is already where the action wants it (a call of an
+      // earlier daemon life got there first): done.
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          s.error_message().find(suspends ? "already suspended"
+                                          : "is not suspended") !=
+              std::string::npos) {
+        s = grpc::Status::OK;
+        agent_took = 0;
+        detail = suspends ? "already suspended" : "already running";
+      }
       if (s.ok()) {
         Reply(job, aid, what, true, agent_took > 0 ? agent_took : took(),
               detail);
@@ -598,6 +663,341 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
               RpcError(suspends ? "SuspendJob" : "ResumeJob", s));
       }
     });
+  }
+
+  // Posts the outcome of a move back to the loop: where the process is now,
+  // the history line, and the event for the core.
+  void FinishMove(int32_t job, int64_t action, const std::string& what, bool ok,
+                  bool permanent, int64_t took_us, const std::string& detail,
+                  MovedTo moved, Proc from) {
+    Post([=, this]() mutable {
+      JobExtra* x = Extra(job);
+      if (x == nullptr) return;
+      const bool current = pending.count(action) > 0;
+      if (current) {
+        switch (moved) {
+          case MovedTo::kDestination:
+            x->proc.exists = true;
+            x->proc.leaving = false;
+            x->proc.checkpoint = false;
+            break;
+          case MovedTo::kAsBefore:
+            from.exists = true;
+            from.leaving = false;
+            from.checkpoint = false;
+            x->proc = from;
+            break;
+          case MovedTo::kCheckpointAtSource:
+            x->proc = Proc{from.server, from.local, false, true, false};
+            break;
+          case MovedTo::kNowhere:
+            x->proc = Proc{};
+            break;
+        }
+      }
+      History(job, what, ok, took_us, detail);
+      if (!LiveJob(job)) return;
+      const core::Job& j = st().job(JobId(job));
+      if (!j.busy() || j.in_flight_id.value != action) return;
+      const auto took = core::Duration::Micros(took_us);
+      if (ok) {
+        StartProbe(job, what, action);
+        (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
+      } else {
+        (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
+                                      detail, permanent});
+      }
+    });
+  }
+
+  // Moves a job's process, or the checkpoint an agent holds for it, from
+  // `from` to where x.proc now says, carrying out a Migrate, a Grow or a
+  // Shrink, or a Resume or Pack on other GPUs than its process is on:
+  //   1. the destination starts the job warm (another server only: the
+  //      interpreter starts and the model is built while the source saves);
+  //   2. the source has the job save its training state and exit
+  //      (CheckpointJob: at a mini-batch boundary, to a ramdisk);
+  //   3. the destination pulls the checkpoint over gRPC and hands it to the
+  //      warm process, which loads it and trains its first mini-batch
+  //      (ReceiveCheckpoint); on the same server it restarts from the
+  //      checkpoint there instead.
+  // A job that cannot be checkpointed fails a Migrate for good; a resume
+  // elsewhere restarts it from scratch (it has nothing else to go on).
+  void Move(const PendingAction& p, const Proc& from) {
+    const core::Action& a = p.action;
+    JobExtra& x = *Extra(a.job.value);
+    const int32_t job = a.job.value;
+    const int64_t aid = a.id.value;
+    const std::string what(core::ActionKindName(a.kind));
+    const Proc to = x.proc;
+    const bool resize =
+        a.kind == ActionKind::kGrow || a.kind == ActionKind::kShrink;
+    const bool fresh_fallback =
+        a.kind == ActionKind::kResume || a.kind == ActionKind::kPack;
+    auto dst = StubOf(to.server);
+    const bool has_source = from.exists || from.checkpoint;
+    auto src = has_source ? StubOf(from.server) : nullptr;
+    if (dst == nullptr || (has_source && src == nullptr)) {
+      FinishMove(job, aid, what, false, false, 0,
+                 "no agent connected for server " +
+                     std::to_string((dst == nullptr ? to : from).server.value),
+                 from.exists ? MovedTo::kAsBefore : MovedTo::kNowhere, from);
+      return;
+    }
+    const bool same_server = has_source && from.server == to.server;
+    const std::string src_address =
+        has_source ? agents[static_cast<size_t>(from.server.value)].address
+                   : "";
+    auto name_of = [this](ServerId s) {
+      return agents[static_cast<size_t>(s.value)].name;
+    };
+    std::string where =
+        "gpus " + json(to.local).dump() + " on " + name_of(to.server);
+    if (has_source && !same_server) {
+      where = "from " + name_of(from.server) + " to " + where;
+    }
+    // Only a job that attached the library can wait for its checkpoint.
+    const bool warm = x.progress.uses_library() && !same_server;
+    const rpc::JobSpec spec = x.spec;
+    const int32_t world = static_cast<int32_t>(to.local.size());
+    // Agents answer a repeated action id with the first call's result:
+    // each call of the move gets its own.
+    const int64_t warm_id = InternalActionId();
+    const int64_t start_id = InternalActionId();
+    const int64_t receive_id = InternalActionId();
+    const int64_t back_id = InternalActionId();
+    const int64_t kill_src_id = InternalActionId();
+    const int64_t kill_dst_id = InternalActionId();
+    executor->Run(job, [=, this] {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto us_since = [](std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration_cast<std::chrono::microseconds>(
+                   std::chrono::steady_clock::now() - t)
+            .count();
+      };
+      auto start = [&](bool warm_start, bool local, const Proc& at,
+                       std::string* err) {
+        rpc::StartJobRequest req;
+        req.set_job_id(job);
+        req.set_action_id(warm_start     ? warm_id
+                          : &at == &from ? back_id
+                                         : start_id);
+        *req.mutable_spec() = spec;
+        for (int32_t g : at.local) req.add_gpus(g);
+        req.set_warm(warm_start);
+        req.set_resume_local(local);
+        rpc::StartJobReply rep;
+        auto ctx = Ctx();
+        grpc::Status s = StubOf(at.server)->StartJob(ctx.get(), req, &rep);
+        if (!s.ok()) *err = RpcError("StartJob", s);
+        return s.ok();
+      };
+      auto kill = [&](const std::shared_ptr<rpc::Agent::Stub>& stub) {
+        rpc::JobRequest req;
+        req.set_job_id(job);
+        req.set_action_id(stub == src ? kill_src_id : kill_dst_id);
+        rpc::KillReply rep;
+        auto ctx = Ctx();
+        (void)stub->KillJob(ctx.get(), req, &rep);
+      };
+      std::string err;
+      if (!has_source) {
+        const bool ok = start(false, false, to, &err);
+        FinishMove(job, aid, what, ok, false, us_since(t0),
+                   ok ? where +
+                            "; restarted from scratch (its process was "
+                            "lost)"
+                      : err,
+                   ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+        return;
+      }
+      if (!warm && from.exists && !same_server) {
+        // Only a warm process takes a checkpoint sent from another server.
+        const std::string why =
+            "only jobs using the gandiva job-side library move between "
+            "servers (this one restarts from its own checkpoints only on "
+            "its server)";
+        if (fresh_fallback) {
+          Post([this, job, srv = from.server] {
+            if (JobExtra* xx = Extra(job)) ++xx->ignore_exits[srv.value];
+          });
+          kill(src);
+          const bool ok = start(false, false, to, &err);
+          FinishMove(
+              job, aid, what, ok, false, us_since(t0),
+              ok ? where + "; restarted from scratch (" + why + ")" : err,
+              ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+        } else {
+          FinishMove(job, aid, what, false, true, us_since(t0), why,
+                     MovedTo::kAsBefore, from);
+        }
+        return;
+      }
+      if (warm && from.exists && !start(true, false, to, &err)) {
+        FinishMove(job, aid, what, false, false, us_since(t0),
+                   "warm start: " + err, MovedTo::kAsBefore, from);
+        return;
+      }
+      const auto t_warm = std::chrono::steady_clock::now();
+      std::string phases;
+      if (from.exists) {
+        rpc::CheckpointRequest req;
+        req.set_job_id(job);
+        req.set_action_id(aid);
+        if (resize) req.set_resize_to(world);
+        rpc::CheckpointReply rep;
+        auto ctx = std::make_unique<grpc::ClientContext>();
+        ctx->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(120));
+        grpc::Status s = src->CheckpointJob(ctx.get(), req, &rep);
+        if (!s.ok()) {
+          if (warm) kill(dst);
+          // The job cannot be checkpointed (or the agent cannot do it).
+          const bool cannot =
+              s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+              s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+          if (cannot && fresh_fallback) {
+            // Nothing to carry over: start afresh where the core wants it.
+            Post([this, job, srv = from.server] {
+              if (JobExtra* xx = Extra(job)) ++xx->ignore_exits[srv.value];
+            });
+            kill(src);
+            const bool ok = start(false, false, to, &err);
+            FinishMove(job, aid, what, ok, false, us_since(t0),
+                       ok ? where + "; restarted from scratch (" +
+                                s.error_message() + ")"
+                          : err,
+                       ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+            return;
+          }
+          FinishMove(job, aid, what, false, cannot, us_since(t0),
+                     RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
+          return;
+        }
+        // took_us runs from the request to the process's exit; save_us is
+        // the job's own save (from its progress page).
+        phases = "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() +
+                 ", " + Mb(rep.bytes()) +
+                 (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") + ")";
+      }
+      if (same_server) {
+        const auto t_start = std::chrono::steady_clock::now();
+        if (!start(false, true, to, &err)) {
+          // Back as it was, from the checkpoint, if it can.
+          std::string err2;
+          const bool back = resize && start(false, true, from, &err2);
+          FinishMove(job, aid, what, false, false, us_since(t0),
+                     "restart: " + err + (back ? "; restarted as it was" : ""),
+                     back ? MovedTo::kAsBefore : MovedTo::kCheckpointAtSource,
+                     from);
+          return;
+        }
+        FinishMove(job, aid, what, true, false, us_since(t0),
+                   where + "; " + phases + ", restart " + Ms(us_since(t_start)),
+                   MovedTo::kDestination, from);
+        return;
+      }
+      if (!warm && !start(false, false, to, &err)) {
+        FinishMove(job, aid, what, false, false, us_since(t0), "start: " + err,
+                   MovedTo::kCheckpointAtSource, from);
+        return;
+      }
+      rpc::ReceiveCheckpointRequest rreq;
+      rreq.set_job_id(job);
+      rreq.set_action_id(receive_id);
+      rreq.set_source_address(src_address);
+      rreq.set_await_first_minibatch(warm);
+      rpc::ReceiveCheckpointReply rrep;
+      auto ctx = std::make_unique<grpc::ClientContext>();
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(300));
+      grpc::Status s = dst->ReceiveCheckpoint(ctx.get(), rreq, &rrep);
+      if (!s.ok()) {
+        kill(dst);
+        FinishMove(job, aid, what, false, false, us_since(t0),
+                   RpcError("ReceiveCheckpoint", s) +
+                       "; the checkpoint stays on the source",
+                   MovedTo::kCheckpointAtSource, from);
+        return;
+      }
+      kill(src);  // drops the source's copy of the checkpoint
+      (void)t_warm;
+      std::string detail = where;
+      if (!phases.empty()) detail += "; " + phases;
+      detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
+                Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) + ")";
+      if (warm) {
+        detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)" +
+                  ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
+                  Ms(rrep.first_minibatch_us());
+      }
+      FinishMove(job, aid, what, true, false, us_since(t0), detail,
+                 MovedTo::kDestination, from);
+    });
+  }
+
+  static std::string Ms(int64_t us) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(us) / 1e3);
+    return b;
+  }
+  static std::string Mb(int64_t bytes) {
+    char b[32];
+    if (bytes < 1'000'000) {
+      std::snprintf(b, sizeof b, "%.1f kB", static_cast<double>(bytes) / 1e3);
+    } else {
+      std::snprintf(b, sizeof b, "%.1f MB", static_cast<double>(bytes) / 1e6);
+    }
+    return b;
+  }
+  static std::string Rate(int64_t bytes, int64_t us) {
+    if (us <= 0) return "";
+    char b[48];
+    std::snprintf(b, sizeof b, " at %.2f GB/s",
+                  static_cast<double>(bytes) / static_cast<double>(us) / 1e3);
+    return b;
+  }
+
+  // After a decision that changes how fast the job (and its partner)
+  // trains, the next reports say by how much.
+  void StartProbe(int32_t job, const std::string& what, int64_t action) {
+    auto it = pending.find(action);
+    if (it == pending.end()) return;
+    const core::ActionKind k = it->second.action.kind;
+    if (k == ActionKind::kStart || k == ActionKind::kResume ||
+        k == ActionKind::kSuspend || k == ActionKind::kKill) {
+      if (!it->second.relocate) return;
+    }
+    const int64_t due = Now() + static_cast<int64_t>(opts.probe_delay_s * 1e6);
+    JobExtra* x = Extra(job);
+    if (x == nullptr) return;
+    x->probe = Probe{what, it->second.rate_before, due};
+    // A pack or unpack changes the partner's rate too.
+    const core::JobId peer = it->second.action.peer;
+    if (peer.valid() && (k == ActionKind::kPack || k == ActionKind::kUnpack)) {
+      if (JobExtra* px = Extra(peer.value)) {
+        px->probe = Probe{what + " of job " + std::to_string(job),
+                          px->progress.minibatch_rate(), due};
+      }
+    }
+  }
+
+  void CheckProbe(int32_t job, JobExtra& x) {
+    if (!x.probe || Now() < x.probe->due_us) return;
+    const double after = x.progress.minibatch_rate();
+    if (after <= 0) return;
+    char b[160];
+    if (x.probe->before > 0) {
+      std::snprintf(b, sizeof b,
+                    "after %s: %.2f mini-batches/s, before %.2f (x%.2f)",
+                    x.probe->what.c_str(), after, x.probe->before,
+                    after / x.probe->before);
+    } else {
+      std::snprintf(b, sizeof b, "after %s: %.2f mini-batches/s",
+                    x.probe->what.c_str(), after);
+    }
+    History(job, "profile", true, 0, b);
+    x.probe.reset();
   }
 
   // ----------------------------------------------------------- agents
@@ -645,6 +1045,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     a.link = AgentConn::Link::kUp;
     a.last_seen_us = Now();
+    a.caps = r.capabilities();
     // The row first: a ServerUp in the log always has its row.
     WriteBatch rows;
     rows.servers.push_back(ServerRowOf(a));
@@ -692,6 +1093,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (!x.proc.exists || x.proc.server != a.id || IsEnded(id)) continue;
       auto rep = reported.find(id);
       if (rep == reported.end()) {
+        // A start sent in this daemon's life may not have reached the
+        // agent when it listed its jobs: its reply says what happened.
+        const core::Job& cj = st().job(JobId(id));
+        auto pit =
+            cj.busy() ? pending.find(cj.in_flight_id.value) : pending.end();
+        if (pit != pending.end() && pit->second.sent) continue;
         a.missing.insert(id);
         continue;
       }
@@ -802,6 +1209,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         --ig->second;
         continue;
       }
+      if (x->proc.leaving &&
+          (e.exit_code() == 75 || e.exit_code() == 76 || e.exit_code() < 0)) {
+        // It left to be moved or resized, as asked, or a process of the
+        // move was stopped (a warm start abandoned): the move's outcome
+        // says where the job is.
+        continue;
+      }
       if (!x->proc.exists || x->proc.server != a.id) continue;
       x->proc = Proc{};
       x->exit_code = e.exit_code();
@@ -816,6 +1230,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       JobExtra* x = Extra(id);
       if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
       x->progress = p.progress();
+      CheckProbe(id, *x);
       core::ProfileReport pr;
       pr.job = JobId(id);
       pr.minibatch_rate = p.progress().minibatch_rate();
@@ -897,6 +1312,40 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
     return Feed(core::KillRequest{JobId(static_cast<int32_t>(id)),
                                   reason.empty() ? "killed by user" : reason});
+  }
+
+  // An operator's request for a mechanism: refused with the reason when the
+  // job cannot be checkpointed or the core says it cannot be done now.
+  core::Status Mechanism(const core::MechanismRequest& m,
+                         const std::string& label) {
+    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(m.job.value));
+    GANDIVA_RETURN_IF_ERROR(sched->Check(m));
+    using K = core::MechanismRequest::Kind;
+    const int32_t id = m.job.value;
+    const JobExtra& x = *Extra(id);
+    const core::Job& j = st().job(m.job);
+    bool moves = m.kind == K::kMigrate || m.kind == K::kResize;
+    if (m.kind == K::kPack && LiveJob(m.with.value)) {
+      moves = j.gpus != st().job(m.with).gpus;
+    }
+    if (moves && j.launched && x.proc.exists && !x.progress.uses_library() &&
+        !x.spec.restartable()) {
+      const AgentConn& a = agents[static_cast<size_t>(x.proc.server.value)];
+      if (!a.caps.criu()) {
+        return core::FailedPrecondition(
+            "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
+            std::to_string(id) +
+            ": it does not use the gandiva job-side library, is not "
+            "declared restartable, and CRIU is not usable on " +
+            a.name + " (" +
+            (a.caps.criu_detail().empty() ? "not checked"
+                                          : a.caps.criu_detail()) +
+            ")");
+      }
+    }
+    GANDIVA_RETURN_IF_ERROR(Feed(m));
+    History(id, "request", true, 0, "operator: " + label);
+    return core::Status::Ok();
   }
 
   core::Status Hold(int64_t id, bool hold) {
@@ -1027,6 +1476,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       si->set_height(s.height());
       si->set_affinity(s.affinity);
       si->set_free_gpus(s.free_gpus);
+      *si->mutable_capabilities() = a.caps;
       for (core::GpuId g : c.GpusOf(a.id)) {
         rpc::GpuJobs* gj = si->add_gpu_jobs();
         for (JobId j : c.gpu(g).jobs) {
@@ -1116,6 +1566,25 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       check("--max-height", "max_height", *opts.max_height);
     }
+    if (opts.pack_keep_above) {
+      if (*opts.pack_keep_above <= 0) {
+        return core::InvalidArgument("--pack-keep-above: must be positive");
+      }
+      if (stored->has_value() && !want.contains("pack_keep_above")) {
+        want["pack_keep_above"] = 1.0;
+      }
+      check("--pack-keep-above", "pack_keep_above", *opts.pack_keep_above);
+    }
+    if (opts.pack_settle_s) {
+      if (*opts.pack_settle_s <= 0) {
+        return core::InvalidArgument("--pack-settle-s: must be positive");
+      }
+      if (stored->has_value() && !want.contains("pack_settle_us")) {
+        want["pack_settle_us"] = core::Duration::Seconds(30).micros();
+      }
+      check("--pack-settle-s", "pack_settle_us",
+            core::Duration::FromSeconds(*opts.pack_settle_s).micros());
+    }
     if (!diff.empty()) {
       return core::FailedPrecondition(
           "database '" + opts.db_path +
@@ -1129,8 +1598,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     po.gandiva.quantum =
         core::Duration::Micros(want.at("quantum_us").get<int64_t>());
     po.gandiva.max_height = want.at("max_height").get<int>();
-    // What agents cannot do yet: migrate, run one job across servers.
-    po.gandiva.migrate_to_idle = false;
+    if (want.contains("pack_keep_above")) {
+      po.gandiva.pack_keep_above = want.at("pack_keep_above").get<double>();
+    }
+    if (want.contains("pack_settle_us")) {
+      po.gandiva.pack_settle =
+          core::Duration::Micros(want.at("pack_settle_us").get<int64_t>());
+    }
+    // Agents report often: judge rates past a job's warm-up.
+    po.gandiva.pack_min_alone_reports = 5;
+    // What agents cannot do: run one job across servers.
     po.gandiva.allow_split = false;
     po.fifo.relax_locality = false;
     policy_name = want.at("policy").get<std::string>();
@@ -1326,6 +1803,56 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                       rpc::Empty*) override {
     auto r =
         Call<core::Status>([this, req] { return Hold(req->job_id(), false); });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Migrate(grpc::ServerContext*, const rpc::MigrateRequest* req,
+                       rpc::Empty*) override {
+    auto r = Call<core::Status>([this, req] {
+      auto it = agent_by_name.find(req->server());
+      if (it == agent_by_name.end()) {
+        return core::NotFound("field 'server': no server named '" +
+                              req->server() + "'");
+      }
+      core::MechanismRequest m;
+      m.kind = core::MechanismRequest::Kind::kMigrate;
+      m.job = JobId(static_cast<int32_t>(req->job_id()));
+      m.server = ServerId(it->second);
+      return Mechanism(m, "migrate to " + req->server());
+    });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Pack(grpc::ServerContext*, const rpc::PackRequest* req,
+                    rpc::Empty*) override {
+    auto r = Call<core::Status>([this, req] {
+      GANDIVA_RETURN_IF_ERROR(CheckLiveJob(req->with_job_id()));
+      core::MechanismRequest m;
+      m.kind = core::MechanismRequest::Kind::kPack;
+      m.job = JobId(static_cast<int32_t>(req->job_id()));
+      m.with = JobId(static_cast<int32_t>(req->with_job_id()));
+      return Mechanism(m,
+                       "pack with job " + std::to_string(req->with_job_id()));
+    });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Unpack(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                      rpc::Empty*) override {
+    auto r = Call<core::Status>([this, req] {
+      core::MechanismRequest m;
+      m.kind = core::MechanismRequest::Kind::kUnpack;
+      m.job = JobId(static_cast<int32_t>(req->job_id()));
+      return Mechanism(m, "unpack");
+    });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Resize(grpc::ServerContext*, const rpc::ResizeRequest* req,
+                      rpc::Empty*) override {
+    auto r = Call<core::Status>([this, req] {
+      core::MechanismRequest m;
+      m.kind = core::MechanismRequest::Kind::kResize;
+      m.job = JobId(static_cast<int32_t>(req->job_id()));
+      m.gpus = req->gpus();
+      return Mechanism(m, "resize to " + std::to_string(req->gpus()) + " GPUs");
+    });
     return r ? ToGrpc(*r) : Unavailable();
   }
   grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,

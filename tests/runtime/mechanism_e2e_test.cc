@@ -1,0 +1,345 @@
+// End-to-end tests of the mechanisms on real processes: the operator
+// commands (`gandiva migrate|pack|unpack|resize`) against the real daemon and
+// agents (separate processes, separate work and checkpoint directories)
+// running the PyTorch examples on virtual GPUs.
+//
+// Deadlines are failure guards sized for a loaded 2-core machine; no
+// assertion depends on how fast anything ran.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/runtime/harness.h"
+
+namespace gandiva::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+bool Ended(rpc::JobState s) {
+  return s == rpc::FINISHED || s == rpc::FAILED || s == rpc::KILLED;
+}
+
+std::string Describe(TestCluster& c, int64_t id) {
+  const rpc::JobInfo j = c.Job(id);
+  std::string out = "job " + std::to_string(id) + " " +
+                    rpc::JobState_Name(j.state()) + " on '" + j.server() +
+                    "' mb " + std::to_string(j.progress().minibatches()) +
+                    " exit " + std::to_string(j.exit_code()) + "\n";
+  for (const auto& h : j.history()) {
+    out += "    " + h.action() + (h.ok() ? " ok " : " FAILED ") +
+           std::to_string(h.took_us()) + "us " + h.detail() + "\n";
+  }
+  return out;
+}
+
+// The last "parameters sha256 ..." line of a log.
+std::string Fingerprint(const std::string& log) {
+  const std::string key = "parameters sha256 ";
+  const size_t at = log.rfind(key);
+  if (at == std::string::npos) return "";
+  return log.substr(at + key.size(), 64);
+}
+
+bool WaitEnded(TestCluster& c, int64_t id, seconds timeout) {
+  return WaitUntil([&] { return Ended(c.Job(id).state()); }, timeout);
+}
+
+class MechanismE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  }
+};
+
+// A job migrated between two agents (the checkpoint saved at a mini-batch
+// boundary, sent over gRPC to a warm process) continues at the next
+// mini-batch and ends with exactly the parameters of a run that was never
+// migrated.
+TEST_F(MechanismE2eTest, MigratedJobMatchesARunNeverMigrated) {
+  constexpr int kSteps = 300;
+  constexpr int kSeed = 11;
+  // The reference: the same script, same seed, outside gandiva.
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const rpc::JobSpec spec = c.TrainSpec("cnn-moved", "cnn", kSteps, kSeed, 20);
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  auto ref = Process::Start(
+      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
+       "--steps", std::to_string(kSteps), "--seed", std::to_string(kSeed)},
+      c.dir() / "reference.log", env);
+  ASSERT_NE(ref, nullptr);
+
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.progress().uses_library() && j.progress().minibatches() >= 40;
+      },
+      seconds(120)))
+      << Describe(c, id) << c.Logs();
+  const std::string from = c.Job(id).server();
+  const std::string to = from == "agent-0" ? "agent-1" : "agent-0";
+  std::string out;
+  const int rc = c.Cli({"migrate", std::to_string(id), "--to", to}, &out);
+  ASSERT_EQ(rc, 0) << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("migrate done"), std::string::npos) << out;
+  EXPECT_EQ(c.Job(id).server(), to);
+
+  ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+  EXPECT_EQ(j.progress().minibatches(), kSteps);
+  const auto moves = c.History(id, "migrate");
+  ASSERT_EQ(moves.size(), 1u) << Describe(c, id);
+  EXPECT_TRUE(moves[0].ok());
+  for (const char* phase :
+       {"save ", "transfer ", "warm start ", "load ", "first mini-batch "}) {
+    EXPECT_NE(moves[0].detail().find(phase), std::string::npos)
+        << phase << " missing: " << moves[0].detail();
+  }
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(CountLines(log, "resumed from "), 1) << log;
+  EXPECT_EQ(CountLines(log, "done: " + std::to_string(kSteps) + " steps"), 1)
+      << log;
+
+  ASSERT_TRUE(ref->Wait(seconds(240)));
+  const std::string ref_log = Slurp(ref->log());
+  const std::string want = Fingerprint(ref_log);
+  ASSERT_EQ(want.size(), 64u) << ref_log;
+  EXPECT_EQ(Fingerprint(log), want) << "job log:\n" << log;
+}
+
+// Requests that cannot be carried out are refused with the reason, and the
+// job runs on where it was.
+TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  // A job without the library (and not restartable) cannot be moved.
+  rpc::JobSpec plain;
+  plain.set_name("plain");
+  plain.set_command("sleep 600");
+  plain.set_gpus(1);
+  plain.set_owner("e2e");
+  plain.set_workdir(c.dir().string());
+  const int64_t id = c.Submit(plain, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.state() == rpc::RUNNING && !j.history().empty();
+      },
+      seconds(60)))
+      << Describe(c, id);
+  // Past the agent's grace for the library to attach.
+  std::this_thread::sleep_for(seconds(1));
+  const std::string where = c.Job(id).server();
+  const std::string other = where == "agent-0" ? "agent-1" : "agent-0";
+
+  std::string out;
+  EXPECT_EQ(c.Cli({"migrate", std::to_string(id), "--to", other}, &out), 1);
+  EXPECT_NE(out.find("does not use the gandiva job-side library"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("CRIU"), std::string::npos) << out;
+
+  EXPECT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "2"}, &out), 1);
+  EXPECT_NE(out.find("not elastic"), std::string::npos) << out;
+
+  EXPECT_EQ(c.Cli({"migrate", std::to_string(id), "--to", "nowhere"}, &out), 1);
+  EXPECT_NE(out.find("no server named 'nowhere'"), std::string::npos) << out;
+
+  EXPECT_EQ(c.Cli({"migrate", std::to_string(id), "--to", where}, &out), 1);
+  EXPECT_NE(out.find("already on server"), std::string::npos) << out;
+
+  EXPECT_EQ(c.Cli({"unpack", std::to_string(id)}, &out), 1);
+  EXPECT_NE(out.find("not packed"), std::string::npos) << out;
+
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::RUNNING) << Describe(c, id);
+  EXPECT_EQ(j.server(), where);
+  EXPECT_TRUE(c.History(id, "migrate").empty()) << Describe(c, id);
+
+  // `gandiva servers` says why CRIU cannot be used here.
+  ASSERT_EQ(c.Cli({"servers"}, &out), 0) << out;
+  EXPECT_NE(out.find("CRIU"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace gandiva::e2e
+
+namespace gandiva::e2e {
+namespace {
+
+// A spec running examples/train_ddp.py through the launcher (one rank per
+// GPU of the job), elastic.
+rpc::JobSpec DdpSpec(TestCluster& c, int samples) {
+  rpc::JobSpec spec;
+  spec.set_name("ddp");
+  spec.set_command(std::string(GANDIVA_PYTHON) + " -m gandiva.launch -- " +
+                   GANDIVA_EXAMPLES_DIR + "/train_ddp.py --samples " +
+                   std::to_string(samples) +
+                   " --min-step-ms 10 --log-every 200");
+  spec.set_gpus(1);
+  spec.set_elastic(true);
+  spec.set_owner("e2e");
+  spec.set_workdir(c.dir().string());
+  auto& env = *spec.mutable_env();
+  env["PYTHONPATH"] = GANDIVA_PYTHON_DIR;
+  env["GANDIVA_CLIENT_LIB"] = GANDIVA_CLIENT_LIB;
+  env["OMP_NUM_THREADS"] = "1";
+  env["PYTHONDONTWRITEBYTECODE"] = "1";
+  return spec;
+}
+
+// A two-process data-parallel job grows from 1 to 2 workers and shrinks
+// back (checkpoint-restart at the new world size, `gandiva resize`), and
+// finishes exactly the samples it was asked for.
+TEST_F(MechanismE2eTest, DataParallelJobGrowsAndShrinksKeepingItsSamples) {
+  constexpr int kSamples = 8000;
+  TestCluster c({.policy = "fifo", .agents = 1, .gpus_per_agent = 2});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id = c.Submit(DdpSpec(c, kSamples), &error);
+  ASSERT_GT(id, 0) << error;
+  auto progressed = [&](int64_t at_least) {
+    return WaitUntil(
+        [&] {
+          const rpc::JobInfo j = c.Job(id);
+          return j.progress().uses_library() &&
+                 j.progress().minibatches() >= at_least;
+        },
+        seconds(120));
+  };
+  ASSERT_TRUE(progressed(100)) << Describe(c, id) << c.Logs();
+
+  std::string out;
+  ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "2"}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("grow done"), std::string::npos) << out;
+  rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.gpus_size(), 2);
+  const int64_t after_grow = j.progress().minibatches();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo now = c.Job(id);
+        return now.progress().world_size() == 2 &&
+               now.progress().minibatches() >= after_grow + 100;
+      },
+      seconds(120)))
+      << Describe(c, id) << c.Logs();
+
+  ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "1"}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("shrink done"), std::string::npos) << out;
+  EXPECT_EQ(c.Job(id).gpus_size(), 1);
+
+  ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
+  j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(CountLines(log, "done samples=" + std::to_string(kSamples) + " "),
+            1)
+      << log;
+  EXPECT_EQ(CountLines(log, "resumed from "), 2) << log;
+  // It ran at world size 2 in between.
+  EXPECT_GE(CountLines(log, "world_size 2"), 1) << log;
+  ASSERT_EQ(c.History(id, "grow").size(), 1u) << Describe(c, id);
+  ASSERT_EQ(c.History(id, "shrink").size(), 1u) << Describe(c, id);
+}
+
+// Two jobs packed on one virtual GPU that train slower together than they
+// would time-slicing (tests/runtime/jobs/contending_job.py: each step takes
+// 3x as long while the other job is active on its GPU, so packed they make
+// 2/3 of the progress of time-slicing): the scheduler measures it and
+// unpacks them, and each still finishes exactly once.
+TEST_F(MechanismE2eTest, PackSlowerThanTimeSlicingIsUndone) {
+  constexpr int kSteps = 1500;
+  TestCluster c(
+      {.policy = "gandiva",
+       .quantum_s = 3,
+       .agents = 1,
+       .gpus_per_agent = 1,
+       .scheduler_args = {"--pack-settle-s", "3", "--probe-delay-s", "2"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  auto spec = [&](const std::string& name) {
+    rpc::JobSpec s = c.TrainSpec(name, "cnn", kSteps, 0, 0);
+    s.set_command(std::string(GANDIVA_PYTHON) + " " + GANDIVA_SOURCE_DIR +
+                  "/tests/runtime/jobs/contending_job.py --steps " +
+                  std::to_string(kSteps) + " --device " +
+                  (c.dir() / "gpu0").string());
+    return s;
+  };
+  const int64_t a = c.Submit(spec("a"), &error);
+  ASSERT_GT(a, 0) << error;
+  const int64_t b = c.Submit(spec("b"), &error);
+  ASSERT_GT(b, 0) << error;
+  // Both have run alone (time-slicing) long enough to be measured alone,
+  // past their start (the daemon's policy judges a pack from 5 reports
+  // alone each): one waits for its turn, the other runs. The policy may
+  // pack them by itself as soon as they are measured.
+  auto measured_alone = [&](int64_t waiting, int64_t running) {
+    const rpc::JobInfo w = c.Job(waiting);
+    const rpc::JobInfo r = c.Job(running);
+    return w.state() == rpc::SUSPENDED && w.progress().minibatches() >= 150 &&
+           r.state() == rpc::RUNNING && r.progress().minibatches() >= 150;
+  };
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return measured_alone(a, b) || measured_alone(b, a) ||
+               !c.History(a, "pack").empty() || !c.History(b, "pack").empty();
+      },
+      seconds(120), milliseconds(50)))
+      << Describe(c, a) << Describe(c, b) << c.Logs();
+  // Ask for the pack by hand, unless the policy packed them already.
+  const bool a_waits = c.Job(a).state() == rpc::SUSPENDED;
+  std::string out;
+  const int rc = c.Cli({"pack", std::to_string(a_waits ? a : b), "--with",
+                        std::to_string(a_waits ? b : a)},
+                       &out);
+  EXPECT_TRUE(rc == 0 || out.find("packed") != std::string::npos ||
+              out.find("under way") != std::string::npos)
+      << out;
+  // Measured, then undone by the scheduler (nobody asked for an unpack).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return !c.History(a, "unpack").empty() ||
+               !c.History(b, "unpack").empty();
+      },
+      seconds(120)))
+      << Describe(c, a) << Describe(c, b) << c.Logs();
+  int packs = 0;
+  for (int64_t id : {a, b}) {
+    for (const auto& h : c.History(id, "pack")) packs += h.ok() ? 1 : 0;
+  }
+  EXPECT_GE(packs, 1) << Describe(c, a) << Describe(c, b);
+
+  for (int64_t id : {a, b}) {
+    ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id);
+    const rpc::JobInfo j = c.Job(id);
+    EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+    EXPECT_EQ(j.progress().minibatches(), kSteps) << Describe(c, id);
+    const std::string log = c.JobLog(j);
+    EXPECT_EQ(CountLines(log, "done: " + std::to_string(kSteps) + " steps"), 1)
+        << log;
+  }
+  // What the pack did to the rates is in the history.
+  int profiles = 0;
+  for (int64_t id : {a, b}) {
+    for (const auto& h : c.History(id, "profile")) {
+      profiles += h.detail().find("after pack") != std::string::npos;
+    }
+  }
+  EXPECT_GE(profiles, 1) << Describe(c, a) << Describe(c, b);
+}
+
+}  // namespace
+}  // namespace gandiva::e2e
