@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,23 @@ namespace gandiva::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Where a local cluster's agents keep checkpoints: a ramdisk when there is
+// one, named after the state directory so that two local clusters (or a
+// cluster and a test) never share one; `down --purge` removes it.
+std::string CheckpointRoot(const std::string& state_dir) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : state_dir) {
+    h = (h ^ c) * 1099511628211ull;
+  }
+  char name[40];
+  std::snprintf(name, sizeof name, "gandiva-up-%016llx",
+                static_cast<unsigned long long>(h));
+  std::error_code ec;
+  const bool shm = fs::is_directory("/dev/shm", ec);
+  return (shm ? std::string("/dev/shm") : state_dir + "/agents") + "/" + name;
+}
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -479,7 +497,9 @@ int RunUp(const UpFlags& f) {
                                       "--virtual-gpus",
                                       std::to_string(f.gpus_per_agent),
                                       "--work-dir",
-                                      work};
+                                      work,
+                                      "--checkpoint-dir",
+                                      CheckpointRoot(dir) + "/" + name};
     if (!f.real_gpus) aargv.push_back("--virtual-only");
     aargv.insert(aargv.end(), f.agent_args.begin(), f.agent_args.end());
     const pid_t apid =
@@ -571,6 +591,7 @@ int RunDown(const DownFlags& f) {
           "logs", "agents"}) {
       fs::remove_all(fs::path(dir) / name, ec);
     }
+    fs::remove_all(CheckpointRoot(dir), ec);
     fs::remove(dir, ec);  // only when empty now
     std::printf("gandiva down: purged the state%s\n",
                 fs::exists(dir) ? " (other files left in place)" : "");

@@ -226,6 +226,9 @@ struct Supervisor::JobRec {
   std::thread waiter;
   std::mutex action_mu;  // serialises Suspend/Resume/Kill of this job
   std::atomic<bool> exited{false};
+  // Set while Checkpoint() has asked the job to save and exit: its exit
+  // leaves a checkpoint to keep.
+  std::atomic<bool> checkpointing{false};
   // Guarded by Supervisor::mu_.
   RunState state = RunState::kRunning;
   int exit_code = 0;
@@ -555,6 +558,12 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
   }
   // What the job left behind in its group (workers, background commands).
   kill(-job->pid, SIGKILL);
+  // A job that ended by itself (not to be moved or resized) leaves no
+  // checkpoint to keep on the ramdisk.
+  if (!job->checkpointing.load() && code != GANDIVA_EXIT_MIGRATE &&
+      code != GANDIVA_EXIT_RESIZE) {
+    DropCheckpoint(job->job_id);
+  }
   const int64_t minibatches =
       static_cast<int64_t>(job->reader ? job->reader->minibatches() : 0);
   unlink(job->page_path.c_str());  // the mapping stays readable
@@ -854,6 +863,7 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
     }
     was_suspended = job->state == RunState::kSuspended;
   }
+  job->checkpointing.store(true);
   // A job that has just started may not have reached the library yet.
   if (!was_suspended && job->reader->state() == client::JobState::kNew) {
     PollUntil(*job,
@@ -864,8 +874,14 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
   const client::ProgressSnapshot snap = job->reader->Read();
   const bool library = snap.pid > 0 && snap.state != client::JobState::kNew &&
                        snap.state != client::JobState::kExited;
-  if (library) return CheckpointLibrary(job, resize_to, was_suspended, t0);
-  if (job->restartable) return CheckpointRestart(job, was_suspended, t0);
+  if (library || job->restartable) {
+    auto r = library ? CheckpointLibrary(job, resize_to, was_suspended, t0)
+                     : CheckpointRestart(job, was_suspended, t0);
+    // A job that trains on (its save failed) keeps no checkpoint.
+    if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
+    return r;
+  }
+  job->checkpointing.store(false);
   const Capabilities caps = capabilities();
   std::string criu =
       caps.criu
@@ -1082,8 +1098,13 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
     std::lock_guard<std::mutex> lock(mu_);
     had = held_.erase(job_id) > 0;
   }
+  // The checkpoint and incoming directories; their parent too when that
+  // leaves it empty (it also holds the job's log when checkpoints live in
+  // the work dir).
   std::error_code ec;
-  std::filesystem::remove_all(
+  std::filesystem::remove_all(CheckpointDir(job_id), ec);
+  std::filesystem::remove_all(IncomingDir(job_id), ec);
+  std::filesystem::remove(
       std::filesystem::path(CheckpointDir(job_id)).parent_path(), ec);
   return had;
 }

@@ -107,8 +107,10 @@ TEST_F(SupervisorTest, EnvironmentLogAndWorkdir) {
   EXPECT_NE(log.find("page=" + sup.PagePath(7) + "\n"), std::string::npos)
       << log;
   EXPECT_NE(log.find("to-stderr\n"), std::string::npos) << log;
-  EXPECT_TRUE(std::filesystem::is_directory(sup.CheckpointDir(7)));
-  // The page is removed once the job has ended.
+  // A job that ended by itself keeps no checkpoint directory (its log
+  // stays), and its page is removed.
+  EXPECT_FALSE(std::filesystem::exists(sup.CheckpointDir(7)));
+  EXPECT_TRUE(std::filesystem::exists(sup.LogPath(7)));
   EXPECT_FALSE(std::filesystem::exists(sup.PagePath(7)));
 
   // Real GPUs: CUDA_VISIBLE_DEVICES lists them; no GANDIVA_VIRTUAL_GPUS;
