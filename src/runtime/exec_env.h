@@ -6,6 +6,9 @@
 // Thread-compatible (reads `environ` once, in the constructor).
 #pragma once
 
+#include <signal.h>
+#include <spawn.h>
+
 #include <cstring>
 #include <initializer_list>
 #include <map>
@@ -43,6 +46,35 @@ class ExecEnv {
  private:
   std::vector<std::string> strings_;
   std::vector<char*> ptrs_;
+};
+
+// posix_spawn attributes for a child in its own process group (setpgid(0,
+// 0) in the child), never a new session (a process in an orphaned process
+// group ignores SIGTSTP), with no signal blocked and every signal at its
+// default action, whatever this process's threads block or handle.
+class ChildSpawnAttr {
+ public:
+  ChildSpawnAttr() {
+    posix_spawnattr_init(&attr_);
+    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETPGROUP |
+                                         POSIX_SPAWN_SETSIGMASK |
+                                         POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&attr_, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr_, &none);
+    sigset_t all;
+    sigfillset(&all);
+    posix_spawnattr_setsigdefault(&attr_, &all);
+  }
+  ~ChildSpawnAttr() { posix_spawnattr_destroy(&attr_); }
+  ChildSpawnAttr(const ChildSpawnAttr&) = delete;
+  ChildSpawnAttr& operator=(const ChildSpawnAttr&) = delete;
+
+  const posix_spawnattr_t* get() const { return &attr_; }
+
+ private:
+  posix_spawnattr_t attr_;
 };
 
 }  // namespace gandiva::runtime

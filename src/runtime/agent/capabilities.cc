@@ -48,23 +48,11 @@ RunResult Run(const std::vector<std::string>& args,
   posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  sigset_t all;
-  sigfillset(&all);
-  posix_spawnattr_setsigdefault(&attr, &all);
+  ChildSpawnAttr attr;
   pid_t pid = 0;
   const int rc =
-      posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.envp());
+      posix_spawn(&pid, argv[0], &fa, attr.get(), argv.data(), envp.envp());
   posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     r.output = std::string("cannot run ") + args[0] + ": " + std::strerror(rc);
     return r;
@@ -169,15 +157,11 @@ void ProbeCriu(Capabilities* caps, std::chrono::milliseconds timeout) {
   std::string arg0 = sleep_bin.empty() ? "/bin/sleep" : sleep_bin;
   std::string arg1 = "30";
   char* argv[] = {arg0.data(), arg1.data(), nullptr};
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
+  ChildSpawnAttr attr;
   pid_t child = 0;
   ExecEnv env({});
   const int rc =
-      posix_spawn(&child, arg0.c_str(), nullptr, &attr, argv, env.envp());
-  posix_spawnattr_destroy(&attr);
+      posix_spawn(&child, arg0.c_str(), nullptr, attr.get(), argv, env.envp());
   if (rc != 0) {
     caps->criu_detail =
         "cannot start a trial process: " + std::string(std::strerror(rc));

@@ -496,20 +496,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
   posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   posix_spawn_file_actions_addchdir_np(&fa, workdir.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Its own process group (setpgid(0, 0) in the child), never a new session:
-  // a process in an orphaned process group ignores SIGTSTP.
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP |
-                                      POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  sigset_t all;
-  sigfillset(&all);
-  posix_spawnattr_setsigdefault(&attr, &all);
+  const ChildSpawnAttr attr;
 
   // CPU pinning: the child inherits the spawning thread's affinity.
   const std::vector<int> cpus =
@@ -526,10 +513,10 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   pid_t pid = 0;
   job->started = Clock::now();
   job->started_ns = MonotonicNs();
-  const int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, argv, envp.envp());
+  const int rc =
+      posix_spawn(&pid, "/bin/sh", &fa, attr.get(), argv, envp.envp());
   if (pinned) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
   close(log_fd);
   if (rc != 0) {
     unlink(job->page_path.c_str());

@@ -480,23 +480,29 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
            core::IsTerminal(st().job(JobId(job)).state);
   }
 
+  // On the loop: the outcome of an action goes into the job's history, and
+  // to the core unless it is stale (the job ended or moved on).
+  void Conclude(int32_t job, int64_t action, const std::string& what, bool ok,
+                int64_t took_us, const std::string& detail, bool permanent) {
+    History(job, what, ok, took_us, detail);
+    if (!LiveJob(job)) return;
+    const core::Job& j = st().job(JobId(job));
+    if (!j.busy() || j.in_flight_id.value != action) return;
+    const auto took = core::Duration::Micros(took_us);
+    if (ok) {
+      StartProbe(job, what, action);
+      (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
+    } else {
+      (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
+                                    detail, permanent});
+    }
+  }
+
   // Posts the outcome of an action back to the loop.
   void Reply(int32_t job, int64_t action, const std::string& what, bool ok,
              int64_t took_us, const std::string& detail) {
     Post([=, this] {
-      History(job, what, ok, took_us, detail);
-      if (!LiveJob(job)) return;
-      const core::Job& j = st().job(JobId(job));
-      // A stale reply (the job ended or moved on) is not worth logging.
-      if (!j.busy() || j.in_flight_id.value != action) return;
-      const auto took = core::Duration::Micros(took_us);
-      if (ok) {
-        StartProbe(job, what, action);
-        (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
-      } else {
-        (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
-                                      detail});
-      }
+      Conclude(job, action, what, ok, took_us, detail, /*permanent=*/false);
     });
   }
 
@@ -695,18 +701,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             break;
         }
       }
-      History(job, what, ok, took_us, detail);
-      if (!LiveJob(job)) return;
-      const core::Job& j = st().job(JobId(job));
-      if (!j.busy() || j.in_flight_id.value != action) return;
-      const auto took = core::Duration::Micros(took_us);
-      if (ok) {
-        StartProbe(job, what, action);
-        (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
-      } else {
-        (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
-                                      detail, permanent});
-      }
+      Conclude(job, action, what, ok, took_us, detail, permanent);
     });
   }
 
