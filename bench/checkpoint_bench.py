@@ -3,18 +3,24 @@ the fast raw-tensor format (checkpoint.gdv) against torch.save
 (checkpoint.pt), each saved by Job.save() and loaded by Job.load() into a
 fresh job, and checks the restore is bit-identical.
 
-    /usr/bin/python3 examples/bench_checkpoint.py [--dir /dev/shm] [--mb 288]
+    PYTHONPATH=python /usr/bin/python3 bench/checkpoint_bench.py [--dir /dev/shm] [--mb 288]
 """
 
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-import gandiva.torch
+try:
+    import gandiva.torch
+except ImportError:  # run from a checkout: <repo>/python
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+    import gandiva.torch
 
 
 def make(width, layers, seed):

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""A gandiva job for the migration benchmark (bench/migration_bench.cc): an
+MLP of --layers x Linear(--width, --width) trained with Adam on random
+batches, through gandiva.torch.Job, so the agent can checkpoint it at a
+mini-batch boundary (exit 75) and a warm start can restore it. Its training
+state is model + Adam state: 3 x 4 bytes per parameter, e.g. 6 x
+Linear(2048, 2048) = 25.2M parameters = 288 MiB.
+
+    /usr/bin/python3 bench/jobs/model_job.py --width 2048 --layers 6
+
+Trains --steps mini-batches (0: forever). Prints `resumed from ... at step K`
+after a restore and a line every --log-every steps.
+"""
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+try:
+    import gandiva.torch
+except ImportError:  # run from a checkout: <repo>/python
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    import gandiva.torch
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=0, help="0: forever")
+    ap.add_argument("--min-step-ms", type=float, default=0.0,
+                    help="pad each step to at least this long")
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+
+    # The slow setup a warm start overlaps with the checkpoint's transfer.
+    torch.manual_seed(args.seed)
+    layers = []
+    for i in range(args.layers):
+        layers.append(torch.nn.Linear(args.width, args.width))
+        if i + 1 < args.layers:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    nparams = sum(p.numel() for p in model.parameters())
+    job = gandiva.torch.Job(model, opt)
+    if job.start():
+        print(f"resumed from {job.restored_from} at step {job.steps}",
+              flush=True)
+    else:
+        print(f"model: {args.layers} x Linear({args.width}, {args.width}), "
+              f"{nparams / 1e6:.2f}M parameters, model + Adam state "
+              f"{nparams * 12 / 2**20:.1f} MiB", flush=True)
+
+    while args.steps == 0 or job.steps < args.steps:
+        t0 = time.monotonic()
+        x = torch.randn(args.batch_size, args.width)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        pad = args.min_step_ms / 1000.0 - (time.monotonic() - t0)
+        if pad > 0:
+            time.sleep(pad)
+        job.step()  # the boundary: the agent's requests are served here
+        if args.log_every and job.steps % args.log_every == 0:
+            print(f"step {job.steps} loss {loss.item():.6f}", flush=True)
+    print(f"done: {job.steps} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
