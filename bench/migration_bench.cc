@@ -240,6 +240,9 @@ struct Series {
   std::map<std::string, std::vector<double>> values;
   double step_ms = 0;  // the job's own mini-batch time before migrating
   double state_mib = 0;
+  // ReadCheckpoint drained by a client that keeps nothing, with no warm
+  // process competing for the CPUs: the gRPC stream alone, GB/s per run.
+  std::vector<double> stream_alone_gbps;
   void Add(const std::string& name, double v) {
     if (!values.count(name)) order.push_back(name);
     values[name].push_back(v);
@@ -394,6 +397,32 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
     if (!JobOn(*src, job, &j)) DieWithLog(*src, job, "the job exited");
     WaitMinibatches(*src, job, j.progress().minibatches() + 1, 180);
   }
+  // The stream alone: checkpoint once more, then drain ReadCheckpoint from
+  // the source three times (no warm process, nothing written).
+  const rpc::CheckpointReply c = Checkpoint(*src, job, 0);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto stub = rpc::Agent::NewStub(grpc::CreateCustomChannel(
+      src->server->address(), grpc::InsecureChannelCredentials(), args));
+  for (int i = 0; i < 3; ++i) {
+    rpc::ReadCheckpointRequest req;
+    req.set_job_id(job);
+    auto ctx = Ctx(120);
+    const auto t0 = Clock::now();
+    auto reader = stub->ReadCheckpoint(ctx.get(), req);
+    rpc::CheckpointChunk chunk;
+    int64_t bytes = 0;
+    while (reader->Read(&chunk))
+      bytes += static_cast<int64_t>(chunk.data().size());
+    const grpc::Status s = reader->Finish();
+    const double ms = MsSince(t0);
+    if (!s.ok() || bytes != c.bytes()) {
+      Die("ReadCheckpoint alone: " + s.error_message() + " (" +
+          std::to_string(bytes) + " of " + std::to_string(c.bytes()) +
+          " bytes)");
+    }
+    out.stream_alone_gbps.push_back(static_cast<double>(bytes) / ms / 1e6);
+  }
   Kill(*src, job);
   return out;
 }
@@ -426,7 +455,19 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
     }
     std::printf("\n");
   }
+  std::printf("%-32s", "gRPC stream alone GB/s");
+  for (const Series& s : all) {
+    const Stat st = Summarise(s.stream_alone_gbps);
+    std::printf(" %10.3f %10.3f", st.median, st.max);
+  }
+  std::printf("\n");
   if (loopback_gbps > 0) {
+    std::printf("%-32s", "stream alone / loopback TCP");
+    for (const Series& s : all) {
+      const Stat st = Summarise(s.stream_alone_gbps);
+      std::printf(" %9.0f%% %9s", 100 * st.median / loopback_gbps, "");
+    }
+    std::printf("\n");
     std::printf("%-32s", "transfer / loopback TCP");
     for (const Series& s : all) {
       const Stat st = Summarise(s.values.at("transfer GB/s"));
@@ -439,7 +480,9 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
       "job\ntrained its first mini-batch on the destination); the warm start "
       "is begun\nbefore it and overlaps the save. It includes waiting for the "
       "source's next\nmini-batch boundary (up to one step) and the first "
-      "mini-batch (one step).\n");
+      "mini-batch (one step).\ngRPC stream alone = ReadCheckpoint from the "
+      "source drained by a client that\nkeeps nothing, with no warm process "
+      "running (3 runs after the migrations).\n");
 }
 
 // ------------------------------------------------------------ resize
