@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ std::unique_ptr<Process> Process::Start(
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   runtime::ExecEnv envp(env);  // before fork: see ExecEnv
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(out);
@@ -37,6 +39,9 @@ std::unique_ptr<Process> Process::Start(
   }
   if (pid == 0) {
     ::setpgid(0, 0);  // a Ctrl-C at the terminal goes to the test only
+    // A test that crashes takes its daemons and agents with it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
     const int in = ::open("/dev/null", O_RDONLY);
     ::dup2(in, 0);
     ::dup2(out, 1);
