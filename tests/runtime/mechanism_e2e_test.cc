@@ -116,6 +116,45 @@ TEST_F(MechanismE2eTest, MigratedJobMatchesARunNeverMigrated) {
   EXPECT_EQ(Fingerprint(log), want) << "job log:\n" << log;
 }
 
+// A job without the library that keeps its own checkpoints (restartable)
+// is moved cold: SIGTERM at the source, its files sent to the other agent,
+// started there from them.
+TEST_F(MechanismE2eTest, RestartableJobMovesBetweenAgents) {
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec;
+  spec.set_name("own-checkpoints");
+  spec.set_command(
+      "if [ -f \"$GANDIVA_RESUME_FROM/own\" ]; then "
+      "echo \"resumed $(cat \"$GANDIVA_RESUME_FROM/own\")\"; fi; "
+      "trap 'echo 42 > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
+      "while :; do sleep 0.05; done");
+  spec.set_gpus(1);
+  spec.set_owner("e2e");
+  spec.set_restartable(true);
+  spec.set_workdir(c.dir().string());
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(
+      WaitUntil([&] { return c.Job(id).state() == rpc::RUNNING; }, seconds(60)))
+      << Describe(c, id);
+  const std::string from = c.Job(id).server();
+  const std::string to = from == "agent-0" ? "agent-1" : "agent-0";
+  std::string out;
+  ASSERT_EQ(c.Cli({"migrate", std::to_string(id), "--to", to}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("restart, "), std::string::npos) << out;
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::RUNNING) << Describe(c, id);
+  EXPECT_EQ(j.server(), to);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return CountLines(c.JobLog(c.Job(id)), "resumed 42") == 1; },
+      seconds(30)))
+      << c.JobLog(c.Job(id)) << Describe(c, id);
+  EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
+}
+
 // Requests that cannot be carried out are refused with the reason, and the
 // job runs on where it was.
 TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {

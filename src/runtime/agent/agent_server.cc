@@ -593,16 +593,19 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     const int64_t job_id = req.job_id();
     const std::string what = "job " + std::to_string(job_id);
     auto view = supervisor->Job(job_id);
-    if (!view.ok()) return ToGrpc(view.status());
-    if (view->state == RunState::kExited) {
+    // No process of the job here (a job without the library, or one that
+    // will be started later): the checkpoint is only received and held, for
+    // a StartJob(resume_local).
+    const bool cold = !view.ok() || view->state == RunState::kExited;
+    if (!cold && !view->warm) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          what + " has exited");
-    }
-    if (!view->warm) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          what + " was not started warm here");
+                          what + " runs here and was not started warm");
     }
     const std::string dir = supervisor->IncomingDir(job_id);
+    if (cold) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
     int64_t bytes = 0;
     const auto transfer0 = Clock::now();
     grpc::Status s =
@@ -611,6 +614,16 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
             : FetchCheckpoint(job_id, req.source_address(), dir, end, &bytes);
     if (!s.ok()) return s;
     const int64_t transfer_us = MicrosSince(transfer0);
+    if (cold) {
+      supervisor->HoldCheckpoint(job_id, dir);
+      out->set_bytes(bytes);
+      out->set_transfer_us(transfer_us);
+      out->set_took_us(MicrosSince(t0));
+      Log(what + " received its checkpoint (" + std::to_string(bytes) +
+          " bytes in " + std::to_string(transfer_us) +
+          " us), held for its start here");
+      return grpc::Status::OK;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         end - Clock::now());
     auto r = supervisor->AwaitRestore(

@@ -632,6 +632,41 @@ TEST_F(MigrationTest, ARestartableJobGetsSigterm) {
   EXPECT_EQ(daemon_->ExitsOf(1)[0].exit_code(), 0);
 }
 
+// A job without the library that keeps its own checkpoints moves to another
+// agent cold: SIGTERM at the source, the files received and held at the
+// destination (no process there yet), then started from them.
+TEST_F(MigrationTest, ARestartableJobMovesColdToAnotherAgent) {
+  StartAgent();
+  StartSecondAgent();
+  const std::string script =
+      "if [ -f \"$GANDIVA_RESUME_FROM/own\" ]; then "
+      "echo \"resumed $(cat \"$GANDIVA_RESUME_FROM/own\")\"; fi; "
+      "trap 'echo 42 > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
+      "while :; do sleep 0.05; done";
+  rpc::StartJobRequest req = StartReq(1, 1, script);
+  req.mutable_spec()->set_restartable(true);
+  ASSERT_TRUE(StartOn(stub_.get(), req).ok());
+  std::this_thread::sleep_for(100ms);
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.method(), "restart");
+  rpc::ReceiveCheckpointReply r;
+  s = ReceiveOn(stub2_.get(), 1, 3, agent_->address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.bytes(), c.bytes());
+  EXPECT_EQ(r.load_us(), 0);  // nothing loaded it yet
+  rpc::StartJobRequest there = StartReq(1, 4, script);
+  there.mutable_spec()->set_restartable(true);
+  there.set_resume_local(true);
+  s = StartOn(stub2_.get(), there);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string log = agent2_->supervisor().LogPath(1);
+  ASSERT_TRUE(WaitUntil([&] {
+    return testing::ReadFile(log).find("resumed 42\n") != std::string::npos;
+  })) << testing::ReadFile(log);
+}
+
 TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
   StartAgent();
   StartSecondAgent();

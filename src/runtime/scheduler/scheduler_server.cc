@@ -806,28 +806,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
         return;
       }
-      if (!warm && from.exists && !same_server) {
-        // Only a warm process takes a checkpoint sent from another server.
-        const std::string why =
-            "only jobs using the gandiva job-side library move between "
-            "servers (this one restarts from its own checkpoints only on "
-            "its server)";
-        if (fresh_fallback) {
-          Post([this, job, srv = from.server] {
-            if (JobExtra* xx = Extra(job)) ++xx->ignore_exits[srv.value];
-          });
-          kill(src);
-          const bool ok = start(false, false, to, &err);
-          FinishMove(
-              job, aid, what, ok, false, us_since(t0),
-              ok ? where + "; restarted from scratch (" + why + ")" : err,
-              ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
-        } else {
-          FinishMove(job, aid, what, false, true, us_since(t0), why,
-                     MovedTo::kAsBefore, from);
-        }
-        return;
-      }
       if (warm && from.exists && !start(true, false, to, &err)) {
         FinishMove(job, aid, what, false, false, us_since(t0),
                    "warm start: " + err, MovedTo::kAsBefore, from);
@@ -892,11 +870,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    MovedTo::kDestination, from);
         return;
       }
-      if (!warm && !start(false, false, to, &err)) {
-        FinishMove(job, aid, what, false, false, us_since(t0), "start: " + err,
-                   MovedTo::kCheckpointAtSource, from);
-        return;
-      }
       rpc::ReceiveCheckpointRequest rreq;
       rreq.set_job_id(job);
       rreq.set_action_id(receive_id);
@@ -915,12 +888,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    MovedTo::kCheckpointAtSource, from);
         return;
       }
+      const auto t_start = std::chrono::steady_clock::now();
+      if (!warm && !start(false, true, to, &err)) {
+        // Received but not started: the copy at the source stays the one
+        // the job resumes from.
+        kill(dst);
+        FinishMove(job, aid, what, false, false, us_since(t0),
+                   "start from the received checkpoint: " + err,
+                   MovedTo::kCheckpointAtSource, from);
+        return;
+      }
+      const int64_t restart_us =
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::steady_clock::now() - t_start)
+              .count();
       kill(src);  // drops the source's copy of the checkpoint
       (void)t_warm;
       std::string detail = where;
       if (!phases.empty()) detail += "; " + phases;
       detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
                 Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) + ")";
+      if (!warm) detail += ", restart " + Ms(restart_us);
       if (warm) {
         detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)" +
                   ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
