@@ -287,25 +287,36 @@ std::vector<rpc::HistoryEntry> TestCluster::History(int64_t id,
   return out;
 }
 
-rpc::JobSpec TestCluster::TrainSpec(const std::string& name,
-                                    const std::string& model, int steps,
-                                    int seed, int min_step_ms) const {
+rpc::JobSpec TestCluster::PythonSpec(const std::string& name,
+                                     const std::string& args) const {
   rpc::JobSpec spec;
   spec.set_name(name);
-  spec.set_command(std::string(GANDIVA_PYTHON) + " " + GANDIVA_EXAMPLES_DIR +
-                   "/train_" + model + ".py --steps " + std::to_string(steps) +
-                   " --seed " + std::to_string(seed) + " --min-step-ms " +
-                   std::to_string(min_step_ms) + " --log-every 50");
+  spec.set_command(std::string(GANDIVA_PYTHON) + " " + args);
   spec.set_gpus(1);
   spec.set_owner("e2e");
   spec.set_workdir(dir_.string());
-  spec.set_total_minibatches(steps);
   auto& env = *spec.mutable_env();
   env["PYTHONPATH"] = GANDIVA_PYTHON_DIR;
   env["GANDIVA_CLIENT_LIB"] = GANDIVA_CLIENT_LIB;
   env["OMP_NUM_THREADS"] = "1";
   env["PYTHONDONTWRITEBYTECODE"] = "1";
   return spec;
+}
+
+rpc::JobSpec TestCluster::TrainSpec(const std::string& name,
+                                    const std::string& model, int steps,
+                                    int seed, int min_step_ms) const {
+  rpc::JobSpec spec =
+      PythonSpec(name, std::string(GANDIVA_EXAMPLES_DIR) + "/train_" + model +
+                           ".py --steps " + std::to_string(steps) + " --seed " +
+                           std::to_string(seed) + " --min-step-ms " +
+                           std::to_string(min_step_ms) + " --log-every 50");
+  spec.set_total_minibatches(steps);
+  return spec;
+}
+
+bool IsEnded(rpc::JobState s) {
+  return s == rpc::FINISHED || s == rpc::FAILED || s == rpc::KILLED;
 }
 
 int64_t TestCluster::Submit(const rpc::JobSpec& spec, std::string* error) {

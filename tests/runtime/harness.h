@@ -107,6 +107,10 @@ class TestCluster {
   // The job's history entries with this action, oldest first.
   std::vector<rpc::HistoryEntry> History(int64_t id, const std::string& action);
 
+  // A one-GPU spec running `GANDIVA_PYTHON args` with the gandiva package
+  // and library on its paths, one intra-op thread.
+  rpc::JobSpec PythonSpec(const std::string& name,
+                          const std::string& args) const;
   // A spec running examples/train_<model>.py for `steps` mini-batches.
   rpc::JobSpec TrainSpec(const std::string& name, const std::string& model,
                          int steps, int seed, int min_step_ms) const;
@@ -130,6 +134,9 @@ class TestCluster {
   std::vector<std::unique_ptr<Process>> agents_;
   int scheduler_starts_ = 0;
 };
+
+// FINISHED, FAILED or KILLED.
+bool IsEnded(rpc::JobState s);
 
 // Lines of `text` that contain `needle`.
 int CountLines(const std::string& text, const std::string& needle);

@@ -20,10 +20,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-bool Ended(rpc::JobState s) {
-  return s == rpc::FINISHED || s == rpc::FAILED || s == rpc::KILLED;
-}
-
 std::string Describe(TestCluster& c, int64_t id) {
   const rpc::JobInfo j = c.Job(id);
   std::string out = "job " + std::to_string(id) + " " +
@@ -46,7 +42,7 @@ std::string Fingerprint(const std::string& log) {
 }
 
 bool WaitEnded(TestCluster& c, int64_t id, seconds timeout) {
-  return WaitUntil([&] { return Ended(c.Job(id).state()); }, timeout);
+  return WaitUntil([&] { return IsEnded(c.Job(id).state()); }, timeout);
 }
 
 class MechanismE2eTest : public ::testing::Test {
@@ -220,21 +216,11 @@ namespace {
 // A spec running examples/train_ddp.py through the launcher (one rank per
 // GPU of the job), elastic.
 rpc::JobSpec DdpSpec(TestCluster& c, int samples) {
-  rpc::JobSpec spec;
-  spec.set_name("ddp");
-  spec.set_command(std::string(GANDIVA_PYTHON) + " -m gandiva.launch -- " +
-                   GANDIVA_EXAMPLES_DIR + "/train_ddp.py --samples " +
-                   std::to_string(samples) +
-                   " --min-step-ms 10 --log-every 200");
-  spec.set_gpus(1);
+  rpc::JobSpec spec = c.PythonSpec(
+      "ddp", "-m gandiva.launch -- " + std::string(GANDIVA_EXAMPLES_DIR) +
+                 "/train_ddp.py --samples " + std::to_string(samples) +
+                 " --min-step-ms 10 --log-every 200");
   spec.set_elastic(true);
-  spec.set_owner("e2e");
-  spec.set_workdir(c.dir().string());
-  auto& env = *spec.mutable_env();
-  env["PYTHONPATH"] = GANDIVA_PYTHON_DIR;
-  env["GANDIVA_CLIENT_LIB"] = GANDIVA_CLIENT_LIB;
-  env["OMP_NUM_THREADS"] = "1";
-  env["PYTHONDONTWRITEBYTECODE"] = "1";
   return spec;
 }
 
@@ -310,12 +296,11 @@ TEST_F(MechanismE2eTest, PackSlowerThanTimeSlicingIsUndone) {
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   auto spec = [&](const std::string& name) {
-    rpc::JobSpec s = c.TrainSpec(name, "cnn", kSteps, 0, 0);
-    s.set_command(std::string(GANDIVA_PYTHON) + " " + GANDIVA_SOURCE_DIR +
-                  "/tests/runtime/jobs/contending_job.py --steps " +
-                  std::to_string(kSteps) + " --device " +
-                  (c.dir() / "gpu0").string());
-    return s;
+    return c.PythonSpec(name, std::string(GANDIVA_SOURCE_DIR) +
+                                  "/tests/runtime/jobs/contending_job.py "
+                                  "--steps " +
+                                  std::to_string(kSteps) + " --device " +
+                                  (c.dir() / "gpu0").string());
   };
   const int64_t a = c.Submit(spec("a"), &error);
   ASSERT_GT(a, 0) << error;

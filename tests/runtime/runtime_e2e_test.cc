@@ -22,10 +22,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-bool Ended(rpc::JobState s) {
-  return s == rpc::FINISHED || s == rpc::FAILED || s == rpc::KILLED;
-}
-
 std::string Describe(const std::map<int64_t, rpc::JobInfo>& jobs) {
   std::string out;
   for (const auto& [id, j] : jobs) {
@@ -110,7 +106,7 @@ TEST_F(RuntimeE2eTest, SixJobsTimeSliceOnFourGpus) {
           if (j.progress().minibatches() > 0 && !first_progress.count(id)) {
             first_progress[id] = sample;
           }
-          if (Ended(j.state())) {
+          if (IsEnded(j.state())) {
             if (first_end < 0) first_end = sample;
           } else {
             all = false;
@@ -203,7 +199,7 @@ TEST_F(RuntimeE2eTest, SchedulerCrashLosesNoJob) {
         jobs = now;
         if (jobs.size() < ids.size()) return false;
         for (const auto& [id, j] : jobs) {
-          if (!Ended(j.state())) return false;
+          if (!IsEnded(j.state())) return false;
         }
         return true;
       },
