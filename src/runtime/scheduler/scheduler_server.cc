@@ -448,7 +448,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           if (p.relocate) {
             Move(p, old);
           } else {
-            Dispatch(p, old);
+            Dispatch(p);
           }
         }
         return;
@@ -457,7 +457,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       case ActionKind::kUnpack:
         pending[a.id.value] =
             PendingAction{a, Now(), false, x->progress.minibatch_rate()};
-        if (live) Dispatch(pending[a.id.value], x->proc);
+        if (live) Dispatch(pending[a.id.value]);
         return;
       case ActionKind::kKill: {
         const Proc old = x->proc;
@@ -525,6 +525,22 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
            std::to_string(static_cast<int>(s.error_code())) + ")";
   }
 
+  // From an executor thread: kills the job's process at `server` and has
+  // its exit ignored (the daemon stopped it; it is not the job's end). The
+  // loop counts the exit to ignore before the agent can report it.
+  void KillIgnoringExit(int32_t job, ServerId server, rpc::Agent::Stub& stub,
+                        int64_t action_id) {
+    Post([this, job, server] {
+      if (JobExtra* x = Extra(job)) ++x->ignore_exits[server.value];
+    });
+    rpc::JobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(action_id);
+    rpc::KillReply rep;
+    auto ctx = Ctx();
+    (void)stub.KillJob(ctx.get(), req, &rep);
+  }
+
   // Kills a process the daemon no longer wants (fire and forget).
   void KillAt(int32_t job, const Proc& where, int64_t action_id) {
     auto stub = StubOf(where.server);
@@ -541,9 +557,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     });
   }
 
-  // Carries out a mechanism at the agent; `old` is where the job's process
-  // was before the action.
-  void Dispatch(const PendingAction& p, const Proc& old) {
+  // Carries out a start, a resume or a suspend at the agent where x.proc
+  // says the job's process is (moves are Move()'s).
+  void Dispatch(const PendingAction& p) {
     const core::Action& a = p.action;
     JobExtra& x = *Extra(a.job.value);
     const int32_t job = a.job.value;
@@ -571,16 +587,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           .count();
     };
     if (starts) {
+      // A relocation reaches here only for a lost process (Lost()); the
+      // others are moves (Move()).
       std::string detail = "gpus " + json(x.proc.local).dump();
-      std::shared_ptr<rpc::Agent::Stub> old_stub;
-      int64_t kill_id = 0;
-      if (p.relocate && old.exists) {
-        old_stub = StubOf(old.server);
-        kill_id = InternalActionId();
-        ++x.ignore_exits[old.server.value];
-        detail += "; restarted from scratch (left server " +
-                  std::to_string(old.server.value) + ")";
-      } else if (p.relocate) {
+      if (p.relocate) {
         detail += "; restarted from scratch (its process was lost)";
       }
       rpc::StartJobRequest req;
@@ -592,14 +602,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const int64_t retry_id = InternalActionId();
       const ServerId start_server = x.proc.server;
       executor->Run(job, [=, this]() mutable {
-        if (old_stub != nullptr) {
-          rpc::JobRequest kreq;
-          kreq.set_job_id(job);
-          kreq.set_action_id(kill_id);
-          rpc::KillReply krep;
-          auto ctx = Ctx();
-          (void)old_stub->KillJob(ctx.get(), kreq, &krep);
-        }
         rpc::StartJobReply rep;
         auto ctx = Ctx();
         grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
@@ -607,15 +609,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             s.error_message().find("already runs here") != std::string::npos) {
           // A process of this job the daemon lost track of (a start whose
           // reply was lost in a crash): the daemon wants a new one here.
-          Post([this, job, srv = start_server] {
-            if (JobExtra* xx = Extra(job)) ++xx->ignore_exits[srv.value];
-          });
-          rpc::JobRequest kreq;
-          kreq.set_job_id(job);
-          kreq.set_action_id(stray_kill_id);
-          rpc::KillReply krep;
-          auto kctx = Ctx();
-          (void)stub->KillJob(kctx.get(), kreq, &krep);
+          KillIgnoringExit(job, start_server, *stub, stray_kill_id);
           rep.Clear();
           auto ctx2 = Ctx();
           req.set_action_id(retry_id);
@@ -811,7 +805,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    "warm start: " + err, MovedTo::kAsBefore, from);
         return;
       }
-      const auto t_warm = std::chrono::steady_clock::now();
       std::string phases;
       if (from.exists) {
         rpc::CheckpointRequest req;
@@ -831,10 +824,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
               s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
           if (cannot && fresh_fallback) {
             // Nothing to carry over: start afresh where the core wants it.
-            Post([this, job, srv = from.server] {
-              if (JobExtra* xx = Extra(job)) ++xx->ignore_exits[srv.value];
-            });
-            kill(src);
+            KillIgnoringExit(job, from.server, *src, kill_src_id);
             const bool ok = start(false, false, to, &err);
             FinishMove(job, aid, what, ok, false, us_since(t0),
                        ok ? where + "; restarted from scratch (" +
@@ -903,7 +893,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
               std::chrono::steady_clock::now() - t_start)
               .count();
       kill(src);  // drops the source's copy of the checkpoint
-      (void)t_warm;
       std::string detail = where;
       if (!phases.empty()) detail += "; " + phases;
       detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
@@ -1130,9 +1119,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           if (it != pending.end()) {
             // Start it afresh where the core resumes it.
             it->second.relocate = true;
-            const Proc old = x.proc;  // exists == false: nothing to kill
             x.proc.exists = true;
-            Dispatch(it->second, old);
+            Dispatch(it->second);
             return;
           }
           break;
