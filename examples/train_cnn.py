@@ -75,9 +75,16 @@ def main() -> int:
     if args.steps < 1:
         ap.error("--steps must be >= 1")
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        # Bit-identical runs on a GPU too: a migrated or restored job ends
+        # with the same parameters as one that never stopped.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.use_deterministic_algorithms(True)
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, args.threads))
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     loader = torch.utils.data.DataLoader(synthetic_images(2048),
                                          batch_size=args.batch_size,
                                          shuffle=True, drop_last=True)

@@ -71,7 +71,15 @@ def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = torch.cuda.is_available()
+    # NCCL needs a GPU of its own for each rank on this server; with fewer
+    # (or none: virtual GPUs), the ranks train on the CPU over gloo.
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    cuda = (torch.cuda.is_available()
+            and torch.cuda.device_count() >= local_ranks)
+    if torch.cuda.is_available() and not cuda:
+        print(f"ddp: {local_ranks} ranks here but "
+              f"{torch.cuda.device_count()} GPUs visible: training on the "
+              f"CPU over gloo", flush=True)
     if cuda:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
                               % torch.cuda.device_count())
@@ -81,6 +89,10 @@ def main(argv=None) -> int:
     if world > 1:
         dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank() if world > 1 else 0
+    if rank == 0:
+        backend = dist.get_backend() if world > 1 else "none"
+        print(f"ddp: world size {world} on {device}, backend {backend}",
+              flush=True)
 
     # Slow setup first (a warm start overlaps it with the checkpoint's
     # transfer): data, model, optimizer.

@@ -4,7 +4,8 @@ MLP of --layers x Linear(--width, --width) trained with Adam on random
 batches, through gandiva.torch.Job, so the agent can checkpoint it at a
 mini-batch boundary (exit 75) and a warm start can restore it. Its training
 state is model + Adam state: 3 x 4 bytes per parameter, e.g. 6 x
-Linear(2048, 2048) = 25.2M parameters = 288 MiB.
+Linear(2048, 2048) = 25.2M parameters = 288 MiB. With --device cuda the
+model trains on the GPU, and a checkpoint copies it to host memory.
 
     /usr/bin/python3 bench/jobs/model_job.py --width 2048 --layers 6
 
@@ -37,8 +38,13 @@ def main() -> int:
                     help="pad each step to at least this long")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu",
+                    help="cpu, cuda, or auto (cuda when there is one)")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
 
     # The slow setup a warm start overlaps with the checkpoint's transfer.
     torch.manual_seed(args.seed)
@@ -47,7 +53,7 @@ def main() -> int:
         layers.append(torch.nn.Linear(args.width, args.width))
         if i + 1 < args.layers:
             layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     nparams = sum(p.numel() for p in model.parameters())
     job = gandiva.torch.Job(model, opt)
@@ -57,15 +63,17 @@ def main() -> int:
     else:
         print(f"model: {args.layers} x Linear({args.width}, {args.width}), "
               f"{nparams / 1e6:.2f}M parameters, model + Adam state "
-              f"{nparams * 12 / 2**20:.1f} MiB", flush=True)
+              f"{nparams * 12 / 2**20:.1f} MiB, on {device}", flush=True)
 
     while args.steps == 0 or job.steps < args.steps:
         t0 = time.monotonic()
-        x = torch.randn(args.batch_size, args.width)
+        x = torch.randn(args.batch_size, args.width, device=device)
         loss = model(x).pow(2).mean()
         opt.zero_grad(set_to_none=False)
         loss.backward()
         opt.step()
+        if device != "cpu":
+            torch.cuda.synchronize()  # the step's real length
         pad = args.min_step_ms / 1000.0 - (time.monotonic() - t0)
         if pad > 0:
             time.sleep(pad)

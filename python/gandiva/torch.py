@@ -222,7 +222,13 @@ def read_checkpoint(path: str) -> Dict[str, Any]:
             else legacy
     if is_fast_format(path):
         return load_state(path)
-    return torch.load(path, map_location="cpu")
+    # The job's own checkpoint, trusted like the fast format (which is
+    # pickled too): it holds RNG states (numpy arrays, tuples) that
+    # PyTorch >= 2.6's weights_only default refuses.
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except TypeError:  # a PyTorch without the argument
+        return torch.load(path, map_location="cpu")
 
 
 def _rng_state() -> Dict[str, Any]:

@@ -609,7 +609,8 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
       }
       if (want > s.num_gpus()) {
         return refuse("server " + s.spec.name + " has only " +
-                      std::to_string(s.num_gpus()) + " GPUs");
+                      std::to_string(s.num_gpus()) +
+                      (s.num_gpus() == 1 ? " GPU" : " GPUs"));
       }
       *gpus = mine;
       for (GpuId g : cluster.GpusOf(sid)) {

@@ -217,7 +217,9 @@ void ProbeMps(Capabilities* caps) {
   }
   struct stat st;
   const std::string pipe = pipe_dir + "/control";
-  if (stat(pipe.c_str(), &st) != 0 || !S_ISFIFO(st.st_mode)) {
+  // A FIFO in older drivers, a UNIX socket in newer ones.
+  if (stat(pipe.c_str(), &st) != 0 ||
+      !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
     caps->mps_detail = control + " found, but no MPS control daemon: no pipe " +
                        pipe + " (start nvidia-cuda-mps-control -d)";
     return;

@@ -32,7 +32,8 @@ std::string FindOnPath(const std::string& name);
 void ProbeCriu(Capabilities* caps, std::chrono::milliseconds timeout);
 
 // MPS: usable if `nvidia-cuda-mps-control` is on PATH and the pipe directory
-// ($CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) has a `control` pipe.
+// ($CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) has a `control` pipe
+// (a FIFO or, in newer drivers, a socket).
 // Sets mps, mps_detail, mps_pipe_dir and mps_log_dir
 // ($CUDA_MPS_LOG_DIRECTORY, else /var/log/nvidia-mps).
 void ProbeMps(Capabilities* caps);

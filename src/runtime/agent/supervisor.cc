@@ -465,17 +465,12 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   env["GANDIVA_WORLD_SIZE"] = std::to_string(params.gpus.size());
   if (!resume_from.empty()) env["GANDIVA_RESUME_FROM"] = resume_from;
   if (params.warm) env["GANDIVA_RESUME_WAIT"] = "1";
-  if (caps_.mps) {
-    // Packed: another live job here holds one of its GPUs.
-    const bool packed =
-        std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& kv) {
-          return kv.second->state != RunState::kExited &&
-                 Overlaps(kv.second->gpus, params.gpus);
-        });
-    if (packed) {
-      env["CUDA_MPS_PIPE_DIRECTORY"] = caps_.mps_pipe_dir;
-      env["CUDA_MPS_LOG_DIRECTORY"] = caps_.mps_log_dir;
-    }
+  if (caps_.mps && !options_.virtual_gpus) {
+    // Every job on a real GPU is an MPS client, not only the second of a
+    // pack: a job packed later shares its GPU through MPS only if the job
+    // already there is a client too.
+    env["CUDA_MPS_PIPE_DIRECTORY"] = caps_.mps_pipe_dir;
+    env["CUDA_MPS_LOG_DIRECTORY"] = caps_.mps_log_dir;
   }
   ExecEnv envp(env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS",
                      "GANDIVA_JOB_ID", "GANDIVA_PROGRESS_FILE",
