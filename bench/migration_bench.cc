@@ -1,8 +1,10 @@
 // Migration and resize latencies on this machine, printed (asserts nothing):
 //  1. the migration fast path between two in-process agents, driven through
 //     their gRPC Agent stubs as the daemon's Move() does (warm StartJob on
-//     the destination, CheckpointJob on the source, ReceiveCheckpoint on the
-//     destination with await_first_minibatch, KillJob on the source), back
+//     the destination until its process waits for the checkpoint,
+//     CheckpointJob on the source until the checkpoint is saved,
+//     ReceiveCheckpoint on the destination with await_first_minibatch,
+//     KillJob on the source; --overlap: the older order), back
 //     and forth N times, for a small and a large model (PyTorch MLPs with
 //     Adam, bench/jobs/model_job.py); plus raw loopback TCP bandwidth, to
 //     which the checkpoint transfer is compared;
@@ -12,9 +14,15 @@
 //     the job trains its first mini-batch at the new size;
 //  3. whether CRIU is usable here (the agent only probes it).
 //
+// With --gpu the agents offer the GPUs NVML finds and the models train on
+// the GPU (a checkpoint copies them to host memory); the resize needs a GPU
+// per rank there. $GANDIVA_PYTHON names the interpreter with torch (default
+// /usr/bin/python3).
+//
 //   gandiva_bench_migration [--migrations N] [--resizes N] [--skip-small]
 //       [--skip-large] [--small-only] [--skip-resize] [--loopback-mib N]
-//       [--large-width W] [--large-layers L] [--verbose]
+//       [--large-width W] [--large-layers L] [--gpu] [--overlap]
+//       [--verbose]
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -40,6 +48,7 @@
 
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/agent_server.h"
+#include "runtime/agent/gpu_inventory.h"
 
 namespace {
 
@@ -49,6 +58,18 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 bool verbose = false;
+bool real_gpus = false;  // --gpu
+// --overlap: checkpoint right after the warm StartJob (the warm start
+// overlaps the save and transfer), and wait for the source's exit; by
+// default the job trains on until its new process is ready and the
+// checkpoint call returns once the checkpoint is saved.
+bool overlap = false;
+
+// The interpreter the jobs run under.
+std::string Python() {
+  const char* p = std::getenv("GANDIVA_PYTHON");
+  return p && *p ? p : "/usr/bin/python3";
+}
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "gandiva_bench_migration: %s\n", what.c_str());
@@ -85,7 +106,7 @@ Agent StartAgent(const std::string& label, const fs::path& work_dir,
   o.listen_address = "127.0.0.1:0";
   o.name = "bench-" + label + "-" + std::to_string(::getpid());
   o.virtual_gpus = 2;
-  o.virtual_only = true;
+  o.virtual_only = !real_gpus;
   o.work_dir = work_dir.string();
   o.checkpoint_root = checkpoint_root.string();
   o.checkpoint_timeout = milliseconds(180000);
@@ -177,8 +198,12 @@ rpc::JobSpec Spec(const std::string& name, const std::string& command,
   return spec;
 }
 
-void StartJob(const Agent& a, int64_t job, const rpc::JobSpec& spec,
-              const std::vector<int32_t>& gpus, bool warm, bool resume_local) {
+// await_ready_ms > 0 (warm): returns once the process waits for its
+// checkpoint, as the daemon's migrations do.
+rpc::StartJobReply StartJob(const Agent& a, int64_t job,
+                            const rpc::JobSpec& spec,
+                            const std::vector<int32_t>& gpus, bool warm,
+                            bool resume_local, int await_ready_ms = 0) {
   rpc::StartJobRequest req;
   req.set_job_id(job);
   req.set_action_id(NewAction());
@@ -186,17 +211,21 @@ void StartJob(const Agent& a, int64_t job, const rpc::JobSpec& spec,
   for (int32_t g : gpus) req.add_gpus(g);
   req.set_warm(warm);
   req.set_resume_local(resume_local);
+  req.set_await_ready_ms(await_ready_ms);
   rpc::StartJobReply rep;
-  auto ctx = Ctx(60);
+  auto ctx = Ctx(60 + await_ready_ms / 1000);
   grpc::Status s = a.stub->StartJob(ctx.get(), req, &rep);
   if (!s.ok()) Die("StartJob on " + a.label + ": " + s.error_message());
+  return rep;
 }
 
-rpc::CheckpointReply Checkpoint(const Agent& a, int64_t job, int resize_to) {
+rpc::CheckpointReply Checkpoint(const Agent& a, int64_t job, int resize_to,
+                                bool reply_when_saved = false) {
   rpc::CheckpointRequest req;
   req.set_job_id(job);
   req.set_action_id(NewAction());
   req.set_resize_to(resize_to);
+  req.set_reply_when_saved(reply_when_saved);
   rpc::CheckpointReply rep;
   auto ctx = Ctx(240);
   grpc::Status s = a.stub->CheckpointJob(ctx.get(), req, &rep);
@@ -314,11 +343,12 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
   const double params = static_cast<double>(layers) *
                         (static_cast<double>(width) * width + width);
   out.state_mib = params * 12 / (1 << 20);
-  char cmd[512];
+  char cmd[1024];
   std::snprintf(cmd, sizeof cmd,
-                "exec /usr/bin/python3 %s/bench/jobs/model_job.py --width %d "
-                "--layers %d --batch-size %d --min-step-ms %g --log-every 0",
-                GANDIVA_SOURCE_DIR, width, layers, batch, min_step_ms);
+                "exec %s %s/bench/jobs/model_job.py --width %d --layers %d "
+                "--batch-size %d --min-step-ms %g --log-every 0 --device %s",
+                Python().c_str(), GANDIVA_SOURCE_DIR, width, layers, batch,
+                min_step_ms, real_gpus ? "cuda" : "cpu");
   const rpc::JobSpec spec = Spec("migrate-" + std::to_string(job), cmd, 1);
   std::printf("  %s: starting on agent a...\n", label.c_str());
   std::fflush(stdout);
@@ -337,10 +367,14 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
   Agent* dst = &b;
   for (int i = 0; i < migrations; ++i) {
     const auto t0 = Clock::now();
-    StartJob(*dst, job, spec, {0}, /*warm=*/true, false);
+    const rpc::StartJobReply w = StartJob(*dst, job, spec, {0}, /*warm=*/true,
+                                          false, overlap ? 0 : 120000);
     const double start_call_ms = MsSince(t0);
+    if (!overlap && !w.ready()) {
+      DieWithLog(*dst, job, "the warm process was not ready within 120 s");
+    }
     const auto t1 = Clock::now();
-    const rpc::CheckpointReply c = Checkpoint(*src, job, 0);
+    const rpc::CheckpointReply c = Checkpoint(*src, job, 0, !overlap);
     const double ckpt_call_ms = MsSince(t1);
     rpc::ReceiveCheckpointRequest rreq;
     rreq.set_job_id(job);
@@ -362,22 +396,27 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
       Die("moved " + std::to_string(r.bytes()) + " bytes of a " +
           std::to_string(c.bytes()) + "-byte checkpoint");
     }
-    out.Add("warm StartJob call", start_call_ms);
-    out.Add("checkpoint (request -> exited)", c.took_us() / 1e3);
+    out.Add(overlap ? "warm StartJob call" : "warm start (job trains on)",
+            start_call_ms);
+    out.Add(overlap ? "checkpoint (request -> exited)"
+                    : "checkpoint (request -> saved)",
+            c.took_us() / 1e3);
     out.Add("  job's save", c.save_us() / 1e3);
-    out.Add("  rest (boundary wait, exit)",
+    out.Add(overlap ? "  rest (boundary wait, exit)" : "  rest (boundary wait)",
             static_cast<double>(c.took_us() - c.save_us()) / 1e3);
     out.Add("transfer", r.transfer_us() / 1e3);
     out.Add("transfer GB/s",
             r.transfer_us() > 0 ? static_cast<double>(r.bytes()) /
                                       static_cast<double>(r.transfer_us()) / 1e3
                                 : 0);
-    out.Add("warm start (overlapped)", r.warm_us() / 1e3);
-    // Roughly how long the checkpoint, once transferred, waited for the warm
-    // process (started at the end of the StartJob call) to be ready.
-    out.Add("  not ready after transfer (est.)",
-            std::max(0.0,
-                     r.warm_us() / 1e3 - ckpt_call_ms - r.transfer_us() / 1e3));
+    if (overlap) {
+      out.Add("warm start (overlapped)", r.warm_us() / 1e3);
+      // Roughly how long the checkpoint, once transferred, waited for the
+      // warm process (started at the end of the StartJob call) to be ready.
+      out.Add("  not ready after transfer (est.)",
+              std::max(0.0, r.warm_us() / 1e3 - ckpt_call_ms -
+                                r.transfer_us() / 1e3));
+    }
     out.Add("load", r.load_us() / 1e3);
     out.Add("first mini-batch", r.first_minibatch_us() / 1e3);
     out.Add("ReceiveCheckpoint call", r.took_us() / 1e3);
@@ -477,12 +516,19 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
   }
   std::printf(
       "critical path = CheckpointJob call -> ReceiveCheckpoint returned (the "
-      "job\ntrained its first mini-batch on the destination); the warm start "
-      "is begun\nbefore it and overlaps the save. It includes waiting for the "
-      "source's next\nmini-batch boundary (up to one step) and the first "
-      "mini-batch (one step).\ngRPC stream alone = ReadCheckpoint from the "
+      "job\ntrained its first mini-batch on the destination): the time the "
+      "job trains\nnowhere. %s It includes waiting for the source's next\n"
+      "mini-batch boundary (up to one step) and the first mini-batch (one "
+      "step).\ngRPC stream alone = ReadCheckpoint from the "
       "source drained by a client that\nkeeps nothing, with no warm process "
-      "running (3 runs after the migrations).\n");
+      "running (3 runs after the migrations).\n",
+      overlap ? "--overlap: the warm start is begun just before it and "
+                "overlaps the save\nand the transfer; the checkpoint call "
+                "waits for the source's exit."
+              : "The warm start comes before it (the StartJob call returns "
+                "once the new\nprocess waits for its checkpoint; the job "
+                "trains on meanwhile), and the\ncheckpoint call returns once "
+                "the checkpoint is saved, not at the exit.");
 }
 
 // ------------------------------------------------------------ resize
@@ -522,15 +568,14 @@ void ResizeOnce(Agent& a, int64_t job, const rpc::JobSpec& spec, int to,
 
 void ResizeBench(Agent& a, int64_t job, int cycles) {
   const std::string cmd =
-      std::string("exec /usr/bin/python3 -m gandiva.launch -- ") +
-      GANDIVA_SOURCE_DIR +
+      "exec " + Python() + " -m gandiva.launch -- " + GANDIVA_SOURCE_DIR +
       "/examples/train_ddp.py --samples 1000000000 --min-step-ms 20 "
       "--log-every 0";
   rpc::JobSpec spec = Spec("ddp", cmd, 1);
   spec.set_elastic(true);
   std::printf(
-      "\nresize of examples/train_ddp.py (gandiva.launch, gloo), agent with 2 "
-      "virtual GPUs\n");
+      "\nresize of examples/train_ddp.py (gandiva.launch; gloo on virtual "
+      "GPUs, NCCL on GPUs)\n");
   std::fflush(stdout);
   StartJob(a, job, spec, {0}, false, false);
   WaitMinibatches(a, job, 3, 180, milliseconds(20));
@@ -597,6 +642,10 @@ int main(int argc, char** argv) {
       large_width = value();
     } else if (arg == "--large-layers") {
       large_layers = value();
+    } else if (arg == "--gpu") {
+      real_gpus = true;
+    } else if (arg == "--overlap") {
+      overlap = true;
     } else if (arg == "--verbose") {
       verbose = true;
     } else if (arg == "--help" || arg == "-h") {
@@ -604,7 +653,7 @@ int main(int argc, char** argv) {
           "gandiva_bench_migration [--migrations N (5)] [--resizes N (3)] "
           "[--skip-small] [--skip-large] [--small-only] [--skip-resize] "
           "[--loopback-mib N (1024; 0: skip)] [--large-width W (2048)] "
-          "[--large-layers L (6)] [--verbose]\n");
+          "[--large-layers L (6)] [--gpu] [--overlap] [--verbose]\n");
       return 0;
     } else {
       Die("unknown argument " + arg + " (--help lists them)");
@@ -626,6 +675,21 @@ int main(int argc, char** argv) {
 
   Agent a = StartAgent("a", dir / "a", ckpt_dir / "a");
   Agent b = StartAgent("b", dir / "b", ckpt_dir / "b");
+  const runtime::GpuInventory& inv = a.server->gpus();
+  if (real_gpus && inv.is_virtual()) {
+    Die("--gpu: no GPU found (" + inv.nvml_note() + ")");
+  }
+  if (inv.is_virtual()) {
+    std::printf("jobs on the CPU (agents with 2 virtual GPUs)\n");
+  } else {
+    std::printf("jobs on GPU (each agent offers %zu: %s)\n", inv.gpus().size(),
+                inv.gpus().front().name.c_str());
+    if (resize && inv.gpus().size() < 2) {
+      std::printf("resize skipped: it needs 2 GPUs, one per rank\n");
+      resize = false;
+    }
+  }
+  std::fflush(stdout);
 
   double loopback = 0;
   if (loopback_mib > 0) {

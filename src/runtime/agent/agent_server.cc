@@ -310,6 +310,17 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
               (p.warm           ? " warm, waiting for its checkpoint"
                : p.resume_local ? " from its checkpoint here"
                                 : ""));
+          if (p.warm && req->await_ready_ms() > 0) {
+            auto w = supervisor->AwaitWarm(
+                p.job_id, std::chrono::milliseconds(req->await_ready_ms()));
+            if (!w.ok()) {
+              Log("StartJob " + std::to_string(p.job_id) +
+                  " failed: " + w.status().ToString());
+              return ToGrpc(w.status());
+            }
+            out->set_ready(w->ready);
+            out->set_ready_us(w->ready_us);
+          }
           return grpc::Status::OK;
         });
   }
@@ -359,7 +370,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return actions.Run<rpc::CheckpointReply>(
         {"CheckpointJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::CheckpointReply* out) {
-          auto r = supervisor->Checkpoint(req->job_id(), req->resize_to());
+          auto r = supervisor->Checkpoint(req->job_id(), req->resize_to(),
+                                          req->reply_when_saved());
           if (!r.ok()) {
             Log("CheckpointJob " + std::to_string(req->job_id()) +
                 " failed: " + r.status().ToString());
@@ -371,6 +383,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           out->set_files(r->files);
           out->set_method(r->method);
           out->set_minibatches(r->minibatches);
+          out->set_exiting(r->exiting);
           Log("checkpointed job " + std::to_string(req->job_id()) + " (" +
               r->method + ", " + std::to_string(r->files) + " files, " +
               std::to_string(r->bytes) + " bytes, " +

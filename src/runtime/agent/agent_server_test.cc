@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -729,6 +730,91 @@ TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
   rpc::CheckpointChunk chunk;
   EXPECT_FALSE(reader->Read(&chunk));
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(MigrationTest, ReplyWhenSavedComesBeforeTheProcessExits) {
+  StartAgent();
+  const std::string release = dir_.path() + "/release";
+  ASSERT_TRUE(
+      StartOn(stub_.get(),
+              StartReq(1, 1,
+                       Job("100000 5 --state --big 64 --hold-exit " + release)))
+          .ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  rpc::CheckpointRequest req;
+  req.set_job_id(1);
+  req.set_action_id(2);
+  req.set_reply_when_saved(true);
+  rpc::CheckpointReply c;
+  grpc::ClientContext ctx;
+  grpc::Status s = stub_->CheckpointJob(&ctx, req, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // The process waits for `release` in its exit: the reply came without it.
+  EXPECT_TRUE(c.exiting());
+  EXPECT_EQ(c.method(), "library");
+  EXPECT_EQ(SavedCount(Ckpt(1)), c.minibatches());
+  EXPECT_GT(c.bytes(), 64 * 1024);
+  const rpc::AgentJob* j = nullptr;
+  auto st = StatusOf(stub_.get());
+  j = FindJob(st, 1);
+  ASSERT_NE(j, nullptr) << "the job was listed as gone before its exit";
+  // The checkpoint can be read at once.
+  grpc::ClientContext rctx;
+  rpc::ReadCheckpointRequest rr;
+  rr.set_job_id(1);
+  auto reader = stub_->ReadCheckpoint(&rctx, rr);
+  rpc::CheckpointChunk chunk;
+  int64_t bytes = 0;
+  while (reader->Read(&chunk)) bytes += chunk.data().size();
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(bytes, c.bytes());
+  // Once it exits (75, expected), the checkpoint stays held.
+  std::ofstream(release).put('\n');
+  ASSERT_TRUE(WaitUntil([&] {
+    auto now = StatusOf(stub_.get());
+    return FindJob(now, 1) == nullptr;
+  }));
+  EXPECT_TRUE(std::filesystem::exists(Ckpt(1) + "/state"));
+  EXPECT_EQ(SavedCount(Ckpt(1)), c.minibatches());
+}
+
+TEST_F(MigrationTest, AWarmStartCanReplyOnceTheProcessWaits) {
+  StartAgent();
+  rpc::StartJobRequest warm = StartReq(1, 1, Job("100000 5 --state"));
+  warm.set_warm(true);
+  warm.set_await_ready_ms(20000);
+  rpc::StartJobReply rep;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->StartJob(&ctx, warm, &rep);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_TRUE(rep.ready());
+  EXPECT_GT(rep.ready_us(), 0);
+  EXPECT_EQ(Minibatches(stub_.get(), 1), 0);
+  ASSERT_TRUE(Kill(1, 2).ok());
+
+  // A process that never waits (no library): not ready, not an error.
+  rpc::StartJobRequest plain = StartReq(2, 3, "exec sleep 1000");
+  plain.set_warm(true);
+  plain.set_await_ready_ms(300);
+  {
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->StartJob(&ctx, plain, &rep);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_FALSE(rep.ready());
+  ASSERT_TRUE(Kill(2, 4).ok());
+
+  // One that exits first: an error that says so.
+  rpc::StartJobRequest dies = StartReq(3, 5, "exit 3");
+  dies.set_warm(true);
+  dies.set_await_ready_ms(20000);
+  grpc::ClientContext ctx;
+  grpc::Status s = stub_->StartJob(&ctx, dies, &rep);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("exited (code 3)"), std::string::npos)
+      << s.error_message();
 }
 
 TEST_F(MigrationTest, AWarmStartTakesTheCheckpointHeldHere) {

@@ -827,7 +827,8 @@ void Supervisor::AckExits(uint64_t up_to_seq) {
 // ---------------------------------------------------------- checkpoints
 
 core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
-                                                        int resize_to) {
+                                                        int resize_to,
+                                                        bool reply_when_saved) {
   const auto t0 = Clock::now();
   const std::string what = JobIdText(job_id);
   if (resize_to < 0 || resize_to > static_cast<int>(GANDIVA_REQUEST_ARG_MAX)) {
@@ -857,7 +858,8 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
   const bool library = snap.pid > 0 && snap.state != client::JobState::kNew &&
                        snap.state != client::JobState::kExited;
   if (library || job->restartable) {
-    auto r = library ? CheckpointLibrary(job, resize_to, was_suspended, t0)
+    auto r = library ? CheckpointLibrary(job, resize_to, was_suspended,
+                                         reply_when_saved && resize_to == 0, t0)
                      : CheckpointRestart(job, was_suspended, t0);
     // A job that trains on (its save failed) keeps no checkpoint.
     if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
@@ -880,7 +882,7 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
 
 core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
-    Clock::time_point t0) {
+    bool reply_when_saved, Clock::time_point t0) {
   const std::string what = JobIdText(job->job_id);
   const auto end = t0 + options_.checkpoint_timeout;
   const client::RequestKind kind =
@@ -899,16 +901,26 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     if (job->state == RunState::kSuspended) job->state = RunState::kRunning;
   }
   client::ProgressSnapshot s;
-  const bool failed = PollUntil(*job, end, [&] {
+  bool saved = false;  // reply_when_saved: complete, the job leaving
+  const bool ended = PollUntil(*job, end, [&] {
     s = job->reader->Read();
-    return s.done_seq >= *seq && s.last_result != 0 &&
-           s.state != client::JobState::kCheckpointing;
+    if (s.done_seq < *seq || s.state == client::JobState::kCheckpointing) {
+      return false;
+    }
+    saved = reply_when_saved && s.last_result == 0 &&
+            s.state == client::JobState::kExited && s.exit_code == expected;
+    return saved || s.last_result != 0;
   });
-  if (job->exited.load()) {
-    int code = 0;
+  const bool failed = ended && !saved;
+  if (job->exited.load() || saved) {
+    int code = expected;
+    bool exiting = true;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      code = job->exit_code;
+      if (job->exited.load()) {
+        code = job->exit_code;
+        exiting = false;
+      }
     }
     const std::string dir = CheckpointDir(job->job_id);
     CheckpointResult r;
@@ -932,6 +944,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     r.method = "library";
     r.minibatches = static_cast<int64_t>(after.minibatches);
     r.exit_code = code;
+    r.exiting = exiting;
     std::lock_guard<std::mutex> lock(mu_);
     held_[job->job_id] = dir;
     return r;
@@ -986,6 +999,39 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
   r.minibatches = static_cast<int64_t>(job->reader->minibatches());
   lock.lock();
   held_[job->job_id] = dir;
+  return r;
+}
+
+core::StatusOr<WarmReady> Supervisor::AwaitWarm(
+    int64_t job_id, std::chrono::milliseconds timeout) {
+  const auto end = Clock::now() + timeout;
+  const std::string what = JobIdText(job_id);
+  auto job = Find(job_id);
+  if (!job) return core::NotFound(what + " is not known to this agent");
+  if (!job->warm) {
+    return core::FailedPrecondition(what + " was not started warm here");
+  }
+  WarmReady r;
+  client::ProgressSnapshot s;
+  r.ready = PollUntil(*job, end, [&] {
+    s = job->reader->Read();
+    return s.state == client::JobState::kWaiting || s.restore_begin_ns != 0;
+  });
+  if (!r.ready && job->exited.load()) {
+    int code = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      code = job->exit_code;
+    }
+    return core::FailedPrecondition(what + " exited (code " +
+                                    std::to_string(code) +
+                                    ") before waiting for its checkpoint");
+  }
+  if (r.ready && job->raw_page != nullptr) {
+    r.ready_us =
+        NsToUs(job->raw_page->state_changed_ns.load(std::memory_order_acquire),
+               job->started_ns);
+  }
   return r;
 }
 

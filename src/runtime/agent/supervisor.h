@@ -101,6 +101,13 @@ struct CheckpointResult {
   std::string method;  // "library" or "restart"
   int64_t minibatches = 0;
   int exit_code = 0;  // 75 / 76 (library), whatever SIGTERM gave (restart)
+  // reply_when_saved: the checkpoint was complete and the job leaving
+  // (exit_code is the one its page announced), its process not gone yet.
+  bool exiting = false;
+};
+struct WarmReady {
+  bool ready = false;    // the job waits for its checkpoint (or restores)
+  int64_t ready_us = 0;  // process start -> page state WAITING
 };
 struct RestoreResult {
   int64_t warm_us = 0;  // process start -> page state WAITING (0: unseen)
@@ -176,8 +183,18 @@ class Supervisor {
   // does not exit in time. Any other job: kFailedPrecondition with the
   // reason, the job untouched. On success the checkpoint directory is held
   // (HeldCheckpoint). The exit is recorded and reported as any other.
-  core::StatusOr<CheckpointResult> Checkpoint(int64_t job_id,
-                                              int resize_to = 0);
+  // reply_when_saved (a migration through the library, resize_to == 0):
+  // success comes as soon as the page says the checkpoint is saved and the
+  // job exits with 75, before its process is gone (`exiting`).
+  core::StatusOr<CheckpointResult> Checkpoint(int64_t job_id, int resize_to = 0,
+                                              bool reply_when_saved = false);
+
+  // Warm start, destination side: waits (bounded by `timeout`) until the job
+  // started warm waits for its checkpoint (page WAITING) or has begun to
+  // restore it; ready=false when the time ran out first. kFailedPrecondition
+  // if the job was not started warm or exited.
+  core::StatusOr<WarmReady> AwaitWarm(int64_t job_id,
+                                      std::chrono::milliseconds timeout);
 
   // Warm start, destination side: waits (bounded by `timeout`) until the job
   // (started warm, still running) waits for its checkpoint (page WAITING),
@@ -233,7 +250,7 @@ class Supervisor {
       std::chrono::steady_clock::time_point t0);  // job->action_mu held
   core::StatusOr<CheckpointResult> CheckpointLibrary(
       const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
-      std::chrono::steady_clock::time_point t0);
+      bool reply_when_saved, std::chrono::steady_clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointRestart(
       const std::shared_ptr<JobRec>& job, bool was_suspended,
       std::chrono::steady_clock::time_point t0);

@@ -11,7 +11,9 @@
 //                the load hook prints "restored N" (and "weights ok") and
 //                continues the count from N;
 //   --big KIB    with --state: also a KIB KiB file of a known pattern;
-//   --fail-save  the save hook fails (the job trains on).
+//   --fail-save  the save hook fails (the job trains on);
+//   --hold-exit PATH  at exit (after the library announced it), wait up to
+//                30 s for PATH to exist: a process slow to go away.
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -31,6 +33,15 @@ struct Options {
   long big_kib = 0;
   bool fail_save = false;
 };
+
+const char* g_hold_exit = nullptr;  // --hold-exit
+
+void HoldExit() {
+  for (int i = 0; i < 3000 && access(g_hold_exit, F_OK) != 0; ++i) {
+    timespec ts{0, 10 * 1000000L};
+    nanosleep(&ts, nullptr);
+  }
+}
 
 void SleepMs(long ms) {
   timespec ts{ms / 1000, (ms % 1000) * 1000000L};
@@ -96,7 +107,7 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s STEPS [STEP_MS] [--worker] [--state] [--big KIB] "
-                 "[--fail-save]\n",
+                 "[--fail-save] [--hold-exit PATH]\n",
                  argv[0]);
     return 2;
   }
@@ -113,6 +124,9 @@ int main(int argc, char** argv) {
       o.fail_save = true;
     } else if (std::strcmp(argv[i], "--big") == 0 && i + 1 < argc) {
       o.big_kib = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--hold-exit") == 0 && i + 1 < argc) {
+      g_hold_exit = argv[++i];
+      std::atexit(HoldExit);
     } else if (i == 2) {
       step_ms = std::atol(argv[i]);
     } else {

@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
   app.add_option("--probe-delay-s", o.probe_delay_s,
                  "measure a mechanism's effect on the rate this long after")
       ->capture_default_str();
+  app.add_option("--warm-ready-timeout-s", o.warm_ready_timeout_s,
+                 "a migration checkpoints the job once its warm-started "
+                 "process waits for the checkpoint, or after this long")
+      ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "log events and actions to stderr");
   CLI11_PARSE(app, argc, argv);
   if (policy_opt->count() > 0) o.policy = policy;

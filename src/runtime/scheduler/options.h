@@ -58,6 +58,10 @@ struct SchedulerOptions {
   // How long after a mechanism took effect its effect on the job's
   // mini-batch rate is measured for the job's history. Default 10 s.
   double probe_delay_s = 10;
+  // A migration with a warm start checkpoints the job only once its new
+  // process waits for the checkpoint (the job trains on meanwhile), or
+  // after this long. Default 60 s.
+  double warm_ready_timeout_s = 60;
   // Log each event and action to stderr. Default false.
   bool verbose = false;
 };

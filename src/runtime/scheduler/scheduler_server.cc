@@ -764,6 +764,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    std::chrono::steady_clock::now() - t)
             .count();
       };
+      rpc::StartJobReply warm_rep;
       auto start = [&](bool warm_start, bool local, const Proc& at,
                        std::string* err) {
         rpc::StartJobRequest req;
@@ -775,9 +776,22 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         for (int32_t g : at.local) req.add_gpus(g);
         req.set_warm(warm_start);
         req.set_resume_local(local);
+        // A warm start replies once the process waits for its checkpoint:
+        // the source trains until then.
+        const int32_t ready_ms =
+            warm_start ? static_cast<int32_t>(opts.warm_ready_timeout_s * 1e3)
+                       : 0;
+        req.set_await_ready_ms(ready_ms);
         rpc::StartJobReply rep;
         auto ctx = Ctx();
+        if (ready_ms > 0) {
+          ctx->set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::milliseconds(ready_ms) +
+                            std::chrono::microseconds(static_cast<int64_t>(
+                                opts.agent_rpc_timeout_s * 1e6)));
+        }
         grpc::Status s = StubOf(at.server)->StartJob(ctx.get(), req, &rep);
+        if (warm_start) warm_rep = rep;
         if (!s.ok()) *err = RpcError("StartJob", s);
         return s.ok();
       };
@@ -806,11 +820,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return;
       }
       std::string phases;
+      // From the checkpoint request on, the job trains nowhere.
+      const auto t_ckpt = std::chrono::steady_clock::now();
       if (from.exists) {
         rpc::CheckpointRequest req;
         req.set_job_id(job);
         req.set_action_id(aid);
         if (resize) req.set_resize_to(world);
+        // To another server: the destination needs only the files, not the
+        // source's GPUs, so the source's exit need not be awaited.
+        req.set_reply_when_saved(!resize && !same_server);
         rpc::CheckpointReply rep;
         auto ctx = std::make_unique<grpc::ClientContext>();
         ctx->set_deadline(std::chrono::system_clock::now() +
@@ -839,9 +858,21 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
         // took_us runs from the request to the process's exit; save_us is
         // the job's own save (from its progress page).
-        phases = "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() +
-                 ", " + Mb(rep.bytes()) +
-                 (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") + ")";
+        if (warm) {
+          phases = "warm start " +
+                   (warm_rep.ready()
+                        ? Ms(warm_rep.ready_us()) +
+                              " (before the checkpoint; the job trained on)"
+                        : std::string("not ready after ") +
+                              Ms(static_cast<int64_t>(
+                                  opts.warm_ready_timeout_s * 1e6)) +
+                              " (checkpointed anyway)") +
+                   ", ";
+        }
+        phases += "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() +
+                  ", " + Mb(rep.bytes()) +
+                  (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") +
+                  ")";
       }
       if (same_server) {
         const auto t_start = std::chrono::steady_clock::now();
@@ -856,7 +887,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           return;
         }
         FinishMove(job, aid, what, true, false, us_since(t0),
-                   where + "; " + phases + ", restart " + Ms(us_since(t_start)),
+                   where + "; " + phases + ", restart " +
+                       Ms(us_since(t_start)) + "; training paused " +
+                       Ms(us_since(t_ckpt)),
                    MovedTo::kDestination, from);
         return;
       }
@@ -899,10 +932,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                 Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) + ")";
       if (!warm) detail += ", restart " + Ms(restart_us);
       if (warm) {
-        detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)" +
-                  ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
+        if (!warm_rep.ready()) {
+          detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
+        }
+        detail += ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
                   Ms(rrep.first_minibatch_us());
       }
+      if (from.exists) detail += "; training paused " + Ms(us_since(t_ckpt));
       FinishMove(job, aid, what, true, false, us_since(t0), detail,
                  MovedTo::kDestination, from);
     });
