@@ -92,7 +92,18 @@ def main() -> int:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     job = gandiva.torch.Job(model, optimizer)
-    if job.start():
+
+    def warmup():
+        # Run only on a warm start (the destination of a migration), before
+        # it waits for the checkpoint: one dummy step readies the kernels,
+        # so the first real mini-batch after the load runs at full speed.
+        # The checkpoint then replaces whatever this changed.
+        images = torch.zeros(args.batch_size, 1, 16, 16, device=device)
+        labels = torch.zeros(args.batch_size, dtype=torch.long, device=device)
+        F.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    if job.start(warmup=warmup):
         print(f"resumed from {job.restored_from} at step {job.steps}",
               flush=True)
     print(f"cnn: job {gandiva.job_id() or '-'} on {device} "

@@ -38,6 +38,8 @@ def main() -> int:
                     help="pad each step to at least this long")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="no dummy step before a warm start's wait")
     ap.add_argument("--device", default="cpu",
                     help="cpu, cuda, or auto (cuda when there is one)")
     args = ap.parse_args()
@@ -57,7 +59,13 @@ def main() -> int:
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     nparams = sum(p.numel() for p in model.parameters())
     job = gandiva.torch.Job(model, opt)
-    if job.start():
+
+    def warmup():  # a warm start: the first real step then runs at speed
+        model(torch.randn(args.batch_size, args.width,
+                          device=device)).pow(2).mean().backward()
+        opt.step()
+
+    if job.start(warmup=None if args.no_warmup else warmup):
         print(f"resumed from {job.restored_from} at step {job.steps}",
               flush=True)
     else:

@@ -369,15 +369,31 @@ class Job:
 
     # ---- the loop ----
 
-    def start(self, timeout: Optional[float] = None) -> bool:
+    def start(self, timeout: Optional[float] = None,
+              warmup: Optional[Callable[[], Any]] = None) -> bool:
         """Loads GANDIVA_RESUME_FROM if set (once). Returns True if it did.
         On a warm start (GANDIVA_RESUME_WAIT=1) first waits until the agent
         marked the checkpoint ready (at most `timeout` seconds; None:
         forever). Build the model and optimizer before: that is the slow
-        setup a warm start overlaps with the checkpoint's transfer."""
+        setup a warm start does while the job still trains at its source.
+
+        warmup: on a warm start only, called before the wait: a forward and
+        backward pass on a dummy batch, say, so that the kernels, the
+        cuDNN/cuBLAS handles and the allocator are ready and the first real
+        mini-batch after the load runs at full speed. Whatever it changes is
+        replaced by the checkpoint (model, buffers, optimizer, RNG); the
+        gradients it leaves are cleared. Not for collectives (DDP): use the
+        bare module."""
         if self._started:
             return self.restored_from is not None
         self._started = True
+        if (warmup is not None and gandiva.resume_from()
+                and os.environ.get("GANDIVA_RESUME_WAIT") == "1"):
+            warmup()
+            for p in self.model.parameters():
+                p.grad = None
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
         if not gandiva.restore_begin(timeout):
             return False
         self.load(gandiva.resume_from())

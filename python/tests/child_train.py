@@ -43,6 +43,8 @@ def main():
     ap.add_argument("--until-file")
     ap.add_argument("--batch-sleep", type=float, default=0.0)
     ap.add_argument("--out")
+    ap.add_argument("--warmup", action="store_true",
+                    help="pass Job.start a warmup that trains a dummy step")
     args = ap.parse_args()
 
     log_fd = (os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -64,7 +66,16 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     LoggingJob.log = staticmethod(log)
     job = LoggingJob(model, opt)
-    job.start()
+
+    def warmup():
+        # Everything it touches must be replaced by the checkpoint: the
+        # parameters (an optimizer step), the RNG (dropout, randn).
+        loss = model(torch.randn(8, 8)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        print("warmup ran", flush=True)
+
+    job.start(warmup=warmup if args.warmup else None)
 
     steps = args.steps if not args.until_file else 10**9
     deadline = time.monotonic() + 120

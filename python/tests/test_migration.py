@@ -153,8 +153,9 @@ def test_save_state_keeps_shared_and_odd_tensors(tmp_path):
     assert back["list"] == [1, "x"]
 
 
+@pytest.mark.parametrize("warmup", [False, True])
 def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
-        tmp_path, lib_path, reap):
+        tmp_path, lib_path, reap, warmup):
     steps, seed, hold_at = 24, 3, 9
     ref, _ = run_to_end(tmp_path, lib_path, "ref", steps, seed)
 
@@ -163,7 +164,8 @@ def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
     page2 = tmp_path / "progress2"
     agent.create_page(page2)
     out2 = tmp_path / "warm.pt"
-    warm = start_child(["--steps", steps, "--seed", seed, "--out", out2],
+    warm = start_child(["--steps", steps, "--seed", seed, "--out", out2]
+                       + (["--warmup"] if warmup else []),
                        child_env(lib_path, GANDIVA_PROGRESS_FILE=page2,
                                  GANDIVA_RESUME_FROM=ckpt,
                                  GANDIVA_RESUME_WAIT=1))
@@ -194,6 +196,7 @@ def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
     agent.mark_ready(ckpt)
     status, out, err = finish(warm)
     assert status == 0, err
+    assert ("warmup ran" in out) == warmup, out
     info = agent.read_page(page2)
     assert info.restore_begin_ns >= ready_ns
     assert info.restore_end_ns >= info.restore_begin_ns
