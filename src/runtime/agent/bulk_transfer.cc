@@ -34,12 +34,15 @@ constexpr milliseconds kSlice{200};
 constexpr std::chrono::seconds kSendStall{30};
 // Each connect attempt's bound (then the next address).
 constexpr std::chrono::seconds kConnectTimeout{5};
-// Connections that have not presented their token yet, per transfer.
+// Connections that have not presented their token yet, per transfer (more:
+// the oldest is closed).
 constexpr size_t kMaxPending = 64;
 // One sendfile() call moves at most this much.
 constexpr size_t kSendStep = size_t{1} << 30;
 // The pipe between socket and file (and the buffer where there is none).
 constexpr int64_t kPipeBytes = int64_t{1} << 20;
+// The source's buffer where it copies a file into the socket.
+constexpr size_t kCopyBytes = size_t{1} << 20;
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
@@ -330,6 +333,96 @@ core::Status ReceiveInto(int sock, int fd, int64_t size, Clock::time_point end,
   return result;
 }
 
+// Whether the peer of connected socket `fd` is this host (the same address
+// at both ends: loopback, or one of this host's own).
+bool SameHost(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t llen = sizeof local, plen = sizeof peer;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0 ||
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0 ||
+      local.ss_family != peer.ss_family) {
+    return false;
+  }
+  if (local.ss_family == AF_INET) {
+    return reinterpret_cast<sockaddr_in*>(&local)->sin_addr.s_addr ==
+           reinterpret_cast<sockaddr_in*>(&peer)->sin_addr.s_addr;
+  }
+  if (local.ss_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr,
+                       &reinterpret_cast<sockaddr_in6*>(&peer)->sin6_addr,
+                       sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
+// Sends the `f.size` bytes of the open file `fd` to blocking socket `sock`
+// (kSlice timeouts): with sendfile(), or through *buf when given. Stops on
+// `stop`, or when the receiver took nothing for kSendStall. Returns the
+// error ("" when all went out); *sent: the bytes that did.
+std::string SendFile(int sock, int fd, const BulkFile& f,
+                     const std::atomic<bool>& stop, std::vector<char>* buf,
+                     int64_t* sent) {
+  off_t offset = 0;      // sent
+  int64_t read_end = 0;  // read into *buf up to here
+  size_t buf_begin = 0;  // *buf holds [buf_begin, buf_end) unsent
+  size_t buf_end = 0;
+  auto last_progress = Clock::now();
+  std::string error;
+  while (offset < f.size && error.empty()) {
+    if (stop.load()) {
+      error = "the agent is shutting down";
+      break;
+    }
+    ssize_t n = 0;
+    if (buf == nullptr) {
+      const size_t step =
+          std::min(static_cast<size_t>(f.size - offset), kSendStep);
+      n = sendfile(sock, fd, &offset, step);
+      if (n == 0) {
+        error = f.path + " ended at " + std::to_string(offset) + " of " +
+                std::to_string(f.size) + " bytes";
+        break;
+      }
+    } else {
+      if (buf_begin == buf_end) {
+        const ssize_t r =
+            pread(fd, buf->data(),
+                  static_cast<size_t>(std::min<int64_t>(
+                      f.size - read_end, static_cast<int64_t>(buf->size()))),
+                  read_end);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          error = r == 0 ? f.path + " ended at " + std::to_string(read_end) +
+                               " of " + std::to_string(f.size) + " bytes"
+                         : "reading " + f.path + ": " + ErrnoText(errno);
+          break;
+        }
+        read_end += r;
+        buf_begin = 0;
+        buf_end = static_cast<size_t>(r);
+      }
+      n = send(sock, buf->data() + buf_begin, buf_end - buf_begin,
+               MSG_NOSIGNAL);
+      if (n > 0) {
+        buf_begin += static_cast<size_t>(n);
+        offset += n;
+      }
+    }
+    if (n > 0) {
+      last_progress = Clock::now();
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      if (Clock::now() - last_progress > kSendStall) {
+        error = "the receiver took nothing for " +
+                std::to_string(kSendStall.count()) + " s";
+      }
+    } else {
+      error = "sending " + f.path + ": " + ErrnoText(errno);
+    }
+  }
+  *sent = offset;
+  return error;
+}
+
 }  // namespace
 
 bool SafeRelativePath(const std::string& path) {
@@ -361,8 +454,9 @@ struct BulkServer::Transfer {
   }
 };
 
-BulkServer::BulkServer(std::function<void(const std::string&)> log)
-    : log_(std::move(log)) {}
+BulkServer::BulkServer(std::function<void(const std::string&)> log,
+                       BulkSend send)
+    : log_(std::move(log)), send_(send) {}
 
 BulkServer::~BulkServer() { Shutdown(); }
 
@@ -542,8 +636,10 @@ void BulkServer::Run(Transfer* t) {
                                SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;
         if (pending.size() >= kMaxPending) {
-          close(fd);
-          continue;
+          // The oldest makes room: silent connections cannot lock out the
+          // one with the token.
+          close(pending.front().fd);
+          pending.erase(pending.begin());
         }
         pending.push_back({fd, {}});
       }
@@ -571,39 +667,15 @@ void BulkServer::Run(Transfer* t) {
                                Clock::now() + kSendStall);
       if (!s.ok()) error = s.message();
     }
+    const bool copy =
+        send_ == BulkSend::kCopy ||
+        (send_ == BulkSend::kAuto && error.empty() && SameHost(winner));
+    std::vector<char> buf(copy ? kCopyBytes : 0);
     for (size_t i = 0; i < t->files.size() && error.empty(); ++i) {
-      const BulkFile& f = t->files[i];
-      off_t offset = 0;
-      auto last_progress = Clock::now();
-      while (offset < f.size) {
-        if (t->stop.load()) {
-          error = "the agent is shutting down";
-          break;
-        }
-        const size_t step =
-            std::min(static_cast<size_t>(f.size - offset), kSendStep);
-        const ssize_t n = sendfile(winner, t->fds[i], &offset, step);
-        if (n > 0) {
-          last_progress = Clock::now();
-          continue;
-        }
-        if (n == 0) {
-          error = f.path + " ended at " + std::to_string(offset) + " of " +
-                  std::to_string(f.size) + " bytes";
-          break;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-          if (Clock::now() - last_progress > kSendStall) {
-            error = "the receiver took nothing for " +
-                    std::to_string(kSendStall.count()) + " s";
-            break;
-          }
-          continue;
-        }
-        error = "sending " + f.path + ": " + ErrnoText(errno);
-        break;
-      }
-      total += offset;
+      int64_t sent = 0;
+      error = SendFile(winner, t->fds[i], t->files[i], t->stop,
+                       copy ? &buf : nullptr, &sent);
+      total += sent;
     }
     shutdown(winner, SHUT_WR);
     {
@@ -617,7 +689,8 @@ void BulkServer::Run(Transfer* t) {
     if (error.empty()) {
       log_("sent " + t->what + " over the bulk channel to " + winner_peer +
            " (" + std::to_string(t->files.size()) + " files, " +
-           std::to_string(total) + " bytes in " + std::to_string(us) + " us)");
+           std::to_string(total) + " bytes in " + std::to_string(us) + " us, " +
+           (copy ? "copied" : "sendfile") + ")");
     } else {
       log_("sending " + t->what + " over the bulk channel to " + winner_peer +
            " failed after " + std::to_string(total) + " bytes: " + error);

@@ -4,7 +4,7 @@
 // right one is served, the gRPC stream takes over where the channel is off,
 // a source that goes away mid-transfer leaves no file under its final name,
 // bad paths are refused, and listeners close at their deadline and at
-// shutdown.
+// shutdown; and BulkServer alone with each way of sending (sendfile, copy).
 #include "runtime/agent/bulk_transfer.h"
 
 #include <arpa/inet.h>
@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -106,6 +107,41 @@ std::string ReadToEnd(int fd) {
   return out;
 }
 
+struct File {
+  std::string data;
+  mode_t mode;
+};
+
+// Several files, a nested directory, an empty file, executable and
+// private modes, and one much larger than any buffer or pipe used.
+std::map<std::string, File> SampleCheckpoint() {
+  return {
+      {"model.bin", {Pattern((40 << 20) + 123, 1), 0644}},
+      {"optim/state.bin", {Pattern(3 << 20, 2), 0640}},
+      {"optim/deep/er/meta.json", {"{\"step\": 17}\n", 0600}},
+      {"empty", {"", 0644}},
+      {"run.sh", {"#!/bin/sh\necho ok\n", 0755}},
+  };
+}
+
+int64_t TotalBytes(const std::map<std::string, File>& files) {
+  int64_t n = 0;
+  for (const auto& [rel, f] : files) n += static_cast<int64_t>(f.data.size());
+  return n;
+}
+
+void ExpectSame(const std::map<std::string, File>& files,
+                const std::string& dir) {
+  for (const auto& [rel, f] : files) {
+    const std::string path = dir + "/" + rel;
+    ASSERT_TRUE(fs::exists(path)) << path;
+    EXPECT_EQ(fs::file_size(path), f.data.size()) << path;
+    EXPECT_TRUE(testing::ReadFile(path) == f.data) << path << " differs";
+    EXPECT_EQ(ModeOf(path), f.mode) << path;
+  }
+  EXPECT_TRUE(PartFiles(dir).empty());
+}
+
 struct TestAgent {
   std::unique_ptr<AgentServer> server;
   std::unique_ptr<rpc::Agent::Stub> stub;
@@ -139,46 +175,13 @@ class BulkTransferTest : public ::testing::Test {
   }
 
   // Files (relative path -> content, mode) held by `a` as job's checkpoint.
-  struct File {
-    std::string data;
-    mode_t mode;
-  };
+  // Files (relative path -> content, mode) held by `a` as job's checkpoint.
   static void Hold(AgentServer& a, int64_t job,
                    const std::map<std::string, File>& files) {
     const std::string dir = a.supervisor().CheckpointDir(job);
     for (const auto& [rel, f] : files)
       WriteFile(dir + "/" + rel, f.data, f.mode);
     a.supervisor().HoldCheckpoint(job, dir);
-  }
-
-  // Several files, a nested directory, an empty file, executable and
-  // private modes, and one much larger than any buffer or pipe used.
-  static std::map<std::string, File> SampleCheckpoint() {
-    return {
-        {"model.bin", {Pattern((40 << 20) + 123, 1), 0644}},
-        {"optim/state.bin", {Pattern(3 << 20, 2), 0640}},
-        {"optim/deep/er/meta.json", {"{\"step\": 17}\n", 0600}},
-        {"empty", {"", 0644}},
-        {"run.sh", {"#!/bin/sh\necho ok\n", 0755}},
-    };
-  }
-
-  static int64_t TotalBytes(const std::map<std::string, File>& files) {
-    int64_t n = 0;
-    for (const auto& [rel, f] : files) n += static_cast<int64_t>(f.data.size());
-    return n;
-  }
-
-  static void ExpectSame(const std::map<std::string, File>& files,
-                         const std::string& dir) {
-    for (const auto& [rel, f] : files) {
-      const std::string path = dir + "/" + rel;
-      ASSERT_TRUE(fs::exists(path)) << path;
-      EXPECT_EQ(fs::file_size(path), f.data.size()) << path;
-      EXPECT_TRUE(testing::ReadFile(path) == f.data) << path << " differs";
-      EXPECT_EQ(ModeOf(path), f.mode) << path;
-    }
-    EXPECT_TRUE(PartFiles(dir).empty());
   }
 
   static grpc::Status Receive(rpc::Agent::Stub* stub, int64_t job,
@@ -273,9 +276,13 @@ TEST_F(BulkTransferTest, AWrongTokenIsDroppedAndTheRightOneStillGetsTheFiles) {
     EXPECT_EQ(f.mode(), files.at(f.path()).mode) << f.path();
   }
 
-  // A connection that says nothing yet must not hold up the others.
-  const int silent = ConnectLoopback(offer.port());
-  ASSERT_GE(silent, 0);
+  // Connections that say nothing must not hold up the others, not even
+  // more of them than the source keeps waiting.
+  std::vector<int> silent;
+  for (int i = 0; i < 70; ++i) {
+    silent.push_back(ConnectLoopback(offer.port()));
+    ASSERT_GE(silent.back(), 0);
+  }
   // The wrong token (one bit off): closed without a byte.
   std::string wrong = offer.token();
   wrong[7] = static_cast<char>(wrong[7] ^ 1);
@@ -301,9 +308,11 @@ TEST_F(BulkTransferTest, AWrongTokenIsDroppedAndTheRightOneStillGetsTheFiles) {
   ASSERT_TRUE(r.ok()) << r.ToString();
   EXPECT_EQ(bytes, TotalBytes(files));
   ExpectSame(files, scratch_.path());
-  // The silent one was let go once the files went out.
-  EXPECT_EQ(ReadToEnd(silent).size(), 0u);
-  close(silent);
+  // The silent ones were let go, at the latest once the files went out.
+  for (int quiet : silent) {
+    EXPECT_EQ(ReadToEnd(quiet).size(), 0u);
+    close(quiet);
+  }
 
   // Single use: the token does not open it again.
   auto again =
@@ -524,6 +533,105 @@ TEST_F(BulkTransferTest, ShutdownAbortsATransferUnderWay) {
   EXPECT_LT(after, 0);
   if (after >= 0) close(after);
 }
+
+// BulkServer alone, with each way of sending.
+class BulkServerTest : public ::testing::TestWithParam<BulkSend> {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<BulkServer>(
+        [this](const std::string& m) {
+          std::lock_guard<std::mutex> lock(mu_);
+          log_ += m + "\n";
+        },
+        GetParam());
+  }
+  std::string log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  static std::vector<std::string> Names(
+      const std::map<std::string, File>& files) {
+    std::vector<std::string> out;
+    for (const auto& [rel, f] : files) out.push_back(rel);
+    return out;
+  }
+
+  TempDir src_, dst_;
+  std::mutex mu_;
+  std::string log_;
+  std::unique_ptr<BulkServer> server_;
+};
+
+TEST_P(BulkServerTest, CarriesTheFilesByteIdentical) {
+  const auto files = SampleCheckpoint();
+  for (const auto& [rel, f] : files) {
+    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
+  }
+  auto offer = server_->Offer("127.0.0.1", src_.path(), Names(files),
+                              Clock::now() + 20s, "the sample");
+  ASSERT_TRUE(offer.ok()) << offer.status().ToString();
+  EXPECT_EQ(server_->active(), 1);
+  auto fd =
+      ConnectBulk("127.0.0.1", offer->port, offer->token, Clock::now() + 10s);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  int64_t bytes = 0;
+  core::Status r = ReceiveBulkFiles(*fd, offer->files, dst_.path(),
+                                    Clock::now() + 30s, nullptr, &bytes);
+  close(*fd);
+  ASSERT_TRUE(r.ok()) << r.ToString();
+  EXPECT_EQ(bytes, TotalBytes(files));
+  ExpectSame(files, dst_.path());
+  ASSERT_TRUE(WaitUntil([&] { return server_->active() == 0; }));
+  // Over loopback the automatic choice copies.
+  const char* how = GetParam() == BulkSend::kSendfile ? "sendfile" : "copied";
+  EXPECT_NE(log().find(std::string(" us, ") + how + ")"), std::string::npos)
+      << log();
+}
+
+TEST_P(BulkServerTest, AFileCutShortAfterTheOfferEndsTheTransfer) {
+  const std::string data = Pattern(3 << 20, 8);
+  WriteFile(src_.path() + "/a", data, 0644);
+  auto offer = server_->Offer("127.0.0.1", src_.path(), {"a"},
+                              Clock::now() + 20s, "the file");
+  ASSERT_TRUE(offer.ok()) << offer.status().ToString();
+  ASSERT_EQ(truncate((src_.path() + "/a").c_str(), 1 << 20), 0);
+  auto fd =
+      ConnectBulk("127.0.0.1", offer->port, offer->token, Clock::now() + 10s);
+  ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+  int64_t bytes = 0;
+  core::Status r = ReceiveBulkFiles(*fd, offer->files, dst_.path(),
+                                    Clock::now() + 30s, nullptr, &bytes);
+  close(*fd);
+  EXPECT_EQ(r.code(), core::StatusCode::kUnavailable) << r.ToString();
+  EXPECT_NE(r.message().find("after 1048576 of 3145728 bytes"),
+            std::string::npos)
+      << r.message();
+  EXPECT_FALSE(fs::exists(dst_.path() + "/a"));
+  EXPECT_TRUE(PartFiles(dst_.path()).empty());
+  ASSERT_TRUE(WaitUntil([&] { return server_->active() == 0; }));
+  EXPECT_NE(log().find("a ended at 1048576 of 3145728 bytes"),
+            std::string::npos)
+      << log();
+}
+
+TEST_P(BulkServerTest, AMissingFileIsRefusedAtTheOffer) {
+  auto offer = server_->Offer("127.0.0.1", src_.path(), {"nope"},
+                              Clock::now() + 20s, "the file");
+  EXPECT_EQ(offer.status().code(), core::StatusCode::kIo);
+  EXPECT_NE(offer.status().message().find("/nope"), std::string::npos);
+  EXPECT_EQ(server_->active(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Send, BulkServerTest,
+                         ::testing::Values(BulkSend::kAuto, BulkSend::kSendfile,
+                                           BulkSend::kCopy),
+                         [](const ::testing::TestParamInfo<BulkSend>& p) {
+                           return p.param == BulkSend::kAuto
+                                      ? std::string("Auto")
+                                  : p.param == BulkSend::kSendfile
+                                      ? std::string("Sendfile")
+                                      : std::string("Copy");
+                         });
 
 }  // namespace
 }  // namespace gandiva::runtime
