@@ -20,6 +20,7 @@
 //       [--large-width W] [--large-layers L] [--no-bulk-transfer]
 //       [--compare-grpc] [--verbose]
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -263,8 +264,10 @@ struct Series {
 
 // Raw TCP bandwidth over 127.0.0.1: one thread writes `bytes` in 4 MiB
 // writes, another reads them; GB/s (1e9 bytes/s) from the first write to
-// the last byte read.
-double LoopbackGBps(size_t bytes) {
+// the last byte read. With `sink` the reader splices them into that new
+// file (socket -> pipe -> file, as the agents' bulk channel receives)
+// instead of dropping them.
+double LoopbackGBps(size_t bytes, const fs::path* sink = nullptr) {
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (lfd < 0) Die("socket");
   sockaddr_in addr{};
@@ -299,18 +302,43 @@ double LoopbackGBps(size_t bytes) {
     }
   });
   size_t got = 0;
+  int file = -1, pipe_fds[2] = {-1, -1};
+  if (sink != nullptr) {
+    file =
+        ::open(sink->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (file < 0 || ::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+      Die("loopback into " + sink->string() + ": " + std::strerror(errno));
+    }
+    ::fcntl(pipe_fds[1], F_SETPIPE_SZ, 1 << 20);
+  }
   while (got < bytes) {
-    const ssize_t n = ::read(sfd, in.data(), kChunk);
+    const ssize_t n =
+        sink == nullptr
+            ? ::read(sfd, in.data(), kChunk)
+            : ::splice(sfd, nullptr, pipe_fds[1], nullptr,
+                       std::min<size_t>(1 << 20, bytes - got), SPLICE_F_MOVE);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       Die("loopback read ended early");
     }
+    for (ssize_t left = n; sink != nullptr && left > 0;) {
+      const ssize_t w = ::splice(pipe_fds[0], nullptr, file, nullptr,
+                                 static_cast<size_t>(left), SPLICE_F_MOVE);
+      if (w <= 0) Die(std::string("loopback splice: ") + std::strerror(errno));
+      left -= w;
+    }
     got += static_cast<size_t>(n);
+  }
+  if (sink != nullptr) {
+    ::close(file);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   writer.join();
   ::close(cfd);
   ::close(sfd);
+  if (sink != nullptr) fs::remove(*sink);
   return static_cast<double>(bytes) / s / 1e9;
 }
 
@@ -471,7 +499,8 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
   return out;
 }
 
-void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
+void PrintMigrations(const std::vector<Series>& all, double loopback_gbps,
+                     double loopback_file_gbps) {
   if (all.empty()) return;
   std::printf(
       "\nmigration fast path, %zu migrations each (ms unless said)\n",
@@ -544,6 +573,14 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
       std::printf(" %9.0f%% %9s", 100 * st.median / loopback_gbps, "");
     }
     std::printf("\n");
+    if (loopback_file_gbps > 0) {
+      std::printf("%-32s", "transfer / loopback into file");
+      for (const Series& s : all) {
+        const Stat st = Summarise(s.values.at("transfer GB/s"));
+        std::printf(" %9.0f%% %9s", 100 * st.median / loopback_file_gbps, "");
+      }
+      std::printf("\n");
+    }
   }
   std::printf(
       "critical path = CheckpointJob call -> ReceiveCheckpoint returned (the "
@@ -711,7 +748,7 @@ int main(int argc, char** argv) {
   Agent a = StartAgent("a", dir / "a", ckpt_dir / "a", bulk_transfer);
   Agent b = StartAgent("b", dir / "b", ckpt_dir / "b", bulk_transfer);
 
-  double loopback = 0;
+  double loopback = 0, loopback_file = 0;
   if (loopback_mib > 0) {
     std::vector<double> runs;
     for (int i = 0; i < 3; ++i)
@@ -722,6 +759,20 @@ int main(int argc, char** argv) {
         "\nraw loopback TCP (127.0.0.1, two threads, %zu MiB in 4 MiB writes, "
         "3 runs): median %.2f GB/s, best %.2f GB/s\n",
         loopback_mib, s.median, s.max);
+    // The same into a new file on the checkpoint ramdisk: what any TCP
+    // transfer of a checkpoint can reach here.
+    runs.clear();
+    const fs::path sink = ckpt_dir / "loopback-sink";
+    fs::create_directories(ckpt_dir);
+    for (int i = 0; i < 3; ++i) {
+      runs.push_back(LoopbackGBps(loopback_mib << 20, &sink));
+    }
+    const Stat f = Summarise(runs);
+    loopback_file = f.median;
+    std::printf(
+        "loopback TCP into a new file under %s (spliced, 3 runs): median "
+        "%.2f GB/s, best %.2f GB/s\n",
+        ckpt_dir.c_str(), f.median, f.max);
     std::fflush(stdout);
   }
 
@@ -758,15 +809,18 @@ int main(int argc, char** argv) {
     c.server->Shutdown();
     d.server->Shutdown();
   }
-  PrintMigrations(series, loopback);
+  PrintMigrations(series, loopback, loopback_file);
   if (large && compare_grpc && bulk_transfer && loopback > 0) {
     const Stat tcp = Summarise(series[large_index].values.at("transfer GB/s"));
     const Stat grpc = Summarise(series.back().values.at("transfer GB/s"));
     std::printf(
         "large-model transfer, median: bulk channel %.2f GB/s (%.0f%% of "
-        "loopback), gRPC stream %.2f GB/s (%.0f%%): x%.2f\n",
-        tcp.median, 100 * tcp.median / loopback, grpc.median,
+        "loopback, %.0f%% of loopback into a file), gRPC stream %.2f GB/s "
+        "(%.0f%%, %.0f%%): x%.2f\n",
+        tcp.median, 100 * tcp.median / loopback,
+        loopback_file > 0 ? 100 * tcp.median / loopback_file : 0.0, grpc.median,
         100 * grpc.median / loopback,
+        loopback_file > 0 ? 100 * grpc.median / loopback_file : 0.0,
         grpc.median > 0 ? tcp.median / grpc.median : 0.0);
   }
   if (large && !series.empty()) {
