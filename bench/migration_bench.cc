@@ -13,6 +13,9 @@
 //     virtual GPUs: CheckpointJob(resize_to) + StartJob(resume_local), until
 //     the job trains its first mini-batch at the new size;
 //  3. whether CRIU is usable here (the agent only probes it).
+// The checkpoint moves over the agents' bulk TCP channel, or over the gRPC
+// stream with --no-bulk-transfer; --compare-grpc adds a large-model column
+// moved over the gRPC stream by a second pair of agents, in the same run.
 //
 // With --gpu the agents offer the GPUs NVML finds and the models train on
 // the GPU (a checkpoint copies them to host memory); the resize needs a GPU
@@ -21,9 +24,10 @@
 //
 //   gandiva_bench_migration [--migrations N] [--resizes N] [--skip-small]
 //       [--skip-large] [--small-only] [--skip-resize] [--loopback-mib N]
-//       [--large-width W] [--large-layers L] [--gpu] [--overlap]
-//       [--verbose]
+//       [--large-width W] [--large-layers L] [--no-bulk-transfer]
+//       [--compare-grpc] [--gpu] [--overlap] [--verbose]
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -48,6 +52,7 @@
 
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/agent_server.h"
+#include "runtime/agent/bulk_transfer.h"
 #include "runtime/agent/gpu_inventory.h"
 
 namespace {
@@ -101,8 +106,9 @@ struct Agent {
 };
 
 Agent StartAgent(const std::string& label, const fs::path& work_dir,
-                 const fs::path& checkpoint_root) {
+                 const fs::path& checkpoint_root, bool bulk_transfer) {
   runtime::AgentOptions o;
+  o.bulk_transfer = bulk_transfer;
   o.listen_address = "127.0.0.1:0";
   o.name = "bench-" + label + "-" + std::to_string(::getpid());
   o.virtual_gpus = 2;
@@ -272,6 +278,10 @@ struct Series {
   // ReadCheckpoint drained by a client that keeps nothing, with no warm
   // process competing for the CPUs: the gRPC stream alone, GB/s per run.
   std::vector<double> stream_alone_gbps;
+  // The same for the source's bulk channel (empty: it offers none).
+  std::vector<double> bulk_alone_gbps;
+  // ReceiveCheckpointReply.channel of each migration.
+  std::map<std::string, int> channels;
   void Add(const std::string& name, double v) {
     if (!values.count(name)) order.push_back(name);
     values[name].push_back(v);
@@ -282,8 +292,10 @@ struct Series {
 
 // Raw TCP bandwidth over 127.0.0.1: one thread writes `bytes` in 4 MiB
 // writes, another reads them; GB/s (1e9 bytes/s) from the first write to
-// the last byte read.
-double LoopbackGBps(size_t bytes) {
+// the last byte read. With `sink` the reader splices them into that new
+// file (socket -> pipe -> file, as the agents' bulk channel receives)
+// instead of dropping them.
+double LoopbackGBps(size_t bytes, const fs::path* sink = nullptr) {
   const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (lfd < 0) Die("socket");
   sockaddr_in addr{};
@@ -318,18 +330,43 @@ double LoopbackGBps(size_t bytes) {
     }
   });
   size_t got = 0;
+  int file = -1, pipe_fds[2] = {-1, -1};
+  if (sink != nullptr) {
+    file =
+        ::open(sink->c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (file < 0 || ::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+      Die("loopback into " + sink->string() + ": " + std::strerror(errno));
+    }
+    ::fcntl(pipe_fds[1], F_SETPIPE_SZ, 1 << 20);
+  }
   while (got < bytes) {
-    const ssize_t n = ::read(sfd, in.data(), kChunk);
+    const ssize_t n =
+        sink == nullptr
+            ? ::read(sfd, in.data(), kChunk)
+            : ::splice(sfd, nullptr, pipe_fds[1], nullptr,
+                       std::min<size_t>(1 << 20, bytes - got), SPLICE_F_MOVE);
     if (n <= 0) {
       if (n < 0 && errno == EINTR) continue;
       Die("loopback read ended early");
     }
+    for (ssize_t left = n; sink != nullptr && left > 0;) {
+      const ssize_t w = ::splice(pipe_fds[0], nullptr, file, nullptr,
+                                 static_cast<size_t>(left), SPLICE_F_MOVE);
+      if (w <= 0) Die(std::string("loopback splice: ") + std::strerror(errno));
+      left -= w;
+    }
     got += static_cast<size_t>(n);
+  }
+  if (sink != nullptr) {
+    ::close(file);
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
   }
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   writer.join();
   ::close(cfd);
   ::close(sfd);
+  if (sink != nullptr) fs::remove(*sink);
   return static_cast<double>(bytes) / s / 1e9;
 }
 
@@ -423,12 +460,14 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
     out.Add("CRITICAL PATH (ckpt -> 1st mb)", critical_ms);
     out.Add("whole (incl. warm StartJob)", whole_ms);
     out.Add("checkpoint MB", static_cast<double>(c.bytes()) / 1e6);
+    ++out.channels[r.channel()];
     std::printf(
-        "  %s: migration %d %s -> %s: checkpoint %.0f ms, transfer %.0f ms, "
-        "load %.0f ms, first mini-batch %.0f ms; critical path %.0f ms\n",
+        "  %s: migration %d %s -> %s: checkpoint %.0f ms, transfer %.0f ms "
+        "(%s), load %.0f ms, first mini-batch %.0f ms; critical path %.0f "
+        "ms\n",
         label.c_str(), i + 1, src->label.c_str(), dst->label.c_str(),
-        c.took_us() / 1e3, r.transfer_us() / 1e3, r.load_us() / 1e3,
-        r.first_minibatch_us() / 1e3, critical_ms);
+        c.took_us() / 1e3, r.transfer_us() / 1e3, r.channel().c_str(),
+        r.load_us() / 1e3, r.first_minibatch_us() / 1e3, critical_ms);
     std::fflush(stdout);
     std::swap(src, dst);
     // Let it train a little at the new place before moving it again.
@@ -462,11 +501,44 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
     }
     out.stream_alone_gbps.push_back(static_cast<double>(bytes) / ms / 1e6);
   }
+  // The bulk channel alone, likewise: offered, connected, drained.
+  auto host = runtime::SplitHostPort(src->server->address(), "address");
+  std::vector<char> sink(1 << 20);
+  for (int i = 0; i < 3 && host.ok(); ++i) {
+    const auto t0 = Clock::now();
+    rpc::OpenCheckpointTransferRequest req;
+    req.set_job_id(job);
+    rpc::OpenCheckpointTransferReply offer;
+    auto ctx = Ctx(30);
+    const grpc::Status s = stub->OpenCheckpointTransfer(ctx.get(), req, &offer);
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) break;
+    if (!s.ok()) Die("OpenCheckpointTransfer: " + s.error_message());
+    int64_t want = 0;
+    for (const auto& f : offer.files()) want += f.size();
+    auto fd = runtime::ConnectBulk(host->first, offer.port(), offer.token(),
+                                   Clock::now() + std::chrono::seconds(30));
+    if (!fd.ok()) Die("bulk channel alone: " + fd.status().ToString());
+    int64_t bytes = 0;
+    for (;;) {
+      const ssize_t n = ::recv(*fd, sink.data(), sink.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      bytes += n;
+    }
+    ::close(*fd);
+    const double ms = MsSince(t0);
+    if (bytes != want || bytes != c.bytes()) {
+      Die("bulk channel alone: " + std::to_string(bytes) + " of " +
+          std::to_string(c.bytes()) + " bytes");
+    }
+    out.bulk_alone_gbps.push_back(static_cast<double>(bytes) / ms / 1e6);
+  }
   Kill(*src, job);
   return out;
 }
 
-void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
+void PrintMigrations(const std::vector<Series>& all, double loopback_gbps,
+                     double loopback_file_gbps) {
   if (all.empty()) return;
   std::printf(
       "\nmigration fast path, %zu migrations each (ms unless said)\n",
@@ -482,6 +554,14 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
   for (const Series& s : all) std::printf(" %21.1f", s.state_mib);
   std::printf("\n%-32s", "job's step time (before)");
   for (const Series& s : all) std::printf(" %21.1f", s.step_ms);
+  std::printf("\n%-32s", "channel (migrations)");
+  for (const Series& s : all) {
+    std::string text;
+    for (const auto& [channel, n] : s.channels) {
+      text += (text.empty() ? "" : " ") + channel + " x" + std::to_string(n);
+    }
+    std::printf(" %21s", text.c_str());
+  }
   std::printf("\n");
   for (const std::string& name : all[0].order) {
     std::printf("%-32s", name.c_str());
@@ -499,12 +579,30 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
     const Stat st = Summarise(s.stream_alone_gbps);
     std::printf(" %10.3f %10.3f", st.median, st.max);
   }
+  std::printf("\n%-32s", "bulk channel alone GB/s");
+  for (const Series& s : all) {
+    const Stat st = Summarise(s.bulk_alone_gbps);
+    if (s.bulk_alone_gbps.empty()) {
+      std::printf(" %10s %10s", "-", "-");
+    } else {
+      std::printf(" %10.3f %10.3f", st.median, st.max);
+    }
+  }
   std::printf("\n");
   if (loopback_gbps > 0) {
     std::printf("%-32s", "stream alone / loopback TCP");
     for (const Series& s : all) {
       const Stat st = Summarise(s.stream_alone_gbps);
       std::printf(" %9.0f%% %9s", 100 * st.median / loopback_gbps, "");
+    }
+    std::printf("\n%-32s", "bulk alone / loopback TCP");
+    for (const Series& s : all) {
+      const Stat st = Summarise(s.bulk_alone_gbps);
+      if (s.bulk_alone_gbps.empty()) {
+        std::printf(" %10s %10s", "-", "");
+      } else {
+        std::printf(" %9.0f%% %9s", 100 * st.median / loopback_gbps, "");
+      }
     }
     std::printf("\n");
     std::printf("%-32s", "transfer / loopback TCP");
@@ -513,6 +611,14 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
       std::printf(" %9.0f%% %9s", 100 * st.median / loopback_gbps, "");
     }
     std::printf("\n");
+    if (loopback_file_gbps > 0) {
+      std::printf("%-32s", "transfer / loopback into file");
+      for (const Series& s : all) {
+        const Stat st = Summarise(s.values.at("transfer GB/s"));
+        std::printf(" %9.0f%% %9s", 100 * st.median / loopback_file_gbps, "");
+      }
+      std::printf("\n");
+    }
   }
   std::printf(
       "critical path = CheckpointJob call -> ReceiveCheckpoint returned (the "
@@ -521,7 +627,9 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps) {
       "mini-batch boundary (up to one step) and the first mini-batch (one "
       "step).\ngRPC stream alone = ReadCheckpoint from the "
       "source drained by a client that\nkeeps nothing, with no warm process "
-      "running (3 runs after the migrations).\n",
+      "running (3 runs after the migrations);\nbulk channel alone = the "
+      "same over the source's bulk TCP channel (offer,\nconnect, drain; "
+      "'-' where the source offers none).\n",
       overlap ? "--overlap: the warm start is begun just before it and "
                 "overlaps the save\nand the transfer; the checkpoint call "
                 "waits for the source's exit."
@@ -617,6 +725,7 @@ int main(int argc, char** argv) {
   bool small = true, large = true, resize = true;
   size_t loopback_mib = 1024;
   int large_width = 2048, large_layers = 6;
+  bool bulk_transfer = true, compare_grpc = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> int {
@@ -642,6 +751,10 @@ int main(int argc, char** argv) {
       large_width = value();
     } else if (arg == "--large-layers") {
       large_layers = value();
+    } else if (arg == "--no-bulk-transfer") {
+      bulk_transfer = false;
+    } else if (arg == "--compare-grpc") {
+      compare_grpc = true;
     } else if (arg == "--gpu") {
       real_gpus = true;
     } else if (arg == "--overlap") {
@@ -653,7 +766,21 @@ int main(int argc, char** argv) {
           "gandiva_bench_migration [--migrations N (5)] [--resizes N (3)] "
           "[--skip-small] [--skip-large] [--small-only] [--skip-resize] "
           "[--loopback-mib N (1024; 0: skip)] [--large-width W (2048)] "
-          "[--large-layers L (6)] [--gpu] [--overlap] [--verbose]\n");
+          "[--large-layers L (6)] [--no-bulk-transfer] [--compare-grpc] "
+          "[--gpu] [--overlap] [--verbose]\n"
+          "  --no-bulk-transfer  agents move checkpoints over the gRPC stream "
+          "only\n"
+          "  --compare-grpc      also move the large model between two agents "
+          "with\n"
+          "                      the bulk channel off (a gRPC column beside "
+          "it)\n"
+          "  --gpu               the agents offer the GPUs NVML finds; the "
+          "models\n"
+          "                      train there\n"
+          "  --overlap           the older order: the warm start overlaps the "
+          "save\n"
+          "                      and transfer; the checkpoint waits for the "
+          "exit\n");
       return 0;
     } else {
       Die("unknown argument " + arg + " (--help lists them)");
@@ -673,8 +800,8 @@ int main(int argc, char** argv) {
       ckpt_dir.c_str(), shm ? "ramdisk" : "no /dev/shm: disk");
   std::fflush(stdout);
 
-  Agent a = StartAgent("a", dir / "a", ckpt_dir / "a");
-  Agent b = StartAgent("b", dir / "b", ckpt_dir / "b");
+  Agent a = StartAgent("a", dir / "a", ckpt_dir / "a", bulk_transfer);
+  Agent b = StartAgent("b", dir / "b", ckpt_dir / "b", bulk_transfer);
   const runtime::GpuInventory& inv = a.server->gpus();
   if (real_gpus && inv.is_virtual()) {
     Die("--gpu: no GPU found (" + inv.nvml_note() + ")");
@@ -691,7 +818,7 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
-  double loopback = 0;
+  double loopback = 0, loopback_file = 0;
   if (loopback_mib > 0) {
     std::vector<double> runs;
     for (int i = 0; i < 3; ++i)
@@ -702,6 +829,20 @@ int main(int argc, char** argv) {
         "\nraw loopback TCP (127.0.0.1, two threads, %zu MiB in 4 MiB writes, "
         "3 runs): median %.2f GB/s, best %.2f GB/s\n",
         loopback_mib, s.median, s.max);
+    // The same into a new file on the checkpoint ramdisk: what any TCP
+    // transfer of a checkpoint can reach here.
+    runs.clear();
+    const fs::path sink = ckpt_dir / "loopback-sink";
+    fs::create_directories(ckpt_dir);
+    for (int i = 0; i < 3; ++i) {
+      runs.push_back(LoopbackGBps(loopback_mib << 20, &sink));
+    }
+    const Stat f = Summarise(runs);
+    loopback_file = f.median;
+    std::printf(
+        "loopback TCP into a new file under %s (spliced, 3 runs): median "
+        "%.2f GB/s, best %.2f GB/s\n",
+        ckpt_dir.c_str(), f.median, f.max);
     std::fflush(stdout);
   }
 
@@ -715,18 +856,48 @@ int main(int argc, char** argv) {
     series.push_back(
         MigrateBench(a, b, 1, "small 2x256", 256, 2, 8, 20, migrations));
   }
+  size_t large_index = 0;
   if (large) {
     char label[64];
     std::snprintf(label, sizeof label, "large %dx%d", large_layers,
                   large_width);
+    large_index = series.size();
     series.push_back(MigrateBench(a, b, 2, label, large_width, large_layers, 1,
                                   0, migrations));
   }
-  PrintMigrations(series, loopback);
+  if (large && compare_grpc && bulk_transfer) {
+    // The same model between agents that move it over the gRPC stream.
+    Agent c = StartAgent("c", dir / "c", ckpt_dir / "c", false);
+    Agent d = StartAgent("d", dir / "d", ckpt_dir / "d", false);
+    std::printf("  (agents c and d, %s and %s: bulk channel off)\n",
+                c.server->address().c_str(), d.server->address().c_str());
+    std::fflush(stdout);
+    char label[64];
+    std::snprintf(label, sizeof label, "%dx%d gRPC", large_layers, large_width);
+    series.push_back(MigrateBench(c, d, 4, label, large_width, large_layers, 1,
+                                  0, migrations));
+    c.server->Shutdown();
+    d.server->Shutdown();
+  }
+  PrintMigrations(series, loopback, loopback_file);
+  if (large && compare_grpc && bulk_transfer && loopback > 0) {
+    const Stat tcp = Summarise(series[large_index].values.at("transfer GB/s"));
+    const Stat grpc = Summarise(series.back().values.at("transfer GB/s"));
+    std::printf(
+        "large-model transfer, median: bulk channel %.2f GB/s (%.0f%% of "
+        "loopback, %.0f%% of loopback into a file), gRPC stream %.2f GB/s "
+        "(%.0f%%, %.0f%%): x%.2f\n",
+        tcp.median, 100 * tcp.median / loopback,
+        loopback_file > 0 ? 100 * tcp.median / loopback_file : 0.0, grpc.median,
+        100 * grpc.median / loopback,
+        loopback_file > 0 ? 100 * grpc.median / loopback_file : 0.0,
+        grpc.median > 0 ? tcp.median / grpc.median : 0.0);
+  }
   if (large && !series.empty()) {
+    const Series& big = series[large_index];
     const Stat crit =
-        Summarise(series.back().values.at("CRITICAL PATH (ckpt -> 1st mb)"));
-    const Stat gbps = Summarise(series.back().values.at("transfer GB/s"));
+        Summarise(big.values.at("CRITICAL PATH (ckpt -> 1st mb)"));
+    const Stat gbps = Summarise(big.values.at("transfer GB/s"));
     std::printf(
         "target: large-model fast-path migration < 2000 ms (here: median "
         "%.0f ms, max %.0f ms: %s); transfer close to loopback bandwidth "

@@ -95,8 +95,8 @@ TEST_F(MechanismE2eTest, MigratedJobMatchesARunNeverMigrated) {
   const auto moves = c.History(id, "migrate");
   ASSERT_EQ(moves.size(), 1u) << Describe(c, id);
   EXPECT_TRUE(moves[0].ok());
-  for (const char* phase :
-       {"save ", "transfer ", "warm start ", "load ", "first mini-batch "}) {
+  for (const char* phase : {"save ", "transfer ", " over tcp)", "warm start ",
+                            "load ", "first mini-batch "}) {
     EXPECT_NE(moves[0].detail().find(phase), std::string::npos)
         << phase << " missing: " << moves[0].detail();
   }

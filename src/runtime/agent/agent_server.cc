@@ -21,6 +21,7 @@
 
 #include "client/progress_page.h"
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/agent/bulk_transfer.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
 
@@ -56,15 +57,6 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-// A relative path that stays inside its directory.
-bool SafeRelativePath(const std::string& path) {
-  if (path.empty() || path[0] == '/') return false;
-  for (const auto& part : std::filesystem::path(path)) {
-    if (part == ".." || part == ".") return false;
-  }
-  return true;
 }
 
 grpc::StatusCode ToGrpcCode(core::StatusCode code) {
@@ -206,6 +198,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   AgentOptions options;
   std::string name;
   std::string address;
+  std::string listen_host;  // the bulk channel listens there too
   int port = 0;
   std::unique_ptr<GpuInventory> inventory;
   std::unique_ptr<grpc::Server> server;
@@ -232,6 +225,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   mutable std::condition_variable caps_cv;
   bool caps_done = false;  // guarded by caps_mu
   std::thread caps_thread;
+
+  // Bulk channels offered for checkpoints held here.
+  std::unique_ptr<BulkServer> bulk;
 
   // Declared last: destroyed first, while what its exit callback uses lives.
   std::unique_ptr<Supervisor> supervisor;
@@ -446,24 +442,154 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return grpc::Status::OK;
   }
 
-  // Writes the files of a ReadCheckpoint stream into `dir` (temp names, then
-  // rename). Adds the bytes written to *bytes.
+  grpc::Status OpenCheckpointTransfer(
+      grpc::ServerContext* ctx, const rpc::OpenCheckpointTransferRequest* req,
+      rpc::OpenCheckpointTransferReply* reply) override {
+    if (!options.bulk_transfer) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                          "the bulk channel is switched off on this agent "
+                          "(--no-bulk-transfer)");
+    }
+    const int64_t job_id = req->job_id();
+    const std::string what = "the checkpoint of job " + std::to_string(job_id);
+    const std::string dir = supervisor->HeldCheckpoint(job_id);
+    if (dir.empty()) {
+      return grpc::Status(
+          grpc::StatusCode::NOT_FOUND,
+          "no checkpoint of job " + std::to_string(job_id) + " on this agent");
+    }
+    auto deadline = Clock::now() + options.bulk_accept_timeout;
+    const auto call_left = ctx->deadline() - std::chrono::system_clock::now();
+    if (call_left < options.bulk_accept_timeout) {
+      deadline =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(call_left);
+    }
+    auto offered =
+        bulk->Offer(listen_host, dir, CheckpointFiles(dir), deadline, what);
+    if (!offered.ok()) {
+      Log("offering " + what +
+          " over the bulk channel failed: " + offered.status().ToString());
+      return ToGrpc(offered.status());
+    }
+    reply->set_port(offered->port);
+    reply->set_token(offered->token);
+    for (const BulkFile& f : offered->files) {
+      rpc::CheckpointFile* out = reply->add_files();
+      out->set_path(f.path);
+      out->set_size(f.size);
+      out->set_mode(f.mode);
+    }
+    return grpc::Status::OK;
+  }
+
+  static grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx,
+                                           Clock::time_point end) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          end - Clock::now()));
+    return ctx;
+  }
+
+  // Pulls the checkpoint of `job_id` from the agent at `source` into `dir`:
+  // over the bulk channel when both agents have it, else over the
+  // ReadCheckpoint stream. *via: "tcp" or "grpc". Adds the bytes
+  // written to *bytes.
   grpc::Status FetchCheckpoint(int64_t job_id, const std::string& source,
                                const std::string& dir, Clock::time_point end,
-                               int64_t* bytes) {
+                               int64_t* bytes, std::string* via) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
     auto source_channel = grpc::CreateCustomChannel(
         source, grpc::InsecureChannelCredentials(), args);
     auto stub = rpc::Agent::NewStub(source_channel);
+    if (options.bulk_transfer) {
+      bool fall_back = false;
+      grpc::Status s =
+          FetchBulk(job_id, source, *stub, dir, end, bytes, &fall_back);
+      if (s.ok()) {
+        *via = "tcp";
+        return s;
+      }
+      if (!fall_back) return s;
+      Log("job " + std::to_string(job_id) + ": " + s.error_message() +
+          "; fetching the checkpoint over the gRPC stream instead");
+    }
+    *via = "grpc";
+    return FetchStream(job_id, source, *stub, dir, end, bytes);
+  }
+
+  // The bulk channel. An error before any file's byte came (the source
+  // does not offer it, it cannot be reached) sets *fall_back.
+  grpc::Status FetchBulk(int64_t job_id, const std::string& source,
+                         rpc::Agent::Stub& stub, const std::string& dir,
+                         Clock::time_point end, int64_t* bytes,
+                         bool* fall_back) {
+    const std::string what = "fetching the checkpoint of job " +
+                             std::to_string(job_id) + " from " + source;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::duration_cast<std::chrono::milliseconds>(
-                         end - Clock::now()));
+    rpc::OpenCheckpointTransferRequest oreq;
+    oreq.set_job_id(job_id);
+    rpc::OpenCheckpointTransferReply offer;
+    grpc::Status s =
+        stub.OpenCheckpointTransfer(WithDeadline(&ctx, end), oreq, &offer);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          what + ": " + s.error_message());
+    }
+    *fall_back = true;
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      return grpc::Status(s.error_code(), source + " offers no bulk channel (" +
+                                              s.error_message() + ")");
+    }
+    if (!s.ok()) {
+      return grpc::Status(s.error_code(), "opening the bulk channel of " +
+                                              source + " failed (" +
+                                              s.error_message() + ")");
+    }
+    auto host = SplitHostPort(source, "source_address");
+    if (!host.ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          host.status().message());
+    }
+    if (offer.token().size() != kBulkTokenBytes || offer.port() <= 0 ||
+        offer.port() > 65535) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          source + " offered an unusable bulk channel (port " +
+                              std::to_string(offer.port()) + ", a " +
+                              std::to_string(offer.token().size()) +
+                              "-byte token)");
+    }
+    auto fd = ConnectBulk(host->first, offer.port(), offer.token(), end);
+    if (!fd.ok()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, fd.status().message());
+    }
+    *fall_back = false;
+    std::vector<BulkFile> files;
+    for (const rpc::CheckpointFile& f : offer.files()) {
+      files.push_back({f.path(), f.size(), f.mode() != 0 ? f.mode() : 0600});
+    }
+    core::Status r =
+        ReceiveBulkFiles(*fd, files, dir, end, &shutting_down, bytes);
+    close(*fd);
+    if (!r.ok()) {
+      return grpc::Status(r.code() == core::StatusCode::kUnavailable
+                              ? grpc::StatusCode::UNAVAILABLE
+                              : grpc::StatusCode::INTERNAL,
+                          what + " over the bulk channel: " + r.message());
+    }
+    return grpc::Status::OK;
+  }
+
+  // Writes the files of a ReadCheckpoint stream into `dir` (temp names, then
+  // rename). Adds the bytes written to *bytes.
+  grpc::Status FetchStream(int64_t job_id, const std::string& source,
+                           rpc::Agent::Stub& stub, const std::string& dir,
+                           Clock::time_point end, int64_t* bytes) {
+    grpc::ClientContext ctx;
     rpc::ReadCheckpointRequest rreq;
     rreq.set_job_id(job_id);
-    auto reader = stub->ReadCheckpoint(&ctx, rreq);
+    auto reader = stub.ReadCheckpoint(WithDeadline(&ctx, end), rreq);
     rpc::CheckpointChunk chunk;
     std::string current, temp;
     int fd = -1;
@@ -620,21 +746,23 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       std::filesystem::remove_all(dir, ec);
     }
     int64_t bytes = 0;
+    std::string via = "local";
     const auto transfer0 = Clock::now();
-    grpc::Status s =
-        req.source_address().empty()
-            ? MoveLocalCheckpoint(job_id, dir, &bytes)
-            : FetchCheckpoint(job_id, req.source_address(), dir, end, &bytes);
+    grpc::Status s = req.source_address().empty()
+                         ? MoveLocalCheckpoint(job_id, dir, &bytes)
+                         : FetchCheckpoint(job_id, req.source_address(), dir,
+                                           end, &bytes, &via);
     if (!s.ok()) return s;
     const int64_t transfer_us = MicrosSince(transfer0);
+    out->set_channel(via);
     if (cold) {
       supervisor->HoldCheckpoint(job_id, dir);
       out->set_bytes(bytes);
       out->set_transfer_us(transfer_us);
       out->set_took_us(MicrosSince(t0));
       Log(what + " received its checkpoint (" + std::to_string(bytes) +
-          " bytes in " + std::to_string(transfer_us) +
-          " us), held for its start here");
+          " bytes in " + std::to_string(transfer_us) + " us, " + via +
+          "), held for its start here");
       return grpc::Status::OK;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -661,7 +789,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     out->set_took_us(MicrosSince(t0));
     Log("job " + std::to_string(job_id) + " received its checkpoint (" +
         std::to_string(bytes) + " bytes in " + std::to_string(transfer_us) +
-        " us) and restored it");
+        " us, " + via + ") and restored it");
     return grpc::Status::OK;
   }
 
@@ -896,6 +1024,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     shutting_down = true;
     Log("shutting down");
+    bulk->Shutdown();
     if (server) {
       server->Shutdown(std::chrono::system_clock::now() +
                        std::chrono::seconds(2));
@@ -966,6 +1095,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
       options.receive_timeout.count() <= 0) {
     return core::InvalidArgument("--checkpoint-timeout-ms: must be positive");
   }
+  if (options.bulk_accept_timeout.count() <= 0) {
+    return core::InvalidArgument("bulk_accept_timeout: must be positive");
+  }
 
   GpuInventoryOptions gopts;
   gopts.virtual_gpus = options.virtual_gpus;
@@ -990,6 +1122,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   sopts.checkpoint_timeout = options.checkpoint_timeout;
   sopts.library_start_grace = options.library_start_grace;
   Impl* raw = impl.get();
+  impl->listen_host = listen->first;
+  impl->bulk = std::make_unique<BulkServer>(
+      [raw](const std::string& m) { raw->Log(m); });
   impl->options = std::move(options);
   impl->supervisor =
       std::make_unique<Supervisor>(sopts, [raw](const ExitRecord& e) {

@@ -67,6 +67,13 @@ struct AgentOptions {
   // Capabilities (CRIU trial, MPS) are probed in the background at start;
   // each CRIU step is bounded by this.
   std::chrono::milliseconds criu_probe_timeout{3000};
+  // Checkpoints between agents over the bulk TCP channel (sendfile at the
+  // source), else the ReadCheckpoint gRPC stream. false (--no-bulk-transfer):
+  // this agent fetches over the stream and offers no bulk channel.
+  bool bulk_transfer = true;
+  // How long an offered bulk channel waits for its connection (at most; a
+  // shorter deadline of the OpenCheckpointTransfer call wins).
+  std::chrono::milliseconds bulk_accept_timeout{15000};
   // Progress pages: empty = /dev/shm when present, else work_dir.
   std::string page_dir;
   int cpus_per_gpu = 0;  // > 0: pin virtual-GPU jobs to CPUs

@@ -49,6 +49,10 @@ int main(int argc, char** argv) {
                  "and a warm start to receive and load (ReceiveCheckpoint)")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600000));
+  bool no_bulk_transfer = false;
+  app.add_flag("--no-bulk-transfer", no_bulk_transfer,
+               "Move checkpoints between agents over the gRPC stream only: "
+               "fetch without, and offer no, bulk TCP channel");
   app.add_option("--page-dir", o.page_dir,
                  "Progress pages (default /dev/shm, else the work dir)");
   app.add_option("--report-interval-ms", report_interval_ms,
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--nvml", o.nvml_library, "NVML library to dlopen")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  o.bulk_transfer = !no_bulk_transfer;
   o.report_interval = std::chrono::milliseconds(report_interval_ms);
   o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
   o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);

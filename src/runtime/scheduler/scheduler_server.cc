@@ -929,7 +929,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       std::string detail = where;
       if (!phases.empty()) detail += "; " + phases;
       detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
-                Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) + ")";
+                Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) +
+                (rrep.channel().empty() ? "" : " over " + rrep.channel()) + ")";
       if (!warm) detail += ", restart " + Ms(restart_us);
       if (warm) {
         if (!warm_rep.ready()) {
