@@ -364,10 +364,12 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
   lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   rpc::ListServersReply servers;
   if (!stub_->ListServers(&lctx, rpc::Empty(), &servers).ok()) return "";
-  // Every agent that ran the job holds a part (a job may have moved).
+  // The agent of the job's server serves its whole log (a job that moved
+  // brought its log along); without a server, every agent's part.
   std::string text;
   for (const auto& s : servers.servers()) {
     if (s.address().empty()) continue;
+    if (!job.server().empty() && s.name() != job.server()) continue;
     auto agent = rpc::Agent::NewStub(
         grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;

@@ -100,7 +100,11 @@ TEST_F(MechanismE2eTest, MigratedJobMatchesARunNeverMigrated) {
     EXPECT_NE(moves[0].detail().find(phase), std::string::npos)
         << phase << " missing: " << moves[0].detail();
   }
+  // The whole log, from the job's last server: the source's part (its
+  // start) came along with the move.
   const std::string log = c.JobLog(j);
+  EXPECT_EQ(CountLines(log, "cnn: job "), 2) << log;
+  EXPECT_LT(log.find("cnn: job "), log.find("resumed from ")) << log;
   EXPECT_EQ(CountLines(log, "resumed from "), 1) << log;
   EXPECT_EQ(CountLines(log, "done: " + std::to_string(kSteps) + " steps"), 1)
       << log;

@@ -725,6 +725,67 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         });
   }
 
+  // Copies the job's whole log at `source` (its TailLog: the earlier part
+  // and its own) into EarlierLogPath, replacing it; truncate_log also
+  // empties LogPath (no process of the job writes it). A failure is logged
+  // and otherwise ignored: the move does not depend on it.
+  void FetchEarlierLog(int64_t job_id, const std::string& source,
+                       bool truncate_log) {
+    const std::string path = supervisor->EarlierLogPath(job_id);
+    const std::string part = path + ".gandiva-part";
+    std::error_code ec;
+    std::filesystem::create_directories(
+        std::filesystem::path(path).parent_path(), ec);
+    const int fd =
+        open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      Log("job " + std::to_string(job_id) + ": creating " + part + ": " +
+          std::strerror(errno));
+      return;
+    }
+    auto stub = rpc::Agent::NewStub(
+        grpc::CreateChannel(source, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(30));
+    rpc::TailLogRequest req;
+    req.set_job_id(job_id);
+    auto reader = stub->TailLog(&ctx, req);
+    rpc::LogChunk chunk;
+    bool ok = true;
+    while (ok && reader->Read(&chunk)) {
+      const std::string& d = chunk.data();
+      ok = WriteAll(fd, d.data(), d.size());
+    }
+    const grpc::Status st = reader->Finish();
+    ok = close(fd) == 0 && ok;
+    if (!ok || !st.ok() || rename(part.c_str(), path.c_str()) != 0) {
+      unlink(part.c_str());
+      Log("job " + std::to_string(job_id) + ": its log at " + source +
+          " was not copied here (" +
+          (st.ok() ? std::string("write failed") : st.error_message()) + ")");
+      return;
+    }
+    if (truncate_log) {
+      if (truncate(supervisor->LogPath(job_id).c_str(), 0) != 0 &&
+          errno != ENOENT) {
+        Log("job " + std::to_string(job_id) +
+            ": emptying its old log: " + std::strerror(errno));
+      }
+    }
+  }
+
+  static bool WriteAll(int fd, const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  }
+
   grpc::Status Receive(const rpc::ReceiveCheckpointRequest& req,
                        rpc::ReceiveCheckpointReply* out) {
     const auto t0 = Clock::now();
@@ -757,6 +818,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     out->set_channel(via);
     if (cold) {
       supervisor->HoldCheckpoint(job_id, dir);
+      if (!req.source_address().empty()) {
+        // The job starts here from the checkpoint: its log so far is the
+        // source's, and what an earlier stay here left is not repeated.
+        FetchEarlierLog(job_id, req.source_address(), /*truncate_log=*/true);
+      }
       out->set_bytes(bytes);
       out->set_transfer_us(transfer_us);
       out->set_took_us(MicrosSince(t0));
@@ -781,6 +847,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           return core::Status::Ok();
         });
     if (!r.ok()) return ToGrpc(r.status());
+    // Training goes on here: now the job's log so far, from the source.
+    if (!req.source_address().empty()) {
+      FetchEarlierLog(job_id, req.source_address(), /*truncate_log=*/false);
+    }
     out->set_bytes(bytes);
     out->set_transfer_us(transfer_us);
     out->set_warm_us(r->warm_us);
@@ -803,13 +873,18 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return grpc::Status::OK;
   }
 
+  // The job's log: what it wrote on the servers it ran on before it moved
+  // here (EarlierLogPath), then here (LogPath), as one stream; offsets run
+  // over both.
   grpc::Status TailLog(grpc::ServerContext* ctx, const rpc::TailLogRequest* req,
                        grpc::ServerWriter<rpc::LogChunk>* writer) override {
     const int64_t job_id = req->job_id();
     const std::string path = supervisor->LogPath(job_id);
     const bool known = supervisor->Job(job_id).ok();
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    const int earlier_fd =
+        open(supervisor->EarlierLogPath(job_id).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && earlier_fd < 0) {
       if (!known) {
         return grpc::Status(
             grpc::StatusCode::NOT_FOUND,
@@ -819,9 +894,13 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
                           "opening " + path + ": " + std::strerror(errno));
     }
     struct stat st;
+    const int64_t earlier_size =
+        earlier_fd >= 0 && fstat(earlier_fd, &st) == 0 ? st.st_size : 0;
     int64_t offset = req->offset();
-    if (offset < 0 && fstat(fd, &st) == 0) {  // the last -offset bytes
-      offset = std::max<int64_t>(0, st.st_size + offset);
+    if (offset < 0) {  // the last -offset bytes
+      const int64_t size =
+          earlier_size + (fd >= 0 && fstat(fd, &st) == 0 ? st.st_size : 0);
+      offset = std::max<int64_t>(0, size + offset);
     }
     std::vector<char> buf(64 * 1024);
     grpc::Status result = grpc::Status::OK;
@@ -829,7 +908,15 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       // Ended before the read: a read that finds nothing means the end.
       auto view = supervisor->Job(job_id);
       const bool ended = !view.ok() || view->state == RunState::kExited;
-      const ssize_t n = pread(fd, buf.data(), buf.size(), offset);
+      ssize_t n = 0;
+      if (offset < earlier_size) {
+        n = pread(earlier_fd, buf.data(),
+                  static_cast<size_t>(std::min<int64_t>(
+                      static_cast<int64_t>(buf.size()), earlier_size - offset)),
+                  offset);
+      } else if (fd >= 0) {
+        n = pread(fd, buf.data(), buf.size(), offset - earlier_size);
+      }
       if (n < 0) {
         result = grpc::Status(grpc::StatusCode::INTERNAL,
                               "reading " + path + ": " + std::strerror(errno));
@@ -844,12 +931,13 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         continue;
       }
       if (!req->follow() || ended || ctx->IsCancelled() ||
-          shutting_down.load()) {
+          shutting_down.load() || fd < 0) {
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    close(fd);
+    if (fd >= 0) close(fd);
+    if (earlier_fd >= 0) close(earlier_fd);
     return result;
   }
 

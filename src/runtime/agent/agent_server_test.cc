@@ -448,6 +448,18 @@ class MigrationTest : public AgentServerTest {
     grpc::ClientContext ctx;
     return stub->ReceiveCheckpoint(&ctx, req, out);
   }
+  // The job's whole log as the agent serves it (TailLog, not following).
+  static std::string TailAll(rpc::Agent::Stub* stub, int64_t job) {
+    grpc::ClientContext ctx;
+    rpc::TailLogRequest req;
+    req.set_job_id(job);
+    auto reader = stub->TailLog(&ctx, req);
+    rpc::LogChunk chunk;
+    std::string all;
+    while (reader->Read(&chunk)) all += chunk.data();
+    EXPECT_TRUE(reader->Finish().ok());
+    return all;
+  }
   static rpc::AgentStatusReply StatusOf(rpc::Agent::Stub* stub) {
     grpc::ClientContext ctx;
     rpc::AgentStatusReply out;
@@ -681,12 +693,24 @@ TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
   ASSERT_TRUE(StartOn(stub2_.get(), warm).ok());
   ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
   EXPECT_EQ(Minibatches(stub2_.get(), 1), 0);
+  const int64_t src_pid = FindJob(StatusOf(stub_.get()), 1)->pid();
+  const int64_t dst_pid = FindJob(StatusOf(stub2_.get()), 1)->pid();
   rpc::CheckpointReply c;
   grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
   ASSERT_TRUE(s.ok()) << s.error_message();
   rpc::ReceiveCheckpointReply r;
   s = ReceiveOn(stub2_.get(), 1, 2, agent_->address(), &r);
   ASSERT_TRUE(s.ok()) << s.error_message();
+  // The destination serves the job's whole log: the source's part first.
+  const std::string whole = TailAll(stub2_.get(), 1);
+  const size_t at_src = whole.find("pid " + std::to_string(src_pid) + "\n");
+  const size_t at_dst = whole.find("pid " + std::to_string(dst_pid) + "\n");
+  EXPECT_NE(at_src, std::string::npos) << whole;
+  EXPECT_NE(at_dst, std::string::npos) << whole;
+  EXPECT_LT(at_src, at_dst) << whole;
+  EXPECT_EQ(whole.find("pid " + std::to_string(src_pid) + "\n", at_src + 1),
+            std::string::npos)
+      << whole;
   EXPECT_EQ(r.bytes(), c.bytes());
   EXPECT_GT(r.transfer_us(), 0);
   EXPECT_GT(r.warm_us(), 0);

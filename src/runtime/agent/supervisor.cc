@@ -268,6 +268,9 @@ std::string Supervisor::JobDir(int64_t job_id) const {
 std::string Supervisor::LogPath(int64_t job_id) const {
   return JobDir(job_id) + "/log";
 }
+std::string Supervisor::EarlierLogPath(int64_t job_id) const {
+  return JobDir(job_id) + "/log.earlier";
+}
 std::string Supervisor::CheckpointDir(int64_t job_id) const {
   const std::string& root = options_.checkpoint_root.empty()
                                 ? options_.work_dir
@@ -479,8 +482,13 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   std::string arg0 = "sh", arg1 = "-c", arg2 = params.command;
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
 
-  const int log_fd = open(job->log_path.c_str(),
-                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // A warm start is the destination of a move: the job's whole log so far
+  // comes from the source (EarlierLogPath), so what an earlier stay here
+  // left is dropped, not repeated.
+  const int log_fd = open(
+      job->log_path.c_str(),
+      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (params.warm ? O_TRUNC : 0),
+      0644);
   if (log_fd < 0) {
     return core::IoError("opening log " + job->log_path + ": " + Errno(errno));
   }

@@ -235,6 +235,9 @@ class Supervisor {
 
   std::string JobDir(int64_t job_id) const;
   std::string LogPath(int64_t job_id) const;
+  // The job's log from the servers it ran on before it moved here
+  // (ReceiveCheckpoint fetches it from the source); LogPath continues it.
+  std::string EarlierLogPath(int64_t job_id) const;
   std::string CheckpointDir(int64_t job_id) const;
   std::string IncomingDir(int64_t job_id) const;
   std::string PagePath(int64_t job_id) const;
