@@ -175,13 +175,31 @@ def save_state(obj: Any, path: str) -> None:
         os.fsync(f.fileno())
 
 
+def _same_layout(dest: Any, t: torch.Tensor) -> bool:
+    """dest can take t's bytes: a contiguous CPU tensor of its dtype and
+    shape."""
+    return (isinstance(dest, torch.Tensor) and dest.device.type == "cpu"
+            and dest.dtype == t.dtype and dest.shape == t.shape
+            and dest.is_contiguous() and dest.layout == torch.strided
+            and not dest.is_quantized)
+
+
 def is_fast_format(path: str) -> bool:
     with open(path, "rb") as f:
         return f.read(len(MAGIC)) == MAGIC
 
 
-def load_state(path: str) -> Any:
-    """Reads a file written by save_state(); tensors are on the CPU."""
+def load_state(path: str,
+               into: Optional[Callable[[Any], Dict[int, torch.Tensor]]] = None
+               ) -> Any:
+    """Reads a file written by save_state(); tensors are on the CPU.
+
+    into: called with the object as unpickled, its tensors allocated but not
+    yet read; it may return {id(tensor): destination} to have a tensor's
+    bytes read straight into an existing contiguous CPU tensor of the same
+    dtype and shape instead (the caller then uses the destination; the
+    allocated tensor stays unread). Reading into memory the process already
+    has skips a copy and the page faults of fresh memory."""
     with open(path, "rb", buffering=0) as f:
         head = f.read(_HEADER.size)
         if len(head) != _HEADER.size:
@@ -195,11 +213,15 @@ def load_state(path: str) -> Any:
         skeleton = f.read(skel_len)
         unpickler = _Unpickler(io.BytesIO(skeleton))
         obj = unpickler.load()
+        redirect = into(obj) if into is not None else {}
         pos = None
         for t, offset, nbytes in sorted(unpickler.tensors,
                                         key=lambda e: e[1]):
             if nbytes == 0:
                 continue
+            dest = redirect.get(id(t))
+            if dest is not None and _same_layout(dest, t):
+                t = dest
             if pos != data_offset + offset:
                 f.seek(data_offset + offset)
             view = _raw(t, nbytes)
@@ -212,16 +234,19 @@ def load_state(path: str) -> Any:
     return obj
 
 
-def read_checkpoint(path: str) -> Dict[str, Any]:
+def read_checkpoint(path: str,
+                    into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
+                    = None) -> Dict[str, Any]:
     """The checkpoint dict of a Job checkpoint: a file, or a directory
-    holding checkpoint.gdv (or a legacy torch.save checkpoint.pt)."""
+    holding checkpoint.gdv (or a legacy torch.save checkpoint.pt). into: see
+    load_state (fast format only)."""
     if os.path.isdir(path):
         fast = os.path.join(path, CHECKPOINT_NAME)
         legacy = os.path.join(path, LEGACY_CHECKPOINT_NAME)
         path = fast if os.path.exists(fast) or not os.path.exists(legacy) \
             else legacy
     if is_fast_format(path):
-        return load_state(path)
+        return load_state(path, into)
     # The job's own checkpoint, trusted like the fast format (which is
     # pickled too): it holds RNG states (numpy arrays, tuples) that
     # PyTorch >= 2.6's weights_only default refuses.
@@ -587,7 +612,7 @@ class Job:
                     os.path.join(path, LEGACY_CHECKPOINT_NAME)):
                 fast = os.path.join(path, LEGACY_CHECKPOINT_NAME)
             path = fast
-        state = read_checkpoint(path)
+        state = read_checkpoint(path, self._in_place)
         if state.get("format") != _FORMAT:
             raise ValueError(f"{path}: unknown checkpoint format "
                              f"{state.get('format')}")
@@ -618,6 +643,56 @@ class Job:
                 "rng": state["rng"],
             }
         self.restored_from = path
+
+    def _in_place(self, state: Any) -> Dict[int, torch.Tensor]:
+        """For load_state: the checkpoint's model tensors go straight into
+        the model's CPU parameters and buffers, and its optimizer state into
+        the optimizer's where that exists already (after a warm start's
+        warmup), with the same dtype and shape; `state` then refers to
+        those. Anything else is read as usual."""
+        if not isinstance(state, dict) or state.get("format") != _FORMAT:
+            return {}
+        proposed: Dict[int, torch.Tensor] = {}
+        refused = set()
+        places = []  # (container, key, placeholder)
+
+        def propose(container, key, ph, dest):
+            if not (torch.is_tensor(ph) and _same_layout(dest, ph)):
+                return
+            prev = proposed.get(id(ph))
+            if prev is not None and prev.data_ptr() != dest.data_ptr():
+                refused.add(id(ph))  # one saved tensor, two places here
+                return
+            proposed[id(ph)] = dest
+            places.append((container, key, ph))
+
+        saved_model = state.get("model")
+        if isinstance(saved_model, dict):
+            mine = self.model.state_dict()
+            for name, ph in saved_model.items():
+                propose(saved_model, name, ph, mine.get(name))
+        saved_opt = state.get("optimizer")
+        if self.optimizer is not None and isinstance(saved_opt, dict):
+            ids = [i for g in saved_opt.get("param_groups", [])
+                   for i in g["params"]]
+            params = [p for g in self.optimizer.param_groups
+                      for p in g["params"]]
+            if len(ids) == len(params):
+                for pid, p in zip(ids, params):
+                    now = self.optimizer.state.get(p)
+                    then = saved_opt.get("state", {}).get(pid)
+                    if not now or not isinstance(then, dict):
+                        continue
+                    for k, ph in then.items():
+                        if k != "step":
+                            propose(then, k, ph, now.get(k))
+        out = {}
+        for container, key, ph in places:
+            if id(ph) in refused:
+                continue
+            out[id(ph)] = proposed[id(ph)]
+            container[key] = proposed[id(ph)]
+        return out
 
     # ---- suspend hooks (called inside gandiva.step()) ----
 

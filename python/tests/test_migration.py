@@ -139,6 +139,52 @@ def test_cuda_round_trip_is_bit_identical(tmp_path, monkeypatch):
         assert torch.equal(v, expected[k]), k
 
 
+def test_load_reads_into_the_models_and_a_warm_optimizers_memory(
+        tmp_path, monkeypatch):
+    """The checkpoint's bytes go straight into the parameters, buffers and
+    (once a warmup created it) the optimizer state the process has."""
+    for name in ("GANDIVA_PROGRESS_FILE", "GANDIVA_RESUME_FROM"):
+        monkeypatch.delenv(name, raising=False)
+
+    def big(seed):
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64),
+                                    torch.nn.BatchNorm1d(64),
+                                    torch.nn.Linear(64, 64))
+        return model, torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def step(model, opt):
+        model(torch.randn(8, 64)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    model, opt = big(0)
+    job = gandiva.torch.Job(model, opt)
+    for _ in range(3):
+        step(model, opt)
+    job.save(str(tmp_path))
+    want_model = {k: v.clone() for k, v in model.state_dict().items()}
+    want_opt = [{k: v.clone() for k, v in opt.state[p].items()}
+                for p in model.parameters()]
+
+    for warm in (True, False):
+        model2, opt2 = big(1)
+        if warm:
+            step(model2, opt2)  # what a warmup leaves: optimizer state
+        where = {k: v.data_ptr() for k, v in model2.state_dict().items()}
+        where_opt = [{k: v.data_ptr() for k, v in opt2.state[p].items()
+                      if k != "step"} for p in model2.parameters()]
+        gandiva.torch.Job(model2, opt2).load(str(tmp_path))
+        for k, v in model2.state_dict().items():
+            assert v.data_ptr() == where[k], k
+            assert torch.equal(v, want_model[k]), k
+        for i, p in enumerate(model2.parameters()):
+            for k, v in opt2.state[p].items():
+                assert torch.equal(v, want_opt[i][k]), (i, k)
+                if warm and k != "step" and v.numel() >= 1024:
+                    assert v.data_ptr() == where_opt[i][k], (i, k)
+
+
 def test_save_state_keeps_shared_and_odd_tensors(tmp_path):
     base = torch.arange(12, dtype=torch.float64).reshape(3, 4)
     obj = {"a": base, "b": base, "t": base.t(), "empty": torch.empty(0, 3),
