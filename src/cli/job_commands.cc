@@ -295,8 +295,15 @@ int RunShow(const JobFlags& f) {
                 100 * p.gpu_utilization(),
                 static_cast<double>(p.gpu_memory_bytes()) / (1 << 20));
   }
-  std::printf("  log:          %s\n",
-              j.log_path().empty() ? "-" : j.log_path().c_str());
+  if (!j.log_path().empty()) {
+    std::printf("  log:          %s\n", j.log_path().c_str());
+  } else if (!j.server().empty()) {
+    // The agent of its server keeps it (all of it, after a move).
+    std::printf("  log:          on %s (gandiva logs %lld)\n",
+                j.server().c_str(), static_cast<long long>(j.id()));
+  } else {
+    std::printf("  log:          -\n");
+  }
   std::printf("history:%s\n", j.history().empty() ? " (none)" : "");
   std::vector<std::vector<std::string>> rows;
   for (const auto& h : j.history()) {
