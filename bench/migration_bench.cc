@@ -13,9 +13,12 @@
 //     virtual GPUs: CheckpointJob(resize_to) + StartJob(resume_local), until
 //     the job trains its first mini-batch at the new size;
 //  3. whether CRIU is usable here (the agent only probes it).
-// The checkpoint moves over the agents' bulk TCP channel, or over the gRPC
-// stream with --no-bulk-transfer; --compare-grpc adds a large-model column
-// moved over the gRPC stream by a second pair of agents, in the same run.
+// The checkpoint moves over the agents' bulk TCP channel (--bulk-streams N
+// parallel connections), or over the gRPC stream with --no-bulk-transfer;
+// --compare-grpc adds a large-model column moved over the gRPC stream by a
+// second pair of agents, in the same run; --compare-streams 1,2,4 moves the
+// large model between one pair of agents per number of streams, side by
+// side.
 //
 // With --gpu the agents offer the GPUs NVML finds and the models train on
 // the GPU (a checkpoint copies them to host memory); the resize needs a GPU
@@ -25,7 +28,8 @@
 //   gandiva_bench_migration [--migrations N] [--resizes N] [--skip-small]
 //       [--skip-large] [--small-only] [--skip-resize] [--loopback-mib N]
 //       [--large-width W] [--large-layers L] [--no-bulk-transfer]
-//       [--compare-grpc] [--gpu] [--overlap] [--verbose]
+//       [--bulk-streams N] [--compare-grpc] [--compare-streams N,N,...]
+//       [--gpu] [--overlap] [--verbose]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -103,12 +107,15 @@ struct Agent {
   std::unique_ptr<rpc::Agent::Stub> stub;
   fs::path work_dir;
   std::string label;
+  int bulk_streams = 1;
 };
 
 Agent StartAgent(const std::string& label, const fs::path& work_dir,
-                 const fs::path& checkpoint_root, bool bulk_transfer) {
+                 const fs::path& checkpoint_root, bool bulk_transfer,
+                 int bulk_streams) {
   runtime::AgentOptions o;
   o.bulk_transfer = bulk_transfer;
+  o.bulk_streams = bulk_streams;
   o.listen_address = "127.0.0.1:0";
   o.name = "bench-" + label + "-" + std::to_string(::getpid());
   o.virtual_gpus = 2;
@@ -132,6 +139,7 @@ Agent StartAgent(const std::string& label, const fs::path& work_dir,
       agent.server->address(), grpc::InsecureChannelCredentials()));
   agent.work_dir = work_dir;
   agent.label = label;
+  agent.bulk_streams = bulk_streams;
   return agent;
 }
 
@@ -501,13 +509,14 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
     }
     out.stream_alone_gbps.push_back(static_cast<double>(bytes) / ms / 1e6);
   }
-  // The bulk channel alone, likewise: offered, connected, drained.
+  // The bulk channel alone, likewise: offered, connected (as many streams
+  // as the destination asks for), drained.
   auto host = runtime::SplitHostPort(src->server->address(), "address");
-  std::vector<char> sink(1 << 20);
   for (int i = 0; i < 3 && host.ok(); ++i) {
     const auto t0 = Clock::now();
     rpc::OpenCheckpointTransferRequest req;
     req.set_job_id(job);
+    req.set_streams(dst->bulk_streams);
     rpc::OpenCheckpointTransferReply offer;
     auto ctx = Ctx(30);
     const grpc::Status s = stub->OpenCheckpointTransfer(ctx.get(), req, &offer);
@@ -515,17 +524,30 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
     if (!s.ok()) Die("OpenCheckpointTransfer: " + s.error_message());
     int64_t want = 0;
     for (const auto& f : offer.files()) want += f.size();
-    auto fd = runtime::ConnectBulk(host->first, offer.port(), offer.token(),
-                                   Clock::now() + std::chrono::seconds(30));
-    if (!fd.ok()) Die("bulk channel alone: " + fd.status().ToString());
-    int64_t bytes = 0;
-    for (;;) {
-      const ssize_t n = ::recv(*fd, sink.data(), sink.size(), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      bytes += n;
+    const int streams = std::max(1, offer.streams());
+    std::vector<int> fds;
+    for (int k = 0; k < streams; ++k) {
+      auto fd = runtime::ConnectBulk(host->first, offer.port(), offer.token(),
+                                     Clock::now() + std::chrono::seconds(30), k,
+                                     streams);
+      if (!fd.ok()) Die("bulk channel alone: " + fd.status().ToString());
+      fds.push_back(*fd);
     }
-    ::close(*fd);
+    std::atomic<int64_t> bytes{0};
+    std::vector<std::thread> drains;
+    for (int fd : fds) {
+      drains.emplace_back([fd, &bytes] {
+        std::vector<char> sink(1 << 20);
+        for (;;) {
+          const ssize_t n = ::recv(fd, sink.data(), sink.size(), 0);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) break;
+          bytes += n;
+        }
+        ::close(fd);
+      });
+    }
+    for (std::thread& t : drains) t.join();
     const double ms = MsSince(t0);
     if (bytes != want || bytes != c.bytes()) {
       Die("bulk channel alone: " + std::to_string(bytes) + " of " +
@@ -558,7 +580,8 @@ void PrintMigrations(const std::vector<Series>& all, double loopback_gbps,
   for (const Series& s : all) {
     std::string text;
     for (const auto& [channel, n] : s.channels) {
-      text += (text.empty() ? "" : " ") + channel + " x" + std::to_string(n);
+      text +=
+          (text.empty() ? "" : " ") + channel + " (" + std::to_string(n) + ")";
     }
     std::printf(" %21s", text.c_str());
   }
@@ -726,6 +749,8 @@ int main(int argc, char** argv) {
   size_t loopback_mib = 1024;
   int large_width = 2048, large_layers = 6;
   bool bulk_transfer = true, compare_grpc = false;
+  int bulk_streams = runtime::AgentOptions().bulk_streams;
+  std::vector<int> compare_streams;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> int {
@@ -753,6 +778,20 @@ int main(int argc, char** argv) {
       large_layers = value();
     } else if (arg == "--no-bulk-transfer") {
       bulk_transfer = false;
+    } else if (arg == "--bulk-streams") {
+      bulk_streams = std::clamp(value(), 1, runtime::kBulkMaxStreams);
+    } else if (arg == "--compare-streams") {
+      if (i + 1 >= argc) Die(arg + " needs a value");
+      std::stringstream list(argv[++i]);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        const int n = std::atoi(item.c_str());
+        if (n < 1 || n > runtime::kBulkMaxStreams) {
+          Die("--compare-streams: '" + item + "' is not 1 to " +
+              std::to_string(runtime::kBulkMaxStreams));
+        }
+        compare_streams.push_back(n);
+      }
     } else if (arg == "--compare-grpc") {
       compare_grpc = true;
     } else if (arg == "--gpu") {
@@ -766,14 +805,24 @@ int main(int argc, char** argv) {
           "gandiva_bench_migration [--migrations N (5)] [--resizes N (3)] "
           "[--skip-small] [--skip-large] [--small-only] [--skip-resize] "
           "[--loopback-mib N (1024; 0: skip)] [--large-width W (2048)] "
-          "[--large-layers L (6)] [--no-bulk-transfer] [--compare-grpc] "
-          "[--gpu] [--overlap] [--verbose]\n"
+          "[--large-layers L (6)] [--no-bulk-transfer] [--bulk-streams N] "
+          "[--compare-grpc] [--compare-streams N,N,...] [--gpu] [--overlap] "
+          "[--verbose]\n"
           "  --no-bulk-transfer  agents move checkpoints over the gRPC stream "
           "only\n"
+          "  --bulk-streams N    parallel TCP streams the agents ask for "
+          "(default: the\n"
+          "                      agents' default)\n"
           "  --compare-grpc      also move the large model between two agents "
           "with\n"
           "                      the bulk channel off (a gRPC column beside "
           "it)\n"
+          "  --compare-streams L also move the large model between a pair "
+          "of agents\n"
+          "                      per number of streams in the list L "
+          "(e.g. 1,2,4),\n"
+          "                      side by side; agents a and b use the "
+          "first\n"
           "  --gpu               the agents offer the GPUs NVML finds; the "
           "models\n"
           "                      train there\n"
@@ -800,8 +849,14 @@ int main(int argc, char** argv) {
       ckpt_dir.c_str(), shm ? "ramdisk" : "no /dev/shm: disk");
   std::fflush(stdout);
 
-  Agent a = StartAgent("a", dir / "a", ckpt_dir / "a", bulk_transfer);
-  Agent b = StartAgent("b", dir / "b", ckpt_dir / "b", bulk_transfer);
+  if (!compare_streams.empty()) {
+    if (!bulk_transfer) Die("--compare-streams needs the bulk channel");
+    bulk_streams = compare_streams.front();
+  }
+  Agent a =
+      StartAgent("a", dir / "a", ckpt_dir / "a", bulk_transfer, bulk_streams);
+  Agent b =
+      StartAgent("b", dir / "b", ckpt_dir / "b", bulk_transfer, bulk_streams);
   const runtime::GpuInventory& inv = a.server->gpus();
   if (real_gpus && inv.is_virtual()) {
     Die("--gpu: no GPU found (" + inv.nvml_note() + ")");
@@ -848,8 +903,14 @@ int main(int argc, char** argv) {
 
   std::vector<Series> series;
   if (small || large) {
-    std::printf("\nmigrations between agents a and b (%s, %s)\n",
-                a.server->address().c_str(), b.server->address().c_str());
+    std::printf(
+        "\nmigrations between agents a and b (%s, %s; %s)\n",
+        a.server->address().c_str(), b.server->address().c_str(),
+        !bulk_transfer ? "gRPC stream"
+        : bulk_streams == 1
+            ? "bulk channel, 1 stream"
+            : ("bulk channel, " + std::to_string(bulk_streams) + " streams")
+                  .c_str());
     std::fflush(stdout);
   }
   if (small) {
@@ -859,16 +920,21 @@ int main(int argc, char** argv) {
   size_t large_index = 0;
   if (large) {
     char label[64];
-    std::snprintf(label, sizeof label, "large %dx%d", large_layers,
-                  large_width);
+    if (compare_streams.empty()) {
+      std::snprintf(label, sizeof label, "large %dx%d", large_layers,
+                    large_width);
+    } else {
+      std::snprintf(label, sizeof label, "%dx%d x%d", large_layers, large_width,
+                    bulk_streams);
+    }
     large_index = series.size();
     series.push_back(MigrateBench(a, b, 2, label, large_width, large_layers, 1,
                                   0, migrations));
   }
   if (large && compare_grpc && bulk_transfer) {
     // The same model between agents that move it over the gRPC stream.
-    Agent c = StartAgent("c", dir / "c", ckpt_dir / "c", false);
-    Agent d = StartAgent("d", dir / "d", ckpt_dir / "d", false);
+    Agent c = StartAgent("c", dir / "c", ckpt_dir / "c", false, 1);
+    Agent d = StartAgent("d", dir / "d", ckpt_dir / "d", false, 1);
     std::printf("  (agents c and d, %s and %s: bulk channel off)\n",
                 c.server->address().c_str(), d.server->address().c_str());
     std::fflush(stdout);
@@ -879,7 +945,52 @@ int main(int argc, char** argv) {
     c.server->Shutdown();
     d.server->Shutdown();
   }
+  // The large model again between pairs of agents asking for other numbers
+  // of streams: (number, index in `series`), the first being a and b.
+  std::vector<std::pair<int, size_t>> by_streams;
+  if (large && !compare_streams.empty()) {
+    by_streams.emplace_back(bulk_streams, large_index);
+    for (size_t k = 1; k < compare_streams.size(); ++k) {
+      const int n = compare_streams[k];
+      const std::string e = "e" + std::to_string(k);
+      const std::string f = "f" + std::to_string(k);
+      Agent c = StartAgent(e, dir / e, ckpt_dir / e, true, n);
+      Agent d = StartAgent(f, dir / f, ckpt_dir / f, true, n);
+      std::printf("  (agents %s and %s, %s and %s: %d stream%s)\n", e.c_str(),
+                  f.c_str(), c.server->address().c_str(),
+                  d.server->address().c_str(), n, n == 1 ? "" : "s");
+      std::fflush(stdout);
+      char label[64];
+      std::snprintf(label, sizeof label, "%dx%d x%d", large_layers, large_width,
+                    n);
+      by_streams.emplace_back(n, series.size());
+      series.push_back(MigrateBench(c, d, 10 + static_cast<int64_t>(k), label,
+                                    large_width, large_layers, 1, 0,
+                                    migrations));
+      c.server->Shutdown();
+      d.server->Shutdown();
+    }
+  }
   PrintMigrations(series, loopback, loopback_file);
+  if (!by_streams.empty()) {
+    std::printf(
+        "large-model transfer by streams, median GB/s (%% of loopback"
+        "%s):",
+        loopback_file > 0 ? ", of loopback into a file" : "");
+    for (const auto& [n, index] : by_streams) {
+      const Stat st = Summarise(series[index].values.at("transfer GB/s"));
+      std::printf(" x%d %.2f", n, st.median);
+      if (loopback > 0) {
+        std::printf(" (%.0f%%", 100 * st.median / loopback);
+        if (loopback_file > 0) {
+          std::printf(", %.0f%%", 100 * st.median / loopback_file);
+        }
+        std::printf(")");
+      }
+      std::printf(";");
+    }
+    std::printf("\n");
+  }
   if (large && compare_grpc && bulk_transfer && loopback > 0) {
     const Stat tcp = Summarise(series[large_index].values.at("transfer GB/s"));
     const Stat grpc = Summarise(series.back().values.at("transfer GB/s"));

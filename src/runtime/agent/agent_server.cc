@@ -464,8 +464,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       deadline =
           Clock::now() + std::chrono::duration_cast<Clock::duration>(call_left);
     }
-    auto offered =
-        bulk->Offer(listen_host, dir, CheckpointFiles(dir), deadline, what);
+    auto offered = bulk->Offer(listen_host, dir, CheckpointFiles(dir), deadline,
+                               what, req->streams());
     if (!offered.ok()) {
       Log("offering " + what +
           " over the bulk channel failed: " + offered.status().ToString());
@@ -473,6 +473,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     reply->set_port(offered->port);
     reply->set_token(offered->token);
+    reply->set_streams(offered->streams);
     for (const BulkFile& f : offered->files) {
       rpc::CheckpointFile* out = reply->add_files();
       out->set_path(f.path);
@@ -492,8 +493,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
 
   // Pulls the checkpoint of `job_id` from the agent at `source` into `dir`:
   // over the bulk channel when both agents have it, else over the
-  // ReadCheckpoint stream. *via: "tcp" or "grpc". Adds the bytes
-  // written to *bytes.
+  // ReadCheckpoint stream. *via: "tcp" (one stream), "tcp xN" (N parallel
+  // streams) or "grpc". Adds the bytes written to *bytes.
   grpc::Status FetchCheckpoint(int64_t job_id, const std::string& source,
                                const std::string& dir, Clock::time_point end,
                                int64_t* bytes, std::string* via) {
@@ -505,10 +506,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     auto stub = rpc::Agent::NewStub(source_channel);
     if (options.bulk_transfer) {
       bool fall_back = false;
-      grpc::Status s =
-          FetchBulk(job_id, source, *stub, dir, end, bytes, &fall_back);
+      int streams = 1;
+      grpc::Status s = FetchBulk(job_id, source, *stub, dir, end, bytes,
+                                 &fall_back, &streams);
       if (s.ok()) {
-        *via = "tcp";
+        *via = streams > 1 ? "tcp x" + std::to_string(streams) : "tcp";
         return s;
       }
       if (!fall_back) return s;
@@ -519,17 +521,20 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return FetchStream(job_id, source, *stub, dir, end, bytes);
   }
 
-  // The bulk channel. An error before any file's byte came (the source
-  // does not offer it, it cannot be reached) sets *fall_back.
+  // The bulk channel, over options.bulk_streams streams or fewer as the
+  // source grants (*streams: how many). An error before any file's byte
+  // came (the source does not offer it, it cannot be reached, a stream
+  // cannot connect) sets *fall_back.
   grpc::Status FetchBulk(int64_t job_id, const std::string& source,
                          rpc::Agent::Stub& stub, const std::string& dir,
-                         Clock::time_point end, int64_t* bytes,
-                         bool* fall_back) {
+                         Clock::time_point end, int64_t* bytes, bool* fall_back,
+                         int* streams) {
     const std::string what = "fetching the checkpoint of job " +
                              std::to_string(job_id) + " from " + source;
     grpc::ClientContext ctx;
     rpc::OpenCheckpointTransferRequest oreq;
     oreq.set_job_id(job_id);
+    oreq.set_streams(options.bulk_streams);
     rpc::OpenCheckpointTransferReply offer;
     grpc::Status s =
         stub.OpenCheckpointTransfer(WithDeadline(&ctx, end), oreq, &offer);
@@ -552,26 +557,44 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           host.status().message());
     }
+    // An older source leaves `streams` out: one.
+    const int granted = std::max(1, offer.streams());
     if (offer.token().size() != kBulkTokenBytes || offer.port() <= 0 ||
-        offer.port() > 65535) {
+        offer.port() > 65535 || granted > options.bulk_streams) {
       return grpc::Status(grpc::StatusCode::INTERNAL,
                           source + " offered an unusable bulk channel (port " +
                               std::to_string(offer.port()) + ", a " +
                               std::to_string(offer.token().size()) +
-                              "-byte token)");
+                              "-byte token, " + std::to_string(granted) +
+                              " streams of " +
+                              std::to_string(options.bulk_streams) + ")");
     }
-    auto fd = ConnectBulk(host->first, offer.port(), offer.token(), end);
-    if (!fd.ok()) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, fd.status().message());
+    // Every stream connects before any byte is taken, so that one that
+    // cannot still leaves the gRPC stream to fall back on.
+    std::vector<int> socks;
+    for (int k = 0; k < granted; ++k) {
+      auto fd = ConnectBulk(host->first, offer.port(), offer.token(), end, k,
+                            granted);
+      if (!fd.ok()) {
+        for (int sock : socks) close(sock);
+        return grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            (granted > 1 ? "stream " + std::to_string(k) + " of " +
+                               std::to_string(granted) + ": "
+                         : std::string()) +
+                fd.status().message());
+      }
+      socks.push_back(*fd);
     }
     *fall_back = false;
+    *streams = granted;
     std::vector<BulkFile> files;
     for (const rpc::CheckpointFile& f : offer.files()) {
       files.push_back({f.path(), f.size(), f.mode() != 0 ? f.mode() : 0600});
     }
     core::Status r =
-        ReceiveBulkFiles(*fd, files, dir, end, &shutting_down, bytes);
-    close(*fd);
+        ReceiveBulkFiles(socks, files, dir, end, &shutting_down, bytes);
+    for (int sock : socks) close(sock);
     if (!r.ok()) {
       return grpc::Status(r.code() == core::StatusCode::kUnavailable
                               ? grpc::StatusCode::UNAVAILABLE
@@ -1185,6 +1208,10 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   }
   if (options.bulk_accept_timeout.count() <= 0) {
     return core::InvalidArgument("bulk_accept_timeout: must be positive");
+  }
+  if (options.bulk_streams < 1 || options.bulk_streams > kBulkMaxStreams) {
+    return core::InvalidArgument("--bulk-streams: must be 1 to " +
+                                 std::to_string(kBulkMaxStreams));
   }
 
   GpuInventoryOptions gopts;

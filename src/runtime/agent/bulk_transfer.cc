@@ -255,11 +255,12 @@ core::Status SendAll(int fd, const char* data, size_t n,
   return core::Status::Ok();
 }
 
-// Receives `size` bytes into the open, empty file `fd` through a buffer.
-core::Status ReceiveBuffered(int sock, int fd, int64_t size, int64_t got,
+// Receives `size` bytes into the open file `fd` at `base` through a buffer.
+core::Status ReceiveBuffered(int sock, int fd, int64_t base, int64_t size,
                              Clock::time_point end,
                              const std::atomic<bool>* cancel) {
   std::vector<char> buf(kPipeBytes);
+  int64_t got = 0;
   while (got < size) {
     core::Status s = Interrupted(cancel, end, got, size);
     if (!s.ok()) return s;
@@ -271,8 +272,9 @@ core::Status ReceiveBuffered(int sock, int fd, int64_t size, int64_t got,
     }
     if (r <= 0) return Ended(r, errno, got, size);
     for (ssize_t done = 0; done < r;) {
-      const ssize_t w = pwrite(fd, buf.data() + done,
-                               static_cast<size_t>(r - done), got + done);
+      const ssize_t w =
+          pwrite(fd, buf.data() + done, static_cast<size_t>(r - done),
+                 base + got + done);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) return core::IoError("write: " + ErrnoText(errno));
       done += w;
@@ -282,19 +284,20 @@ core::Status ReceiveBuffered(int sock, int fd, int64_t size, int64_t got,
   return core::Status::Ok();
 }
 
-// Receives `size` bytes into the open, empty file `fd`: spliced from the
-// socket into a pipe and from the pipe into the file, so the bytes are
+// Receives `size` bytes into the open file `fd` at `base`: spliced from
+// the socket into a pipe and from the pipe into the file, so the bytes are
 // copied once (into the file's pages), with no user-space buffer. Where the
 // kernel cannot splice these, through a buffer.
-core::Status ReceiveInto(int sock, int fd, int64_t size, Clock::time_point end,
+core::Status ReceiveInto(int sock, int fd, int64_t base, int64_t size,
+                         Clock::time_point end,
                          const std::atomic<bool>* cancel) {
   if (size == 0) return core::Status::Ok();
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-    return ReceiveBuffered(sock, fd, size, 0, end, cancel);
+    return ReceiveBuffered(sock, fd, base, size, end, cancel);
   }
   fcntl(pipe_fds[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
-  loff_t got = 0;
+  int64_t got = 0;
   core::Status result = core::Status::Ok();
   bool buffered = false;
   while (got < size) {
@@ -316,20 +319,22 @@ core::Status ReceiveInto(int sock, int fd, int64_t size, Clock::time_point end,
       break;
     }
     for (ssize_t left = r; left > 0 && result.ok();) {
-      const ssize_t w = splice(pipe_fds[0], nullptr, fd, &got,
+      loff_t at = base + got;
+      const ssize_t w = splice(pipe_fds[0], nullptr, fd, &at,
                                static_cast<size_t>(left), SPLICE_F_MOVE);
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         result = core::IoError("write: " + ErrnoText(errno));
       } else {
         left -= w;
+        got += w;
       }
     }
     if (!result.ok()) break;
   }
   close(pipe_fds[0]);
   close(pipe_fds[1]);
-  if (buffered) return ReceiveBuffered(sock, fd, size, 0, end, cancel);
+  if (buffered) return ReceiveBuffered(sock, fd, base, size, end, cancel);
   return result;
 }
 
@@ -355,20 +360,22 @@ bool SameHost(int fd) {
   return false;
 }
 
-// Sends the `f.size` bytes of the open file `fd` to blocking socket `sock`
-// (kSlice timeouts): with sendfile(), or through *buf when given. Stops on
-// `stop`, or when the receiver took nothing for kSendStall. Returns the
-// error ("" when all went out); *sent: the bytes that did.
-std::string SendFile(int sock, int fd, const BulkFile& f,
-                     const std::atomic<bool>& stop, std::vector<char>* buf,
-                     int64_t* sent) {
-  off_t offset = 0;      // sent
-  int64_t read_end = 0;  // read into *buf up to here
-  size_t buf_begin = 0;  // *buf holds [buf_begin, buf_end) unsent
+// Sends bytes [begin, begin + length) of the open file `fd` (of `f.size`
+// bytes) to blocking socket `sock` (kSlice timeouts): with sendfile(), or
+// through *buf when given. Stops on `stop`, or when the receiver took
+// nothing for kSendStall. Returns the error ("" when all went out); *sent:
+// the bytes that did.
+std::string SendRange(int sock, int fd, const BulkFile& f, int64_t begin,
+                      int64_t length, const std::atomic<bool>& stop,
+                      std::vector<char>* buf, int64_t* sent) {
+  const int64_t end = begin + length;
+  off_t offset = begin;      // sent up to here
+  int64_t read_end = begin;  // read into *buf up to here
+  size_t buf_begin = 0;      // *buf holds [buf_begin, buf_end) unsent
   size_t buf_end = 0;
   auto last_progress = Clock::now();
   std::string error;
-  while (offset < f.size && error.empty()) {
+  while (offset < end && error.empty()) {
     if (stop.load()) {
       error = "the agent is shutting down";
       break;
@@ -376,7 +383,7 @@ std::string SendFile(int sock, int fd, const BulkFile& f,
     ssize_t n = 0;
     if (buf == nullptr) {
       const size_t step =
-          std::min(static_cast<size_t>(f.size - offset), kSendStep);
+          std::min(static_cast<size_t>(end - offset), kSendStep);
       n = sendfile(sock, fd, &offset, step);
       if (n == 0) {
         error = f.path + " ended at " + std::to_string(offset) + " of " +
@@ -388,7 +395,7 @@ std::string SendFile(int sock, int fd, const BulkFile& f,
         const ssize_t r =
             pread(fd, buf->data(),
                   static_cast<size_t>(std::min<int64_t>(
-                      f.size - read_end, static_cast<int64_t>(buf->size()))),
+                      end - read_end, static_cast<int64_t>(buf->size()))),
                   read_end);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
@@ -419,11 +426,81 @@ std::string SendFile(int sock, int fd, const BulkFile& f,
       error = "sending " + f.path + ": " + ErrnoText(errno);
     }
   }
-  *sent = offset;
+  *sent = offset - begin;
   return error;
 }
 
+// Where stream `k` of `streams` begins in the concatenated files' `total`
+// bytes: a 4 KiB multiple (`total` for k == streams).
+int64_t SliceStart(int64_t total, int streams, int k) {
+  if (k >= streams) return total;
+  const int64_t exact = total / streams * k + total % streams * k / streams;
+  return exact / 4096 * 4096;
+}
+
+// The stream index that follows the token, big endian.
+std::string IndexBytes(int index) {
+  const auto v = static_cast<uint32_t>(index);
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+          static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+
+uint32_t ParseIndex(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) |
+         (uint32_t{u[2]} << 8) | uint32_t{u[3]};
+}
+
+int64_t TotalSize(const std::vector<BulkFile>& files) {
+  int64_t total = 0;
+  for (const BulkFile& f : files) total += std::max<int64_t>(0, f.size);
+  return total;
+}
+
+// Refuses a manifest with an unsafe or repeated path or a negative size.
+core::Status CheckManifest(const std::vector<BulkFile>& files) {
+  std::set<std::string> seen;
+  for (const BulkFile& f : files) {
+    if (!SafeRelativePath(f.path)) {
+      return core::InvalidArgument("the source sent a bad path '" + f.path +
+                                   "'");
+    }
+    if (!seen.insert(f.path).second) {
+      return core::InvalidArgument("the source listed " + f.path + " twice");
+    }
+    if (f.size < 0) {
+      return core::InvalidArgument("the source gave " + f.path +
+                                   " a negative size");
+    }
+  }
+  return core::Status::Ok();
+}
+
 }  // namespace
+
+int BulkStreamsFor(int64_t total_bytes, int requested) {
+  const int asked = std::clamp(requested, 1, kBulkMaxStreams);
+  const int64_t fit = std::max<int64_t>(1, total_bytes / kBulkMinStreamBytes);
+  return static_cast<int>(std::min<int64_t>(asked, fit));
+}
+
+std::vector<BulkPiece> BulkSlice(const std::vector<BulkFile>& files,
+                                 int streams, int index) {
+  std::vector<BulkPiece> out;
+  if (streams < 1 || index < 0 || index >= streams) return out;
+  const int64_t total = TotalSize(files);
+  const int64_t begin = SliceStart(total, streams, index);
+  const int64_t end = SliceStart(total, streams, index + 1);
+  int64_t start = 0;  // of file i in the concatenation
+  for (size_t i = 0; i < files.size(); ++i) {
+    const int64_t size = std::max<int64_t>(0, files[i].size);
+    const int64_t lo = std::max(begin, start);
+    const int64_t hi = std::min(end, start + size);
+    if (hi > lo) out.push_back({i, lo - start, hi - lo});
+    start += size;
+  }
+  return out;
+}
 
 bool SafeRelativePath(const std::string& path) {
   if (path.empty() || path[0] == '/') return false;
@@ -438,6 +515,7 @@ bool SafeRelativePath(const std::string& path) {
 struct BulkServer::Transfer {
   std::string what;
   std::string token;
+  int streams = 1;
   std::vector<BulkFile> files;
   std::vector<int> fds;  // the files, open; closed by Run
   int listen_fd = -1;    // closed by Run
@@ -445,7 +523,12 @@ struct BulkServer::Transfer {
   Clock::time_point deadline;
   std::atomic<bool> stop{false};
   std::mutex conn_mu;
-  int conn_fd = -1;  // guarded by conn_mu: the connection being served
+  std::vector<int> conn_fds;  // guarded by conn_mu: the streams being served
+  std::string peer;           // guarded by conn_mu: of the first stream
+  int64_t sent = 0;           // guarded by conn_mu: by all streams
+  int served = 0;             // guarded by conn_mu: streams sent in full
+  bool copied = false;        // guarded by conn_mu: through a buffer
+  bool failed = false;        // guarded by conn_mu: a stream failed
   std::atomic<bool> done{false};
   std::thread thread;
 
@@ -489,10 +572,10 @@ void BulkServer::Shutdown() {
     t->stop = true;
     const uint64_t one = 1;
     if (write(t->wake_fd, &one, sizeof one) < 0) {
-      // The flag and the connection's shutdown below still stop it.
+      // The flag and the connections' shutdown below still stop it.
     }
     std::lock_guard<std::mutex> lock(t->conn_mu);
-    if (t->conn_fd >= 0) shutdown(t->conn_fd, SHUT_RDWR);
+    for (int fd : t->conn_fds) shutdown(fd, SHUT_RDWR);
   }
   for (auto& t : all) {
     if (t->thread.joinable()) t->thread.join();
@@ -502,7 +585,7 @@ void BulkServer::Shutdown() {
 core::StatusOr<BulkServer::Offered> BulkServer::Offer(
     const std::string& bind_host, const std::string& dir,
     const std::vector<std::string>& files, Clock::time_point accept_deadline,
-    const std::string& what) {
+    const std::string& what, int streams) {
   auto t = std::make_unique<Transfer>();
   t->what = what;
   t->deadline = accept_deadline;
@@ -524,6 +607,7 @@ core::StatusOr<BulkServer::Offered> BulkServer::Offer(
     t->files.push_back({rel, static_cast<int64_t>(st.st_size),
                         static_cast<uint32_t>(st.st_mode & 07777)});
   }
+  t->streams = BulkStreamsFor(TotalSize(t->files), streams);
   if (!RandomBytes(kBulkTokenBytes, &t->token)) {
     close_files();
     return core::Status(core::StatusCode::kUnavailable,
@@ -547,6 +631,7 @@ core::StatusOr<BulkServer::Offered> BulkServer::Offer(
   Offered out;
   out.port = port;
   out.token = t->token;
+  out.streams = t->streams;
   out.files = t->files;
   std::lock_guard<std::mutex> lock(mu_);
   ReapLocked();
@@ -563,7 +648,8 @@ core::StatusOr<BulkServer::Offered> BulkServer::Offer(
 
 void BulkServer::Run(Transfer* t) {
   // sendfile() raises SIGPIPE when the receiver is gone: this thread blocks
-  // it (the error is EPIPE), whatever the embedding process does with it.
+  // it (the error is EPIPE), whatever the embedding process does with it;
+  // the stream threads it starts inherit the mask.
   sigset_t pipe_set;
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
@@ -573,13 +659,29 @@ void BulkServer::Run(Transfer* t) {
     int fd;
     std::string got;
   };
+  // The token, then the stream index when there are several.
+  const size_t hello = kBulkTokenBytes + (t->streams > 1 ? kBulkIndexBytes : 0);
   std::vector<Pending> pending;
-  int winner = -1;
-  std::string winner_peer;
-  while (winner < 0 && !t->stop.load()) {
+  std::vector<bool> admitted(static_cast<size_t>(t->streams), false);
+  int admitted_count = 0;
+  std::vector<std::thread> senders;
+  Clock::time_point t0;
+  // Drops connection `p` with a reason (logged).
+  auto drop = [&](const Pending& p, const std::string& why) {
+    log_("bulk channel for " + t->what + ": dropped a connection from " +
+         PeerText(p.fd) + " " + why);
+    close(p.fd);
+  };
+  while (admitted_count < t->streams && !t->stop.load()) {
     const int wait_ms = RemainingMs(t->deadline);
     if (wait_ms == 0) {
-      log_("nobody fetched " + t->what + " over the bulk channel in time");
+      if (admitted_count == 0) {
+        log_("nobody fetched " + t->what + " over the bulk channel in time");
+      } else {
+        log_("only " + std::to_string(admitted_count) + " of " +
+             std::to_string(t->streams) + " streams of " + t->what +
+             " were fetched over the bulk channel in time");
+      }
       break;
     }
     std::vector<pollfd> fds;
@@ -597,13 +699,12 @@ void BulkServer::Run(Transfer* t) {
     std::vector<Pending> still;
     for (size_t i = 0; i < pending.size(); ++i) {
       Pending& p = pending[i];
-      if (fds[i + 2].revents == 0 || winner >= 0) {
+      if (fds[i + 2].revents == 0 || admitted_count == t->streams) {
         still.push_back(std::move(p));
         continue;
       }
-      char buf[kBulkTokenBytes];
-      const ssize_t n =
-          recv(p.fd, buf, kBulkTokenBytes - p.got.size(), MSG_DONTWAIT);
+      char buf[kBulkTokenBytes + kBulkIndexBytes];
+      const ssize_t n = recv(p.fd, buf, hello - p.got.size(), MSG_DONTWAIT);
       if (n < 0 &&
           (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
         still.push_back(std::move(p));
@@ -614,22 +715,45 @@ void BulkServer::Run(Transfer* t) {
         continue;
       }
       p.got.append(buf, static_cast<size_t>(n));
-      if (p.got.size() < kBulkTokenBytes) {
+      if (p.got.size() < hello) {
         still.push_back(std::move(p));
         continue;
       }
-      const std::string peer = PeerText(p.fd);
-      if (SameToken(p.got, t->token)) {
-        winner = p.fd;
-        winner_peer = peer;
-      } else {
-        log_("bulk channel for " + t->what + ": dropped a connection from " +
-             peer + " with a wrong token");
-        close(p.fd);
+      if (!SameToken(p.got.substr(0, kBulkTokenBytes), t->token)) {
+        drop(p, "with a wrong token");
+        continue;
       }
+      const uint32_t index =
+          t->streams > 1 ? ParseIndex(p.got.data() + kBulkTokenBytes) : 0;
+      if (index >= static_cast<uint32_t>(t->streams)) {
+        drop(p, "asking for stream " + std::to_string(index) + " of " +
+                    std::to_string(t->streams));
+        continue;
+      }
+      if (admitted[index]) {
+        drop(p, "asking for stream " + std::to_string(index) + " again");
+        continue;
+      }
+      admitted[index] = true;
+      ++admitted_count;
+      {
+        std::lock_guard<std::mutex> lock(t->conn_mu);
+        if (t->stop.load() || t->failed) {
+          close(p.fd);  // the transfer is over
+          continue;
+        }
+        if (t->conn_fds.empty() && t->peer.empty()) {
+          t->peer = PeerText(p.fd);
+          t0 = Clock::now();
+        }
+        t->conn_fds.push_back(p.fd);
+      }
+      const int fd = p.fd;
+      const int k = static_cast<int>(index);
+      senders.emplace_back([this, t, fd, k] { Serve(t, fd, k); });
     }
     pending.swap(still);
-    if (winner >= 0) break;
+    if (admitted_count == t->streams) break;
     if (fds[1].revents != 0) {
       for (;;) {
         const int fd = accept4(t->listen_fd, nullptr, nullptr,
@@ -637,7 +761,7 @@ void BulkServer::Run(Transfer* t) {
         if (fd < 0) break;
         if (pending.size() >= kMaxPending) {
           // The oldest makes room: silent connections cannot lock out the
-          // one with the token.
+          // ones with the token.
           close(pending.front().fd);
           pending.erase(pending.begin());
         }
@@ -649,55 +773,18 @@ void BulkServer::Run(Transfer* t) {
   t->listen_fd = -1;
   for (const Pending& p : pending) close(p.fd);
 
-  if (winner >= 0) {
-    {
-      std::lock_guard<std::mutex> lock(t->conn_mu);
-      if (!t->stop.load()) t->conn_fd = winner;
-    }
-    const auto t0 = Clock::now();
-    int64_t total = 0;
-    std::string error;
-    if (t->conn_fd < 0) {
-      error = "the agent is shutting down";
-    } else if (!SetBlocking(winner)) {
-      error = "fcntl: " + ErrnoText(errno);
-    } else {
-      SetTimeouts(winner, kSlice);
-      core::Status s = SendAll(winner, kBulkAccepted, kBulkAcceptedBytes,
-                               Clock::now() + kSendStall);
-      if (!s.ok()) error = s.message();
-    }
-    const bool copy =
-        send_ == BulkSend::kCopy ||
-        (send_ == BulkSend::kAuto && error.empty() && SameHost(winner));
-    std::vector<char> buf(copy ? kCopyBytes : 0);
-    for (size_t i = 0; i < t->files.size() && error.empty(); ++i) {
-      int64_t sent = 0;
-      error = SendFile(winner, t->fds[i], t->files[i], t->stop,
-                       copy ? &buf : nullptr, &sent);
-      total += sent;
-    }
-    shutdown(winner, SHUT_WR);
-    {
-      std::lock_guard<std::mutex> lock(t->conn_mu);
-      t->conn_fd = -1;
-    }
-    close(winner);
+  for (std::thread& s : senders) s.join();
+  if (!senders.empty()) {
     const auto us =
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0)
             .count();
-    if (error.empty()) {
-      log_("sent " + t->what + " over the bulk channel to " + winner_peer +
-           " (" + std::to_string(t->files.size()) + " files, " +
-           std::to_string(total) + " bytes in " + std::to_string(us) + " us, " +
-           (copy ? "copied" : "sendfile") + ")");
-    } else {
-      log_("sending " + t->what + " over the bulk channel to " + winner_peer +
-           " failed after " + std::to_string(total) + " bytes: " + error);
-    }
-    // A SIGPIPE left pending by a receiver that went away: taken here.
-    const timespec zero{0, 0};
-    while (sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
+    std::lock_guard<std::mutex> lock(t->conn_mu);
+    if (t->served == t->streams) {
+      log_("sent " + t->what + " over the bulk channel to " + t->peer + " (" +
+           std::to_string(t->files.size()) + " files, " +
+           (t->streams > 1 ? std::to_string(t->streams) + " streams, " : "") +
+           std::to_string(t->sent) + " bytes in " + std::to_string(us) +
+           " us, " + (t->copied ? "copied" : "sendfile") + ")");
     }
   }
   for (int fd : t->fds) close(fd);
@@ -705,12 +792,76 @@ void BulkServer::Run(Transfer* t) {
   t->done = true;
 }
 
+void BulkServer::Serve(Transfer* t, int fd, int index) {
+  std::string error;
+  if (!SetBlocking(fd)) {
+    error = "fcntl: " + ErrnoText(errno);
+  } else {
+    SetTimeouts(fd, kSlice);
+    core::Status s = SendAll(fd, kBulkAccepted, kBulkAcceptedBytes,
+                             Clock::now() + kSendStall);
+    if (!s.ok()) error = s.message();
+  }
+  const bool copy = send_ == BulkSend::kCopy ||
+                    (send_ == BulkSend::kAuto && error.empty() && SameHost(fd));
+  std::vector<char> buf(copy ? kCopyBytes : 0);
+  int64_t total = 0;
+  for (const BulkPiece& p : BulkSlice(t->files, t->streams, index)) {
+    if (!error.empty()) break;
+    int64_t sent = 0;
+    error = SendRange(fd, t->fds[p.file], t->files[p.file], p.offset, p.length,
+                      t->stop, copy ? &buf : nullptr, &sent);
+    total += sent;
+  }
+  std::string peer;
+  {
+    std::lock_guard<std::mutex> lock(t->conn_mu);
+    if (!error.empty()) {
+      if (t->failed) {
+        error = "stopped: another stream failed (" + error + ")";
+      } else {
+        // The destination cannot use the rest: the other streams stop now
+        // rather than fill socket buffers nobody reads.
+        t->failed = true;
+        for (int other : t->conn_fds) {
+          if (other != fd) shutdown(other, SHUT_RDWR);
+        }
+      }
+    }
+    shutdown(fd, SHUT_WR);
+    t->conn_fds.erase(std::find(t->conn_fds.begin(), t->conn_fds.end(), fd));
+    t->sent += total;
+    if (error.empty()) ++t->served;
+    t->copied = copy;
+    peer = t->peer;
+  }
+  close(fd);
+  if (!error.empty()) {
+    log_("sending " + t->what + " over the bulk channel" +
+         (t->streams > 1 ? " (stream " + std::to_string(index) + " of " +
+                               std::to_string(t->streams) + ")"
+                         : "") +
+         " to " + peer + " failed after " + std::to_string(total) +
+         " bytes: " + error);
+  }
+  // A SIGPIPE left pending by a receiver that went away: taken here.
+  sigset_t pipe_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  const timespec zero{0, 0};
+  while (sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
+  }
+}
+
 // ------------------------------------------------------------ destination
 
 core::StatusOr<int> ConnectBulk(const std::string& host_in, int port,
                                 const std::string& token,
-                                Clock::time_point deadline) {
+                                Clock::time_point deadline, int stream,
+                                int streams) {
   const std::string host = StripBrackets(host_in);
+  const std::string hello =
+      streams > 1 ? token + IndexBytes(stream) : std::string(token);
   const std::string where = host_in + ":" + std::to_string(port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -766,7 +917,7 @@ core::StatusOr<int> ConnectBulk(const std::string& host_in, int port,
       continue;
     }
     SetTimeouts(fd, kSlice);
-    core::Status s = SendAll(fd, token.data(), token.size(), deadline);
+    core::Status s = SendAll(fd, hello.data(), hello.size(), deadline);
     char accepted[kBulkAcceptedBytes];
     if (s.ok()) {
       s = RecvExactly(fd, accepted, sizeof accepted, deadline);
@@ -795,20 +946,8 @@ core::Status ReceiveBulkFiles(int sock, const std::vector<BulkFile>& files,
                               const std::string& dir,
                               Clock::time_point deadline,
                               const std::atomic<bool>* cancel, int64_t* bytes) {
-  std::set<std::string> seen;
-  for (const BulkFile& f : files) {
-    if (!SafeRelativePath(f.path)) {
-      return core::InvalidArgument("the source sent a bad path '" + f.path +
-                                   "'");
-    }
-    if (!seen.insert(f.path).second) {
-      return core::InvalidArgument("the source listed " + f.path + " twice");
-    }
-    if (f.size < 0) {
-      return core::InvalidArgument("the source gave " + f.path +
-                                   " a negative size");
-    }
-  }
+  core::Status checked = CheckManifest(files);
+  if (!checked.ok()) return checked;
   for (const BulkFile& f : files) {
     const std::string final_path = dir + "/" + f.path;
     const std::string temp = final_path + ".gandiva-part";
@@ -825,7 +964,7 @@ core::Status ReceiveBulkFiles(int sock, const std::vector<BulkFile>& files,
       return core::IoError("receiving " + final_path + ": creating " + temp +
                            ": " + ErrnoText(errno));
     }
-    core::Status s = ReceiveInto(sock, fd, f.size, deadline, cancel);
+    core::Status s = ReceiveInto(sock, fd, 0, f.size, deadline, cancel);
     if (s.ok() && fchmod(fd, f.mode & 07777) != 0) {
       s = core::IoError("chmod: " + ErrnoText(errno));
     }
@@ -848,6 +987,126 @@ core::Status ReceiveBulkFiles(int sock, const std::vector<BulkFile>& files,
     }
     *bytes += f.size;
   }
+  return core::Status::Ok();
+}
+
+core::Status ReceiveBulkFiles(const std::vector<int>& socks,
+                              const std::vector<BulkFile>& files,
+                              const std::string& dir,
+                              Clock::time_point deadline,
+                              const std::atomic<bool>* cancel, int64_t* bytes) {
+  if (socks.size() <= 1) {
+    return ReceiveBulkFiles(socks.empty() ? -1 : socks[0], files, dir, deadline,
+                            cancel, bytes);
+  }
+  core::Status checked = CheckManifest(files);
+  if (!checked.ok()) return checked;
+  const int streams = static_cast<int>(socks.size());
+  struct Part {
+    std::string final_path, temp;
+    int fd = -1;
+  };
+  std::vector<Part> parts(files.size());
+  // Closes and removes every part file (none is renamed yet).
+  auto discard = [&parts] {
+    for (Part& p : parts) {
+      if (p.fd >= 0) {
+        close(p.fd);
+        unlink(p.temp.c_str());
+      }
+      p.fd = -1;
+    }
+  };
+  auto failed = [&](size_t i, const std::string& why) {
+    discard();
+    return core::IoError("receiving " + parts[i].final_path + " (" +
+                         std::to_string(files[i].size) + " bytes): " + why);
+  };
+  // Every part file at its final size first: the streams fill them in
+  // place.
+  for (size_t i = 0; i < files.size(); ++i) {
+    Part& p = parts[i];
+    p.final_path = dir + "/" + files[i].path;
+    p.temp = p.final_path + ".gandiva-part";
+    std::error_code ec;
+    std::filesystem::create_directories(
+        std::filesystem::path(p.temp).parent_path(), ec);
+    if (ec) return failed(i, "creating its directory: " + ec.message());
+    p.fd = open(p.temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (p.fd < 0) {
+      return failed(i, "creating " + p.temp + ": " + ErrnoText(errno));
+    }
+    if (ftruncate(p.fd, files[i].size) != 0) {
+      return failed(i, "sizing " + p.temp + ": " + ErrnoText(errno));
+    }
+  }
+
+  std::mutex mu;
+  core::Status first = core::Status::Ok();  // guarded by mu
+  std::vector<std::thread> threads;
+  threads.reserve(socks.size());
+  for (int k = 0; k < streams; ++k) {
+    threads.emplace_back([&, k] {
+      for (const BulkPiece& piece : BulkSlice(files, streams, k)) {
+        core::Status s =
+            ReceiveInto(socks[static_cast<size_t>(k)], parts[piece.file].fd,
+                        piece.offset, piece.length, deadline, cancel);
+        if (s.ok()) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        if (first.ok()) {
+          first = core::Status(
+              s.code(), "receiving " + parts[piece.file].final_path + " (" +
+                            std::to_string(files[piece.file].size) +
+                            " bytes; stream " + std::to_string(k) + " of " +
+                            std::to_string(streams) + ", bytes " +
+                            std::to_string(piece.offset) + " to " +
+                            std::to_string(piece.offset + piece.length) +
+                            "): " + s.message());
+          // The others stop at once: the transfer has failed. Closing the
+          // sockets then resets the connections, so that the source's
+          // streams stop too, even those blocked on a full window.
+          const linger reset{1, 0};
+          for (int sock : socks) {
+            setsockopt(sock, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+            shutdown(sock, SHUT_RDWR);
+          }
+        }
+        return;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (!first.ok()) {
+    discard();
+    return first;
+  }
+
+  // Every byte is in: checked, given its mode and renamed, file by file.
+  int64_t total = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    Part& p = parts[i];
+    struct stat st {};
+    if (fchmod(p.fd, files[i].mode & 07777) != 0) {
+      return failed(i, "chmod: " + ErrnoText(errno));
+    }
+    if (fstat(p.fd, &st) != 0 || st.st_size != files[i].size) {
+      return failed(i, "it has " + std::to_string(st.st_size) + " bytes, not " +
+                           std::to_string(files[i].size));
+    }
+    const int fd = p.fd;
+    p.fd = -1;
+    if (close(fd) != 0) {
+      unlink(p.temp.c_str());
+      return failed(i, "close: " + ErrnoText(errno));
+    }
+    if (rename(p.temp.c_str(), p.final_path.c_str()) != 0) {
+      const int err = errno;
+      unlink(p.temp.c_str());
+      return failed(i, "renaming " + p.temp + ": " + ErrnoText(err));
+    }
+    total += files[i].size;
+  }
+  *bytes += total;
   return core::Status::Ok();
 }
 

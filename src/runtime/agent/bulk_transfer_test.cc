@@ -4,7 +4,10 @@
 // right one is served, the gRPC stream takes over where the channel is off,
 // a source that goes away mid-transfer leaves no file under its final name,
 // bad paths are refused, and listeners close at their deadline and at
-// shutdown; and BulkServer alone with each way of sending (sendfile, copy).
+// shutdown; several parallel streams carry the same bytes, admit each
+// stream index once, and fail whole when one stream fails, while one stream
+// still speaks the original single-connection protocol; and BulkServer
+// alone with each way of sending (sendfile, copy).
 #include "runtime/agent/bulk_transfer.h"
 
 #include <arpa/inet.h>
@@ -124,6 +127,19 @@ std::map<std::string, File> SampleCheckpoint() {
   };
 }
 
+// Odd sizes for several streams: an empty file, one of fewer bytes than
+// streams, and one much larger than the streams times any buffer, with
+// slice boundaries falling inside files.
+std::map<std::string, File> OddCheckpoint() {
+  return {
+      {"big.bin", {Pattern((37 << 20) + 4097 * 3 + 5, 11), 0644}},
+      {"empty", {"", 0600}},
+      {"tiny", {"ab", 0640}},
+      {"mid/state.bin", {Pattern((5 << 20) + 333, 12), 0600}},
+      {"mid/odd", {Pattern((1 << 20) + 1, 13), 0755}},
+  };
+}
+
 int64_t TotalBytes(const std::map<std::string, File>& files) {
   int64_t n = 0;
   for (const auto& [rel, f] : files) n += static_cast<int64_t>(f.data.size());
@@ -152,7 +168,7 @@ class BulkTransferTest : public ::testing::Test {
   static TestAgent StartAgent(
       const TempDir& dir, bool bulk,
       std::chrono::milliseconds accept_timeout = 15000ms,
-      const std::string& listen = "127.0.0.1:0") {
+      const std::string& listen = "127.0.0.1:0", int streams = 1) {
     AgentOptions o;
     o.listen_address = listen;
     o.name = UniqueName("bulk");
@@ -163,6 +179,7 @@ class BulkTransferTest : public ::testing::Test {
     o.receive_timeout = 20s;
     o.bulk_transfer = bulk;
     o.bulk_accept_timeout = accept_timeout;
+    o.bulk_streams = streams;
     o.log = [](std::string_view) {};
     auto a = AgentServer::Start(o);
     EXPECT_TRUE(a.ok()) << a.status().ToString();
@@ -269,6 +286,9 @@ TEST_F(BulkTransferTest, AWrongTokenIsDroppedAndTheRightOneStillGetsTheFiles) {
   grpc::Status s = Open(a.stub.get(), 2, &offer);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(offer.token().size(), kBulkTokenBytes);
+  // Asked for no streams (as an older destination): one, the original
+  // protocol.
+  EXPECT_EQ(offer.streams(), 1);
   ASSERT_EQ(offer.files_size(), static_cast<int>(files.size()));
   for (const auto& f : offer.files()) {
     ASSERT_TRUE(files.contains(f.path())) << f.path();
@@ -429,6 +449,81 @@ class FakeSource final : public rpc::Agent::Service {
   std::thread sender_;
 };
 
+TEST_F(BulkTransferTest, ParallelStreamsCarryTheFilesByteIdentical) {
+  TestAgent a = StartAgent(dir_a_, true);
+  ASSERT_TRUE(a.server);
+  const auto files = OddCheckpoint();
+  for (int streams : {2, 4}) {
+    SCOPED_TRACE(streams);
+    TempDir dir;
+    TestAgent b = StartAgent(dir, true, 15000ms, "127.0.0.1:0", streams);
+    ASSERT_TRUE(b.server);
+    const int64_t job = 20 + streams;
+    Hold(*a.server, job, files);
+    rpc::ReceiveCheckpointReply r;
+    grpc::Status s = Receive(b.stub.get(), job, a.server->address(), &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(r.channel(), "tcp x" + std::to_string(streams));
+    EXPECT_EQ(r.bytes(), TotalBytes(files));
+    ExpectSame(files, b.server->supervisor().IncomingDir(job));
+  }
+  // A small checkpoint goes over one stream whatever is asked for.
+  TempDir dir;
+  TestAgent b = StartAgent(dir, true, 15000ms, "127.0.0.1:0", 4);
+  ASSERT_TRUE(b.server);
+  const std::map<std::string, File> small = {
+      {"s", {Pattern(5 << 20, 14), 0644}}};
+  Hold(*a.server, 30, small);
+  rpc::ReceiveCheckpointReply r;
+  grpc::Status s = Receive(b.stub.get(), 30, a.server->address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.channel(), "tcp");
+  ExpectSame(small, b.server->supervisor().IncomingDir(30));
+}
+
+TEST(BulkSliceTest, TheSlicesCoverEveryByteOnceInOrder) {
+  const std::vector<std::vector<int64_t>> cases = {
+      {0},
+      {1},
+      {3, 0, 2},
+      {(37 << 20) + 5, 0, 2, (5 << 20) + 333},
+      {4096, 4096, 4096},
+      {(64 << 20) + 1}};
+  for (const auto& sizes : cases) {
+    std::vector<BulkFile> files;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      files.push_back({"f" + std::to_string(i), sizes[i], 0644});
+    }
+    for (int streams = 1; streams <= kBulkMaxStreams; ++streams) {
+      size_t file = 0;
+      int64_t at = 0;  // the next byte expected, in `file`
+      for (int k = 0; k < streams; ++k) {
+        for (const BulkPiece& p : BulkSlice(files, streams, k)) {
+          while (file < files.size() && at == files[file].size) {
+            ++file;
+            at = 0;
+          }
+          ASSERT_EQ(p.file, file) << "stream " << k << " of " << streams;
+          ASSERT_EQ(p.offset, at) << "stream " << k << " of " << streams;
+          ASSERT_GT(p.length, 0);
+          at += p.length;
+          ASSERT_LE(at, files[file].size);
+        }
+      }
+      while (file < files.size() && at == files[file].size) {
+        ++file;
+        at = 0;
+      }
+      EXPECT_EQ(file, files.size()) << streams << " streams";
+    }
+  }
+  EXPECT_EQ(BulkStreamsFor(100 << 20, 0), 1);  // an older destination
+  EXPECT_EQ(BulkStreamsFor(100 << 20, 4), 4);
+  EXPECT_EQ(BulkStreamsFor(100 << 20, 64), kBulkMaxStreams);
+  EXPECT_EQ(BulkStreamsFor(kBulkMinStreamBytes * 2, 4), 2);
+  EXPECT_EQ(BulkStreamsFor(kBulkMinStreamBytes - 1, 4), 1);
+}
+
 TEST_F(BulkTransferTest, TheSourceGoingAwayMidFileLeavesNoFileUnderItsName) {
   FakeSource source;
   ASSERT_TRUE(source.ok());
@@ -457,6 +552,25 @@ TEST_F(BulkTransferTest, TheSourceGoingAwayMidFileLeavesNoFileUnderItsName) {
   EXPECT_FALSE(fs::exists(incoming + "/third"));
   EXPECT_TRUE(PartFiles(incoming).empty());
   EXPECT_EQ(b.server->supervisor().HeldCheckpoint(6), "");
+}
+
+TEST_F(BulkTransferTest, AnOlderSourceThatGrantsNoStreamsServesOneConnection) {
+  FakeSource source;  // leaves OpenCheckpointTransferReply.streams out
+  ASSERT_TRUE(source.ok());
+  const std::string first = Pattern(9 << 20, 15);
+  const std::string second = Pattern(7 << 20, 16);
+  source.manifest = {{"first", static_cast<int64_t>(first.size()), 0644},
+                     {"second", static_cast<int64_t>(second.size()), 0600}};
+  source.to_send = first + second;
+  TempDir dir;
+  TestAgent b = StartAgent(dir, true, 15000ms, "127.0.0.1:0", 4);
+  ASSERT_TRUE(b.server);
+  rpc::ReceiveCheckpointReply r;
+  grpc::Status s = Receive(b.stub.get(), 10, source.address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.channel(), "tcp");
+  ExpectSame({{"first", {first, 0644}}, {"second", {second, 0600}}},
+             b.server->supervisor().IncomingDir(10));
 }
 
 TEST_F(BulkTransferTest, UnsafePathsFromTheSourceAreRefused) {
@@ -612,6 +726,141 @@ TEST_P(BulkServerTest, AFileCutShortAfterTheOfferEndsTheTransfer) {
   EXPECT_NE(log().find("a ended at 1048576 of 3145728 bytes"),
             std::string::npos)
       << log();
+}
+
+TEST_P(BulkServerTest, SeveralStreamsCarryTheFilesByteIdentical) {
+  const auto files = OddCheckpoint();
+  for (const auto& [rel, f] : files) {
+    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
+  }
+  for (int streams : {2, 4}) {
+    SCOPED_TRACE(streams);
+    TempDir dst;
+    auto offer = server_->Offer("127.0.0.1", src_.path(), Names(files),
+                                Clock::now() + 20s, "the odd ones", streams);
+    ASSERT_TRUE(offer.ok()) << offer.status().ToString();
+    ASSERT_EQ(offer->streams, streams);
+    std::vector<int> socks(static_cast<size_t>(streams), -1);
+    // Out of order: each stream carries its own slice whenever it comes.
+    for (int k = streams - 1; k >= 0; --k) {
+      auto fd = ConnectBulk("127.0.0.1", offer->port, offer->token,
+                            Clock::now() + 10s, k, streams);
+      ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+      socks[static_cast<size_t>(k)] = *fd;
+    }
+    int64_t bytes = 0;
+    core::Status r = ReceiveBulkFiles(socks, offer->files, dst.path(),
+                                      Clock::now() + 30s, nullptr, &bytes);
+    for (int fd : socks) close(fd);
+    ASSERT_TRUE(r.ok()) << r.ToString();
+    EXPECT_EQ(bytes, TotalBytes(files));
+    ExpectSame(files, dst.path());
+    ASSERT_TRUE(WaitUntil([&] { return server_->active() == 0; }));
+    EXPECT_NE(log().find(std::to_string(streams) + " streams, " +
+                         std::to_string(TotalBytes(files)) + " bytes in "),
+              std::string::npos)
+        << log();
+  }
+}
+
+TEST_P(BulkServerTest, AStreamIndexTwiceOrOutOfRangeIsDropped) {
+  const auto files = OddCheckpoint();
+  for (const auto& [rel, f] : files) {
+    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
+  }
+  auto offer = server_->Offer("127.0.0.1", src_.path(), Names(files),
+                              Clock::now() + 20s, "the odd ones", 4);
+  ASSERT_TRUE(offer.ok()) << offer.status().ToString();
+  ASSERT_EQ(offer->streams, 4);
+  // The token with index bytes: closed without a byte unless admitted.
+  auto raw = [&](uint32_t index) {
+    const int fd = ConnectLoopback(offer->port);
+    EXPECT_GE(fd, 0);
+    std::string hello = offer->token;
+    for (int shift : {24, 16, 8, 0}) {
+      hello.push_back(static_cast<char>(index >> shift));
+    }
+    EXPECT_EQ(send(fd, hello.data(), hello.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(hello.size()));
+    return fd;
+  };
+  for (uint32_t bad : {4u, 0xffffffffu}) {
+    const int fd = raw(bad);
+    EXPECT_EQ(ReadToEnd(fd).size(), 0u) << bad;
+    close(fd);
+  }
+  std::vector<int> socks;
+  auto first = ConnectBulk("127.0.0.1", offer->port, offer->token,
+                           Clock::now() + 10s, 0, 4);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  socks.push_back(*first);
+  const int again = raw(0);
+  EXPECT_EQ(ReadToEnd(again).size(), 0u);
+  close(again);
+  for (int k = 1; k < 4; ++k) {
+    auto fd = ConnectBulk("127.0.0.1", offer->port, offer->token,
+                          Clock::now() + 10s, k, 4);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    socks.push_back(*fd);
+  }
+  int64_t bytes = 0;
+  core::Status r = ReceiveBulkFiles(socks, offer->files, dst_.path(),
+                                    Clock::now() + 30s, nullptr, &bytes);
+  for (int fd : socks) close(fd);
+  ASSERT_TRUE(r.ok()) << r.ToString();
+  ExpectSame(files, dst_.path());
+  EXPECT_NE(log().find("asking for stream 4 of 4"), std::string::npos) << log();
+  EXPECT_NE(log().find("asking for stream 4294967295 of 4"), std::string::npos)
+      << log();
+  EXPECT_NE(log().find("asking for stream 0 again"), std::string::npos)
+      << log();
+}
+
+TEST_P(BulkServerTest, AStreamDyingMidRangeFailsTheWholeTransfer) {
+  const auto files = OddCheckpoint();
+  for (const auto& [rel, f] : files) {
+    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
+  }
+  auto offer = server_->Offer("127.0.0.1", src_.path(), Names(files),
+                              Clock::now() + 20s, "the odd ones", 4);
+  ASSERT_TRUE(offer.ok()) << offer.status().ToString();
+  ASSERT_EQ(offer->streams, 4);
+  // big.bin comes first and spans streams 0 to 3: cut 2 MiB short, only
+  // the last stream (connected last) ends early, mid-range, while the others
+  // may have carried their slices in full.
+  const std::string big = src_.path() + "/big.bin";
+  ASSERT_EQ(
+      truncate(big.c_str(), static_cast<off_t>(fs::file_size(big) - (2 << 20))),
+      0);
+  std::vector<int> socks;
+  for (int k = 0; k < 4; ++k) {
+    auto fd = ConnectBulk("127.0.0.1", offer->port, offer->token,
+                          Clock::now() + 10s, k, 4);
+    ASSERT_TRUE(fd.ok()) << fd.status().ToString();
+    socks.push_back(*fd);
+  }
+  int64_t bytes = 0;
+  core::Status r = ReceiveBulkFiles(socks, offer->files, dst_.path(),
+                                    Clock::now() + 30s, nullptr, &bytes);
+  for (int fd : socks) close(fd);
+  EXPECT_EQ(r.code(), core::StatusCode::kUnavailable) << r.ToString();
+  EXPECT_NE(r.message().find("receiving " + dst_.path() + "/big.bin"),
+            std::string::npos)
+      << r.message();
+  EXPECT_NE(r.message().find(" of 4, bytes "), std::string::npos)
+      << r.message();
+  EXPECT_NE(r.message().find("the source closed the connection"),
+            std::string::npos)
+      << r.message();
+  EXPECT_EQ(bytes, 0);
+  // Nothing under a final name, not even the files no stream failed on,
+  // and no part file.
+  for (const auto& [rel, f] : files) {
+    EXPECT_FALSE(fs::exists(dst_.path() + "/" + rel)) << rel;
+  }
+  EXPECT_TRUE(PartFiles(dst_.path()).empty());
+  ASSERT_TRUE(WaitUntil([&] { return server_->active() == 0; })) << log();
+  EXPECT_NE(log().find("big.bin ended at"), std::string::npos) << log();
 }
 
 TEST_P(BulkServerTest, AMissingFileIsRefusedAtTheOffer) {

@@ -53,6 +53,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bulk-transfer", no_bulk_transfer,
                "Move checkpoints between agents over the gRPC stream only: "
                "fetch without, and offer no, bulk TCP channel");
+  app.add_option("--bulk-streams", o.bulk_streams,
+                 "Parallel TCP streams asked for when fetching a checkpoint "
+                 "over the bulk channel (1: one connection; the source grants "
+                 "fewer for a small checkpoint)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 8));
   app.add_option("--page-dir", o.page_dir,
                  "Progress pages (default /dev/shm, else the work dir)");
   app.add_option("--report-interval-ms", report_interval_ms,
