@@ -804,38 +804,30 @@ TEST_F(MigrationTest, ReplyWhenSavedComesBeforeTheProcessExits) {
 
 TEST_F(MigrationTest, AWarmStartCanReplyOnceTheProcessWaits) {
   StartAgent();
-  rpc::StartJobRequest warm = StartReq(1, 1, Job("100000 5 --state"));
-  warm.set_warm(true);
-  warm.set_await_ready_ms(20000);
   rpc::StartJobReply rep;
-  {
+  auto warm_start = [&](int64_t job, int64_t action, const std::string& cmd,
+                        int await_ms) {
+    rpc::StartJobRequest req = StartReq(job, action, cmd);
+    req.set_warm(true);
+    req.set_await_ready_ms(await_ms);
     grpc::ClientContext ctx;
-    grpc::Status s = stub_->StartJob(&ctx, warm, &rep);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
+    return stub_->StartJob(&ctx, req, &rep);
+  };
+  grpc::Status s = warm_start(1, 1, Job("100000 5 --state"), 20000);
+  ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(rep.ready());
   EXPECT_GT(rep.ready_us(), 0);
   EXPECT_EQ(Minibatches(stub_.get(), 1), 0);
   ASSERT_TRUE(Kill(1, 2).ok());
 
   // A process that never waits (no library): not ready, not an error.
-  rpc::StartJobRequest plain = StartReq(2, 3, "exec sleep 1000");
-  plain.set_warm(true);
-  plain.set_await_ready_ms(300);
-  {
-    grpc::ClientContext ctx;
-    grpc::Status s = stub_->StartJob(&ctx, plain, &rep);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
+  s = warm_start(2, 3, "exec sleep 1000", 300);
+  ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(rep.ready());
   ASSERT_TRUE(Kill(2, 4).ok());
 
   // One that exits first: an error that says so.
-  rpc::StartJobRequest dies = StartReq(3, 5, "exit 3");
-  dies.set_warm(true);
-  dies.set_await_ready_ms(20000);
-  grpc::ClientContext ctx;
-  grpc::Status s = stub_->StartJob(&ctx, dies, &rep);
+  s = warm_start(3, 5, "exit 3", 20000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("exited (code 3)"), std::string::npos)
       << s.error_message();

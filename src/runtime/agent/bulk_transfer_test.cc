@@ -669,6 +669,14 @@ class BulkServerTest : public ::testing::TestWithParam<BulkSend> {
     for (const auto& [rel, f] : files) out.push_back(rel);
     return out;
   }
+  // OddCheckpoint(), written into src_.
+  std::map<std::string, File> WriteOddCheckpoint() {
+    auto files = OddCheckpoint();
+    for (const auto& [rel, f] : files) {
+      WriteFile(src_.path() + "/" + rel, f.data, f.mode);
+    }
+    return files;
+  }
 
   TempDir src_, dst_;
   std::mutex mu_;
@@ -729,10 +737,7 @@ TEST_P(BulkServerTest, AFileCutShortAfterTheOfferEndsTheTransfer) {
 }
 
 TEST_P(BulkServerTest, SeveralStreamsCarryTheFilesByteIdentical) {
-  const auto files = OddCheckpoint();
-  for (const auto& [rel, f] : files) {
-    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
-  }
+  const auto files = WriteOddCheckpoint();
   for (int streams : {2, 4}) {
     SCOPED_TRACE(streams);
     TempDir dst;
@@ -764,10 +769,7 @@ TEST_P(BulkServerTest, SeveralStreamsCarryTheFilesByteIdentical) {
 }
 
 TEST_P(BulkServerTest, AStreamIndexTwiceOrOutOfRangeIsDropped) {
-  const auto files = OddCheckpoint();
-  for (const auto& [rel, f] : files) {
-    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
-  }
+  const auto files = WriteOddCheckpoint();
   auto offer = server_->Offer("127.0.0.1", src_.path(), Names(files),
                               Clock::now() + 20s, "the odd ones", 4);
   ASSERT_TRUE(offer.ok()) << offer.status().ToString();
@@ -817,10 +819,7 @@ TEST_P(BulkServerTest, AStreamIndexTwiceOrOutOfRangeIsDropped) {
 }
 
 TEST_P(BulkServerTest, AStreamDyingMidRangeFailsTheWholeTransfer) {
-  const auto files = OddCheckpoint();
-  for (const auto& [rel, f] : files) {
-    WriteFile(src_.path() + "/" + rel, f.data, f.mode);
-  }
+  const auto files = WriteOddCheckpoint();
   auto offer = server_->Offer("127.0.0.1", src_.path(), Names(files),
                               Clock::now() + 20s, "the odd ones", 4);
   ASSERT_TRUE(offer.ok()) << offer.status().ToString();

@@ -1021,26 +1021,29 @@ core::StatusOr<WarmReady> Supervisor::AwaitWarm(
   }
   WarmReady r;
   client::ProgressSnapshot s;
+  // The process builds its model, then waits for the checkpoint.
   r.ready = PollUntil(*job, end, [&] {
     s = job->reader->Read();
     return s.state == client::JobState::kWaiting || s.restore_begin_ns != 0;
   });
   if (!r.ready && job->exited.load()) {
-    int code = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      code = job->exit_code;
-    }
     return core::FailedPrecondition(what + " exited (code " +
-                                    std::to_string(code) +
+                                    std::to_string(ExitCodeOf(*job)) +
                                     ") before waiting for its checkpoint");
   }
-  if (r.ready && job->raw_page != nullptr) {
-    r.ready_us =
-        NsToUs(job->raw_page->state_changed_ns.load(std::memory_order_acquire),
-               job->started_ns);
+  if (r.ready && s.state == client::JobState::kWaiting) {
+    const uint64_t since =
+        job->raw_page != nullptr
+            ? job->raw_page->state_changed_ns.load(std::memory_order_acquire)
+            : MonotonicNs();
+    r.ready_us = NsToUs(since, job->started_ns);
   }
   return r;
+}
+
+int Supervisor::ExitCodeOf(const JobRec& job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job.exit_code;
 }
 
 core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
@@ -1049,44 +1052,24 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
     const std::function<core::Status()>& make_ready) {
   const auto end = Clock::now() + timeout;
   const std::string what = JobIdText(job_id);
-  auto job = Find(job_id);
-  if (!job) return core::NotFound(what + " is not known to this agent");
-  if (!job->warm) {
-    return core::FailedPrecondition(what + " was not started warm here");
-  }
-  auto gone = [&](const std::string& when) {
-    int code = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      code = job->exit_code;
-    }
-    return core::FailedPrecondition(what + " exited (code " +
-                                    std::to_string(code) + ") " + when);
-  };
   auto late = [&](const std::string& what_for) {
     return core::Status(core::StatusCode::kUnavailable,
                         what + " did not " + what_for + " within " +
                             std::to_string(timeout.count()) + " ms");
   };
-  if (job->exited.load()) return gone("before its checkpoint arrived");
+  auto warm = AwaitWarm(job_id, timeout);
+  if (!warm.ok()) return warm.status();
+  if (!warm->ready) return late("wait for its checkpoint (page state WAITING)");
+  auto job = Find(job_id);
+  if (!job) return core::NotFound(what + " is not known to this agent");
+  auto gone = [&](const std::string& when) {
+    return core::FailedPrecondition(what + " exited (code " +
+                                    std::to_string(ExitCodeOf(*job)) + ") " +
+                                    when);
+  };
   RestoreResult r;
+  r.warm_us = warm->ready_us;
   client::ProgressSnapshot s;
-  // The process builds its model, then waits for the checkpoint.
-  const bool waiting = PollUntil(*job, end, [&] {
-    s = job->reader->Read();
-    return s.state == client::JobState::kWaiting || s.restore_begin_ns != 0;
-  });
-  if (!waiting) {
-    if (job->exited.load()) return gone("before waiting for its checkpoint");
-    return late("wait for its checkpoint (page state WAITING)");
-  }
-  if (s.state == client::JobState::kWaiting) {
-    const uint64_t since =
-        job->raw_page != nullptr
-            ? job->raw_page->state_changed_ns.load(std::memory_order_acquire)
-            : MonotonicNs();
-    r.warm_us = NsToUs(since, job->started_ns);
-  }
   GANDIVA_RETURN_IF_ERROR(make_ready());
   const bool restored = PollUntil(*job, end, [&] {
     s = job->reader->Read();

@@ -246,6 +246,7 @@ class Supervisor {
   struct JobRec;
 
   std::shared_ptr<JobRec> Find(int64_t job_id) const;
+  int ExitCodeOf(const JobRec& job) const;  // takes mu_
   void Wait(const std::shared_ptr<JobRec>& job);
   core::Status KillLocked(JobRec& job);  // job.action_mu held
   core::StatusOr<SuspendResult> SuspendLocked(
