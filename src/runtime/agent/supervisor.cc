@@ -546,8 +546,13 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
       code = -WTERMSIG(status);
     }
   }
-  // What the job left behind in its group (workers, background commands).
+  // What the job left behind in its group (workers, background commands),
+  // gone before the exit is recorded (they may hold its GPUs): a SIGKILL
+  // takes effect soon, not at once, so wait a little for it.
   kill(-job->pid, SIGKILL);
+  for (int i = 0; i < 400 && !ProcessGroupMembers(job->pid).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   // A job that ended by itself (not to be moved or resized) leaves no
   // checkpoint to keep on the ramdisk.
   if (!job->checkpointing.load() && code != GANDIVA_EXIT_MIGRATE &&
