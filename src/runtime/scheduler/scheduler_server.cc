@@ -702,14 +702,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Moves a job's process, or the checkpoint an agent holds for it, from
   // `from` to where x.proc now says, carrying out a Migrate, a Grow or a
   // Shrink, or a Resume or Pack on other GPUs than its process is on:
-  //   1. the destination starts the job warm (another server only: the
-  //      interpreter starts and the model is built while the source saves);
+  //   1. the destination starts the job warm (another server only): the
+  //      interpreter starts and the model is built while the job trains on
+  //      at the source, until the new process waits for its checkpoint;
   //   2. the source has the job save its training state and exit
-  //      (CheckpointJob: at a mini-batch boundary, to a ramdisk);
-  //   3. the destination pulls the checkpoint over gRPC and hands it to the
-  //      warm process, which loads it and trains its first mini-batch
-  //      (ReceiveCheckpoint); on the same server it restarts from the
-  //      checkpoint there instead.
+  //      (CheckpointJob: at a mini-batch boundary, to a ramdisk; to another
+  //      server the call returns once the checkpoint is saved);
+  //   3. the destination pulls the checkpoint (bulk TCP channel, else the
+  //      gRPC stream) and hands it to the warm process, which loads it and
+  //      trains its first mini-batch (ReceiveCheckpoint); on the same server
+  //      it restarts from the checkpoint there instead.
   // A job that cannot be checkpointed fails a Migrate for good; a resume
   // elsewhere restarts it from scratch (it has nothing else to go on).
   void Move(const PendingAction& p, const Proc& from) {
