@@ -94,8 +94,8 @@ def main(argv=None) -> int:
         print(f"ddp: world size {world} on {device}, backend {backend}",
               flush=True)
 
-    # Slow setup first (a warm start overlaps it with the checkpoint's
-    # transfer): data, model, optimizer.
+    # Slow setup first (a warm start does it while the job still trains at
+    # its source): data, model, optimizer.
     x_all, y_all = dataset(args.dataset)
     x_all, y_all = x_all.to(device), y_all.to(device)
     torch.manual_seed(args.seed)

@@ -48,7 +48,8 @@ def main() -> int:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
 
-    # The slow setup a warm start overlaps with the checkpoint's transfer.
+    # The slow setup a warm start does while the job still trains at its
+    # source.
     torch.manual_seed(args.seed)
     layers = []
     for i in range(args.layers):
