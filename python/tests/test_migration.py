@@ -26,9 +26,9 @@ def make(seed=0):
     return model, opt
 
 
-def train(model, opt, n, job=None):
+def train(model, opt, n, job=None, device="cpu"):
     for _ in range(n):
-        x = torch.randn(8, 6)
+        x = torch.randn(8, 6, device=device)
         loss = model(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
@@ -102,16 +102,6 @@ def test_cuda_round_trip_is_bit_identical(tmp_path, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     torch.backends.cudnn.deterministic = True
 
-    def cuda_train(model, opt, n, job=None):
-        for _ in range(n):
-            x = torch.randn(8, 6, device="cuda")
-            loss = model(x).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if job is not None:
-                job.step()
-
     def cuda_make(seed):
         model, _ = make(seed)
         model = model.cuda()
@@ -119,11 +109,11 @@ def test_cuda_round_trip_is_bit_identical(tmp_path, monkeypatch):
 
     model, opt = cuda_make(0)
     job = gandiva.torch.Job(model, opt)
-    cuda_train(model, opt, 5, job)
+    train(model, opt, 5, job, "cuda")
     path = job.save(str(tmp_path))
     saved = gandiva.torch.read_checkpoint(path)
     assert all(v.device.type == "cpu" for v in saved["model"].values())
-    cuda_train(model, opt, 3)  # dropout and data from the CUDA generator
+    train(model, opt, 3, device="cuda")  # dropout, data: the CUDA RNG
     expected = {k: v.clone() for k, v in model.state_dict().items()}
 
     model2, opt2 = cuda_make(1)
@@ -134,7 +124,7 @@ def test_cuda_round_trip_is_bit_identical(tmp_path, monkeypatch):
     assert all(p.device.type == "cuda" for p in model2.parameters())
     assert all(v.device.type == "cuda" for st in opt2.state.values()
                for k, v in st.items() if k != "step" and torch.is_tensor(v))
-    cuda_train(model2, opt2, 3)
+    train(model2, opt2, 3, device="cuda")
     for k, v in model2.state_dict().items():
         assert torch.equal(v, expected[k]), k
 

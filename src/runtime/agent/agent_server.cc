@@ -659,20 +659,12 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         mode = chunk.mode() != 0 ? chunk.mode() : 0600;
       }
       const std::string& data = chunk.data();
-      size_t done = 0;
-      while (done < data.size()) {
-        const ssize_t n = pwrite(
-            fd, data.data() + done, data.size() - done,
-            static_cast<off_t>(chunk.offset()) + static_cast<off_t>(done));
-        if (n <= 0) {
-          failure =
-              grpc::Status(grpc::StatusCode::INTERNAL,
-                           "writing " + temp + ": " + std::strerror(errno));
-          break;
-        }
-        done += static_cast<size_t>(n);
+      if (!PwriteAll(fd, data.data(), data.size(),
+                     static_cast<off_t>(chunk.offset()))) {
+        failure = grpc::Status(grpc::StatusCode::INTERNAL,
+                               "writing " + temp + ": " + std::strerror(errno));
+        break;
       }
-      if (!failure.ok()) break;
       *bytes += static_cast<int64_t>(data.size());
     }
     if (failure.ok()) finish_file();
@@ -778,7 +770,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     bool ok = true;
     while (ok && reader->Read(&chunk)) {
       const std::string& d = chunk.data();
-      ok = WriteAll(fd, d.data(), d.size());
+      ok =
+          PwriteAll(fd, d.data(), d.size(), static_cast<off_t>(chunk.offset()));
     }
     const grpc::Status st = reader->Finish();
     ok = close(fd) == 0 && ok;
@@ -796,17 +789,6 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
             ": emptying its old log: " + std::strerror(errno));
       }
     }
-  }
-
-  static bool WriteAll(int fd, const char* p, size_t n) {
-    while (n > 0) {
-      const ssize_t w = write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return true;
   }
 
   grpc::Status Receive(const rpc::ReceiveCheckpointRequest& req,

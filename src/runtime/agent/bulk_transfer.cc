@@ -271,13 +271,8 @@ core::Status ReceiveBuffered(int sock, int fd, int64_t base, int64_t size,
       continue;
     }
     if (r <= 0) return Ended(r, errno, got, size);
-    for (ssize_t done = 0; done < r;) {
-      const ssize_t w =
-          pwrite(fd, buf.data() + done, static_cast<size_t>(r - done),
-                 base + got + done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return core::IoError("write: " + ErrnoText(errno));
-      done += w;
+    if (!PwriteAll(fd, buf.data(), static_cast<size_t>(r), base + got)) {
+      return core::IoError("write: " + ErrnoText(errno));
     }
     got += r;
   }
@@ -506,6 +501,21 @@ bool SafeRelativePath(const std::string& path) {
   if (path.empty() || path[0] == '/') return false;
   for (const auto& part : std::filesystem::path(path)) {
     if (part == ".." || part == ".") return false;
+  }
+  return true;
+}
+
+bool PwriteAll(int fd, const char* data, size_t n, off_t offset) {
+  while (n > 0) {
+    const ssize_t w = pwrite(fd, data, n, offset);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      return false;
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+    offset += w;
   }
   return true;
 }

@@ -102,6 +102,10 @@ std::vector<BulkPiece> BulkSlice(const std::vector<BulkFile>& files,
 // leading '/').
 bool SafeRelativePath(const std::string& path);
 
+// Writes all `n` bytes at `offset` of `fd` (retrying short writes and
+// EINTR); false with errno set when a write fails.
+bool PwriteAll(int fd, const char* data, size_t n, off_t offset);
+
 // How the source puts the files' bytes into the socket.
 enum class BulkSend {
   // sendfile() to another host; pread() + send() through a 1 MiB buffer to

@@ -175,28 +175,24 @@ void ProbeCriu(Capabilities* caps, std::chrono::milliseconds timeout) {
                     {{"CRIU_FAULT", "130"}}, out, timeout);
   kill(child, SIGKILL);  // a dump kills it; this is for a failed one
   waitpid(child, nullptr, 0);
-  if (!d.started || d.timed_out || d.exit_code != 0) {
-    std::string why = Describe(d, timeout);
-    const std::string log = FileText(images + "/dump.log");
+  // A failed step: its reason (the error line of its log when it wrote
+  // one) goes into criu_detail. True if `step` failed.
+  auto failed = [&](const RunResult& res, const std::string& step) {
+    if (res.started && !res.timed_out && res.exit_code == 0) return false;
+    std::string why = Describe(res, timeout);
+    const std::string log = FileText(images + "/" + step + ".log");
     if (!log.empty())
-      why = "exit " + std::to_string(d.exit_code) + ": " + ErrorLine(log);
-    caps->criu_detail = version + ": trial dump failed (" + why + ")";
+      why = "exit " + std::to_string(res.exit_code) + ": " + ErrorLine(log);
+    caps->criu_detail = version + ": trial " + step + " failed (" + why + ")";
     std::filesystem::remove_all(dir);
-    return;
-  }
+    return true;
+  };
+  if (failed(d, "dump")) return;
   RunResult r = Run({criu, "restore", "-d", "--images-dir", images,
                      "--shell-job", "-o", "restore.log"},
                     {}, out, timeout);
   kill(child, SIGKILL);  // the restored process has the same pid
-  if (!r.started || r.timed_out || r.exit_code != 0) {
-    std::string why = Describe(r, timeout);
-    const std::string log = FileText(images + "/restore.log");
-    if (!log.empty())
-      why = "exit " + std::to_string(r.exit_code) + ": " + ErrorLine(log);
-    caps->criu_detail = version + ": trial restore failed (" + why + ")";
-    std::filesystem::remove_all(dir);
-    return;
-  }
+  if (failed(r, "restore")) return;
   caps->criu = true;
   caps->criu_detail = version;
   std::filesystem::remove_all(dir);
