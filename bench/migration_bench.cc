@@ -12,7 +12,11 @@
 //     (examples/train_ddp.py through gandiva.launch) on one agent with 2
 //     virtual GPUs: CheckpointJob(resize_to) + StartJob(resume_local), until
 //     the job trains its first mini-batch at the new size;
-//  3. whether CRIU is usable here (the agent only probes it).
+//  3. where CRIU is usable: generic migration of the large model run
+//     without the job-side library (bench/jobs/model_job.py --plain), moved
+//     by CRIU between the agents --criu-runs times: dump, transfer of the
+//     images, restore, next mini-batch, and the pause against the fast
+//     path's in the same run.
 // The checkpoint moves over the agents' bulk TCP channel (--bulk-streams N
 // parallel connections), or over the gRPC stream with --no-bulk-transfer;
 // --compare-grpc adds a large-model column moved over the gRPC stream by a
@@ -29,7 +33,7 @@
 //       [--skip-large] [--small-only] [--skip-resize] [--loopback-mib N]
 //       [--large-width W] [--large-layers L] [--no-bulk-transfer]
 //       [--bulk-streams N] [--compare-grpc] [--compare-streams N,N,...]
-//       [--gpu] [--overlap] [--verbose]
+//       [--criu-runs N] [--gpu] [--overlap] [--verbose]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -742,12 +746,131 @@ void ResizeBench(Agent& a, int64_t job, int cycles) {
 
 }  // namespace
 
+// ------------------------------------------------------------ CRIU
+
+// Lines of the job's log at `a` that start with `prefix`.
+int CountLogLines(const Agent& a, int64_t job, const std::string& prefix) {
+  std::ifstream f(a.work_dir / "jobs" / std::to_string(job) / "log");
+  int n = 0;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind(prefix, 0) == 0) ++n;
+  }
+  return n;
+}
+
+// Waits until the job's log at `a` has more than `past` lines starting with
+// "step "; returns the count seen.
+int WaitStepLines(const Agent& a, int64_t job, int past, int timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  while (Clock::now() < deadline) {
+    const int n = CountLogLines(a, job, "step ");
+    if (n > past) return n;
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  DieWithLog(a, job,
+             "no step line past " + std::to_string(past) + " within " +
+                 std::to_string(timeout_s) + " s");
+}
+
+// The model without the job-side library, moved by CRIU between the agents
+// as the daemon does it: CheckpointJob (the dump, which kills it),
+// ReceiveCheckpoint cold at the destination, StartJob(resume_local) (the
+// restore), then its next mini-batch (a log line per step). Prints each
+// run's phases and their medians, and the pause against the fast path's
+// `fast_path_ms` (the large model's median, same run; 0: not measured).
+void CriuBench(Agent& a, Agent& b, int64_t job, int width, int layers,
+               int migrations, double fast_path_ms) {
+  const double params = static_cast<double>(layers) *
+                        (static_cast<double>(width) * width + width);
+  char cmd[1024];
+  std::snprintf(cmd, sizeof cmd,
+                "exec %s %s/bench/jobs/model_job.py --plain --width %d "
+                "--layers %d --batch-size 1 --log-every 1",
+                Python().c_str(), GANDIVA_SOURCE_DIR, width, layers);
+  const rpc::JobSpec spec = Spec("criu-" + std::to_string(job), cmd, 1);
+  std::printf(
+      "  %dx%d without the library (%.0f MiB of model + Adam state): "
+      "starting on agent a...\n",
+      layers, width, params * 12 / (1 << 20));
+  std::fflush(stdout);
+  const auto started = Clock::now();
+  StartJob(a, job, spec, {0}, false, false);
+  WaitStepLines(a, job, 3, 180);
+  // The agent gives a job this young time to attach the library before it
+  // treats it as a job without (a process CRIU restored is not waited
+  // for): the first dump comes after that, as it would in a real run.
+  const auto grace = started + runtime::AgentOptions().library_start_grace;
+  if (Clock::now() < grace) std::this_thread::sleep_until(grace);
+  Series out;
+  Agent* src = &a;
+  Agent* dst = &b;
+  std::printf("  %-4s %9s %9s %11s %9s %9s %10s\n", "run", "dump ms",
+              "image MB", "transfer ms", "restore", "1st step", "PAUSE ms");
+  for (int i = 0; i < migrations; ++i) {
+    const int before = CountLogLines(*src, job, "step ");
+    const auto t0 = Clock::now();
+    const rpc::CheckpointReply c = Checkpoint(*src, job, 0);
+    if (c.method() != "criu") {
+      Die("CheckpointJob used '" + c.method() + "', not criu");
+    }
+    const double ckpt_ms = MsSince(t0);
+    rpc::ReceiveCheckpointRequest rreq;
+    rreq.set_job_id(job);
+    rreq.set_action_id(NewAction());
+    rreq.set_source_address(src->server->address());
+    rpc::ReceiveCheckpointReply r;
+    auto ctx = Ctx(240);
+    grpc::Status s = dst->stub->ReceiveCheckpoint(ctx.get(), rreq, &r);
+    if (!s.ok()) Die("ReceiveCheckpoint: " + s.error_message());
+    const auto t_restore = Clock::now();
+    StartJob(*dst, job, spec, {0}, false, /*resume_local=*/true);
+    const double restore_ms = MsSince(t_restore);
+    const auto t_step = Clock::now();
+    WaitStepLines(*dst, job, 0, 120);
+    const double step_ms = MsSince(t_step);
+    const double pause_ms = MsSince(t0);
+    Kill(*src, job);  // drops the source's images
+    out.Add("dump ms", c.save_us() / 1e3);
+    out.Add("checkpoint call ms", ckpt_ms);
+    out.Add("image MB", c.bytes() / 1e6);
+    out.Add("transfer ms", r.transfer_us() / 1e3);
+    out.Add("transfer GB/s",
+            r.transfer_us() > 0 ? r.bytes() / 1e3 / r.transfer_us() : 0);
+    out.Add("restore ms", restore_ms);
+    out.Add("first step ms", step_ms);
+    out.Add("PAUSE ms", pause_ms);
+    std::printf(
+        "  %-4d %9.0f %9.0f %11.0f %9.0f %9.0f %10.0f   (%d steps "
+        "before; over %s)\n",
+        i + 1, c.save_us() / 1e3, c.bytes() / 1e6, r.transfer_us() / 1e3,
+        restore_ms, step_ms, pause_ms, before, r.channel().c_str());
+    std::fflush(stdout);
+    std::swap(src, dst);
+  }
+  Kill(*src, job);
+  Kill(*dst, job);
+  std::printf("  medians (max):");
+  for (const std::string& name : out.order) {
+    const Stat st = Summarise(out.values.at(name));
+    std::printf(" %s %.2f (%.2f);", name.c_str(), st.median, st.max);
+  }
+  std::printf("\n");
+  const Stat pause = Summarise(out.values.at("PAUSE ms"));
+  if (fast_path_ms > 0) {
+    std::printf(
+        "  CRIU pause %.0f ms against the fast path's %.0f ms (same model, "
+        "same run): x%.1f\n",
+        pause.median, fast_path_ms, pause.median / fast_path_ms);
+  }
+}
+
 int main(int argc, char** argv) {
   int migrations = 5;
   int resizes = 3;
   bool small = true, large = true, resize = true;
   size_t loopback_mib = 1024;
   int large_width = 2048, large_layers = 6;
+  int criu_runs = 3;
   bool bulk_transfer = true, compare_grpc = false;
   int bulk_streams = runtime::AgentOptions().bulk_streams;
   std::vector<int> compare_streams;
@@ -792,6 +915,8 @@ int main(int argc, char** argv) {
         }
         compare_streams.push_back(n);
       }
+    } else if (arg == "--criu-runs") {
+      criu_runs = std::max(0, value());
     } else if (arg == "--compare-grpc") {
       compare_grpc = true;
     } else if (arg == "--gpu") {
@@ -806,8 +931,11 @@ int main(int argc, char** argv) {
           "[--skip-small] [--skip-large] [--small-only] [--skip-resize] "
           "[--loopback-mib N (1024; 0: skip)] [--large-width W (2048)] "
           "[--large-layers L (6)] [--no-bulk-transfer] [--bulk-streams N] "
-          "[--compare-grpc] [--compare-streams N,N,...] [--gpu] [--overlap] "
-          "[--verbose]\n"
+          "[--compare-grpc] [--compare-streams N,N,...] [--criu-runs N (3)] "
+          "[--gpu] [--overlap] [--verbose]\n"
+          "  --criu-runs N       CRIU migrations of the large model without "
+          "the library\n"
+          "                      (where CRIU works; 0: none)\n"
           "  --no-bulk-transfer  agents move checkpoints over the gRPC stream "
           "only\n"
           "  --bulk-streams N    parallel TCP streams the agents ask for "
@@ -1034,10 +1162,20 @@ int main(int argc, char** argv) {
     std::printf("the agent's probe did not finish within 15 s\n");
   } else {
     const runtime::Capabilities caps = a.server->capabilities();
-    if (caps.criu) {
+    if (caps.criu && criu_runs > 0 && large) {
+      std::printf("usable here (%s); generic migration of the large model:\n",
+                  caps.criu_detail.c_str());
+      double fast_ms = 0;
+      if (!series.empty()) {
+        fast_ms = Summarise(series[large_index].values.at(
+                                "CRITICAL PATH (ckpt -> 1st mb)"))
+                      .median;
+      }
+      CriuBench(a, b, 9, large_width, large_layers, criu_runs, fast_ms);
+    } else if (caps.criu) {
       std::printf(
-          "usable here (%s), but dump/restore timing is not implemented: the "
-          "agent only probes CRIU, it does not checkpoint jobs with it yet\n",
+          "usable here (%s); skipped (--criu-runs 0 or no large "
+          "model)\n",
           caps.criu_detail.c_str());
     } else {
       std::printf("not usable here: %s (nothing to time)\n",

@@ -10,7 +10,8 @@ model trains on the GPU, and a checkpoint copies it to host memory.
     /usr/bin/python3 bench/jobs/model_job.py --width 2048 --layers 6
 
 Trains --steps mini-batches (0: forever). Prints `resumed from ... at step K`
-after a restore and a line every --log-every steps.
+after a restore and a line every --log-every steps. With --plain it does not
+use the job-side library at all: a process that only CRIU can move.
 """
 
 import argparse
@@ -42,6 +43,8 @@ def main() -> int:
                     help="no dummy step before a warm start's wait")
     ap.add_argument("--device", default="cpu",
                     help="cpu, cuda, or auto (cuda when there is one)")
+    ap.add_argument("--plain", action="store_true",
+                    help="no job-side library (only CRIU can move it)")
     args = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     device = args.device
@@ -59,22 +62,11 @@ def main() -> int:
     model = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     nparams = sum(p.numel() for p in model.parameters())
-    job = gandiva.torch.Job(model, opt)
+    described = (f"model: {args.layers} x Linear({args.width}, {args.width}), "
+                 f"{nparams / 1e6:.2f}M parameters, model + Adam state "
+                 f"{nparams * 12 / 2**20:.1f} MiB, on {device}")
 
-    def warmup():  # a warm start: the first real step then runs at speed
-        model(torch.randn(args.batch_size, args.width,
-                          device=device)).pow(2).mean().backward()
-        opt.step()
-
-    if job.start(warmup=None if args.no_warmup else warmup):
-        print(f"resumed from {job.restored_from} at step {job.steps}",
-              flush=True)
-    else:
-        print(f"model: {args.layers} x Linear({args.width}, {args.width}), "
-              f"{nparams / 1e6:.2f}M parameters, model + Adam state "
-              f"{nparams * 12 / 2**20:.1f} MiB, on {device}", flush=True)
-
-    while args.steps == 0 or job.steps < args.steps:
+    def train_step() -> torch.Tensor:
         t0 = time.monotonic()
         x = torch.randn(args.batch_size, args.width, device=device)
         loss = model(x).pow(2).mean()
@@ -86,6 +78,34 @@ def main() -> int:
         pad = args.min_step_ms / 1000.0 - (time.monotonic() - t0)
         if pad > 0:
             time.sleep(pad)
+        return loss
+
+    if args.plain:
+        print(described + ", without the job-side library", flush=True)
+        step = 0
+        while args.steps == 0 or step < args.steps:
+            loss = train_step()
+            step += 1
+            if args.log_every and step % args.log_every == 0:
+                print(f"step {step} loss {loss.item():.6f}", flush=True)
+        print(f"done: {step} steps", flush=True)
+        return 0
+
+    job = gandiva.torch.Job(model, opt)
+
+    def warmup():  # a warm start: the first real step then runs at speed
+        model(torch.randn(args.batch_size, args.width,
+                          device=device)).pow(2).mean().backward()
+        opt.step()
+
+    if job.start(warmup=None if args.no_warmup else warmup):
+        print(f"resumed from {job.restored_from} at step {job.steps}",
+              flush=True)
+    else:
+        print(described, flush=True)
+
+    while args.steps == 0 or job.steps < args.steps:
+        loss = train_step()
         job.step()  # the boundary: the agent's requests are served here
         if args.log_every and job.steps % args.log_every == 0:
             print(f"step {job.steps} loss {loss.item():.6f}", flush=True)

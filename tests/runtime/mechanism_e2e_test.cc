@@ -160,7 +160,11 @@ TEST_F(MechanismE2eTest, RestartableJobMovesBetweenAgents) {
 // Requests that cannot be carried out are refused with the reason, and the
 // job runs on where it was.
 TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
-  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  // Without CRIU (else it would move the plain job).
+  TestCluster c({.policy = "fifo",
+                 .agents = 2,
+                 .gpus_per_agent = 1,
+                 .agent_args = {"--no-criu"}});
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   // A job without the library (and not restartable) cannot be moved.
@@ -189,7 +193,10 @@ TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
   EXPECT_NE(out.find("does not use the gandiva job-side library"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("CRIU"), std::string::npos) << out;
+  EXPECT_NE(out.find("CRIU is not usable on " + where +
+                     " (turned off on this agent (--no-criu))"),
+            std::string::npos)
+      << out;
 
   EXPECT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "2"}, &out), 1);
   EXPECT_NE(out.find("not elastic"), std::string::npos) << out;
@@ -210,7 +217,85 @@ TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
 
   // `gandiva servers` says why CRIU cannot be used here.
   ASSERT_EQ(c.Cli({"servers"}, &out), 0) << out;
-  EXPECT_NE(out.find("CRIU"), std::string::npos) << out;
+  EXPECT_NE(out.find("CRIU no (turned off on this agent (--no-criu))"),
+            std::string::npos)
+      << out;
+}
+
+// A job with neither the library nor checkpoints of its own is moved by
+// CRIU where it works on both servers: `gandiva migrate` dumps it at the
+// source, sends the images, restores it at the destination, where it goes
+// on counting from where it was (its memory came along), and `gandiva show`
+// lists the dump and the restore with their costs.
+TEST_F(MechanismE2eTest, PlainJobMovesByCriu) {
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  std::string out;
+  // Both agents' capabilities are in once `servers` lists them.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return c.Cli({"servers"}, &out) == 0 &&
+               CountLines(out, ": CRIU ") == 2 &&
+               out.find("not checked yet") == std::string::npos;
+      },
+      seconds(30)))
+      << out;
+  if (CountLines(out, ": CRIU yes") != 2) {
+    GTEST_SKIP() << "CRIU is not usable here:\n" << out;
+  }
+  rpc::JobSpec spec;
+  spec.set_name("plain-counter");
+  spec.set_command(
+      "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo \"count $i\"; "
+      "sleep 0.02; done");
+  spec.set_gpus(1);
+  spec.set_owner("e2e");
+  spec.set_workdir(c.dir().string());
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.state() == rpc::RUNNING &&
+               CountLines(c.JobLog(j), "count ") >= 20;
+      },
+      seconds(60)))
+      << Describe(c, id);
+  const std::string from = c.Job(id).server();
+  const std::string to = from == "agent-0" ? "agent-1" : "agent-0";
+  ASSERT_EQ(c.Cli({"migrate", std::to_string(id), "--to", to}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("(criu, "), std::string::npos) << out;
+  EXPECT_NE(out.find(", dump "), std::string::npos) << out;
+  EXPECT_NE(out.find(", restore "), std::string::npos) << out;
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::RUNNING) << Describe(c, id);
+  EXPECT_EQ(j.server(), to);
+  // The count goes on at the destination: 1, 2, 3, ... with no line twice
+  // and none skipped (a restart would begin at 1 again).
+  std::string log;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        log = c.JobLog(c.Job(id));
+        return CountLines(log, "count ") >= 80;
+      },
+      seconds(60)))
+      << log << Describe(c, id);
+  int last = 0;
+  bool in_order = true;
+  for (size_t at = log.find("count "); at != std::string::npos;
+       at = log.find("count ", at + 1)) {
+    const int n = std::atoi(log.c_str() + at + 6);
+    in_order = in_order && n == last + 1;
+    last = n;
+  }
+  EXPECT_TRUE(in_order) << log;
+  ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &out), 0) << out;
+  EXPECT_NE(out.find("(criu, "), std::string::npos) << out;
+  std::printf("[ criu ] %s\n",
+              c.History(id, "migrate").back().detail().c_str());
+  EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "client/progress_page.h"
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/bulk_transfer.h"
+#include "runtime/agent/criu.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
 
@@ -959,7 +960,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   void ProbeCapabilities() {
     Capabilities c;
     ProbeMps(&c);
-    ProbeCriu(&c, options.criu_probe_timeout);
+    if (options.criu) {
+      ProbeCriu(&c, options.criu_probe_timeout);
+    } else {
+      c.criu_detail = "turned off on this agent (--no-criu)";
+    }
     supervisor->SetCapabilities(c);
     Log("capabilities: CRIU " + std::string(c.criu ? "usable" : "not usable") +
         " (" + c.criu_detail + "); MPS " + (c.mps ? "usable" : "not usable") +

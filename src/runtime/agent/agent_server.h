@@ -67,6 +67,9 @@ struct AgentOptions {
   // Capabilities (CRIU trial, MPS) are probed in the background at start;
   // each CRIU step is bounded by this.
   std::chrono::milliseconds criu_probe_timeout{3000};
+  // false (--no-criu): CRIU is neither tried nor used here, so a job without
+  // the library that is not restartable cannot be moved from or to here.
+  bool criu = true;
   // Checkpoints between agents over the bulk TCP channel (sendfile at the
   // source), else the ReadCheckpoint gRPC stream. false (--no-bulk-transfer):
   // this agent fetches over the stream and offers no bulk channel.

@@ -20,6 +20,7 @@
 #include "client/progress_reader.h"
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/capabilities.h"
+#include "runtime/agent/criu.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
 #include "runtime/agent/test_util.h"
@@ -132,6 +133,7 @@ class AgentServerTest : public ::testing::Test {
     o.checkpoint_timeout = 20s;
     o.receive_timeout = 20s;
     o.report_interval = 100ms;
+    o.criu = criu_;
     o.max_backoff = 300ms;
     o.kill_grace = 2s;
     o.log = [](std::string_view) {};
@@ -207,6 +209,7 @@ class AgentServerTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  bool criu_ = true;  // AgentOptions::criu of StartAgent
   std::unique_ptr<FakeScheduler> daemon_;
   std::unique_ptr<AgentServer> agent_;
   std::unique_ptr<rpc::Agent::Stub> stub_;
@@ -603,6 +606,7 @@ TEST_F(MigrationTest, AFailedSaveLeavesTheJobAsItWas) {
 }
 
 TEST_F(MigrationTest, RefusesAJobThatCannotBeCheckpointedAndLeavesItRunning) {
+  criu_ = false;  // else CRIU would move it
   StartAgent();
   rpc::StartJobReply started;
   ASSERT_TRUE(Start(7, 1, "exec sleep 1000", &started).ok());
@@ -615,7 +619,10 @@ TEST_F(MigrationTest, RefusesAJobThatCannotBeCheckpointedAndLeavesItRunning) {
       << s.error_message();
   EXPECT_NE(s.error_message().find("not declared restartable"),
             std::string::npos);
-  EXPECT_NE(s.error_message().find("CRIU"), std::string::npos);
+  EXPECT_NE(s.error_message().find("CRIU is not usable on this server "
+                                   "(turned off on this agent (--no-criu))"),
+            std::string::npos)
+      << s.error_message();
   std::printf("[ refusal ] %s\n", s.error_message().c_str());
   auto st = Status();
   ASSERT_EQ(st.jobs_size(), 1);
@@ -678,6 +685,102 @@ TEST_F(MigrationTest, ARestartableJobMovesColdToAnotherAgent) {
   ASSERT_TRUE(WaitUntil([&] {
     return testing::ReadFile(log).find("resumed 42\n") != std::string::npos;
   })) << testing::ReadFile(log);
+}
+
+// A job with neither the library nor checkpoints of its own moves by CRIU
+// (where CRIU works): dumped at the source (which kills it), the images
+// received cold, restored at the destination with the memory it had (the
+// count goes on, it does not start over), its output in the destination's
+// log, its exit reported there. Dumped while suspended, it comes back
+// running.
+TEST_F(MigrationTest, AJobWithoutTheLibraryMovesByCriu) {
+  StartAgent();
+  StartSecondAgent();
+  ASSERT_TRUE(agent_->WaitForCapabilities(20s));
+  ASSERT_TRUE(agent2_->WaitForCapabilities(20s));
+  const Capabilities caps = agent_->capabilities();
+  if (!caps.criu || !agent2_->capabilities().criu) {
+    GTEST_SKIP() << "CRIU is not usable here: " << caps.criu_detail;
+  }
+  const std::string script =
+      "i=0; while [ $i -lt 60 ]; do i=$((i+1)); echo \"n $i\"; sleep 0.05; "
+      "done; exit 7";
+  ASSERT_TRUE(StartOn(stub_.get(), StartReq(1, 1, script)).ok());
+  const std::string src_log = agent_->supervisor().LogPath(1);
+  ASSERT_TRUE(WaitUntil([&] {
+    return testing::ReadFile(src_log).find("n 5\n") != std::string::npos;
+  }));
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(1, 2, &sr).ok());
+  const int64_t src_pid = FindJob(StatusOf(stub_.get()), 1)->pid();
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 3, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(c.method(), "criu");
+  EXPECT_GT(c.bytes(), 0);
+  EXPECT_GT(c.save_us(), 0);  // the dump
+  std::printf("[ criu ] dump %.1f ms, %lld bytes in %d files\n",
+              c.save_us() / 1e3, static_cast<long long>(c.bytes()), c.files());
+  EXPECT_TRUE(FindJob(StatusOf(stub_.get()), 1) == nullptr);
+  const std::string at_dump = testing::ReadFile(src_log);
+
+  rpc::ReceiveCheckpointReply r;
+  s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.bytes(), c.bytes());
+  rpc::StartJobRequest there = StartReq(1, 5, script);
+  there.set_resume_local(true);
+  rpc::StartJobReply started;
+  {
+    grpc::ClientContext ctx;
+    s = stub2_->StartJob(&ctx, there, &started);
+  }
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(started.pid(), src_pid);  // CRIU keeps its PID
+  const rpc::AgentStatusReply st = StatusOf(stub2_.get());
+  const rpc::AgentJob* job = FindJob(st, 1);
+  ASSERT_NE(job, nullptr);
+  EXPECT_EQ(job->state(), rpc::RUNNING);
+  const std::string dst_log = agent2_->supervisor().LogPath(1);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return testing::ReadFile(dst_log).find("n 60\n") != std::string::npos;
+      },
+      20s))
+      << testing::ReadFile(dst_log);
+  // It went on from where it was dumped: no line written twice, none lost.
+  const std::string after = testing::ReadFile(dst_log);
+  EXPECT_EQ(after.find("n 1\n"), std::string::npos) << after;
+  std::string all = at_dump + after;
+  for (int i = 1; i <= 60; ++i) {
+    const std::string line = "n " + std::to_string(i) + "\n";
+    const size_t at = all.find(line);
+    EXPECT_NE(at, std::string::npos) << line << all;
+    EXPECT_EQ(all.find(line, at + 1), std::string::npos) << line << all;
+  }
+  // Nothing more went to the source's log after the dump.
+  EXPECT_EQ(testing::ReadFile(src_log), at_dump);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return FindJob(StatusOf(stub2_.get()), 1) == nullptr; }, 10s));
+  EXPECT_EQ(agent2_->supervisor().Job(1)->exit_code, 7);
+}
+
+// Where CRIU works, a resize of a job without the library is still refused:
+// CRIU moves a process, it cannot change its world size.
+TEST_F(MigrationTest, CriuDoesNotResize) {
+  StartAgent();
+  ASSERT_TRUE(agent_->WaitForCapabilities(20s));
+  if (!agent_->capabilities().criu) {
+    GTEST_SKIP() << "CRIU is not usable here: "
+                 << agent_->capabilities().criu_detail;
+  }
+  ASSERT_TRUE(StartOn(stub_.get(), StartReq(1, 1, "exec sleep 1000")).ok());
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c, /*resize_to=*/2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("cannot be resized"), std::string::npos)
+      << s.error_message();
+  ASSERT_NE(FindJob(StatusOf(stub_.get()), 1), nullptr);
 }
 
 TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {

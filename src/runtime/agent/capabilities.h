@@ -1,11 +1,10 @@
 // What this server can do beyond the basics, found once when the agent
 // starts: whether CRIU can checkpoint and restore a process here (a trial
-// dump and restore of a throw-away child), and whether an NVIDIA MPS control
-// daemon is reachable (so that jobs packed on one GPU can share it under
-// MPS). Sent to the daemon in RegisterAgent and Status.
+// dump and restore of a throw-away child: ProbeCriu in criu.h), and whether
+// an NVIDIA MPS control daemon is reachable (so that jobs packed on one GPU
+// can share it under MPS). Sent to the daemon in RegisterAgent and Status.
 //
-// Thread-safety: the probes are thread-safe (no shared state); they start
-// and reap their own children only (waitpid on those pids).
+// Thread-safety: the probes are thread-safe (no shared state).
 #pragma once
 
 #include <chrono>
@@ -16,6 +15,7 @@ namespace gandiva::runtime {
 struct Capabilities {
   bool criu = false;
   std::string criu_detail = "not checked yet";  // why not, or the version
+  std::string criu_path;  // when criu: the binary the agent runs
   bool mps = false;
   std::string mps_detail = "not checked yet";
   // When mps: the environment packed jobs get.
@@ -25,11 +25,6 @@ struct Capabilities {
 
 // The full path of `name` on $PATH (executable), or "" if not found.
 std::string FindOnPath(const std::string& name);
-
-// CRIU: usable only if `criu` is on PATH and a trial `criu dump` (with
-// CRIU_FAULT=130) of a `sleep 30` child plus a `criu restore` of it succeed
-// within `timeout` each. Sets criu and criu_detail.
-void ProbeCriu(Capabilities* caps, std::chrono::milliseconds timeout);
 
 // MPS: usable if `nvidia-cuda-mps-control` is on PATH and the pipe directory
 // ($CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) has a `control` pipe

@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bulk-transfer", no_bulk_transfer,
                "Move checkpoints between agents over the gRPC stream only: "
                "fetch without, and offer no, bulk TCP channel");
+  bool no_criu = false;
+  app.add_flag("--no-criu", no_criu,
+               "Neither try nor use CRIU: a job without the job-side library "
+               "that is not restartable cannot move from or to this server");
   app.add_option("--bulk-streams", o.bulk_streams,
                  "Parallel TCP streams asked for when fetching a checkpoint "
                  "over the bulk channel (1: one connection; the source grants "
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.bulk_transfer = !no_bulk_transfer;
+  o.criu = !no_criu;
   o.report_interval = std::chrono::milliseconds(report_interval_ms);
   o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
   o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);

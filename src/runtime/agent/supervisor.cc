@@ -22,6 +22,7 @@
 
 #include "client/progress_page.h"
 #include "client/progress_reader.h"
+#include "runtime/agent/criu.h"
 #include "runtime/exec_env.h"
 
 namespace gandiva::runtime {
@@ -223,6 +224,9 @@ struct Supervisor::JobRec {
   }
   bool restartable = false;
   bool warm = false;
+  // Restored by CRIU: it ran without the library before, so it is not
+  // waited for to attach (library_start_grace).
+  bool without_library = false;
   std::thread waiter;
   std::mutex action_mu;  // serialises Suspend/Resume/Kill of this job
   std::atomic<bool> exited{false};
@@ -404,6 +408,10 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
           what + " has no checkpoint on this agent (resume_local)");
     }
     resume_from = held->second;
+    if (HoldsCriuImages(resume_from)) {
+      lock.unlock();
+      return StartFromCriu(params, resume_from, t0);
+    }
   }
   if (params.warm) {
     // A checkpoint received here earlier moves aside for the new one.
@@ -423,35 +431,9 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     resume_from = incoming_dir;
   }
 
-  auto job = std::make_shared<JobRec>();
-  job->job_id = params.job_id;
-  job->gpus = params.gpus;
-  job->log_path = LogPath(params.job_id);
-  job->page_path = PagePath(params.job_id);
-  job->restartable = params.restartable;
-  job->warm = params.warm;
-  std::filesystem::create_directories(JobDir(params.job_id), ec);
-  if (ec) {
-    return core::IoError("creating " + JobDir(params.job_id) + ": " +
-                         ec.message());
-  }
-  std::filesystem::create_directories(checkpoint_dir, ec);
-  if (ec) {
-    return core::IoError("creating " + checkpoint_dir + ": " + ec.message());
-  }
-  GANDIVA_RETURN_IF_ERROR(client::CreateProgressPage(job->page_path));
-  auto reader = client::ProgressReader::Open(job->page_path);
-  if (!reader.ok()) return reader.status();
-  job->reader.emplace(std::move(*reader));
-  if (const int fd = open(job->page_path.c_str(), O_RDONLY | O_CLOEXEC);
-      fd >= 0) {
-    void* m =
-        mmap(nullptr, GANDIVA_PAGE_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (m != MAP_FAILED) {
-      job->raw_page = static_cast<const gandiva_progress_page*>(m);
-    }
-  }
+  auto made = NewJobRec(params);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<JobRec> job = std::move(*made);
 
   // The environment: ours, less what gandiva sets, then the spec's, then
   // gandiva's own variables (which win).
@@ -527,6 +509,115 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
                          "): " + Errno(rc));
   }
   job->pid = pid;
+  job->waiter = std::thread([this, job] { Wait(job); });
+  jobs_[params.job_id] = job;
+  return StartResult{pid, MicrosSince(t0)};
+}
+
+core::StatusOr<std::shared_ptr<Supervisor::JobRec>> Supervisor::NewJobRec(
+    const StartParams& params) const {
+  auto job = std::make_shared<JobRec>();
+  job->job_id = params.job_id;
+  job->gpus = params.gpus;
+  job->log_path = LogPath(params.job_id);
+  job->page_path = PagePath(params.job_id);
+  job->restartable = params.restartable;
+  job->warm = params.warm;
+  std::error_code ec;
+  std::filesystem::create_directories(JobDir(params.job_id), ec);
+  if (ec) {
+    return core::IoError("creating " + JobDir(params.job_id) + ": " +
+                         ec.message());
+  }
+  const std::string checkpoint_dir = CheckpointDir(params.job_id);
+  std::filesystem::create_directories(checkpoint_dir, ec);
+  if (ec) {
+    return core::IoError("creating " + checkpoint_dir + ": " + ec.message());
+  }
+  GANDIVA_RETURN_IF_ERROR(client::CreateProgressPage(job->page_path));
+  auto reader = client::ProgressReader::Open(job->page_path);
+  if (!reader.ok()) return reader.status();
+  job->reader.emplace(std::move(*reader));
+  if (const int fd = open(job->page_path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd >= 0) {
+    void* m =
+        mmap(nullptr, GANDIVA_PAGE_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m != MAP_FAILED) {
+      job->raw_page = static_cast<const gandiva_progress_page*>(m);
+    }
+  }
+  return job;
+}
+
+core::StatusOr<StartResult> Supervisor::StartFromCriu(
+    const StartParams& params, const std::string& checkpoint,
+    Clock::time_point t0) {
+  const std::string what = JobIdText(params.job_id);
+  const Capabilities caps = capabilities();
+  if (!caps.criu) {
+    return core::FailedPrecondition(
+        what +
+        " was checkpointed by CRIU, which is not usable on this "
+        "server (" +
+        caps.criu_detail + ")");
+  }
+  auto made = NewJobRec(params);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<JobRec> job = std::move(*made);
+  const int log_fd = open(job->log_path.c_str(),
+                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    unlink(job->page_path.c_str());
+    return core::IoError("opening log " + job->log_path + ": " + Errno(errno));
+  }
+  job->started = Clock::now();
+  job->started_ns = MonotonicNs();
+  // Its PID may still be held by what the dumped run left (a zombie of its
+  // group not reaped yet); the waiter gives those 2 s.
+  auto restored =
+      CriuRestore(caps.criu_path, checkpoint, log_fd,
+                  options_.checkpoint_timeout, std::chrono::milliseconds(3000));
+  close(log_fd);
+  if (!restored.ok()) {
+    unlink(job->page_path.c_str());
+    return core::Status(restored.status().code(),
+                        what + " could not be restored: " +
+                            std::string(restored.status().message()));
+  }
+  const pid_t pid = restored->pid;  // also its process group, as before
+  // Pinned as a job started on these GPUs would be (the restored process
+  // keeps the environment it had).
+  if (options_.virtual_gpus) {
+    const std::vector<int> cpus = CpusFor(params.gpus);
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus) CPU_SET(c, &set);
+      for (pid_t p : ProcessGroupMembers(pid)) {
+        sched_setaffinity(p, sizeof set, &set);
+      }
+    }
+  }
+  // A job dumped while suspended comes back stopped; a start runs it.
+  kill(-pid, SIGCONT);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = jobs_.find(params.job_id); it != jobs_.end()) {
+    if (it->second->state != RunState::kExited) {
+      // Started meanwhile by another call: this copy goes.
+      kill(-pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      unlink(job->page_path.c_str());
+      return core::FailedPrecondition(what + " already runs here (pid " +
+                                      std::to_string(it->second->pid) + ")");
+    }
+    if (it->second->waiter.joinable()) {
+      old_waiters_.push_back(std::move(it->second->waiter));
+    }
+    jobs_.erase(it);
+  }
+  job->pid = pid;
+  job->without_library = true;
   job->waiter = std::thread([this, job] { Wait(job); });
   jobs_[params.job_id] = job;
   return StartResult{pid, MicrosSince(t0)};
@@ -617,7 +708,7 @@ core::StatusOr<SuspendResult> Supervisor::SuspendLocked(
   // A job that has just started may not have reached the library yet (an
   // interpreter importing its framework): give it a moment to, so that it
   // too stops at a mini-batch boundary rather than wherever it is.
-  if (job->reader->state() == client::JobState::kNew) {
+  if (!job->without_library && job->reader->state() == client::JobState::kNew) {
     const auto grace = job->started + options_.library_start_grace;
     PollUntil(*job, std::min(end, grace),
               [&] { return job->reader->state() != client::JobState::kNew; });
@@ -861,7 +952,8 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
   }
   job->checkpointing.store(true);
   // A job that has just started may not have reached the library yet.
-  if (!was_suspended && job->reader->state() == client::JobState::kNew) {
+  if (!was_suspended && !job->without_library &&
+      job->reader->state() == client::JobState::kNew) {
     PollUntil(*job,
               std::min(t0 + options_.checkpoint_timeout,
                        job->started + options_.library_start_grace),
@@ -878,19 +970,60 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
     if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
     return r;
   }
-  job->checkpointing.store(false);
   const Capabilities caps = capabilities();
-  std::string criu =
-      caps.criu
-          ? "CRIU works here (" + caps.criu_detail +
-                ") but this agent does not checkpoint jobs "
-                "with CRIU yet"
-          : "CRIU is not usable on this server (" + caps.criu_detail + ")";
+  if (caps.criu && resize_to == 0) {
+    auto r = CheckpointCriu(job, caps.criu_path, was_suspended, t0);
+    if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
+    return r;
+  }
+  job->checkpointing.store(false);
+  if (caps.criu) {
+    return core::FailedPrecondition(
+        what +
+        " cannot be resized: it does not use the gandiva job-side library "
+        "(CRIU can move it, not change its world size)");
+  }
   return core::FailedPrecondition(
       what +
       " cannot be migrated: it does not use the gandiva job-side library, is "
-      "not declared restartable, and " +
-      criu);
+      "not declared restartable, and CRIU is not usable on this server (" +
+      caps.criu_detail + ")");
+}
+
+core::StatusOr<CheckpointResult> Supervisor::CheckpointCriu(
+    const std::shared_ptr<JobRec>& job, const std::string& criu,
+    bool was_suspended, Clock::time_point t0) {
+  const std::string what = JobIdText(job->job_id);
+  const std::string dir = CheckpointDir(job->job_id);
+  // A suspended job is dumped stopped and comes back stopped (then
+  // continued by the start that restores it).
+  auto dumped =
+      CriuDump(criu, job->pid, job->log_path, dir, options_.checkpoint_timeout);
+  if (!dumped.ok()) {
+    return core::Status(
+        dumped.status().code(),
+        what +
+            " was not checkpointed: " + std::string(dumped.status().message()) +
+            "; the job was left " + (was_suspended ? "suspended" : "running"));
+  }
+  CheckpointResult r;
+  r.save_us = dumped->dump_us;
+  r.method = "criu";
+  r.minibatches = static_cast<int64_t>(job->reader->minibatches());
+  // The dump killed the tree: its exit is recorded by the waiter.
+  std::unique_lock<std::mutex> lock(mu_);
+  if (exited_cv_.wait_for(lock, std::chrono::seconds(10),
+                          [&] { return job->exited.load(); })) {
+    r.exit_code = job->exit_code;
+  } else {
+    r.exit_code = -SIGKILL;
+    r.exiting = true;
+  }
+  held_[job->job_id] = dir;
+  lock.unlock();
+  DirStats(dir, &r.bytes, &r.files);
+  r.took_us = MicrosSince(t0);
+  return r;
 }
 
 core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(

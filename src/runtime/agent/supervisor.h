@@ -78,7 +78,9 @@ struct StartParams {
   // (the library waits for the ready file there). resume_from must be empty.
   bool warm = false;
   // GANDIVA_RESUME_FROM = the checkpoint held here for the job
-  // (HeldCheckpoint); kFailedPrecondition when there is none.
+  // (HeldCheckpoint); kFailedPrecondition when there is none. A CRIU dump
+  // held is restored instead (CriuRestore: the command is not run; the
+  // process keeps its environment and is pinned to these GPUs' CPUs).
   bool resume_local = false;
 };
 
@@ -95,12 +97,14 @@ struct ResumeResult {
 };
 struct CheckpointResult {
   int64_t took_us = 0;  // request -> exited with the checkpoint complete
-  int64_t save_us = 0;  // the job's own save, from its page (0: unknown)
-  int64_t bytes = 0;    // regular files in the checkpoint directory
+  // The job's own save, from its page (criu: the dump); 0: unknown.
+  int64_t save_us = 0;
+  int64_t bytes = 0;  // regular files in the checkpoint directory
   int files = 0;
-  std::string method;  // "library" or "restart"
+  std::string method;  // "library", "restart" or "criu"
   int64_t minibatches = 0;
-  int exit_code = 0;  // 75 / 76 (library), whatever SIGTERM gave (restart)
+  // 75 / 76 (library), whatever SIGTERM gave (restart), -9 (criu).
+  int exit_code = 0;
   // reply_when_saved: the checkpoint was complete and the job leaving
   // (exit_code is the one its page announced), its process not gone yet.
   bool exiting = false;
@@ -180,8 +184,11 @@ class Supervisor {
   // cancelled, the job is put back as it was (suspended again if it was) and
   // the result is kFailedPrecondition. A job without the library that is
   // restartable gets SIGTERM (then SIGCONT if suspended); kUnavailable if it
-  // does not exit in time. Any other job: kFailedPrecondition with the
-  // reason, the job untouched. On success the checkpoint directory is held
+  // does not exit in time. Any other job, when CRIU is usable here and this
+  // is no resize: dumped by CRIU into CheckpointDir/criu (CriuDump, which
+  // kills it; a failed dump leaves it as it was, with kFailedPrecondition or
+  // kUnavailable). Otherwise kFailedPrecondition with the reason, the job
+  // untouched. On success the checkpoint directory is held
   // (HeldCheckpoint). The exit is recorded and reported as any other.
   // reply_when_saved (a migration through the library, resize_to == 0):
   // success comes as soon as the page says the checkpoint is saved and the
@@ -257,6 +264,16 @@ class Supervisor {
       bool reply_when_saved, std::chrono::steady_clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointRestart(
       const std::shared_ptr<JobRec>& job, bool was_suspended,
+      std::chrono::steady_clock::time_point t0);
+  core::StatusOr<CheckpointResult> CheckpointCriu(
+      const std::shared_ptr<JobRec>& job, const std::string& criu,
+      bool was_suspended, std::chrono::steady_clock::time_point t0);
+  // The record of a job about to start: its dirs and page created.
+  core::StatusOr<std::shared_ptr<JobRec>> NewJobRec(
+      const StartParams& params) const;
+  // Start(resume_local) of a job whose held checkpoint is a CRIU dump.
+  core::StatusOr<StartResult> StartFromCriu(
+      const StartParams& params, const std::string& checkpoint,
       std::chrono::steady_clock::time_point t0);
   // Waits until pred() or the job exited or the deadline; true if pred().
   bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,

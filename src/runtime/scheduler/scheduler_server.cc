@@ -822,6 +822,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return;
       }
       std::string phases;
+      std::string method;  // how the source checkpointed it
       // From the checkpoint request on, the job trains nowhere.
       const auto t_ckpt = std::chrono::steady_clock::now();
       if (from.exists) {
@@ -871,10 +872,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                               " (checkpointed anyway)") +
                    ", ";
         }
-        phases += "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() +
-                  ", " + Mb(rep.bytes()) +
-                  (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") +
-                  ")";
+        method = rep.method();
+        phases +=
+            "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() + ", " +
+            Mb(rep.bytes()) +
+            (rep.save_us() > 0 ? (method == "criu" ? ", dump " : ", save ") +
+                                     Ms(rep.save_us())
+                               : "") +
+            ")";
       }
       if (same_server) {
         const auto t_start = std::chrono::steady_clock::now();
@@ -889,7 +894,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           return;
         }
         FinishMove(job, aid, what, true, false, us_since(t0),
-                   where + "; " + phases + ", restart " +
+                   where + "; " + phases +
+                       (method == "criu" ? ", restore " : ", restart ") +
                        Ms(us_since(t_start)) + "; training paused " +
                        Ms(us_since(t_ckpt)),
                    MovedTo::kDestination, from);
@@ -933,7 +939,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
                 Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) +
                 (rrep.channel().empty() ? "" : " over " + rrep.channel()) + ")";
-      if (!warm) detail += ", restart " + Ms(restart_us);
+      if (!warm) {
+        detail +=
+            (method == "criu" ? ", restore " : ", restart ") + Ms(restart_us);
+      }
       if (warm) {
         if (!warm_rep.ready()) {
           detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
@@ -1340,17 +1349,36 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     if (moves && j.launched && x.proc.exists && !x.progress.uses_library() &&
         !x.spec.restartable()) {
-      const AgentConn& a = agents[static_cast<size_t>(x.proc.server.value)];
-      if (!a.caps.criu()) {
+      // Only CRIU can move it: it must work where the job is and where it
+      // goes.
+      const std::string head =
+          "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
+          std::to_string(id) +
+          ": it does not use the gandiva job-side library, is not "
+          "declared restartable, and ";
+      if (m.kind == K::kResize) {
         return core::FailedPrecondition(
-            "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
-            std::to_string(id) +
-            ": it does not use the gandiva job-side library, is not "
-            "declared restartable, and CRIU is not usable on " +
-            a.name + " (" +
-            (a.caps.criu_detail().empty() ? "not checked"
-                                          : a.caps.criu_detail()) +
-            ")");
+            head + "CRIU can move a process but not change its world size");
+      }
+      std::vector<ServerId> ends = {x.proc.server};
+      if (m.kind == K::kMigrate) ends.push_back(m.server);
+      if (m.kind == K::kPack) {
+        if (const JobExtra* w = Extra(m.with.value); w && w->proc.exists) {
+          ends.push_back(w->proc.server);
+        }
+      }
+      for (ServerId s : ends) {
+        if (s.value < 0 || static_cast<size_t>(s.value) >= agents.size()) {
+          continue;  // the core's check names a bad server
+        }
+        const AgentConn& a = agents[static_cast<size_t>(s.value)];
+        if (!a.caps.criu()) {
+          return core::FailedPrecondition(
+              head + "CRIU is not usable on " + a.name + " (" +
+              (a.caps.criu_detail().empty() ? "not checked"
+                                            : a.caps.criu_detail()) +
+              ")");
+        }
       }
     }
     GANDIVA_RETURN_IF_ERROR(Feed(m));
