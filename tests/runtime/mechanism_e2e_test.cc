@@ -7,7 +7,11 @@
 // assertion depends on how fast anything ran.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +47,27 @@ std::string Fingerprint(const std::string& log) {
 
 bool WaitEnded(TestCluster& c, int64_t id, seconds timeout) {
   return WaitUntil([&] { return IsEnded(c.Job(id).state()); }, timeout);
+}
+
+// Processes of this machine whose command line mentions `needle`.
+int ProcessesRunning(const std::string& needle) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "cmdline");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::string cmd = ss.str();
+    // A zombie has an empty command line and no longer runs; a shell that
+    // runs the command is not counted, only the command.
+    const std::string argv0 = cmd.substr(0, cmd.find('\0'));
+    const bool shell =
+        argv0.size() >= 2 && argv0.substr(argv0.size() - 2) == "sh";
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (!shell && cmd.find(needle) != std::string::npos) ++n;
+  }
+  return n;
 }
 
 class MechanismE2eTest : public ::testing::Test {
@@ -220,6 +245,79 @@ TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
   EXPECT_NE(out.find("CRIU no (turned off on this agent (--no-criu))"),
             std::string::npos)
       << out;
+}
+
+// A kill that comes while a migration waits for the job's new process (a
+// warm start that would take ten minutes here) does not wait behind it: the
+// wait is cancelled, the new process and the one at the source are killed,
+// and the migration reports that it was cut short.
+TEST_F(MechanismE2eTest, KillDuringAWarmStartEndsTheJobEverywhere) {
+  TestCluster c({.policy = "fifo",
+                 .agents = 2,
+                 .gpus_per_agent = 1,
+                 .scheduler_args = {"--warm-ready-timeout-s", "600"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  // Its processes are told from any other run's by the cluster's dir.
+  const std::string tag =
+      "slow_warm_job.py --warm-s 600 --tag " + c.dir().string();
+  rpc::JobSpec spec =
+      c.PythonSpec("slow-warm", std::string(GANDIVA_SOURCE_DIR) +
+                                    "/tests/runtime/jobs/" + tag);
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.state() == rpc::RUNNING && j.progress().uses_library() &&
+               j.progress().minibatches() > 0;
+      },
+      seconds(90)))
+      << Describe(c, id) << c.Logs();
+  const std::string from = c.Job(id).server();
+  const std::string to = from == "agent-0" ? "agent-1" : "agent-0";
+  int migrate_rc = -1;
+  std::string migrate_out;
+  std::thread migrate([&] {
+    migrate_rc =
+        c.Cli({"migrate", std::to_string(id), "--to", to}, &migrate_out);
+  });
+  // Joined however the test ends: a kill ends the call.
+  struct Joiner {
+    std::thread& t;
+    TestCluster& c;
+    int64_t id;
+    ~Joiner() {
+      if (!t.joinable()) return;
+      std::string ignored;
+      c.Cli({"kill", std::to_string(id)}, &ignored);
+      t.join();
+    }
+  } joiner{migrate, c, id};
+  // The new process is up (and sleeps in its warmup): two of the job's.
+  ASSERT_TRUE(
+      WaitUntil([&] { return ProcessesRunning(tag) == 2; }, seconds(60)))
+      << Describe(c, id) << c.Logs();
+  std::this_thread::sleep_for(seconds(1));
+  std::string out;
+  EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
+  // Failure guards far below the ten-minute warm wait.
+  EXPECT_TRUE(WaitEnded(c, id, seconds(30))) << Describe(c, id);
+  migrate.join();
+  EXPECT_NE(migrate_rc, 0) << migrate_out;
+  // The move's outcome may come just after the job's end.
+  ASSERT_TRUE(
+      WaitUntil([&] { return !c.History(id, "migrate").empty(); }, seconds(30)))
+      << Describe(c, id) << c.Logs();
+  const auto moves = c.History(id, "migrate");
+  EXPECT_FALSE(moves.back().ok()) << Describe(c, id);
+  EXPECT_NE(moves.back().detail().find("warm start"), std::string::npos)
+      << Describe(c, id);
+  // No process of the job is left on either server.
+  EXPECT_TRUE(
+      WaitUntil([&] { return ProcessesRunning(tag) == 0; }, seconds(30)))
+      << ProcessesRunning(tag) << " left\n"
+      << Describe(c, id) << c.Logs();
 }
 
 // A job with neither the library nor checkpoints of its own is moved by

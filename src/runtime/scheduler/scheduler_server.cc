@@ -249,7 +249,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   int64_t clock_us = 0;
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
-  std::vector<AgentConn> agents;       // by server id
+  // The warm StartJob calls of moves under way, by job: a kill cancels the
+  // wait for the new process (it may take a minute) instead of queueing
+  // behind it. Guarded by warm_mu (executor threads and the loop).
+  std::mutex warm_mu;
+  std::map<int32_t, grpc::ClientContext*> warm_calls;
+  std::vector<AgentConn> agents;  // by server id
   std::map<std::string, int32_t> agent_by_name;
   std::map<int64_t, PendingAction> pending;  // by action id
   WriteBatch batch;
@@ -462,6 +467,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       case ActionKind::kKill: {
         const Proc old = x->proc;
         x->proc = Proc{};
+        if (live) {
+          // A move waiting for its warm process gives up now; what it
+          // leaves is killed when it concludes (FinishMove).
+          std::lock_guard<std::mutex> lock(warm_mu);
+          if (auto it = warm_calls.find(a.job.value); it != warm_calls.end()) {
+            it->second->TryCancel();
+          }
+        }
         if (live) {
           History(a.job.value, "kill", true, 0, a.reason);
           if (old.exists || old.checkpoint)
@@ -695,6 +708,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             break;
         }
       }
+      // Killed while it moved: the kill went to the destination; what the
+      // move left at the source goes too.
+      if (IsEnded(job) && (moved == MovedTo::kAsBefore ||
+                           moved == MovedTo::kCheckpointAtSource)) {
+        x->proc = Proc{};
+        KillAt(job, from, InternalActionId());
+      }
       Conclude(job, action, what, ok, took_us, detail, permanent);
     });
   }
@@ -792,8 +812,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                             std::chrono::microseconds(static_cast<int64_t>(
                                 opts.agent_rpc_timeout_s * 1e6)));
         }
+        if (warm_start) {
+          std::lock_guard<std::mutex> lock(warm_mu);
+          warm_calls[job] = ctx.get();
+        }
         grpc::Status s = StubOf(at.server)->StartJob(ctx.get(), req, &rep);
-        if (warm_start) warm_rep = rep;
+        if (warm_start) {
+          std::lock_guard<std::mutex> lock(warm_mu);
+          warm_calls.erase(job);
+          warm_rep = rep;
+        }
         if (!s.ok()) *err = RpcError("StartJob", s);
         return s.ok();
       };
@@ -817,6 +845,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return;
       }
       if (warm && from.exists && !start(true, false, to, &err)) {
+        // The new process may have started (a call cancelled by a kill, or
+        // one whose reply was lost): it goes.
+        kill(dst);
         FinishMove(job, aid, what, false, false, us_since(t0),
                    "warm start: " + err, MovedTo::kAsBefore, from);
         return;
