@@ -7,10 +7,14 @@
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <linux/sched.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -763,6 +767,94 @@ TEST_F(MigrationTest, AJobWithoutTheLibraryMovesByCriu) {
   ASSERT_TRUE(WaitUntil(
       [&] { return FindJob(StatusOf(stub2_.get()), 1) == nullptr; }, 10s));
   EXPECT_EQ(agent2_->supervisor().Job(1)->exit_code, 7);
+}
+
+// A restore whose PID is taken at the destination fails, naming the PID,
+// and loses nothing: the images stay held there, and once the PID is free
+// the job is restored from them.
+TEST_F(MigrationTest, ACriuRestoreWhosePidIsTakenFailsAndKeepsTheImages) {
+  StartAgent();
+  StartSecondAgent();
+  ASSERT_TRUE(agent_->WaitForCapabilities(20s));
+  ASSERT_TRUE(agent2_->WaitForCapabilities(20s));
+  if (!agent_->capabilities().criu || !agent2_->capabilities().criu) {
+    GTEST_SKIP() << "CRIU is not usable here: "
+                 << agent_->capabilities().criu_detail;
+  }
+  const std::string script =
+      "i=0; while :; do i=$((i+1)); echo \"n $i\"; sleep 0.05; done";
+  rpc::StartJobReply first;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->StartJob(&ctx, StartReq(1, 1, script), &first).ok());
+  }
+  const pid_t pid = static_cast<pid_t>(first.pid());
+  std::this_thread::sleep_for(300ms);
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(c.method(), "criu");
+  rpc::ReceiveCheckpointReply r;
+  s = ReceiveOn(stub2_.get(), 1, 3, agent_->address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // The dumped tree's PIDs free (what it started is reaped by init).
+  ASSERT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pid).empty(); }));
+
+  // Another process takes the PID (clone3 with set_tid; root only).
+  pid_t blocker = -1;
+  {
+    clone_args args{};
+    pid_t want = pid;
+    args.exit_signal = SIGCHLD;
+    args.set_tid = reinterpret_cast<uint64_t>(&want);
+    args.set_tid_size = 1;
+    // Until the dumped run's last zombie (reparented to init) is reaped,
+    // its PID stays taken.
+    long made = -1;
+    int err = 0;
+    WaitUntil([&] {
+      made = syscall(SYS_clone3, &args, sizeof args);
+      err = errno;
+      return made >= 0 || err != EEXIST;
+    });
+    if (made == 0) {
+      pause();
+      _exit(0);
+    }
+    if (made < 0) {
+      GTEST_SKIP() << "cannot create a process with PID " << pid << ": "
+                   << std::strerror(err);
+    }
+    blocker = static_cast<pid_t>(made);
+  }
+  ASSERT_EQ(blocker, pid);
+  rpc::StartJobRequest there = StartReq(1, 4, script);
+  there.set_resume_local(true);
+  s = StartOn(stub2_.get(), there);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("PID " + std::to_string(pid) +
+                                   ", which the process had, is in use"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(FindJob(StatusOf(stub2_.get()), 1), nullptr);
+  kill(blocker, SIGKILL);
+  waitpid(blocker, nullptr, 0);
+
+  // Nothing was lost: restored from the same images.
+  there.set_action_id(5);
+  s = StartOn(stub2_.get(), there);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string log = agent2_->supervisor().LogPath(1);
+  const std::string at_dump =
+      testing::ReadFile(agent_->supervisor().LogPath(1));
+  const size_t last_n = at_dump.rfind("n ");
+  ASSERT_NE(last_n, std::string::npos) << at_dump;
+  const int dumped_at = std::atoi(at_dump.c_str() + last_n + 2);
+  const std::string next = "n " + std::to_string(dumped_at + 1) + "\n";
+  ASSERT_TRUE(WaitUntil([&] {
+    return testing::ReadFile(log).find(next) != std::string::npos;
+  })) << testing::ReadFile(log);
+  EXPECT_EQ(testing::ReadFile(log).find("n 1\n"), std::string::npos);
 }
 
 // Where CRIU works, a resize of a job without the library is still refused:
