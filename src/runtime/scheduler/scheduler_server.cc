@@ -716,6 +716,66 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         KillAt(job, from, InternalActionId());
       }
       Conclude(job, action, what, ok, took_us, detail, permanent);
+      // The core takes a failed migrate (grow, shrink) back to the GPUs the
+      // job had, running; its process is gone and its checkpoint is at the
+      // source: it restarts there from it.
+      if (current && moved == MovedTo::kCheckpointAtSource && LiveJob(job) &&
+          st().job(JobId(job)).state == core::JobState::kRunning &&
+          !x->proc.exists && x->proc.checkpoint &&
+          x->proc.server == from.server) {
+        RestartAtSource(job, from);
+      }
+    });
+  }
+
+  // After a move failed once the job had checkpointed: starts it again
+  // where it was, from the checkpoint its agent kept (resume_local).
+  void RestartAtSource(int32_t job, const Proc& from) {
+    JobExtra* x = Extra(job);
+    auto stub = StubOf(from.server);
+    if (x == nullptr || stub == nullptr) return;
+    rpc::StartJobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(InternalActionId());
+    *req.mutable_spec() = x->spec;
+    for (int32_t g : from.local) req.add_gpus(g);
+    req.set_resume_local(true);
+    const std::string name =
+        agents[static_cast<size_t>(from.server.value)].name;
+    executor->Run(job, [=, this] {
+      const auto t0 = std::chrono::steady_clock::now();
+      rpc::StartJobReply rep;
+      auto ctx = Ctx();
+      const grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+      const int64_t took =
+          std::chrono::duration_cast<std::chrono::microseconds>(
+              std::chrono::steady_clock::now() - t0)
+              .count();
+      Post([=, this] {
+        JobExtra* y = Extra(job);
+        if (y == nullptr) return;
+        if (!s.ok()) {
+          History(job, "restart", false, took,
+                  "on " + name + " from the checkpoint kept there: " +
+                      RpcError("StartJob", s));
+          if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+          return;
+        }
+        if (IsEnded(job) || y->proc.exists || y->proc.server != from.server) {
+          // Killed or moved on meanwhile: this process is not wanted.
+          Proc here = from;
+          here.exists = true;
+          KillAt(job, here, InternalActionId());
+          return;
+        }
+        y->proc = from;
+        y->proc.exists = true;
+        y->proc.checkpoint = false;
+        y->proc.leaving = false;
+        History(
+            job, "restart", true, took,
+            "on " + name + " from the checkpoint kept there (the move failed)");
+      });
     });
   }
 

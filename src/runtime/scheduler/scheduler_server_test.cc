@@ -37,7 +37,9 @@ bool WaitFor(const std::function<bool()>& cond, int seconds = 30) {
   return cond();
 }
 
-enum class Mode { kOk, kFailStart, kSlow };
+// kFailReceive: checkpoints (a process that exits, its files kept) but
+// cannot receive one (the transfer fails).
+enum class Mode { kOk, kFailStart, kSlow, kFailReceive };
 
 // A fake node agent: keeps a table of "processes" and answers like one.
 class FakeAgent final : public rpc::Agent::Service {
@@ -69,6 +71,7 @@ class FakeAgent final : public rpc::Agent::Service {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, "no GPUs today"};
     }
     if (procs_.count(r->job_id())) ++duplicate_starts_;
+    if (r->resume_local()) ++resume_local_starts_[r->job_id()];
     procs_[r->job_id()] = Proc{
         rpc::RUNNING, std::vector<int32_t>(r->gpus().begin(), r->gpus().end())};
     start_gpus_[r->job_id()] = procs_[r->job_id()].gpus;
@@ -95,6 +98,27 @@ class FakeAgent final : public rpc::Agent::Service {
     it->second.state = rpc::RUNNING;
     ++resumes_;
     rep->set_took_us(3);
+    return grpc::Status::OK;
+  }
+  grpc::Status CheckpointJob(grpc::ServerContext*,
+                             const rpc::CheckpointRequest* r,
+                             rpc::CheckpointReply* rep) override {
+    std::lock_guard lock(mu_);
+    if (procs_.erase(r->job_id()) == 0) {
+      return {grpc::StatusCode::NOT_FOUND, "no such job"};
+    }
+    rep->set_method("restart");
+    rep->set_bytes(100);
+    rep->set_took_us(5);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReceiveCheckpoint(grpc::ServerContext*,
+                                 const rpc::ReceiveCheckpointRequest*,
+                                 rpc::ReceiveCheckpointReply* rep) override {
+    if (mode_ == Mode::kFailReceive) {
+      return {grpc::StatusCode::UNAVAILABLE, "the source went away"};
+    }
+    rep->set_bytes(100);
     return grpc::Status::OK;
   }
   grpc::Status KillJob(grpc::ServerContext*, const rpc::JobRequest* r,
@@ -192,6 +216,11 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     return duplicate_starts_;
   }
+  int resume_local_starts(int64_t job) {
+    std::lock_guard lock(mu_);
+    return resume_local_starts_[job];
+  }
+  const std::string& name() const { return name_; }
   std::set<int64_t> ever_ran() {
     std::lock_guard lock(mu_);
     return ever_ran_;
@@ -240,6 +269,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> start_calls_;
   std::map<int64_t, std::vector<int32_t>> start_gpus_;
   std::map<int64_t, int> kills_;
+  std::map<int64_t, int> resume_local_starts_;
   std::map<int64_t, int> reported_exits_;
   std::set<int64_t> ever_ran_;
   int suspends_ = 0;
@@ -303,6 +333,14 @@ class Client {
     rpc::Empty e;
     grpc::ClientContext ctx;
     return stub_->Kill(&ctx, r, &e);
+  }
+  grpc::Status Migrate(int64_t id, const std::string& server) {
+    rpc::MigrateRequest r;
+    r.set_job_id(id);
+    r.set_server(server);
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Migrate(&ctx, r, &e);
   }
   grpc::Status Suspend(int64_t id) {
     rpc::JobIdRequest r;
@@ -547,6 +585,60 @@ TEST_F(DaemonTest, OperatorSuspendResumeKill) {
   agent.Exit(j, -9);
   ASSERT_TRUE(agent.Report().ok());
   EXPECT_EQ(cl.State(j), rpc::KILLED);
+}
+
+// A move that fails once the job has checkpointed (here the transfer) leaves
+// the checkpoint at the source; the core takes the job back to its GPUs
+// there, running, so the daemon restarts it there from that checkpoint
+// rather than leave it running nowhere.
+TEST_F(DaemonTest, AMoveThatFailsAfterTheCheckpointRestartsTheJobAtItsSource) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kFailReceive);
+  FakeAgent b("node-b", 1, Mode::kFailReceive);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("own-checkpoints");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_restartable(true);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(j) == rpc::RUNNING &&
+           (a.procs().count(j) + b.procs().count(j)) == 1;
+  }));
+  FakeAgent& src = a.procs().count(j) ? a : b;
+  FakeAgent& dst = a.procs().count(j) ? b : a;
+  ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
+  auto entries = [&](const std::string& action) {
+    std::vector<rpc::HistoryEntry> out;
+    const rpc::JobInfo now = cl.Get(j);
+    for (const auto& h : now.history()) {
+      if (h.action() == action) out.push_back(h);
+    }
+    return out;
+  };
+  ASSERT_TRUE(WaitFor([&] { return !entries("restart").empty(); }))
+      << cl.Get(j).DebugString();
+  ASSERT_FALSE(entries("migrate").empty());
+  EXPECT_FALSE(entries("migrate").back().ok());
+  EXPECT_NE(entries("migrate").back().detail().find("the source went away"),
+            std::string::npos);
+  EXPECT_TRUE(entries("restart").back().ok()) << cl.Get(j).DebugString();
+  EXPECT_EQ(src.resume_local_starts(j), 1);
+  EXPECT_EQ(src.procs().count(j), 1u);
+  EXPECT_EQ(dst.procs().count(j), 0u);
+  const rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(info.server(), src.name());
+  // Its process there is the one the daemon follows: its exit ends it.
+  src.Exit(j, 0);
+  ASSERT_TRUE(src.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
+      << cl.Get(j).DebugString();
 }
 
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
