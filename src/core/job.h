@@ -144,6 +144,13 @@ struct Job {
   // leave it where it is; `immovable_reason` says why.
   bool immovable = false;
   std::string immovable_reason;
+  // Migrations and grows of this job that failed in a row, not for good;
+  // policies do not migrate or grow it again before `move_retry_at` (30 s
+  // after the first failure, doubling, at most 30 min). A shrink the
+  // cluster needs and an operator's request are not held back. A migrate,
+  // grow or shrink that succeeds clears both.
+  int move_failures = 0;
+  Time move_retry_at = Time::Zero();
   Profile profile;
 
   bool placed() const {

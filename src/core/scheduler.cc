@@ -713,6 +713,11 @@ void Scheduler::RequeueLost(Job& job) {
 void Scheduler::OnActionDone(Job& job, const ActionDone&) {
   const ActionKind kind = job.in_flight;
   job.in_flight = ActionKind::kNone;
+  if (kind == ActionKind::kMigrate || kind == ActionKind::kGrow ||
+      kind == ActionKind::kShrink) {
+    job.move_failures = 0;
+    job.move_retry_at = Time::Zero();
+  }
   switch (kind) {
     case ActionKind::kStart:
     case ActionKind::kResume:
@@ -761,6 +766,18 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
   const ActionKind kind = job.in_flight;
   job.in_flight = ActionKind::kNone;
   ++state_.counters_.actions_failed;
+  if (!failed.permanent &&
+      (kind == ActionKind::kMigrate || kind == ActionKind::kGrow)) {
+    // Backoff: 30 s, 60 s, ... at most 30 min before a policy moves it again
+    // (a shrink the cluster needs is not held back).
+    ++job.move_failures;
+    Duration wait = Duration::Seconds(30);
+    for (int i = 1; i < job.move_failures && wait < Duration::Seconds(1800);
+         ++i) {
+      wait = wait * 2;
+    }
+    job.move_retry_at = state_.now_ + std::min(wait, Duration::Seconds(1800));
+  }
   switch (kind) {
     case ActionKind::kStart:
       ++job.start_failures;

@@ -58,6 +58,18 @@ class Harness {
     return id;
   }
 
+  // Reports one pending action of `job` done; returns what it caused.
+  std::vector<Action> Complete(JobId job) {
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].job != job) continue;
+      Action a = pending_[i];
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+      return Send(ActionDone{a.id, a.job, Duration()});
+    }
+    ADD_FAILURE() << "no pending action for job " << job.value;
+    return {};
+  }
+
   // Reports one pending action of `job` failed; returns what it caused.
   std::vector<Action> Fail(JobId job, bool permanent = false) {
     for (size_t i = 0; i < pending_.size(); ++i) {

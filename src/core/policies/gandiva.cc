@@ -159,6 +159,8 @@ void GandivaPolicy::PullWaiting(const ClusterState& state, Actions& out) {
     const Job& j = state.job(id);
     if (j.state != JobState::kSuspended || j.busy()) continue;
     if (j.launched && j.immovable) continue;
+    // A move of it failed lately: not again yet (it may resume in place).
+    if (j.launched && state.now() < j.move_retry_at) continue;
     const int d = static_cast<int>(j.gpus.size());
     const int k = std::countr_zero(static_cast<unsigned>(d));
     if (d > free || blocked[k]) continue;
@@ -522,7 +524,7 @@ void GandivaPolicy::GrowShrink(const ClusterState& state, bool tick,
       continue;
     }
     if (j.state != JobState::kRunning || j.busy() || j.held ||
-        j.packed_with.valid()) {
+        j.packed_with.valid() || state.now() < j.move_retry_at) {
       continue;
     }
     std::vector<GpuId> gpus = j.gpus;
@@ -613,7 +615,8 @@ std::optional<std::vector<GpuId>> GandivaPolicy::GoodPlace(
 
 void GandivaPolicy::MoveJob(const ClusterState& state, const Job& job,
                             Actions& out) {
-  if (job.busy() || job.held || job.packed_with.valid() || job.immovable) {
+  if (job.busy() || job.held || job.packed_with.valid() || job.immovable ||
+      state.now() < job.move_retry_at) {
     return;
   }
   const Cluster& cluster = state.cluster();

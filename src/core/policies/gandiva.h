@@ -24,6 +24,12 @@
 // claimed by another runs. A higher-priority job is never suspended for one
 // of lower priority.
 //
+// Failed moves: a job whose migration (or grow) failed, not for good, is not
+// migrated or grown by this policy again before Job::move_retry_at (30 s
+// after the failure, doubling with each failure in a row, at most 30 min);
+// meanwhile it may resume in place. One that cannot be checkpointed at all
+// (`immovable`) is never moved again.
+//
 // Not thread-safe (see Policy).
 #pragma once
 

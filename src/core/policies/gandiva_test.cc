@@ -458,6 +458,59 @@ TEST(GandivaMigrationTest, DefragmentsUntilTheRuleHolds) {
   EXPECT_EQ(h.state().counters().migrations, 1);
 }
 
+// A move that fails, not for good (a transfer cut, say), is not tried again
+// at once: the job waits 30 s before the policy moves it again (then 60 s,
+// 120 s, ... after further failures); a move that succeeds clears that.
+TEST(GandivaMigrationTest, AFailedMoveBacksOff) {
+  GandivaOptions o;
+  o.defrag = true;
+  o.time_slicing = false;
+  o.allow_split = false;
+  Harness h(Gandiva(o), 3);
+  h.Submit(4);                   // s0 full
+  const JobId a = h.Submit(1);   // s1
+  const JobId b = h.Submit(2);   // s2
+  const JobId c = h.Submit(1);   // s1
+  h.Send(JobFinished{c, true});  // s1: only a, 3 free: fragmented
+  h.CompleteAll();
+  h.Submit(4);  // queues
+  h.Advance(Duration::Seconds(60));
+  auto moves = [&](const std::vector<Action>& acts) {
+    int n = 0;
+    for (const Action& x : acts) {
+      n += x.job == a &&
+           (x.kind == ActionKind::kSuspend || x.kind == ActionKind::kMigrate);
+    }
+    return n;
+  };
+  ASSERT_EQ(moves(h.Tick()), 1);  // suspended to be moved
+  ASSERT_EQ(CountKind(h.Complete(a), ActionKind::kMigrate), 1);
+  const ServerId home =
+      h.state().cluster().gpu(h.job(a).migrating_from[0]).server;
+  EXPECT_EQ(moves(h.Fail(a)), 0);
+  EXPECT_EQ(h.job(a).move_failures, 1);
+  EXPECT_EQ(h.job(a).move_retry_at, h.now() + Duration::Seconds(30));
+  EXPECT_EQ(h.state().cluster().gpu(h.job(a).gpus[0]).server, home);
+  // Not within the 30 s.
+  for (int i = 0; i < 5; ++i) {
+    h.Advance(Duration::Seconds(5));
+    EXPECT_EQ(moves(h.Tick()), 0) << "at " << (i + 1) * 5 << " s";
+    h.CompleteAll();
+  }
+  // After them it moves, and the count is cleared.
+  h.Advance(Duration::Seconds(6));
+  h.Tick();
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(1));
+  h.Tick();
+  h.CompleteAll();
+  EXPECT_EQ(h.state().counters().migrations, 2);  // the failed one too
+  EXPECT_EQ(h.state().cluster().gpu(h.job(a).gpus[0]).server,
+            h.state().cluster().gpu(h.job(b).gpus[0]).server);
+  EXPECT_EQ(h.job(a).move_failures, 0);
+  EXPECT_EQ(h.job(a).move_retry_at, Time::Zero());
+}
+
 // A 2-GPU job sharing with two 1-GPU jobs gets both GPUs together.
 TEST(GandivaTimeSliceTest, MultiGpuJobGetsItsTurn) {
   Harness h(Gandiva(), 1, Gpus(2));
