@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "core/test_util.h"
 
 namespace gandiva::core {
@@ -424,21 +426,32 @@ TEST(GandivaMigrationTest, SplitJobConsolidatesOnDeparture) {
   EXPECT_EQ(CountKind(h.Tick(), ActionKind::kSuspend), 0);
 }
 
-// Defragmentation: while a 4-GPU job queues, a server that hosts one job
-// but has 3 of 4 GPUs free is emptied onto a busier server; the queued job
-// then gets the whole server. The rule stops there.
-TEST(GandivaMigrationTest, DefragmentsUntilTheRuleHolds) {
+GandivaOptions DefragOnly() {
   GandivaOptions o;
   o.defrag = true;
   o.time_slicing = false;
   o.allow_split = false;
-  Harness h(Gandiva(o), 3);
+  return o;
+}
+
+// On three 4-GPU servers: s0 full, s1 holding only a 1-GPU job (3 GPUs
+// free: fragmented), s2 a 2-GPU job. Returns those two jobs.
+std::pair<JobId, JobId> Fragment(Harness& h) {
   h.Submit(4);                   // s0 full
   const JobId a = h.Submit(1);   // s1
   const JobId b = h.Submit(2);   // s2
   const JobId c = h.Submit(1);   // s1
   h.Send(JobFinished{c, true});  // s1: only a, 3 free: fragmented
   h.CompleteAll();
+  return {a, b};
+}
+
+// Defragmentation: while a 4-GPU job queues, a server that hosts one job
+// but has 3 of 4 GPUs free is emptied onto a busier server; the queued job
+// then gets the whole server. The rule stops there.
+TEST(GandivaMigrationTest, DefragmentsUntilTheRuleHolds) {
+  Harness h(Gandiva(DefragOnly()), 3);
+  const auto [a, b] = Fragment(h);
   const JobId e = h.Submit(4);
   EXPECT_EQ(h.job(e).state, JobState::kQueued);
   h.Advance(Duration::Seconds(60));
@@ -462,17 +475,8 @@ TEST(GandivaMigrationTest, DefragmentsUntilTheRuleHolds) {
 // at once: the job waits 30 s before the policy moves it again (then 60 s,
 // 120 s, ... after further failures); a move that succeeds clears that.
 TEST(GandivaMigrationTest, AFailedMoveBacksOff) {
-  GandivaOptions o;
-  o.defrag = true;
-  o.time_slicing = false;
-  o.allow_split = false;
-  Harness h(Gandiva(o), 3);
-  h.Submit(4);                   // s0 full
-  const JobId a = h.Submit(1);   // s1
-  const JobId b = h.Submit(2);   // s2
-  const JobId c = h.Submit(1);   // s1
-  h.Send(JobFinished{c, true});  // s1: only a, 3 free: fragmented
-  h.CompleteAll();
+  Harness h(Gandiva(DefragOnly()), 3);
+  const auto [a, b] = Fragment(h);
   h.Submit(4);  // queues
   h.Advance(Duration::Seconds(60));
   auto moves = [&](const std::vector<Action>& acts) {

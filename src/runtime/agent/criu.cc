@@ -34,6 +34,15 @@ int64_t MicrosSince(Clock::time_point t0) {
       .count();
 }
 
+// File actions for a child: stdin /dev/null, stdout and stderr to `path`
+// (opened with `flags`, created with mode 0644).
+void StdioTo(posix_spawn_file_actions_t* fa, const std::string& path,
+             int flags) {
+  posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(fa, 1, path.c_str(), O_WRONLY | flags, 0644);
+  posix_spawn_file_actions_adddup2(fa, 1, 2);
+}
+
 struct RunResult {
   bool started = false;
   bool timed_out = false;
@@ -66,10 +75,7 @@ RunResult Run(const std::vector<std::string>& args,
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  StdioTo(&fa, out_path, O_CREAT | O_TRUNC);
   if (passed >= 0) posix_spawn_file_actions_adddup2(&fa, passed, kInheritedFd);
   ChildSpawnAttr attr;
   pid_t pid = 0;
@@ -190,10 +196,7 @@ void ProbeCriu(Capabilities* caps, std::chrono::milliseconds timeout) {
   const std::string log = dir + "/log";
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  StdioTo(&fa, log, O_CREAT | O_APPEND);
   ChildSpawnAttr attr;
   pid_t child = 0;
   ExecEnv env({});
