@@ -227,6 +227,36 @@ struct JobFlags {
   std::string job;
 };
 
+// How the job can be moved to other GPUs (migrate, a pack or resume
+// elsewhere, resize), as the daemon decides it.
+std::string MovesBy(Session& s, const rpc::JobInfo& j) {
+  if (j.uses_library() || j.progress().uses_library()) {
+    return "checkpoint at a mini-batch boundary (the job-side library)";
+  }
+  if (j.spec().restartable()) {
+    return "restart from its own checkpoints (restartable)";
+  }
+  if (j.server().empty() || IsEnded(j.state())) {
+    return "the library if it attaches, else CRIU where it works";
+  }
+  rpc::ListServersReply servers;
+  if (!s.stub().ListServers(Context().get(), rpc::Empty(), &servers).ok()) {
+    return "unknown (the server list did not come)";
+  }
+  for (const auto& srv : servers.servers()) {
+    if (srv.name() != j.server()) continue;
+    const rpc::AgentCapabilities& c = srv.capabilities();
+    if (c.criu()) {
+      return "CRIU (usable on " + srv.name() +
+             "; the destination needs it too; not a resize)";
+    }
+    return "cannot move: no library seen, not restartable, and CRIU is not "
+           "usable on " +
+           srv.name() + " (" + c.criu_detail() + ")";
+  }
+  return "unknown (server " + j.server() + " is not listed)";
+}
+
 int RunShow(const JobFlags& f) {
   Session s("show", f.conn);
   int64_t id = 0;
@@ -259,6 +289,7 @@ int RunShow(const JobFlags& f) {
               spec.group().empty() ? "-" : spec.group().c_str());
   std::printf("  elastic:      %s\n", spec.elastic() ? "yes" : "no");
   std::printf("  restartable:  %s\n", spec.restartable() ? "yes" : "no");
+  std::printf("  moves by:     %s\n", MovesBy(s, j).c_str());
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
   std::printf("  env:         %s\n", env.empty() ? " -" : "");
   for (const auto& [k, v] : env) {

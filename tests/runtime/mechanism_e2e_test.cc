@@ -179,6 +179,10 @@ TEST_F(MechanismE2eTest, RestartableJobMovesBetweenAgents) {
       [&] { return CountLines(c.JobLog(c.Job(id)), "resumed 42") == 1; },
       seconds(30)))
       << c.JobLog(c.Job(id)) << Describe(c, id);
+  ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &out), 0) << out;
+  EXPECT_NE(out.find("moves by:     restart from its own checkpoints"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
 }
 
@@ -234,6 +238,14 @@ TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
 
   EXPECT_EQ(c.Cli({"unpack", std::to_string(id)}, &out), 1);
   EXPECT_NE(out.find("not packed"), std::string::npos) << out;
+
+  // `gandiva show` says so before anyone asks.
+  ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &out), 0) << out;
+  EXPECT_NE(out.find("moves by:     cannot move: no library seen, not "
+                     "restartable, and CRIU is not usable on " +
+                     where + " (turned off on this agent (--no-criu))"),
+            std::string::npos)
+      << out;
 
   const rpc::JobInfo j = c.Job(id);
   EXPECT_EQ(j.state(), rpc::RUNNING) << Describe(c, id);
@@ -391,6 +403,8 @@ TEST_F(MechanismE2eTest, PlainJobMovesByCriu) {
   EXPECT_TRUE(in_order) << log;
   ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &out), 0) << out;
   EXPECT_NE(out.find("(criu, "), std::string::npos) << out;
+  EXPECT_NE(out.find("moves by:     CRIU (usable on " + to), std::string::npos)
+      << out;
   std::printf("[ criu ] %s\n",
               c.History(id, "migrate").back().detail().c_str());
   EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
