@@ -13,7 +13,8 @@
 // working directory created at the same path when it is missing (its
 // contents do not move). Everything else the process uses must be at the
 // same paths on both servers: its executable and libraries, files it holds
-// open. CUDA state is not handled (a process holding a GPU fails to dump).
+// open. CUDA state is not handled: without CRIU's CUDA plugin a process
+// holding a GPU is expected to fail its dump (and then runs on).
 // Every criu command runs with CRIU_FAULT=130 (no hardware breakpoints):
 // without it dumps hang on some kernels.
 //
