@@ -213,6 +213,24 @@ class BulkTransferTest : public ::testing::Test {
     return stub->ReceiveCheckpoint(&ctx, req, out);
   }
 
+  // Holds `files` as the job's checkpoint at `from`, has `to` pull it, and
+  // expects it whole over `channel`, byte-identical in `to`'s incoming dir.
+  // The reply goes to *out when given.
+  static void MoveAndExpect(const TestAgent& from, const TestAgent& to,
+                            int64_t job,
+                            const std::map<std::string, File>& files,
+                            const std::string& channel,
+                            rpc::ReceiveCheckpointReply* out = nullptr) {
+    Hold(*from.server, job, files);
+    rpc::ReceiveCheckpointReply r;
+    grpc::Status s = Receive(to.stub.get(), job, from.server->address(), &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(r.channel(), channel);
+    EXPECT_EQ(r.bytes(), TotalBytes(files));
+    ExpectSame(files, to.server->supervisor().IncomingDir(job));
+    if (out != nullptr) *out = r;
+  }
+
   static grpc::Status Open(rpc::Agent::Stub* stub, int64_t job,
                            rpc::OpenCheckpointTransferReply* out) {
     rpc::OpenCheckpointTransferRequest req;
@@ -238,15 +256,10 @@ TEST_F(BulkTransferTest, FilesArriveByteIdenticalOverTheBulkChannel) {
   TestAgent b = StartAgent(dir_b_, true);
   ASSERT_TRUE(a.server && b.server);
   const auto files = SampleCheckpoint();
-  Hold(*a.server, 5, files);
   rpc::ReceiveCheckpointReply r;
-  grpc::Status s = Receive(b.stub.get(), 5, a.server->address(), &r);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(r.channel(), "tcp");
-  EXPECT_EQ(r.bytes(), TotalBytes(files));
+  ASSERT_NO_FATAL_FAILURE(MoveAndExpect(a, b, 5, files, "tcp", &r));
   EXPECT_GT(r.transfer_us(), 0);
   const std::string incoming = b.server->supervisor().IncomingDir(5);
-  ExpectSame(files, incoming);
   EXPECT_EQ(b.server->supervisor().HeldCheckpoint(5), incoming);
   // The source's channel is done with: nothing of it stays behind.
   std::printf("[ bulk ] %lld bytes in %lld us\n",
@@ -269,12 +282,7 @@ TEST_F(BulkTransferTest, ASourceListeningOnIpv6LoopbackIsReachable) {
   ASSERT_EQ(a.server->address().rfind("[::1]:", 0), 0u) << a.server->address();
   const std::map<std::string, File> files = {
       {"a", {Pattern(5 << 20, 3), 0644}}};
-  Hold(*a.server, 1, files);
-  rpc::ReceiveCheckpointReply r;
-  grpc::Status s = Receive(b.stub.get(), 1, a.server->address(), &r);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(r.channel(), "tcp");
-  ExpectSame(files, b.server->supervisor().IncomingDir(1));
+  MoveAndExpect(a, b, 1, files, "tcp");
 }
 
 TEST_F(BulkTransferTest, AWrongTokenIsDroppedAndTheRightOneStillGetsTheFiles) {
@@ -345,13 +353,7 @@ TEST_F(BulkTransferTest, WithBulkTransferOffTheGrpcStreamCarriesIt) {
   TestAgent b = StartAgent(dir_b_, /*bulk=*/false);
   ASSERT_TRUE(a.server && b.server);
   const auto files = SampleCheckpoint();
-  Hold(*a.server, 3, files);
-  rpc::ReceiveCheckpointReply r;
-  grpc::Status s = Receive(b.stub.get(), 3, a.server->address(), &r);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(r.channel(), "grpc");
-  EXPECT_EQ(r.bytes(), TotalBytes(files));
-  ExpectSame(files, b.server->supervisor().IncomingDir(3));
+  ASSERT_NO_FATAL_FAILURE(MoveAndExpect(a, b, 3, files, "grpc"));
   // An agent with it off offers none.
   rpc::OpenCheckpointTransferReply offer;
   EXPECT_EQ(Open(b.stub.get(), 3, &offer).error_code(),
@@ -364,14 +366,10 @@ TEST_F(BulkTransferTest, ASourceWithoutTheChannelFallsBackToTheGrpcStream) {
   TestAgent b = StartAgent(dir_b_, true);
   ASSERT_TRUE(a.server && b.server);
   const auto files = SampleCheckpoint();
-  Hold(*a.server, 4, files);
-  rpc::ReceiveCheckpointReply r;
-  grpc::Status s = Receive(b.stub.get(), 4, a.server->address(), &r);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(r.channel(), "grpc");
-  ExpectSame(files, b.server->supervisor().IncomingDir(4));
+  ASSERT_NO_FATAL_FAILURE(MoveAndExpect(a, b, 4, files, "grpc"));
   // No checkpoint at the source: an error, not a fallback that hides it.
-  s = Receive(b.stub.get(), 99, a.server->address(), &r);
+  rpc::ReceiveCheckpointReply r;
+  grpc::Status s = Receive(b.stub.get(), 99, a.server->address(), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   TestAgent c = StartAgent(scratch_, true);
   ASSERT_TRUE(c.server);
@@ -459,13 +457,8 @@ TEST_F(BulkTransferTest, ParallelStreamsCarryTheFilesByteIdentical) {
     TestAgent b = StartAgent(dir, true, 15000ms, "127.0.0.1:0", streams);
     ASSERT_TRUE(b.server);
     const int64_t job = 20 + streams;
-    Hold(*a.server, job, files);
-    rpc::ReceiveCheckpointReply r;
-    grpc::Status s = Receive(b.stub.get(), job, a.server->address(), &r);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(r.channel(), "tcp x" + std::to_string(streams));
-    EXPECT_EQ(r.bytes(), TotalBytes(files));
-    ExpectSame(files, b.server->supervisor().IncomingDir(job));
+    ASSERT_NO_FATAL_FAILURE(
+        MoveAndExpect(a, b, job, files, "tcp x" + std::to_string(streams)));
   }
   // A small checkpoint goes over one stream whatever is asked for.
   TempDir dir;
@@ -473,12 +466,7 @@ TEST_F(BulkTransferTest, ParallelStreamsCarryTheFilesByteIdentical) {
   ASSERT_TRUE(b.server);
   const std::map<std::string, File> small = {
       {"s", {Pattern(5 << 20, 14), 0644}}};
-  Hold(*a.server, 30, small);
-  rpc::ReceiveCheckpointReply r;
-  grpc::Status s = Receive(b.stub.get(), 30, a.server->address(), &r);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(r.channel(), "tcp");
-  ExpectSame(small, b.server->supervisor().IncomingDir(30));
+  MoveAndExpect(a, b, 30, small, "tcp");
 }
 
 TEST(BulkSliceTest, TheSlicesCoverEveryByteOnceInOrder) {
