@@ -468,14 +468,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         const Proc old = x->proc;
         x->proc = Proc{};
         if (live) {
-          // A move waiting for its warm process gives up now; what it
-          // leaves is killed when it concludes (FinishMove).
-          std::lock_guard<std::mutex> lock(warm_mu);
-          if (auto it = warm_calls.find(a.job.value); it != warm_calls.end()) {
-            it->second->TryCancel();
+          {
+            // A move waiting for its warm process gives up now; what it
+            // leaves is killed when it concludes (FinishMove).
+            std::lock_guard<std::mutex> lock(warm_mu);
+            if (auto it = warm_calls.find(a.job.value);
+                it != warm_calls.end()) {
+              it->second->TryCancel();
+            }
           }
-        }
-        if (live) {
           History(a.job.value, "kill", true, 0, a.reason);
           if (old.exists || old.checkpoint)
             KillAt(a.job.value, old, a.id.value);
@@ -914,6 +915,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       std::string phases;
       std::string method;  // how the source checkpointed it
+      // Starting from the checkpoint: a CRIU dump is restored.
+      auto restart_phase = [&method](int64_t us) {
+        return (method == "criu" ? ", restore " : ", restart ") + Ms(us);
+      };
       // From the checkpoint request on, the job trains nowhere.
       const auto t_ckpt = std::chrono::steady_clock::now();
       if (from.exists) {
@@ -965,7 +970,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
         method = rep.method();
         phases +=
-            "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() + ", " +
+            "checkpoint " + Ms(rep.took_us()) + " (" + method + ", " +
             Mb(rep.bytes()) +
             (rep.save_us() > 0 ? (method == "criu" ? ", dump " : ", save ") +
                                      Ms(rep.save_us())
@@ -985,10 +990,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           return;
         }
         FinishMove(job, aid, what, true, false, us_since(t0),
-                   where + "; " + phases +
-                       (method == "criu" ? ", restore " : ", restart ") +
-                       Ms(us_since(t_start)) + "; training paused " +
-                       Ms(us_since(t_ckpt)),
+                   where + "; " + phases + restart_phase(us_since(t_start)) +
+                       "; training paused " + Ms(us_since(t_ckpt)),
                    MovedTo::kDestination, from);
         return;
       }
@@ -1030,10 +1033,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
                 Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) +
                 (rrep.channel().empty() ? "" : " over " + rrep.channel()) + ")";
-      if (!warm) {
-        detail +=
-            (method == "criu" ? ", restore " : ", restart ") + Ms(restart_us);
-      }
+      if (!warm) detail += restart_phase(restart_us);
       if (warm) {
         if (!warm_rep.ready()) {
           detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
