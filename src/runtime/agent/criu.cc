@@ -77,6 +77,10 @@ RunResult Run(const std::vector<std::string>& args,
   posix_spawn_file_actions_init(&fa);
   StdioTo(&fa, out_path, O_CREAT | O_TRUNC);
   if (passed >= 0) posix_spawn_file_actions_adddup2(&fa, passed, kInheritedFd);
+  // Nothing else of ours: a socket the child inherited would make criu's
+  // own process, or the tree it restores, hold it.
+  posix_spawn_file_actions_addclosefrom_np(
+      &fa, passed >= 0 ? kInheritedFd + 1 : kInheritedFd);
   ChildSpawnAttr attr;
   pid_t pid = 0;
   const int rc =
@@ -118,15 +122,16 @@ bool Succeeded(const RunResult& r) {
   return r.started && !r.timed_out && r.exit_code == 0;
 }
 
-// The last line that mentions an error, else the last non-empty line.
+// The first line that mentions an error (CRIU's first is the cause; its
+// last says only "Dumping FAILED."), else the last non-empty line.
 std::string ErrorLine(const std::string& text) {
   std::string last, error;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     last = line;
-    if (line.find("Error") != std::string::npos ||
-        line.find("error") != std::string::npos) {
+    if (error.empty() && (line.find("Error") != std::string::npos ||
+                          line.find("error") != std::string::npos)) {
       // CRIU warns of this on every run; it is not why a step failed.
       if (line.find("RLIMIT_NOFILE") == std::string::npos) error = line;
     }
@@ -197,6 +202,9 @@ void ProbeCriu(Capabilities* caps, std::chrono::milliseconds timeout) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   StdioTo(&fa, log, O_CREAT | O_APPEND);
+  // Only stdio, as a job has (Supervisor::Start): an inherited connected
+  // socket would fail the trial dump ("Connected TCP socket").
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
   ChildSpawnAttr attr;
   pid_t child = 0;
   ExecEnv env({});
