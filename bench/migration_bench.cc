@@ -22,7 +22,11 @@
 // --compare-grpc adds a large-model column moved over the gRPC stream by a
 // second pair of agents, in the same run; --compare-streams 1,2,4 moves the
 // large model between one pair of agents per number of streams, side by
-// side.
+// side. By default the warm process takes the checkpoint from the source's
+// bulk channel itself, straight into its memory (its transfer is then its
+// load too); --no-stream-to-job has the agents receive it into files first,
+// and --compare-files adds a large-model column moved that way by a second
+// pair of agents, in the same run.
 //
 // With --gpu the agents offer the GPUs NVML finds and the models train on
 // the GPU (a checkpoint copies them to host memory); the resize needs a GPU
@@ -33,7 +37,8 @@
 //       [--skip-large] [--small-only] [--skip-resize] [--loopback-mib N]
 //       [--large-width W] [--large-layers L] [--no-bulk-transfer]
 //       [--bulk-streams N] [--compare-grpc] [--compare-streams N,N,...]
-//       [--criu-runs N] [--gpu] [--overlap] [--verbose]
+//       [--compare-files] [--no-stream-to-job] [--criu-runs N] [--gpu]
+//       [--overlap] [--verbose]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -116,9 +121,10 @@ struct Agent {
 
 Agent StartAgent(const std::string& label, const fs::path& work_dir,
                  const fs::path& checkpoint_root, bool bulk_transfer,
-                 int bulk_streams) {
+                 int bulk_streams, bool stream_to_job = true) {
   runtime::AgentOptions o;
   o.bulk_transfer = bulk_transfer;
+  o.stream_to_job = stream_to_job;
   o.bulk_streams = bulk_streams;
   o.listen_address = "127.0.0.1:0";
   o.name = "bench-" + label + "-" + std::to_string(::getpid());
@@ -467,18 +473,21 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
                                 r.transfer_us() / 1e3));
     }
     out.Add("load", r.load_us() / 1e3);
+    // Straight into the job (streamed), the transfer is the load too.
+    out.Add("transfer + load", (r.transfer_us() + r.load_us()) / 1e3);
     out.Add("first mini-batch", r.first_minibatch_us() / 1e3);
     out.Add("ReceiveCheckpoint call", r.took_us() / 1e3);
     out.Add("CRITICAL PATH (ckpt -> 1st mb)", critical_ms);
     out.Add("whole (incl. warm StartJob)", whole_ms);
     out.Add("checkpoint MB", static_cast<double>(c.bytes()) / 1e6);
-    ++out.channels[r.channel()];
+    ++out.channels[r.channel() + (r.streamed() ? " to job" : "")];
     std::printf(
         "  %s: migration %d %s -> %s: checkpoint %.0f ms, transfer %.0f ms "
-        "(%s), load %.0f ms, first mini-batch %.0f ms; critical path %.0f "
+        "(%s%s), load %.0f ms, first mini-batch %.0f ms; critical path %.0f "
         "ms\n",
         label.c_str(), i + 1, src->label.c_str(), dst->label.c_str(),
         c.took_us() / 1e3, r.transfer_us() / 1e3, r.channel().c_str(),
+        r.streamed() ? ", straight into the job, with its load" : "",
         r.load_us() / 1e3, r.first_minibatch_us() / 1e3, critical_ms);
     std::fflush(stdout);
     std::swap(src, dst);
@@ -871,7 +880,8 @@ int main(int argc, char** argv) {
   size_t loopback_mib = 1024;
   int large_width = 2048, large_layers = 6;
   int criu_runs = 3;
-  bool bulk_transfer = true, compare_grpc = false;
+  bool bulk_transfer = true, compare_grpc = false, compare_files = false;
+  bool stream_to_job = true;
   int bulk_streams = runtime::AgentOptions().bulk_streams;
   std::vector<int> compare_streams;
   for (int i = 1; i < argc; ++i) {
@@ -919,6 +929,10 @@ int main(int argc, char** argv) {
       criu_runs = std::max(0, value());
     } else if (arg == "--compare-grpc") {
       compare_grpc = true;
+    } else if (arg == "--compare-files") {
+      compare_files = true;
+    } else if (arg == "--no-stream-to-job") {
+      stream_to_job = false;
     } else if (arg == "--gpu") {
       real_gpus = true;
     } else if (arg == "--overlap") {
@@ -931,8 +945,9 @@ int main(int argc, char** argv) {
           "[--skip-small] [--skip-large] [--small-only] [--skip-resize] "
           "[--loopback-mib N (1024; 0: skip)] [--large-width W (2048)] "
           "[--large-layers L (6)] [--no-bulk-transfer] [--bulk-streams N] "
-          "[--compare-grpc] [--compare-streams N,N,...] [--criu-runs N (3)] "
-          "[--gpu] [--overlap] [--verbose]\n"
+          "[--compare-grpc] [--compare-streams N,N,...] [--compare-files] "
+          "[--no-stream-to-job] [--criu-runs N (3)] [--gpu] [--overlap] "
+          "[--verbose]\n"
           "  --criu-runs N       CRIU migrations of the large model without "
           "the library\n"
           "                      (where CRIU works; 0: none)\n"
@@ -951,6 +966,14 @@ int main(int argc, char** argv) {
           "(e.g. 1,2,4),\n"
           "                      side by side; agents a and b use the "
           "first\n"
+          "  --no-stream-to-job  agents receive a warm start's checkpoint "
+          "into files\n"
+          "                      first (by default the job takes it from "
+          "the source)\n"
+          "  --compare-files     also move the large model between two agents "
+          "that\n"
+          "                      receive it into files first (a column beside "
+          "it)\n"
           "  --gpu               the agents offer the GPUs NVML finds; the "
           "models\n"
           "                      train there\n"
@@ -981,10 +1004,14 @@ int main(int argc, char** argv) {
     if (!bulk_transfer) Die("--compare-streams needs the bulk channel");
     bulk_streams = compare_streams.front();
   }
-  Agent a =
-      StartAgent("a", dir / "a", ckpt_dir / "a", bulk_transfer, bulk_streams);
-  Agent b =
-      StartAgent("b", dir / "b", ckpt_dir / "b", bulk_transfer, bulk_streams);
+  if (compare_files && (!bulk_transfer || !stream_to_job)) {
+    Die("--compare-files compares against the default (bulk channel, "
+        "straight into the job)");
+  }
+  Agent a = StartAgent("a", dir / "a", ckpt_dir / "a", bulk_transfer,
+                       bulk_streams, stream_to_job);
+  Agent b = StartAgent("b", dir / "b", ckpt_dir / "b", bulk_transfer,
+                       bulk_streams, stream_to_job);
   const runtime::GpuInventory& inv = a.server->gpus();
   if (real_gpus && inv.is_virtual()) {
     Die("--gpu: no GPU found (" + inv.nvml_note() + ")");
@@ -1073,6 +1100,25 @@ int main(int argc, char** argv) {
     c.server->Shutdown();
     d.server->Shutdown();
   }
+  size_t files_index = 0;
+  if (large && compare_files) {
+    // The same model between agents that receive it into files first.
+    Agent c =
+        StartAgent("g", dir / "g", ckpt_dir / "g", true, bulk_streams, false);
+    Agent d =
+        StartAgent("h", dir / "h", ckpt_dir / "h", true, bulk_streams, false);
+    std::printf("  (agents g and h, %s and %s: files first)\n",
+                c.server->address().c_str(), d.server->address().c_str());
+    std::fflush(stdout);
+    char label[64];
+    std::snprintf(label, sizeof label, "%dx%d files", large_layers,
+                  large_width);
+    files_index = series.size();
+    series.push_back(MigrateBench(c, d, 5, label, large_width, large_layers, 1,
+                                  0, migrations));
+    c.server->Shutdown();
+    d.server->Shutdown();
+  }
   // The large model again between pairs of agents asking for other numbers
   // of streams: (number, index in `series`), the first being a and b.
   std::vector<std::pair<int, size_t>> by_streams;
@@ -1131,6 +1177,25 @@ int main(int argc, char** argv) {
         100 * grpc.median / loopback,
         loopback_file > 0 ? 100 * grpc.median / loopback_file : 0.0,
         grpc.median > 0 ? tcp.median / grpc.median : 0.0);
+  }
+  if (large && compare_files) {
+    const Series& to_job = series[large_index];
+    const Series& files = series[files_index];
+    auto median = [](const Series& x, const char* row) {
+      return Summarise(x.values.at(row)).median;
+    };
+    const double tl = median(to_job, "transfer + load");
+    const double tl_files = median(files, "transfer + load");
+    const double p = median(to_job, "CRITICAL PATH (ckpt -> 1st mb)");
+    const double p_files = median(files, "CRITICAL PATH (ckpt -> 1st mb)");
+    const double mb = median(to_job, "checkpoint MB");
+    std::printf(
+        "large-model transfer + load, median: straight into the job %.0f ms "
+        "(%.2f GB/s), files first %.0f ms (%.2f GB/s): x%.2f; training "
+        "paused %.0f ms against %.0f ms: x%.2f\n",
+        tl, tl > 0 ? mb / tl : 0.0, tl_files,
+        tl_files > 0 ? mb / tl_files : 0.0, tl > 0 ? tl_files / tl : 0.0, p,
+        p_files, p > 0 ? p_files / p : 0.0);
   }
   if (large && !series.empty()) {
     const Series& big = series[large_index];

@@ -30,6 +30,7 @@ from gandiva import _lib
 from gandiva._lib import (E_BAD_PAGE, E_HOOK, E_INVALID, E_IO,
                           E_NO_CHECKPOINT_DIR, E_SIGNAL, E_STATE, EXIT_MIGRATE,
                           EXIT_RESIZE, INACTIVE, OK, RESUME_READY_FILE,
+                          BULK_ACCEPTED, STREAM_OFFER_FILE, STREAM_OK_FILE,
                           STEP_CHECKPOINT,
                           STEP_CONTINUE, STEP_RESUMED, GandivaError,
                           LibraryNotFoundError)
@@ -38,6 +39,7 @@ __all__ = [
     "init", "step", "checkpoint_done", "minibatches", "set_minibatches",
     "active", "job_id", "checkpoint_dir", "resume_from", "target_world_size",
     "restore_begin", "restore_end", "world_size", "RESUME_READY_FILE",
+    "STREAM_OK_FILE", "STREAM_OFFER_FILE", "BULK_ACCEPTED",
     "set_hooks", "shutdown", "strerror", "GandivaError",
     "LibraryNotFoundError", "OK", "INACTIVE", "STEP_CONTINUE", "STEP_RESUMED",
     "STEP_CHECKPOINT", "EXIT_MIGRATE", "EXIT_RESIZE", "E_IO", "E_BAD_PAGE",
@@ -125,7 +127,11 @@ def restore_begin(timeout: Optional[float] = None) -> bool:
     GANDIVA_RESUME_WAIT=1 (a warm start) first waits, in state WAITING, until
     the agent created RESUME_READY_FILE in the resume_from() directory, for
     at most `timeout` seconds (None: forever); raises GandivaError (E_STATE)
-    on timeout. Returns True: load resume_from() now, then restore_end()."""
+    on timeout. Returns True: load resume_from() now, then restore_end().
+    A job that wrote STREAM_OK_FILE there (naming the checkpoint file it can
+    take from a socket) before the wait may find STREAM_OFFER_FILE instead
+    of the files: it then receives the checkpoint from the source itself
+    (gandiva.torch does both)."""
     ms = -1 if timeout is None else max(0, int(timeout * 1000))
     rc = _lib.load().gandiva_restore_begin(ms)
     if rc < 0:

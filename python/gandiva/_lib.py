@@ -45,6 +45,14 @@ EXIT_RESIZE = 76
 # Warm start: created by the agent in GANDIVA_RESUME_FROM once the checkpoint
 # is complete (client/progress_page.h).
 RESUME_READY_FILE = ".gandiva-ready"
+# Warm start straight from the source (client/progress_page.h): the job
+# writes STREAM_OK_FILE in GANDIVA_RESUME_FROM before it waits, naming the
+# checkpoint file it can take from a socket; the agent may then write
+# STREAM_OFFER_FILE there (before the ready file) instead of the checkpoint.
+STREAM_OK_FILE = ".gandiva-stream-ok"
+STREAM_OFFER_FILE = ".gandiva-stream"
+# The bulk channel's answer to the right token (runtime/agent/bulk_transfer.h).
+BULK_ACCEPTED = b"GNDVBLK1"
 
 _ERROR_NAMES = {
     OK: "GANDIVA_OK",

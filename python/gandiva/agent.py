@@ -121,6 +121,24 @@ def mark_ready(directory: str) -> None:
     os.replace(tmp, os.path.join(str(directory), _lib.RESUME_READY_FILE))
 
 
+def offer_stream(directory: str, host: str, port: int, token: bytes,
+                 path: str, size: int, slices=None) -> None:
+    """Warm start straight from the source: tells the job waiting on
+    `directory` to take its checkpoint file `path` (`size` bytes) from the
+    bulk channel at host:port with `token`, by writing the offer file
+    (atomically). slices: [(offset, length)] per parallel stream (default:
+    one stream, the whole file). Call mark_ready() after it."""
+    import os
+    slices = slices or [(0, int(size))]
+    text = (f"host {host}\nport {int(port)}\ntoken {token.hex()}\n"
+            f"path {path}\nsize {int(size)}\nstreams {len(slices)}\n"
+            + "".join(f"slice {int(a)} {int(n)}\n" for a, n in slices))
+    tmp = os.path.join(str(directory), f".gandiva-stream.tmp.{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, os.path.join(str(directory), _lib.STREAM_OFFER_FILE))
+
+
 def monotonic_ns() -> int:
     """CLOCK_MONOTONIC now (the clock of every page timestamp)."""
     return _lib.time_monotonic_ns()

@@ -29,7 +29,13 @@ RNGs).
 Warm start: build the model and optimizer, then construct the Job and call
 start() (or start training): with GANDIVA_RESUME_WAIT=1 the process does its
 slow setup first and then waits (page state WAITING) until the agent says
-the checkpoint arrived (gandiva.restore_begin()).
+the checkpoint arrived (gandiva.restore_begin()). A job of one process
+first tells the agent it can take its checkpoint straight from the source
+(STREAM_OK_FILE); the agent may then offer the source's bulk channel
+(STREAM_OFFER_FILE) instead of receiving the files itself, and the job
+receives the bytes from the socket straight into its model's and
+optimizer's memory (receive()): no file at the destination, no second
+copy.
 
 Checkpoint format (`save_state`/`load_state`): one file, "GNDVCKPT" magic, a
 small pickled skeleton in which every tensor is a reference (dtype, shape,
@@ -189,6 +195,104 @@ def is_fast_format(path: str) -> bool:
         return f.read(len(MAGIC)) == MAGIC
 
 
+class _FileSource:
+    """Sequential reads of a checkpoint file (gaps are seeked over)."""
+
+    def __init__(self, f, where: str):
+        self.f, self.where = f, where
+
+    def read(self, n: int) -> bytes:
+        data = self.f.read(n)
+        if len(data) != n:
+            raise ValueError(f"{self.where}: truncated checkpoint")
+        return data
+
+    def readinto(self, view) -> None:
+        while len(view):
+            n = self.f.readinto(view)
+            if not n:
+                raise ValueError(f"{self.where}: truncated checkpoint")
+            view = view[n:]
+
+    def skip(self, n: int) -> None:
+        if n:
+            self.f.seek(n, os.SEEK_CUR)
+
+
+class _SocketSource:
+    """Sequential reads of a checkpoint file of `size` bytes from a socket
+    (the bulk channel): tensor bytes are received straight into their
+    tensors' memory."""
+
+    def __init__(self, sock, size: int, where: str):
+        self.sock, self.size, self.where = sock, size, where
+        self.pos = 0
+
+    def _short(self) -> ValueError:
+        return ValueError(f"{self.where}: the connection ended after "
+                          f"{self.pos} of {self.size} bytes")
+
+    def readinto(self, view) -> None:
+        if self.pos + len(view) > self.size:
+            raise ValueError(f"{self.where}: the checkpoint needs more than "
+                             f"the {self.size} bytes offered")
+        while len(view):
+            n = self.sock.recv_into(view)
+            if not n:
+                raise self._short()
+            self.pos += n
+            view = view[n:]
+
+    def read(self, n: int) -> bytes:
+        buf = bytearray(n)
+        self.readinto(memoryview(buf))
+        return bytes(buf)
+
+    def skip(self, n: int) -> None:
+        scratch = memoryview(bytearray(min(max(n, 1), 1 << 16)))
+        while n:
+            k = min(n, len(scratch))
+            self.readinto(scratch[:k])
+            n -= k
+
+    def finish(self) -> None:
+        """Takes the rest of the offered bytes (the file's tail)."""
+        self.skip(self.size - self.pos)
+
+
+def _read_state(src, where: str,
+                into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
+                ) -> Any:
+    """The object of a fast-format checkpoint, read in one pass from `src`
+    (_FileSource or _SocketSource): header, skeleton, then the tensors in
+    file order."""
+    head = src.read(_HEADER.size)
+    magic, version, _, skel_len, data_offset = _HEADER.unpack(head)
+    if magic != MAGIC:
+        raise ValueError(f"{where}: not a gandiva checkpoint")
+    if version != FILE_VERSION:
+        raise ValueError(f"{where}: checkpoint file version {version} "
+                         f"(this gandiva reads {FILE_VERSION})")
+    skeleton = src.read(skel_len)
+    unpickler = _Unpickler(io.BytesIO(skeleton))
+    obj = unpickler.load()
+    redirect = into(obj) if into is not None else {}
+    pos = _HEADER.size + skel_len
+    for t, offset, nbytes in sorted(unpickler.tensors, key=lambda e: e[1]):
+        if nbytes == 0:
+            continue
+        at = data_offset + offset
+        if at < pos:
+            raise ValueError(f"{where}: tensors overlap in the checkpoint")
+        dest = redirect.get(id(t))
+        if dest is not None and _same_layout(dest, t):
+            t = dest
+        src.skip(at - pos)
+        src.readinto(_raw(t, nbytes))
+        pos = at + nbytes
+    return obj
+
+
 def load_state(path: str,
                into: Optional[Callable[[Any], Dict[int, torch.Tensor]]] = None
                ) -> Any:
@@ -201,37 +305,204 @@ def load_state(path: str,
     allocated tensor stays unread). Reading into memory the process already
     has skips a copy and the page faults of fresh memory."""
     with open(path, "rb", buffering=0) as f:
-        head = f.read(_HEADER.size)
-        if len(head) != _HEADER.size:
-            raise ValueError(f"{path}: truncated checkpoint")
+        return _read_state(_FileSource(f, path), path, into)
+
+
+def read_stream_offer(directory: str) -> Optional[Dict[str, Any]]:
+    """The agent's offer to stream the checkpoint (STREAM_OFFER_FILE in
+    `directory`: host, port, token, path, size and the slices of the file
+    each parallel stream carries), or None when it left none (the
+    checkpoint's files are there instead)."""
+    path = os.path.join(directory, gandiva.STREAM_OFFER_FILE)
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    offer: Dict[str, Any] = {}
+    slices = []
+    try:
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "slice":
+                start, length = value.split()
+                slices.append((int(start), int(length)))
+            else:
+                offer[key] = value
+        out = {"host": offer["host"], "port": int(offer["port"]),
+               "token": bytes.fromhex(offer["token"]),
+               "path": offer["path"], "size": int(offer["size"])}
+        streams = int(offer.get("streams", "1"))
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"{path}: not a valid stream offer ({e!r})") from None
+    if not slices:
+        slices = [(0, out["size"])]
+    at = 0
+    for start, length in slices:
+        if start != at or length < 0:
+            raise ValueError(f"{path}: the slices do not cover the file")
+        at += length
+    if at != out["size"] or len(slices) != streams:
+        raise ValueError(f"{path}: {len(slices)} slices of {at} bytes for "
+                         f"{streams} streams of a {out['size']}-byte file")
+    out["slices"] = slices
+    return out
+
+
+def _connect_stream(offer: Dict[str, Any], index: int, where: str,
+                    timeout: float):
+    """A connection to the source for stream `index`, accepted."""
+    import socket
+    host = offer["host"]
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    sock = socket.create_connection((host, offer["port"]), timeout=timeout)
+    try:
+        hello = offer["token"]
+        if len(offer["slices"]) > 1:
+            hello += struct.pack(">I", index)
+        sock.sendall(hello)
+        src = _SocketSource(sock, len(gandiva.BULK_ACCEPTED), where)
+        try:
+            accepted = src.read(len(gandiva.BULK_ACCEPTED))
+        except ValueError:
+            accepted = b""
+        if accepted != gandiva.BULK_ACCEPTED:
+            raise ConnectionError(f"{where}: the source did not accept the "
+                                  "token")
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def receive_state(offer: Dict[str, Any],
+                  into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
+                  = None, timeout: float = 60.0) -> Any:
+    """Reads a save_state() file straight from the source agent's bulk
+    channel (an offer from read_stream_offer()): connects once per stream,
+    sends the token (and the stream's index), and receives the tensors'
+    bytes into their memory (`into` as for load_state), each stream's
+    slice of the file by a thread of its own (the socket receives release
+    the interpreter lock). `timeout` bounds the connects and each receive.
+    Raises ConnectionError (refused, token not accepted) or ValueError (a
+    short or malformed stream); a stream that fails stops the others."""
+    import threading
+    slices = offer.get("slices") or [(0, offer["size"])]
+    where = f"checkpoint stream from {offer['host']}:{offer['port']}"
+    socks = []
+    try:
+        for i in range(len(slices)):
+            socks.append(_connect_stream(
+                offer, i, where if len(slices) == 1
+                else f"{where} (stream {i} of {len(slices)})", timeout))
+        srcs = [_SocketSource(sock, length, where if len(slices) == 1
+                              else f"{where} (stream {i} of {len(slices)})")
+                for i, (sock, (_, length)) in enumerate(zip(socks, slices))]
+        # The header and skeleton come first, from stream 0 (and on, in
+        # the unlikely case they are longer than its slice).
+        chain = _Chain(srcs, slices)
+        head = chain.read(_HEADER.size)
         magic, version, _, skel_len, data_offset = _HEADER.unpack(head)
         if magic != MAGIC:
-            raise ValueError(f"{path}: not a gandiva checkpoint")
+            raise ValueError(f"{where}: not a gandiva checkpoint")
         if version != FILE_VERSION:
-            raise ValueError(f"{path}: checkpoint file version {version} "
+            raise ValueError(f"{where}: checkpoint file version {version} "
                              f"(this gandiva reads {FILE_VERSION})")
-        skeleton = f.read(skel_len)
-        unpickler = _Unpickler(io.BytesIO(skeleton))
+        unpickler = _Unpickler(io.BytesIO(chain.read(skel_len)))
         obj = unpickler.load()
         redirect = into(obj) if into is not None else {}
-        pos = None
+        regions = []  # (file offset, writable view), in file order
+        end = _HEADER.size + skel_len
         for t, offset, nbytes in sorted(unpickler.tensors,
                                         key=lambda e: e[1]):
             if nbytes == 0:
                 continue
+            at = data_offset + offset
+            if at < end:
+                raise ValueError(f"{where}: tensors overlap in the checkpoint")
             dest = redirect.get(id(t))
             if dest is not None and _same_layout(dest, t):
                 t = dest
-            if pos != data_offset + offset:
-                f.seek(data_offset + offset)
-            view = _raw(t, nbytes)
-            while len(view):
-                n = f.readinto(view)
-                if not n:
-                    raise ValueError(f"{path}: truncated checkpoint")
-                view = view[n:]
-            pos = data_offset + offset + nbytes
+            regions.append((at, _raw(t, nbytes)))
+            end = at + nbytes
+        if end > offer["size"]:
+            raise ValueError(f"{where}: the checkpoint needs {end} bytes, "
+                             f"{offer['size']} offered")
+        errors = []
+
+        def fill(i):
+            try:
+                _fill_slice(srcs[i], chain.position(i), slices[i], regions)
+            except BaseException as e:  # stop the others: they cannot help
+                errors.append(e)
+                for sock in socks:
+                    try:
+                        sock.shutdown(2)
+                    except OSError:
+                        pass
+
+        threads = [threading.Thread(target=fill, args=(i,), daemon=True)
+                   for i in range(1, len(srcs))]
+        for th in threads:
+            th.start()
+        fill(0)
+        for th in threads:
+            th.join()
+        if errors:
+            raise errors[0]
+    finally:
+        for sock in socks:
+            sock.close()
     return obj
+
+
+class _Chain:
+    """The streams' slices read in file order, for what precedes the
+    tensors; remembers how far into each slice it read."""
+
+    def __init__(self, srcs, slices):
+        self.srcs, self.slices = srcs, slices
+        self.used = [0] * len(srcs)
+        self.k = 0
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            if self.k >= len(self.srcs):
+                raise ValueError("the checkpoint stream ended in its header")
+            left = self.slices[self.k][1] - self.used[self.k]
+            if left == 0:
+                self.k += 1
+                continue
+            take = min(left, n - len(out))
+            out += self.srcs[self.k].read(take)
+            self.used[self.k] += take
+        return out
+
+    def position(self, i: int) -> int:
+        """The file offset stream i goes on from."""
+        return self.slices[i][0] + self.used[i]
+
+
+def _fill_slice(src, cur: int, piece, regions) -> None:
+    """Receives file bytes [cur, end of `piece`) from `src` into the
+    `regions` they belong to (gaps are read and dropped)."""
+    end = piece[0] + piece[1]
+    for at, view in regions:
+        r_end = at + len(view)
+        if r_end <= cur:
+            continue
+        if at >= end:
+            break
+        if at > cur:
+            src.skip(at - cur)
+            cur = at
+        hi = min(r_end, end)
+        src.readinto(view[cur - at:hi - at])
+        cur = hi
+    if cur < end:
+        src.skip(end - cur)
 
 
 def read_checkpoint(path: str,
@@ -412,19 +683,40 @@ class Job:
         if self._started:
             return self.restored_from is not None
         self._started = True
-        if (warmup is not None and gandiva.resume_from()
-                and os.environ.get("GANDIVA_RESUME_WAIT") == "1"):
+        warm = (gandiva.resume_from() is not None
+                and os.environ.get("GANDIVA_RESUME_WAIT") == "1")
+        if warm and warmup is not None:
             warmup()
             for p in self.model.parameters():
                 p.grad = None
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
+        resume = gandiva.resume_from()
+        if warm and not self._dist and os.path.isdir(resume):
+            self._offer_to_stream(resume)
         if not gandiva.restore_begin(timeout):
             return False
-        self.load(gandiva.resume_from())
+        offer = read_stream_offer(resume) if warm and not self._dist else None
+        if offer is not None:
+            self.receive(offer)
+        else:
+            self.load(resume)
         gandiva.set_minibatches(self.steps)
         gandiva.restore_end()
         return True
+
+    def _offer_to_stream(self, directory: str) -> None:
+        """Tells the agent, before the warm wait, that this process can take
+        its checkpoint file straight from the source's socket (one process:
+        a data-parallel job's ranks all read the files)."""
+        ok = os.path.join(directory, gandiva.STREAM_OK_FILE)
+        tmp = f"{ok}.tmp.{os.getpid()}"
+        try:
+            with open(tmp, "w") as f:
+                f.write(self.checkpoint_name + "\n")
+            os.replace(tmp, ok)
+        except OSError as e:  # the files then come as before
+            warnings.warn(f"gandiva: cannot write {ok}: {e}")
 
     def epochs(self, count: int) -> Iterator[int]:
         """Yields epoch numbers from the restored epoch up to count - 1. An
@@ -612,7 +904,17 @@ class Job:
                     os.path.join(path, LEGACY_CHECKPOINT_NAME)):
                 fast = os.path.join(path, LEGACY_CHECKPOINT_NAME)
             path = fast
-        state = read_checkpoint(path, self._in_place)
+        self._apply(read_checkpoint(path, self._in_place), path)
+
+    def receive(self, offer: Dict[str, Any]) -> None:
+        """Loads the checkpoint straight from the source agent's bulk
+        channel (a warm start's STREAM_OFFER_FILE; see read_stream_offer):
+        the bytes go from the socket into the model's and optimizer's
+        memory, with no file in between."""
+        where = f"{offer['host']}:{offer['port']}/{offer['path']}"
+        self._apply(receive_state(offer, self._in_place), where)
+
+    def _apply(self, state: Dict[str, Any], path: str) -> None:
         if state.get("format") != _FORMAT:
             raise ValueError(f"{path}: unknown checkpoint format "
                              f"{state.get('format')}")

@@ -247,6 +247,229 @@ def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
     assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
 
 
+class FakeSource:
+    """Plays the source agent's bulk channel for one file: accepts a
+    connection per slice, checks the token (and, with several slices, the
+    stream index), answers GNDVBLK1 and sends the slice's bytes (the last
+    slice cut short by `cut` bytes, then closed)."""
+
+    def __init__(self, path, cut=0, slices=None):
+        import socket
+        import threading
+        self.data = open(path, "rb").read()
+        self.slices = slices or [(0, len(self.data))]
+        self.cut = cut
+        self.token = os.urandom(32)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.hellos = []
+        self.threads = []
+        self.accepter = threading.Thread(target=self._accept, daemon=True)
+        self.accepter.start()
+
+    def _accept(self):
+        import threading
+        for _ in self.slices:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            th = threading.Thread(target=self._serve, args=(conn,),
+                                  daemon=True)
+            th.start()
+            self.threads.append(th)
+
+    def _serve(self, conn):
+        with conn:
+            want = 32 + (4 if len(self.slices) > 1 else 0)
+            got = b""
+            while len(got) < want:
+                chunk = conn.recv(want - len(got))
+                if not chunk:
+                    break
+                got += chunk
+            self.hellos.append(got)
+            if got[:32] != self.token:
+                return
+            index = (struct.unpack(">I", got[32:36])[0]
+                     if len(self.slices) > 1 else 0)
+            start, length = self.slices[index]
+            if index == len(self.slices) - 1:
+                length -= self.cut
+            conn.sendall(gandiva.BULK_ACCEPTED +
+                         self.data[start:start + length])
+
+    def offer(self, directory, token=None):
+        agent.offer_stream(directory, "127.0.0.1", self.port,
+                           token or self.token, gandiva.torch.CHECKPOINT_NAME,
+                           len(self.data), self.slices)
+
+    def offer_dict(self):
+        return {"host": "127.0.0.1", "port": self.port, "token": self.token,
+                "path": "x", "size": len(self.data), "slices": self.slices}
+
+    def close(self):
+        self.accepter.join(timeout=WAIT_S)
+        for th in self.threads:
+            th.join(timeout=WAIT_S)
+        self.listener.close()
+
+
+WAIT_S = 60
+
+
+def checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at, ckpt):
+    """Runs a source job to `hold_at` and checkpoints it into `ckpt`."""
+    page = tmp_path / "progress-src"
+    agent.create_page(page)
+    hold, release = tmp_path / "hold", tmp_path / "release"
+    src = start_child(["--steps", steps, "--seed", seed, "--hold-at", hold_at,
+                       "--hold-file", hold, "--release-file", release],
+                      child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                                GANDIVA_CHECKPOINT_DIR=ckpt))
+    reap(src)
+    wait_for(hold.exists, "the source to reach the hold")
+    agent.request(page, agent.REQUEST_CHECKPOINT_EXIT)
+    release.touch()
+    status, _, err = finish(src)
+    assert status == 75, err
+
+
+def start_warm(tmp_path, lib_path, reap, steps, seed, incoming, warmup=True):
+    page = tmp_path / "progress-warm"
+    agent.create_page(page)
+    out = tmp_path / "warm.pt"
+    incoming.mkdir()
+    warm = start_child(["--steps", steps, "--seed", seed, "--out", out]
+                       + (["--warmup"] if warmup else []),
+                       child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                                 GANDIVA_RESUME_FROM=incoming,
+                                 GANDIVA_RESUME_WAIT=1))
+    reap(warm)
+    wait_for(lambda: agent.read_page(page).state == agent.STATE_WAITING,
+             "the warm process to wait")
+    return warm, page, out
+
+
+@pytest.mark.parametrize("warmup", [False, True])
+def test_warm_start_takes_its_checkpoint_straight_from_the_source(
+        tmp_path, lib_path, reap, warmup):
+    steps, seed, hold_at = 24, 5, 11
+    ref, _ = run_to_end(tmp_path, lib_path, "ref", steps, seed)
+    incoming = tmp_path / "incoming"
+    warm, page, out = start_warm(tmp_path, lib_path, reap, steps, seed,
+                                 incoming, warmup)
+    # A one-process job says it can take its checkpoint from a socket.
+    ok = incoming / gandiva.STREAM_OK_FILE
+    assert ok.read_text() == gandiva.torch.CHECKPOINT_NAME + "\n"
+
+    ckpt = tmp_path / "ckpt"
+    checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at, ckpt)
+    path = ckpt / gandiva.torch.CHECKPOINT_NAME
+    # Over one stream, or (with the warmup) two.
+    streams = 2 if warmup else 1
+    source = FakeSource(path, slices=split(path.stat().st_size, streams, 64))
+    source.offer(incoming)
+    agent.mark_ready(incoming)
+    status, _, err = finish(warm)
+    source.close()
+    assert status == 0, err
+    assert sorted(h[:32] for h in source.hellos) == [source.token] * streams
+    # Nothing of the checkpoint was written where the job waited.
+    assert not (incoming / gandiva.torch.CHECKPOINT_NAME).exists()
+    info = agent.read_page(page)
+    assert info.minibatches == steps
+    assert info.restore_end_ns > info.restore_begin_ns > 0
+    resumed = torch.load(out)
+    for name, tensor in ref["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
+
+
+@pytest.mark.parametrize("cut", ["token", "short"])
+def test_a_stream_that_fails_fails_the_warm_process_with_the_reason(
+        tmp_path, lib_path, reap, cut):
+    steps, seed = 12, 2
+    incoming = tmp_path / "incoming"
+    warm, page, _ = start_warm(tmp_path, lib_path, reap, steps, seed,
+                               incoming, warmup=False)
+    ckpt = tmp_path / "ckpt"
+    checkpoint_at(tmp_path, lib_path, reap, steps, seed, 4, ckpt)
+    path = ckpt / gandiva.torch.CHECKPOINT_NAME
+    size = path.stat().st_size
+    source = FakeSource(path, cut=0 if cut == "token" else 100)
+    source.offer(incoming, token=os.urandom(32) if cut == "token" else None)
+    agent.mark_ready(incoming)
+    status, _, err = finish(warm)
+    source.close()
+    assert status != 0
+    if cut == "token":
+        assert "did not accept the token" in err, err
+    else:
+        assert f"after {size - 100} of {size} bytes" in err, err
+    assert agent.read_page(page).restore_end_ns == 0
+
+
+def split(size, streams, align=4096):
+    """Slices as the agent cuts them: contiguous, at multiples of `align`."""
+    cuts = [min(size, (size * i // streams) // align * align)
+            for i in range(streams)] + [size]
+    return [(cuts[i], cuts[i + 1] - cuts[i]) for i in range(streams)]
+
+
+@pytest.mark.parametrize("streams,align", [(1, 4096), (2, 4096), (3, 4096),
+                                           (5, 16)])
+def test_a_stream_reads_like_the_file(tmp_path, streams, align):
+    """receive_state() gives what load_state() gives, tensors and all, for a
+    file with shared, empty and odd-sized tensors, over one stream or
+    several whose slices cut tensors (and, with 16-byte slices first, the
+    skeleton) anywhere."""
+    big = torch.arange(100_003, dtype=torch.float64)
+    obj = {"a": big, "b": big, "e": torch.empty(0), "h": torch.ones(
+        7, dtype=torch.float16), "n": [1, "x"], "i": torch.arange(5),
+        "w": torch.randn(3000, 7)}
+    path = tmp_path / "s.gdv"
+    gandiva.torch.save_state(obj, str(path))
+    size = path.stat().st_size
+    slices = split(size, streams, 4096)
+    if align == 16:  # tiny slices first: the header spans several streams
+        slices = [(0, 16), (16, 16), (32, 16), (48, 16), (64, size - 64)]
+    source = FakeSource(path, slices=slices)
+    got = gandiva.torch.receive_state(source.offer_dict())
+    source.close()
+    if streams > 1:
+        assert sorted(h[32:] for h in source.hellos) == [
+            struct.pack(">I", i) for i in range(len(slices))]
+    ref = gandiva.torch.load_state(str(path))
+    assert got.keys() == ref.keys() and got["n"] == [1, "x"]
+    assert got["a"] is got["b"]
+    for k in ("a", "e", "h", "i", "w"):
+        assert got[k].dtype == ref[k].dtype and torch.equal(got[k], ref[k]), k
+
+
+def test_one_stream_failing_fails_the_receive_and_stops_the_others(tmp_path):
+    obj = {"w": torch.randn(600_000)}
+    path = tmp_path / "s.gdv"
+    gandiva.torch.save_state(obj, str(path))
+    size = path.stat().st_size
+    source = FakeSource(path, cut=5000, slices=split(size, 2))
+    with pytest.raises(ValueError, match=r"stream 1 of 2\): the connection "
+                       r"ended after"):
+        gandiva.torch.receive_state(source.offer_dict())
+    source.close()
+
+
+def test_a_malformed_offer_is_refused_with_the_reason(tmp_path):
+    agent.offer_stream(tmp_path, "127.0.0.1", 1, b"t" * 32, "c.gdv", 100,
+                       [(0, 40), (50, 50)])
+    with pytest.raises(ValueError, match="slices do not cover the file"):
+        gandiva.torch.read_stream_offer(str(tmp_path))
+    (tmp_path / gandiva.STREAM_OFFER_FILE).write_text("host h\nport x\n")
+    with pytest.raises(ValueError, match="not a valid stream offer"):
+        gandiva.torch.read_stream_offer(str(tmp_path))
+    assert gandiva.torch.read_stream_offer(str(tmp_path / "none")) is None
+
+
 def test_checkpoint_asked_while_suspended_trains_no_extra_batch(
         tmp_path, lib_path, reap):
     page = tmp_path / "progress"

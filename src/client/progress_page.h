@@ -76,6 +76,24 @@ enum gandiva_job_state {
  * mini-batch after the move. */
 #define GANDIVA_RESUME_READY_FILE ".gandiva-ready"
 
+/* Warm start straight from the source. A job of one process that can read
+ * its checkpoint from a socket writes GANDIVA_STREAM_OK_FILE in its
+ * GANDIVA_RESUME_FROM directory before it waits: the name of the
+ * checkpoint file it can take, one line. When the checkpoint to come is
+ * that one file, the agent may, instead of receiving it, open the source
+ * agent's bulk channel and write GANDIVA_STREAM_OFFER_FILE there before the
+ * ready file: lines "host H", "port P", "token T" (the 32-byte token in
+ * hex), "path NAME", "size BYTES", "streams N", then N lines "slice OFFSET
+ * LENGTH": the contiguous part of the file stream i carries, in stream
+ * order. The job then connects to H:P once per stream, sends the token
+ * (and, when N > 1, the stream's index, 4 bytes big endian), reads the 8
+ * bytes "GNDVBLK1" and then the slice's bytes, straight into its memory;
+ * restore_begin_ns .. restore_end_ns then span the transfer and the load
+ * together. A job that fails to take the stream exits (the agent reports
+ * the move failed). */
+#define GANDIVA_STREAM_OK_FILE ".gandiva-stream-ok"
+#define GANDIVA_STREAM_OFFER_FILE ".gandiva-stream"
+
 /* What the agent asks for (`request`). */
 enum gandiva_request_kind {
   GANDIVA_REQUEST_NONE = 0,

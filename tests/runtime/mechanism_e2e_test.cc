@@ -78,14 +78,32 @@ class MechanismE2eTest : public ::testing::Test {
 };
 
 // A job migrated between two agents (the checkpoint saved at a mini-batch
-// boundary, sent over gRPC to a warm process) continues at the next
-// mini-batch and ends with exactly the parameters of a run that was never
-// migrated.
-TEST_F(MechanismE2eTest, MigratedJobMatchesARunNeverMigrated) {
+// boundary, moved to a warm process at the other agent) continues at the
+// next mini-batch and ends with exactly the parameters of a run that was
+// never migrated. Either the warm process takes the checkpoint from the
+// source's bulk channel itself (true), or its agent receives the files first
+// (--no-stream-to-job).
+class MigrationIdentityTest : public MechanismE2eTest,
+                              public ::testing::WithParamInterface<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(StreamOrFiles, MigrationIdentityTest,
+                         ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("StraightIntoTheJob")
+                                          : std::string("FilesFirst");
+                         });
+
+TEST_P(MigrationIdentityTest, MigratedJobMatchesARunNeverMigrated) {
   constexpr int kSteps = 300;
   constexpr int kSeed = 11;
+  const bool stream = GetParam();
   // The reference: the same script, same seed, outside gandiva.
-  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  TestCluster c(
+      {.policy = "fifo",
+       .agents = 2,
+       .gpus_per_agent = 1,
+       .agent_args = stream ? std::vector<std::string>{}
+                            : std::vector<std::string>{"--no-stream-to-job"}});
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   const rpc::JobSpec spec = c.TrainSpec("cnn-moved", "cnn", kSteps, kSeed, 20);
@@ -127,6 +145,13 @@ TEST_F(MechanismE2eTest, MigratedJobMatchesARunNeverMigrated) {
     EXPECT_NE(moves[0].detail().find(phase), std::string::npos)
         << phase << " missing: " << moves[0].detail();
   }
+  EXPECT_EQ(moves[0].detail().find("transfer and load ") != std::string::npos,
+            stream)
+      << moves[0].detail();
+  EXPECT_EQ(moves[0].detail().find("over tcp, straight into the job's "
+                                   "memory") != std::string::npos,
+            stream)
+      << moves[0].detail();
   // The whole log, from the job's last server: the source's part (its
   // start) came along with the move.
   const std::string log = c.JobLog(j);

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -42,8 +43,8 @@ int64_t MicrosSince(Clock::time_point t0) {
       .count();
 }
 
-// Regular files under `dir`, relative paths, sorted; the ready file and
-// partial files of a transfer are left out.
+// Regular files under `dir`, relative paths, sorted; the warm start's own
+// files (IsWarmStartFile) and partial files of a transfer are left out.
 std::vector<std::string> CheckpointFiles(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -52,7 +53,7 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
        it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
     const std::string name = it->path().filename().string();
-    if (name == GANDIVA_RESUME_READY_FILE) continue;
+    if (IsWarmStartFile(name)) continue;
     if (name.ends_with(".gandiva-part")) continue;
     out.push_back(std::filesystem::relative(it->path(), dir, ec).string());
   }
@@ -496,9 +497,16 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   // over the bulk channel when both agents have it, else over the
   // ReadCheckpoint stream. *via: "tcp" (one stream), "tcp xN" (N parallel
   // streams) or "grpc". Adds the bytes written to *bytes.
+  // stream_file non-empty: the warm process there can take that one file
+  // from the bulk channel itself (GANDIVA_STREAM_OK_FILE). When the
+  // checkpoint is that file alone, nothing is received: the offer is
+  // written to `dir` (GANDIVA_STREAM_OFFER_FILE), *streamed is set and
+  // *bytes is the file's size.
   grpc::Status FetchCheckpoint(int64_t job_id, const std::string& source,
                                const std::string& dir, Clock::time_point end,
-                               int64_t* bytes, std::string* via) {
+                               int64_t* bytes, std::string* via,
+                               const std::string& stream_file = "",
+                               bool* streamed = nullptr) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -509,7 +517,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       bool fall_back = false;
       int streams = 1;
       grpc::Status s = FetchBulk(job_id, source, *stub, dir, end, bytes,
-                                 &fall_back, &streams);
+                                 &fall_back, &streams, stream_file, streamed);
       if (s.ok()) {
         *via = streams > 1 ? "tcp x" + std::to_string(streams) : "tcp";
         return s;
@@ -523,13 +531,15 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   }
 
   // The bulk channel, over options.bulk_streams streams or fewer as the
-  // source grants (*streams: how many). An error before any file's byte
-  // came (the source does not offer it, it cannot be reached, a stream
-  // cannot connect) sets *fall_back.
+  // source grants (*streams: how many; one when the job may take it
+  // itself, see FetchCheckpoint). An error before any file's byte came (the
+  // source does not offer it, it cannot be reached, a stream cannot
+  // connect) sets *fall_back.
   grpc::Status FetchBulk(int64_t job_id, const std::string& source,
                          rpc::Agent::Stub& stub, const std::string& dir,
                          Clock::time_point end, int64_t* bytes, bool* fall_back,
-                         int* streams) {
+                         int* streams, const std::string& stream_file,
+                         bool* streamed) {
     const std::string what = "fetching the checkpoint of job " +
                              std::to_string(job_id) + " from " + source;
     grpc::ClientContext ctx;
@@ -570,6 +580,17 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
                               " streams of " +
                               std::to_string(options.bulk_streams) + ")");
     }
+    if (!stream_file.empty() && offer.files_size() == 1 &&
+        offer.files(0).path() == stream_file) {
+      // The warm process takes the file from the source itself.
+      core::Status w = WriteStreamOffer(dir, host->first, offer, granted);
+      if (!w.ok()) return ToGrpc(w);
+      *fall_back = false;
+      *streams = granted;
+      *streamed = true;
+      *bytes += offer.files(0).size();
+      return grpc::Status::OK;
+    }
     // Every stream connects before any byte is taken, so that one that
     // cannot still leaves the gRPC stream to fall back on.
     std::vector<int> socks;
@@ -603,6 +624,67 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
                           what + " over the bulk channel: " + r.message());
     }
     return grpc::Status::OK;
+  }
+
+  // GANDIVA_STREAM_OFFER_FILE in `dir` (progress_page.h): where the warm
+  // process connects for its checkpoint file (one file), the token, and
+  // the slice of the file each of the `streams` granted carries
+  // (BulkSlice). Written to a temp file (mode 0600: the token is the key)
+  // and renamed.
+  static core::Status WriteStreamOffer(
+      const std::string& dir, const std::string& host,
+      const rpc::OpenCheckpointTransferReply& offer, int streams) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string token;
+    for (unsigned char c : offer.token()) {
+      token += kHex[c >> 4];
+      token += kHex[c & 15];
+    }
+    const std::vector<BulkFile> files = {
+        {offer.files(0).path(), offer.files(0).size(), 0600}};
+    std::string text = "host " + host + "\nport " +
+                       std::to_string(offer.port()) + "\ntoken " + token +
+                       "\npath " + files[0].path + "\nsize " +
+                       std::to_string(files[0].size) + "\nstreams " +
+                       std::to_string(streams) + "\n";
+    int64_t at = 0;
+    for (int i = 0; i < streams; ++i) {
+      int64_t length = 0;
+      for (const BulkPiece& p : BulkSlice(files, streams, i)) {
+        length += p.length;
+      }
+      text +=
+          "slice " + std::to_string(at) + " " + std::to_string(length) + "\n";
+      at += length;
+    }
+    const std::string path = dir + "/" GANDIVA_STREAM_OFFER_FILE;
+    const std::string temp = path + ".gandiva-part";
+    const int fd =
+        open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return core::IoError("creating " + temp + ": " + std::strerror(errno));
+    }
+    bool ok = PwriteAll(fd, text.data(), text.size(), 0);
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(temp.c_str(), path.c_str()) != 0) {
+      const std::string err = std::strerror(errno);
+      unlink(temp.c_str());
+      return core::IoError("writing " + path + ": " + err);
+    }
+    return core::Status::Ok();
+  }
+
+  // The checkpoint file the warm process can take from a socket itself
+  // (the first line of GANDIVA_STREAM_OK_FILE in `dir`, which it writes
+  // just before it waits), or "" when it cannot, is not that far yet (the
+  // files are then received while it finishes starting), or this agent
+  // does not offer it (--no-stream-to-job, --no-bulk-transfer).
+  std::string StreamFileOf(const std::string& dir) {
+    if (!options.stream_to_job || !options.bulk_transfer) return "";
+    std::ifstream in(dir + "/" GANDIVA_STREAM_OK_FILE);
+    std::string file;
+    if (!std::getline(in, file) || !SafeRelativePath(file)) return "";
+    return file;
   }
 
   // Writes the files of a ReadCheckpoint stream into `dir` (temp names, then
@@ -814,14 +896,19 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     int64_t bytes = 0;
     std::string via = "local";
+    bool streamed = false;
+    const std::string stream_file =
+        cold || req.source_address().empty() ? "" : StreamFileOf(dir);
     const auto transfer0 = Clock::now();
-    grpc::Status s = req.source_address().empty()
-                         ? MoveLocalCheckpoint(job_id, dir, &bytes)
-                         : FetchCheckpoint(job_id, req.source_address(), dir,
-                                           end, &bytes, &via);
+    grpc::Status s =
+        req.source_address().empty()
+            ? MoveLocalCheckpoint(job_id, dir, &bytes)
+            : FetchCheckpoint(job_id, req.source_address(), dir, end, &bytes,
+                              &via, stream_file, &streamed);
     if (!s.ok()) return s;
-    const int64_t transfer_us = MicrosSince(transfer0);
+    int64_t transfer_us = MicrosSince(transfer0);
     out->set_channel(via);
+    out->set_streamed(streamed);
     if (cold) {
       supervisor->HoldCheckpoint(job_id, dir);
       if (!req.source_address().empty()) {
@@ -841,7 +928,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         end - Clock::now());
     auto r = supervisor->AwaitRestore(
         job_id, req.await_first_minibatch(),
-        std::max(left, std::chrono::milliseconds(1)), [&]() -> core::Status {
+        std::max(left, std::chrono::milliseconds(1)),
+        [&]() -> core::Status {
           const std::string ready = dir + "/" GANDIVA_RESUME_READY_FILE;
           const int fd =
               open(ready.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -851,8 +939,18 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           }
           close(fd);
           return core::Status::Ok();
-        });
+        },
+        /*hold=*/!streamed);
+    if (streamed) {
+      // The token is spent either way.
+      unlink((dir + "/" GANDIVA_STREAM_OFFER_FILE).c_str());
+    }
     if (!r.ok()) return ToGrpc(r.status());
+    if (streamed) {
+      // The process received and loaded in one pass: the page's restore.
+      transfer_us = r->load_us;
+      r->load_us = 0;
+    }
     // Training goes on here: now the job's log so far, from the source.
     if (!req.source_address().empty()) {
       FetchEarlierLog(job_id, req.source_address(), /*truncate_log=*/false);
@@ -863,7 +961,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     out->set_load_us(r->load_us);
     out->set_first_minibatch_us(r->first_minibatch_us);
     out->set_took_us(MicrosSince(t0));
-    Log("job " + std::to_string(job_id) + " received its checkpoint (" +
+    Log("job " + std::to_string(job_id) +
+        (streamed ? " took its checkpoint straight from the source ("
+                  : " received its checkpoint (") +
         std::to_string(bytes) + " bytes in " + std::to_string(transfer_us) +
         " us, " + via + ") and restored it");
     return grpc::Status::OK;

@@ -74,6 +74,14 @@ struct AgentOptions {
   // source), else the ReadCheckpoint gRPC stream. false (--no-bulk-transfer):
   // this agent fetches over the stream and offers no bulk channel.
   bool bulk_transfer = true;
+  // A warm start whose process can take its checkpoint file from a socket
+  // itself (the PyTorch integration of one process says so) gets the
+  // source's bulk channel offered to it instead of the files
+  // (GANDIVA_STREAM_OFFER_FILE): the bytes go straight into the model's and
+  // optimizer's memory, with no file at the destination and no separate
+  // load. false (--no-stream-to-job): the files are received here first.
+  // Needs bulk_transfer.
+  bool stream_to_job = true;
   // How long an offered bulk channel waits for its connection (at most; a
   // shorter deadline of the OpenCheckpointTransfer call wins).
   std::chrono::milliseconds bulk_accept_timeout{15000};

@@ -5,9 +5,12 @@
 // suspended and resumed through the service.
 #include "runtime/agent/agent_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <linux/sched.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <set>
 #include <thread>
 
+#include "client/progress_page.h"
 #include "client/progress_reader.h"
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/capabilities.h"
@@ -951,6 +955,111 @@ TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// A warm process that can take its checkpoint file from a socket gets the
+// source's bulk channel offered (one stream) instead of the files: nothing
+// lands at the destination, nothing is held there, and the move's transfer
+// is the process's own receive and load.
+TEST_F(MigrationTest, AWarmProcessTakesItsCheckpointStraightFromTheSource) {
+  StartAgent();
+  StartSecondAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state"))).ok());
+  rpc::StartJobRequest warm =
+      StartReq(1, 1, Job("100000 5 --state --stream-ok state"));
+  warm.set_warm(true);
+  warm.set_await_ready_ms(20000);
+  ASSERT_TRUE(StartOn(stub2_.get(), warm).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  rpc::CheckpointReply c;
+  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  rpc::ReceiveCheckpointReply r;
+  s = ReceiveOn(stub2_.get(), 1, 2, agent_->address(), &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(r.streamed());
+  EXPECT_EQ(r.channel(), "tcp");
+  EXPECT_EQ(r.bytes(), c.bytes());
+  EXPECT_GT(r.transfer_us(), 0);
+  EXPECT_EQ(r.load_us(), 0);
+  EXPECT_GT(r.first_minibatch_us(), 0);
+  const std::string log = Log(dir2_, 1);
+  EXPECT_NE(
+      log.find("restored " + std::to_string(c.minibatches()) + " (streamed)"),
+      std::string::npos)
+      << log;
+  const std::string incoming = dir2_.path() + "/ckpt/jobs/1/incoming";
+  EXPECT_FALSE(std::filesystem::exists(incoming + "/state"));
+  EXPECT_FALSE(
+      std::filesystem::exists(incoming + "/" GANDIVA_STREAM_OFFER_FILE));
+  auto st = StatusOf(stub2_.get());
+  const rpc::AgentJob* j = FindJob(st, 1);
+  ASSERT_NE(j, nullptr);
+  EXPECT_FALSE(j->has_checkpoint());
+  EXPECT_GT(j->progress().minibatches(), c.minibatches());
+  // The source keeps its copy until told to drop it.
+  EXPECT_EQ(SavedCount(Ckpt(1)), c.minibatches());
+}
+
+// A checkpoint that is not the one file the process can take is received
+// into files as before; a process that fails to take its stream fails the
+// receive, and the source's copy stays for a restart there.
+TEST_F(MigrationTest, AStreamIsOfferedOnlyForTheFileTheProcessTakes) {
+  StartAgent();
+  StartSecondAgent();
+  auto move = [&](int64_t job, const std::string& src_args,
+                  const std::string& dst_args, rpc::ReceiveCheckpointReply* r) {
+    // Each job on a GPU of its own.
+    rpc::StartJobRequest start = StartReq(job, job * 10, Job(src_args));
+    start.set_gpus(0, static_cast<int32_t>(job));
+    EXPECT_TRUE(StartOn(stub_.get(), start).ok());
+    rpc::StartJobRequest warm = StartReq(job, job * 10, Job(dst_args));
+    warm.set_gpus(0, static_cast<int32_t>(job));
+    warm.set_warm(true);
+    warm.set_await_ready_ms(20000);
+    EXPECT_TRUE(StartOn(stub2_.get(), warm).ok());
+    EXPECT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), job) >= 3; }));
+    rpc::CheckpointReply c;
+    grpc::Status s = CheckpointOn(stub_.get(), job, job * 10 + 1, &c);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return ReceiveOn(stub2_.get(), job, job * 10 + 1, agent_->address(), r);
+  };
+  // Two files (state and weights): received here, loaded from the files.
+  rpc::ReceiveCheckpointReply r;
+  grpc::Status s = move(1, "100000 5 --state --big 64",
+                        "100000 5 --state --big 64 --stream-ok state", &r);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(r.streamed());
+  EXPECT_GT(r.load_us(), 0);
+  const std::string log = Log(dir2_, 1);
+  EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
+  EXPECT_EQ(log.find("(streamed)"), std::string::npos) << log;
+  const rpc::AgentJob* j = FindJob(StatusOf(stub2_.get()), 1);
+  ASSERT_NE(j, nullptr);
+  EXPECT_TRUE(j->has_checkpoint());
+
+  // The process dies in the middle of its stream.
+  s = move(2, "100000 5 --state",
+           "100000 5 --state --stream-ok state "
+           "--stream-fail",
+           &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("exited (code 9) while restoring"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_NE(Log(dir2_, 2).find("failing on purpose"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(
+      dir2_.path() + "/ckpt/jobs/2/incoming/" GANDIVA_STREAM_OFFER_FILE));
+  // The source's copy restarts the job there.
+  EXPECT_GT(SavedCount(Ckpt(2)), 0);
+  rpc::StartJobRequest back = StartReq(2, 22, Job("100000 5 --state"));
+  back.set_gpus(0, 2);
+  back.set_resume_local(true);
+  ASSERT_TRUE(StartOn(stub_.get(), back).ok());
+  EXPECT_TRUE(WaitUntil([&] {
+    return Log(dir_, 2).find("restored ") != std::string::npos;
+  })) << Log(dir_, 2);
+}
+
 TEST_F(MigrationTest, ReplyWhenSavedComesBeforeTheProcessExits) {
   StartAgent();
   const std::string release = dir_.path() + "/release";
@@ -1127,6 +1236,34 @@ TEST_F(MigrationTest, ADataParallelJobIsSuspendedResumedAndKilledAsAGroup) {
   }));
   ASSERT_TRUE(Kill(1, 4).ok());
   ASSERT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pgid).empty(); }));
+}
+
+// A process embedding the agent may hold descriptors without close-on-exec
+// (here a connected TCP socket); the CRIU probe's trial process must not
+// inherit them, or its dump fails ("Connected TCP socket") and CRIU is
+// wrongly reported unusable.
+TEST(CriuProbeTest, DescriptorsThisProcessLeaksDoNotFailTheProbe) {
+  if (FindOnPath("criu").empty()) GTEST_SKIP() << "criu not found on PATH";
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);  // no CLOEXEC
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr),
+            0);
+  const int server = accept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0);
+  Capabilities caps;
+  ProbeCriu(&caps, std::chrono::milliseconds(10000));
+  close(server);
+  close(client);
+  close(listener);
+  EXPECT_TRUE(caps.criu) << caps.criu_detail;
 }
 
 TEST(AgentServerOptionsTest, BadOptionsNameTheFlag) {

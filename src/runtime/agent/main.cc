@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bulk-transfer", no_bulk_transfer,
                "Move checkpoints between agents over the gRPC stream only: "
                "fetch without, and offer no, bulk TCP channel");
+  bool no_stream_to_job = false;
+  app.add_flag("--no-stream-to-job", no_stream_to_job,
+               "Receive a warm start's checkpoint into files here even when "
+               "the job could take it straight from the source's socket");
   bool no_criu = false;
   app.add_flag("--no-criu", no_criu,
                "Neither try nor use CRIU: a job without the job-side library "
@@ -86,6 +90,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.bulk_transfer = !no_bulk_transfer;
   o.criu = !no_criu;
+  o.stream_to_job = !no_stream_to_job;
   o.report_interval = std::chrono::milliseconds(report_interval_ms);
   o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
   o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);

@@ -49,7 +49,7 @@ int64_t NsToUs(uint64_t later, uint64_t earlier) {
   return later > earlier ? static_cast<int64_t>((later - earlier) / 1000) : 0;
 }
 
-// Regular files under `dir` (recursively), less the ready file.
+// Regular files under `dir` (recursively), less the warm start's own.
 void DirStats(const std::string& dir, int64_t* bytes, int* files) {
   *bytes = 0;
   *files = 0;
@@ -58,7 +58,7 @@ void DirStats(const std::string& dir, int64_t* bytes, int* files) {
        !ec && it != std::filesystem::recursive_directory_iterator();
        it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
-    if (it->path().filename() == GANDIVA_RESUME_READY_FILE) continue;
+    if (IsWarmStartFile(it->path().filename().string())) continue;
     *bytes += static_cast<int64_t>(it->file_size(ec));
     ++*files;
   }
@@ -198,6 +198,11 @@ std::vector<pid_t> ProcessGroupMembers(pid_t pgid) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool IsWarmStartFile(std::string_view name) {
+  return name.starts_with(GANDIVA_RESUME_READY_FILE) ||
+         name.starts_with(GANDIVA_STREAM_OFFER_FILE);  // and STREAM_OK
 }
 
 bool ProcessGroupStopped(pid_t pgid) {
@@ -1187,7 +1192,7 @@ int Supervisor::ExitCodeOf(const JobRec& job) const {
 core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
     int64_t job_id, bool await_first_minibatch,
     std::chrono::milliseconds timeout,
-    const std::function<core::Status()>& make_ready) {
+    const std::function<core::Status()>& make_ready, bool hold) {
   const auto end = Clock::now() + timeout;
   const std::string what = JobIdText(job_id);
   auto late = [&](const std::string& what_for) {
@@ -1233,8 +1238,10 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
     }
     r.first_minibatch_us = NsToUs(s.last_boundary_ns, restore_end);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  held_[job_id] = IncomingDir(job_id);
+  if (hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_[job_id] = IncomingDir(job_id);
+  }
   return r;
 }
 

@@ -113,6 +113,11 @@ struct WarmReady {
   bool ready = false;    // the job waits for its checkpoint (or restores)
   int64_t ready_us = 0;  // process start -> page state WAITING
 };
+// The warm start's own files in a checkpoint directory (the ready file,
+// the stream files of progress_page.h, their temp files): never part of a
+// checkpoint.
+bool IsWarmStartFile(std::string_view name);
+
 struct RestoreResult {
   int64_t warm_us = 0;  // process start -> page state WAITING (0: unseen)
   int64_t load_us = 0;  // restore_end - restore_begin, from the page
@@ -207,13 +212,15 @@ class Supervisor {
   // (started warm, still running) waits for its checkpoint (page WAITING),
   // calls make_ready() (which must create the ready file in IncomingDir),
   // then waits until the job restored (restore_end_ns != 0) and, with
-  // await_first_minibatch, passed a boundary after that. Then IncomingDir is
-  // the job's held checkpoint. kFailedPrecondition if the job was not started
-  // warm or exited; kUnavailable on timeout; make_ready()'s error.
+  // await_first_minibatch, passed a boundary after that. Then, with `hold`,
+  // IncomingDir is the job's held checkpoint (without: the job took its
+  // checkpoint from the source itself and none is held here).
+  // kFailedPrecondition if the job was not started warm or exited;
+  // kUnavailable on timeout; make_ready()'s error.
   core::StatusOr<RestoreResult> AwaitRestore(
       int64_t job_id, bool await_first_minibatch,
       std::chrono::milliseconds timeout,
-      const std::function<core::Status()>& make_ready);
+      const std::function<core::Status()>& make_ready, bool hold = true);
 
   // The directory of the complete checkpoint held here for the job ("" if
   // none): CheckpointDir after Checkpoint(), IncomingDir after AwaitRestore.

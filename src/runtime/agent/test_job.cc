@@ -13,8 +13,17 @@
 //   --big KIB    with --state: also a KIB KiB file of a known pattern;
 //   --fail-save  the save hook fails (the job trains on);
 //   --hold-exit PATH  at exit (after the library announced it), wait up to
-//                30 s for PATH to exist: a process slow to go away.
+//                30 s for PATH to exist: a process slow to go away;
+//   --stream-ok NAME  with --state: before the restore, say it can take its
+//                checkpoint file NAME ("state") from the source's socket
+//                (GANDIVA_STREAM_OK_FILE); when the agent offers it
+//                (GANDIVA_STREAM_OFFER_FILE) the load hook receives it and
+//                prints "restored N (streamed)";
+//   --stream-fail  take the offered stream's first byte, then exit 9.
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -22,16 +31,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "client/gandiva_client.h"
+#include "client/progress_page.h"
 
 namespace {
 
 struct Options {
   long big_kib = 0;
   bool fail_save = false;
+  bool stream_fail = false;
 };
 
 const char* g_hold_exit = nullptr;  // --hold-exit
@@ -73,8 +86,90 @@ int Save(const char* path, void* user) {
   return 0;
 }
 
+bool ReadAll(int fd, char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t got = recv(fd, data, n, 0);
+    if (got <= 0) return false;
+    data += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// The offered file's bytes from the source (GANDIVA_STREAM_OFFER_FILE in
+// `dir`); false with a message when it fails.
+bool ReceiveOffered(const std::string& dir, const Options& o,
+                    std::string* data) {
+  std::ifstream in(dir + "/" GANDIVA_STREAM_OFFER_FILE);
+  std::map<std::string, std::string> offer;
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos)
+      offer[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  if (offer["streams"] != "1") {
+    std::printf("stream: takes one stream, offered %s\n",
+                offer["streams"].c_str());
+    return false;
+  }
+  std::string token;
+  const std::string& hex = offer["token"];
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    token += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  }
+  std::string host = offer["host"];
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1);
+  if (!host.empty() && host.back() == ']') host.pop_back();
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* ai = nullptr;
+  if (getaddrinfo(host.c_str(), offer["port"].c_str(), &hints, &ai) != 0) {
+    std::printf("stream: no address %s\n", host.c_str());
+    return false;
+  }
+  const int fd = socket(ai->ai_family, SOCK_STREAM, 0);
+  const bool connected =
+      fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+  freeaddrinfo(ai);
+  char accepted[8];
+  if (!connected ||
+      send(fd, token.data(), token.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(token.size()) ||
+      !ReadAll(fd, accepted, sizeof accepted) ||
+      std::memcmp(accepted, "GNDVBLK1", sizeof accepted) != 0) {
+    std::printf("stream: not accepted\n");
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  data->resize(std::stoull(offer["size"]));
+  if (o.stream_fail) {
+    ReadAll(fd, data->data(), 1);
+    std::printf("stream: failing on purpose\n");
+    std::fflush(stdout);
+    _exit(9);
+  }
+  const bool ok = ReadAll(fd, data->data(), data->size());
+  close(fd);
+  if (!ok) std::printf("stream: ended early\n");
+  return ok;
+}
+
 int Load(const char* path, void* user) {
   const Options& o = *static_cast<Options*>(user);
+  const std::string offer = std::string(path) + "/" GANDIVA_STREAM_OFFER_FILE;
+  if (access(offer.c_str(), F_OK) == 0) {
+    std::string data;
+    unsigned long long n = 0;
+    if (!ReceiveOffered(path, o, &data) ||
+        std::sscanf(data.c_str(), "minibatches %llu", &n) != 1) {
+      return 1;
+    }
+    std::printf("restored %llu (streamed)\n", n);
+    std::fflush(stdout);
+    gandiva_set_minibatches(n);
+    return 0;
+  }
   FILE* f = std::fopen((std::string(path) + "/state").c_str(), "r");
   if (f == nullptr) {
     std::printf("no state in %s\n", path);
@@ -107,13 +202,15 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: %s STEPS [STEP_MS] [--worker] [--state] [--big KIB] "
-                 "[--fail-save] [--hold-exit PATH]\n",
+                 "[--fail-save] [--hold-exit PATH] [--stream-ok NAME] "
+                 "[--stream-fail]\n",
                  argv[0]);
     return 2;
   }
   const unsigned long long steps = std::strtoull(argv[1], nullptr, 10);
   long step_ms = 5;
   bool worker = false, state = false;
+  const char* stream_ok = nullptr;
   Options o;
   for (int i = 2; i < argc; ++i) {
     if (std::strcmp(argv[i], "--worker") == 0) {
@@ -124,6 +221,10 @@ int main(int argc, char** argv) {
       o.fail_save = true;
     } else if (std::strcmp(argv[i], "--big") == 0 && i + 1 < argc) {
       o.big_kib = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--stream-ok") == 0 && i + 1 < argc) {
+      stream_ok = argv[++i];
+    } else if (std::strcmp(argv[i], "--stream-fail") == 0) {
+      o.stream_fail = true;
     } else if (std::strcmp(argv[i], "--hold-exit") == 0 && i + 1 < argc) {
       g_hold_exit = argv[++i];
       std::atexit(HoldExit);
@@ -146,6 +247,11 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (state) {
     gandiva_set_hooks(nullptr, nullptr, Save, Load, &o);
+    const char* resume = gandiva_resume_from();
+    if (stream_ok != nullptr && resume != nullptr) {
+      std::ofstream(std::string(resume) + "/" GANDIVA_STREAM_OK_FILE)
+          << stream_ok << "\n";
+    }
     const int restored = gandiva_restore();
     std::printf("restore %d\n", restored);
     std::fflush(stdout);

@@ -1030,16 +1030,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       kill(src);  // drops the source's copy of the checkpoint
       std::string detail = where;
       if (!phases.empty()) detail += "; " + phases;
-      detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
-                Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) +
-                (rrep.channel().empty() ? "" : " over " + rrep.channel()) + ")";
+      detail += std::string(rrep.streamed() ? ", transfer and load "
+                                            : ", transfer ") +
+                Ms(rrep.transfer_us()) + " (" + Mb(rrep.bytes()) +
+                Rate(rrep.bytes(), rrep.transfer_us()) +
+                (rrep.channel().empty() ? "" : " over " + rrep.channel()) +
+                (rrep.streamed() ? ", straight into the job's memory" : "") +
+                ")";
       if (!warm) detail += restart_phase(restart_us);
       if (warm) {
         if (!warm_rep.ready()) {
           detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
         }
-        detail += ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
-                  Ms(rrep.first_minibatch_us());
+        if (!rrep.streamed()) detail += ", load " + Ms(rrep.load_us());
+        detail += ", first mini-batch " + Ms(rrep.first_minibatch_us());
       }
       if (from.exists) detail += "; training paused " + Ms(us_since(t_ckpt));
       FinishMove(job, aid, what, true, false, us_since(t0), detail,
