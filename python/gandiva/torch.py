@@ -260,36 +260,50 @@ class _SocketSource:
         self.skip(self.size - self.pos)
 
 
+def _plan(read: Callable[[int], bytes], where: str,
+          into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
+          ) -> Tuple[Any, List[Tuple[int, memoryview]], int]:
+    """Reads a fast-format checkpoint's header and skeleton with read(n);
+    returns the object (its tensors allocated, or redirected by `into`, not
+    yet read), where each tensor's bytes go ((file offset, writable view),
+    in file order) and where the skeleton ends."""
+    magic, version, _, skel_len, data_offset = _HEADER.unpack(
+        read(_HEADER.size))
+    if magic != MAGIC:
+        raise ValueError(f"{where}: not a gandiva checkpoint")
+    if version != FILE_VERSION:
+        raise ValueError(f"{where}: checkpoint file version {version} "
+                         f"(this gandiva reads {FILE_VERSION})")
+    unpickler = _Unpickler(io.BytesIO(read(skel_len)))
+    obj = unpickler.load()
+    redirect = into(obj) if into is not None else {}
+    regions = []
+    skel_end = end = _HEADER.size + skel_len
+    for t, offset, nbytes in sorted(unpickler.tensors, key=lambda e: e[1]):
+        if nbytes == 0:
+            continue
+        at = data_offset + offset
+        if at < end:
+            raise ValueError(f"{where}: tensors overlap in the checkpoint")
+        dest = redirect.get(id(t))
+        if dest is not None and _same_layout(dest, t):
+            t = dest
+        regions.append((at, _raw(t, nbytes)))
+        end = at + nbytes
+    return obj, regions, skel_end
+
+
 def _read_state(src, where: str,
                 into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
                 ) -> Any:
     """The object of a fast-format checkpoint, read in one pass from `src`
     (_FileSource or _SocketSource): header, skeleton, then the tensors in
     file order."""
-    head = src.read(_HEADER.size)
-    magic, version, _, skel_len, data_offset = _HEADER.unpack(head)
-    if magic != MAGIC:
-        raise ValueError(f"{where}: not a gandiva checkpoint")
-    if version != FILE_VERSION:
-        raise ValueError(f"{where}: checkpoint file version {version} "
-                         f"(this gandiva reads {FILE_VERSION})")
-    skeleton = src.read(skel_len)
-    unpickler = _Unpickler(io.BytesIO(skeleton))
-    obj = unpickler.load()
-    redirect = into(obj) if into is not None else {}
-    pos = _HEADER.size + skel_len
-    for t, offset, nbytes in sorted(unpickler.tensors, key=lambda e: e[1]):
-        if nbytes == 0:
-            continue
-        at = data_offset + offset
-        if at < pos:
-            raise ValueError(f"{where}: tensors overlap in the checkpoint")
-        dest = redirect.get(id(t))
-        if dest is not None and _same_layout(dest, t):
-            t = dest
+    obj, regions, pos = _plan(src.read, where, into)
+    for at, view in regions:
         src.skip(at - pos)
-        src.readinto(_raw(t, nbytes))
-        pos = at + nbytes
+        src.readinto(view)
+        pos = at + len(view)
     return obj
 
 
@@ -402,30 +416,9 @@ def receive_state(offer: Dict[str, Any],
         # The header and skeleton come first, from stream 0 (and on, in
         # the unlikely case they are longer than its slice).
         chain = _Chain(srcs, slices)
-        head = chain.read(_HEADER.size)
-        magic, version, _, skel_len, data_offset = _HEADER.unpack(head)
-        if magic != MAGIC:
-            raise ValueError(f"{where}: not a gandiva checkpoint")
-        if version != FILE_VERSION:
-            raise ValueError(f"{where}: checkpoint file version {version} "
-                             f"(this gandiva reads {FILE_VERSION})")
-        unpickler = _Unpickler(io.BytesIO(chain.read(skel_len)))
-        obj = unpickler.load()
-        redirect = into(obj) if into is not None else {}
-        regions = []  # (file offset, writable view), in file order
-        end = _HEADER.size + skel_len
-        for t, offset, nbytes in sorted(unpickler.tensors,
-                                        key=lambda e: e[1]):
-            if nbytes == 0:
-                continue
-            at = data_offset + offset
-            if at < end:
-                raise ValueError(f"{where}: tensors overlap in the checkpoint")
-            dest = redirect.get(id(t))
-            if dest is not None and _same_layout(dest, t):
-                t = dest
-            regions.append((at, _raw(t, nbytes)))
-            end = at + nbytes
+        obj, regions, end = _plan(chain.read, where, into)
+        if regions:
+            end = regions[-1][0] + len(regions[-1][1])
         if end > offer["size"]:
             raise ValueError(f"{where}: the checkpoint needs {end} bytes, "
                              f"{offer['size']} offered")

@@ -189,6 +189,39 @@ def test_save_state_keeps_shared_and_odd_tensors(tmp_path):
     assert back["list"] == [1, "x"]
 
 
+def checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at, ckpt):
+    """Runs a source job to `hold_at` and checkpoints it into `ckpt`."""
+    page = tmp_path / "progress-src"
+    agent.create_page(page)
+    hold, release = tmp_path / "hold", tmp_path / "release"
+    src = start_child(["--steps", steps, "--seed", seed, "--hold-at", hold_at,
+                       "--hold-file", hold, "--release-file", release],
+                      child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                                GANDIVA_CHECKPOINT_DIR=ckpt))
+    reap(src)
+    wait_for(hold.exists, "the source to reach the hold")
+    agent.request(page, agent.REQUEST_CHECKPOINT_EXIT)
+    release.touch()
+    status, _, err = finish(src)
+    assert status == 75, err
+
+
+def start_warm(tmp_path, lib_path, reap, steps, seed, incoming, warmup=True):
+    page = tmp_path / "progress-warm"
+    agent.create_page(page)
+    out = tmp_path / "warm.pt"
+    incoming.mkdir()
+    warm = start_child(["--steps", steps, "--seed", seed, "--out", out]
+                       + (["--warmup"] if warmup else []),
+                       child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                                 GANDIVA_RESUME_FROM=incoming,
+                                 GANDIVA_RESUME_WAIT=1))
+    reap(warm)
+    wait_for(lambda: agent.read_page(page).state == agent.STATE_WAITING,
+             "the warm process to wait")
+    return warm, page, out
+
+
 @pytest.mark.parametrize("warmup", [False, True])
 def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
         tmp_path, lib_path, reap, warmup):
@@ -197,33 +230,12 @@ def test_warm_start_waits_for_the_checkpoint_then_continues_identically(
 
     # The destination process starts first: it builds its model and waits.
     ckpt = tmp_path / "ckpt"
-    page2 = tmp_path / "progress2"
-    agent.create_page(page2)
-    out2 = tmp_path / "warm.pt"
-    warm = start_child(["--steps", steps, "--seed", seed, "--out", out2]
-                       + (["--warmup"] if warmup else []),
-                       child_env(lib_path, GANDIVA_PROGRESS_FILE=page2,
-                                 GANDIVA_RESUME_FROM=ckpt,
-                                 GANDIVA_RESUME_WAIT=1))
-    reap(warm)
-    wait_for(lambda: agent.read_page(page2).state == agent.STATE_WAITING,
-             "the warm process to wait")
+    warm, page2, out2 = start_warm(tmp_path, lib_path, reap, steps, seed,
+                                   ckpt, warmup)
     assert agent.read_page(page2).pid == warm.pid
 
     # The source job checkpoints and exits.
-    page1 = tmp_path / "progress1"
-    agent.create_page(page1)
-    hold, release = tmp_path / "hold", tmp_path / "release"
-    src = start_child(["--steps", steps, "--seed", seed, "--hold-at", hold_at,
-                       "--hold-file", hold, "--release-file", release],
-                      child_env(lib_path, GANDIVA_PROGRESS_FILE=page1,
-                                GANDIVA_CHECKPOINT_DIR=ckpt))
-    reap(src)
-    wait_for(hold.exists, "the source to reach the hold")
-    agent.request(page1, agent.REQUEST_CHECKPOINT_EXIT)
-    release.touch()
-    status, _, err = finish(src)
-    assert status == 75, err
+    checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at, ckpt)
     info = agent.read_page(page2)
     assert info.state == agent.STATE_WAITING  # files there, not marked ready
     assert info.restore_begin_ns == 0
@@ -316,39 +328,6 @@ class FakeSource:
 
 
 WAIT_S = 60
-
-
-def checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at, ckpt):
-    """Runs a source job to `hold_at` and checkpoints it into `ckpt`."""
-    page = tmp_path / "progress-src"
-    agent.create_page(page)
-    hold, release = tmp_path / "hold", tmp_path / "release"
-    src = start_child(["--steps", steps, "--seed", seed, "--hold-at", hold_at,
-                       "--hold-file", hold, "--release-file", release],
-                      child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
-                                GANDIVA_CHECKPOINT_DIR=ckpt))
-    reap(src)
-    wait_for(hold.exists, "the source to reach the hold")
-    agent.request(page, agent.REQUEST_CHECKPOINT_EXIT)
-    release.touch()
-    status, _, err = finish(src)
-    assert status == 75, err
-
-
-def start_warm(tmp_path, lib_path, reap, steps, seed, incoming, warmup=True):
-    page = tmp_path / "progress-warm"
-    agent.create_page(page)
-    out = tmp_path / "warm.pt"
-    incoming.mkdir()
-    warm = start_child(["--steps", steps, "--seed", seed, "--out", out]
-                       + (["--warmup"] if warmup else []),
-                       child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
-                                 GANDIVA_RESUME_FROM=incoming,
-                                 GANDIVA_RESUME_WAIT=1))
-    reap(warm)
-    wait_for(lambda: agent.read_page(page).state == agent.STATE_WAITING,
-             "the warm process to wait")
-    return warm, page, out
 
 
 @pytest.mark.parametrize("warmup", [False, True])

@@ -509,6 +509,26 @@ class MigrationTest : public AgentServerTest {
                              "/log");
   }
 
+  // Starts `job` on the first agent and warm on the second (on GPU `job`
+  // of each), lets it train, checkpoints it at the first and has the second
+  // receive it: the receive's status.
+  grpc::Status MoveWarm(int64_t job, const std::string& src_args,
+                        const std::string& dst_args, rpc::CheckpointReply* c,
+                        rpc::ReceiveCheckpointReply* r) {
+    rpc::StartJobRequest start = StartReq(job, job * 10, Job(src_args));
+    start.set_gpus(0, static_cast<int32_t>(job));
+    EXPECT_TRUE(StartOn(stub_.get(), start).ok());
+    rpc::StartJobRequest warm = StartReq(job, job * 10, Job(dst_args));
+    warm.set_gpus(0, static_cast<int32_t>(job));
+    warm.set_warm(true);
+    warm.set_await_ready_ms(20000);
+    EXPECT_TRUE(StartOn(stub2_.get(), warm).ok());
+    EXPECT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), job) >= 3; }));
+    grpc::Status s = CheckpointOn(stub_.get(), job, job * 10 + 1, c);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return ReceiveOn(stub2_.get(), job, job * 10 + 1, agent_->address(), r);
+  }
+
   TempDir dir2_;
   std::unique_ptr<AgentServer> agent2_;
   std::unique_ptr<rpc::Agent::Stub> stub2_;
@@ -962,19 +982,10 @@ TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
 TEST_F(MigrationTest, AWarmProcessTakesItsCheckpointStraightFromTheSource) {
   StartAgent();
   StartSecondAgent();
-  ASSERT_TRUE(
-      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state"))).ok());
-  rpc::StartJobRequest warm =
-      StartReq(1, 1, Job("100000 5 --state --stream-ok state"));
-  warm.set_warm(true);
-  warm.set_await_ready_ms(20000);
-  ASSERT_TRUE(StartOn(stub2_.get(), warm).ok());
-  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
   rpc::CheckpointReply c;
-  grpc::Status s = CheckpointOn(stub_.get(), 1, 2, &c);
-  ASSERT_TRUE(s.ok()) << s.error_message();
   rpc::ReceiveCheckpointReply r;
-  s = ReceiveOn(stub2_.get(), 1, 2, agent_->address(), &r);
+  grpc::Status s = MoveWarm(1, "100000 5 --state",
+                            "100000 5 --state --stream-ok state", &c, &r);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(r.streamed());
   EXPECT_EQ(r.channel(), "tcp");
@@ -1006,27 +1017,12 @@ TEST_F(MigrationTest, AWarmProcessTakesItsCheckpointStraightFromTheSource) {
 TEST_F(MigrationTest, AStreamIsOfferedOnlyForTheFileTheProcessTakes) {
   StartAgent();
   StartSecondAgent();
-  auto move = [&](int64_t job, const std::string& src_args,
-                  const std::string& dst_args, rpc::ReceiveCheckpointReply* r) {
-    // Each job on a GPU of its own.
-    rpc::StartJobRequest start = StartReq(job, job * 10, Job(src_args));
-    start.set_gpus(0, static_cast<int32_t>(job));
-    EXPECT_TRUE(StartOn(stub_.get(), start).ok());
-    rpc::StartJobRequest warm = StartReq(job, job * 10, Job(dst_args));
-    warm.set_gpus(0, static_cast<int32_t>(job));
-    warm.set_warm(true);
-    warm.set_await_ready_ms(20000);
-    EXPECT_TRUE(StartOn(stub2_.get(), warm).ok());
-    EXPECT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), job) >= 3; }));
-    rpc::CheckpointReply c;
-    grpc::Status s = CheckpointOn(stub_.get(), job, job * 10 + 1, &c);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return ReceiveOn(stub2_.get(), job, job * 10 + 1, agent_->address(), r);
-  };
+  rpc::CheckpointReply c;
   // Two files (state and weights): received here, loaded from the files.
   rpc::ReceiveCheckpointReply r;
-  grpc::Status s = move(1, "100000 5 --state --big 64",
-                        "100000 5 --state --big 64 --stream-ok state", &r);
+  grpc::Status s =
+      MoveWarm(1, "100000 5 --state --big 64",
+               "100000 5 --state --big 64 --stream-ok state", &c, &r);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(r.streamed());
   EXPECT_GT(r.load_us(), 0);
@@ -1038,10 +1034,8 @@ TEST_F(MigrationTest, AStreamIsOfferedOnlyForTheFileTheProcessTakes) {
   EXPECT_TRUE(j->has_checkpoint());
 
   // The process dies in the middle of its stream.
-  s = move(2, "100000 5 --state",
-           "100000 5 --state --stream-ok state "
-           "--stream-fail",
-           &r);
+  s = MoveWarm(2, "100000 5 --state",
+               "100000 5 --state --stream-ok state --stream-fail", &c, &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("exited (code 9) while restoring"),
             std::string::npos)
