@@ -23,8 +23,9 @@
 // second pair of agents, in the same run; --compare-streams 1,2,4 moves the
 // large model between one pair of agents per number of streams, side by
 // side. By default the warm process takes the checkpoint from the source's
-// bulk channel itself, straight into its memory (its transfer is then its
-// load too); --no-stream-to-job has the agents receive it into files first,
+// bulk channel itself, straight into its memory (its transfer then places
+// the tensors, and its load is what is left); --no-stream-to-job has the
+// agents receive it into files first,
 // and --compare-files adds a large-model column moved that way by a second
 // pair of agents, in the same run.
 //
@@ -473,7 +474,8 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
                                 r.transfer_us() / 1e3));
     }
     out.Add("load", r.load_us() / 1e3);
-    // Straight into the job (streamed), the transfer is the load too.
+    // Straight into the job (streamed), the job places the tensors as they
+    // come: transfer and load overlap, and their sum compares like with like.
     out.Add("transfer + load", (r.transfer_us() + r.load_us()) / 1e3);
     out.Add("first mini-batch", r.first_minibatch_us() / 1e3);
     out.Add("ReceiveCheckpoint call", r.took_us() / 1e3);
@@ -487,8 +489,8 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
         "ms\n",
         label.c_str(), i + 1, src->label.c_str(), dst->label.c_str(),
         c.took_us() / 1e3, r.transfer_us() / 1e3, r.channel().c_str(),
-        r.streamed() ? ", straight into the job, with its load" : "",
-        r.load_us() / 1e3, r.first_minibatch_us() / 1e3, critical_ms);
+        r.streamed() ? ", straight into the job" : "", r.load_us() / 1e3,
+        r.first_minibatch_us() / 1e3, critical_ms);
     std::fflush(stdout);
     std::swap(src, dst);
     // Let it train a little at the new place before moving it again.

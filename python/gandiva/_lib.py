@@ -51,6 +51,8 @@ RESUME_READY_FILE = ".gandiva-ready"
 # STREAM_OFFER_FILE there (before the ready file) instead of the checkpoint.
 STREAM_OK_FILE = ".gandiva-stream-ok"
 STREAM_OFFER_FILE = ".gandiva-stream"
+# Written by the job once the stream's last byte came: "received_ns N".
+STREAM_DONE_FILE = ".gandiva-stream-done"
 # The bulk channel's answer to the right token (runtime/agent/bulk_transfer.h).
 BULK_ACCEPTED = b"GNDVBLK1"
 

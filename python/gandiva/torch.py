@@ -76,6 +76,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import torch
 
 import gandiva
+from gandiva import _lib
 
 CHECKPOINT_NAME = "checkpoint.gdv"
 LEGACY_CHECKPOINT_NAME = "checkpoint.pt"  # torch.save files (still loaded)
@@ -608,6 +609,8 @@ class Job:
         self.epoch = 0            # epochs completed
         self.batch_in_epoch = 0   # batches trained in the current epoch
         self.restored_from: Optional[str] = None
+        # receive(): when the stream's last byte came (CLOCK_MONOTONIC ns).
+        self.received_ns: Optional[int] = None
         # The world size the checkpoint was saved with (None: no restore).
         self.restored_world_size: Optional[int] = None
         self.rank, self.world_size = 0, 1
@@ -692,11 +695,24 @@ class Job:
         offer = read_stream_offer(resume) if warm and not self._dist else None
         if offer is not None:
             self.receive(offer)
+            self._report_received(resume)
         else:
             self.load(resume)
         gandiva.set_minibatches(self.steps)
         gandiva.restore_end()
         return True
+
+    def _report_received(self, directory: str) -> None:
+        """Tells the agent when the stream's last byte came
+        (STREAM_DONE_FILE), so that it can tell the transfer from the rest
+        of the load."""
+        done = os.path.join(directory, gandiva.STREAM_DONE_FILE)
+        try:
+            with open(f"{done}.tmp.{os.getpid()}", "w") as f:
+                f.write(f"received_ns {self.received_ns}\n")
+            os.replace(f"{done}.tmp.{os.getpid()}", done)
+        except OSError as e:  # the agent then counts it all as transfer
+            warnings.warn(f"gandiva: cannot write {done}: {e}")
 
     def _offer_to_stream(self, directory: str) -> None:
         """Tells the agent, before the warm wait, that this process can take
@@ -905,7 +921,9 @@ class Job:
         the bytes go from the socket into the model's and optimizer's
         memory, with no file in between."""
         where = f"{offer['host']}:{offer['port']}/{offer['path']}"
-        self._apply(receive_state(offer, self._in_place), where)
+        state = receive_state(offer, self._in_place)
+        self.received_ns = _lib.time_monotonic_ns()
+        self._apply(state, where)
 
     def _apply(self, state: Dict[str, Any], path: str) -> None:
         if state.get("format") != _FORMAT:

@@ -359,6 +359,10 @@ def test_warm_start_takes_its_checkpoint_straight_from_the_source(
     info = agent.read_page(page)
     assert info.minibatches == steps
     assert info.restore_end_ns > info.restore_begin_ns > 0
+    # When the last byte came, for the agent to split transfer and load.
+    key, value = (incoming / gandiva.STREAM_DONE_FILE).read_text().split()
+    assert key == "received_ns"
+    assert info.restore_begin_ns <= int(value) <= info.restore_end_ns
     resumed = torch.load(out)
     for name, tensor in ref["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name

@@ -93,6 +93,11 @@ enum gandiva_job_state {
  * the move failed). */
 #define GANDIVA_STREAM_OK_FILE ".gandiva-stream-ok"
 #define GANDIVA_STREAM_OFFER_FILE ".gandiva-stream"
+/* Optional, written by the job once the last byte of a stream arrived and
+ * before restore_end_ns: "received_ns N" (CLOCK_MONOTONIC, the clock of the
+ * page's timestamps), so that the agent can tell the transfer from the rest
+ * of the load. */
+#define GANDIVA_STREAM_DONE_FILE ".gandiva-stream-done"
 
 /* What the agent asks for (`request`). */
 enum gandiva_request_kind {

@@ -947,9 +947,23 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     if (!r.ok()) return ToGrpc(r.status());
     if (streamed) {
-      // The process received and loaded in one pass: the page's restore.
-      transfer_us = r->load_us;
-      r->load_us = 0;
+      // The process received as it loaded: its restore is the transfer, up
+      // to the last byte when it said when that was, and the rest its load.
+      const std::string done = dir + "/" GANDIVA_STREAM_DONE_FILE;
+      std::ifstream in(done);
+      std::string key;
+      uint64_t received = 0;
+      if (in >> key >> received && key == "received_ns" &&
+          received >= r->restore_begin_ns && received <= r->restore_end_ns) {
+        transfer_us =
+            static_cast<int64_t>((received - r->restore_begin_ns) / 1000);
+        r->load_us =
+            static_cast<int64_t>((r->restore_end_ns - received) / 1000);
+      } else {
+        transfer_us = r->load_us;
+        r->load_us = 0;
+      }
+      unlink(done.c_str());
     }
     // Training goes on here: now the job's log so far, from the source.
     if (!req.source_address().empty()) {

@@ -1223,6 +1223,8 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
     return late("restore its checkpoint");
   }
   r.load_us = NsToUs(s.restore_end_ns, s.restore_begin_ns);
+  r.restore_begin_ns = s.restore_begin_ns;
+  r.restore_end_ns = s.restore_end_ns;
   const uint64_t restore_end = s.restore_end_ns;
   if (await_first_minibatch) {
     const uint64_t at_end = s.minibatches;

@@ -121,6 +121,8 @@ bool IsWarmStartFile(std::string_view name);
 struct RestoreResult {
   int64_t warm_us = 0;  // process start -> page state WAITING (0: unseen)
   int64_t load_us = 0;  // restore_end - restore_begin, from the page
+  uint64_t restore_begin_ns = 0;  // the page's (CLOCK_MONOTONIC)
+  uint64_t restore_end_ns = 0;
   int64_t first_minibatch_us = 0;  // restore end -> a boundary after it
 };
 

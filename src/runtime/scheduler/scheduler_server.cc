@@ -1030,10 +1030,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       kill(src);  // drops the source's copy of the checkpoint
       std::string detail = where;
       if (!phases.empty()) detail += "; " + phases;
-      detail += std::string(rrep.streamed() ? ", transfer and load "
-                                            : ", transfer ") +
-                Ms(rrep.transfer_us()) + " (" + Mb(rrep.bytes()) +
-                Rate(rrep.bytes(), rrep.transfer_us()) +
+      detail += ", transfer " + Ms(rrep.transfer_us()) + " (" +
+                Mb(rrep.bytes()) + Rate(rrep.bytes(), rrep.transfer_us()) +
                 (rrep.channel().empty() ? "" : " over " + rrep.channel()) +
                 (rrep.streamed() ? ", straight into the job's memory" : "") +
                 ")";
@@ -1042,8 +1040,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         if (!warm_rep.ready()) {
           detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
         }
-        if (!rrep.streamed()) detail += ", load " + Ms(rrep.load_us());
-        detail += ", first mini-batch " + Ms(rrep.first_minibatch_us());
+        detail += ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
+                  Ms(rrep.first_minibatch_us());
       }
       if (from.exists) detail += "; training paused " + Ms(us_since(t_ckpt));
       FinishMove(job, aid, what, true, false, us_since(t0), detail,
