@@ -91,8 +91,26 @@ int FifoPolicy::QuotaOf(const ClusterState& state, int queue) const {
   return it->second;
 }
 
+void FifoPolicy::RunWaiting(const ClusterState& state, Actions& out) {
+  const Cluster& cluster = state.cluster();
+  std::vector<JobId> order;
+  for (const JobOrder& w : state.waiting()) order.push_back(w.id);
+  for (JobId id : order) {
+    const Job& j = state.job(id);
+    if (j.state != JobState::kSuspended || j.busy() || j.held) continue;
+    // Its GPUs stay placed while it is suspended, so no queued job took
+    // them; only an operator's pack can have one running there.
+    bool idle = true;
+    for (GpuId g : j.gpus) idle = idle && cluster.gpu(g).active == 0;
+    if (idle) out.Run(id);
+  }
+}
+
 void FifoPolicy::decide(const ClusterState& state, const Event& event,
                         Actions& out) {
+  // FIFO suspends nothing itself: a job an operator suspended runs again on
+  // its GPUs once released (at once, or when its suspend completes).
+  if (!state.waiting().empty()) RunWaiting(state, out);
   // Only arrivals and departures can let the head of the queue start.
   const bool may_fit = std::holds_alternative<JobArrived>(event.body) ||
                        std::holds_alternative<JobFinished>(event.body) ||

@@ -73,6 +73,9 @@ class FifoPolicy final : public Policy {
   int QueueOf(const Job& job) const;
   int QuotaOf(const ClusterState& state, int queue) const;
   void DecideByVc(const ClusterState& state, Actions& out);
+  // Runs the suspended jobs that may run again (released by an operator)
+  // on their GPUs.
+  void RunWaiting(const ClusterState& state, Actions& out);
 
   FifoOptions options_;
   // vc -> queue number, for the named VCs.

@@ -32,6 +32,40 @@ TEST(FifoTest, ExclusiveAndStrictlyInOrder) {
   EXPECT_EQ(h.state().counters().suspends, 0);
 }
 
+// An operator's suspend holds the job on its GPUs (no queued job takes
+// them); released, it runs there again, whether the release comes after its
+// suspend completed or while it is under way. Under VC quotas too.
+TEST(FifoTest, AJobReleasedByTheOperatorRunsAgainOnItsGpus) {
+  for (bool vcs : {false, true}) {
+    for (bool early : {false, true}) {
+      SCOPED_TRACE(std::string(vcs ? "vc quotas, " : "") +
+                   (early ? "released during its suspend" : "released after"));
+      FifoOptions o;
+      if (vcs) o.vc_quotas = {{"a", 2}};              // the rest (2) is shared
+      Harness h(std::make_unique<FifoPolicy>(o), 1);  // 4 GPUs
+      const JobId a = h.Submit(vcs ? 2 : 4);
+      h.CompleteAll();
+      const std::vector<GpuId> gpus = h.job(a).gpus;
+      auto held = h.Send(HoldRequest{a, true});
+      ASSERT_EQ(CountKind(held, ActionKind::kSuspend), 1);
+      const JobId b = h.Submit(vcs ? 4 : 1);  // a's GPUs stay a's
+      if (early) {
+        EXPECT_TRUE(h.Send(HoldRequest{a, false}).empty());
+        h.CompleteAll();  // the suspend completes; a runs again
+      } else {
+        h.CompleteAll();
+        EXPECT_EQ(h.job(a).state, JobState::kSuspended);
+        auto released = h.Send(HoldRequest{a, false});
+        EXPECT_EQ(CountKind(released, ActionKind::kResume), 1);
+        h.CompleteAll();
+      }
+      EXPECT_EQ(h.job(a).state, JobState::kRunning);
+      EXPECT_EQ(h.job(a).gpus, gpus);
+      EXPECT_EQ(h.job(b).state, JobState::kQueued);
+    }
+  }
+}
+
 TEST(FifoTest, BestFitThenAcrossServers) {
   Harness h(std::make_unique<FifoPolicy>(), 3);
   const JobId a = h.Submit(2);  // s0
