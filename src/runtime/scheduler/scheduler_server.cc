@@ -731,10 +731,17 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // After a move failed once the job had checkpointed: starts it again
   // where it was, from the checkpoint its agent kept (resume_local).
+  // The process counts as there from now on: an action that comes
+  // meanwhile (a suspend, a kill, another move) is queued behind the start
+  // (the executor runs one job's calls in order) and acts on it.
   void RestartAtSource(int32_t job, const Proc& from) {
     JobExtra* x = Extra(job);
     auto stub = StubOf(from.server);
     if (x == nullptr || stub == nullptr) return;
+    x->proc = from;
+    x->proc.exists = true;
+    x->proc.checkpoint = false;
+    x->proc.leaving = false;
     rpc::StartJobRequest req;
     req.set_job_id(job);
     req.set_action_id(InternalActionId());
@@ -759,20 +766,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           History(job, "restart", false, took,
                   "on " + name + " from the checkpoint kept there: " +
                       RpcError("StartJob", s));
+          if (y->proc.exists && y->proc.server == from.server) {
+            y->proc.exists = false;
+          }
           if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
           return;
         }
-        if (IsEnded(job) || y->proc.exists || y->proc.server != from.server) {
-          // Killed or moved on meanwhile: this process is not wanted.
-          Proc here = from;
-          here.exists = true;
-          KillAt(job, here, InternalActionId());
-          return;
-        }
-        y->proc = from;
-        y->proc.exists = true;
-        y->proc.checkpoint = false;
-        y->proc.leaving = false;
+        // Killed or moved on meanwhile: that action, queued behind this
+        // start, dealt with the process.
         History(
             job, "restart", true, took,
             "on " + name + " from the checkpoint kept there (the move failed)");

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -64,6 +65,12 @@ class FakeAgent final : public rpc::Agent::Service {
                         rpc::StartJobReply* rep) override {
     if (mode_ == Mode::kSlow) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    }
+    if (r->resume_local()) {
+      // HoldResumeLocal(): such a start waits until released.
+      std::unique_lock lock(hold_mu_);
+      ++held_;
+      hold_cv_.wait(lock, [&] { return !hold_; });
     }
     std::lock_guard lock(mu_);
     ++start_calls_[r->job_id()];
@@ -220,6 +227,19 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     return resume_local_starts_[job];
   }
+  // While on, a StartJob(resume_local) waits (ResumeLocalHeld() counts
+  // them) until it is turned off.
+  void HoldResumeLocal(bool on) {
+    {
+      std::lock_guard lock(hold_mu_);
+      hold_ = on;
+    }
+    hold_cv_.notify_all();
+  }
+  int ResumeLocalHeld() {
+    std::lock_guard lock(hold_mu_);
+    return held_;
+  }
   const std::string& name() const { return name_; }
   std::set<int64_t> ever_ran() {
     std::lock_guard lock(mu_);
@@ -262,6 +282,10 @@ class FakeAgent final : public rpc::Agent::Service {
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   std::mutex mu_;
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool hold_ = false;  // guarded by hold_mu_
+  int held_ = 0;       // guarded by hold_mu_
   std::string sched_addr_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
@@ -639,6 +663,51 @@ TEST_F(DaemonTest, AMoveThatFailsAfterTheCheckpointRestartsTheJobAtItsSource) {
   ASSERT_TRUE(src.Report().ok());
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
       << cl.Get(j).DebugString();
+}
+
+// A suspend that comes while that restart is under way waits for it: the
+// restarted process is the one suspended, not left running on GPUs the
+// core believes free.
+TEST_F(DaemonTest, ASuspendDuringTheRestartAtTheSourceStopsTheRestartedJob) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kFailReceive);
+  FakeAgent b("node-b", 1, Mode::kFailReceive);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("own-checkpoints");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_restartable(true);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(j) == rpc::RUNNING &&
+           (a.procs().count(j) + b.procs().count(j)) == 1;
+  }));
+  FakeAgent& src = a.procs().count(j) ? a : b;
+  FakeAgent& dst = a.procs().count(j) ? b : a;
+  src.HoldResumeLocal(true);
+  ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
+  ASSERT_TRUE(WaitFor([&] { return src.ResumeLocalHeld() == 1; }))
+      << cl.Get(j).DebugString();
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  src.HoldResumeLocal(false);
+  ASSERT_TRUE(WaitFor([&] {
+    const auto procs = src.procs();
+    return cl.State(j) == rpc::SUSPENDED && procs.count(j) == 1 &&
+           procs.at(j).state == rpc::SUSPENDED;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(src.resume_local_starts(j), 1);
+  // Resumed, it runs there again.
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const auto procs = src.procs();
+    return cl.State(j) == rpc::RUNNING && procs.count(j) == 1 &&
+           procs.at(j).state == rpc::RUNNING;
+  })) << cl.Get(j).DebugString();
 }
 
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
