@@ -2,7 +2,6 @@
 // of a running cluster, as a client of the daemon's Scheduler service (and,
 // for logs of jobs on other machines, of the agent's TailLog).
 #include <grpcpp/grpcpp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -326,9 +325,7 @@ int RunShow(const JobFlags& f) {
                 100 * p.gpu_utilization(),
                 static_cast<double>(p.gpu_memory_bytes()) / (1 << 20));
   }
-  if (!j.log_path().empty()) {
-    std::printf("  log:          %s\n", j.log_path().c_str());
-  } else if (!j.server().empty()) {
+  if (!j.server().empty()) {
     // The agent of its server keeps it (all of it, after a move).
     std::printf("  log:          on %s (gandiva logs %lld)\n",
                 j.server().c_str(), static_cast<long long>(j.id()));
@@ -358,20 +355,6 @@ struct LogsFlags {
   bool follow = false;
 };
 
-// Copies what `path` has after `*offset` to stdout; false if unreadable.
-bool CopyNew(const std::string& path, int64_t* offset) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  f.seekg(*offset);
-  char buf[1 << 16];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    std::fwrite(buf, 1, static_cast<size_t>(f.gcount()), stdout);
-    *offset += f.gcount();
-  }
-  std::fflush(stdout);
-  return true;
-}
-
 int RunLogs(const LogsFlags& f) {
   Session s("logs", f.conn);
   int64_t id = 0;
@@ -381,7 +364,7 @@ int RunLogs(const LogsFlags& f) {
     return s.Fail(error);
   }
   // Wait for a queued job to get a log (with -f), else say there is none.
-  while (j.log_path().empty() && j.server().empty()) {
+  while (j.server().empty()) {
     if (!f.follow || IsEnded(j.state())) {
       return s.Fail("job " + std::to_string(id) + " (" + StateName(j.state()) +
                     ") has no log yet");
@@ -390,20 +373,7 @@ int RunLogs(const LogsFlags& f) {
     if (!s.GetJob(id, &j, &error)) return s.Fail(error);
   }
 
-  // The log file, when this machine can read it.
-  int64_t offset = 0;
-  if (!j.log_path().empty() && ::access(j.log_path().c_str(), R_OK) == 0) {
-    CopyNew(j.log_path(), &offset);
-    while (f.follow && !IsEnded(j.state())) {
-      std::this_thread::sleep_for(milliseconds(250));
-      CopyNew(j.log_path(), &offset);
-      if (!s.GetJob(id, &j, &error)) return s.Fail(error);
-    }
-    CopyNew(j.log_path(), &offset);  // what came before the end
-    return 0;
-  }
-
-  // Else through the agent of the job's server.
+  // Through the agent of the job's server (all of it, after a move).
   rpc::ListServersReply servers;
   const grpc::Status st =
       s.stub().ListServers(Context().get(), rpc::Empty(), &servers);
@@ -413,9 +383,8 @@ int RunLogs(const LogsFlags& f) {
     if (srv.name() == j.server()) agent_address = srv.address();
   }
   if (agent_address.empty()) {
-    return s.Fail("the log of job " + std::to_string(id) + " (" + j.log_path() +
-                  ") is not readable here and its server '" + j.server() +
-                  "' is not known to the scheduler");
+    return s.Fail("the log of job " + std::to_string(id) + " is on server '" +
+                  j.server() + "', which is not known to the scheduler");
   }
   auto agent = ConnectAgent(agent_address);
   rpc::TailLogRequest req;
