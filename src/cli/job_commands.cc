@@ -1,6 +1,6 @@
 // `gandiva submit|ls|show|logs|kill|suspend|resume|servers`: the user's view
 // of a running cluster, as a client of the daemon's Scheduler service (and,
-// for logs of jobs on other machines, of the agent's TailLog).
+// for logs, of the agent's TailLog).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
