@@ -39,7 +39,7 @@
 //       [--large-width W] [--large-layers L] [--no-bulk-transfer]
 //       [--bulk-streams N] [--compare-grpc] [--compare-streams N,N,...]
 //       [--compare-files] [--no-stream-to-job] [--criu-runs N] [--gpu]
-//       [--overlap] [--verbose]
+//       [--overlap] [--wait-source-exit] [--verbose]
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
@@ -83,6 +83,10 @@ bool real_gpus = false;  // --gpu
 // default the job trains on until its new process is ready and the
 // checkpoint call returns once the checkpoint is saved.
 bool overlap = false;
+// --wait-source-exit: the destination receives only once the source's
+// process has exited, so that its teardown does not share the CPUs with the
+// transfer (as it would not across machines).
+bool wait_source_exit = false;
 
 // The interpreter the jobs run under.
 std::string Python() {
@@ -432,6 +436,13 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
     const auto t1 = Clock::now();
     const rpc::CheckpointReply c = Checkpoint(*src, job, 0, !overlap);
     const double ckpt_call_ms = MsSince(t1);
+    if (wait_source_exit) {
+      const auto t_exit = Clock::now();
+      rpc::AgentJob gone;
+      while (JobOn(*src, job, &gone))
+        std::this_thread::sleep_for(milliseconds(1));
+      out.Add("  waited for the source's exit", MsSince(t_exit));
+    }
     rpc::ReceiveCheckpointRequest rreq;
     rreq.set_job_id(job);
     rreq.set_action_id(NewAction());
@@ -939,6 +950,8 @@ int main(int argc, char** argv) {
       real_gpus = true;
     } else if (arg == "--overlap") {
       overlap = true;
+    } else if (arg == "--wait-source-exit") {
+      wait_source_exit = true;
     } else if (arg == "--verbose") {
       verbose = true;
     } else if (arg == "--help" || arg == "-h") {
@@ -949,7 +962,7 @@ int main(int argc, char** argv) {
           "[--large-layers L (6)] [--no-bulk-transfer] [--bulk-streams N] "
           "[--compare-grpc] [--compare-streams N,N,...] [--compare-files] "
           "[--no-stream-to-job] [--criu-runs N (3)] [--gpu] [--overlap] "
-          "[--verbose]\n"
+          "[--wait-source-exit] [--verbose]\n"
           "  --criu-runs N       CRIU migrations of the large model without "
           "the library\n"
           "                      (where CRIU works; 0: none)\n"
@@ -976,6 +989,10 @@ int main(int argc, char** argv) {
           "that\n"
           "                      receive it into files first (a column beside "
           "it)\n"
+          "  --wait-source-exit  receive only once the source's process has "
+          "exited\n"
+          "                      (its teardown then shares no CPU with the "
+          "transfer)\n"
           "  --gpu               the agents offer the GPUs NVML finds; the "
           "models\n"
           "                      train there\n"
