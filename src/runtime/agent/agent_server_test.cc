@@ -1029,7 +1029,8 @@ TEST_F(MigrationTest, AStreamIsOfferedOnlyForTheFileTheProcessTakes) {
   const std::string log = Log(dir2_, 1);
   EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
   EXPECT_EQ(log.find("(streamed)"), std::string::npos) << log;
-  const rpc::AgentJob* j = FindJob(StatusOf(stub2_.get()), 1);
+  const rpc::AgentStatusReply st = StatusOf(stub2_.get());
+  const rpc::AgentJob* j = FindJob(st, 1);
   ASSERT_NE(j, nullptr);
   EXPECT_TRUE(j->has_checkpoint());
 
