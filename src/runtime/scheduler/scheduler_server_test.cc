@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -611,31 +612,51 @@ TEST_F(DaemonTest, OperatorSuspendResumeKill) {
   EXPECT_EQ(cl.State(j), rpc::KILLED);
 }
 
+// FIFO, two agents that checkpoint but cannot receive (a move fails once
+// the job has checkpointed), and a restartable job running on one of them
+// (src_).
+class FailingMoveTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    cl_ = &StartDaemon(o);
+    a_ = std::make_unique<FakeAgent>("node-a", 1, Mode::kFailReceive);
+    b_ = std::make_unique<FakeAgent>("node-b", 1, Mode::kFailReceive);
+    ASSERT_TRUE(a_->Register(server_->address()).ok());
+    ASSERT_TRUE(b_->Register(server_->address()).ok());
+    rpc::JobSpec spec;
+    spec.set_name("own-checkpoints");
+    spec.set_command("python3 train.py");
+    spec.set_gpus(1);
+    spec.set_restartable(true);
+    ASSERT_TRUE(cl_->Submit(spec, &j_).ok());
+    ASSERT_TRUE(WaitFor([&] {
+      return cl_->State(j_) == rpc::RUNNING &&
+             (a_->procs().count(j_) + b_->procs().count(j_)) == 1;
+    }));
+    src_ = a_->procs().count(j_) ? a_.get() : b_.get();
+    dst_ = src_ == a_.get() ? b_.get() : a_.get();
+  }
+
+  Client* cl_ = nullptr;
+  std::unique_ptr<FakeAgent> a_, b_;
+  FakeAgent* src_ = nullptr;
+  FakeAgent* dst_ = nullptr;
+  int64_t j_ = -1;
+};
+
 // A move that fails once the job has checkpointed (here the transfer) leaves
 // the checkpoint at the source; the core takes the job back to its GPUs
 // there, running, so the daemon restarts it there from that checkpoint
 // rather than leave it running nowhere.
-TEST_F(DaemonTest, AMoveThatFailsAfterTheCheckpointRestartsTheJobAtItsSource) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent a("node-a", 1, Mode::kFailReceive);
-  FakeAgent b("node-b", 1, Mode::kFailReceive);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  rpc::JobSpec spec;
-  spec.set_name("own-checkpoints");
-  spec.set_command("python3 train.py");
-  spec.set_gpus(1);
-  spec.set_restartable(true);
-  int64_t j = -1;
-  ASSERT_TRUE(cl.Submit(spec, &j).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    return cl.State(j) == rpc::RUNNING &&
-           (a.procs().count(j) + b.procs().count(j)) == 1;
-  }));
-  FakeAgent& src = a.procs().count(j) ? a : b;
-  FakeAgent& dst = a.procs().count(j) ? b : a;
+TEST_F(FailingMoveTest,
+       AMoveThatFailsAfterTheCheckpointRestartsTheJobAtItsSource) {
+  Client& cl = *cl_;
+  FakeAgent& src = *src_;
+  FakeAgent& dst = *dst_;
+  const int64_t j = j_;
   ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
   auto entries = [&](const std::string& action) {
     std::vector<rpc::HistoryEntry> out;
@@ -668,27 +689,12 @@ TEST_F(DaemonTest, AMoveThatFailsAfterTheCheckpointRestartsTheJobAtItsSource) {
 // A suspend that comes while that restart is under way waits for it: the
 // restarted process is the one suspended, not left running on GPUs the
 // core believes free.
-TEST_F(DaemonTest, ASuspendDuringTheRestartAtTheSourceStopsTheRestartedJob) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent a("node-a", 1, Mode::kFailReceive);
-  FakeAgent b("node-b", 1, Mode::kFailReceive);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  rpc::JobSpec spec;
-  spec.set_name("own-checkpoints");
-  spec.set_command("python3 train.py");
-  spec.set_gpus(1);
-  spec.set_restartable(true);
-  int64_t j = -1;
-  ASSERT_TRUE(cl.Submit(spec, &j).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    return cl.State(j) == rpc::RUNNING &&
-           (a.procs().count(j) + b.procs().count(j)) == 1;
-  }));
-  FakeAgent& src = a.procs().count(j) ? a : b;
-  FakeAgent& dst = a.procs().count(j) ? b : a;
+TEST_F(FailingMoveTest,
+       ASuspendDuringTheRestartAtTheSourceStopsTheRestartedJob) {
+  Client& cl = *cl_;
+  FakeAgent& src = *src_;
+  FakeAgent& dst = *dst_;
+  const int64_t j = j_;
   src.HoldResumeLocal(true);
   ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
   ASSERT_TRUE(WaitFor([&] { return src.ResumeLocalHeld() == 1; }))
