@@ -73,6 +73,8 @@ struct GandivaOptions {
   // many reports running alone (so its alone rate is past its warm-up).
   // Default 1: the simulator reports a situation once, after it settled.
   // The daemon, whose agents report every fraction of a second, asks for 5.
+  // So an operator's pack of a job that never ran alone is not judged
+  // (there is no alone rate to compare with): it stays until unpacked.
   int pack_min_alone_reports = 1;
   // Keep a pack whose normalised throughput exceeds this. Default 1.0:
   // it must beat time-slicing.
