@@ -256,10 +256,6 @@ class _SocketSource:
             self.readinto(scratch[:k])
             n -= k
 
-    def finish(self) -> None:
-        """Takes the rest of the offered bytes (the file's tail)."""
-        self.skip(self.size - self.pos)
-
 
 def _plan(read: Callable[[int], bytes], where: str,
           into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
@@ -298,8 +294,7 @@ def _read_state(src, where: str,
                 into: Optional[Callable[[Any], Dict[int, torch.Tensor]]]
                 ) -> Any:
     """The object of a fast-format checkpoint, read in one pass from `src`
-    (_FileSource or _SocketSource): header, skeleton, then the tensors in
-    file order."""
+    (a _FileSource): header, skeleton, then the tensors in file order."""
     obj, regions, pos = _plan(src.read, where, into)
     for at, view in regions:
         src.skip(at - pos)
@@ -405,15 +400,15 @@ def receive_state(offer: Dict[str, Any],
     import threading
     slices = offer.get("slices") or [(0, offer["size"])]
     where = f"checkpoint stream from {offer['host']}:{offer['port']}"
+    names = ([where] if len(slices) == 1 else
+             [f"{where} (stream {i} of {len(slices)})"
+              for i in range(len(slices))])
     socks = []
     try:
-        for i in range(len(slices)):
-            socks.append(_connect_stream(
-                offer, i, where if len(slices) == 1
-                else f"{where} (stream {i} of {len(slices)})", timeout))
-        srcs = [_SocketSource(sock, length, where if len(slices) == 1
-                              else f"{where} (stream {i} of {len(slices)})")
-                for i, (sock, (_, length)) in enumerate(zip(socks, slices))]
+        for i, name in enumerate(names):
+            socks.append(_connect_stream(offer, i, name, timeout))
+        srcs = [_SocketSource(sock, length, name)
+                for sock, (_, length), name in zip(socks, slices, names)]
         # The header and skeleton come first, from stream 0 (and on, in
         # the unlikely case they are longer than its slice).
         chain = _Chain(srcs, slices)
