@@ -575,6 +575,19 @@ def _load_optimizer(optimizer: torch.optim.Optimizer,
         optimizer.state[param][k] = v.to(device=param.device)
 
 
+def _tell_agent(path: str, text: str) -> None:
+    """Writes one of the warm start's small files for the agent atomically
+    (temp file, then rename); a failure is only warned about (the agent
+    then does without it)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        warnings.warn(f"gandiva: cannot write {path}: {e}")
+
+
 class Job:
     """A training job cooperating with gandiva.
 
@@ -700,27 +713,17 @@ class Job:
     def _report_received(self, directory: str) -> None:
         """Tells the agent when the stream's last byte came
         (STREAM_DONE_FILE), so that it can tell the transfer from the rest
-        of the load."""
-        done = os.path.join(directory, gandiva.STREAM_DONE_FILE)
-        try:
-            with open(f"{done}.tmp.{os.getpid()}", "w") as f:
-                f.write(f"received_ns {self.received_ns}\n")
-            os.replace(f"{done}.tmp.{os.getpid()}", done)
-        except OSError as e:  # the agent then counts it all as transfer
-            warnings.warn(f"gandiva: cannot write {done}: {e}")
+        of the load (without it, all counts as transfer)."""
+        _tell_agent(os.path.join(directory, gandiva.STREAM_DONE_FILE),
+                    f"received_ns {self.received_ns}\n")
 
     def _offer_to_stream(self, directory: str) -> None:
         """Tells the agent, before the warm wait, that this process can take
         its checkpoint file straight from the source's socket (one process:
-        a data-parallel job's ranks all read the files)."""
-        ok = os.path.join(directory, gandiva.STREAM_OK_FILE)
-        tmp = f"{ok}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "w") as f:
-                f.write(self.checkpoint_name + "\n")
-            os.replace(tmp, ok)
-        except OSError as e:  # the files then come as before
-            warnings.warn(f"gandiva: cannot write {ok}: {e}")
+        a data-parallel job's ranks all read the files). Without it the
+        files come as before."""
+        _tell_agent(os.path.join(directory, gandiva.STREAM_OK_FILE),
+                    self.checkpoint_name + "\n")
 
     def epochs(self, count: int) -> Iterator[int]:
         """Yields epoch numbers from the restored epoch up to count - 1. An

@@ -531,10 +531,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   }
 
   // The bulk channel, over options.bulk_streams streams or fewer as the
-  // source grants (*streams: how many; one when the job may take it
-  // itself, see FetchCheckpoint). An error before any file's byte came (the
-  // source does not offer it, it cannot be reached, a stream cannot
-  // connect) sets *fall_back.
+  // source grants (*streams: how many), received here or, see
+  // FetchCheckpoint, offered to the job. An error before any file's byte
+  // came (the source does not offer it, it cannot be reached, a stream
+  // cannot connect) sets *fall_back.
   grpc::Status FetchBulk(int64_t job_id, const std::string& source,
                          rpc::Agent::Stub& stub, const std::string& dir,
                          Clock::time_point end, int64_t* bytes, bool* fall_back,

@@ -696,10 +696,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             x->proc.checkpoint = false;
             break;
           case MovedTo::kAsBefore:
-            from.exists = true;
-            from.leaving = false;
-            from.checkpoint = false;
-            x->proc = from;
+            x->proc = Proc{from.server, from.local, true, false, false};
             break;
           case MovedTo::kCheckpointAtSource:
             x->proc = Proc{from.server, from.local, false, true, false};
@@ -738,10 +735,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     JobExtra* x = Extra(job);
     auto stub = StubOf(from.server);
     if (x == nullptr || stub == nullptr) return;
-    x->proc = from;
-    x->proc.exists = true;
-    x->proc.checkpoint = false;
-    x->proc.leaving = false;
+    x->proc = Proc{from.server, from.local, true, false, false};
     rpc::StartJobRequest req;
     req.set_job_id(job);
     req.set_action_id(InternalActionId());
