@@ -48,18 +48,22 @@ class ExecEnv {
   std::vector<char*> ptrs_;
 };
 
-// posix_spawn attributes for a child in its own process group (setpgid(0,
-// 0) in the child), never a new session (a process in an orphaned process
-// group ignores SIGTSTP), with no signal blocked and every signal at its
-// default action, whatever this process's threads block or handle.
+// posix_spawn attributes for a child in a session of its own (setsid in the
+// child: it leads its session and its process group), with no signal blocked
+// and every signal at its default action, whatever this process's threads
+// block or handle. Its own session keeps what it runs off any terminal of
+// ours, and lets CRIU dump it where our session's leader is outside our PID
+// namespace (a sandbox started without a new session). Its group is
+// orphaned, so SIGTSTP at its default action is ignored there: only a
+// process whose library handles SIGTSTP is sent one; every other stop is
+// SIGSTOP.
 class ChildSpawnAttr {
  public:
   ChildSpawnAttr() {
     posix_spawnattr_init(&attr_);
-    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETPGROUP |
+    posix_spawnattr_setflags(&attr_, POSIX_SPAWN_SETSID |
                                          POSIX_SPAWN_SETSIGMASK |
                                          POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr_, 0);
     sigset_t none;
     sigemptyset(&none);
     posix_spawnattr_setsigmask(&attr_, &none);

@@ -725,9 +725,13 @@ core::StatusOr<SuspendResult> Supervisor::SuspendLocked(
   if (library && kill(main_pid, SIGTSTP) != 0) library = false;
   bool at_boundary = false;
   if (library) {
-    // The library stops itself at its next mini-batch boundary.
+    // The library stops itself at its next mini-batch boundary. A library
+    // that detached just before the signal left SIGTSTP at its default,
+    // which a process in its own session ignores: the group stop below
+    // takes it then.
     const bool stopped = PollUntil(*job, end, [&] {
-      return client::ProcessIsStopped(main_pid) || kill(main_pid, 0) != 0;
+      return client::ProcessIsStopped(main_pid) || kill(main_pid, 0) != 0 ||
+             job->reader->state() == client::JobState::kExited;
     });
     if (!stopped) {
       if (job->exited.load()) {

@@ -1,14 +1,14 @@
 // Process supervision for the node agent: starts a job's command as a child
-// in its own process group with the gandiva environment, suspends it (SIGTSTP
-// at a mini-batch boundary for jobs using the job-side library, SIGSTOP of
-// the group otherwise), resumes it (SIGCONT), kills it (SIGTERM, then SIGKILL
-// after a grace period), reaps it and keeps its exit record until the caller
-// acknowledges it (the agent does once a report reached the daemon).
-// For migration and resize it checkpoints a job (a checkpoint-and-exit or
-// resize request on its page; SIGTERM for a restartable job without the
-// library), warm-starts one that waits for a checkpoint to arrive, and keeps
-// the checkpoints it holds under options.checkpoint_root.
-// A job may be several processes (a data-parallel launcher and its ranks):
+// in a session and process group of its own with the gandiva environment,
+// suspends it (SIGTSTP at a mini-batch boundary for jobs using the job-side
+// library, SIGSTOP of the group otherwise), resumes it (SIGCONT), kills it
+// (SIGTERM, then SIGKILL after a grace period), reaps it and keeps its exit
+// record until the caller acknowledges it (the agent does once a report reached
+// the daemon). For migration and resize it checkpoints a job (a
+// checkpoint-and-exit or resize request on its page; SIGTERM for a restartable
+// job without the library), warm-starts one that waits for a checkpoint to
+// arrive, and keeps the checkpoints it holds under options.checkpoint_root. A
+// job may be several processes (a data-parallel launcher and its ranks):
 // signals go to its process group; the process that attached the page (rank
 // 0) stops itself at a boundary and the rest of the group is then SIGSTOPped.
 // No gRPC here: errors are core::Status values (kNotFound: unknown job;

@@ -176,15 +176,15 @@ TEST_F(SupervisorTest, BadRequestsAndWrongStates) {
             core::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(SupervisorTest, OwnProcessGroupAndKillOfTheWholeGroup) {
+TEST_F(SupervisorTest, OwnSessionAndKillOfTheWholeGroup) {
   SupervisorOptions o = Options();
   o.kill_grace = 300ms;
   Supervisor sup(o);
   auto r = sup.Start(Job(1, "sleep 1000 & sleep 1000 & wait"));
   ASSERT_TRUE(r.ok());
   const pid_t pid = r->pid;
-  EXPECT_EQ(getpgid(pid), pid);       // its own process group
-  EXPECT_EQ(getsid(pid), getsid(0));  // but not a new session
+  EXPECT_EQ(getpgid(pid), pid);  // its own process group
+  EXPECT_EQ(getsid(pid), pid);   // and its own session (CRIU needs its leader)
   ASSERT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pid).size() == 3; }));
   ASSERT_TRUE(sup.Kill(1).ok());
   EXPECT_EQ(Finish(sup, 1).exit_code, -SIGTERM);
