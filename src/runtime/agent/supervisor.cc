@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -248,6 +249,7 @@ struct Supervisor::JobRec {
 Supervisor::Supervisor(SupervisorOptions options,
                        std::function<void(const ExitRecord&)> on_exit)
     : options_(std::move(options)), on_exit_(std::move(on_exit)) {
+  if (options_.reap_orphans) prctl(PR_SET_CHILD_SUBREAPER, 1);
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) {
@@ -629,24 +631,42 @@ core::StatusOr<StartResult> Supervisor::StartFromCriu(
 }
 
 void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
-  int status = 0;
-  pid_t r;
-  do {
-    r = waitpid(job->pid, &status, 0);
-  } while (r < 0 && errno == EINTR);
+  // Any child of the job's group: the job's process, or one of its own that
+  // outlived its parent and so became ours (a child subreaper), reaped as
+  // it dies so that no zombie holds a PID while the job runs on.
   int code = -1;  // unknown (someone else reaped it)
-  if (r == job->pid) {
-    if (WIFEXITED(status)) {
-      code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-      code = -WTERMSIG(status);
+  for (;;) {
+    siginfo_t info{};
+    if (waitid(P_PGID, static_cast<id_t>(job->pid), &info, WEXITED) != 0) {
+      if (errno == EINTR) continue;
+      break;  // ECHILD
     }
+    if (info.si_pid != job->pid) continue;
+    code = info.si_code == CLD_EXITED ? info.si_status : -info.si_status;
+    break;
   }
   // What the job left behind in its group (workers, background commands),
   // gone before the exit is recorded (they may hold its GPUs): a SIGKILL
   // takes effect soon, not at once, so wait a little for it.
+  // Those whose parent ended first are this process's children (a child
+  // subreaper): reaped here, as they die, or their zombies would stay in
+  // the group. The group is the job's alone (its own session).
   kill(-job->pid, SIGKILL);
-  for (int i = 0; i < 400 && !ProcessGroupMembers(job->pid).empty(); ++i) {
+  auto reap = [&] {
+    while (waitpid(-job->pid, nullptr, WNOHANG) > 0) {
+    }
+  };
+  // Done when none runs and no zombie there is ours to reap.
+  auto settled = [&] {
+    const pid_t self = getpid();
+    for (const ProcInfo& p : GroupProcesses(job->pid)) {
+      if (!IsDeadState(p.state) || p.ppid == self) return false;
+    }
+    return true;
+  };
+  for (int i = 0; i < 400; ++i) {
+    reap();
+    if (settled()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   // A job that ended by itself (not to be moved or resized) leaves no

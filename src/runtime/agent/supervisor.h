@@ -62,6 +62,14 @@ struct SupervisorOptions {
   std::string checkpoint_root;
   // Checkpoint(): request -> exited with the checkpoint saved.
   std::chrono::milliseconds checkpoint_timeout{60000};
+  // Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER, process
+  // wide): what a job's process leaves running when it ends (a background
+  // command whose parent exited, the tree a CRIU dump killed) becomes this
+  // process's child, and is killed and reaped with the job's group, rather
+  // than left to an init that may never reap it (an agent that is PID 1 in
+  // its container, or a sandbox's): its zombie would keep the PID, which a
+  // CRIU restore needs free.
+  bool reap_orphans = true;
 };
 
 struct StartParams {

@@ -208,6 +208,51 @@ TEST_F(SupervisorTest, LeftoversOfTheGroupAreKilledAtExit) {
   EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(r->pid).empty(); }));
 }
 
+// /proc/<pid>/stat's parent PID, or 0 when there is no such process.
+pid_t ParentOf(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  char state = 0;
+  int ppid = 0;
+  if (std::sscanf(stat.c_str() + paren + 1, " %c %d", &state, &ppid) != 2) {
+    return 0;
+  }
+  return ppid;
+}
+
+// A process of the job whose parent ended becomes the supervisor's child
+// (not an init's that may never reap it), and is reaped when it dies, while
+// the job runs on or with the job: no zombie keeps its PID.
+TEST_F(SupervisorTest, OrphansOfAJobAreReaped) {
+  Supervisor sup(Options());
+  const std::string dir = dir_.path();
+  auto r = sup.Start(Job(1, "sh -c 'sleep 1000 & echo $! > " + dir +
+                                "/long.pid; sleep 0.3 & echo $! > " + dir +
+                                "/short.pid'; " + "sleep 1000"));
+  ASSERT_TRUE(r.ok());
+  auto pid_in = [&](const char* name) {
+    return static_cast<pid_t>(std::atol(ReadFile(dir + "/" + name).c_str()));
+  };
+  pid_t lasting = 0;
+  ASSERT_TRUE(WaitUntil([&] {
+    lasting = pid_in("long.pid");
+    return lasting > 0 && ParentOf(lasting) == getpid();
+  })) << "pid "
+      << lasting << ", parent " << ParentOf(lasting);
+  const pid_t brief = pid_in("short.pid");
+  ASSERT_GT(brief, 0);
+  EXPECT_TRUE(WaitUntil([&] { return ParentOf(brief) == 0; }))
+      << "pid " << brief
+      << " is left: " << ReadFile("/proc/" + std::to_string(brief) + "/stat");
+  EXPECT_EQ(sup.Job(1)->state, RunState::kRunning);
+  ASSERT_TRUE(sup.Kill(1).ok());
+  Finish(sup, 1);
+  EXPECT_TRUE(WaitUntil([&] { return ParentOf(lasting) == 0; }))
+      << "pid " << lasting
+      << " is left: " << ReadFile("/proc/" + std::to_string(lasting) + "/stat");
+}
+
 TEST_F(SupervisorTest, CpuPinningOfVirtualGpuJobs) {
   SupervisorOptions o = Options();
   o.cpus_per_gpu = 1;
