@@ -1,6 +1,7 @@
 #include "core/cluster.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/status.h"
 
@@ -20,6 +21,10 @@ std::string ValidateServerSpec(const ServerSpec& spec) {
            "GPUs per socket (" +
            std::to_string(per_socket) + "), got " +
            std::to_string(spec.switches_per_socket);
+  }
+  if (!(spec.gpu_memory_gb >= 0) || !std::isfinite(spec.gpu_memory_gb)) {
+    return "field 'gpu_memory_gb': must be a finite number >= 0, got " +
+           std::to_string(spec.gpu_memory_gb);
   }
   return {};
 }

@@ -30,6 +30,10 @@ struct ServerSpec {
   int gpus = 4;
   int sockets = 1;
   int switches_per_socket = 1;
+  // Each GPU's memory in GiB (the smallest, if they differ); 0: unknown
+  // (policies then use their own default). Packing checks jobs' measured
+  // memory against it.
+  double gpu_memory_gb = 0;
 };
 
 // Empty when valid, else names the field and the problem.

@@ -2,6 +2,9 @@
 // accepts, what it refuses and why, and what a failure leaves behind.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <tuple>
+
 #include "core/policies/fifo.h"
 #include "core/policies/gandiva.h"
 #include "core/scheduler.h"
@@ -139,6 +142,43 @@ TEST(MechanismTest, PackingMovesASuspendedJobOntoItsPartner) {
   EXPECT_FALSE(pack.launch);  // it ran: the world moves its process
   EXPECT_EQ(pack.gpus, h.job(a).gpus);
   EXPECT_FALSE(h.job(b).held);
+}
+
+// Two measured jobs that would not fit in the GPUs' memory (as the server
+// reports it) are not packed by hand either; where a job's memory or the
+// GPUs' is unknown, the operator decides.
+TEST(MechanismTest, RefusesAPackThatDoesNotFitTheGpusMemory) {
+  // b measured at b_gib (0: never measured), a at 5 GiB, on 8 GiB GPUs.
+  auto pack = [](double b_gib) {
+    GandivaOptions o;
+    o.migrate_to_idle = false;
+    auto h = std::make_unique<Harness>(std::make_unique<GandivaPolicy>(o), 2,
+                                       ServerSpec{"", 1, 1, 1, 8.0});
+    const JobId a = h->Submit(1);
+    const JobId b = h->Submit(1);
+    h->CompleteAll();
+    h->Send(ProfileReport{a, 10.0, 100, 5.0, 0.5});
+    if (b_gib > 0) h->Send(ProfileReport{b, 10.0, 100, b_gib, 0.5});
+    h->Send(HoldRequest{b, true});
+    h->CompleteAll();
+    EXPECT_EQ(h->job(b).state, JobState::kSuspended);
+    return std::make_tuple(std::move(h), a, b);
+  };
+  {
+    auto [h, a, b] = pack(4.0);
+    ExpectRefused(*h, Pack(b, a),
+                  "it uses 9.0 GiB of GPU memory, more than the 8.0 GiB "
+                  "of s0's GPUs");
+    EXPECT_FALSE(h->job(b).packed_with.valid());
+  }
+  {
+    auto [h, a, b] = pack(3.0);  // 8 GiB: fits
+    EXPECT_TRUE(h->TrySend(Pack(b, a)).ok());
+  }
+  {
+    auto [h, a, b] = pack(0);  // unknown: the operator decides
+    EXPECT_TRUE(h->TrySend(Pack(b, a)).ok());
+  }
 }
 
 TEST(MechanismTest, ResizesElasticJobsOnly) {

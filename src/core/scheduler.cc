@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -18,6 +19,13 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 std::string JobRef(JobId id) { return "job " + std::to_string(id.value); }
+
+// "12.5 GiB": one decimal.
+std::string FormatGib(double gib) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", gib);
+  return buf;
+}
 
 }  // namespace
 
@@ -565,6 +573,17 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
         if (cluster.gpu(g).active != 1) {
           return refuse("the GPUs of " + them + " are shared already");
         }
+      }
+      // Both measured, on GPUs whose memory is known: they must fit.
+      const Server& host = cluster.server(cluster.gpu(peer.gpus[0]).server);
+      const double need =
+          job.profile.gpu_memory_gb + peer.profile.gpu_memory_gb;
+      if (host.spec.gpu_memory_gb > 0 && job.profile.gpu_memory_gb > 0 &&
+          peer.profile.gpu_memory_gb > 0 && need > host.spec.gpu_memory_gb) {
+        return refuse("together with " + them + " it uses " + FormatGib(need) +
+                      " of GPU memory, more than the " +
+                      FormatGib(host.spec.gpu_memory_gb) + " of " +
+                      host.spec.name + "'s GPUs");
       }
       *gpus = peer.gpus;
       return Status::Ok();

@@ -7,6 +7,11 @@
 
 namespace gandiva::core {
 
+double GandivaPolicy::PackMemoryGb(const Cluster& cluster, GpuId gpu) const {
+  const double own = cluster.server(cluster.gpu(gpu).server).spec.gpu_memory_gb;
+  return own > 0 ? own : options_.gpu_memory_gb;
+}
+
 void GandivaPolicy::decide(const ClusterState& state, const Event& event,
                            Actions& out) {
   if (claim_.size() < static_cast<size_t>(state.cluster().num_gpus())) {
@@ -462,7 +467,7 @@ void GandivaPolicy::TryPack(const ClusterState& state, Actions& out) {
         p.spec.priority != j.spec.priority ||
         bad_pairs_.count(PairKey(j.id, p.id)) ||
         j.profile.gpu_memory_gb + p.profile.gpu_memory_gb >
-            options_.gpu_memory_gb) {
+            PackMemoryGb(cluster, j.gpus[0])) {
       continue;
     }
     candidates.push_back(

@@ -63,7 +63,9 @@ struct GandivaOptions {
   // Pack jobs on one GPU when profiling says it pays (see above). Default
   // false here; the `gandiva` policy turns it on.
   bool packing = false;
-  // GPU memory in GB that two packed jobs must fit in. Default 16 (V100).
+  // GPU memory in GiB that two packed jobs' measured memory must fit in,
+  // on servers that do not say theirs (ServerSpec::gpu_memory_gb 0).
+  // Default 16 (V100).
   double gpu_memory_gb = 16;
   // How long a new pack runs before it is judged, and how many rate reports
   // each of its jobs must have made while packed. Defaults 30 s and 1.
@@ -124,6 +126,9 @@ class GandivaPolicy final : public Policy {
                   Actions& out);
   bool ClaimedByOther(const ClusterState& state, GpuId gpu, JobId job) const;
   void TryPack(const ClusterState& state, Actions& out);
+  // The memory two jobs packed on `gpu` must fit in: its server's, or
+  // options_.gpu_memory_gb where the server does not say.
+  double PackMemoryGb(const Cluster& cluster, GpuId gpu) const;
   // Grow-shrink at an event; `tick` says whether growing may happen.
   void GrowShrink(const ClusterState& state, bool tick, Actions& out);
   void Consolidate(const ClusterState& state, Actions& out);

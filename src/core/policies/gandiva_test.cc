@@ -336,6 +336,38 @@ TEST(GandivaPackingTest, NoPackingWhenMemoryDoesNotFitOrNotOverloaded) {
   EXPECT_TRUE(solo.Tick().empty());
 }
 
+// A server that says its GPUs' memory is judged by it, not by the policy's
+// default (16 GiB): two 10 GiB jobs pack on 80 GiB GPUs, two 5 GiB jobs do
+// not on 8 GiB ones.
+TEST(GandivaPackingTest, TheServersGpuMemoryDecides) {
+  auto packs = [](double server_gib, double job_gib) {
+    GandivaOptions o;
+    o.packing = true;
+    ServerSpec spec = Gpus(1);
+    spec.gpu_memory_gb = server_gib;
+    Harness h(Gandiva(o), 1, spec);
+    const JobId a = h.Submit(1);
+    const JobId b = h.Submit(1);
+    h.CompleteAll();
+    h.Send(ProfileReport{a, 10.0, 200, job_gib, 0.3});
+    h.Advance(Duration::Seconds(60));
+    h.Tick();
+    h.CompleteAll();
+    h.Send(ProfileReport{b, 10.0, 200, job_gib, 0.3});
+    int n = 0;
+    for (int i = 0; i < 3; ++i) {
+      h.Advance(Duration::Seconds(60));
+      n += CountKind(h.Tick(), ActionKind::kPack);
+      h.CompleteAll();
+    }
+    return n;
+  };
+  EXPECT_EQ(packs(80, 10), 1);
+  EXPECT_EQ(packs(0, 10), 0);  // unknown: the default 16 GiB
+  EXPECT_EQ(packs(8, 5), 0);
+  EXPECT_EQ(packs(0, 5), 1);
+}
+
 // Grow-shrink: an elastic job grows onto GPUs idle past the timeout, by
 // doublings within its server, and shrinks back as soon as a job waits.
 TEST(GandivaGrowShrinkTest, GrowsAfterTimeoutShrinksOnDemand) {

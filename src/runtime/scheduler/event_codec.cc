@@ -82,7 +82,8 @@ std::string EncodeEvent(const core::EventBody& body) {
                         {"name", e.spec.name},
                         {"gpus", e.spec.gpus},
                         {"sockets", e.spec.sockets},
-                        {"switches_per_socket", e.spec.switches_per_socket}};
+                        {"switches_per_socket", e.spec.switches_per_socket},
+                        {"gpu_memory_gb", e.spec.gpu_memory_gb}};
           },
           [](const core::ServerDown& e) {
             return json{{"id", e.id.value}};
@@ -151,6 +152,8 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       e.spec.gpus = j.at("gpus").get<int>();
       e.spec.sockets = j.at("sockets").get<int>();
       e.spec.switches_per_socket = j.at("switches_per_socket").get<int>();
+      // Absent from logs written before servers reported it: unknown.
+      e.spec.gpu_memory_gb = j.value("gpu_memory_gb", 0.0);
       return core::EventBody(e);
     }
     if (kind == "ServerDown") {

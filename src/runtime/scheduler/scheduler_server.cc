@@ -1120,6 +1120,19 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     spec.gpus = r.gpus_size();
     spec.sockets = std::max(1, r.sockets());
     spec.switches_per_socket = std::max(1, r.switches_per_socket());
+    // The smallest GPU's memory, for packing; unknown (0) if any GPU's is
+    // (virtual GPUs).
+    for (const rpc::Gpu& g : r.gpus()) {
+      const double gib =
+          static_cast<double>(g.memory_bytes()) / (1024.0 * 1024.0 * 1024.0);
+      if (gib <= 0) {
+        spec.gpu_memory_gb = 0;
+        break;
+      }
+      if (spec.gpu_memory_gb == 0 || gib < spec.gpu_memory_gb) {
+        spec.gpu_memory_gb = gib;
+      }
+    }
     if (std::string err = core::ValidateServerSpec(spec); !err.empty()) {
       return core::InvalidArgument(err);
     }

@@ -118,7 +118,7 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   spec.total_minibatches = 1000;
   spec.model = 3;
   core::ServerUp up;
-  up.spec = core::ServerSpec{"s1", 8, 2, 2};
+  up.spec = core::ServerSpec{"s1", 8, 2, 2, 79.5};
   up.id = core::ServerId(1);
   core::ProfileReport pr{core::JobId(4), 12.5, 100, 3.25, 0.75};
   const std::vector<core::EventBody> events = {
@@ -152,6 +152,14 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       std::get<core::JobArrived>(*DecodeEvent(EncodeEvent(events[0])));
   EXPECT_EQ(arrived.spec.vc, "vc1");
   EXPECT_EQ(arrived.spec.model, 3);
+  auto server = std::get<core::ServerUp>(*DecodeEvent(EncodeEvent(up)));
+  EXPECT_EQ(server.spec.gpu_memory_gb, 79.5);
+  // A log written before servers reported their GPUs' memory.
+  auto older = DecodeEvent(
+      "{\"kind\":\"ServerUp\",\"id\":-1,\"name\":\"s0\",\"gpus\":2,"
+      "\"sockets\":1,\"switches_per_socket\":1}");
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_EQ(std::get<core::ServerUp>(*older).spec.gpu_memory_gb, 0);
   EXPECT_EQ(std::string(EventKindName(core::HoldRequest{})), "HoldRequest");
   EXPECT_FALSE(DecodeEvent("{\"kind\":\"Nope\"}").ok());
   EXPECT_FALSE(DecodeEvent("not json").ok());
