@@ -599,14 +599,19 @@ int RunServers(const ServersFlags& f) {
   std::fputs(FormatTable(rows).c_str(), stdout);
   std::printf("\n");
   std::vector<std::vector<std::string>> gpu_rows = {
-      {"SERVER", "GPU", "KIND", "RUNNING", "WAITING"}};
+      {"SERVER", "GPU", "KIND", "MEMORY", "RUNNING", "WAITING"}};
   for (const auto& srv : reply.servers()) {
     for (int i = 0; i < srv.gpus_size(); ++i) {
       const rpc::Gpu& g = srv.gpus(i);
       const rpc::GpuJobs* jobs =
           i < srv.gpu_jobs_size() ? &srv.gpu_jobs(i) : nullptr;
+      char memory[32] = "-";  // what packing checks jobs' memory against
+      if (g.memory_bytes() > 0) {
+        std::snprintf(memory, sizeof memory, "%.1f GiB",
+                      static_cast<double>(g.memory_bytes()) / (1 << 30));
+      }
       gpu_rows.push_back({srv.name(), std::to_string(g.local()),
-                          g.name().empty() ? "-" : g.name(),
+                          g.name().empty() ? "-" : g.name(), memory,
                           jobs != nullptr ? JoinIds(jobs->running()) : "-",
                           jobs != nullptr ? JoinIds(jobs->waiting()) : "-"});
     }
