@@ -64,6 +64,9 @@ using std::chrono::milliseconds;
 
 // The quantum `up --demo` gives a new database unless --quantum-s says.
 constexpr double kDemoQuantumS = 10;
+// With that short quantum, rates reach the policy this often (the daemon's
+// default is 2 s), so that packing shows within a slice or two.
+constexpr const char* kDemoProfileIntervalS = "0.5";
 
 struct UpFlags {
   std::string state_dir;
@@ -450,6 +453,10 @@ int RunUp(const UpFlags& f) {
   if (f.tick_ms) {
     sargv.insert(sargv.end(), {"--tick-ms", std::to_string(*f.tick_ms)});
   }
+  if (f.demo && std::find(f.scheduler_args.begin(), f.scheduler_args.end(),
+                          "--profile-interval-s") == f.scheduler_args.end()) {
+    sargv.insert(sargv.end(), {"--profile-interval-s", kDemoProfileIntervalS});
+  }
   sargv.insert(sargv.end(), f.scheduler_args.begin(), f.scheduler_args.end());
   std::string error;
   const pid_t spid = Spawn(sargv, sched_log, {}, &error);
@@ -632,7 +639,8 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
                    "daemon's)");
     up->add_flag("--demo", f->demo,
                  "Then submit the demo workload (examples/demo/*.yaml); a new "
-                 "state dir gets --quantum-s 10 unless given");
+                 "state dir gets --quantum-s 10 unless given, and rates reach "
+                 "the policy every 0.5 s");
     up->add_flag("--real-gpus", f->real_gpus,
                  "Let agents use the GPUs NVML finds (default: virtual GPUs "
                  "only)");

@@ -168,7 +168,9 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
                                    "--quantum-s",
                                    q.str(),
                                    "--tick-ms",
-                                   std::to_string(options_.tick_ms)};
+                                   std::to_string(options_.tick_ms),
+                                   "--profile-interval-s",
+                                   std::to_string(options_.profile_interval_s)};
   argv.insert(argv.end(), options_.scheduler_args.begin(),
               options_.scheduler_args.end());
   scheduler_ = Process::Start(argv, dir_ / "scheduler.log");

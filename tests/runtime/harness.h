@@ -69,8 +69,12 @@ bool HaveTorch();
 // Options of a local test cluster.
 struct ClusterOptions {
   std::string policy = "gandiva";
+  // Time runs faster here than in a cluster: a 2 s quantum (not 60 s),
+  // ticks every 200 ms, agents report every 200 ms (not 500 ms) and every
+  // report's rates go to the core (not every 2 s).
   double quantum_s = 2;
   int tick_ms = 200;
+  double profile_interval_s = 0.2;
   int agents = 2;
   int gpus_per_agent = 2;
   // Extra command-line arguments of the daemon and of every agent.

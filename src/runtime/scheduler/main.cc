@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   auto* keep_opt = app.add_option(
       "--pack-keep-above", keep_above,
       "keep a pack when its normalised throughput is above this (default 1)");
+  app.add_option("--profile-interval-s", o.profile_interval_s,
+                 "give the policy a job's measured rate at most this often "
+                 "(0: every agent report)")
+      ->capture_default_str();
   app.add_option("--probe-delay-s", o.probe_delay_s,
                  "measure a mechanism's effect on the rate this long after")
       ->capture_default_str();

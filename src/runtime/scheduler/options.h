@@ -55,6 +55,12 @@ struct SchedulerOptions {
   // above this (gandiva policy; stored with the policy options). Default 1:
   // it must beat time-slicing.
   std::optional<double> pack_keep_above;
+  // The core (and its event log) gets a job's measured rate at most this
+  // often; agents report more often (every 500 ms), which shows in `gandiva
+  // ls` at once. Each report fed is one event logged and replayed after a
+  // crash: at the agents' pace a cluster of 1,000 running jobs would log
+  // 2,000 events a second. 0: every report. Default 2 s.
+  double profile_interval_s = 2;
   // How long after a mechanism took effect its effect on the job's
   // mini-batch rate is measured for the job's history. Default 10 s.
   double probe_delay_s = 10;

@@ -187,6 +187,8 @@ struct JobExtra {
   JobRow written;  // the row as last written to the store
   bool has_written = false;
   std::optional<Probe> probe;
+  // When its next ProfileReport is due at the core (0: the next report).
+  int64_t profile_due_us = 0;
 };
 
 struct AgentConn {
@@ -1351,6 +1353,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
       x->progress = p.progress();
       CheckProbe(id, *x);
+      // Due on a grid of the interval, not an interval after the last one
+      // fed: reports come at the agent's pace, a little early or late, and
+      // the cadence must not fall to every other report.
+      const int64_t now = Now();
+      const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);
+      if (every > 0) {
+        if (x->profile_due_us > now) continue;  // shown by `ls`, not fed
+        if (x->profile_due_us == 0) x->profile_due_us = now;
+        x->profile_due_us += ((now - x->profile_due_us) / every + 1) * every;
+      }
       core::ProfileReport pr;
       pr.job = JobId(id);
       pr.minibatch_rate = p.progress().minibatch_rate();
@@ -1744,7 +1756,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       po.gandiva.pack_settle =
           core::Duration::Micros(want.at("pack_settle_us").get<int64_t>());
     }
-    // Agents report often: judge rates past a job's warm-up.
+    // Rates come every --profile-interval-s (2 s): judge them past a job's
+    // warm-up.
     po.gandiva.pack_min_alone_reports = 5;
     // What agents cannot do: run one job across servers.
     po.gandiva.allow_split = false;
@@ -2022,6 +2035,9 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   if (options.agent_rpc_timeout_s <= 0) {
     return core::InvalidArgument("--agent-rpc-timeout-s: must be positive");
+  }
+  if (!(options.profile_interval_s >= 0)) {
+    return core::InvalidArgument("--profile-interval-s: must not be negative");
   }
   if (options.executor_threads < 1) {
     return core::InvalidArgument("--executor-threads: must be at least 1");

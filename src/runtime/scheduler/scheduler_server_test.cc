@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/store.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -159,6 +160,14 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     procs_.erase(job);
   }
+  // What the next reports say of the job's progress (none until set).
+  void SetProgress(int64_t job, int64_t minibatches, double rate) {
+    std::lock_guard lock(mu_);
+    rpc::Progress& p = progress_[job];
+    p.set_minibatches(minibatches);
+    p.set_minibatch_rate(rate);
+    p.set_uses_library(true);
+  }
   // Sends a report (exits kept so far); re-registers when told to, as a
   // real agent does.
   grpc::Status Report() {
@@ -166,6 +175,11 @@ class FakeAgent final : public rpc::Agent::Service {
     rpc::AgentReport r;
     r.set_name(name_);
     for (const auto& e : outbox_) *r.add_exits() = e;
+    for (const auto& [id, p] : progress_) {
+      rpc::JobProfile* jp = r.add_profiles();
+      jp->set_job_id(id);
+      *jp->mutable_progress() = p;
+    }
     rpc::AgentReportReply rep;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -290,6 +304,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::string sched_addr_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
+  std::map<int64_t, rpc::Progress> progress_;
   std::vector<rpc::JobExit> outbox_;
   std::map<int64_t, int> start_calls_;
   std::map<int64_t, std::vector<int32_t>> start_gpus_;
@@ -610,6 +625,62 @@ TEST_F(DaemonTest, OperatorSuspendResumeKill) {
   agent.Exit(j, -9);
   ASSERT_TRUE(agent.Report().ok());
   EXPECT_EQ(cl.State(j), rpc::KILLED);
+}
+
+// Agents report every 500 ms; the core (and the event log replayed after a
+// crash) gets a job's rate at most every --profile-interval-s (0: every
+// report), while the job's progress as shown (`gandiva ls`) follows every
+// report. Returns how many ProfileReports were logged for 10 reports.
+class ProfileIntervalTest : public DaemonTest {
+ protected:
+  int LoggedOfTenReports(double interval_s) {
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    o.profile_interval_s = interval_s;
+    Client& cl = StartDaemon(o);
+    FakeAgent agent("node", 1, Mode::kOk);
+    EXPECT_TRUE(agent.Register(server_->address()).ok());
+    const int64_t j = cl.MustSubmit(1);
+    EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+    for (int i = 1; i <= 10; ++i) {
+      agent.SetProgress(j, 10 * i, 5.0);
+      EXPECT_TRUE(agent.Report().ok());
+    }
+    EXPECT_TRUE(
+        WaitFor([&] { return cl.Get(j).progress().minibatches() == 100; }));
+    auto store = Store::Open(o.db_path, false);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    int n = 0;
+    if (store.ok()) {
+      EXPECT_TRUE((*store)
+                      ->ForEachEvent([&](const EventRow& e) {
+                        if (e.kind == "ProfileReport") ++n;
+                        return core::Status::Ok();
+                      })
+                      .ok());
+    }
+    return n;
+  }
+};
+
+TEST_F(ProfileIntervalTest, OnlyTheFirstReportWithinTheIntervalIsLogged) {
+  EXPECT_EQ(LoggedOfTenReports(600), 1);
+}
+
+TEST_F(ProfileIntervalTest, WithNoIntervalEveryReportIsLogged) {
+  EXPECT_EQ(LoggedOfTenReports(0), 10);
+}
+
+TEST(DaemonOptionsTest, ANegativeProfileIntervalIsRefused) {
+  SchedulerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.db_path = "/nonexistent/never-opened.db";
+  o.profile_interval_s = -1;
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--profile-interval-s"),
+            std::string::npos)
+      << s.status().ToString();
 }
 
 // FIFO, two agents that checkpoint but cannot receive (a move fails once
