@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/event_codec.h"
 #include "runtime/scheduler/store.h"
 
 namespace gandiva::runtime {
@@ -160,6 +161,11 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     procs_.erase(job);
   }
+  // The memory its GPUs register with (default 0: virtual, unknown).
+  void SetGpuMemory(std::vector<int64_t> bytes) {
+    std::lock_guard lock(mu_);
+    gpu_memory_ = std::move(bytes);
+  }
   // What the next reports say of the job's progress (none until set).
   void SetProgress(int64_t job, int64_t minibatches, double rate) {
     std::lock_guard lock(mu_);
@@ -277,6 +283,9 @@ class FakeAgent final : public rpc::Agent::Service {
       g->set_local(i);
       g->set_uuid("virtual-" + std::to_string(i));
       g->set_name("virtual");
+      if (static_cast<size_t>(i) < gpu_memory_.size()) {
+        g->set_memory_bytes(gpu_memory_[i]);
+      }
     }
     for (const auto& [id, p] : procs_) {
       rpc::AgentJob* j = r.add_jobs();
@@ -305,6 +314,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
   std::map<int64_t, rpc::Progress> progress_;
+  std::vector<int64_t> gpu_memory_;
   std::vector<rpc::JobExit> outbox_;
   std::map<int64_t, int> start_calls_;
   std::map<int64_t, std::vector<int32_t>> start_gpus_;
@@ -669,6 +679,36 @@ TEST_F(ProfileIntervalTest, OnlyTheFirstReportWithinTheIntervalIsLogged) {
 
 TEST_F(ProfileIntervalTest, WithNoIntervalEveryReportIsLogged) {
   EXPECT_EQ(LoggedOfTenReports(0), 10);
+}
+
+// A server's GPU memory, for packing, is the smallest its agent registers;
+// unknown (0) when any GPU's is (virtual GPUs).
+TEST_F(DaemonTest, AServersGpuMemoryIsItsSmallestGpus) {
+  SchedulerOptions o = Options();
+  StartDaemon(o);
+  constexpr int64_t kGib = int64_t{1} << 30;
+  FakeAgent big("big", 2, Mode::kOk);
+  big.SetGpuMemory({80 * kGib, 40 * kGib});
+  FakeAgent mixed("mixed", 2, Mode::kOk);
+  mixed.SetGpuMemory({16 * kGib});  // the second GPU's is unknown
+  ASSERT_TRUE(big.Register(server_->address()).ok());
+  ASSERT_TRUE(mixed.Register(server_->address()).ok());
+  auto store = Store::Open(o.db_path, false);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::map<std::string, double> memory;
+  ASSERT_TRUE((*store)
+                  ->ForEachEvent([&](const EventRow& e) {
+                    if (e.kind != "ServerUp") return core::Status::Ok();
+                    auto body = DecodeEvent(e.json);
+                    if (!body.ok()) return body.status();
+                    const auto& up = std::get<core::ServerUp>(*body);
+                    memory[up.spec.name] = up.spec.gpu_memory_gb;
+                    return core::Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(memory["big"], 40.0);
+  EXPECT_EQ(memory["mixed"], 0.0);
+  EXPECT_EQ(memory.size(), 2u);
 }
 
 TEST(DaemonOptionsTest, ANegativeProfileIntervalIsRefused) {
