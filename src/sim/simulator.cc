@@ -449,6 +449,8 @@ core::StatusOr<SimResult> World::Run() {
   for (int i = 0; i < options_.servers; ++i) {
     core::ServerSpec spec = options_.server;
     spec.name = "server-" + std::to_string(i);
+    // The catalog's GPU type says how much memory packing has to fit in.
+    if (spec.gpu_memory_gb == 0) spec.gpu_memory_gb = catalog_.gpu_memory_gb();
     GANDIVA_RETURN_IF_ERROR(Send(core::ServerUp{spec, core::ServerId()}));
   }
   if (options_.tick > Duration())

@@ -70,6 +70,30 @@ TEST_F(SimulatorTest, AloneAJobTakesItsDurationPlusTheStart) {
   }
 }
 
+// Servers have the catalog's GPU type's memory: on K80s (12 GB) the policy
+// does not pack two jobs that need 7.5 GB each (its own default assumes
+// 16 GB), so no pack fails for memory.
+TEST_F(SimulatorTest, PackingFitsTheCatalogsGpuMemory) {
+  auto k80 = Catalog::Load(GANDIVA_TEST_DATA_DIR, GpuType::kK80);
+  ASSERT_TRUE(k80.ok()) << k80.status().ToString();
+  ModelId big = -1;
+  for (ModelId m = 0; m < k80->size(); ++m) {
+    const double gb = k80->model(m).memory_gb;
+    if (2 * gb > 12 && 2 * gb <= 16) big = m;
+  }
+  ASSERT_GE(big, 0) << "no model needing 6..8 GB in the catalog";
+  Workload w;
+  w.jobs = {Job("a", 0, 3000, 1, big), Job("b", 0, 3000, 1, big)};
+  auto policy = core::MakePolicy("gandiva");
+  ASSERT_TRUE(policy.ok());
+  auto r = Simulate(w, *k80, std::move(*policy), Small(1, 1));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs_finished, 2);
+  EXPECT_EQ(r->pack_failures, 0);
+  EXPECT_EQ(r->packs, 0);
+  EXPECT_GT(r->suspends, 0);  // time-sliced instead
+}
+
 TEST_F(SimulatorTest, TimeSlicingGivesEarlyFeedback) {
   Workload w;
   w.jobs = {Job("a", 0, 3000), Job("b", 0, 3000), Job("c", 0, 3000)};
