@@ -639,7 +639,17 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     siginfo_t info{};
     if (waitid(P_PGID, static_cast<id_t>(job->pid), &info, WEXITED) != 0) {
       if (errno == EINTR) continue;
-      break;  // ECHILD
+      // ECHILD: no child in that group. A process restored from images of
+      // one that did not lead its group is not in it: wait for it alone.
+      int status = 0;
+      pid_t r;
+      do {
+        r = waitpid(job->pid, &status, 0);
+      } while (r < 0 && errno == EINTR);
+      if (r == job->pid) {
+        code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+      break;
     }
     if (info.si_pid != job->pid) continue;
     code = info.si_code == CLD_EXITED ? info.si_status : -info.si_status;
