@@ -1143,6 +1143,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_job_id(e.job_id);
       x->set_exit_code(e.exit_code);
       x->set_minibatches(e.minibatches);
+      x->set_superseded(e.superseded);
     }
     for (const JobView& v : supervisor->Jobs()) {
       rpc::JobProfile* p = req.add_profiles();

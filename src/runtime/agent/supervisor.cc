@@ -518,6 +518,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   job->pid = pid;
   job->waiter = std::thread([this, job] { Wait(job); });
   jobs_[params.job_id] = job;
+  SupersedeExits(params.job_id);
   return StartResult{pid, MicrosSince(t0)};
 }
 
@@ -627,6 +628,7 @@ core::StatusOr<StartResult> Supervisor::StartFromCriu(
   job->without_library = true;
   job->waiter = std::thread([this, job] { Wait(job); });
   jobs_[params.job_id] = job;
+  SupersedeExits(params.job_id);
   return StartResult{pid, MicrosSince(t0)};
 }
 
@@ -702,6 +704,12 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
   }
   exited_cv_.notify_all();
   if (on_exit_) on_exit_(rec);
+}
+
+void Supervisor::SupersedeExits(int64_t job_id) {
+  for (ExitRecord& e : exits_) {
+    if (e.job_id == job_id) e.superseded = true;
+  }
 }
 
 bool Supervisor::PollUntil(const JobRec& job, Clock::time_point end,

@@ -161,6 +161,9 @@ struct ExitRecord {
   int64_t job_id = 0;
   int exit_code = 0;  // -N: killed by signal N
   int64_t minibatches = 0;
+  // The job was started here again after this process ended (a move or
+  // resize within this server, a restart): this exit is not the job's end.
+  bool superseded = false;
 };
 
 class Supervisor {
@@ -293,6 +296,9 @@ class Supervisor {
       const StartParams& params, const std::string& checkpoint,
       std::chrono::steady_clock::time_point t0);
   // Waits until pred() or the job exited or the deadline; true if pred().
+  // Marks the exits kept for `job_id` superseded (a new process of it
+  // starts). Requires mu_.
+  void SupersedeExits(int64_t job_id);
   bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
                  const std::function<bool()>& pred) const;
   std::vector<int> CpusFor(const std::vector<int>& gpus) const;

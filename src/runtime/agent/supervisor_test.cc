@@ -208,6 +208,29 @@ TEST_F(SupervisorTest, LeftoversOfTheGroupAreKilledAtExit) {
   EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(r->pid).empty(); }));
 }
 
+// An exit kept (not yet acknowledged) when the job starts here again is
+// marked superseded: it is not the job's end.
+TEST_F(SupervisorTest, AnExitKeptWhenTheJobStartsAgainIsSuperseded) {
+  Supervisor sup(Options());
+  ASSERT_TRUE(sup.Start(Job(1, "exit 76")).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 76);
+  ASSERT_TRUE(sup.Start(Job(2, "exit 0")).ok());
+  Finish(sup, 2);
+  std::vector<ExitRecord> kept = sup.PendingExits();
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_FALSE(kept[0].superseded);
+  ASSERT_TRUE(sup.Start(Job(1, "sleep 1000")).ok());
+  kept = sup.PendingExits();
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].job_id, 1);
+  EXPECT_TRUE(kept[0].superseded);
+  EXPECT_FALSE(kept[1].superseded);  // another job's
+  ASSERT_TRUE(sup.Kill(1).ok());
+  kept = sup.PendingExits();
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_FALSE(kept[2].superseded);  // the new process's own
+}
+
 // /proc/<pid>/stat's parent PID, or 0 when there is no such process.
 pid_t ParentOf(pid_t pid) {
   const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");

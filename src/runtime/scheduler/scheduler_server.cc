@@ -1331,6 +1331,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         --ig->second;
         continue;
       }
+      // The agent started it again since (a move within that server, whose
+      // process left with 75 or 76 and whose report came late): the job is
+      // in its new process.
+      if (e.superseded()) continue;
       if (x->proc.leaving &&
           (e.exit_code() == 75 || e.exit_code() == 76 || e.exit_code() < 0)) {
         // It left to be moved or resized, as asked, or a process of the

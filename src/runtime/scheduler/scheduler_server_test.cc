@@ -156,6 +156,16 @@ class FakeAgent final : public rpc::Agent::Service {
     e.set_exit_code(code);
     outbox_.push_back(e);
   }
+  // Queues the exit of an earlier process of a job that runs here again (a
+  // move within this server whose exit report comes late).
+  void SupersededExit(int64_t job, int code) {
+    std::lock_guard lock(mu_);
+    rpc::JobExit e;
+    e.set_job_id(job);
+    e.set_exit_code(code);
+    e.set_superseded(true);
+    outbox_.push_back(e);
+  }
   // Forgets a job without an exit (as if the node lost it).
   void Lose(int64_t job) {
     std::lock_guard lock(mu_);
@@ -721,6 +731,27 @@ TEST(DaemonOptionsTest, ANegativeProfileIntervalIsRefused) {
   EXPECT_NE(s.status().message().find("--profile-interval-s"),
             std::string::npos)
       << s.status().ToString();
+}
+
+// The exit of a process the agent has since replaced by a new one of the
+// same job (a resize within the server left with 76, its report late) does
+// not end the job; the new process's own exit does.
+TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  agent.SupersededExit(j, 76);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_EQ(agent.reported_exits()[j], 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  agent.Exit(j, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
 }
 
 // FIFO, two agents that checkpoint but cannot receive (a move fails once
