@@ -8,6 +8,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/wait.h>
 
 #include <cstring>
 #include <initializer_list>
@@ -80,5 +81,14 @@ class ChildSpawnAttr {
  private:
   posix_spawnattr_t attr_;
 };
+
+// Reaps, without waiting, every child of ours in process group `pgid` that
+// has ended: what a child spawned with ChildSpawnAttr (leading its own
+// group) left there that outlived it and so became ours (a child
+// subreaper's).
+inline void ReapEndedInGroup(pid_t pgid) {
+  while (waitpid(-pgid, nullptr, WNOHANG) > 0) {
+  }
+}
 
 }  // namespace gandiva::runtime

@@ -109,9 +109,7 @@ RunResult Run(const std::vector<std::string>& args,
     pause = std::min<std::chrono::microseconds>(pause * 2,
                                                 std::chrono::milliseconds(10));
   }
-  // What it left in its group that became ours (a subreaper's) and ended.
-  while (waitpid(-pid, nullptr, WNOHANG) > 0) {
-  }
+  ReapEndedInGroup(pid);
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.exit_code = -WTERMSIG(status);
   std::ifstream in(out_path);

@@ -664,10 +664,6 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
   // subreaper): reaped here, as they die, or their zombies would stay in
   // the group. The group is the job's alone (its own session).
   kill(-job->pid, SIGKILL);
-  auto reap = [&] {
-    while (waitpid(-job->pid, nullptr, WNOHANG) > 0) {
-    }
-  };
   // Done when none runs and no zombie there is ours to reap.
   auto settled = [&] {
     const pid_t self = getpid();
@@ -677,7 +673,7 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     return true;
   };
   for (int i = 0; i < 400; ++i) {
-    reap();
+    ReapEndedInGroup(job->pid);
     if (settled()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

@@ -1351,6 +1351,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
               "exit code " + std::to_string(e.exit_code()));
       (void)Feed(core::JobFinished{JobId(id), e.exit_code() == 0});
     }
+    const int64_t profile_now = Now();
+    const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);
     for (const rpc::JobProfile& p : r.profiles()) {
       const int32_t id = static_cast<int32_t>(p.job_id());
       JobExtra* x = Extra(id);
@@ -1360,12 +1362,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       // Due on a grid of the interval, not an interval after the last one
       // fed: reports come at the agent's pace, a little early or late, and
       // the cadence must not fall to every other report.
-      const int64_t now = Now();
-      const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);
       if (every > 0) {
-        if (x->profile_due_us > now) continue;  // shown by `ls`, not fed
-        if (x->profile_due_us == 0) x->profile_due_us = now;
-        x->profile_due_us += ((now - x->profile_due_us) / every + 1) * every;
+        if (x->profile_due_us > profile_now) continue;  // shown by `ls`
+        if (x->profile_due_us == 0) x->profile_due_us = profile_now;
+        x->profile_due_us +=
+            ((profile_now - x->profile_due_us) / every + 1) * every;
       }
       core::ProfileReport pr;
       pr.job = JobId(id);
