@@ -774,8 +774,16 @@ class FailingMoveTest : public DaemonTest {
     spec.set_gpus(1);
     spec.set_restartable(true);
     ASSERT_TRUE(cl_->Submit(spec, &j_).ok());
+    // Running, and its start concluded (a move is refused while it is
+    // under way).
     ASSERT_TRUE(WaitFor([&] {
-      return cl_->State(j_) == rpc::RUNNING &&
+      const rpc::JobInfo info = cl_->Get(j_);
+      const bool started =
+          std::any_of(info.history().begin(), info.history().end(),
+                      [](const rpc::HistoryEntry& h) {
+                        return h.action() == "start" && h.ok();
+                      });
+      return info.state() == rpc::RUNNING && started &&
              (a_->procs().count(j_) + b_->procs().count(j_)) == 1;
     }));
     src_ = a_->procs().count(j_) ? a_.get() : b_.get();
@@ -799,7 +807,10 @@ TEST_F(FailingMoveTest,
   FakeAgent& src = *src_;
   FakeAgent& dst = *dst_;
   const int64_t j = j_;
-  ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
+  {
+    const grpc::Status m = cl.Migrate(j, dst.name());
+    ASSERT_TRUE(m.ok()) << m.error_message();
+  }
   auto entries = [&](const std::string& action) {
     std::vector<rpc::HistoryEntry> out;
     const rpc::JobInfo now = cl.Get(j);
