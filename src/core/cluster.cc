@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/snapshot.h"
 #include "core/status.h"
 
 namespace gandiva::core {
@@ -203,6 +204,79 @@ void Cluster::SetUp(ServerId id, bool up) {
     free_gpus_ += s.free_gpus;
     Index(s);
   }
+}
+
+void Cluster::Save(SnapshotWriter& w) const {
+  w.I64(num_servers());
+  for (const Server& s : servers_) {
+    w.Str(s.spec.name);
+    w.I32(s.spec.gpus);
+    w.I32(s.spec.sockets);
+    w.I32(s.spec.switches_per_socket);
+    w.F64(s.spec.gpu_memory_gb);
+    w.Bool(s.up);
+    w.I32(s.affinity);
+    for (int i = 0; i < s.spec.gpus; ++i) {
+      const Gpu& g = gpus_[s.first_gpu.value + i];
+      w.Ids(g.jobs);
+      w.I32(g.active);
+    }
+  }
+}
+
+Cluster Cluster::Load(SnapshotReader& r) {
+  Cluster c;
+  const int64_t n = r.Count(8);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    ServerSpec spec;
+    spec.name = r.Str();
+    spec.gpus = r.I32();
+    spec.sockets = r.I32();
+    spec.switches_per_socket = r.I32();
+    spec.gpu_memory_gb = r.F64();
+    const bool up = r.Bool();
+    const int affinity = r.I32();
+    if (!r.ok()) break;
+    if (std::string err = ValidateServerSpec(spec); !err.empty()) {
+      r.Fail("server " + std::to_string(i) + ": " + err);
+      break;
+    }
+    if (spec.gpus > (1 << 24) || affinity < 0) {
+      r.Fail("server " + std::to_string(i) + ": bad GPU count or affinity");
+      break;
+    }
+    const ServerId id = c.AddServer(spec);
+    Server& s = c.servers_[id.value];
+    c.Unindex(s);
+    std::set<int32_t> jobs_here;
+    for (int k = 0; k < spec.gpus && r.ok(); ++k) {
+      Gpu& g = c.gpus_[s.first_gpu.value + k];
+      g.jobs = r.Ids<JobId>();
+      g.active = r.I32();
+      for (JobId j : g.jobs) {
+        if (!j.valid()) r.Fail("a GPU holds an invalid job id");
+        jobs_here.insert(j.value);
+      }
+      if (g.active < 0 || g.active > static_cast<int>(g.jobs.size())) {
+        r.Fail("a GPU's active count is out of range");
+      }
+      if (!g.jobs.empty()) {
+        --s.free_gpus;
+        --c.free_gpus_;
+      }
+      s.demand += static_cast<int>(g.jobs.size());
+    }
+    s.jobs = static_cast<int>(jobs_here.size());
+    s.affinity = affinity;
+    if (!up) {
+      s.up = false;
+      c.up_gpus_ -= spec.gpus;
+      c.free_gpus_ -= s.free_gpus;
+    }
+    c.Index(s);
+  }
+  if (!r.ok()) return Cluster();
+  return c;
 }
 
 }  // namespace gandiva::core

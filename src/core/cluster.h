@@ -23,6 +23,9 @@
 
 namespace gandiva::core {
 
+class SnapshotReader;
+class SnapshotWriter;
+
 // A server's hardware. GPUs are split evenly over sockets, and each socket's
 // GPUs evenly over its PCIe switches.
 struct ServerSpec {
@@ -152,6 +155,12 @@ class Cluster {
   void Activate(std::span<const GpuId> gpus);
   void Deactivate(std::span<const GpuId> gpus);
   void SetUp(ServerId id, bool up);
+
+  // Snapshots (core/snapshot.h): the servers, and the jobs on each GPU.
+  // Load rebuilds the counts and indexes; on bad bytes it fails `r` (and
+  // returns an empty cluster).
+  void Save(SnapshotWriter& w) const;
+  static Cluster Load(SnapshotReader& r);
 
  private:
   void Unindex(const Server& s);

@@ -19,6 +19,7 @@
 
 #include "core/action.h"
 #include "core/event.h"
+#include "core/snapshot.h"
 #include "core/state.h"
 
 namespace gandiva::core {
@@ -92,6 +93,15 @@ class Policy {
   virtual std::string_view name() const = 0;
   virtual void decide(const ClusterState& state, const Event& event,
                       Actions& out) = 0;
+
+  // The policy's own state, for Scheduler::Snapshot. A policy that keeps
+  // state across events must save all of it: a scheduler restored from a
+  // snapshot must take the same actions as the one that wrote it. LoadState
+  // reads what SaveState wrote (same policy, same options) and takes it only
+  // when `r` holds all of it and nothing more; otherwise it fails `r` and
+  // leaves the policy as it was. The defaults suit a stateless policy.
+  virtual void SaveState(SnapshotWriter& /*w*/) const {}
+  virtual void LoadState(SnapshotReader& /*r*/) {}
 };
 
 }  // namespace gandiva::core

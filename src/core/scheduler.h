@@ -12,6 +12,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/action.h"
@@ -45,6 +47,17 @@ class Scheduler {
   }
 
   const ClusterState& state() const { return state_; }
+
+  // The whole state (cluster, jobs, queues, counters and the policy's own
+  // state) as bytes. A scheduler built with the same policy and options
+  // that Restores them takes the same actions for the same events as this
+  // one would from here: a world that logs events may keep a snapshot and
+  // the events after it instead of every event.
+  std::string Snapshot() const;
+  // Replaces the state with a Snapshot's. Refuses, changing nothing, bytes
+  // that are not a whole snapshot of this version, or were written by
+  // another policy, or name jobs and GPUs inconsistently.
+  Status Restore(std::string_view bytes);
   const Policy& policy() const { return *policy_; }
 
  private:

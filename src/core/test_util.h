@@ -99,6 +99,7 @@ class Harness {
   void Advance(Duration d) { now_ += d; }
 
   const ClusterState& state() const { return scheduler_.state(); }
+  Scheduler& scheduler() { return scheduler_; }
   const Job& job(JobId id) const { return state().job(id); }
   const std::vector<Action>& last() const { return last_; }
   Time now() const { return now_; }

@@ -126,6 +126,8 @@ class World final : public SimControl {
     heap_.push(Ev{t, seq_++, kind, job, arg});
   }
   core::Status Send(core::EventBody body);
+  // Replaces the core by a new one restored from its snapshot.
+  core::Status RestoreFromSnapshot();
   void Execute(const Action& a);
   // Brings a job's progress up to now.
   void Advance(int32_t j);
@@ -164,12 +166,29 @@ class World final : public SimControl {
   std::vector<TimelineSample> timeline_;
   core::Rng noise_{core::Rng::Derive(options_.seed, 0x70f11e)};
   int64_t pack_failures_ = 0;
+  int64_t events_since_snapshot_ = 0;
 };
+
+core::Status World::RestoreFromSnapshot() {
+  if (!options_.snapshot_policy) {
+    return core::InvalidArgument("snapshot_every_events needs snapshot_policy");
+  }
+  const std::string bytes = scheduler_.Snapshot();
+  core::Scheduler fresh(options_.snapshot_policy());
+  GANDIVA_RETURN_IF_ERROR(fresh.Restore(bytes));
+  scheduler_ = std::move(fresh);
+  return core::Status::Ok();
+}
 
 core::Status World::Send(core::EventBody body) {
   actions_.clear();
   core::Event event{Time::FromMicros(now_), std::move(body)};
   GANDIVA_RETURN_IF_ERROR(scheduler_.Handle(event, actions_));
+  if (options_.snapshot_every_events > 0 &&
+      ++events_since_snapshot_ >= options_.snapshot_every_events) {
+    events_since_snapshot_ = 0;
+    GANDIVA_RETURN_IF_ERROR(RestoreFromSnapshot());
+  }
   if (options_.record) options_.record(event, actions_);
   acted_ = !actions_.empty();
   // Execute may not call Send (it only schedules), so iterating is safe.

@@ -111,6 +111,13 @@ struct SimOptions {
       record;
   // Called at every tick, after the scheduler handled it; may be empty.
   std::function<void(SimControl&)> on_tick;
+  // Snapshot check: after every `snapshot_every_events` events the core is
+  // replaced by a new scheduler, with a policy from `snapshot_policy` (the
+  // same policy and options as the one simulated), restored from the old
+  // one's Snapshot; a snapshot that carries all of the state leaves the
+  // result unchanged. 0: never. Default 0.
+  int64_t snapshot_every_events = 0;
+  std::function<std::unique_ptr<core::Policy>()> snapshot_policy;
 };
 
 struct JobResult {

@@ -208,5 +208,55 @@ TEST_F(SimulatorTest, EveryJobFinishesExactlyOnce) {
   }
 }
 
+// A core restored from its snapshot every few events gives the same run as
+// one never restored: the snapshot carries all the state the core and each
+// policy keep (packs judged, jobs grown, quotas used, attained service...).
+TEST_F(SimulatorTest, ACoreRestoredFromSnapshotsRunsTheSame) {
+  SyntheticOptions so;
+  so.jobs = 240;
+  so.total_gpus = 32;
+  so.seed = 11;
+  so.elastic_fraction = 0.3;
+  so.window = Duration::Seconds(12 * 3600);
+  Workload w = GenerateSynthetic(*catalog_, so);
+  for (size_t i = 0; i < w.jobs.size(); ++i) {
+    w.jobs[i].vc = i % 3 == 0 ? "research" : "prod";
+    w.jobs[i].priority = i % 17 == 0 ? 1 : 0;
+  }
+  core::PolicyOptions po;
+  po.fifo.vc_quotas = {{"research", 12}, {"prod", 16}};
+  po.fifo.allow_borrowing = true;
+  auto strip = [](std::string json) {
+    return json.substr(0, json.find("\"wall_s\""));
+  };
+  for (const char* policy :
+       {"fifo", "gandiva", "gandiva-timeslice", "tiresias-las"}) {
+    SCOPED_TRACE(policy);
+    auto run = [&](int64_t every) {
+      SimOptions o = Small(8, 4);
+      o.snapshot_every_events = every;
+      auto make = [&]() -> std::unique_ptr<core::Policy> {
+        auto p = core::MakePolicy(policy, po);
+        return p.ok() ? std::move(*p) : nullptr;
+      };
+      o.snapshot_policy = make;
+      auto r = Simulate(w, *catalog_, make(), o);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      return r.ok() ? std::move(*r) : SimResult{};
+    };
+    const SimResult plain = run(0);
+    const SimResult restored = run(7);
+    EXPECT_EQ(strip(ResultJson(plain)), strip(ResultJson(restored)));
+    EXPECT_EQ(plain.jobs_finished, plain.jobs);
+    // The run exercised what the snapshot must carry.
+    if (std::string(policy) == "gandiva") {
+      EXPECT_GT(plain.packs, 0);
+      EXPECT_GT(plain.grows, 0);
+      EXPECT_GT(plain.migrations, 0);
+    }
+    if (std::string(policy) != "fifo") EXPECT_GT(plain.suspends, 0);
+  }
+}
+
 }  // namespace
 }  // namespace gandiva::sim

@@ -193,4 +193,41 @@ void FifoPolicy::DecideByVc(const ClusterState& state, Actions& out) {
   walk([&](const Job& j, int q) { return borrower[q] && try_start(j, q); });
 }
 
+void FifoPolicy::SaveState(SnapshotWriter& w) const {
+  w.I64(static_cast<int64_t>(started_.size()));
+  for (const auto& [job, queue] : started_) {
+    w.Id(job);
+    w.I32(queue);
+  }
+  w.I64(static_cast<int64_t>(used_.size()));
+  for (int u : used_) w.I32(u);
+}
+
+void FifoPolicy::LoadState(SnapshotReader& r) {
+  std::map<JobId, int> started;
+  const int64_t n = r.Count(12);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    const JobId job = r.Id<JobId>();
+    started[job] = r.I32();
+  }
+  std::vector<int> used(static_cast<size_t>(r.Count(4)));
+  for (int& u : used) u = r.I32();
+  if (!r.ok() || !r.at_end()) return;
+  if (used.size() != used_.size()) {
+    r.Fail("fifo: " + std::to_string(used.size()) +
+           " virtual-cluster queues, these options make " +
+           std::to_string(used_.size()));
+    return;
+  }
+  for (const auto& [job, queue] : started) {
+    if (queue < 0 || queue >= static_cast<int>(used_.size())) {
+      r.Fail("fifo: job " + std::to_string(job.value) + " is in queue " +
+             std::to_string(queue));
+      return;
+    }
+  }
+  started_ = std::move(started);
+  used_ = std::move(used);
+}
+
 }  // namespace gandiva::core

@@ -66,6 +66,8 @@ class FifoPolicy final : public Policy {
   std::string_view name() const override { return "fifo"; }
   void decide(const ClusterState& state, const Event& event,
               Actions& out) override;
+  void SaveState(SnapshotWriter& w) const override;
+  void LoadState(SnapshotReader& r) override;
 
  private:
   // With vc_quotas, queues are numbered: the named VCs in name order, then

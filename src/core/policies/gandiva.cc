@@ -685,4 +685,61 @@ void GandivaPolicy::Defragment(const ClusterState& state, Actions& out) {
   }
 }
 
+namespace {
+
+void SavePairs(SnapshotWriter& w,
+               const std::set<std::pair<int32_t, int32_t>>& s) {
+  w.I64(static_cast<int64_t>(s.size()));
+  for (const auto& [a, b] : s) {
+    w.I32(a);
+    w.I32(b);
+  }
+}
+
+std::set<std::pair<int32_t, int32_t>> LoadPairs(SnapshotReader& r) {
+  std::set<std::pair<int32_t, int32_t>> s;
+  const int64_t n = r.Count(8);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    const int32_t a = r.I32();
+    s.insert({a, r.I32()});
+  }
+  return s;
+}
+
+}  // namespace
+
+void GandivaPolicy::SaveState(SnapshotWriter& w) const {
+  w.Ids(claim_);
+  SavePairs(w, bad_pairs_);
+  SavePairs(w, good_pairs_);
+  w.IdSet(packed_);
+  w.IdSet(elastic_);
+  w.IdSet(grown_);
+  w.At(idle_since_);
+  w.IdSet(split_);
+  w.IdSet(moving_);
+}
+
+void GandivaPolicy::LoadState(SnapshotReader& r) {
+  auto claim = r.Ids<JobId>();
+  auto bad = LoadPairs(r);
+  auto good = LoadPairs(r);
+  auto packed = r.IdSet<JobId>();
+  auto elastic = r.IdSet<JobId>();
+  auto grown = r.IdSet<JobId>();
+  const Time idle_since = r.At();
+  auto split = r.IdSet<JobId>();
+  auto moving = r.IdSet<JobId>();
+  if (!r.ok() || !r.at_end()) return;
+  claim_ = std::move(claim);
+  bad_pairs_ = std::move(bad);
+  good_pairs_ = std::move(good);
+  packed_ = std::move(packed);
+  elastic_ = std::move(elastic);
+  grown_ = std::move(grown);
+  idle_since_ = idle_since;
+  split_ = std::move(split);
+  moving_ = std::move(moving);
+}
+
 }  // namespace gandiva::core

@@ -104,6 +104,8 @@ class GandivaPolicy final : public Policy {
   std::string_view name() const override { return name_; }
   void decide(const ClusterState& state, const Event& event,
               Actions& out) override;
+  void SaveState(SnapshotWriter& w) const override;
+  void LoadState(SnapshotReader& r) override;
 
   const GandivaOptions& options() const { return options_; }
 

@@ -185,4 +185,34 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
   }
 }
 
+void TiresiasPolicy::SaveState(SnapshotWriter& w) const {
+  w.I64(static_cast<int64_t>(accounts_.size()));
+  for (const auto& [job, a] : accounts_) {
+    w.Id(job);
+    w.F64(a.service);
+    w.F64(a.offset);
+    w.At(a.run_from);
+    w.At(a.closed_at);
+    w.At(a.waiting_from);
+    w.I32(a.promotions);
+  }
+}
+
+void TiresiasPolicy::LoadState(SnapshotReader& r) {
+  std::map<JobId, Account> accounts;
+  const int64_t n = r.Count(52);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    const JobId job = r.Id<JobId>();
+    Account& a = accounts[job];
+    a.service = r.F64();
+    a.offset = r.F64();
+    a.run_from = r.At();
+    a.closed_at = r.At();
+    a.waiting_from = r.At();
+    a.promotions = r.I32();
+  }
+  if (!r.ok() || !r.at_end()) return;
+  accounts_ = std::move(accounts);
+}
+
 }  // namespace gandiva::core

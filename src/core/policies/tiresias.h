@@ -60,6 +60,8 @@ class TiresiasPolicy final : public Policy {
   std::string_view name() const override { return name_; }
   void decide(const ClusterState& state, const Event& event,
               Actions& out) override;
+  void SaveState(SnapshotWriter& w) const override;
+  void LoadState(SnapshotReader& r) override;
 
   const TiresiasOptions& options() const { return options_; }
   // GPU-seconds the job has run up to state.now(), the time of the last

@@ -1,0 +1,301 @@
+// Scheduler::Snapshot and Scheduler::Restore (see core/snapshot.h).
+#include "core/snapshot.h"
+
+#include <bit>
+#include <string>
+#include <utility>
+
+#include "core/scheduler.h"
+
+namespace gandiva::core {
+
+namespace {
+
+constexpr std::string_view kMagic = "gandiva-core-snapshot";
+// Bump when the layout changes; Restore refuses other versions.
+constexpr int32_t kVersion = 1;
+
+void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
+  w.Str(s.name);
+  w.I32(s.gpus);
+  w.I32(s.priority);
+  w.Str(s.owner);
+  w.Str(s.group);
+  w.Str(s.vc);
+  w.Bool(s.elastic);
+  w.I64(s.total_minibatches);
+  w.I32(s.model);
+}
+
+JobSpec LoadSpec(SnapshotReader& r) {
+  JobSpec s;
+  s.name = r.Str();
+  s.gpus = r.I32();
+  s.priority = r.I32();
+  s.owner = r.Str();
+  s.group = r.Str();
+  s.vc = r.Str();
+  s.elastic = r.Bool();
+  s.total_minibatches = r.I64();
+  s.model = r.I32();
+  return s;
+}
+
+void SaveProfile(SnapshotWriter& w, const Profile& p) {
+  w.F64(p.minibatch_rate);
+  w.F64(p.last_rate);
+  w.F64(p.gpu_memory_gb);
+  w.F64(p.gpu_utilization);
+  w.I64(p.minibatches);
+  w.I32(p.reports);
+  w.At(p.updated);
+  w.F64(p.rate_alone);
+  w.I32(p.alone_reports);
+  w.F64(p.rate_packed);
+  w.I32(p.packed_reports);
+}
+
+Profile LoadProfile(SnapshotReader& r) {
+  Profile p;
+  p.minibatch_rate = r.F64();
+  p.last_rate = r.F64();
+  p.gpu_memory_gb = r.F64();
+  p.gpu_utilization = r.F64();
+  p.minibatches = r.I64();
+  p.reports = r.I32();
+  p.updated = r.At();
+  p.rate_alone = r.F64();
+  p.alone_reports = r.I32();
+  p.rate_packed = r.F64();
+  p.packed_reports = r.I32();
+  return p;
+}
+
+void SaveJob(SnapshotWriter& w, const Job& j) {
+  w.Id(j.id);
+  SaveSpec(w, j.spec);
+  w.U8(static_cast<uint8_t>(j.state));
+  w.Ids(j.gpus);
+  w.U8(static_cast<uint8_t>(j.in_flight));
+  w.Id(j.in_flight_id);
+  w.At(j.submitted);
+  w.At(j.first_started);
+  w.At(j.run_since);
+  w.At(j.waiting_since);
+  w.At(j.ended);
+  w.Bool(j.held);
+  w.Bool(j.launched);
+  w.I32(j.suspends);
+  w.I32(j.resumes);
+  w.I32(j.migrations);
+  w.I32(j.packs);
+  w.Id(j.packed_with);
+  w.At(j.packed_since);
+  w.Ids(j.migrating_from);
+  w.Ids(j.shrinking_to);
+  w.I32(j.resizes);
+  w.I32(j.start_failures);
+  w.Bool(j.migrating_running);
+  w.Bool(j.immovable);
+  w.Str(j.immovable_reason);
+  w.I32(j.move_failures);
+  w.At(j.move_retry_at);
+  SaveProfile(w, j.profile);
+}
+
+Job LoadJob(SnapshotReader& r) {
+  Job j;
+  j.id = r.Id<JobId>();
+  j.spec = LoadSpec(r);
+  const uint8_t state = r.U8();
+  if (state > static_cast<uint8_t>(JobState::kKilled)) {
+    r.Fail("a job's state is " + std::to_string(state));
+  }
+  j.state = static_cast<JobState>(state);
+  j.gpus = r.Ids<GpuId>();
+  const uint8_t in_flight = r.U8();
+  if (in_flight > static_cast<uint8_t>(ActionKind::kSetPriority)) {
+    r.Fail("a job's action under way is " + std::to_string(in_flight));
+  }
+  j.in_flight = static_cast<ActionKind>(in_flight);
+  j.in_flight_id = r.Id<ActionId>();
+  j.submitted = r.At();
+  j.first_started = r.At();
+  j.run_since = r.At();
+  j.waiting_since = r.At();
+  j.ended = r.At();
+  j.held = r.Bool();
+  j.launched = r.Bool();
+  j.suspends = r.I32();
+  j.resumes = r.I32();
+  j.migrations = r.I32();
+  j.packs = r.I32();
+  j.packed_with = r.Id<JobId>();
+  j.packed_since = r.At();
+  j.migrating_from = r.Ids<GpuId>();
+  j.shrinking_to = r.Ids<GpuId>();
+  j.resizes = r.I32();
+  j.start_failures = r.I32();
+  j.migrating_running = r.Bool();
+  j.immovable = r.Bool();
+  j.immovable_reason = r.Str();
+  j.move_failures = r.I32();
+  j.move_retry_at = r.At();
+  j.profile = LoadProfile(r);
+  return j;
+}
+
+void SaveOrders(SnapshotWriter& w, const std::set<JobOrder>& s) {
+  w.I64(static_cast<int64_t>(s.size()));
+  for (const JobOrder& o : s) {
+    w.I32(o.neg_priority);
+    w.At(o.since);
+    w.Id(o.id);
+  }
+}
+
+std::set<JobOrder> LoadOrders(SnapshotReader& r) {
+  std::set<JobOrder> s;
+  const int64_t n = r.Count(20);
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    JobOrder o;
+    o.neg_priority = r.I32();
+    o.since = r.At();
+    o.id = r.Id<JobId>();
+    s.insert(o);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string Scheduler::Snapshot() const {
+  SnapshotWriter w;
+  w.Str(kMagic);
+  w.I32(kVersion);
+  w.Str(policy_->name());
+  w.At(state_.now_);
+  w.I64(next_action_);
+  const Counters& c = state_.counters_;
+  for (int64_t v :
+       {c.starts, c.suspends, c.resumes, c.migrations, c.packs, c.unpacks,
+        c.grows, c.shrinks, c.kills, c.actions_failed, c.events}) {
+    w.I64(v);
+  }
+  w.I64(state_.placed_);
+  state_.cluster_.Save(w);
+  w.I64(static_cast<int64_t>(state_.jobs_.size()));
+  for (const Job& j : state_.jobs_) SaveJob(w, j);
+  SaveOrders(w, state_.queue_);
+  SaveOrders(w, state_.waiting_);
+  SnapshotWriter p;
+  policy_->SaveState(p);
+  w.Str(p.bytes());
+  return w.Take();
+}
+
+Status Scheduler::Restore(std::string_view bytes) {
+  SnapshotReader r(bytes);
+  if (r.Str() != kMagic) {
+    return InvalidArgument("snapshot: not a scheduler snapshot");
+  }
+  const int32_t version = r.I32();
+  if (version != kVersion) {
+    return InvalidArgument("snapshot: version " + std::to_string(version) +
+                           ", this build reads version " +
+                           std::to_string(kVersion));
+  }
+  const std::string policy = r.Str();
+  if (r.ok() && policy != policy_->name()) {
+    return FailedPrecondition("snapshot: written by policy '" + policy +
+                              "', this scheduler runs '" +
+                              std::string(policy_->name()) + "'");
+  }
+  ClusterState st;
+  st.now_ = r.At();
+  const int64_t next_action = r.I64();
+  Counters& c = st.counters_;
+  for (int64_t* v :
+       {&c.starts, &c.suspends, &c.resumes, &c.migrations, &c.packs, &c.unpacks,
+        &c.grows, &c.shrinks, &c.kills, &c.actions_failed, &c.events}) {
+    *v = r.I64();
+  }
+  st.placed_ = r.I64();
+  st.cluster_ = Cluster::Load(r);
+  const int64_t n = r.Count(100);
+  st.jobs_.reserve(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n && r.ok(); ++i) {
+    st.jobs_.push_back(LoadJob(r));
+    const Job& j = st.jobs_.back();
+    if (j.id.valid() && j.id.value != i) {
+      r.Fail("job slot " + std::to_string(i) + " holds job " +
+             std::to_string(j.id.value));
+    }
+  }
+  st.queue_ = LoadOrders(r);
+  st.waiting_ = LoadOrders(r);
+  const std::string policy_state = r.Str();
+  GANDIVA_RETURN_IF_ERROR(r.Finish("snapshot"));
+
+  // Cross-checks: every id names a job or a GPU that exists, and the
+  // cluster holds each placed job where the job says it is.
+  const auto num_gpus = st.cluster_.num_gpus();
+  auto bad = [](const std::string& why) {
+    return InvalidArgument("snapshot: " + why);
+  };
+  for (const Job& j : st.jobs_) {
+    if (!j.id.valid()) continue;
+    if (!ValidateJobSpec(j.spec).empty()) {
+      return bad("job " + std::to_string(j.id.value) + ": " +
+                 ValidateJobSpec(j.spec));
+    }
+    for (const auto* list : {&j.gpus, &j.migrating_from, &j.shrinking_to}) {
+      for (GpuId g : *list) {
+        if (!g.valid() || g.value >= num_gpus) {
+          return bad("job " + std::to_string(j.id.value) + " names GPU " +
+                     std::to_string(g.value));
+        }
+      }
+    }
+    if (j.placed()) {
+      for (GpuId g : j.gpus) {
+        const auto& on = st.cluster_.gpu(g).jobs;
+        if (std::find(on.begin(), on.end(), j.id) == on.end()) {
+          return bad("job " + std::to_string(j.id.value) +
+                     " is placed on GPU " + std::to_string(g.value) +
+                     ", which does not hold it");
+        }
+      }
+    }
+  }
+  for (const Gpu& g : st.cluster_.gpus()) {
+    for (JobId id : g.jobs) {
+      if (!st.has_job(id)) {
+        return bad("GPU " + std::to_string(g.id.value) + " holds job " +
+                   std::to_string(id.value) + ", which does not exist");
+      }
+    }
+  }
+  for (const auto* orders : {&st.queue_, &st.waiting_}) {
+    for (const JobOrder& o : *orders) {
+      if (!st.has_job(o.id)) {
+        return bad("the queue holds job " + std::to_string(o.id.value) +
+                   ", which does not exist");
+      }
+    }
+  }
+  for (const JobOrder& o : st.queue_) {
+    const int gpus = st.jobs_[o.id.value].spec.gpus;
+    st.queue_by_size_[std::countr_zero(static_cast<unsigned>(gpus))].insert(o);
+  }
+
+  // The policy last: it changes itself only when its state is good.
+  SnapshotReader pr(policy_state);
+  policy_->LoadState(pr);
+  GANDIVA_RETURN_IF_ERROR(pr.Finish("snapshot of policy '" + policy + "'"));
+  state_ = std::move(st);
+  next_action_ = next_action;
+  return Status::Ok();
+}
+
+}  // namespace gandiva::core

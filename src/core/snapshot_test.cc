@@ -1,0 +1,287 @@
+// Scheduler::Snapshot and Restore: a restored core holds the same state and
+// takes the same actions; bad bytes are refused and change nothing.
+#include "core/snapshot.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/policies/registry.h"
+#include "core/scheduler.h"
+#include "core/test_util.h"
+
+namespace gandiva::core {
+namespace {
+
+using testing::Harness;
+
+std::unique_ptr<Policy> Make(const std::string& name) {
+  auto p = MakePolicy(name);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+ServerSpec Spec() {
+  ServerSpec s;
+  s.gpus = 4;
+  s.gpu_memory_gb = 16;
+  return s;
+}
+
+// A busy history: running, packed, held, failed-to-move, killed and queued
+// jobs, a server that went down and came back, rates measured.
+void MakeHistory(Harness& h) {
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  const JobId c = h.Submit(2, 0, /*elastic=*/true);
+  const JobId d = h.Submit(4);
+  const JobId e = h.Submit(4, /*priority=*/1);
+  h.CompleteAll();
+  for (int i = 0; i < 8; ++i) {
+    h.Advance(Duration::Seconds(2));
+    for (JobId j : {a, b, c, d, e}) {
+      if (h.job(j).state == JobState::kRunning) {
+        h.Send(ProfileReport{j, 10.0 + j.value, 100 * i, 3.5, 0.4});
+      }
+    }
+  }
+  // A migration that fails, not for good: the job is held back from moves.
+  const int from = h.state().cluster().gpu(h.job(a).gpus[0]).server.value;
+  bool moved = false;
+  for (int to = 0; to < 4 && !moved; ++to) {
+    if (to == from) continue;
+    moved = h.TrySend(MechanismRequest{MechanismRequest::Kind::kMigrate, a,
+                                       ServerId(to), JobId(), 0})
+                .ok();
+  }
+  ASSERT_TRUE(moved);
+  h.Fail(a);
+  ASSERT_EQ(h.job(a).move_failures, 1);
+  h.Send(HoldRequest{b, true});
+  h.CompleteAll();
+  h.Send(KillRequest{e, "test"});
+  h.Send(ServerDown{ServerId(2)});
+  h.Advance(Duration::Seconds(40));
+  h.Tick();
+  h.CompleteAll();
+  h.Send(ServerUp{Spec(), ServerId(2)});
+  h.Submit(1);
+  h.Submit(2);
+  h.Send(PriorityRequest{d, 3});
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(90));
+  h.Tick();
+}
+
+// Two jobs time-slicing one GPU are packed, and the pack judged good: the
+// policy remembers the pair.
+void MakePackHistory(Harness& h) {
+  const JobId x = h.Submit(1);
+  const JobId y = h.Submit(1);
+  h.CompleteAll();
+  for (int round = 0; round < 40; ++round) {
+    h.Advance(Duration::Seconds(15));
+    h.Tick();
+    h.CompleteAll();
+    for (JobId j : {x, y}) {
+      const Job& job = h.job(j);
+      if (job.state == JobState::kRunning && !job.busy()) {
+        h.Send(ProfileReport{j, job.packed_with.valid() ? 8.0 : 10.0,
+                             100 * round, 2.0, 0.4});
+      }
+    }
+    h.CompleteAll();
+  }
+  EXPECT_GT(h.job(x).packs + h.job(y).packs, 0);
+}
+
+TEST(SnapshotTest, ARestoredSchedulerHoldsTheSameState) {
+  for (const char* policy : {"gandiva", "fifo", "tiresias-las", "packs"}) {
+    SCOPED_TRACE(policy);
+    const bool packs = std::string(policy) == "packs";
+    if (packs) policy = "gandiva";
+    ServerSpec one = Spec();
+    one.gpus = 1;
+    Harness h(Make(policy), packs ? 1 : 4, packs ? one : Spec());
+    if (packs) {
+      MakePackHistory(h);
+    } else {
+      MakeHistory(h);
+    }
+    const std::string bytes = h.scheduler().Snapshot();
+    Scheduler restored(Make(policy));
+    ASSERT_TRUE(restored.Restore(bytes).ok());
+    // Every field read back is written again the same.
+    EXPECT_EQ(restored.Snapshot(), bytes);
+    const ClusterState& a = h.state();
+    const ClusterState& b = restored.state();
+    EXPECT_EQ(a.now(), b.now());
+    EXPECT_EQ(a.counters().events, b.counters().events);
+    EXPECT_EQ(a.queue(), b.queue());
+    EXPECT_EQ(a.waiting(), b.waiting());
+    EXPECT_EQ(a.queue_by_size(), b.queue_by_size());
+    EXPECT_EQ(a.placed_jobs(), b.placed_jobs());
+    EXPECT_EQ(a.cluster().free_gpus(), b.cluster().free_gpus());
+    EXPECT_EQ(a.cluster().up_gpus(), b.cluster().up_gpus());
+    EXPECT_EQ(a.cluster().height(), b.cluster().height());
+    for (const Server& s : a.cluster().servers()) {
+      const Server& t = b.cluster().server(s.id);
+      EXPECT_EQ(s.demand, t.demand);
+      EXPECT_EQ(s.free_gpus, t.free_gpus);
+      EXPECT_EQ(s.affinity, t.affinity);
+      EXPECT_EQ(s.jobs, t.jobs);
+      EXPECT_EQ(s.up, t.up);
+    }
+    ASSERT_EQ(a.jobs().size(), b.jobs().size());
+    for (size_t i = 0; i < a.jobs().size(); ++i) {
+      EXPECT_EQ(a.jobs()[i].state, b.jobs()[i].state);
+      EXPECT_EQ(a.jobs()[i].gpus, b.jobs()[i].gpus);
+      EXPECT_EQ(a.jobs()[i].move_retry_at, b.jobs()[i].move_retry_at);
+      EXPECT_EQ(a.jobs()[i].profile.rate_alone, b.jobs()[i].profile.rate_alone);
+    }
+  }
+}
+
+bool SameAction(const Action& x, const Action& y) {
+  return x.id == y.id && x.kind == y.kind && x.job == y.job &&
+         x.gpus == y.gpus && x.peer == y.peer && x.launch == y.launch &&
+         x.priority == y.priority && x.reason == y.reason;
+}
+
+// The original and the restored core, fed the same events from here on,
+// take the same actions and end in the same state.
+TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
+  for (const char* policy : {"gandiva", "fifo", "tiresias-las"}) {
+    SCOPED_TRACE(policy);
+    Harness h(Make(policy), 4, Spec());
+    MakeHistory(h);
+    Scheduler& original = h.scheduler();
+    Scheduler restored(Make(policy));
+    ASSERT_TRUE(restored.Restore(original.Snapshot()).ok());
+
+    Time now = h.now();
+    std::vector<Action> pending;
+    int actions = 0;
+    auto both = [&](EventBody body) {
+      std::vector<Action> x, y;
+      const Status sx = original.Handle(Event{now, body}, x);
+      const Status sy = restored.Handle(Event{now, body}, y);
+      ASSERT_EQ(sx.ok(), sy.ok()) << sx.ToString() << " / " << sy.ToString();
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_TRUE(SameAction(x[i], y[i])) << i;
+        if (x[i].kind != ActionKind::kKill &&
+            x[i].kind != ActionKind::kSetPriority) {
+          pending.push_back(x[i]);
+        }
+      }
+      actions += static_cast<int>(x.size());
+    };
+    int32_t next_job = static_cast<int32_t>(original.state().jobs().size());
+    for (int round = 0; round < 60; ++round) {
+      now += Duration::Seconds(15);
+      if (round % 4 == 0) {
+        JobSpec s;
+        s.gpus = round % 14 == 0 ? 2 : 1;
+        s.elastic = round % 21 == 0;
+        both(JobArrived{JobId(next_job++), s});
+      }
+      both(Tick{});
+      for (const Job& j : original.state().jobs()) {
+        if (j.id.valid() && j.state == JobState::kRunning && !j.busy()) {
+          both(ProfileReport{j.id, 5.0 + (j.id.value * 7 + round) % 11,
+                             round * 50, 2.0, 0.5});
+        }
+      }
+      if (round % 3 == 1) {
+        for (const Job& j : original.state().jobs()) {
+          if (j.id.valid() && j.state == JobState::kRunning && !j.busy()) {
+            both(JobFinished{j.id, true});
+            break;
+          }
+        }
+      }
+      std::vector<Action> now_pending;
+      now_pending.swap(pending);
+      for (size_t i = 0; i < now_pending.size(); ++i) {
+        const Action& a = now_pending[i];
+        if ((i + round) % 5 == 0) {
+          both(ActionFailed{a.id, a.job, Duration::Seconds(1), "test", false});
+        } else {
+          both(ActionDone{a.id, a.job, Duration::Seconds(1)});
+        }
+      }
+    }
+    EXPECT_GT(actions, 12);
+    EXPECT_EQ(original.Snapshot(), restored.Snapshot());
+  }
+}
+
+TEST(SnapshotTest, BadBytesAreRefusedAndChangeNothing) {
+  Harness h(Make("gandiva"), 4, Spec());
+  MakeHistory(h);
+  const std::string bytes = h.scheduler().Snapshot();
+
+  Harness other(Make("gandiva"), 2, Spec());
+  other.Submit(2);
+  other.CompleteAll();
+  Scheduler& target = other.scheduler();
+  const std::string before = target.Snapshot();
+
+  // Every truncation, and bytes left over.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    const Status st = target.Restore(std::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(st.ok()) << n;
+    ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  }
+  Status st = target.Restore(bytes + "x");
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("left over"), std::string::npos) << st.message();
+  EXPECT_EQ(target.Snapshot(), before);
+
+  // Not a snapshot; another version; another policy.
+  st = target.Restore("hello");
+  EXPECT_NE(st.message().find("not a scheduler snapshot"), std::string::npos)
+      << st.message();
+  SnapshotWriter w;
+  w.Str("gandiva-core-snapshot");
+  w.I32(99);
+  st = target.Restore(w.bytes());
+  EXPECT_NE(st.message().find("version 99"), std::string::npos) << st.message();
+  Scheduler fifo(Make("fifo"));
+  st = fifo.Restore(bytes);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("'gandiva'"), std::string::npos) << st.message();
+  EXPECT_EQ(target.Snapshot(), before);
+
+  // The good bytes are taken.
+  ASSERT_TRUE(target.Restore(bytes).ok());
+  EXPECT_EQ(target.Snapshot(), bytes);
+}
+
+TEST(SnapshotTest, ReaderFailsOnCountsLargerThanTheBytes) {
+  SnapshotWriter w;
+  w.I64(int64_t{1} << 40);  // a vector of 2^40 ids, then nothing
+  SnapshotReader r(w.bytes());
+  EXPECT_TRUE(r.Ids<JobId>().empty());
+  EXPECT_FALSE(r.ok());
+  EXPECT_NE(r.Finish("x").message().find("exceeds the bytes left"),
+            std::string::npos);
+
+  SnapshotWriter v;
+  v.I64(int64_t{1} << 40);  // an id beyond int32
+  SnapshotReader s(v.bytes());
+  (void)s.Id<JobId>();
+  EXPECT_FALSE(s.ok());
+
+  SnapshotWriter u;
+  u.U8(7);  // not a boolean
+  SnapshotReader t(u.bytes());
+  (void)t.Bool();
+  EXPECT_FALSE(t.ok());
+}
+
+}  // namespace
+}  // namespace gandiva::core
