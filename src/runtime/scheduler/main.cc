@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
                  "give the policy a job's measured rate at most this often "
                  "(0: every agent report)")
       ->capture_default_str();
+  app.add_option("--snapshot-every", o.snapshot_every_events,
+                 "compact the event log into a snapshot every N events "
+                 "(0: never)")
+      ->capture_default_str();
   app.add_option("--probe-delay-s", o.probe_delay_s,
                  "measure a mechanism's effect on the rate this long after")
       ->capture_default_str();

@@ -61,6 +61,11 @@ struct SchedulerOptions {
   // crash: at the agents' pace a cluster of 1,000 running jobs would log
   // 2,000 events a second. 0: every report. Default 2 s.
   double profile_interval_s = 2;
+  // Compact the event log every this many events: snapshot the core and the
+  // daemon's bookkeeping, and delete the events the snapshot includes, so a
+  // recovery replays at most this many (and none after a clean stop, which
+  // compacts too). 0: never (the log keeps every event). Default 50,000.
+  int64_t snapshot_every_events = 50'000;
   // How long after a mechanism took effect its effect on the job's
   // mini-batch rate is measured for the job's history. Default 10 s.
   double probe_delay_s = 10;

@@ -261,6 +261,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::map<int64_t, PendingAction> pending;  // by action id
   WriteBatch batch;
   bool servers_dirty = true;
+  // The last event a snapshot includes (0: none); events logged since.
+  int64_t compacted_seq = 0;
+  int64_t events_since_compaction = 0;
 
   // --- The queue into the loop. ---
   std::mutex mu;
@@ -372,6 +375,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       Warn("cannot log event, not handled: " + seq.status().ToString());
       return seq.status();
     }
+    ++events_since_compaction;
     std::vector<core::Action> actions;
     core::Status s =
         sched->Handle(core::Event{core::Time::FromMicros(t), body}, actions);
@@ -1673,7 +1677,139 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         next_tick = std::chrono::steady_clock::now() + tick;
       }
       PersistAndPublish();
+      if (opts.snapshot_every_events > 0 &&
+          events_since_compaction >= opts.snapshot_every_events) {
+        CompactLog();
+      }
     }
+    // A clean stop leaves nothing to replay.
+    PersistAndPublish();
+    if (opts.snapshot_every_events > 0) CompactLog();
+  }
+
+  // ------------------------------------------------------ log compaction
+
+  // The daemon's bookkeeping that replaying events rebuilds (where each
+  // job's process is, actions under way) and the exits it ignores, as JSON.
+  json DaemonState() const {
+    json jobs = json::object();
+    for (const auto& [id, x] : extras) {
+      const Proc& p = x.proc;
+      const bool plain = !p.exists && !p.checkpoint && !p.leaving &&
+                         !p.server.valid() && p.local.empty();
+      if (plain && x.ignore_exits.empty()) continue;
+      json j;
+      j["proc"] = {{"server", p.server.value},
+                   {"local", p.local},
+                   {"exists", p.exists},
+                   {"checkpoint", p.checkpoint},
+                   {"leaving", p.leaving}};
+      json ignore = json::object();
+      for (const auto& [server, n] : x.ignore_exits) {
+        ignore[std::to_string(server)] = n;
+      }
+      j["ignore_exits"] = std::move(ignore);
+      jobs[std::to_string(id)] = std::move(j);
+    }
+    json pend = json::array();
+    for (const auto& [id, p] : pending) {
+      const core::Action& a = p.action;
+      json gpus = json::array();
+      for (core::GpuId g : a.gpus) gpus.push_back(g.value);
+      pend.push_back({{"id", a.id.value},
+                      {"kind", static_cast<int>(a.kind)},
+                      {"job", a.job.value},
+                      {"gpus", std::move(gpus)},
+                      {"peer", a.peer.value},
+                      {"launch", a.launch},
+                      {"priority", a.priority},
+                      {"reason", a.reason},
+                      {"dispatched_us", p.dispatched_us},
+                      {"relocate", p.relocate},
+                      {"rate_before", p.rate_before}});
+    }
+    return {{"version", 1},
+            {"clock_us", clock_us},
+            {"jobs", std::move(jobs)},
+            {"pending", std::move(pend)}};
+  }
+
+  core::Status RestoreDaemonState(const std::string& text) {
+    try {
+      const json d = json::parse(text);
+      if (d.at("version").get<int>() != 1) {
+        return core::InvalidArgument("daemon state: version " +
+                                     d.at("version").dump());
+      }
+      clock_us = std::max(clock_us, d.at("clock_us").get<int64_t>());
+      for (const auto& [key, j] : d.at("jobs").items()) {
+        JobExtra* x = Extra(std::stoi(key));
+        if (x == nullptr) {
+          return core::InvalidArgument("daemon state: job " + key +
+                                       " is not in the jobs table");
+        }
+        const json& p = j.at("proc");
+        x->proc.server = ServerId(p.at("server").get<int32_t>());
+        x->proc.local = p.at("local").get<std::vector<int32_t>>();
+        x->proc.exists = p.at("exists").get<bool>();
+        x->proc.checkpoint = p.at("checkpoint").get<bool>();
+        x->proc.leaving = p.at("leaving").get<bool>();
+        for (const auto& [server, n] : j.at("ignore_exits").items()) {
+          x->ignore_exits[std::stoi(server)] = n.get<int>();
+        }
+      }
+      for (const json& p : d.at("pending")) {
+        PendingAction pa;
+        core::Action& a = pa.action;
+        a.id = core::ActionId(p.at("id").get<int64_t>());
+        const int kind = p.at("kind").get<int>();
+        if (kind < 0 || kind > static_cast<int>(ActionKind::kSetPriority)) {
+          return core::InvalidArgument("daemon state: action kind " +
+                                       std::to_string(kind));
+        }
+        a.kind = static_cast<ActionKind>(kind);
+        a.job = JobId(p.at("job").get<int32_t>());
+        for (const json& g : p.at("gpus")) {
+          a.gpus.push_back(core::GpuId(g.get<int32_t>()));
+        }
+        a.peer = JobId(p.at("peer").get<int32_t>());
+        a.launch = p.at("launch").get<bool>();
+        a.priority = p.at("priority").get<int>();
+        a.reason = p.at("reason").get<std::string>();
+        pa.dispatched_us = p.at("dispatched_us").get<int64_t>();
+        pa.relocate = p.at("relocate").get<bool>();
+        pa.rate_before = p.at("rate_before").get<double>();
+        pa.sent = false;  // as after a replay: its reply will not come
+        pending[a.id.value] = std::move(pa);
+      }
+    } catch (const std::exception& e) {
+      return core::InvalidArgument(std::string("daemon state: ") + e.what());
+    }
+    return core::Status::Ok();
+  }
+
+  // Snapshots the core and the bookkeeping after the last event logged, and
+  // deletes the events it includes. On the loop, between events.
+  void CompactLog() {
+    events_since_compaction = 0;
+    const int64_t seq = store->LastEventSeq();
+    if (seq <= compacted_seq) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    SnapshotRow row{seq, clock_us, sched->Snapshot(), DaemonState().dump()};
+    const core::Status s = store->WriteSnapshot(row);
+    if (!s.ok()) {
+      Warn("cannot compact the event log: " + s.ToString());
+      return;
+    }
+    const int64_t before = compacted_seq;
+    compacted_seq = seq;
+    Log("event log compacted: snapshot after event " + std::to_string(seq) +
+        " (" + std::to_string(row.core.size() + row.daemon.size()) +
+        " bytes), " + std::to_string(seq - before) + " events deleted, " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count()) +
+        " ms");
   }
 
   // ----------------------------------------------------------- startup
@@ -1826,33 +1962,65 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       agent_by_name[a.name] = row.id;
       agents.push_back(std::move(a));
     }
+    // The snapshot, if the log was compacted: the state after event
+    // `compacted_seq`, whose events are gone.
+    auto snapshot = store->LoadSnapshot();
+    if (!snapshot.ok()) return snapshot.status();
+    if (snapshot->has_value()) {
+      const SnapshotRow& row = **snapshot;
+      core::Status s = sched->Restore(row.core);
+      if (s.ok()) s = RestoreDaemonState(row.daemon);
+      if (!s.ok()) {
+        return core::IoError(
+            "database '" + opts.db_path + "': its snapshot (of events 1-" +
+            std::to_string(row.seq) +
+            ", which are no longer logged) cannot be restored: " + s.message() +
+            ". A gandiva-scheduler that reads it is needed");
+      }
+      for (const core::Job& j : st().jobs()) {
+        if (j.id.valid() && Extra(j.id.value) == nullptr) {
+          return core::IoError(
+              "database '" + opts.db_path + "': its snapshot holds job " +
+              std::to_string(j.id.value) + ", which is not in the jobs table");
+        }
+      }
+      compacted_seq = row.seq;
+      clock_us = std::max(clock_us, row.time_us);
+    }
     // Replay: the same events give the same state; the actions were carried
     // out (or were under way) before the restart.
     int64_t replayed = 0;
-    GANDIVA_RETURN_IF_ERROR(store->ForEachEvent([&](const EventRow& e) {
-      auto body = DecodeEvent(e.json);
-      if (!body.ok()) {
-        return core::IoError("event log entry " + std::to_string(e.seq) + ": " +
-                             body.status().message());
-      }
-      if (const auto* arrived = std::get_if<core::JobArrived>(&*body)) {
-        if (Extra(arrived->id.value) == nullptr) {
-          return core::IoError("event log entry " + std::to_string(e.seq) +
-                               ": job " + std::to_string(arrived->id.value) +
-                               " is not in the jobs table");
-        }
-      }
-      clock_us = std::max(clock_us, e.time_us);
-      std::vector<core::Action> actions;
-      (void)sched->Handle(core::Event{core::Time::FromMicros(e.time_us), *body},
-                          actions);
-      AfterHandle(*body, actions, /*live=*/false);
-      ++replayed;
-      return core::Status::Ok();
-    }));
-    if (replayed > 0) {
-      Warn("recovered from '" + opts.db_path + "': replayed " +
-           std::to_string(replayed) + " events, " +
+    GANDIVA_RETURN_IF_ERROR(store->ForEachEvent(
+        [&](const EventRow& e) {
+          auto body = DecodeEvent(e.json);
+          if (!body.ok()) {
+            return core::IoError("event log entry " + std::to_string(e.seq) +
+                                 ": " + body.status().message());
+          }
+          if (const auto* arrived = std::get_if<core::JobArrived>(&*body)) {
+            if (Extra(arrived->id.value) == nullptr) {
+              return core::IoError("event log entry " + std::to_string(e.seq) +
+                                   ": job " +
+                                   std::to_string(arrived->id.value) +
+                                   " is not in the jobs table");
+            }
+          }
+          clock_us = std::max(clock_us, e.time_us);
+          std::vector<core::Action> actions;
+          (void)sched->Handle(
+              core::Event{core::Time::FromMicros(e.time_us), *body}, actions);
+          AfterHandle(*body, actions, /*live=*/false);
+          ++replayed;
+          return core::Status::Ok();
+        },
+        compacted_seq));
+    events_since_compaction = replayed;
+    if (replayed > 0 || compacted_seq > 0) {
+      Warn("recovered from '" + opts.db_path + "': " +
+           (compacted_seq > 0 ? "a snapshot of events 1-" +
+                                    std::to_string(compacted_seq) + ", then "
+                              : std::string()) +
+           "replayed " + std::to_string(replayed) + " events, " +
            std::to_string(extras.size()) + " jobs, " +
            std::to_string(agents.size()) +
            " servers; waiting for agents to register again");
@@ -2043,6 +2211,11 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   if (!(options.profile_interval_s >= 0)) {
     return core::InvalidArgument("--profile-interval-s: must not be negative");
+  }
+  if (options.snapshot_every_events < 0) {
+    return core::InvalidArgument(
+        "--snapshot-every: must not be negative, got " +
+        std::to_string(options.snapshot_every_events));
   }
   if (options.executor_threads < 1) {
     return core::InvalidArgument("--executor-threads: must be at least 1");

@@ -931,9 +931,34 @@ class Daemon {
   fs::path addr_file_;
 };
 
-TEST_F(DaemonTest, CrashRecoveryFinishesEveryJobExactlyOnce) {
-  auto d1 = std::make_unique<Daemon>(
-      dir_, std::vector<std::string>{"--policy=gandiva", "--quantum-s=0.3"});
+// SIGKILL while jobs time-slice, changes while the daemon is down, a new
+// daemon on the database: every job finishes exactly once. `extra` goes to
+// both daemons (the event log compaction).
+class CrashRecoveryTest : public DaemonTest {
+ protected:
+  void Run(const std::vector<std::string>& extra);
+};
+
+TEST_F(CrashRecoveryTest, FinishesEveryJobExactlyOnce) {
+  Run({"--snapshot-every=0"});  // every event replayed
+}
+
+// The log compacted every 3 events: the second daemon restores a snapshot
+// taken with actions under way, and replays the few events after it.
+TEST_F(CrashRecoveryTest, FromASnapshotFinishesEveryJobExactlyOnce) {
+  Run({"--snapshot-every=3"});
+  auto store = Store::Open((dir_ / "gandiva.db").string(), false);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto snap = (*store)->LoadSnapshot();
+  ASSERT_TRUE(snap.ok() && snap->has_value());
+  EXPECT_GT((*snap)->seq, 20);
+  EXPECT_LT(*(*store)->EventCount(), 20);
+}
+
+void CrashRecoveryTest::Run(const std::vector<std::string>& extra) {
+  std::vector<std::string> first = {"--policy=gandiva", "--quantum-s=0.3"};
+  first.insert(first.end(), extra.begin(), extra.end());
+  auto d1 = std::make_unique<Daemon>(dir_, first);
   const std::string a1 = d1->Address();
   ASSERT_FALSE(a1.empty());
   Client c1(a1);
@@ -967,7 +992,7 @@ TEST_F(DaemonTest, CrashRecoveryFinishesEveryJobExactlyOnce) {
   agent.Exit(exited, 0);
   agent.Lose(lost);
 
-  Daemon d2(dir_, {});  // the stored policy options
+  Daemon d2(dir_, extra);  // the stored policy options
   const std::string a2 = d2.Address();
   ASSERT_FALSE(a2.empty());
   Client c2(a2);
@@ -996,6 +1021,103 @@ TEST_F(DaemonTest, CrashRecoveryFinishesEveryJobExactlyOnce) {
     EXPECT_EQ(exits, 1) << "job " << j;
   }
   EXPECT_EQ(agent.duplicate_starts(), 0);
+}
+
+// A clean stop compacts the log: the next start restores the snapshot,
+// replays nothing, and finds the jobs where they were.
+TEST_F(DaemonTest, ACleanStopLeavesASnapshotAndNoEventsToReplay) {
+  SchedulerOptions o = Options();
+  Client& c1 = StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = c1.MustSubmit(1);
+  const int64_t b = c1.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] {
+    return c1.State(a) == rpc::RUNNING && c1.State(b) == rpc::RUNNING;
+  }));
+  server_.reset();
+  client_.reset();
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(*(*store)->EventCount(), 0);
+    auto snap = (*store)->LoadSnapshot();
+    ASSERT_TRUE(snap.ok() && snap->has_value());
+    EXPECT_EQ((*snap)->seq, (*store)->LastEventSeq());
+  }
+  Client& c2 = StartDaemon(o);
+  EXPECT_EQ(c2.State(a), rpc::RUNNING);
+  EXPECT_EQ(c2.State(b), rpc::RUNNING);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Report().ok());
+  // A third job queues behind them (the restored core knows both GPUs are
+  // taken), and runs when one ends.
+  const int64_t c = c2.MustSubmit(1);
+  server_->Sync();
+  EXPECT_EQ(agent.start_calls(c), 0);
+  agent.Exit(a, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return c2.State(c) == rpc::RUNNING; }));
+  EXPECT_EQ(c2.State(a), rpc::FINISHED);
+  EXPECT_EQ(agent.start_calls(a), 1);
+  EXPECT_EQ(agent.start_calls(b), 1);
+  EXPECT_EQ(agent.duplicate_starts(), 0);
+}
+
+// A stop while a start is at the agent: the snapshot keeps the action under
+// way, and the agent's view decides it when it registers again.
+TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
+  SchedulerOptions o = Options();
+  Client& c1 = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kSlow);  // a start takes 300 ms
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = c1.MustSubmit(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server_.reset();
+  client_.reset();
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
+
+  Client& c2 = StartDaemon(o);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Report().ok());
+  // Done: the job is not busy, so it can be suspended.
+  const grpc::Status st = c2.Suspend(a);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_TRUE(WaitFor([&] { return agent.suspends() == 1; }));
+  EXPECT_EQ(agent.start_calls(a), 1);
+}
+
+TEST(DaemonOptionsTest, ANegativeSnapshotIntervalIsRefused) {
+  SchedulerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.db_path = "/nonexistent/never-opened.db";
+  o.snapshot_every_events = -1;
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--snapshot-every"), std::string::npos);
+}
+
+// A snapshot this build cannot read stops the start with the reason: the
+// events it replaced are gone, so replaying the log alone would be wrong.
+TEST_F(DaemonTest, AnUnreadableSnapshotStopsTheStart) {
+  SchedulerOptions o = Options();
+  Client& c1 = StartDaemon(o);
+  c1.MustSubmit(1);
+  server_.reset();
+  client_.reset();
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok());
+    auto snap = (*store)->LoadSnapshot();
+    ASSERT_TRUE(snap.ok() && snap->has_value());
+    SnapshotRow row = **snap;
+    row.core.resize(row.core.size() / 2);
+    ASSERT_TRUE((*store)->WriteSnapshot(row).ok());
+  }
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("cannot be restored"), std::string::npos)
+      << s.status().message();
 }
 
 }  // namespace

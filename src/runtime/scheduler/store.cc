@@ -48,6 +48,11 @@ CREATE TABLE IF NOT EXISTS events(
   time_us INTEGER NOT NULL,
   kind TEXT NOT NULL,
   body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshots(
+  seq INTEGER PRIMARY KEY,
+  time_us INTEGER NOT NULL,
+  core BLOB NOT NULL,
+  daemon TEXT NOT NULL);
 )sql";
 
 // A prepared statement, finalized on scope exit.
@@ -77,6 +82,11 @@ class Stmt {
                       SQLITE_TRANSIENT);
     return *this;
   }
+  Stmt& BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(s_, i, v.data(), static_cast<int>(v.size()),
+                      SQLITE_TRANSIENT);
+    return *this;
+  }
   Stmt& BindNull(int i) {
     sqlite3_bind_null(s_, i);
     return *this;
@@ -95,6 +105,13 @@ class Stmt {
   int64_t Int(int c) const { return sqlite3_column_int64(s_, c); }
   double Real(int c) const { return sqlite3_column_double(s_, c); }
   bool IsNull(int c) const { return sqlite3_column_type(s_, c) == SQLITE_NULL; }
+  std::string Blob(int c) const {
+    const auto* p = sqlite3_column_blob(s_, c);
+    return p == nullptr
+               ? std::string()
+               : std::string(static_cast<const char*>(p),
+                             static_cast<size_t>(sqlite3_column_bytes(s_, c)));
+  }
   std::string Text(int c) const {
     const auto* p = sqlite3_column_text(s_, c);
     return p == nullptr
@@ -129,6 +146,13 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
   GANDIVA_RETURN_IF_ERROR(store->Exec(
       durable_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   GANDIVA_RETURN_IF_ERROR(store->Exec(kSchema));
+  // Events are numbered on from the last one logged or compacted away.
+  Stmt s(db,
+         "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
+         "IFNULL((SELECT MAX(seq) FROM snapshots), 0))");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  if (s.Step() != SQLITE_ROW) return s.StepError();
+  store->last_seq_ = s.Int(0);
   return store;
 }
 
@@ -304,17 +328,21 @@ core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
                                            const std::string& kind,
                                            const std::string& json) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "INSERT INTO events(time_us, kind, body) VALUES(?, ?, ?)");
-  s.Bind(1, time_us).Bind(2, kind).Bind(3, json);
+  Stmt s(db_,
+         "INSERT INTO events(seq, time_us, kind, body) VALUES(?, ?, ?, ?)");
+  s.Bind(1, last_seq_ + 1).Bind(2, time_us).Bind(3, kind).Bind(4, json);
   GANDIVA_RETURN_IF_ERROR(s.Run());
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  return ++last_seq_;
 }
 
 core::Status Store::ForEachEvent(
-    const std::function<core::Status(const EventRow&)>& f) {
+    const std::function<core::Status(const EventRow&)>& f, int64_t after) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT seq, time_us, kind, body FROM events ORDER BY seq");
+  Stmt s(db_,
+         "SELECT seq, time_us, kind, body FROM events WHERE seq > ? "
+         "ORDER BY seq");
   GANDIVA_RETURN_IF_ERROR(s.prepared());
+  s.Bind(1, after);
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
     EventRow r{s.Int(0), s.Int(1), s.Text(2), s.Text(3)};
@@ -322,6 +350,49 @@ core::Status Store::ForEachEvent(
   }
   if (rc != SQLITE_DONE) return s.StepError();
   return core::Status::Ok();
+}
+
+core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
+  std::lock_guard lock(mu_);
+  if (snap.seq < 0 || snap.seq > last_seq_) {
+    return core::InvalidArgument(
+        "snapshot after event " + std::to_string(snap.seq) +
+        ", but the last event logged is " + std::to_string(last_seq_));
+  }
+  GANDIVA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto write = [&]() -> core::Status {
+    Stmt ins(db_,
+             "INSERT OR REPLACE INTO snapshots(seq, time_us, core, daemon) "
+             "VALUES(?, ?, ?, ?)");
+    ins.Bind(1, snap.seq).Bind(2, snap.time_us);
+    ins.BindBlob(3, snap.core).Bind(4, snap.daemon);
+    GANDIVA_RETURN_IF_ERROR(ins.Run());
+    Stmt old(db_, "DELETE FROM snapshots WHERE seq < ?");
+    old.Bind(1, snap.seq);
+    GANDIVA_RETURN_IF_ERROR(old.Run());
+    Stmt events(db_, "DELETE FROM events WHERE seq <= ?");
+    events.Bind(1, snap.seq);
+    return events.Run();
+  };
+  core::Status st = write();
+  if (!st.ok()) {
+    (void)Exec("ROLLBACK");
+    return st;
+  }
+  return Exec("COMMIT");
+}
+
+core::StatusOr<std::optional<SnapshotRow>> Store::LoadSnapshot() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "SELECT seq, time_us, core, daemon FROM snapshots "
+         "ORDER BY seq DESC LIMIT 1");
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  const int rc = s.Step();
+  if (rc == SQLITE_DONE) return std::optional<SnapshotRow>();
+  if (rc != SQLITE_ROW) return s.StepError();
+  return std::optional<SnapshotRow>(
+      SnapshotRow{s.Int(0), s.Int(1), s.Blob(2), s.Text(3)});
 }
 
 core::StatusOr<int64_t> Store::EventCount() {

@@ -10,7 +10,13 @@
 //                         order, from 0), name, address, GPUs (JSON)
 //   history               per job: action, ok, took_us, detail, time
 //   events                the event log: every event fed to the core, in
-//                         order, written before it is handled
+//                         order, written before it is handled; `seq` numbers
+//                         them from 1 and is never reused
+//   snapshots             the latest snapshot of the core and of the
+//                         daemon's bookkeeping, with the seq of the last
+//                         event it includes: the events up to it are deleted
+//                         with its writing, so a recovery restores it and
+//                         replays the events after it
 //
 // Each call is one transaction (WriteBatch groups several writes into one).
 // With WAL and synchronous=NORMAL a committed transaction survives the
@@ -76,6 +82,13 @@ struct EventRow {
   std::string json;
 };
 
+struct SnapshotRow {
+  int64_t seq = 0;  // the last event it includes
+  int64_t time_us = 0;
+  std::string core;    // core::Scheduler::Snapshot() bytes
+  std::string daemon;  // the daemon's bookkeeping (JSON)
+};
+
 // Writes applied together in one transaction.
 struct WriteBatch {
   std::vector<JobRow> jobs;  // full rows, replacing the stored ones
@@ -109,10 +122,24 @@ class Store {
   // Appends one event to the log (its own transaction); returns its seq.
   core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
                                       const std::string& json);
-  // Calls `f` for every logged event in order; stops at its first error.
+  // Calls `f` for every logged event after seq `after`, in order; stops at
+  // its first error.
   core::Status ForEachEvent(
-      const std::function<core::Status(const EventRow&)>& f);
+      const std::function<core::Status(const EventRow&)>& f, int64_t after = 0);
+  // Events in the log (those compacted into a snapshot are gone).
   core::StatusOr<int64_t> EventCount();
+  // The seq of the last event logged (0: none ever).
+  int64_t LastEventSeq() {
+    std::lock_guard lock(mu_);
+    return last_seq_;
+  }
+
+  // In one transaction: stores `snap` as the snapshot, and deletes the
+  // older one and the events it includes (seq <= snap.seq). The seq must
+  // be one logged.
+  core::Status WriteSnapshot(const SnapshotRow& snap);
+  // The latest snapshot, if any.
+  core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot();
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
@@ -121,6 +148,7 @@ class Store {
 
   std::mutex mu_;
   sqlite3* db_;
+  int64_t last_seq_ = 0;
 };
 
 }  // namespace gandiva::runtime

@@ -106,6 +106,64 @@ TEST_F(StoreTest, RoundTripAndReopen) {
   EXPECT_EQ(*c, 3);
 }
 
+TEST_F(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
+  auto seqs = [](Store& st, int64_t after = 0) {
+    std::vector<int64_t> out;
+    EXPECT_TRUE(st.ForEachEvent(
+                      [&](const EventRow& e) {
+                        out.push_back(e.seq);
+                        return core::Status::Ok();
+                      },
+                      after)
+                    .ok());
+    return out;
+  };
+  {
+    auto s = Store::Open(path_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    auto none = st.LoadSnapshot();
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->has_value());
+    for (int i = 1; i <= 5; ++i) {
+      auto seq = st.AppendEvent(100 * i, "Tick", "{}");
+      ASSERT_TRUE(seq.ok());
+      EXPECT_EQ(*seq, i);
+    }
+    EXPECT_EQ(seqs(st, 3), (std::vector<int64_t>{4, 5}));
+    // Not an event logged yet: refused, nothing changes.
+    const core::Status bad = st.WriteSnapshot({6, 600, "x", "{}"});
+    EXPECT_EQ(bad.code(), core::StatusCode::kInvalidArgument);
+    EXPECT_NE(bad.message().find("last event logged is 5"), std::string::npos)
+        << bad.message();
+    EXPECT_EQ(*st.EventCount(), 5);
+
+    std::string core_bytes("a\0b\xff", 4);  // binary, NULs included
+    ASSERT_TRUE(st.WriteSnapshot({3, 300, core_bytes, "{\"d\":1}"}).ok());
+    EXPECT_EQ(*st.EventCount(), 2);
+    EXPECT_EQ(seqs(st), (std::vector<int64_t>{4, 5}));
+    // A later snapshot replaces it and takes every event.
+    ASSERT_TRUE(st.WriteSnapshot({5, 500, core_bytes + "c", "{}"}).ok());
+    EXPECT_EQ(*st.EventCount(), 0);
+    auto snap = st.LoadSnapshot();
+    ASSERT_TRUE(snap.ok() && snap->has_value());
+    EXPECT_EQ((*snap)->seq, 5);
+    EXPECT_EQ((*snap)->time_us, 500);
+    EXPECT_EQ((*snap)->core, core_bytes + "c");
+  }
+  // Reopened with no event left: numbering goes on after the snapshot.
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->LastEventSeq(), 5);
+  auto seq = (*s)->AppendEvent(700, "Tick", "{}");
+  ASSERT_TRUE(seq.ok());
+  EXPECT_EQ(*seq, 6);
+  EXPECT_EQ(seqs(**s, 5), (std::vector<int64_t>{6}));
+  auto snap = (*s)->LoadSnapshot();
+  ASSERT_TRUE(snap.ok() && snap->has_value());
+  EXPECT_EQ((*snap)->core, std::string("a\0b\xff", 4) + "c");
+}
+
 TEST(EventCodecTest, EveryKindRoundTrips) {
   core::JobSpec spec;
   spec.name = "resnet";
