@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
                  "give the policy a job's measured rate at most this often "
                  "(0: every agent report)")
       ->capture_default_str();
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "serve Prometheus metrics at HOST:PORT (GET /metrics); "
+                 "default none");
   app.add_option("--snapshot-every", o.snapshot_every_events,
                  "compact the event log into a snapshot every N events "
                  "(0: never)")

@@ -66,6 +66,9 @@ struct SchedulerOptions {
   // recovery replays at most this many (and none after a clean stop, which
   // compacts too). 0: never (the log keeps every event). Default 50,000.
   int64_t snapshot_every_events = 50'000;
+  // Serve Prometheus metrics (GET /metrics) at this HOST:PORT (port 0:
+  // any free one); empty: none. Default none.
+  std::string metrics_listen;
   // How long after a mechanism took effect its effect on the job's
   // mini-batch rate is measured for the job's history. Default 10 s.
   double probe_delay_s = 10;

@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include "core/scheduler.h"
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/scheduler/event_codec.h"
+#include "runtime/scheduler/metrics.h"
 #include "runtime/scheduler/store.h"
 
 namespace gandiva::runtime {
@@ -226,6 +228,12 @@ enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 struct Snapshot {
   std::map<int64_t, rpc::JobInfo> jobs;
   rpc::ListServersReply servers;
+  // For the metrics.
+  core::Counters counters;
+  int64_t log_events = 0;
+  int64_t last_event_seq = 0;
+  int64_t compactions = 0;
+  double last_compaction_s = 0;
 };
 
 std::string HostPortForClients(const std::string& listen, int port) {
@@ -264,6 +272,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // The last event a snapshot includes (0: none); events logged since.
   int64_t compacted_seq = 0;
   int64_t events_since_compaction = 0;
+  int64_t compactions = 0;
+  double last_compaction_s = 0;
+  // The Prometheus endpoint (--metrics-listen), if any.
+  std::unique_ptr<MetricsExporter> metrics;
 
   // --- The queue into the loop. ---
   std::mutex mu;
@@ -505,6 +517,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void Conclude(int32_t job, int64_t action, const std::string& what, bool ok,
                 int64_t took_us, const std::string& detail, bool permanent) {
     History(job, what, ok, took_us, detail);
+    if (metrics) metrics->ObserveMechanism(what, ok, took_us / 1e6);
     if (!LiveJob(job)) return;
     const core::Job& j = st().job(JobId(job));
     if (!j.busy() || j.in_flight_id.value != action) return;
@@ -1647,8 +1660,57 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
       }
     }
+    next->counters = st().counters();
+    next->log_events = events_since_compaction;
+    next->last_event_seq = store->LastEventSeq();
+    next->compactions = compactions;
+    next->last_compaction_s = last_compaction_s;
     std::lock_guard lock(snap_mu);
     snap = std::move(next);
+  }
+
+  // What the metrics export, from the last published snapshot.
+  MetricsSample SampleMetrics() {
+    const std::shared_ptr<const Snapshot> sn = Snap();
+    MetricsSample s;
+    auto name = [](rpc::JobState state) {
+      std::string n = rpc::JobState_Name(state);
+      for (char& ch : n) ch = static_cast<char>(std::tolower(ch));
+      return n;
+    };
+    for (rpc::JobState state :
+         {rpc::QUEUED, rpc::RUNNING, rpc::SUSPENDED, rpc::MIGRATING,
+          rpc::FINISHED, rpc::FAILED, rpc::KILLED}) {
+      s.jobs_by_state[name(state)] = 0;
+    }
+    for (const auto& [id, info] : sn->jobs) {
+      ++s.jobs_by_state[name(info.state())];
+      if (info.state() == rpc::RUNNING) {
+        s.running.push_back({id, info.spec().name(),
+                             info.progress().minibatch_rate(),
+                             info.progress().minibatches()});
+      }
+    }
+    for (const rpc::ServerInfo& si : sn->servers.servers()) {
+      const int64_t n = si.gpus_size();
+      s.gpus += n;
+      if (si.up()) {
+        ++s.servers_up;
+        s.gpus_up += n;
+        s.gpus_free += si.free_gpus();
+      } else {
+        ++s.servers_down;
+      }
+      for (const rpc::GpuJobs& g : si.gpu_jobs()) {
+        if (g.running_size() > 0) ++s.gpus_training;
+      }
+    }
+    s.actions = sn->counters;
+    s.log_events = sn->log_events;
+    s.last_event_seq = sn->last_event_seq;
+    s.compactions = sn->compactions;
+    s.last_compaction_seconds = sn->last_compaction_s;
+    return s;
   }
 
   std::shared_ptr<const Snapshot> Snap() {
@@ -1803,6 +1865,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     const int64_t before = compacted_seq;
     compacted_seq = seq;
+    ++compactions;
+    last_compaction_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
     Log("event log compacted: snapshot after event " + std::to_string(seq) +
         " (" + std::to_string(row.core.size() + row.daemon.size()) +
         " bytes), " + std::to_string(seq - before) + " events deleted, " +
@@ -2212,6 +2278,11 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (!(options.profile_interval_s >= 0)) {
     return core::InvalidArgument("--profile-interval-s: must not be negative");
   }
+  if (!options.metrics_listen.empty() &&
+      options.metrics_listen.rfind(':') == std::string::npos) {
+    return core::InvalidArgument("--metrics-listen: expected HOST:PORT, got '" +
+                                 options.metrics_listen + "'");
+  }
   if (options.snapshot_every_events < 0) {
     return core::InvalidArgument(
         "--snapshot-every: must not be negative, got " +
@@ -2240,6 +2311,16 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
                         "cannot listen on '" + impl->opts.listen + "'");
   }
   impl->address = HostPortForClients(impl->opts.listen, port);
+  if (!impl->opts.metrics_listen.empty()) {
+    Impl* p = impl.get();
+    auto m = MetricsExporter::Start(impl->opts.metrics_listen,
+                                    [p] { return p->SampleMetrics(); });
+    if (!m.ok()) {
+      impl->grpc_server->Shutdown();
+      return m.status();
+    }
+    impl->metrics = std::move(*m);
+  }
 
   Impl* p = impl.get();
   p->Post([p] { p->ArriveUnarrived(); });
@@ -2270,6 +2351,10 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
 }
 
 const std::string& SchedulerServer::address() const { return impl_->address; }
+int SchedulerServer::metrics_port() const {
+  return impl_->metrics ? impl_->metrics->port() : 0;
+}
+
 const std::string& SchedulerServer::policy() const {
   return impl_->policy_name;
 }
@@ -2284,6 +2369,7 @@ void SchedulerServer::Shutdown() {
     std::lock_guard lock(m.mu);
     if (m.stopped) return;
   }
+  m.metrics.reset();  // no scrape while the rest stops
   if (m.grpc_server) {
     m.grpc_server->Shutdown(std::chrono::system_clock::now() +
                             std::chrono::seconds(2));

@@ -42,6 +42,8 @@ class SchedulerServer {
   const std::string& address() const;
   // The policy in use (as given, or as stored in the database).
   const std::string& policy() const;
+  // The port of the Prometheus endpoint (--metrics-listen); 0 when off.
+  int metrics_port() const;
 
   // Blocks until the event loop has handled everything posted before the
   // call (and published its snapshot). For tests.

@@ -4,9 +4,12 @@
 // condition with a generous limit.
 #include "runtime/scheduler/scheduler_server.h"
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "proto/gandiva.grpc.pb.h"
@@ -1117,6 +1121,115 @@ TEST_F(DaemonTest, AnUnreadableSnapshotStopsTheStart) {
   auto s = SchedulerServer::Start(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("cannot be restored"), std::string::npos)
+      << s.status().message();
+}
+
+// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) ==
+        static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// The value of the sample `series` (name and labels, as printed) in a
+// Prometheus text page; -1 when absent.
+double Sample(const std::string& page, const std::string& series) {
+  std::istringstream in(page);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return -1;
+}
+
+TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
+  SchedulerOptions o = Options();
+  o.metrics_listen = "127.0.0.1:0";
+  o.profile_interval_s = 0;
+  Client& c = StartDaemon(o);
+  ASSERT_GT(server_->metrics_port(), 0);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = c.MustSubmit(1, "alpha");
+  const int64_t b = c.MustSubmit(1, "beta");
+  const int64_t q = c.MustSubmit(2, "wide");  // waits for both GPUs
+  ASSERT_TRUE(WaitFor([&] {
+    return c.State(a) == rpc::RUNNING && c.State(b) == rpc::RUNNING;
+  }));
+  agent.SetProgress(a, 40, 7.5);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(
+      WaitFor([&] { return c.Get(a).progress().minibatch_rate() == 7.5; }));
+  server_->Sync();
+
+  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  ASSERT_NE(page.find("200 OK"), std::string::npos) << page;
+  EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"running\"}"), 2) << page;
+  EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"finished\"}"), 0);
+  const double waiting = Sample(page, "gandiva_jobs{state=\"queued\"}") +
+                         Sample(page, "gandiva_jobs{state=\"suspended\"}");
+  EXPECT_EQ(waiting, 1) << "job " << q << "\n" << page;
+  EXPECT_EQ(Sample(page, "gandiva_gpus{state=\"all\"}"), 2);
+  EXPECT_EQ(Sample(page, "gandiva_gpus{state=\"training\"}"), 2);
+  EXPECT_EQ(Sample(page, "gandiva_servers{state=\"up\"}"), 1);
+  EXPECT_EQ(Sample(page, "gandiva_actions_total{kind=\"start\"}"), 2);
+  EXPECT_EQ(Sample(page, "gandiva_job_minibatches_per_second{job=\"" +
+                             std::to_string(a) + "\",name=\"alpha\"}"),
+            7.5)
+      << page;
+  EXPECT_EQ(Sample(page, "gandiva_job_minibatches{job=\"" + std::to_string(a) +
+                             "\",name=\"alpha\"}"),
+            40);
+  EXPECT_EQ(Sample(page,
+                   "gandiva_mechanism_seconds_count{action=\"start\","
+                   "outcome=\"ok\"}"),
+            2)
+      << page;
+  EXPECT_GT(Sample(page, "gandiva_core_events_total"), 3);
+  EXPECT_GT(Sample(page, "gandiva_event_log_events"), 3);
+
+  // A job that ends leaves the per-job series.
+  agent.Exit(b, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return c.State(b) == rpc::FINISHED; }));
+  server_->Sync();
+  const std::string after = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(after, "gandiva_jobs{state=\"finished\"}"), 1);
+  EXPECT_EQ(after.find("name=\"beta\""), std::string::npos) << after;
+}
+
+TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  SchedulerOptions o = Options();
+  o.metrics_listen = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto s = SchedulerServer::Start(o);
+  ::close(fd);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("--metrics-listen"), std::string::npos)
       << s.status().message();
 }
 

@@ -1,0 +1,197 @@
+#include "runtime/scheduler/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+
+#include <exception>
+#include <utility>
+
+namespace gandiva::runtime {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void Add(MetricFamily& f, double value,
+         std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+// The gauges and counters, computed from a sample at each scrape.
+class MetricsExporter::Gauges final : public prometheus::Collectable {
+ public:
+  explicit Gauges(std::function<MetricsSample()> sample)
+      : sample_(std::move(sample)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    const MetricsSample s = sample_();
+    std::vector<MetricFamily> out;
+
+    auto jobs = Family("gandiva_jobs", "Jobs by state.", MetricType::Gauge);
+    for (const auto& [state, n] : s.jobs_by_state) {
+      Add(jobs, static_cast<double>(n), {{"state", state}});
+    }
+    out.push_back(std::move(jobs));
+
+    auto gpus = Family("gandiva_gpus",
+                       "GPUs of the registered servers: all, on servers up, "
+                       "free (up, no job placed), training (a job runs).",
+                       MetricType::Gauge);
+    Add(gpus, static_cast<double>(s.gpus), {{"state", "all"}});
+    Add(gpus, static_cast<double>(s.gpus_up), {{"state", "up"}});
+    Add(gpus, static_cast<double>(s.gpus_free), {{"state", "free"}});
+    Add(gpus, static_cast<double>(s.gpus_training), {{"state", "training"}});
+    out.push_back(std::move(gpus));
+
+    auto servers = Family("gandiva_servers",
+                          "Registered servers: up (those awaiting registration "
+                          "after a restart included), or down.",
+                          MetricType::Gauge);
+    Add(servers, static_cast<double>(s.servers_up), {{"state", "up"}});
+    Add(servers, static_cast<double>(s.servers_down), {{"state", "down"}});
+    out.push_back(std::move(servers));
+
+    auto actions = Family("gandiva_actions_total",
+                          "Actions the scheduling core took, by kind (failed: "
+                          "actions the agents could not carry out).",
+                          MetricType::Counter);
+    const core::Counters& c = s.actions;
+    for (const auto& [kind, n] : std::vector<std::pair<const char*, int64_t>>{
+             {"start", c.starts},
+             {"suspend", c.suspends},
+             {"resume", c.resumes},
+             {"migrate", c.migrations},
+             {"pack", c.packs},
+             {"unpack", c.unpacks},
+             {"grow", c.grows},
+             {"shrink", c.shrinks},
+             {"kill", c.kills},
+             {"failed", c.actions_failed}}) {
+      Add(actions, static_cast<double>(n), {{"kind", kind}});
+    }
+    out.push_back(std::move(actions));
+
+    auto events =
+        Family("gandiva_core_events_total",
+               "Events the scheduling core handled.", MetricType::Counter);
+    Add(events, static_cast<double>(c.events));
+    out.push_back(std::move(events));
+
+    auto log = Family("gandiva_event_log_events",
+                      "Events logged since the last snapshot: what a "
+                      "recovery would replay.",
+                      MetricType::Gauge);
+    Add(log, static_cast<double>(s.log_events));
+    out.push_back(std::move(log));
+
+    auto seq =
+        Family("gandiva_event_log_last_seq",
+               "Sequence number of the last event logged.", MetricType::Gauge);
+    Add(seq, static_cast<double>(s.last_event_seq));
+    out.push_back(std::move(seq));
+
+    auto compactions = Family("gandiva_event_log_compactions_total",
+                              "Compactions of the event log by this process.",
+                              MetricType::Counter);
+    Add(compactions, static_cast<double>(s.compactions));
+    out.push_back(std::move(compactions));
+
+    auto compaction = Family("gandiva_event_log_last_compaction_seconds",
+                             "How long the last compaction held the event "
+                             "loop.",
+                             MetricType::Gauge);
+    Add(compaction, s.last_compaction_seconds);
+    out.push_back(std::move(compaction));
+
+    auto rate = Family("gandiva_job_minibatches_per_second",
+                       "Each running job's smoothed mini-batch rate.",
+                       MetricType::Gauge);
+    auto done =
+        Family("gandiva_job_minibatches",
+               "Mini-batches each running job has trained.", MetricType::Gauge);
+    for (const MetricsSample::RunningJob& j : s.running) {
+      const std::vector<ClientMetric::Label> labels = {
+          {"job", std::to_string(j.id)}, {"name", j.name}};
+      Add(rate, j.minibatch_rate, labels);
+      Add(done, static_cast<double>(j.minibatches), labels);
+    }
+    out.push_back(std::move(rate));
+    out.push_back(std::move(done));
+    return out;
+  }
+
+ private:
+  std::function<MetricsSample()> sample_;
+};
+
+core::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
+    const std::string& listen, std::function<MetricsSample()> sample) {
+  if (listen.rfind(':') == std::string::npos) {
+    return core::InvalidArgument("--metrics-listen: expected HOST:PORT, got '" +
+                                 listen + "'");
+  }
+  std::unique_ptr<MetricsExporter> m(new MetricsExporter());
+  try {
+    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+  } catch (const std::exception& e) {
+    return core::InvalidArgument("--metrics-listen: cannot listen on '" +
+                                 listen + "': " + e.what());
+  }
+  const std::vector<int> ports = m->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return core::InvalidArgument("--metrics-listen: cannot listen on '" +
+                                 listen + "'");
+  }
+  m->port_ = ports.front();
+  m->registry_ = std::make_shared<prometheus::Registry>();
+  m->mechanisms_ =
+      &prometheus::BuildHistogram()
+           .Name("gandiva_mechanism_seconds")
+           .Help(
+               "How long each mechanism took, as the agents measured it: "
+               "start, suspend, resume, migrate, pack, unpack, grow, "
+               "shrink; outcome ok or failed.")
+           .Register(*m->registry_);
+  m->gauges_ = std::make_shared<Gauges>(std::move(sample));
+  m->exposer_->RegisterCollectable(m->gauges_);
+  m->exposer_->RegisterCollectable(m->registry_);
+  return m;
+}
+
+MetricsExporter::~MetricsExporter() {
+  // Stop serving before what it serves goes.
+  exposer_.reset();
+}
+
+void MetricsExporter::ObserveMechanism(const std::string& action, bool ok,
+                                       double seconds) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300};
+  mechanisms_
+      ->Add({{"action", action}, {"outcome", ok ? "ok" : "failed"}}, kBuckets)
+      .Observe(seconds);
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,86 @@
+// MetricsExporter: the scheduler daemon's Prometheus endpoint
+// (`--metrics-listen HOST:PORT`, GET /metrics in the text format), served by
+// prometheus-cpp.
+//
+// What it exports (README.md, "Metrics"): jobs by state, GPUs (all, up,
+// free, training), servers up and down, the core's actions and events, the
+// event log (events since its last snapshot, compactions), each running
+// job's mini-batch rate, and a histogram of each mechanism's duration as
+// the agents measured it.
+//
+// The gauges are read at each scrape through a callback (a sample of the
+// state the daemon last published); the histogram is fed as mechanisms
+// conclude. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+#include "core/status.h"
+
+namespace prometheus {
+class Exposer;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace gandiva::runtime {
+
+struct MetricsSample {
+  // Jobs by state name ("queued", "running", ...); every state is present.
+  std::map<std::string, int64_t> jobs_by_state;
+  int64_t gpus = 0;           // on registered servers
+  int64_t gpus_up = 0;        // on servers up
+  int64_t gpus_free = 0;      // up, with no job placed on them
+  int64_t gpus_training = 0;  // with a job running on them
+  int64_t servers_up = 0;
+  int64_t servers_down = 0;  // down, or awaiting registration
+  core::Counters actions;    // the core's counters (events included)
+  int64_t log_events = 0;    // events logged since the last snapshot
+  int64_t last_event_seq = 0;
+  int64_t compactions = 0;  // by this daemon process
+  double last_compaction_seconds = 0;
+  struct RunningJob {
+    int64_t id = 0;
+    std::string name;
+    double minibatch_rate = 0;
+    int64_t minibatches = 0;
+  };
+  std::vector<RunningJob> running;
+};
+
+class MetricsExporter {
+ public:
+  // Serves /metrics at `listen` (HOST:PORT; port 0 picks a free one).
+  // `sample` is called at each scrape, from the HTTP server's threads.
+  // InvalidArgument naming --metrics-listen when it cannot listen there.
+  static core::StatusOr<std::unique_ptr<MetricsExporter>> Start(
+      const std::string& listen, std::function<MetricsSample()> sample);
+  ~MetricsExporter();
+  MetricsExporter(const MetricsExporter&) = delete;
+  MetricsExporter& operator=(const MetricsExporter&) = delete;
+
+  // The port it listens on.
+  int port() const { return port_; }
+  // A mechanism concluded: `action` ("suspend", "migrate", ...) took
+  // `seconds`, and succeeded or not.
+  void ObserveMechanism(const std::string& action, bool ok, double seconds);
+
+ private:
+  class Gauges;
+  MetricsExporter() = default;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<Gauges> gauges_;
+  prometheus::Family<prometheus::Histogram>* mechanisms_ = nullptr;
+  int port_ = 0;
+};
+
+}  // namespace gandiva::runtime
