@@ -595,7 +595,7 @@ int RunDown(const DownFlags& f) {
     for (const char* name :
          {"cluster.tmp", "scheduler.addr.tmp", "scheduler.db",
           "scheduler.db-wal", "scheduler.db-shm", "scheduler.db-journal",
-          "logs", "agents"}) {
+          "scheduler.db.lock", "logs", "agents"}) {
       fs::remove_all(fs::path(dir) / name, ec);
     }
     fs::remove_all(CheckpointRoot(dir), ec);

@@ -1,13 +1,18 @@
 #include "runtime/scheduler/scheduler_server.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -252,6 +257,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   SchedulerOptions opts;
   std::string policy_name;
   std::string address;
+  // `<db>.lock`, locked (flock) while this daemon uses the database.
+  int lock_fd = -1;
+
+  ~Impl() override {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
   std::unique_ptr<Store> store;
   std::unique_ptr<core::Scheduler> sched;
 
@@ -1880,7 +1891,45 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // ----------------------------------------------------------- startup
 
+  // One daemon per database: a second one would interleave its events with
+  // the first's. The kernel drops the lock when the process dies.
+  core::Status LockDatabase() {
+    const std::string path = opts.db_path + ".lock";
+    lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd < 0) {
+      return core::IoError("cannot open '" + path +
+                           "': " + std::strerror(errno));
+    }
+    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      char buf[32] = {};
+      const ssize_t n = ::pread(lock_fd, buf, sizeof buf - 1, 0);
+      std::string holder =
+          n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' '))
+        holder.pop_back();
+      ::close(lock_fd);
+      lock_fd = -1;
+      if (err != EWOULDBLOCK) {
+        return core::IoError("cannot lock '" + path +
+                             "': " + std::strerror(err));
+      }
+      return core::FailedPrecondition(
+          "database '" + opts.db_path +
+          "' is in use by another gandiva-scheduler" +
+          (holder.empty() ? std::string() : " (pid " + holder + ")") +
+          ": stop it first, or use another --db");
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(lock_fd, 0) != 0 ||
+        ::pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) {
+      Warn("cannot write the pid into '" + path + "': " + std::strerror(errno));
+    }
+    return core::Status::Ok();
+  }
+
   core::Status Open() {
+    GANDIVA_RETURN_IF_ERROR(LockDatabase());
     auto s = Store::Open(opts.db_path, opts.durable_sync);
     if (!s.ok()) return s.status();
     store = std::move(*s);

@@ -1233,5 +1233,27 @@ TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {
       << s.status().message();
 }
 
+// One daemon per database: a second start is refused while the first
+// runs, and allowed once it stopped.
+TEST_F(DaemonTest, ASecondDaemonOnTheSameDatabaseIsRefused) {
+  SchedulerOptions o = Options();
+  Client& c = StartDaemon(o);
+  const int64_t j = c.MustSubmit(1);
+  auto second = SchedulerServer::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find(
+                "is in use by another gandiva-scheduler (pid " +
+                std::to_string(getpid()) + ")"),
+            std::string::npos)
+      << second.status().message();
+  // The first goes on undisturbed.
+  EXPECT_EQ(c.Get(j).id(), j);
+  server_.reset();
+  client_.reset();
+  Client& again = StartDaemon(o);
+  EXPECT_EQ(again.Get(j).id(), j);
+}
+
 }  // namespace
 }  // namespace gandiva::runtime
