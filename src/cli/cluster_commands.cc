@@ -457,6 +457,16 @@ int RunUp(const UpFlags& f) {
                           "--profile-interval-s") == f.scheduler_args.end()) {
     sargv.insert(sargv.end(), {"--profile-interval-s", kDemoProfileIntervalS});
   }
+  // With $GANDIVA_TLS_* set, the local cluster uses the same files: mutual
+  // TLS between the CLI, the daemon and the agents.
+  std::vector<std::string> tls_args;
+  if (ClientTls()) {
+    const runtime::TlsFiles t = runtime::TlsFilesFromEnv();
+    tls_args = {"--tls-ca", t.ca, "--tls-cert", t.cert, "--tls-key", t.key};
+    if (!t.name.empty())
+      tls_args.insert(tls_args.end(), {"--tls-name", t.name});
+  }
+  sargv.insert(sargv.end(), tls_args.begin(), tls_args.end());
   sargv.insert(sargv.end(), f.scheduler_args.begin(), f.scheduler_args.end());
   std::string error;
   const pid_t spid = Spawn(sargv, sched_log, {}, &error);
@@ -508,6 +518,7 @@ int RunUp(const UpFlags& f) {
                                       "--checkpoint-dir",
                                       CheckpointRoot(dir) + "/" + name};
     if (!f.real_gpus) aargv.push_back("--virtual-only");
+    aargv.insert(aargv.end(), tls_args.begin(), tls_args.end());
     aargv.insert(aargv.end(), f.agent_args.begin(), f.agent_args.end());
     const pid_t apid =
         Spawn(aargv, dir + "/logs/" + name + ".log", agent_env, &error);

@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -79,15 +80,25 @@ SchedulerAddress ResolveScheduler(const ConnectionFlags& flags) {
   return {kDefaultSchedulerAddress, true, state};
 }
 
+const std::optional<runtime::TlsConfig>& ClientTls() {
+  static const std::optional<runtime::TlsConfig> tls = [] {
+    auto t = runtime::LoadTls(runtime::TlsFilesFromEnv(), "$GANDIVA_TLS_");
+    if (!t.ok()) {
+      std::fprintf(stderr, "gandiva: %s\n", t.status().message().c_str());
+      std::exit(2);
+    }
+    return *t;
+  }();
+  return tls;
+}
+
 std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
     const std::string& address) {
-  return rpc::Scheduler::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return rpc::Scheduler::NewStub(runtime::MakeChannel(address, ClientTls()));
 }
 
 std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address) {
-  return rpc::Agent::NewStub(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  return rpc::Agent::NewStub(runtime::MakeChannel(address, ClientTls()));
 }
 
 std::unique_ptr<grpc::ClientContext> Context(

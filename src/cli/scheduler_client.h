@@ -17,6 +17,7 @@
 #include <string>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/tls/tls.h"
 
 namespace gandiva::cli {
 
@@ -44,6 +45,12 @@ struct SchedulerAddress {
 };
 SchedulerAddress ResolveScheduler(const ConnectionFlags& flags);
 
+// Mutual TLS from $GANDIVA_TLS_CA, $GANDIVA_TLS_CERT, $GANDIVA_TLS_KEY (and
+// $GANDIVA_TLS_NAME), read once; nullopt when none is set. Bad settings
+// print the reason and exit with status 2.
+const std::optional<runtime::TlsConfig>& ClientTls();
+
+// Stubs over channels with ClientTls().
 std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
     const std::string& address);
 std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address);

@@ -137,6 +137,20 @@ TestCluster::TestCluster(ClusterOptions options)
           (info != nullptr ? info->name() : "cluster"));
   fs::remove_all(dir_);
   fs::create_directories(dir_);
+  auto tls = runtime::LoadTls(options_.tls, "tls.");
+  EXPECT_TRUE(tls.ok()) << tls.status().ToString();
+  if (tls.ok()) tls_ = std::move(*tls);
+}
+
+std::vector<std::string> TestCluster::TlsArgs() const {
+  if (options_.tls.empty()) return {};
+  std::vector<std::string> args = {"--tls-ca",   options_.tls.ca,
+                                   "--tls-cert", options_.tls.cert,
+                                   "--tls-key",  options_.tls.key};
+  if (!options_.tls.name.empty()) {
+    args.insert(args.end(), {"--tls-name", options_.tls.name});
+  }
+  return args;
 }
 
 TestCluster::~TestCluster() {
@@ -171,6 +185,8 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
                                    std::to_string(options_.tick_ms),
                                    "--profile-interval-s",
                                    std::to_string(options_.profile_interval_s)};
+  const std::vector<std::string> tls = TlsArgs();
+  argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), options_.scheduler_args.begin(),
               options_.scheduler_args.end());
   scheduler_ = Process::Start(argv, dir_ / "scheduler.log");
@@ -193,8 +209,7 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
     return false;
   }
   address_ = address;
-  stub_ = rpc::Scheduler::NewStub(
-      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  stub_ = rpc::Scheduler::NewStub(runtime::MakeChannel(address_, tls_));
   return true;
 }
 
@@ -219,6 +234,8 @@ bool TestCluster::StartAgents(std::string* error) {
                                      (work / "checkpoints").string(),
                                      "--report-interval-ms",
                                      "200"};
+    const std::vector<std::string> tls = TlsArgs();
+    argv.insert(argv.end(), tls.begin(), tls.end());
     argv.insert(argv.end(), options_.agent_args.begin(),
                 options_.agent_args.end());
     auto p = Process::Start(argv, dir_ / (name + ".log"));
@@ -268,7 +285,14 @@ int TestCluster::Cli(const std::vector<std::string>& args,
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("--scheduler");
   argv.push_back(address_);
-  auto p = Process::Start(argv, log);
+  std::map<std::string, std::string> env;
+  if (!options_.tls.empty()) {
+    env = {{"GANDIVA_TLS_CA", options_.tls.ca},
+           {"GANDIVA_TLS_CERT", options_.tls.cert},
+           {"GANDIVA_TLS_KEY", options_.tls.key},
+           {"GANDIVA_TLS_NAME", options_.tls.name}};
+  }
+  auto p = Process::Start(argv, log, env);
   if (p == nullptr) {
     *output = "cannot start " GANDIVA_CLI;
     return -1;
@@ -369,8 +393,7 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
   for (const auto& s : servers.servers()) {
     if (s.address().empty()) continue;
     if (!job.server().empty() && s.name() != job.server()) continue;
-    auto agent = rpc::Agent::NewStub(
-        grpc::CreateChannel(s.address(), grpc::InsecureChannelCredentials()));
+    auto agent = rpc::Agent::NewStub(runtime::MakeChannel(s.address(), tls_));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));

@@ -15,10 +15,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/tls/tls.h"
 
 namespace gandiva::e2e {
 
@@ -80,6 +82,9 @@ struct ClusterOptions {
   // Extra command-line arguments of the daemon and of every agent.
   std::vector<std::string> scheduler_args;
   std::vector<std::string> agent_args;
+  // Mutual TLS (PEM files) for the daemon, the agents, the harness's stubs
+  // and the CLI ($GANDIVA_TLS_*); empty: plain connections.
+  runtime::TlsFiles tls;
 };
 
 // A scheduler daemon and agents in a temporary directory, as separate
@@ -134,6 +139,8 @@ class TestCluster {
   fs::path dir_;
   std::string address_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
+  std::vector<std::string> TlsArgs() const;
+  std::optional<runtime::TlsConfig> tls_;
   std::unique_ptr<Process> scheduler_;
   std::vector<std::unique_ptr<Process>> agents_;
   int scheduler_starts_ = 0;

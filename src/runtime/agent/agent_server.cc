@@ -26,6 +26,7 @@
 #include "runtime/agent/criu.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
+#include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -198,6 +199,9 @@ core::StatusOr<std::pair<std::string, int>> SplitHostPort(
 
 struct AgentServer::Impl final : public rpc::Agent::Service {
   AgentOptions options;
+  // Mutual TLS (--tls-*), if configured: the Agent service, the calls to
+  // the daemon and to other agents.
+  std::optional<TlsConfig> tls;
   std::string name;
   std::string address;
   std::string listen_host;  // the bulk channel listens there too
@@ -510,8 +514,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kMaxMessageBytes);
     args.SetMaxSendMessageSize(kMaxMessageBytes);
-    auto source_channel = grpc::CreateCustomChannel(
-        source, grpc::InsecureChannelCredentials(), args);
+    auto source_channel = MakeChannel(source, tls, args);
     auto stub = rpc::Agent::NewStub(source_channel);
     if (options.bulk_transfer) {
       bool fall_back = false;
@@ -841,8 +844,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           std::strerror(errno));
       return;
     }
-    auto stub = rpc::Agent::NewStub(
-        grpc::CreateChannel(source, grpc::InsecureChannelCredentials()));
+    auto stub = rpc::Agent::NewStub(MakeChannel(source, tls));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(30));
@@ -1280,6 +1282,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   }
   auto listen = SplitHostPort(options.listen_address, "--listen");
   if (!listen.ok()) return listen.status();
+  auto tls = LoadTls(options.tls, "--tls-");
+  if (!tls.ok()) return tls.status();
+  impl->tls = std::move(*tls);
   if (!options.scheduler_address.empty()) {
     auto sched = SplitHostPort(options.scheduler_address, "--scheduler");
     if (!sched.ok()) return sched.status();
@@ -1353,7 +1358,7 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(impl->options.listen_address,
-                           grpc::InsecureServerCredentials(), &impl->port);
+                           ServerCredentials(impl->tls), &impl->port);
   builder.RegisterService(impl.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -1384,8 +1389,7 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     impl->channel =
-        grpc::CreateCustomChannel(impl->options.scheduler_address,
-                                  grpc::InsecureChannelCredentials(), args);
+        MakeChannel(impl->options.scheduler_address, impl->tls, args);
     impl->scheduler = rpc::Scheduler::NewStub(impl->channel);
     impl->reporter = std::thread([raw] { raw->ReporterLoop(); });
   }

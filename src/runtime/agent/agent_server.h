@@ -26,6 +26,7 @@
 
 #include "core/status.h"
 #include "runtime/agent/capabilities.h"
+#include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
 
@@ -36,6 +37,9 @@ struct AgentOptions {
   // The daemon's Scheduler service, host:port. Empty: serve only, never
   // register (for tests of the Agent service alone).
   std::string scheduler_address;
+  // Mutual TLS on the Agent service and on this agent's calls (tls.h); none
+  // given: plain connections.
+  TlsFiles tls;
   // Where the Agent service listens; port 0 picks a free port.
   std::string listen_address = "0.0.0.0:0";
   // Host reported in RegisterAgent.address. Empty: the listen host, or this

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "runtime/agent/agent_server.h"
+#include "runtime/tls/tls_flags.h"
 
 int main(int argc, char** argv) {
   gandiva::runtime::AgentOptions o;
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--scheduler", o.scheduler_address,
                  "HOST:PORT of the gandiva-scheduler daemon")
       ->required();
+  gandiva::runtime::AddTlsFlags(app, &o.tls);
   app.add_option("--listen", o.listen_address,
                  "HOST:PORT of this agent's service (port 0: pick a free one)")
       ->capture_default_str();

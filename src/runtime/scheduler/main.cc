@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "runtime/scheduler/scheduler_server.h"
+#include "runtime/tls/tls_flags.h"
 
 namespace {
 
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
                  "give the policy a job's measured rate at most this often "
                  "(0: every agent report)")
       ->capture_default_str();
+  gandiva::runtime::AddTlsFlags(app, &o.tls);
   app.add_option("--metrics-listen", o.metrics_listen,
                  "serve Prometheus metrics at HOST:PORT (GET /metrics); "
                  "default none");

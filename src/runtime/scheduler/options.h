@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "runtime/tls/tls.h"
+
 namespace gandiva::runtime {
 
 struct SchedulerOptions {
@@ -69,6 +71,9 @@ struct SchedulerOptions {
   // Serve Prometheus metrics (GET /metrics) at this HOST:PORT (port 0:
   // any free one); empty: none. Default none.
   std::string metrics_listen;
+  // Mutual TLS on the Scheduler service and the calls to agents (tls.h);
+  // none given: plain connections.
+  TlsFiles tls;
   // How long after a mechanism took effect its effect on the job's
   // mini-batch rate is measured for the job's history. Default 10 s.
   double probe_delay_s = 10;

@@ -33,6 +33,7 @@
 #include "runtime/scheduler/event_codec.h"
 #include "runtime/scheduler/metrics.h"
 #include "runtime/scheduler/store.h"
+#include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
 
@@ -257,6 +258,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   SchedulerOptions opts;
   std::string policy_name;
   std::string address;
+  // Mutual TLS (--tls-*), if configured.
+  std::optional<TlsConfig> tls;
   // `<db>.lock`, locked (flock) while this daemon uses the database.
   int lock_fd = -1;
 
@@ -1191,8 +1194,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     a.switches_per_socket = spec.switches_per_socket;
     if (a.address != r.address() || a.stub == nullptr) {
       a.address = r.address();
-      a.stub = rpc::Agent::NewStub(
-          grpc::CreateChannel(a.address, grpc::InsecureChannelCredentials()));
+      a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
     }
     a.link = AgentConn::Link::kUp;
     a.last_seen_us = Now();
@@ -2070,8 +2072,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       } catch (const json::exception& e) {
         return core::IoError("server '" + row.name + "': " + e.what());
       }
-      a.stub = rpc::Agent::NewStub(
-          grpc::CreateChannel(a.address, grpc::InsecureChannelCredentials()));
+      a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
       a.link = AgentConn::Link::kAwaiting;
       a.last_seen_us = now;
       agent_by_name[a.name] = row.id;
@@ -2346,12 +2347,15 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(options);
+  auto tls = LoadTls(impl->opts.tls, "--tls-");
+  if (!tls.ok()) return tls.status();
+  impl->tls = std::move(*tls);
   GANDIVA_RETURN_IF_ERROR(impl->Open());
   impl->executor = std::make_unique<Executor>(impl->opts.executor_threads);
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(impl->opts.listen, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(impl->opts.listen, ServerCredentials(impl->tls),
                            &port);
   builder.RegisterService(impl.get());
   impl->grpc_server = builder.BuildAndStart();
