@@ -131,14 +131,26 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     auto done =
         Family("gandiva_job_minibatches",
                "Mini-batches each running job has trained.", MetricType::Gauge);
+    auto util = Family("gandiva_job_gpu_utilization",
+                       "Each running job's share of its GPUs' time busy, 0 to "
+                       "1, from NVML (0 on virtual GPUs).",
+                       MetricType::Gauge);
+    auto memory = Family("gandiva_job_gpu_memory_bytes",
+                         "GPU memory each running job holds, from NVML (0 on "
+                         "virtual GPUs).",
+                         MetricType::Gauge);
     for (const MetricsSample::RunningJob& j : s.running) {
       const std::vector<ClientMetric::Label> labels = {
           {"job", std::to_string(j.id)}, {"name", j.name}};
       Add(rate, j.minibatch_rate, labels);
       Add(done, static_cast<double>(j.minibatches), labels);
+      Add(util, j.gpu_utilization, labels);
+      Add(memory, static_cast<double>(j.gpu_memory_bytes), labels);
     }
     out.push_back(std::move(rate));
     out.push_back(std::move(done));
+    out.push_back(std::move(util));
+    out.push_back(std::move(memory));
     return out;
   }
 

@@ -52,6 +52,8 @@ struct MetricsSample {
     std::string name;
     double minibatch_rate = 0;
     int64_t minibatches = 0;
+    double gpu_utilization = 0;  // 0..1, from NVML (0 on virtual GPUs)
+    int64_t gpu_memory_bytes = 0;
   };
   std::vector<RunningJob> running;
 };

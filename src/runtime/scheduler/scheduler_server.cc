@@ -1699,9 +1699,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (const auto& [id, info] : sn->jobs) {
       ++s.jobs_by_state[name(info.state())];
       if (info.state() == rpc::RUNNING) {
-        s.running.push_back({id, info.spec().name(),
-                             info.progress().minibatch_rate(),
-                             info.progress().minibatches()});
+        s.running.push_back(
+            {id, info.spec().name(), info.progress().minibatch_rate(),
+             info.progress().minibatches(), info.progress().gpu_utilization(),
+             info.progress().gpu_memory_bytes()});
       }
     }
     for (const rpc::ServerInfo& si : sn->servers.servers()) {

@@ -70,6 +70,10 @@ class FakeAgent final : public rpc::Agent::Service {
 
   grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
                         rpc::StartJobReply* rep) override {
+    {
+      std::lock_guard lock(mu_);
+      ++starts_begun_[r->job_id()];
+    }
     if (mode_ == Mode::kSlow) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
@@ -181,11 +185,14 @@ class FakeAgent final : public rpc::Agent::Service {
     gpu_memory_ = std::move(bytes);
   }
   // What the next reports say of the job's progress (none until set).
-  void SetProgress(int64_t job, int64_t minibatches, double rate) {
+  void SetProgress(int64_t job, int64_t minibatches, double rate,
+                   double gpu_utilization = 0, int64_t gpu_memory_bytes = 0) {
     std::lock_guard lock(mu_);
     rpc::Progress& p = progress_[job];
     p.set_minibatches(minibatches);
     p.set_minibatch_rate(rate);
+    p.set_gpu_utilization(gpu_utilization);
+    p.set_gpu_memory_bytes(gpu_memory_bytes);
     p.set_uses_library(true);
   }
   // Sends a report (exits kept so far); re-registers when told to, as a
@@ -233,6 +240,11 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, Proc> procs() {
     std::lock_guard lock(mu_);
     return procs_;
+  }
+  // StartJob calls that arrived (start_calls: that got past kSlow's wait).
+  int starts_begun(int64_t job) {
+    std::lock_guard lock(mu_);
+    return starts_begun_[job];
   }
   int start_calls(int64_t job) {
     std::lock_guard lock(mu_);
@@ -331,6 +343,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::vector<int64_t> gpu_memory_;
   std::vector<rpc::JobExit> outbox_;
   std::map<int64_t, int> start_calls_;
+  std::map<int64_t, int> starts_begun_;
   std::map<int64_t, std::vector<int32_t>> start_gpus_;
   std::map<int64_t, int> kills_;
   std::map<int64_t, int> resume_local_starts_;
@@ -1076,7 +1089,7 @@ TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
   FakeAgent agent("node", 1, Mode::kSlow);  // a start takes 300 ms
   ASSERT_TRUE(agent.Register(server_->address()).ok());
   const int64_t a = c1.MustSubmit(1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(WaitFor([&] { return agent.starts_begun(a) == 1; }));
   server_.reset();
   client_.reset();
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
@@ -1172,13 +1185,20 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
   ASSERT_TRUE(WaitFor([&] {
     return c.State(a) == rpc::RUNNING && c.State(b) == rpc::RUNNING;
   }));
-  agent.SetProgress(a, 40, 7.5);
+  agent.SetProgress(a, 40, 7.5, 0.75, int64_t{3} << 30);
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_TRUE(
       WaitFor([&] { return c.Get(a).progress().minibatch_rate() == 7.5; }));
   server_->Sync();
 
-  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  // Both starts concluded (a job shows RUNNING once its start is sent).
+  std::string page;
+  const std::string starts_ok =
+      "gandiva_mechanism_seconds_count{action=\"start\",outcome=\"ok\"}";
+  EXPECT_TRUE(WaitFor([&] {
+    page = HttpGet(server_->metrics_port(), "/metrics");
+    return Sample(page, starts_ok) == 2;
+  })) << page;
   ASSERT_NE(page.find("200 OK"), std::string::npos) << page;
   EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"running\"}"), 2) << page;
   EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"finished\"}"), 0);
@@ -1196,11 +1216,12 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
   EXPECT_EQ(Sample(page, "gandiva_job_minibatches{job=\"" + std::to_string(a) +
                              "\",name=\"alpha\"}"),
             40);
-  EXPECT_EQ(Sample(page,
-                   "gandiva_mechanism_seconds_count{action=\"start\","
-                   "outcome=\"ok\"}"),
-            2)
-      << page;
+  EXPECT_EQ(Sample(page, "gandiva_job_gpu_utilization{job=\"" +
+                             std::to_string(a) + "\",name=\"alpha\"}"),
+            0.75);
+  EXPECT_EQ(Sample(page, "gandiva_job_gpu_memory_bytes{job=\"" +
+                             std::to_string(a) + "\",name=\"alpha\"}"),
+            static_cast<double>(int64_t{3} << 30));
   EXPECT_GT(Sample(page, "gandiva_core_events_total"), 3);
   EXPECT_GT(Sample(page, "gandiva_event_log_events"), 3);
 
