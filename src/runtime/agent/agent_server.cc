@@ -1355,6 +1355,12 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
                  std::to_string(e.minibatches) + " mini-batches");
         raw->Wake();
       });
+  // Jobs an earlier run of this agent left running (it was killed or
+  // crashed): the daemon will start them again, so these copies go first.
+  for (int64_t id : impl->supervisor->KillLeftovers()) {
+    raw->Log("job " + std::to_string(id) +
+             ": killed the process an earlier run of this agent left running");
+  }
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(impl->options.listen_address,

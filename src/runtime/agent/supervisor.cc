@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <utility>
 
@@ -116,6 +117,9 @@ struct ProcInfo {
   pid_t ppid = 0;
   pid_t pgrp = 0;
   char state = 0;  // as in /proc/<pid>/stat: R, S, D, T, t, Z, ...
+  // Clock ticks after boot when it started: with the pid, names one
+  // process (pids are reused).
+  unsigned long long starttime = 0;
 };
 
 // One process from /proc/<pid>/stat; nullopt if gone.
@@ -134,11 +138,16 @@ std::optional<ProcInfo> ProcStat(pid_t pid) {
   char state = 0;
   int ppid = 0;
   int pgrp = 0;
-  if (std::sscanf(close_paren + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) {
+  unsigned long long starttime = 0;
+  // Fields 3-5, then 6-21 skipped, then 22 (starttime); see proc(5).
+  if (std::sscanf(close_paren + 1,
+                  " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                  "%*d %*d %*d %*d %llu",
+                  &state, &ppid, &pgrp, &starttime) < 3) {
     return std::nullopt;
   }
   return ProcInfo{pid, static_cast<pid_t>(ppid), static_cast<pid_t>(pgrp),
-                  state};
+                  state, starttime};
 }
 
 bool IsStoppedState(char s) { return s == 'T' || s == 't'; }
@@ -294,6 +303,82 @@ std::string Supervisor::IncomingDir(int64_t job_id) const {
                                 : options_.checkpoint_root;
   return root + "/jobs/" + std::to_string(job_id) + "/incoming";
 }
+std::string Supervisor::ProcessRecordPath(int64_t job_id, pid_t pid) const {
+  return JobDir(job_id) + "/process." + std::to_string(pid);
+}
+
+void Supervisor::WriteProcessRecord(const JobRec& job) const {
+  const auto st = ProcStat(job.pid);
+  const auto self = ProcStat(getpid());
+  const std::string path = ProcessRecordPath(job.job_id, job.pid);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << job.pid << " " << (st ? st->starttime : 0) << " " << getpid() << " "
+      << (self ? self->starttime : 0) << " " << job.page_path << "\n";
+    if (!f) return;  // best effort: only a crash of this agent needs it
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+std::vector<int64_t> Supervisor::KillLeftovers() {
+  std::vector<int64_t> killed;
+  std::vector<pid_t> killed_pids;
+  std::error_code ec;
+  const std::filesystem::path jobs = options_.work_dir + "/jobs";
+  std::vector<std::pair<int64_t, std::filesystem::path>> records;
+  for (const auto& dir : std::filesystem::directory_iterator(jobs, ec)) {
+    char* end = nullptr;
+    const std::string name = dir.path().filename().string();
+    const long long id = std::strtoll(name.c_str(), &end, 10);
+    if (end == nullptr || *end != '\0' || name.empty()) continue;
+    std::error_code ec2;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path(), ec2)) {
+      if (f.path().filename().string().rfind("process.", 0) == 0) {
+        records.emplace_back(id, f.path());
+      }
+    }
+  }
+  // Whether `pid` still names the process that started at `starttime`.
+  auto same_process = [](long long pid, unsigned long long starttime) {
+    if (pid <= 1) return false;
+    const auto st = ProcStat(static_cast<pid_t>(pid));
+    return st && !IsDeadState(st->state) && st->starttime == starttime;
+  };
+  for (const auto& [id, path] : records) {
+    long long pid = 0, agent = 0;
+    unsigned long long starttime = 0, agent_starttime = 0;
+    std::string page;
+    {
+      std::ifstream f(path);
+      f >> pid >> starttime >> agent >> agent_starttime >> page;
+    }
+    // Another agent's on this work dir that still runs (this one included):
+    // its jobs are not leftovers.
+    if (same_process(agent, agent_starttime)) continue;
+    std::filesystem::remove(path, ec);
+    // Gone, or the pid names another process now.
+    if (path.extension() == ".tmp" || !same_process(pid, starttime)) continue;
+    // The job led its own group (session); a restored one may not.
+    kill(-static_cast<pid_t>(pid), SIGKILL);
+    kill(static_cast<pid_t>(pid), SIGKILL);
+    if (!page.empty()) unlink(page.c_str());
+    killed.push_back(id);
+    killed_pids.push_back(static_cast<pid_t>(pid));
+  }
+  // Wait a little for them to go (another process reaps them).
+  for (int i = 0; i < 200 && !killed_pids.empty(); ++i) {
+    bool alive = false;
+    for (pid_t pid : killed_pids) {
+      const auto st = ProcStat(pid);
+      alive |= st && !IsDeadState(st->state);
+    }
+    if (!alive) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return killed;
+}
+
 std::string Supervisor::PagePath(int64_t job_id) const {
   // The agent's pid keeps two agents of the same name on one machine (two
   // local clusters, parallel tests) off each other's pages.
@@ -516,6 +601,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
                          "): " + Errno(rc));
   }
   job->pid = pid;
+  WriteProcessRecord(*job);
   job->waiter = std::thread([this, job] { Wait(job); });
   jobs_[params.job_id] = job;
   SupersedeExits(params.job_id);
@@ -626,6 +712,7 @@ core::StatusOr<StartResult> Supervisor::StartFromCriu(
   }
   job->pid = pid;
   job->without_library = true;
+  WriteProcessRecord(*job);
   job->waiter = std::thread([this, job] { Wait(job); });
   jobs_[params.job_id] = job;
   SupersedeExits(params.job_id);
@@ -686,6 +773,7 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
   const int64_t minibatches =
       static_cast<int64_t>(job->reader ? job->reader->minibatches() : 0);
   unlink(job->page_path.c_str());  // the mapping stays readable
+  unlink(ProcessRecordPath(job->job_id, job->pid).c_str());
   ExitRecord rec;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -179,6 +179,17 @@ class Supervisor {
 
   const SupervisorOptions& options() const { return options_; }
 
+  // Kills what an earlier run of an agent with this work_dir left running:
+  // each job process it started is recorded in
+  // work_dir/jobs/<id>/process.<pid> (with the process's start time) until
+  // it ends, so records left are of processes that outlived their agent (it
+  // was killed, or crashed). A record whose process is gone, or whose pid
+  // names another process now, is only removed; one whose agent still runs
+  // (another agent on this work dir, or this one) is left alone. Call
+  // before starting jobs. Returns the ids of the jobs whose processes it
+  // killed.
+  std::vector<int64_t> KillLeftovers();
+
   // Launches the job; returns once the command runs (exec succeeded).
   // kFailedPrecondition if the job already runs here; kInvalidArgument for a
   // bad field (job_id, spec.command, spec.workdir, spec.env, gpus); kIo when
@@ -273,6 +284,10 @@ class Supervisor {
   struct JobRec;
 
   std::shared_ptr<JobRec> Find(int64_t job_id) const;
+  // work_dir/jobs/<id>/process.<pid>: "<pid> <start time> <agent pid>
+  // <agent start time> <page path>" (start times from /proc/<pid>/stat).
+  std::string ProcessRecordPath(int64_t job_id, pid_t pid) const;
+  void WriteProcessRecord(const JobRec& job) const;
   int ExitCodeOf(const JobRec& job) const;  // takes mu_
   void Wait(const std::shared_ptr<JobRec>& job);
   core::Status KillLocked(JobRec& job);  // job.action_mu held

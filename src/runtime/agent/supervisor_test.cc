@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "client/progress_reader.h"
 #include "runtime/agent/test_util.h"
@@ -423,6 +425,81 @@ TEST_F(SupervisorTest, SuspendAndResumeAPythonJob) {
   EXPECT_EQ(sup.PendingExits()[0].minibatches, kSteps);
   EXPECT_NE(log.find("py minibatches 120 resumed 2\n"), std::string::npos)
       << log;
+}
+
+// An agent killed (or crashed) leaves its jobs running: they lead sessions
+// of their own. The next agent on the same work dir kills them before it
+// starts anything, and only them.
+TEST_F(SupervisorTest, ProcessesAnEarlierRunLeftAreKilled) {
+  SupervisorOptions o = Options();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t agent = fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {  // the earlier run, which dies with its job running
+    close(fds[0]);
+    pid_t pid = -1;
+    {
+      auto* sup = new Supervisor(o);  // never destroyed: as after SIGKILL
+      auto r = sup->Start(Job(7, "sleep 1000 & wait"));
+      if (r.ok()) pid = r->pid;
+      while (r.ok() && ProcessGroupMembers(pid).size() < 2) usleep(1000);
+    }
+    (void)!write(fds[1], &pid, sizeof pid);
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t job = -1;
+  ASSERT_EQ(read(fds[0], &job, sizeof job), static_cast<ssize_t>(sizeof job));
+  close(fds[0]);
+  ASSERT_EQ(waitpid(agent, nullptr, 0), agent);
+  ASSERT_GT(job, 0);
+  ASSERT_EQ(ProcessGroupMembers(job).size(), 2u);  // it outlived its agent
+
+  // A record naming a pid that now belongs to another process (a reused
+  // pid: its start time differs) is dropped, the process left alone.
+  const pid_t other = fork();
+  if (other == 0) {
+    setsid();
+    execl("/bin/sleep", "sleep", "1000", nullptr);
+    _exit(127);
+  }
+  const std::string stale =
+      dir_.path() + "/jobs/8/process." + std::to_string(other);
+  std::filesystem::create_directories(dir_.path() + "/jobs/8");
+  { std::ofstream(stale) << other << " 1 1 1 /nonexistent-page\n"; }
+
+  Supervisor next(o);
+  EXPECT_EQ(next.KillLeftovers(), std::vector<int64_t>{7});
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(job).empty(); }));
+  EXPECT_EQ(kill(other, 0), 0);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/jobs/7/process." +
+                                       std::to_string(job)));
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
+  // Nothing left to kill the next time.
+  EXPECT_TRUE(next.KillLeftovers().empty());
+}
+
+// The record lives exactly as long as the job's process.
+TEST_F(SupervisorTest, AJobsProcessRecordGoesWithIt) {
+  Supervisor sup(Options());
+  auto r = sup.Start(Job(3, "sleep 1000"));
+  ASSERT_TRUE(r.ok());
+  const std::string record =
+      dir_.path() + "/jobs/3/process." + std::to_string(r->pid);
+  EXPECT_TRUE(std::filesystem::exists(record));
+  ASSERT_TRUE(sup.Kill(3).ok());
+  Finish(sup, 3);
+  EXPECT_FALSE(std::filesystem::exists(record));
+  // Its own running jobs are never leftovers.
+  auto again = sup.Start(Job(4, "sleep 1000"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(sup.KillLeftovers().empty());
+  EXPECT_FALSE(ProcessGroupMembers(again->pid).empty());
+  EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/jobs/4/process." +
+                                      std::to_string(again->pid)));
 }
 
 TEST_F(SupervisorTest, DestructionKillsLiveJobs) {
