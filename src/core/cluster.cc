@@ -106,19 +106,21 @@ Spread Cluster::SpreadOf(std::span<const GpuId> gpus) const {
 
 void Cluster::Unindex(const Server& s) {
   if (!s.up) return;
+  auto it = heights_.find(s.height());
+  if (it != heights_.end() && --it->second == 0) heights_.erase(it);
+  if (s.cordoned) return;
   by_affinity_.erase({s.affinity, s.demand, s.id.value});
   by_free_.erase({s.free_gpus, s.id.value});
   by_demand_.erase({s.demand, s.id.value});
-  auto it = heights_.find(s.height());
-  if (it != heights_.end() && --it->second == 0) heights_.erase(it);
 }
 
 void Cluster::Index(const Server& s) {
   if (!s.up) return;
+  ++heights_[s.height()];
+  if (s.cordoned) return;
   by_affinity_.insert({s.affinity, s.demand, s.id.value});
   if (s.free_gpus > 0) by_free_.insert({s.free_gpus, s.id.value});
   by_demand_.insert({s.demand, s.id.value});
-  ++heights_[s.height()];
 }
 
 void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,
@@ -139,7 +141,7 @@ void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,
       Gpu& g = gpus_[sorted[i].value];
       if (g.jobs.empty()) {
         --s.free_gpus;
-        --free_gpus_;
+        if (Open(s)) --free_gpus_;
       }
       g.jobs.push_back(job);
       ++here;
@@ -168,7 +170,7 @@ void Cluster::Unplace(JobId job, std::span<const GpuId> gpus, bool some) {
       g.jobs.erase(it);
       if (g.jobs.empty()) {
         ++s.free_gpus;
-        if (s.up) ++free_gpus_;
+        if (Open(s)) ++free_gpus_;
       }
       ++here;
     }
@@ -196,14 +198,24 @@ void Cluster::SetUp(ServerId id, bool up) {
   if (!up) {
     Unindex(s);
     up_gpus_ -= s.spec.gpus;
-    free_gpus_ -= s.free_gpus;
+    if (Open(s)) free_gpus_ -= s.free_gpus;
     s.up = false;
   } else {
     s.up = true;
     up_gpus_ += s.spec.gpus;
-    free_gpus_ += s.free_gpus;
+    if (Open(s)) free_gpus_ += s.free_gpus;
     Index(s);
   }
+}
+
+void Cluster::SetCordoned(ServerId id, bool cordoned) {
+  Server& s = servers_[id.value];
+  if (s.cordoned == cordoned) return;
+  Unindex(s);
+  if (Open(s)) free_gpus_ -= s.free_gpus;
+  s.cordoned = cordoned;
+  if (Open(s)) free_gpus_ += s.free_gpus;
+  Index(s);
 }
 
 void Cluster::Save(SnapshotWriter& w) const {
@@ -215,6 +227,7 @@ void Cluster::Save(SnapshotWriter& w) const {
     w.I32(s.spec.switches_per_socket);
     w.F64(s.spec.gpu_memory_gb);
     w.Bool(s.up);
+    w.Bool(s.cordoned);
     w.I32(s.affinity);
     for (int i = 0; i < s.spec.gpus; ++i) {
       const Gpu& g = gpus_[s.first_gpu.value + i];
@@ -235,6 +248,7 @@ Cluster Cluster::Load(SnapshotReader& r) {
     spec.switches_per_socket = r.I32();
     spec.gpu_memory_gb = r.F64();
     const bool up = r.Bool();
+    const bool cordoned = r.Bool();
     const int affinity = r.I32();
     if (!r.ok()) break;
     if (std::string err = ValidateServerSpec(spec); !err.empty()) {
@@ -268,11 +282,12 @@ Cluster Cluster::Load(SnapshotReader& r) {
     }
     s.jobs = static_cast<int>(jobs_here.size());
     s.affinity = affinity;
+    if (!up || cordoned) c.free_gpus_ -= s.free_gpus;
     if (!up) {
       s.up = false;
       c.up_gpus_ -= spec.gpus;
-      c.free_gpus_ -= s.free_gpus;
     }
+    s.cordoned = cordoned;
     c.Index(s);
   }
   if (!r.ok()) return Cluster();

@@ -68,6 +68,9 @@ struct Server {
   ServerSpec spec;
   GpuId first_gpu;
   bool up = true;
+  // Cordoned by an operator (drain): nothing new is placed here; the jobs
+  // placed here stay (and time-slice) until they end or are moved.
+  bool cordoned = false;
   // M: GPUs demanded here by the jobs placed here, suspended ones included.
   int demand = 0;
   // GPUs with no job placed on them.
@@ -93,7 +96,8 @@ class Cluster {
   int max_server_gpus() const { return max_server_gpus_; }
   // GPUs on servers that are up.
   int up_gpus() const { return up_gpus_; }
-  // Up GPUs with no job placed on them.
+  // Up GPUs with no job placed on them, on servers that are not cordoned:
+  // where new placements can go.
   int free_gpus() const { return free_gpus_; }
   const Server& server(ServerId id) const { return servers_[id.value]; }
   const Gpu& gpu(GpuId id) const { return gpus_[id.value]; }
@@ -109,7 +113,8 @@ class Cluster {
   Spread SpreadOf(std::span<const GpuId> gpus) const;
 
   // Ordered views for placement. Each calls f(const Server&) in order and
-  // stops early when f returns true. Servers that are down are never visited.
+  // stops early when f returns true. Servers that are down or cordoned are
+  // never visited.
   //
   // Servers of one affinity (0 = empty servers), least demand first.
   template <typename F>
@@ -155,6 +160,7 @@ class Cluster {
   void Activate(std::span<const GpuId> gpus);
   void Deactivate(std::span<const GpuId> gpus);
   void SetUp(ServerId id, bool up);
+  void SetCordoned(ServerId id, bool cordoned);
 
   // Snapshots (core/snapshot.h): the servers, and the jobs on each GPU.
   // Load rebuilds the counts and indexes; on bad bytes it fails `r` (and
@@ -163,6 +169,8 @@ class Cluster {
   static Cluster Load(SnapshotReader& r);
 
  private:
+  // Whether new placements may go to `s` (indexed, its free GPUs counted).
+  static bool Open(const Server& s) { return s.up && !s.cordoned; }
   void Unindex(const Server& s);
   void Index(const Server& s);
 
@@ -171,13 +179,13 @@ class Cluster {
   int up_gpus_ = 0;
   int max_server_gpus_ = 0;
   int free_gpus_ = 0;
-  // (affinity, demand, server) for up servers.
+  // (affinity, demand, server) for open servers (up, not cordoned).
   std::set<std::tuple<int, int, int>> by_affinity_;
-  // (free GPUs, server) for up servers with a free GPU.
+  // (free GPUs, server) for open servers with a free GPU.
   std::set<std::pair<int, int>> by_free_;
-  // (demand, server) for up servers.
+  // (demand, server) for open servers.
   std::set<std::pair<int, int>> by_demand_;
-  // height -> number of up servers at that height.
+  // height -> number of up servers at that height (cordoned ones included).
   std::map<int, int> heights_;
 };
 

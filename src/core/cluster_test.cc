@@ -100,6 +100,49 @@ TEST(ClusterTest, IndexesOrderServers) {
   EXPECT_TRUE(order.empty());
 }
 
+// A cordoned server keeps its jobs but takes no new ones: it leaves the
+// placement views and the free count, whatever happens to its jobs
+// meanwhile, and comes back as it is when uncordoned.
+TEST(ClusterTest, ACordonedServerLeavesThePlacementViews) {
+  Cluster c;
+  for (int i = 0; i < 2; ++i) c.AddServer(Spec(4));
+  c.Place(JobId(1), 2, G({0, 1}));
+  EXPECT_EQ(c.free_gpus(), 6);
+  c.SetCordoned(ServerId(0), true);
+  EXPECT_TRUE(c.server(ServerId(0)).cordoned);
+  EXPECT_EQ(c.free_gpus(), 4);  // server 1's
+  EXPECT_EQ(c.up_gpus(), 8);    // still up, its job still runs
+  EXPECT_EQ(c.height(), 1);
+  auto visited = [&](auto each) {
+    std::vector<int> order;
+    each([&](const Server& s) {
+      order.push_back(s.id.value);
+      return false;
+    });
+    return order;
+  };
+  const std::vector<int> only1 = {1};
+  EXPECT_EQ(visited([&](auto f) { c.ForEachWithFree(1, f); }), only1);
+  EXPECT_EQ(visited([&](auto f) { c.ForEachByDemand(f); }), only1);
+  EXPECT_EQ(visited([&](auto f) { c.ForEachWithFreeDescending(f); }), only1);
+  EXPECT_TRUE(visited([&](auto f) { c.ForEachWithAffinity(2, f); }).empty());
+  EXPECT_FALSE(FreeGpusOn(c, c.server(ServerId(0)), 1).has_value());
+  // Its job ends while it is cordoned: still nothing free there for others.
+  c.Unplace(JobId(1), G({0, 1}));
+  EXPECT_EQ(c.free_gpus(), 4);
+  c.SetCordoned(ServerId(0), false);
+  EXPECT_EQ(c.free_gpus(), 8);
+  EXPECT_EQ(visited([&](auto f) { c.ForEachWithFree(4, f); }),
+            (std::vector<int>{0, 1}));
+  // Down and cordoned: free GPUs counted once it is both up and open.
+  c.SetCordoned(ServerId(1), true);
+  c.SetUp(ServerId(1), false);
+  c.SetCordoned(ServerId(1), false);
+  EXPECT_EQ(c.free_gpus(), 4);
+  c.SetUp(ServerId(1), true);
+  EXPECT_EQ(c.free_gpus(), 8);
+}
+
 TEST(PlacementTest, PrefersAlignedFreeBlocksAndSameSocket) {
   Cluster c;
   c.AddServer(Spec(8, 2, 2));

@@ -77,6 +77,14 @@ struct HoldRequest {
   bool hold = true;
 };
 
+// An operator cordons a server (nothing new is placed on it: the first step
+// of draining it for maintenance) or opens it again. The jobs placed there
+// stay, time-slice and end there unless moved (MechanismRequest migrate).
+struct CordonRequest {
+  ServerId server;
+  bool cordon = true;
+};
+
 // An operator asks for a mechanism by hand. Refused (kFailedPrecondition,
 // with the reason) when it cannot be carried out now, and the job is left
 // as it was; otherwise the actions are taken at once. The policy may later
@@ -95,7 +103,7 @@ const char* MechanismKindName(MechanismRequest::Kind kind);
 using EventBody =
     std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
                  ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
-                 PriorityRequest, HoldRequest, MechanismRequest>;
+                 PriorityRequest, HoldRequest, MechanismRequest, CordonRequest>;
 
 struct Event {
   Time time;

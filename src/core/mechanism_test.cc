@@ -202,5 +202,51 @@ TEST(MechanismTest, ResizesElasticJobsOnly) {
   EXPECT_EQ(h.state().cluster().free_gpus(), 2);
 }
 
+// Cordon: new jobs go elsewhere, or wait; the jobs there stay and can be
+// migrated off, never onto it; uncordoned, it takes jobs again.
+TEST(MechanismTest, ACordonedServerTakesNoNewJobsAndIsDrainedByMigrations) {
+  for (const bool fifo : {false, true}) {
+    SCOPED_TRACE(fifo ? "fifo" : "gandiva");
+    std::unique_ptr<Policy> p;
+    if (fifo) {
+      p = std::make_unique<FifoPolicy>();
+    } else {
+      GandivaOptions o;
+      o.time_slicing = false;  // a job that does not fit waits in the queue
+      p = std::make_unique<GandivaPolicy>(o);
+    }
+    Harness h(std::move(p), 2);
+    const JobId a = h.Submit(2);
+    h.CompleteAll();
+    const int home = ServerOf(h, a);
+    EXPECT_EQ(h.TrySend(CordonRequest{ServerId(7), true}).code(),
+              StatusCode::kNotFound);
+    ASSERT_TRUE(h.TrySend(CordonRequest{ServerId(home), true}).ok());
+    // A 2-GPU job would have fit beside `a`: it goes to the other server.
+    // A 4-GPU one fits nowhere open: it waits.
+    const JobId b = h.Submit(2);
+    const JobId c = h.Submit(4);
+    h.CompleteAll();
+    EXPECT_EQ(ServerOf(h, b), 1 - home);
+    EXPECT_EQ(h.job(c).state, JobState::kQueued);
+    EXPECT_EQ(h.job(a).state, JobState::kRunning);  // stays where it is
+    // Nothing moves onto it; its jobs can be moved off it.
+    ExpectRefused(h, Migrate(b, home), "is cordoned");
+    ASSERT_TRUE(h.TrySend(Migrate(a, 1 - home)).ok());
+    h.CompleteAll();
+    EXPECT_EQ(ServerOf(h, a), 1 - home);
+    EXPECT_EQ(h.state().cluster().server(ServerId(home)).free_gpus, 4);
+    // Empty, but cordoned: the waiting job still waits.
+    h.Tick();
+    h.CompleteAll();
+    EXPECT_EQ(h.job(c).state, JobState::kQueued);
+    // Uncordoned: it is placed there.
+    ASSERT_TRUE(h.TrySend(CordonRequest{ServerId(home), false}).ok());
+    h.CompleteAll();
+    EXPECT_EQ(h.job(c).state, JobState::kRunning);
+    EXPECT_EQ(ServerOf(h, c), home);
+  }
+}
+
 }  // namespace
 }  // namespace gandiva::core

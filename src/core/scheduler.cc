@@ -33,7 +33,8 @@ const char* EventName(const EventBody& body) {
   static constexpr const char* kNames[] = {
       "JobArrived",   "JobFinished",     "ProfileReport", "ActionDone",
       "ActionFailed", "ServerUp",        "ServerDown",    "Tick",
-      "KillRequest",  "PriorityRequest", "HoldRequest",   "MechanismRequest"};
+      "KillRequest",  "PriorityRequest", "HoldRequest",   "MechanismRequest",
+      "CordonRequest"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -437,6 +438,15 @@ Status Scheduler::Apply(const Event& event) {
             std::vector<GpuId> gpus;
             return PlanMechanism(e, &gpus);
           },
+          [&](const CordonRequest& e) -> Status {
+            if (!e.server.valid() ||
+                e.server.value >= state_.cluster_.num_servers()) {
+              return NotFound("unknown server " +
+                              std::to_string(e.server.value));
+            }
+            state_.cluster_.SetCordoned(e.server, e.cordon);
+            return Status::Ok();
+          },
           [&](const HoldRequest& e) -> Status {
             GANDIVA_RETURN_IF_ERROR(need_job(e.job));
             Job& job = state_.mutable_job(e.job);
@@ -509,6 +519,7 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
       }
       const Server& s = cluster.server(m.server);
       if (!s.up) return refuse("server " + s.spec.name + " is down");
+      if (s.cordoned) return refuse("server " + s.spec.name + " is cordoned");
       if (cluster.gpu(job.gpus[0]).server == m.server &&
           cluster.SpreadOf(job.gpus) != Spread::kAcrossServers) {
         return refuse("it is already on server " + s.spec.name);
@@ -574,6 +585,11 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
           return refuse("the GPUs of " + them + " are shared already");
         }
       }
+      if (const Server& to = cluster.server(cluster.gpu(peer.gpus[0]).server);
+          to.cordoned && job.gpus != peer.gpus) {
+        return refuse(them + " runs on server " + to.spec.name +
+                      ", which is cordoned");
+      }
       // Both measured, on GPUs whose memory is known: they must fit.
       const Server& host = cluster.server(cluster.gpu(peer.gpus[0]).server);
       const double need =
@@ -625,6 +641,11 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
       if (want < have) {
         *gpus = std::vector<GpuId>(mine.begin(), mine.begin() + want);
         return Status::Ok();
+      }
+      if (s.cordoned) {
+        return refuse("server " + s.spec.name +
+                      " is cordoned: it can shrink, "
+                      "not grow");
       }
       if (want > s.num_gpus()) {
         return refuse("server " + s.spec.name + " has only " +

@@ -67,6 +67,7 @@ void MakeHistory(Harness& h) {
   h.Tick();
   h.CompleteAll();
   h.Send(ServerUp{Spec(), ServerId(2)});
+  h.Send(CordonRequest{ServerId(3), true});
   h.Submit(1);
   h.Submit(2);
   h.Send(PriorityRequest{d, 3});

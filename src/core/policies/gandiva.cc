@@ -24,7 +24,8 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
         using E = std::decay_t<decltype(e)>;
         if constexpr (std::is_same_v<E, JobArrived> ||
                       std::is_same_v<E, ServerUp> ||
-                      std::is_same_v<E, ServerDown>) {
+                      std::is_same_v<E, ServerDown> ||
+                      std::is_same_v<E, CordonRequest>) {
           place = true;
         } else if constexpr (std::is_same_v<E, JobFinished> ||
                              std::is_same_v<E, KillRequest> ||
@@ -536,7 +537,7 @@ void GandivaPolicy::GrowShrink(const ClusterState& state, bool tick,
     std::sort(gpus.begin(), gpus.end());
     const Server& s = cluster.server(cluster.gpu(gpus[0]).server);
     const int g = static_cast<int>(gpus.size());
-    if (2 * g > s.num_gpus() ||
+    if (s.cordoned || 2 * g > s.num_gpus() ||
         cluster.SpreadOf(gpus) == Spread::kAcrossServers) {
       continue;
     }

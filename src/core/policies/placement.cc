@@ -6,7 +6,9 @@ namespace gandiva::core {
 
 std::optional<std::vector<GpuId>> FreeGpusOn(const Cluster& cluster,
                                              const Server& server, int count) {
-  if (server.free_gpus < count || !server.up) return std::nullopt;
+  if (server.free_gpus < count || !server.up || server.cordoned) {
+    return std::nullopt;
+  }
   const int n = server.num_gpus();
   const int first = server.first_gpu.value;
   auto is_free = [&](int local) {

@@ -105,6 +105,9 @@ std::string EncodeEvent(const core::EventBody& body) {
                         {"with", e.with.value},
                         {"gpus", e.gpus}};
           },
+          [](const core::CordonRequest& e) {
+            return json{{"server", e.server.value}, {"cordon", e.cordon}};
+          },
       },
       body);
   j["kind"] = EventKindName(body);
@@ -192,6 +195,11 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       m.with = core::JobId(j.at("with").get<int32_t>());
       m.gpus = j.at("gpus").get<int>();
       return core::EventBody(m);
+    }
+    if (kind == "CordonRequest") {
+      return core::EventBody(
+          core::CordonRequest{core::ServerId(j.at("server").get<int32_t>()),
+                              j.at("cordon").get<bool>()});
     }
     return core::InvalidArgument("event: unknown kind '" + kind + "'");
   } catch (const json::exception& e) {

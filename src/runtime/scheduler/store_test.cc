@@ -198,6 +198,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
                              0},
       core::ActionFailed{core::ActionId(10), core::JobId(4),
                          core::Duration::Micros(5), "no library", true},
+      core::CordonRequest{core::ServerId(1), true},
+      core::CordonRequest{core::ServerId(0), false},
   };
   for (const core::EventBody& e : events) {
     const std::string text = EncodeEvent(e);
