@@ -561,6 +561,61 @@ int RunMech(Mech mech, const MechFlags& f) {
   return AwaitOutcome(s, id, outcome, since, f.timeout_s);
 }
 
+// ------------------------------------------------------------------- drain
+
+struct DrainFlags {
+  ConnectionFlags conn;
+  std::string server;
+  bool undo = false;
+  bool cordon_only = false;
+};
+
+// 0 when every job placed on the server is moving off it (or nothing was
+// asked to move); 1 when some stay, or on an error.
+int RunDrain(const DrainFlags& f) {
+  Session s("drain", f.conn);
+  rpc::DrainRequest req;
+  req.set_server(f.server);
+  req.set_undo(f.undo);
+  req.set_cordon_only(f.cordon_only);
+  rpc::DrainReply reply;
+  const grpc::Status st = s.stub().Drain(Context().get(), req, &reply);
+  if (!st.ok()) return s.Fail(st);
+  if (f.undo) {
+    std::printf("server %s is open again: new jobs may be placed there\n",
+                f.server.c_str());
+    return 0;
+  }
+  std::printf("server %s is cordoned: nothing new is placed there\n",
+              f.server.c_str());
+  if (f.cordon_only) return 0;
+  int stay = 0;
+  for (const rpc::DrainedJob& j : reply.jobs()) {
+    if (!j.moved_to().empty()) {
+      std::printf("job %lld: migrating to %s\n",
+                  static_cast<long long>(j.job_id()), j.moved_to().c_str());
+    } else {
+      ++stay;
+      std::printf("job %lld: stays: %s\n", static_cast<long long>(j.job_id()),
+                  j.reason().c_str());
+    }
+  }
+  if (reply.jobs().empty()) {
+    std::printf("no job is placed there\n");
+  } else if (stay > 0) {
+    std::printf(
+        "%d of %d jobs stay on %s: run `gandiva drain %s` again once there "
+        "is room elsewhere, or let them end there\n",
+        stay, reply.jobs_size(), f.server.c_str(), f.server.c_str());
+  } else {
+    std::printf(
+        "(watch the moves with `gandiva ls`; `gandiva drain %s "
+        "--undo` opens it again)\n",
+        f.server.c_str());
+  }
+  return stay > 0 ? 1 : 0;
+}
+
 // ----------------------------------------------------------------- servers
 
 struct ServersFlags {
@@ -591,7 +646,10 @@ int RunServers(const ServersFlags& f) {
       {"ID", "NAME", "ADDRESS", "UP", "GPUS", "FREE", "HEIGHT", "AFFINITY"}};
   for (const auto& srv : reply.servers()) {
     rows.push_back({std::to_string(srv.id()), srv.name(), srv.address(),
-                    srv.up() ? "yes" : "no", std::to_string(srv.gpus_size()),
+                    !srv.up()        ? "no"
+                    : srv.cordoned() ? "cordoned"
+                                     : "yes",
+                    std::to_string(srv.gpus_size()),
                     std::to_string(srv.free_gpus()),
                     std::to_string(srv.height()),
                     srv.affinity() > 0 ? std::to_string(srv.affinity()) : "-"});
@@ -729,6 +787,20 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     AddConnectionFlags(sub, &f->conn);
     const Mech mech = d.mech;
     sub->callback([f, mech, &exit_code] { exit_code = RunMech(mech, *f); });
+  }
+  {
+    auto f = std::make_shared<DrainFlags>();
+    CLI::App* sub = app.add_subcommand(
+        "drain",
+        "Cordon a server (nothing new is placed there) and migrate its jobs "
+        "to the open servers with the most room; exits 1 if some stay");
+    sub->add_option("server", f->server, "The server's name (gandiva servers)")
+        ->required();
+    sub->add_flag("--undo", f->undo, "Open the server again");
+    sub->add_flag("--cordon-only", f->cordon_only,
+                  "Cordon it; move nothing (its jobs end there)");
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunDrain(*f); });
   }
   {
     auto f = std::make_shared<ServersFlags>();

@@ -254,7 +254,9 @@ TEST_F(SimulatorTest, ACoreRestoredFromSnapshotsRunsTheSame) {
       EXPECT_GT(plain.grows, 0);
       EXPECT_GT(plain.migrations, 0);
     }
-    if (std::string(policy) != "fifo") EXPECT_GT(plain.suspends, 0);
+    if (std::string(policy) != "fifo") {
+      EXPECT_GT(plain.suspends, 0);
+    }
   }
 }
 

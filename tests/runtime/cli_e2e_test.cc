@@ -162,6 +162,27 @@ TEST_F(CliE2eTest, UpLsDown) {
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.out.find("no job 999999"), std::string::npos) << r.out;
   }
+  // Drain the only server: nothing placed there, nowhere else to go;
+  // `servers` shows it cordoned until undone.
+  {
+    const CliRun r = Gandiva("drain agent-0 " + state);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("server agent-0 is cordoned"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("no job is placed there"), std::string::npos)
+        << r.out;
+    const CliRun servers = Gandiva("servers " + state);
+    EXPECT_NE(servers.out.find("cordoned"), std::string::npos) << servers.out;
+    const CliRun bad = Gandiva("drain agent-9 " + state);
+    EXPECT_EQ(bad.status, 1);
+    EXPECT_NE(bad.out.find("no server named 'agent-9'"), std::string::npos)
+        << bad.out;
+    const CliRun undo = Gandiva("drain agent-0 --undo " + state);
+    EXPECT_EQ(undo.status, 0) << undo.out;
+    EXPECT_NE(undo.out.find("open again"), std::string::npos) << undo.out;
+    EXPECT_EQ(Gandiva("servers " + state).out.find("cordoned"),
+              std::string::npos);
+  }
 
   const CliRun down = Gandiva("down " + state);
   EXPECT_EQ(down.status, 0) << down.out;

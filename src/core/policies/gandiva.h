@@ -12,6 +12,8 @@
 //     a job that has waited `starvation_timeout` may share any server;
 //  5. else the job stays queued and is tried again when GPUs free up.
 // Jobs larger than a server take whole servers in the same order.
+// Servers that are down or cordoned (CordonRequest) are never chosen; the
+// jobs on a cordoned server time-slice there as before but do not grow.
 //
 // Time-slicing: a job placed on GPUs that others hold waits there
 // (suspended). At each Tick, waiting jobs are taken in order (higher

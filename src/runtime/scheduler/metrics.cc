@@ -57,7 +57,8 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
 
     auto gpus = Family("gandiva_gpus",
                        "GPUs of the registered servers: all, on servers up, "
-                       "free (up, no job placed), training (a job runs).",
+                       "free (up, not cordoned, no job placed), training (a job "
+                       "runs).",
                        MetricType::Gauge);
     Add(gpus, static_cast<double>(s.gpus), {{"state", "all"}});
     Add(gpus, static_cast<double>(s.gpus_up), {{"state", "up"}});
@@ -67,10 +68,13 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
 
     auto servers = Family("gandiva_servers",
                           "Registered servers: up (those awaiting registration "
-                          "after a restart included), or down.",
+                          "after a restart included), or down; cordoned: up "
+                          "and taking no new jobs (counted in up too).",
                           MetricType::Gauge);
     Add(servers, static_cast<double>(s.servers_up), {{"state", "up"}});
     Add(servers, static_cast<double>(s.servers_down), {{"state", "down"}});
+    Add(servers, static_cast<double>(s.servers_cordoned),
+        {{"state", "cordoned"}});
     out.push_back(std::move(servers));
 
     auto actions = Family("gandiva_actions_total",

@@ -41,9 +41,10 @@ struct MetricsSample {
   int64_t gpus_free = 0;      // up, with no job placed on them
   int64_t gpus_training = 0;  // with a job running on them
   int64_t servers_up = 0;
-  int64_t servers_down = 0;  // down, or awaiting registration
-  core::Counters actions;    // the core's counters (events included)
-  int64_t log_events = 0;    // events logged since the last snapshot
+  int64_t servers_down = 0;      // down
+  int64_t servers_cordoned = 0;  // up and cordoned (counted in up too)
+  core::Counters actions;        // the core's counters (events included)
+  int64_t log_events = 0;        // events logged since the last snapshot
   int64_t last_event_seq = 0;
   int64_t compactions = 0;  // by this daemon process
   double last_compaction_seconds = 0;

@@ -1534,6 +1534,60 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return core::Status::Ok();
   }
 
+  // Cordons a server and migrates what is placed there to the open servers
+  // with the most room first (each move as an operator's migrate: refused
+  // with the reason when it cannot be done now); or opens it again.
+  core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r) {
+    auto it = agent_by_name.find(r.server());
+    if (it == agent_by_name.end() ||
+        it->second >= st().cluster().num_servers()) {
+      return core::NotFound("field 'server': no server named '" + r.server() +
+                            "'");
+    }
+    const ServerId sid(it->second);
+    rpc::DrainReply reply;
+    GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{sid, !r.undo()}));
+    Log("server " + r.server() + (r.undo() ? " opened" : " cordoned"));
+    if (r.undo() || r.cordon_only()) return reply;
+    const core::Cluster& c = st().cluster();
+    std::set<int32_t> placed;
+    for (core::GpuId g : c.GpusOf(sid)) {
+      for (JobId j : c.gpu(g).jobs) placed.insert(j.value);
+    }
+    for (int32_t id : placed) {
+      rpc::DrainedJob* d = reply.add_jobs();
+      d->set_job_id(id);
+      // Open servers, the most room (GPUs no running job holds) first.
+      std::vector<std::pair<int, int32_t>> targets;
+      for (const core::Server& s : c.servers()) {
+        if (s.id == sid || !s.up || s.cordoned) continue;
+        int idle = 0;
+        for (core::GpuId g : c.GpusOf(s.id)) idle += c.gpu(g).active == 0;
+        targets.emplace_back(-idle, s.id.value);
+      }
+      std::sort(targets.begin(), targets.end());
+      if (targets.empty()) {
+        d->set_reason("no other server is up and open");
+        continue;
+      }
+      for (const auto& [neg_idle, to] : targets) {
+        core::MechanismRequest m;
+        m.kind = core::MechanismRequest::Kind::kMigrate;
+        m.job = JobId(id);
+        m.server = ServerId(to);
+        const std::string name = agents[static_cast<size_t>(to)].name;
+        const core::Status s = Mechanism(m, "drain " + r.server());
+        if (s.ok()) {
+          d->set_moved_to(name);
+          d->clear_reason();
+          break;
+        }
+        if (d->reason().empty()) d->set_reason(s.message());
+      }
+    }
+    return reply;
+  }
+
   core::Status Hold(int64_t id, bool hold) {
     GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
     const core::Job& j = st().job(JobId(static_cast<int32_t>(id)));
@@ -1659,6 +1713,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (a.id.value >= c.num_servers()) continue;
       const core::Server& s = c.server(a.id);
       si->set_up(s.up && a.link != AgentConn::Link::kDown);
+      si->set_cordoned(s.cordoned);
       si->set_height(s.height());
       si->set_affinity(s.affinity);
       si->set_free_gpus(s.free_gpus);
@@ -1710,8 +1765,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       s.gpus += n;
       if (si.up()) {
         ++s.servers_up;
+        if (si.cordoned()) ++s.servers_cordoned;
         s.gpus_up += n;
-        s.gpus_free += si.free_gpus();
+        if (!si.cordoned()) s.gpus_free += si.free_gpus();
       } else {
         ++s.servers_down;
       }
@@ -2262,6 +2318,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       return Mechanism(m, "migrate to " + req->server());
     });
     return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Drain(grpc::ServerContext*, const rpc::DrainRequest* req,
+                     rpc::DrainReply* rep) override {
+    auto r = Call<core::StatusOr<rpc::DrainReply>>(
+        [this, req] { return Drain(*req); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    *rep = std::move(**r);
+    return grpc::Status::OK;
   }
   grpc::Status Pack(grpc::ServerContext*, const rpc::PackRequest* req,
                     rpc::Empty*) override {

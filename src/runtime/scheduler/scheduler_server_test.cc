@@ -1276,5 +1276,95 @@ TEST_F(DaemonTest, ASecondDaemonOnTheSameDatabaseIsRefused) {
   EXPECT_EQ(again.Get(j).id(), j);
 }
 
+// Drain: the server is cordoned, its jobs migrate to the open server with
+// room, new jobs go elsewhere; with nowhere to go a job stays, with the
+// reason; undo opens it again.
+TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.metrics_listen = "127.0.0.1:0";
+  StartDaemon(o);
+  auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
+      server_->address(), grpc::InsecureChannelCredentials()));
+  auto drain = [&](const std::string& server, bool undo,
+                   rpc::DrainReply* reply) {
+    grpc::ClientContext ctx;
+    rpc::DrainRequest req;
+    req.set_server(server);
+    req.set_undo(undo);
+    return stub->Drain(&ctx, req, reply);
+  };
+  FakeAgent a("node-a", 2, Mode::kOk);
+  FakeAgent b("node-b", 2, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 2; ++i) {
+    rpc::JobSpec spec;
+    spec.set_name("job" + std::to_string(i));
+    spec.set_command("python3 train.py");
+    spec.set_gpus(1);
+    spec.set_restartable(true);
+    int64_t id = 0;
+    ASSERT_TRUE(client_->Submit(spec, &id).ok());
+    jobs.push_back(id);
+  }
+  auto started = [&](int64_t id) {
+    const rpc::JobInfo info = client_->Get(id);
+    return info.state() == rpc::RUNNING &&
+           std::any_of(info.history().begin(), info.history().end(),
+                       [](const rpc::HistoryEntry& h) {
+                         return h.action() == "start" && h.ok();
+                       });
+  };
+  ASSERT_TRUE(WaitFor([&] { return started(jobs[0]) && started(jobs[1]); }));
+  // Drain the server of the first job.
+  const std::string from = client_->Get(jobs[0]).server();
+  const std::string to = from == "node-a" ? "node-b" : "node-a";
+  const std::set<int64_t> there = {
+      jobs[0], client_->Get(jobs[1]).server() == from ? jobs[1] : jobs[0]};
+  rpc::DrainReply reply;
+  rpc::DrainReply none;
+  EXPECT_EQ(drain("node-x", false, &none).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(drain(from, false, &reply).ok());
+  ASSERT_EQ(static_cast<size_t>(reply.jobs_size()), there.size());
+  for (const rpc::DrainedJob& j : reply.jobs()) {
+    EXPECT_TRUE(there.count(j.job_id()));
+    EXPECT_EQ(j.moved_to(), to) << j.reason();
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    for (int64_t id : jobs) {
+      const rpc::JobInfo info = client_->Get(id);
+      if (info.state() != rpc::RUNNING || info.server() != to) return false;
+    }
+    return true;
+  }));
+  const rpc::ListServersReply servers = client_->Servers();
+  for (const rpc::ServerInfo& s : servers.servers()) {
+    EXPECT_EQ(s.cordoned(), s.name() == from) << s.name();
+  }
+  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_servers{state=\"cordoned\"}"), 1) << page;
+  // A new job waits rather than go to the cordoned server.
+  const int64_t late = client_->MustSubmit(1, "late");
+  server_->Sync();
+  EXPECT_EQ(client_->State(late), rpc::QUEUED);
+  // Draining the other one too: nowhere open to go, so its jobs stay.
+  rpc::DrainReply stuck;
+  ASSERT_TRUE(drain(to, false, &stuck).ok());
+  ASSERT_EQ(stuck.jobs_size(), 2);
+  for (const rpc::DrainedJob& j : stuck.jobs()) {
+    EXPECT_TRUE(j.moved_to().empty());
+    EXPECT_EQ(j.reason(), "no other server is up and open");
+  }
+  // Undo: the first server takes the waiting job.
+  ASSERT_TRUE(drain(from, true, &none).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = client_->Get(late);
+    return info.state() == rpc::RUNNING && info.server() == from;
+  }));
+}
+
 }  // namespace
 }  // namespace gandiva::runtime
