@@ -568,10 +568,13 @@ struct DrainFlags {
   std::string server;
   bool undo = false;
   bool cordon_only = false;
+  bool no_wait = false;
+  double timeout_s = 600;
 };
 
-// 0 when every job placed on the server is moving off it (or nothing was
-// asked to move); 1 when some stay, or on an error.
+// 0 when every job placed on the server moved off it (with --no-wait: is
+// moving off it), or nothing was asked to move; 1 when some stay or a move
+// failed, or on an error.
 int RunDrain(const DrainFlags& f) {
   Session s("drain", f.conn);
   rpc::DrainRequest req;
@@ -590,30 +593,54 @@ int RunDrain(const DrainFlags& f) {
               f.server.c_str());
   if (f.cordon_only) return 0;
   int stay = 0;
+  std::vector<int64_t> moving;
   for (const rpc::DrainedJob& j : reply.jobs()) {
     if (!j.moved_to().empty()) {
       std::printf("job %lld: migrating to %s\n",
                   static_cast<long long>(j.job_id()), j.moved_to().c_str());
+      moving.push_back(j.job_id());
     } else {
       ++stay;
       std::printf("job %lld: stays: %s\n", static_cast<long long>(j.job_id()),
                   j.reason().c_str());
     }
   }
+  // Wait for each move's outcome: from the drain's request in its history.
+  int failed = 0;
+  if (!f.no_wait) {
+    for (int64_t id : moving) {
+      rpc::JobInfo j;
+      std::string error;
+      if (!s.GetJob(id, &j, &error)) return s.Fail(error);
+      int64_t since = 0;
+      for (const auto& h : j.history()) {
+        if (h.action() == "request" &&
+            h.detail() == "operator: drain " + f.server) {
+          since = std::max(since, h.time_us());
+        }
+      }
+      if (AwaitOutcome(s, id, {"migrate"}, since, f.timeout_s) != 0) {
+        ++failed;
+      }
+    }
+  }
   if (reply.jobs().empty()) {
     std::printf("no job is placed there\n");
-  } else if (stay > 0) {
+  } else if (stay > 0 || failed > 0) {
     std::printf(
         "%d of %d jobs stay on %s: run `gandiva drain %s` again once there "
         "is room elsewhere, or let them end there\n",
-        stay, reply.jobs_size(), f.server.c_str(), f.server.c_str());
-  } else {
+        stay + failed, reply.jobs_size(), f.server.c_str(), f.server.c_str());
+  } else if (f.no_wait) {
     std::printf(
         "(watch the moves with `gandiva ls`; `gandiva drain %s "
         "--undo` opens it again)\n",
         f.server.c_str());
+  } else {
+    std::printf("%s is empty (`gandiva drain %s --undo` opens it again)\n",
+                f.server.c_str(), f.server.c_str());
   }
-  return stay > 0 ? 1 : 0;
+  return stay + failed > 0 ? 1 : 0;
 }
 
 // ----------------------------------------------------------------- servers
@@ -799,6 +826,11 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     sub->add_flag("--undo", f->undo, "Open the server again");
     sub->add_flag("--cordon-only", f->cordon_only,
                   "Cordon it; move nothing (its jobs end there)");
+    sub->add_flag("--no-wait", f->no_wait,
+                  "Return once the moves are under way");
+    sub->add_option("--timeout-s", f->timeout_s,
+                    "How long to wait for each move")
+        ->capture_default_str();
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunDrain(*f); });
   }

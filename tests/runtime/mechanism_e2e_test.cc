@@ -208,6 +208,56 @@ TEST_F(MechanismE2eTest, RestartableJobMovesBetweenAgents) {
   EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
 }
 
+// `gandiva drain` empties a server: its job moves to the other one, and the
+// command waits for the move; with no other server open a job stays, and
+// the command says why and exits 1.
+TEST_F(MechanismE2eTest, DrainMovesJobsOffAServerAndWaitsForThem) {
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec;
+  spec.set_name("drained");
+  spec.set_command(
+      "if [ -f \"$GANDIVA_RESUME_FROM/own\" ]; then "
+      "echo \"resumed $(cat \"$GANDIVA_RESUME_FROM/own\")\"; fi; "
+      "trap 'echo 7 > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
+      "while :; do sleep 0.05; done");
+  spec.set_gpus(1);
+  spec.set_restartable(true);
+  spec.set_workdir(c.dir().string());
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return c.Job(id).state() == rpc::RUNNING &&
+               !c.History(id, "start").empty();
+      },
+      seconds(60)))
+      << Describe(c, id);
+  const std::string from = c.Job(id).server();
+  const std::string to = from == "agent-0" ? "agent-1" : "agent-0";
+  std::string out;
+  ASSERT_EQ(c.Cli({"drain", from}, &out), 0) << out << Describe(c, id);
+  EXPECT_NE(out.find("job " + std::to_string(id) + ": migrating to " + to),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("migrate done"), std::string::npos) << out;
+  EXPECT_NE(out.find(from + " is empty"), std::string::npos) << out;
+  EXPECT_EQ(c.Job(id).server(), to);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return CountLines(c.JobLog(c.Job(id)), "resumed 7") == 1; },
+      seconds(30)))
+      << c.JobLog(c.Job(id));
+  // The other one too: nowhere open to go.
+  EXPECT_EQ(c.Cli({"drain", to}, &out), 1) << out;
+  EXPECT_NE(out.find("stays: no other server is up and open"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(c.Job(id).server(), to);
+  EXPECT_EQ(c.Cli({"drain", from, "--undo"}, &out), 0) << out;
+  EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
+}
+
 // Requests that cannot be carried out are refused with the reason, and the
 // job runs on where it was.
 TEST_F(MechanismE2eTest, ImpossibleRequestsAreRefusedWithTheReason) {
