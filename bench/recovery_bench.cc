@@ -38,6 +38,9 @@ namespace fs = std::filesystem;
 using namespace gandiva;
 using Clock = std::chrono::steady_clock;
 
+// The daemon's chunk (kCompactionChunk in scheduler_server.cc).
+constexpr int64_t kChunk = 5000;
+
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "gandiva_bench_recovery: %s\n", what.c_str());
   std::exit(1);
@@ -267,6 +270,11 @@ int main(int argc, char** argv) {
         !st.ok()) {
       Die(st.ToString());
     }
+    for (;;) {  // as the daemon does after a compaction
+      auto n = (*store)->DeleteCompactedEvents(kChunk);
+      if (!n.ok()) Die(n.status().ToString());
+      if (*n < kChunk) break;
+    }
   }
 
   std::vector<double> whole, from_snapshot;
@@ -292,21 +300,31 @@ int main(int argc, char** argv) {
     restore_ms.push_back(Ms(t0));
   }
 
-  // One compaction of the tail: the snapshot written, its events deleted.
-  double compact_ms = 0;
+  // One compaction of the tail as the daemon does it, each step a hold of
+  // its event loop: the snapshot written, then its events deleted a chunk
+  // per loop iteration.
+  double write_ms = 0;
+  std::vector<double> chunk_ms;
   {
     const std::string a = (dir / "a.db").string();
     CopyDb(compacted, a);
     auto store = runtime::Store::Open(a);
     if (!store.ok()) Die(store.status().ToString());
     const int64_t last = (*store)->LastEventSeq();
-    const auto t0 = Clock::now();
+    auto t0 = Clock::now();
     if (auto st = (*store)->WriteSnapshot(
             {last, 0, b.final_snapshot, "{\"version\":1}"});
         !st.ok()) {
       Die(st.ToString());
     }
-    compact_ms = Ms(t0);
+    write_ms = Ms(t0);
+    for (;;) {
+      t0 = Clock::now();
+      auto n = (*store)->DeleteCompactedEvents(kChunk);
+      if (!n.ok()) Die(n.status().ToString());
+      chunk_ms.push_back(Ms(t0));
+      if (*n < kChunk) break;
+    }
   }
 
   const double w = Median(whole), f = Median(from_snapshot);
@@ -329,9 +347,11 @@ int main(int argc, char** argv) {
       static_cast<double>(b.final_snapshot.size()) / 1e6, Median(save_ms),
       Median(restore_ms));
   std::printf(
-      "one compaction (snapshot written, %lld events deleted): %.0f "
-      "ms\n",
-      static_cast<long long>(tail), compact_ms);
+      "one compaction of %lld events: snapshot written in %.0f ms, events "
+      "deleted in %zu chunks of %lld (median %.0f ms, longest %.0f ms)\n",
+      static_cast<long long>(tail), write_ms, chunk_ms.size(),
+      static_cast<long long>(kChunk), Median(chunk_ms),
+      *std::max_element(chunk_ms.begin(), chunk_ms.end()));
   fs::remove_all(dir);
   return 0;
 }

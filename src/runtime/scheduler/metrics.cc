@@ -55,11 +55,12 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     }
     out.push_back(std::move(jobs));
 
-    auto gpus = Family("gandiva_gpus",
-                       "GPUs of the registered servers: all, on servers up, "
-                       "free (up, not cordoned, no job placed), training (a job "
-                       "runs).",
-                       MetricType::Gauge);
+    auto gpus =
+        Family("gandiva_gpus",
+               "GPUs of the registered servers: all, on servers up, "
+               "free (up, not cordoned, no job placed), training (a job "
+               "runs).",
+               MetricType::Gauge);
     Add(gpus, static_cast<double>(s.gpus), {{"state", "all"}});
     Add(gpus, static_cast<double>(s.gpus_up), {{"state", "up"}});
     Add(gpus, static_cast<double>(s.gpus_free), {{"state", "free"}});

@@ -288,6 +288,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   int64_t events_since_compaction = 0;
   int64_t compactions = 0;
   double last_compaction_s = 0;
+  // Events a snapshot includes are still in the log: deleted a chunk per
+  // loop iteration, so that no iteration holds the loop long.
+  bool compacted_events_left = false;
   // The Prometheus endpoint (--metrics-listen), if any.
   std::unique_ptr<MetricsExporter> metrics;
 
@@ -1813,10 +1816,24 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           events_since_compaction >= opts.snapshot_every_events) {
         CompactLog();
       }
+      if (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
     }
     // A clean stop leaves nothing to replay.
     PersistAndPublish();
     if (opts.snapshot_every_events > 0) CompactLog();
+    while (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
+  }
+
+  static constexpr int64_t kCompactionChunk = 5000;
+
+  void DeleteCompactedEvents(int64_t limit) {
+    auto n = store->DeleteCompactedEvents(limit);
+    if (!n.ok()) {
+      Warn("cannot delete compacted events: " + n.status().ToString());
+      compacted_events_left = false;  // tried again at the next compaction
+      return;
+    }
+    compacted_events_left = *n == limit;
   }
 
   // ------------------------------------------------------ log compaction
@@ -1935,13 +1952,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     const int64_t before = compacted_seq;
     compacted_seq = seq;
+    compacted_events_left = true;
     ++compactions;
     last_compaction_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();
     Log("event log compacted: snapshot after event " + std::to_string(seq) +
         " (" + std::to_string(row.core.size() + row.daemon.size()) +
-        " bytes), " + std::to_string(seq - before) + " events deleted, " +
+        " bytes), " + std::to_string(seq - before) + " events to delete, " +
         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::steady_clock::now() - t0)
                            .count()) +
@@ -2158,6 +2176,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
       }
       compacted_seq = row.seq;
+      compacted_events_left = true;  // a crash may have left some
       clock_us = std::max(clock_us, row.time_us);
     }
     // Replay: the same events give the same state; the actions were carried

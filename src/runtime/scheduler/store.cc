@@ -369,10 +369,7 @@ core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
     GANDIVA_RETURN_IF_ERROR(ins.Run());
     Stmt old(db_, "DELETE FROM snapshots WHERE seq < ?");
     old.Bind(1, snap.seq);
-    GANDIVA_RETURN_IF_ERROR(old.Run());
-    Stmt events(db_, "DELETE FROM events WHERE seq <= ?");
-    events.Bind(1, snap.seq);
-    return events.Run();
+    return old.Run();
   };
   core::Status st = write();
   if (!st.ok()) {
@@ -380,6 +377,16 @@ core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
     return st;
   }
   return Exec("COMMIT");
+}
+
+core::StatusOr<int64_t> Store::DeleteCompactedEvents(int64_t limit) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_,
+         "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= "
+         "(SELECT IFNULL(MAX(seq), 0) FROM snapshots) ORDER BY seq LIMIT ?)");
+  s.Bind(1, limit);
+  GANDIVA_RETURN_IF_ERROR(s.Run());
+  return static_cast<int64_t>(sqlite3_changes(db_));
 }
 
 core::StatusOr<std::optional<SnapshotRow>> Store::LoadSnapshot() {

@@ -14,9 +14,9 @@
 //                         them from 1 and is never reused
 //   snapshots             the latest snapshot of the core and of the
 //                         daemon's bookkeeping, with the seq of the last
-//                         event it includes: the events up to it are deleted
-//                         with its writing, so a recovery restores it and
-//                         replays the events after it
+//                         event it includes: a recovery restores it and
+//                         replays the events after it; the events up to it
+//                         are deleted afterwards, a chunk at a time
 //
 // Each call is one transaction (WriteBatch groups several writes into one).
 // With WAL and synchronous=NORMAL a committed transaction survives the
@@ -134,10 +134,14 @@ class Store {
     return last_seq_;
   }
 
-  // In one transaction: stores `snap` as the snapshot, and deletes the
-  // older one and the events it includes (seq <= snap.seq). The seq must
-  // be one logged.
+  // In one transaction: stores `snap` as the snapshot and deletes the older
+  // one. The seq must be one logged. The events it includes (seq <=
+  // snap.seq) are no longer read (ForEachEvent from snap.seq) and go with
+  // DeleteCompactedEvents.
   core::Status WriteSnapshot(const SnapshotRow& snap);
+  // Deletes up to `limit` of the events the snapshot includes, oldest
+  // first; returns how many it deleted (fewer than `limit`: none is left).
+  core::StatusOr<int64_t> DeleteCompactedEvents(int64_t limit);
   // The latest snapshot, if any.
   core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot();
 

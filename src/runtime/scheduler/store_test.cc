@@ -140,10 +140,16 @@ TEST_F(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
 
     std::string core_bytes("a\0b\xff", 4);  // binary, NULs included
     ASSERT_TRUE(st.WriteSnapshot({3, 300, core_bytes, "{\"d\":1}"}).ok());
+    // The events it includes go a chunk at a time.
+    EXPECT_EQ(*st.DeleteCompactedEvents(2), 2);
+    EXPECT_EQ(seqs(st), (std::vector<int64_t>{3, 4, 5}));
+    EXPECT_EQ(*st.DeleteCompactedEvents(2), 1);
+    EXPECT_EQ(*st.DeleteCompactedEvents(2), 0);
     EXPECT_EQ(*st.EventCount(), 2);
     EXPECT_EQ(seqs(st), (std::vector<int64_t>{4, 5}));
     // A later snapshot replaces it and takes every event.
     ASSERT_TRUE(st.WriteSnapshot({5, 500, core_bytes + "c", "{}"}).ok());
+    EXPECT_EQ(*st.DeleteCompactedEvents(1000), 2);
     EXPECT_EQ(*st.EventCount(), 0);
     auto snap = st.LoadSnapshot();
     ASSERT_TRUE(snap.ok() && snap->has_value());
