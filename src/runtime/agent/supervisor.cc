@@ -323,7 +323,7 @@ void Supervisor::WriteProcessRecord(const JobRec& job) const {
 
 std::vector<int64_t> Supervisor::KillLeftovers() {
   std::vector<int64_t> killed;
-  std::vector<pid_t> killed_pids;
+  std::vector<std::pair<long long, unsigned long long>> killed_procs;
   std::error_code ec;
   const std::filesystem::path jobs = options_.work_dir + "/jobs";
   std::vector<std::pair<int64_t, std::filesystem::path>> records;
@@ -364,14 +364,13 @@ std::vector<int64_t> Supervisor::KillLeftovers() {
     kill(static_cast<pid_t>(pid), SIGKILL);
     if (!page.empty()) unlink(page.c_str());
     killed.push_back(id);
-    killed_pids.push_back(static_cast<pid_t>(pid));
+    killed_procs.emplace_back(pid, starttime);
   }
   // Wait a little for them to go (another process reaps them).
-  for (int i = 0; i < 200 && !killed_pids.empty(); ++i) {
+  for (int i = 0; i < 200 && !killed_procs.empty(); ++i) {
     bool alive = false;
-    for (pid_t pid : killed_pids) {
-      const auto st = ProcStat(pid);
-      alive |= st && !IsDeadState(st->state);
+    for (const auto& [pid, started] : killed_procs) {
+      alive |= same_process(pid, started);
     }
     if (!alive) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
