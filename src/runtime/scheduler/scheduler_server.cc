@@ -1573,15 +1573,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         d->set_reason("no other server is up and open");
         continue;
       }
-      for (const auto& [neg_idle, to] : targets) {
+      for (const auto& target : targets) {
+        const int32_t to = target.second;
         core::MechanismRequest m;
         m.kind = core::MechanismRequest::Kind::kMigrate;
         m.job = JobId(id);
         m.server = ServerId(to);
-        const std::string name = agents[static_cast<size_t>(to)].name;
         const core::Status s = Mechanism(m, "drain " + r.server());
         if (s.ok()) {
-          d->set_moved_to(name);
+          d->set_moved_to(agents[static_cast<size_t>(to)].name);
           d->clear_reason();
           break;
         }
@@ -1960,10 +1960,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     Log("event log compacted: snapshot after event " + std::to_string(seq) +
         " (" + std::to_string(row.core.size() + row.daemon.size()) +
         " bytes), " + std::to_string(seq - before) + " events to delete, " +
-        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count()) +
-        " ms");
+        std::to_string(static_cast<int64_t>(last_compaction_s * 1000)) + " ms");
   }
 
   // ----------------------------------------------------------- startup
