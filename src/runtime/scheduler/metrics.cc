@@ -165,10 +165,6 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
 
 core::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& listen, std::function<MetricsSample()> sample) {
-  if (listen.rfind(':') == std::string::npos) {
-    return core::InvalidArgument("--metrics-listen: expected HOST:PORT, got '" +
-                                 listen + "'");
-  }
   std::unique_ptr<MetricsExporter> m(new MetricsExporter());
   try {
     m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);

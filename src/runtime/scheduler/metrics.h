@@ -63,7 +63,8 @@ class MetricsExporter {
  public:
   // Serves /metrics at `listen` (HOST:PORT; port 0 picks a free one).
   // `sample` is called at each scrape, from the HTTP server's threads.
-  // InvalidArgument naming --metrics-listen when it cannot listen there.
+  // InvalidArgument naming --metrics-listen when it cannot listen there
+  // (SchedulerServer::Start has checked the HOST:PORT form already).
   static core::StatusOr<std::unique_ptr<MetricsExporter>> Start(
       const std::string& listen, std::function<MetricsSample()> sample);
   ~MetricsExporter();
