@@ -275,8 +275,12 @@ core::StatusOr<std::vector<HistoryRow>> Store::History(int64_t job) {
 core::Status Store::Write(const WriteBatch& batch) {
   if (batch.empty()) return core::Status::Ok();
   std::lock_guard lock(mu_);
+  return InTransaction([&] { return WriteLocked(batch); });
+}
+
+core::Status Store::InTransaction(const std::function<core::Status()>& f) {
   GANDIVA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  core::Status st = WriteLocked(batch);
+  core::Status st = f();
   if (!st.ok()) {
     (void)Exec("ROLLBACK");
     return st;
@@ -359,8 +363,7 @@ core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
         "snapshot after event " + std::to_string(snap.seq) +
         ", but the last event logged is " + std::to_string(last_seq_));
   }
-  GANDIVA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto write = [&]() -> core::Status {
+  return InTransaction([&]() -> core::Status {
     Stmt ins(db_,
              "INSERT OR REPLACE INTO snapshots(seq, time_us, core, daemon) "
              "VALUES(?, ?, ?, ?)");
@@ -370,13 +373,7 @@ core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
     Stmt old(db_, "DELETE FROM snapshots WHERE seq < ?");
     old.Bind(1, snap.seq);
     return old.Run();
-  };
-  core::Status st = write();
-  if (!st.ok()) {
-    (void)Exec("ROLLBACK");
-    return st;
-  }
-  return Exec("COMMIT");
+  });
 }
 
 core::StatusOr<int64_t> Store::DeleteCompactedEvents(int64_t limit) {

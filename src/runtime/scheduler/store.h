@@ -149,6 +149,8 @@ class Store {
   explicit Store(sqlite3* db) : db_(db) {}
   core::Status Exec(const char* sql);
   core::Status WriteLocked(const WriteBatch& batch);
+  // Runs `f` in one transaction, rolled back when it fails; mu_ held.
+  core::Status InTransaction(const std::function<core::Status()>& f);
 
   std::mutex mu_;
   sqlite3* db_;
