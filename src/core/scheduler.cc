@@ -585,13 +585,12 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
           return refuse("the GPUs of " + them + " are shared already");
         }
       }
-      if (const Server& to = cluster.server(cluster.gpu(peer.gpus[0]).server);
-          to.cordoned && job.gpus != peer.gpus) {
-        return refuse(them + " runs on server " + to.spec.name +
+      const Server& host = cluster.server(cluster.gpu(peer.gpus[0]).server);
+      if (host.cordoned && job.gpus != peer.gpus) {
+        return refuse(them + " runs on server " + host.spec.name +
                       ", which is cordoned");
       }
       // Both measured, on GPUs whose memory is known: they must fit.
-      const Server& host = cluster.server(cluster.gpu(peer.gpus[0]).server);
       const double need =
           job.profile.gpu_memory_gb + peer.profile.gpu_memory_gb;
       if (host.spec.gpu_memory_gb > 0 && job.profile.gpu_memory_gb > 0 &&
