@@ -459,13 +459,9 @@ int RunUp(const UpFlags& f) {
   }
   // With $GANDIVA_TLS_* set, the local cluster uses the same files: mutual
   // TLS between the CLI, the daemon and the agents.
-  std::vector<std::string> tls_args;
-  if (ClientTls()) {
-    const runtime::TlsFiles t = runtime::TlsFilesFromEnv();
-    tls_args = {"--tls-ca", t.ca, "--tls-cert", t.cert, "--tls-key", t.key};
-    if (!t.name.empty())
-      tls_args.insert(tls_args.end(), {"--tls-name", t.name});
-  }
+  const std::vector<std::string> tls_args =
+      ClientTls() ? runtime::TlsArgs(runtime::TlsFilesFromEnv())
+                  : std::vector<std::string>{};
   sargv.insert(sargv.end(), tls_args.begin(), tls_args.end());
   sargv.insert(sargv.end(), f.scheduler_args.begin(), f.scheduler_args.end());
   std::string error;

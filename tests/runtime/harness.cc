@@ -142,17 +142,6 @@ TestCluster::TestCluster(ClusterOptions options)
   if (tls.ok()) tls_ = std::move(*tls);
 }
 
-std::vector<std::string> TestCluster::TlsArgs() const {
-  if (options_.tls.empty()) return {};
-  std::vector<std::string> args = {"--tls-ca",   options_.tls.ca,
-                                   "--tls-cert", options_.tls.cert,
-                                   "--tls-key",  options_.tls.key};
-  if (!options_.tls.name.empty()) {
-    args.insert(args.end(), {"--tls-name", options_.tls.name});
-  }
-  return args;
-}
-
 TestCluster::~TestCluster() {
   // Agents first (they kill their jobs), then the daemon.
   for (auto& a : agents_) a->Stop();
@@ -185,7 +174,7 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
                                    std::to_string(options_.tick_ms),
                                    "--profile-interval-s",
                                    std::to_string(options_.profile_interval_s)};
-  const std::vector<std::string> tls = TlsArgs();
+  const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
   argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), options_.scheduler_args.begin(),
               options_.scheduler_args.end());
@@ -234,7 +223,7 @@ bool TestCluster::StartAgents(std::string* error) {
                                      (work / "checkpoints").string(),
                                      "--report-interval-ms",
                                      "200"};
-    const std::vector<std::string> tls = TlsArgs();
+    const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
     argv.insert(argv.end(), tls.begin(), tls.end());
     argv.insert(argv.end(), options_.agent_args.begin(),
                 options_.agent_args.end());

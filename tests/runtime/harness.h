@@ -139,7 +139,6 @@ class TestCluster {
   fs::path dir_;
   std::string address_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
-  std::vector<std::string> TlsArgs() const;
   std::optional<runtime::TlsConfig> tls_;
   std::unique_ptr<Process> scheduler_;
   std::vector<std::unique_ptr<Process>> agents_;

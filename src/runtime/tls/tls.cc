@@ -66,6 +66,14 @@ core::StatusOr<std::optional<TlsConfig>> LoadTls(const TlsFiles& files,
   return std::optional<TlsConfig>(std::move(c));
 }
 
+std::vector<std::string> TlsArgs(const TlsFiles& files) {
+  if (files.empty()) return {};
+  std::vector<std::string> args = {"--tls-ca", files.ca,    "--tls-cert",
+                                   files.cert, "--tls-key", files.key};
+  if (!files.name.empty()) args.insert(args.end(), {"--tls-name", files.name});
+  return args;
+}
+
 TlsFiles TlsFilesFromEnv() {
   auto env = [](const char* name) {
     const char* v = std::getenv(name);

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -49,6 +50,10 @@ struct TlsConfig {
 // only some are given, a file cannot be read, or is not PEM.
 core::StatusOr<std::optional<TlsConfig>> LoadTls(const TlsFiles& files,
                                                  const std::string& prefix);
+
+// The --tls-* arguments naming `files` (none when it is empty), for
+// starting a daemon or an agent with them.
+std::vector<std::string> TlsArgs(const TlsFiles& files);
 
 // The environment's files: $GANDIVA_TLS_CA, $GANDIVA_TLS_CERT,
 // $GANDIVA_TLS_KEY, $GANDIVA_TLS_NAME.
