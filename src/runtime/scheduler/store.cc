@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <mutex>
 #include <utility>
 
 namespace gandiva::runtime {
@@ -126,6 +127,48 @@ class Stmt {
   int rc_ = SQLITE_OK;
 };
 
+// The SQLite implementation.
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override { sqlite3_close(db_); }
+
+  core::Status Exec(const char* sql);
+  core::StatusOr<std::optional<std::string>> GetMeta(
+      const std::string& key) override;
+  core::Status SetMeta(const std::string& key,
+                       const std::string& value) override;
+  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
+                                    int64_t submitted_us) override;
+  core::StatusOr<std::vector<JobRow>> LoadJobs() override;
+  core::StatusOr<std::vector<ServerRow>> LoadServers() override;
+  core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
+  core::Status Write(const WriteBatch& batch) override;
+  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
+                                      const std::string& json) override;
+  core::Status ForEachEvent(
+      const std::function<core::Status(const EventRow&)>& f,
+      int64_t after) override;
+  core::StatusOr<int64_t> EventCount() override;
+  int64_t LastEventSeq() override {
+    std::lock_guard lock(mu_);
+    return last_seq_;
+  }
+  core::Status WriteSnapshot(const SnapshotRow& snap) override;
+  core::StatusOr<int64_t> DeleteCompactedEvents(int64_t limit) override;
+  core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot() override;
+
+  int64_t last_seq_ = 0;  // set by Open
+
+ private:
+  core::Status WriteLocked(const WriteBatch& batch);
+  // Runs `f` in one transaction, rolled back when it fails; mu_ held.
+  core::Status InTransaction(const std::function<core::Status()>& f);
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
 }  // namespace
 
 core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
@@ -141,7 +184,7 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
     return core::IoError("cannot open database '" + path + "': " + msg);
   }
   sqlite3_busy_timeout(db, 5000);
-  std::unique_ptr<Store> store(new Store(db));
+  auto store = std::make_unique<SqliteStore>(db);
   GANDIVA_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   GANDIVA_RETURN_IF_ERROR(store->Exec(
       durable_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
@@ -153,12 +196,10 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
   GANDIVA_RETURN_IF_ERROR(s.prepared());
   if (s.Step() != SQLITE_ROW) return s.StepError();
   store->last_seq_ = s.Int(0);
-  return store;
+  return std::unique_ptr<Store>(std::move(store));
 }
 
-Store::~Store() { sqlite3_close(db_); }
-
-core::Status Store::Exec(const char* sql) {
+core::Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err != nullptr ? err : "unknown error";
@@ -168,7 +209,7 @@ core::Status Store::Exec(const char* sql) {
   return core::Status::Ok();
 }
 
-core::StatusOr<std::optional<std::string>> Store::GetMeta(
+core::StatusOr<std::optional<std::string>> SqliteStore::GetMeta(
     const std::string& key) {
   std::lock_guard lock(mu_);
   Stmt s(db_, "SELECT value FROM meta WHERE key = ?");
@@ -180,15 +221,16 @@ core::StatusOr<std::optional<std::string>> Store::GetMeta(
   return s.StepError();
 }
 
-core::Status Store::SetMeta(const std::string& key, const std::string& value) {
+core::Status SqliteStore::SetMeta(const std::string& key,
+                                  const std::string& value) {
   std::lock_guard lock(mu_);
   Stmt s(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)");
   s.Bind(1, key).Bind(2, value);
   return s.Run();
 }
 
-core::StatusOr<int64_t> Store::InsertJob(const std::string& spec_json,
-                                         int64_t submitted_us) {
+core::StatusOr<int64_t> SqliteStore::InsertJob(const std::string& spec_json,
+                                               int64_t submitted_us) {
   std::lock_guard lock(mu_);
   Stmt s(db_, "INSERT INTO jobs(spec, state, submitted_us) VALUES(?, 1, ?)");
   s.Bind(1, spec_json).Bind(2, submitted_us);
@@ -196,7 +238,7 @@ core::StatusOr<int64_t> Store::InsertJob(const std::string& spec_json,
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
 }
 
-core::StatusOr<std::vector<JobRow>> Store::LoadJobs() {
+core::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "SELECT id, spec, state, submitted_us, started_us, ended_us, "
@@ -227,7 +269,7 @@ core::StatusOr<std::vector<JobRow>> Store::LoadJobs() {
   return out;
 }
 
-core::StatusOr<std::vector<ServerRow>> Store::LoadServers() {
+core::StatusOr<std::vector<ServerRow>> SqliteStore::LoadServers() {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "SELECT id, name, address, gpus, sockets, switches_per_socket "
@@ -249,7 +291,7 @@ core::StatusOr<std::vector<ServerRow>> Store::LoadServers() {
   return out;
 }
 
-core::StatusOr<std::vector<HistoryRow>> Store::History(int64_t job) {
+core::StatusOr<std::vector<HistoryRow>> SqliteStore::History(int64_t job) {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "SELECT job, time_us, action, ok, took_us, detail FROM history "
@@ -272,13 +314,14 @@ core::StatusOr<std::vector<HistoryRow>> Store::History(int64_t job) {
   return out;
 }
 
-core::Status Store::Write(const WriteBatch& batch) {
+core::Status SqliteStore::Write(const WriteBatch& batch) {
   if (batch.empty()) return core::Status::Ok();
   std::lock_guard lock(mu_);
   return InTransaction([&] { return WriteLocked(batch); });
 }
 
-core::Status Store::InTransaction(const std::function<core::Status()>& f) {
+core::Status SqliteStore::InTransaction(
+    const std::function<core::Status()>& f) {
   GANDIVA_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   core::Status st = f();
   if (!st.ok()) {
@@ -288,7 +331,7 @@ core::Status Store::InTransaction(const std::function<core::Status()>& f) {
   return Exec("COMMIT");
 }
 
-core::Status Store::WriteLocked(const WriteBatch& batch) {
+core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
   for (const JobRow& r : batch.jobs) {
     Stmt s(db_,
            "INSERT OR REPLACE INTO jobs(id, spec, state, submitted_us, "
@@ -328,9 +371,9 @@ core::Status Store::WriteLocked(const WriteBatch& batch) {
   return core::Status::Ok();
 }
 
-core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
-                                           const std::string& kind,
-                                           const std::string& json) {
+core::StatusOr<int64_t> SqliteStore::AppendEvent(int64_t time_us,
+                                                 const std::string& kind,
+                                                 const std::string& json) {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "INSERT INTO events(seq, time_us, kind, body) VALUES(?, ?, ?, ?)");
@@ -339,7 +382,7 @@ core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
   return ++last_seq_;
 }
 
-core::Status Store::ForEachEvent(
+core::Status SqliteStore::ForEachEvent(
     const std::function<core::Status(const EventRow&)>& f, int64_t after) {
   std::lock_guard lock(mu_);
   Stmt s(db_,
@@ -356,7 +399,7 @@ core::Status Store::ForEachEvent(
   return core::Status::Ok();
 }
 
-core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
+core::Status SqliteStore::WriteSnapshot(const SnapshotRow& snap) {
   std::lock_guard lock(mu_);
   if (snap.seq < 0 || snap.seq > last_seq_) {
     return core::InvalidArgument(
@@ -376,7 +419,7 @@ core::Status Store::WriteSnapshot(const SnapshotRow& snap) {
   });
 }
 
-core::StatusOr<int64_t> Store::DeleteCompactedEvents(int64_t limit) {
+core::StatusOr<int64_t> SqliteStore::DeleteCompactedEvents(int64_t limit) {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <= "
@@ -386,7 +429,7 @@ core::StatusOr<int64_t> Store::DeleteCompactedEvents(int64_t limit) {
   return static_cast<int64_t>(sqlite3_changes(db_));
 }
 
-core::StatusOr<std::optional<SnapshotRow>> Store::LoadSnapshot() {
+core::StatusOr<std::optional<SnapshotRow>> SqliteStore::LoadSnapshot() {
   std::lock_guard lock(mu_);
   Stmt s(db_,
          "SELECT seq, time_us, core, daemon FROM snapshots "
@@ -399,7 +442,7 @@ core::StatusOr<std::optional<SnapshotRow>> Store::LoadSnapshot() {
       SnapshotRow{s.Int(0), s.Int(1), s.Blob(2), s.Text(3)});
 }
 
-core::StatusOr<int64_t> Store::EventCount() {
+core::StatusOr<int64_t> SqliteStore::EventCount() {
   std::lock_guard lock(mu_);
   Stmt s(db_, "SELECT COUNT(*) FROM events");
   GANDIVA_RETURN_IF_ERROR(s.prepared());

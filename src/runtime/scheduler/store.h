@@ -1,6 +1,6 @@
-// Store: the daemon's durable state in one SQLite file (WAL mode).
+// Store: the daemon's durable state. In SQLite (one file, WAL mode), these
+// tables; etcd_store.h maps each to a range of keys.
 //
-// Tables:
 //   meta(key, value)      settings that must not change across restarts
 //                         (the policy and its options)
 //   jobs                  one row per submitted job: its spec (JSON), state,
@@ -23,20 +23,18 @@
 // process being killed (SIGKILL); `durable_sync` (synchronous=FULL) makes it
 // survive a power loss too, at the cost of an fsync per commit.
 //
-// Thread-safe: calls are serialized by an internal mutex.
+// Thread-safe: calls are serialized by an internal mutex (both
+// implementations).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
-
-struct sqlite3;
 
 namespace gandiva::runtime {
 
@@ -99,62 +97,59 @@ struct WriteBatch {
   }
 };
 
+// The daemon's durable state. Two implementations: SQLite in one file
+// (Store::Open, below) and etcd, shared by a leader and its standbys
+// (etcd_store.h). Each call is atomic, except that etcd writes a WriteBatch
+// of more than a transaction's worth of rows in several transactions.
 class Store {
  public:
-  // Opens (creating if needed) the database at `path`.
+  // Opens (creating if needed) the SQLite database at `path`.
   static core::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
                                                      bool durable_sync = false);
-  ~Store();
-  Store(const Store&) = delete;
-  Store& operator=(const Store&) = delete;
+  virtual ~Store() = default;
 
-  core::StatusOr<std::optional<std::string>> GetMeta(const std::string& key);
-  core::Status SetMeta(const std::string& key, const std::string& value);
+  virtual core::StatusOr<std::optional<std::string>> GetMeta(
+      const std::string& key) = 0;
+  virtual core::Status SetMeta(const std::string& key,
+                               const std::string& value) = 0;
 
   // Stores a new job (state QUEUED) and returns its id (1, 2, ...).
-  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
-                                    int64_t submitted_us);
-  core::StatusOr<std::vector<JobRow>> LoadJobs();
-  core::StatusOr<std::vector<ServerRow>> LoadServers();
-  core::StatusOr<std::vector<HistoryRow>> History(int64_t job);
-  core::Status Write(const WriteBatch& batch);
+  virtual core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
+                                            int64_t submitted_us) = 0;
+  virtual core::StatusOr<std::vector<JobRow>> LoadJobs() = 0;
+  virtual core::StatusOr<std::vector<ServerRow>> LoadServers() = 0;
+  virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;
+  virtual core::Status Write(const WriteBatch& batch) = 0;
 
   // Appends one event to the log (its own transaction); returns its seq.
-  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
-                                      const std::string& json);
+  virtual core::StatusOr<int64_t> AppendEvent(int64_t time_us,
+                                              const std::string& kind,
+                                              const std::string& json) = 0;
   // Calls `f` for every logged event after seq `after`, in order; stops at
   // its first error.
-  core::Status ForEachEvent(
-      const std::function<core::Status(const EventRow&)>& f, int64_t after = 0);
+  virtual core::Status ForEachEvent(
+      const std::function<core::Status(const EventRow&)>& f,
+      int64_t after = 0) = 0;
   // Events in the log (those compacted into a snapshot are gone).
-  core::StatusOr<int64_t> EventCount();
+  virtual core::StatusOr<int64_t> EventCount() = 0;
   // The seq of the last event logged (0: none ever).
-  int64_t LastEventSeq() {
-    std::lock_guard lock(mu_);
-    return last_seq_;
-  }
+  virtual int64_t LastEventSeq() = 0;
 
   // In one transaction: stores `snap` as the snapshot and deletes the older
   // one. The seq must be one logged. The events it includes (seq <=
   // snap.seq) are no longer read (ForEachEvent from snap.seq) and go with
   // DeleteCompactedEvents.
-  core::Status WriteSnapshot(const SnapshotRow& snap);
+  virtual core::Status WriteSnapshot(const SnapshotRow& snap) = 0;
   // Deletes up to `limit` of the events the snapshot includes, oldest
   // first; returns how many it deleted (fewer than `limit`: none is left).
-  core::StatusOr<int64_t> DeleteCompactedEvents(int64_t limit);
+  virtual core::StatusOr<int64_t> DeleteCompactedEvents(int64_t limit) = 0;
   // The latest snapshot, if any.
-  core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot();
+  virtual core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot() = 0;
 
- private:
-  explicit Store(sqlite3* db) : db_(db) {}
-  core::Status Exec(const char* sql);
-  core::Status WriteLocked(const WriteBatch& batch);
-  // Runs `f` in one transaction, rolled back when it fails; mu_ held.
-  core::Status InTransaction(const std::function<core::Status()>& f);
-
-  std::mutex mu_;
-  sqlite3* db_;
-  int64_t last_seq_ = 0;
+ protected:
+  Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
 };
 
 }  // namespace gandiva::runtime

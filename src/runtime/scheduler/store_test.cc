@@ -5,29 +5,61 @@
 
 #include <filesystem>
 
+#include "runtime/scheduler/etcd_store.h"
+#include "runtime/scheduler/etcd_test_util.h"
 #include "runtime/scheduler/event_codec.h"
+#include "runtime/scheduler/leadership.h"
 
 namespace gandiva::runtime {
 namespace {
 
-class StoreTest : public ::testing::Test {
+// The same tests for both implementations: SQLite, and etcd (a one-member
+// cluster started for the test, with this process leading).
+class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    std::string name =
+        ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    for (char& c : name) {
+      if (c == '/') c = '-';
+    }
     dir_ = std::filesystem::temp_directory_path() /
-           ("gandiva-store-test-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("gandiva-store-test-" + std::to_string(getpid()) + "-" + name);
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     path_ = (dir_ / "g.db").string();
+    if (GetParam() == "etcd") {
+      etcd_ = EtcdForTest::Start();
+      ASSERT_NE(etcd_, nullptr);
+      auto lead = Leadership::Create(etcd_->Client(), {"/t/", 5, "test"});
+      ASSERT_TRUE(lead.ok()) << lead.status().ToString();
+      lead_ = *lead;
+      ASSERT_TRUE(lead_->Campaign([](const std::string&) {}).ok());
+    }
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Opens the store afresh (as a restarted daemon does).
+  core::StatusOr<std::unique_ptr<Store>> Open() {
+    if (GetParam() == "sqlite") return Store::Open(path_);
+    auto s = EtcdStore::Open(lead_);
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<Store>(std::move(*s));
+  }
+
   std::filesystem::path dir_;
   std::string path_;
+  std::unique_ptr<EtcdForTest> etcd_;
+  std::shared_ptr<Leadership> lead_;
 };
 
-TEST_F(StoreTest, RoundTripAndReopen) {
+INSTANTIATE_TEST_SUITE_P(Backends, StoreTest,
+                         ::testing::Values("sqlite", "etcd"),
+                         [](const auto& i) { return i.param; });
+
+TEST_P(StoreTest, RoundTripAndReopen) {
   {
-    auto s = Store::Open(path_);
+    auto s = Open();
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     Store& st = **s;
     ASSERT_TRUE(st.SetMeta("policy", "{\"x\":1}").ok());
@@ -58,7 +90,7 @@ TEST_F(StoreTest, RoundTripAndReopen) {
     ASSERT_TRUE(st.AppendEvent(1, "Tick", "{\"kind\":\"Tick\"}").ok());
     ASSERT_TRUE(st.AppendEvent(2, "Tick", "{\"kind\":\"Tick\"}").ok());
   }
-  auto s = Store::Open(path_);
+  auto s = Open();
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Store& st = **s;
   auto meta = st.GetMeta("policy");
@@ -106,7 +138,7 @@ TEST_F(StoreTest, RoundTripAndReopen) {
   EXPECT_EQ(*c, 3);
 }
 
-TEST_F(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
+TEST_P(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
   auto seqs = [](Store& st, int64_t after = 0) {
     std::vector<int64_t> out;
     EXPECT_TRUE(st.ForEachEvent(
@@ -119,7 +151,7 @@ TEST_F(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
     return out;
   };
   {
-    auto s = Store::Open(path_);
+    auto s = Open();
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     Store& st = **s;
     auto none = st.LoadSnapshot();
@@ -158,7 +190,7 @@ TEST_F(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
     EXPECT_EQ((*snap)->core, core_bytes + "c");
   }
   // Reopened with no event left: numbering goes on after the snapshot.
-  auto s = Store::Open(path_);
+  auto s = Open();
   ASSERT_TRUE(s.ok());
   EXPECT_EQ((*s)->LastEventSeq(), 5);
   auto seq = (*s)->AppendEvent(700, "Tick", "{}");

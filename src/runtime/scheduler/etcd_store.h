@@ -1,0 +1,106 @@
+// EtcdStore: the daemon's state (store.h) in etcd, shared by a leader and
+// its standbys (leadership.h), so that a standby on another machine can
+// take over from what the leader committed.
+//
+// Keys, under the cluster's prefix P (values JSON unless said):
+//   P/leader                      who leads (leadership.h)
+//   P/meta/KEY                    the meta table's rows (raw values)
+//   P/jobs/ID                     one job row; P/counters/job: the last id
+//   P/servers/ID                  one server row
+//   P/history/JOB/N               a job's history, N from 1 across jobs;
+//                                 P/counters/history: the last N
+//   P/events/SEQ                  the event log; P/counters/event: the last
+//                                 SEQ logged (it outlives the events)
+//   P/snapshot                    the latest snapshot's seq, time, and
+//                                 where its bytes are:
+//   P/snapshot-data/GEN/core/I,   the core's and the daemon's snapshot in
+//   P/snapshot-data/GEN/daemon/I  chunks of 1 MiB (etcd refuses requests
+//                                 over 1.5 MiB); GEN counts snapshots
+// Numbers in keys are zero-padded to 20 digits, so that key order is
+// numeric order.
+//
+// Every write is an etcd transaction conditioned on the leader key being
+// the one `leadership` holds (fencing); a refusal marks the lead lost and
+// fails with FailedPrecondition. etcd allows 128 operations in one
+// transaction: a WriteBatch of more rows is written in several (each row
+// whole; a crash between them leaves some rows newer than others, which
+// the next write after a recovery brings level). A snapshot's chunks are
+// written before the key that names them, so a crash leaves the previous
+// snapshot whole. Once the events a snapshot includes are all deleted, the
+// store compacts etcd's history of old revisions (etcd keeps every
+// version of every key until then); defragmenting etcd's database file is
+// left to its operator.
+//
+// Thread-safe: calls are serialized by an internal mutex.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "runtime/scheduler/etcd_client.h"
+#include "runtime/scheduler/leadership.h"
+#include "runtime/scheduler/store.h"
+
+namespace gandiva::runtime {
+
+class EtcdStore final : public Store {
+ public:
+  // Reads the counters. `leadership` must lead (its fence conditions the
+  // writes) and outlive the store.
+  static core::StatusOr<std::unique_ptr<EtcdStore>> Open(
+      std::shared_ptr<Leadership> leadership);
+
+  core::StatusOr<std::optional<std::string>> GetMeta(
+      const std::string& key) override;
+  core::Status SetMeta(const std::string& key,
+                       const std::string& value) override;
+  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
+                                    int64_t submitted_us) override;
+  core::StatusOr<std::vector<JobRow>> LoadJobs() override;
+  core::StatusOr<std::vector<ServerRow>> LoadServers() override;
+  core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
+  core::Status Write(const WriteBatch& batch) override;
+  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
+                                      const std::string& json) override;
+  core::Status ForEachEvent(
+      const std::function<core::Status(const EventRow&)>& f,
+      int64_t after) override;
+  core::StatusOr<int64_t> EventCount() override;
+  int64_t LastEventSeq() override;
+  core::Status WriteSnapshot(const SnapshotRow& snap) override;
+  core::StatusOr<int64_t> DeleteCompactedEvents(int64_t limit) override;
+  core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot() override;
+
+  // Operations in one transaction at most (etcd's default limit is 128).
+  static constexpr int kMaxOps = 100;
+  // Bytes of values in one transaction at most (etcd's default request
+  // limit is 1.5 MiB).
+  static constexpr size_t kMaxBytes = 1 << 20;
+
+ private:
+  explicit EtcdStore(std::shared_ptr<Leadership> leadership);
+  std::string Key(const std::string& table, int64_t n) const;
+  // One fenced transaction of `ops`.
+  core::StatusOr<etcdserverpb::TxnResponse> Fenced(
+      std::vector<etcdserverpb::RequestOp> ops);
+  // Every key-value under `prefix` from `from` on, in key order, a page at
+  // a time.
+  core::Status Scan(
+      const std::string& from, const std::string& end, int64_t page,
+      const std::function<core::Status(const etcdserverpb::KeyValue&)>& f);
+  core::StatusOr<int64_t> Counter(const std::string& name);
+  core::StatusOr<std::string> ReadChunks(int64_t gen, const std::string& part,
+                                         int64_t chunks);
+
+  std::shared_ptr<Leadership> lead_;
+  EtcdClient& etcd_;
+  const std::string p_;
+  std::mutex mu_;
+  int64_t last_job_ = 0;
+  int64_t last_history_ = 0;
+  int64_t last_seq_ = 0;
+  int64_t snapshot_seq_ = 0;
+  int64_t snapshot_gen_ = 0;
+};
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,139 @@
+// EtcdForTest: a one-member etcd cluster for a test, on free loopback
+// ports with its data in a temporary directory; killed and removed when
+// destroyed. Needs the `etcd` binary (Debian's etcd-server, which
+// scripts/setup installs).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "runtime/scheduler/etcd_client.h"
+
+namespace gandiva::runtime {
+
+class EtcdForTest {
+ public:
+  // nullptr (with a test failure saying why) when etcd cannot start.
+  static std::unique_ptr<EtcdForTest> Start() {
+    const std::string bin = Find();
+    if (bin.empty()) {
+      ADD_FAILURE() << "no etcd binary in $PATH or /usr/bin: install "
+                       "etcd-server (scripts/setup does)";
+      return nullptr;
+    }
+    std::unique_ptr<EtcdForTest> e(new EtcdForTest());
+    e->dir_ = std::filesystem::temp_directory_path() /
+              ("gandiva-etcd-" + std::to_string(::getpid()) + "-" +
+               std::to_string(Counter()++));
+    std::filesystem::remove_all(e->dir_);
+    std::filesystem::create_directories(e->dir_);
+    const int client = FreePort(), peer = FreePort();
+    e->endpoint_ = "127.0.0.1:" + std::to_string(client);
+    const std::string c = "http://" + e->endpoint_;
+    const std::string p = "http://127.0.0.1:" + std::to_string(peer);
+    const std::string log = (e->dir_ / "etcd.log").string();
+    e->pid_ = ::fork();
+    if (e->pid_ == 0) {
+      FILE* f = std::freopen(log.c_str(), "w", stderr);
+      (void)f;
+      (void)std::freopen("/dev/null", "w", stdout);
+      const std::string data = (e->dir_ / "data").string();
+      ::execl(bin.c_str(), bin.c_str(), "--name", "t", "--data-dir",
+              data.c_str(), "--listen-client-urls", c.c_str(),
+              "--advertise-client-urls", c.c_str(), "--listen-peer-urls",
+              p.c_str(), "--initial-advertise-peer-urls", p.c_str(),
+              "--initial-cluster", ("t=" + p).c_str(), "--log-level", "warn",
+              "--logger", "zap", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      // A new client each time: a connection made while etcd starts may
+      // never be served.
+      etcdserverpb::RangeRequest r;
+      r.set_key("ready");
+      if (e->Client()->Range(r).ok()) return e;
+      int status = 0;
+      if (::waitpid(e->pid_, &status, WNOHANG) == e->pid_) {
+        e->pid_ = -1;
+        ADD_FAILURE() << "etcd exited at start; its log: " << log;
+        return nullptr;
+      }
+    }
+    ADD_FAILURE() << "etcd did not serve within 30 s; its log: " << log;
+    return nullptr;
+  }
+
+  ~EtcdForTest() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // HOST:PORT of its client URL.
+  const std::string& endpoint() const { return endpoint_; }
+
+  // A client with short deadlines.
+  std::shared_ptr<EtcdClient> Client() const {
+    return *EtcdClient::Create(endpoint_, std::nullopt,
+                               std::chrono::seconds(1));
+  }
+
+ private:
+  EtcdForTest() = default;
+  static int& Counter() {
+    static int n = 0;
+    return n;
+  }
+  static std::string Find() {
+    if (const char* path = std::getenv("PATH")) {
+      std::string all = path;
+      size_t at = 0;
+      while (at <= all.size()) {
+        size_t end = all.find(':', at);
+        if (end == std::string::npos) end = all.size();
+        const std::string cand = all.substr(at, end - at) + "/etcd";
+        if (::access(cand.c_str(), X_OK) == 0) return cand;
+        at = end + 1;
+      }
+    }
+    return ::access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : "";
+  }
+  static int FreePort() {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      port = ntohs(a.sin_port);
+    }
+    ::close(fd);
+    return port;
+  }
+
+  std::filesystem::path dir_;
+  std::string endpoint_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,198 @@
+#include "runtime/scheduler/leadership.h"
+
+#include <utility>
+
+namespace gandiva::runtime {
+
+namespace ep = etcdserverpb;
+using Clock = std::chrono::steady_clock;
+
+core::StatusOr<std::shared_ptr<Leadership>> Leadership::Create(
+    std::shared_ptr<EtcdClient> client, Options options) {
+  if (options.ttl_s < 2) {
+    return core::InvalidArgument("--lease-ttl-s: must be at least 2, got " +
+                                 std::to_string(options.ttl_s));
+  }
+  if (options.prefix.empty()) {
+    return core::InvalidArgument("--etcd-prefix: must not be empty");
+  }
+  std::shared_ptr<Leadership> l(new Leadership());
+  l->client_ = std::move(client);
+  l->opts_ = std::move(options);
+  l->leader_key_ = l->opts_.prefix + "leader";
+  Leadership* raw = l.get();
+  l->renewer_ = std::thread([raw] { raw->RenewLoop(); });
+  return l;
+}
+
+Leadership::~Leadership() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (renewer_.joinable()) renewer_.join();
+}
+
+core::Status Leadership::Campaign(
+    const std::function<void(const std::string&)>& log) {
+  std::string last_note;
+  auto note = [&](const std::string& s) {
+    if (s != last_note) log(s);
+    last_note = s;
+  };
+  for (;;) {
+    int64_t lease;
+    {
+      std::lock_guard lock(mu_);
+      if (cancelled_) {
+        return core::Status(core::StatusCode::kUnavailable,
+                            "stopped before this daemon led");
+      }
+      lease = lease_;
+    }
+    core::Status failed = core::Status::Ok();
+    if (lease == 0) {
+      auto granted = client_->LeaseGrant(opts_.ttl_s);
+      if (granted.ok()) {
+        lease = *granted;
+        std::lock_guard lock(mu_);
+        lease_ = lease;
+        renewed_ = Clock::now();
+      } else {
+        failed = granted.status();
+      }
+    }
+    if (failed.ok()) {
+      ep::TxnRequest t;
+      ep::Compare* c = t.add_compare();
+      c->set_key(leader_key_);
+      c->set_target(ep::Compare::CREATE);
+      c->set_result(ep::Compare::EQUAL);
+      c->set_create_revision(0);  // absent
+      ep::PutRequest* put = t.add_success()->mutable_request_put();
+      put->set_key(leader_key_);
+      put->set_value(opts_.identity);
+      put->set_lease(lease);
+      t.add_failure()->mutable_request_range()->set_key(leader_key_);
+      auto rep = client_->Txn(t);
+      if (rep.ok() && rep->succeeded()) {
+        std::lock_guard lock(mu_);
+        leading_ = true;
+        fence_ = rep->header().revision();
+        renewed_ = Clock::now();
+        return core::Status::Ok();
+      }
+      if (rep.ok()) {
+        const auto& kvs = rep->responses(0).response_range().kvs();
+        note(kvs.empty() ? "standby: the leader key just went; trying again"
+                         : "standby: " + kvs[0].value() + " leads");
+      } else {
+        failed = rep.status();
+      }
+    }
+    if (!failed.ok()) note("standby: cannot reach etcd: " + failed.message());
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(500),
+                 [&] { return cancelled_; });
+  }
+}
+
+void Leadership::Cancel() {
+  {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Leadership::OnLost(std::function<void(const std::string&)> f) {
+  {
+    std::lock_guard lock(mu_);
+    on_lost_ = std::move(f);
+  }
+  cv_.notify_all();
+}
+
+void Leadership::MarkLost(const std::string& why) {
+  {
+    std::lock_guard lock(mu_);
+    if (!leading_) return;
+    leading_ = false;
+    lost_why_ = why;
+  }
+  cv_.notify_all();
+}
+
+bool Leadership::leading() const {
+  std::lock_guard lock(mu_);
+  return leading_;
+}
+
+int64_t Leadership::fence() const {
+  std::lock_guard lock(mu_);
+  return fence_;
+}
+
+void Leadership::Resign() {
+  int64_t lease;
+  {
+    std::lock_guard lock(mu_);
+    lease = lease_;
+    leading_ = false;
+    lease_ = 0;
+  }
+  if (lease != 0) (void)client_->LeaseRevoke(lease);
+}
+
+core::StatusOr<std::string> Leadership::Leader() {
+  ep::RangeRequest r;
+  r.set_key(leader_key_);
+  auto rep = client_->Range(r);
+  if (!rep.ok()) return rep.status();
+  return rep->kvs().empty() ? std::string() : rep->kvs(0).value();
+}
+
+void Leadership::RenewLoop() {
+  const auto every = std::chrono::milliseconds(opts_.ttl_s * 1000 / 3);
+  // Stop leading before etcd can let a standby in: at 2/3 of the TTL
+  // without a renewal.
+  const auto give_up = std::chrono::milliseconds(opts_.ttl_s * 2000 / 3);
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait_for(lock, every, [&] {
+      return stop_ || (!lost_why_.empty() && on_lost_ && !lost_reported_);
+    });
+    if (stop_) return;
+    if (!lost_why_.empty() && on_lost_ && !lost_reported_) {
+      lost_reported_ = true;
+      auto f = on_lost_;
+      const std::string why = lost_why_;
+      lock.unlock();
+      f(why);
+      lock.lock();
+      continue;
+    }
+    const int64_t lease = lease_;
+    if (lease == 0) continue;
+    lock.unlock();
+    auto ttl = client_->LeaseKeepAlive(lease);
+    lock.lock();
+    if (lease_ != lease) continue;  // resigned meanwhile
+    if (ttl.ok() && *ttl > 0) {
+      renewed_ = Clock::now();
+      continue;
+    }
+    const bool gone = ttl.ok();  // etcd says the lease no longer exists
+    if (gone) lease_ = 0;        // a campaign grants a new one
+    if (leading_ && (gone || Clock::now() - renewed_ >= give_up)) {
+      leading_ = false;
+      lost_why_ = gone ? "the etcd lease expired"
+                       : "the etcd lease could not be renewed for " +
+                             std::to_string(give_up.count()) +
+                             " ms: " + ttl.status().message();
+    }
+  }
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,223 @@
+#include "runtime/scheduler/leadership.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "runtime/scheduler/etcd_store.h"
+#include "runtime/scheduler/etcd_test_util.h"
+
+namespace gandiva::runtime {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+class LeadershipTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    etcd_ = EtcdForTest::Start();
+    ASSERT_NE(etcd_, nullptr);
+  }
+  std::shared_ptr<Leadership> Make(const std::string& who, int64_t ttl = 2) {
+    auto l = Leadership::Create(etcd_->Client(), {"/c/", ttl, who});
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? *l : nullptr;
+  }
+  static void Quiet(const std::string&) {}
+  std::unique_ptr<EtcdForTest> etcd_;
+};
+
+TEST_F(LeadershipTest, AStandbyWaitsAndTakesOverWhenTheLeaderResigns) {
+  auto a = Make("a");
+  auto b = Make("b");
+  ASSERT_TRUE(a->Campaign(Quiet).ok());
+  EXPECT_TRUE(a->leading());
+  EXPECT_EQ(*a->Leader(), "a");
+  std::vector<std::string> notes;
+  std::mutex mu;
+  auto waiting = std::async(std::launch::async, [&] {
+    return b->Campaign([&](const std::string& s) {
+      std::lock_guard lock(mu);
+      notes.push_back(s);
+    });
+  });
+  EXPECT_EQ(waiting.wait_for(1500ms), std::future_status::timeout);
+  {
+    std::lock_guard lock(mu);
+    ASSERT_FALSE(notes.empty());
+    EXPECT_EQ(notes[0], "standby: a leads");
+  }
+  const auto t0 = Clock::now();
+  a->Resign();
+  EXPECT_FALSE(a->leading());
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(waiting.get().ok());
+  // A resignation frees the key at once: well within the lease's TTL.
+  EXPECT_LT(Clock::now() - t0, 1500ms);
+  EXPECT_TRUE(b->leading());
+  EXPECT_EQ(*b->Leader(), "b");
+  EXPECT_GT(b->fence(), a->fence());
+}
+
+TEST_F(LeadershipTest, ALeaderThatStopsRenewingLosesTheKeyAfterItsTtl) {
+  auto b = Make("b");
+  {
+    auto a = Make("a");
+    ASSERT_TRUE(a->Campaign(Quiet).ok());
+  }  // gone without resigning: as if it crashed
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(b->Campaign(Quiet).ok());
+  const auto took = Clock::now() - t0;
+  EXPECT_GT(took, 500ms);  // the lease outlived its holder for a while
+  EXPECT_LT(took, 6s);
+  EXPECT_EQ(*b->Leader(), "b");
+}
+
+TEST_F(LeadershipTest, CancelEndsACampaign) {
+  auto a = Make("a");
+  auto b = Make("b");
+  ASSERT_TRUE(a->Campaign(Quiet).ok());
+  auto waiting =
+      std::async(std::launch::async, [&] { return b->Campaign(Quiet); });
+  std::this_thread::sleep_for(300ms);
+  b->Cancel();
+  ASSERT_EQ(waiting.wait_for(3s), std::future_status::ready);
+  EXPECT_EQ(waiting.get().code(), core::StatusCode::kUnavailable);
+  EXPECT_FALSE(b->leading());
+}
+
+// A leader whose key was taken over (it was cut off past its lease) can no
+// longer write, and is told it lost the lead.
+TEST_F(LeadershipTest, AFencedWriteOfAFormerLeaderIsRefused) {
+  auto a = Make("a", 5);
+  ASSERT_TRUE(a->Campaign(Quiet).ok());
+  std::promise<std::string> lost;
+  a->OnLost([&](const std::string& why) { lost.set_value(why); });
+  auto store_a = EtcdStore::Open(a);
+  ASSERT_TRUE(store_a.ok());
+  ASSERT_TRUE((*store_a)->SetMeta("k", "from a").ok());
+
+  // The key goes (as when a's lease lapses) and b takes it.
+  etcdserverpb::DeleteRangeRequest del;
+  del.set_key(a->leader_key());
+  ASSERT_TRUE(etcd_->Client()->DeleteRange(del).ok());
+  auto b = Make("b", 5);
+  ASSERT_TRUE(b->Campaign(Quiet).ok());
+  auto store_b = EtcdStore::Open(b);
+  ASSERT_TRUE(store_b.ok());
+
+  const core::Status refused = (*store_a)->SetMeta("k", "from a, late");
+  EXPECT_EQ(refused.code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("no longer holds"), std::string::npos)
+      << refused.message();
+  EXPECT_EQ((*store_a)->AppendEvent(1, "Tick", "{}").status().code(),
+            core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store_a)->LastEventSeq(), 0);  // nothing counted
+  auto f = lost.get_future();
+  ASSERT_EQ(f.wait_for(3s), std::future_status::ready);
+  EXPECT_NE(f.get().find("refused"), std::string::npos);
+  EXPECT_FALSE(a->leading());
+
+  ASSERT_TRUE((*store_b)->SetMeta("k", "from b").ok());
+  EXPECT_EQ(**(*store_b)->GetMeta("k"), "from b");
+}
+
+TEST_F(LeadershipTest, ALeaderCutOffFromEtcdStopsBeforeItsLeaseLapses) {
+  // Its client talks to an address where nothing answers once it leads.
+  auto a = Make("a", 3);
+  ASSERT_TRUE(a->Campaign(Quiet).ok());
+  std::promise<std::string> lost;
+  a->OnLost([&](const std::string& why) { lost.set_value(why); });
+  const auto t0 = Clock::now();
+  etcd_.reset();  // etcd dies
+  auto f = lost.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  const auto took = Clock::now() - t0;
+  EXPECT_NE(f.get().find("could not be renewed"), std::string::npos);
+  // Within 2/3 of the TTL of the last renewal (at most a third of it
+  // before etcd died), before any standby could have the key.
+  EXPECT_LT(took, 3s);
+  EXPECT_FALSE(a->leading());
+}
+
+TEST_F(LeadershipTest, BadOptionsAreRefusedByName) {
+  auto ttl = Leadership::Create(etcd_->Client(), {"/c/", 1, "a"});
+  EXPECT_EQ(ttl.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(ttl.status().message().find("--lease-ttl-s"), std::string::npos);
+  auto prefix = Leadership::Create(etcd_->Client(), {"", 5, "a"});
+  EXPECT_NE(prefix.status().message().find("--etcd-prefix"), std::string::npos);
+  auto endpoints = EtcdClient::Create("nohostport", std::nullopt);
+  EXPECT_EQ(endpoints.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(endpoints.status().message().find("--etcd"), std::string::npos);
+}
+
+// The client tries the next endpoint when one is unreachable.
+TEST_F(LeadershipTest, TheClientFailsOverToAnotherEndpoint) {
+  auto c =
+      EtcdClient::Create("127.0.0.1:1," + etcd_->endpoint(), std::nullopt, 1s);
+  ASSERT_TRUE(c.ok());
+  etcdserverpb::PutRequest put;
+  put.set_key("/x");
+  put.set_value("1");
+  auto rep = (*c)->Put(put);
+  EXPECT_TRUE(rep.ok()) << rep.status().ToString();
+}
+
+// Many rows: several transactions under etcd's limits; a snapshot larger
+// than one request in chunks.
+TEST_F(LeadershipTest, LargeWritesAndSnapshotsGoInPieces) {
+  auto a = Make("a", 5);
+  ASSERT_TRUE(a->Campaign(Quiet).ok());
+  auto st = EtcdStore::Open(a);
+  ASSERT_TRUE(st.ok());
+  WriteBatch batch;
+  for (int i = 1; i <= 350; ++i) {
+    auto id = (*st)->InsertJob("{}", i);
+    ASSERT_TRUE(id.ok());
+    JobRow r;
+    r.id = *id;
+    r.spec_json = "{\"name\":\"job" + std::to_string(i) + "\"}";
+    r.state = 3;
+    r.server = std::string(4000, 's');  // 1.4 MB in all: over one request
+    batch.jobs.push_back(r);
+    batch.history.push_back(HistoryRow{*id, i, "start", true, 1, ""});
+    batch.history.push_back(HistoryRow{*id, i, "suspend", true, 2, ""});
+  }
+  ASSERT_TRUE((*st)->Write(batch).ok());
+  std::string big(3'500'000, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE((*st)->AppendEvent(1, "Tick", "{}").ok());
+  ASSERT_TRUE((*st)->WriteSnapshot({1, 5, big, "{\"d\":2}"}).ok());
+  ASSERT_TRUE((*st)->WriteSnapshot({1, 6, big + "x", "{\"d\":3}"}).ok());
+
+  auto again = EtcdStore::Open(a);  // as a new leader reads it
+  ASSERT_TRUE(again.ok());
+  auto jobs = (*again)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 350u);
+  EXPECT_EQ((*jobs)[349].spec_json, "{\"name\":\"job350\"}");
+  EXPECT_EQ((*jobs)[349].state, 3);
+  auto h = (*again)->History(200);
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(h->size(), 2u);
+  EXPECT_EQ((*h)[1].action, "suspend");
+  auto snap = (*again)->LoadSnapshot();
+  ASSERT_TRUE(snap.ok() && snap->has_value()) << snap.status().ToString();
+  EXPECT_EQ((*snap)->core, big + "x");
+  EXPECT_EQ((*snap)->daemon, "{\"d\":3}");
+  EXPECT_EQ((*snap)->time_us, 6);
+  // The first snapshot's chunks went with the second.
+  etcdserverpb::RangeRequest r;
+  r.set_key("/c/snapshot-data/");
+  r.set_range_end(EtcdClient::PrefixEnd("/c/snapshot-data/"));
+  r.set_count_only(true);
+  EXPECT_EQ(etcd_->Client()->Range(r)->count(), 5);  // 4 core + 1 daemon
+  EXPECT_EQ(*(*again)->InsertJob("{}", 1), 351);
+}
+
+}  // namespace
+}  // namespace gandiva::runtime
