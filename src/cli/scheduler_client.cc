@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "cli/local_cluster.h"
 
@@ -33,7 +34,8 @@ std::string ReadFirstLine(const std::string& path) {
 
 void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags) {
   sub->add_option("--scheduler", flags->scheduler,
-                  "The daemon's HOST:PORT (default: $GANDIVA_SCHEDULER, "
+                  "The daemon's HOST:PORT; several, comma-separated, for a "
+                  "leader and its standbys (default: $GANDIVA_SCHEDULER, "
                   "else the local cluster's, else " +
                       std::string(kDefaultSchedulerAddress) + ")");
   sub->add_option("--state-dir", flags->state_dir,
@@ -94,7 +96,29 @@ const std::optional<runtime::TlsConfig>& ClientTls() {
 
 std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
     const std::string& address) {
-  return rpc::Scheduler::NewStub(runtime::MakeChannel(address, ClientTls()));
+  std::vector<std::string> list;
+  std::stringstream in(address);
+  for (std::string one; std::getline(in, one, ',');) {
+    if (!one.empty()) list.push_back(one);
+  }
+  if (list.size() <= 1) {
+    return rpc::Scheduler::NewStub(
+        runtime::MakeChannel(list.empty() ? address : list[0], ClientTls()));
+  }
+  // A leader and its standbys: only the leader listens.
+  for (const std::string& one : list) {
+    auto channel = runtime::MakeChannel(one, ClientTls());
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::seconds(3);
+    grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
+    while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+           st != GRPC_CHANNEL_SHUTDOWN &&
+           channel->WaitForStateChange(st, deadline)) {
+      st = channel->GetState(true);
+    }
+    if (st == GRPC_CHANNEL_READY) return rpc::Scheduler::NewStub(channel);
+  }
+  return rpc::Scheduler::NewStub(runtime::MakeChannel(list[0], ClientTls()));
 }
 
 std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address) {

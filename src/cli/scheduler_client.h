@@ -2,10 +2,12 @@
 // how it turns a failed call into a message a user can act on.
 //
 // The daemon's address comes from, in order: --scheduler HOST:PORT, then
-// $GANDIVA_SCHEDULER, then the local cluster's state directory (what
-// `gandiva up` recorded), then kDefaultSchedulerAddress (only when no state
-// directory was named by --state-dir or $GANDIVA_STATE_DIR). The state
-// directory is --state-dir, else $GANDIVA_STATE_DIR, else ~/.gandiva
+// $GANDIVA_SCHEDULER (either may list several, comma-separated: a leader
+// and its standbys, of which the CLI uses the first it reaches), then the local
+// cluster's state directory (what `gandiva up` recorded), then
+// kDefaultSchedulerAddress (only when no state directory was named by
+// --state-dir or $GANDIVA_STATE_DIR). The state directory is --state-dir, else
+// $GANDIVA_STATE_DIR, else ~/.gandiva
 // (./.gandiva when HOME is not set).
 //
 // Plain functions; the stubs they return are gRPC's (thread-safe).

@@ -304,12 +304,23 @@ std::vector<rpc::HistoryEntry> TestCluster::History(int64_t id,
 
 rpc::JobSpec TestCluster::PythonSpec(const std::string& name,
                                      const std::string& args) const {
+  return PythonSpecIn(dir_, name, args);
+}
+
+rpc::JobSpec TestCluster::TrainSpec(const std::string& name,
+                                    const std::string& model, int steps,
+                                    int seed, int min_step_ms) const {
+  return TrainSpecIn(dir_, name, model, steps, seed, min_step_ms);
+}
+
+rpc::JobSpec PythonSpecIn(const fs::path& dir, const std::string& name,
+                          const std::string& args) {
   rpc::JobSpec spec;
   spec.set_name(name);
   spec.set_command(std::string(GANDIVA_PYTHON) + " " + args);
   spec.set_gpus(1);
   spec.set_owner("e2e");
-  spec.set_workdir(dir_.string());
+  spec.set_workdir(dir.string());
   auto& env = *spec.mutable_env();
   env["PYTHONPATH"] = GANDIVA_PYTHON_DIR;
   env["GANDIVA_CLIENT_LIB"] = GANDIVA_CLIENT_LIB;
@@ -318,14 +329,14 @@ rpc::JobSpec TestCluster::PythonSpec(const std::string& name,
   return spec;
 }
 
-rpc::JobSpec TestCluster::TrainSpec(const std::string& name,
-                                    const std::string& model, int steps,
-                                    int seed, int min_step_ms) const {
-  rpc::JobSpec spec =
-      PythonSpec(name, std::string(GANDIVA_EXAMPLES_DIR) + "/train_" + model +
-                           ".py --steps " + std::to_string(steps) + " --seed " +
-                           std::to_string(seed) + " --min-step-ms " +
-                           std::to_string(min_step_ms) + " --log-every 50");
+rpc::JobSpec TrainSpecIn(const fs::path& dir, const std::string& name,
+                         const std::string& model, int steps, int seed,
+                         int min_step_ms) {
+  rpc::JobSpec spec = PythonSpecIn(
+      dir, name,
+      std::string(GANDIVA_EXAMPLES_DIR) + "/train_" + model + ".py --steps " +
+          std::to_string(steps) + " --seed " + std::to_string(seed) +
+          " --min-step-ms " + std::to_string(min_step_ms) + " --log-every 50");
   spec.set_total_minibatches(steps);
   return spec;
 }

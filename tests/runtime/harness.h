@@ -145,6 +145,13 @@ class TestCluster {
   int scheduler_starts_ = 0;
 };
 
+// TestCluster::PythonSpec and TrainSpec for jobs working in `dir`.
+rpc::JobSpec PythonSpecIn(const fs::path& dir, const std::string& name,
+                          const std::string& args);
+rpc::JobSpec TrainSpecIn(const fs::path& dir, const std::string& name,
+                         const std::string& model, int steps, int seed,
+                         int min_step_ms);
+
 // FINISHED, FAILED or KILLED.
 bool IsEnded(rpc::JobState s);
 

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -209,6 +210,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   std::unique_ptr<GpuInventory> inventory;
   std::unique_ptr<grpc::Server> server;
   std::shared_ptr<grpc::Channel> channel;
+  // The daemons to report to (--scheduler, comma-separated): a leader and
+  // its standbys. The reporter talks to schedulers[sched_at] and moves to
+  // the next when it cannot reach it (reporter thread only).
+  std::vector<std::string> schedulers;
+  size_t sched_at = 0;
   std::unique_ptr<rpc::Scheduler::Stub> scheduler;
   ActionCache actions;
   std::atomic<bool> shutting_down{false};
@@ -1129,7 +1135,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       server_id = reply.server_id();
       registered = true;
       ++registrations;
-      Log("registered with " + options.scheduler_address + " as server " +
+      Log("registered with " + schedulers[sched_at] + " as server " +
           std::to_string(reply.server_id()) + " (" +
           std::to_string(req.jobs_size()) + " jobs running)");
     }
@@ -1191,9 +1197,34 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return false;
   }
 
+  // Connects to schedulers[sched_at].
+  void ConnectScheduler() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    channel = MakeChannel(schedulers[sched_at], tls, args);
+    scheduler = rpc::Scheduler::NewStub(channel);
+  }
+
   void NoteFailure(const char* call, const grpc::Status& s) {
+    // Unreachable: the daemon there died or stands by (a standby does not
+    // listen); the next one may lead.
+    const bool unreachable =
+        s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (unreachable && schedulers.size() > 1) {
+      Log(std::string(call) + " to " + schedulers[sched_at] + " failed (" +
+          s.error_message() + "); trying " +
+          schedulers[(sched_at + 1) % schedulers.size()]);
+      sched_at = (sched_at + 1) % schedulers.size();
+      ConnectScheduler();
+      registered = false;
+      was_unreachable = true;
+      return;
+    }
     if (!was_unreachable) {
-      Log(std::string(call) + " to " + options.scheduler_address + " failed (" +
+      Log(std::string(call) + " to " + schedulers[sched_at] + " failed (" +
           std::to_string(s.error_code()) + ": " + s.error_message() +
           "); retrying with backoff, keeping exits");
     }
@@ -1286,8 +1317,13 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   if (!tls.ok()) return tls.status();
   impl->tls = std::move(*tls);
   if (!options.scheduler_address.empty()) {
-    auto sched = SplitHostPort(options.scheduler_address, "--scheduler");
-    if (!sched.ok()) return sched.status();
+    std::stringstream list(options.scheduler_address);
+    std::string one;
+    while (std::getline(list, one, ',')) {
+      auto sched = SplitHostPort(one, "--scheduler");
+      if (!sched.ok()) return sched.status();
+      impl->schedulers.push_back(one);
+    }
   }
   if (options.work_dir.empty()) {
     options.work_dir = "/tmp/gandiva-agent-" + impl->name;
@@ -1389,14 +1425,8 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
            impl->options.checkpoint_root);
   impl->caps_thread = std::thread([raw] { raw->ProbeCapabilities(); });
 
-  if (!impl->options.scheduler_address.empty()) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    impl->channel =
-        MakeChannel(impl->options.scheduler_address, impl->tls, args);
-    impl->scheduler = rpc::Scheduler::NewStub(impl->channel);
+  if (!impl->schedulers.empty()) {
+    impl->ConnectScheduler();
     impl->reporter = std::thread([raw] { raw->ReporterLoop(); });
   }
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));

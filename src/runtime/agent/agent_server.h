@@ -34,7 +34,9 @@ class GpuInventory;
 class Supervisor;
 
 struct AgentOptions {
-  // The daemon's Scheduler service, host:port. Empty: serve only, never
+  // The daemon's Scheduler service, host:port; or several, comma-separated
+  // (a leader and its standbys sharing etcd): the agent reports to one and
+  // moves to the next when it cannot reach it. Empty: serve only, never
   // register (for tests of the Agent service alone).
   std::string scheduler_address;
   // Mutual TLS on the Agent service and on this agent's calls (tls.h); none

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   int checkpoint_timeout_ms = 60000;
   CLI::App app{"gandiva-agent: the gandiva node agent (one per GPU server)"};
   app.add_option("--scheduler", o.scheduler_address,
-                 "HOST:PORT of the gandiva-scheduler daemon")
+                 "HOST:PORT of the gandiva-scheduler daemon; several, "
+                 "comma-separated, for a leader and its standbys")
       ->required();
   gandiva::runtime::AddTlsFlags(app, &o.tls);
   app.add_option("--listen", o.listen_address,

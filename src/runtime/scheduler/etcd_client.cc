@@ -1,5 +1,6 @@
 #include "runtime/scheduler/etcd_client.h"
 
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
@@ -58,7 +59,11 @@ std::shared_ptr<EtcdClient::Endpoint> EtcdClient::Connect(
 }
 
 template <typename F>
-core::Status EtcdClient::Call(const char* what, F&& f) {
+core::Status EtcdClient::Call(const char* what, F&& f,
+                              std::chrono::milliseconds budget) {
+  const auto end = budget == std::chrono::milliseconds::max()
+                       ? std::chrono::system_clock::time_point::max()
+                       : std::chrono::system_clock::now() + budget;
   size_t at;
   {
     std::lock_guard lock(mu_);
@@ -73,7 +78,8 @@ core::Status EtcdClient::Call(const char* what, F&& f) {
       e = stubs_[i];
     }
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
+    ctx.set_deadline(
+        std::min(end, std::chrono::system_clock::now() + timeout_));
     const grpc::Status s = f(*e, &ctx);
     if (s.ok()) {
       std::lock_guard lock(mu_);
@@ -168,27 +174,31 @@ core::Status EtcdClient::LeaseRevoke(int64_t id) {
   });
 }
 
-core::StatusOr<int64_t> EtcdClient::LeaseKeepAlive(int64_t id) {
+core::StatusOr<int64_t> EtcdClient::LeaseKeepAlive(
+    int64_t id, std::chrono::milliseconds timeout) {
   ep::LeaseKeepAliveResponse rep;
-  GANDIVA_RETURN_IF_ERROR(Call("LeaseKeepAlive", [&](Endpoint& e,
-                                                     grpc::ClientContext* ctx) {
-    // One request and its answer on a stream of its own: a renewal is
-    // due only every few seconds.
-    auto stream = e.lease->LeaseKeepAlive(ctx);
-    ep::LeaseKeepAliveRequest req;
-    req.set_id(id);
-    if (!stream->Write(req) || !stream->WritesDone() || !stream->Read(&rep)) {
-      grpc::Status s = stream->Finish();
-      if (s.ok()) {
-        s = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                         "the keep-alive stream ended without an answer");
-      }
-      return s;
-    }
-    ctx->TryCancel();  // the stream would stay open for more
-    (void)stream->Finish();
-    return grpc::Status::OK;
-  }));
+  GANDIVA_RETURN_IF_ERROR(Call(
+      "LeaseKeepAlive",
+      [&](Endpoint& e, grpc::ClientContext* ctx) {
+        // One request and its answer on a stream of its own: a renewal is
+        // due only every few seconds.
+        auto stream = e.lease->LeaseKeepAlive(ctx);
+        ep::LeaseKeepAliveRequest req;
+        req.set_id(id);
+        if (!stream->Write(req) || !stream->WritesDone() ||
+            !stream->Read(&rep)) {
+          grpc::Status s = stream->Finish();
+          if (s.ok()) {
+            s = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                             "the keep-alive stream ended without an answer");
+          }
+          return s;
+        }
+        ctx->TryCancel();  // the stream would stay open for more
+        (void)stream->Finish();
+        return grpc::Status::OK;
+      },
+      timeout));
   return rep.ttl();
 }
 

@@ -51,8 +51,11 @@ class EtcdClient {
   core::StatusOr<int64_t> LeaseGrant(int64_t ttl_s);
   core::Status LeaseRevoke(int64_t id);
   // Renews the lease once; returns its remaining TTL in seconds (0: it is
-  // gone, expired or revoked).
-  core::StatusOr<int64_t> LeaseKeepAlive(int64_t id);
+  // gone, expired or revoked). `timeout` (if shorter) bounds the call and
+  // its tries of other endpoints together.
+  core::StatusOr<int64_t> LeaseKeepAlive(
+      int64_t id,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds::max());
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
@@ -69,9 +72,12 @@ class EtcdClient {
   EtcdClient() = default;
   std::shared_ptr<Endpoint> Connect(const std::string& address) const;
   // Calls `f(endpoint, ctx)` on the current endpoint, then the next ones
-  // while they are unavailable.
+  // while they are unavailable; each try has `timeout_` and all of them
+  // `budget` at most.
   template <typename F>
-  core::Status Call(const char* what, F&& f);
+  core::Status Call(
+      const char* what, F&& f,
+      std::chrono::milliseconds budget = std::chrono::milliseconds::max());
 
   std::vector<std::string> endpoints_;
   std::optional<TlsConfig> tls_;

@@ -1,10 +1,9 @@
-// EtcdForTest: a one-member etcd cluster for a test, on free loopback
-// ports with its data in a temporary directory; killed and removed when
-// destroyed. Needs the `etcd` binary (Debian's etcd-server, which
+// EtcdForTest: a one-member etcd cluster for a test or a benchmark, on free
+// loopback ports with its data in a temporary directory; killed and removed
+// when destroyed. Needs the `etcd` binary (Debian's etcd-server, which
 // scripts/setup installs).
 #pragma once
 
-#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -24,12 +23,13 @@ namespace gandiva::runtime {
 
 class EtcdForTest {
  public:
-  // nullptr (with a test failure saying why) when etcd cannot start.
-  static std::unique_ptr<EtcdForTest> Start() {
+  // nullptr, with the reason in *error, when etcd cannot start.
+  static std::unique_ptr<EtcdForTest> Start(std::string* error) {
     const std::string bin = Find();
     if (bin.empty()) {
-      ADD_FAILURE() << "no etcd binary in $PATH or /usr/bin: install "
-                       "etcd-server (scripts/setup does)";
+      *error = std::string() +
+               "no etcd binary in $PATH or /usr/bin: install "
+               "etcd-server (scripts/setup does)";
       return nullptr;
     }
     std::unique_ptr<EtcdForTest> e(new EtcdForTest());
@@ -69,11 +69,11 @@ class EtcdForTest {
       int status = 0;
       if (::waitpid(e->pid_, &status, WNOHANG) == e->pid_) {
         e->pid_ = -1;
-        ADD_FAILURE() << "etcd exited at start; its log: " << log;
+        *error = std::string() + "etcd exited at start; its log: " + log;
         return nullptr;
       }
     }
-    ADD_FAILURE() << "etcd did not serve within 30 s; its log: " << log;
+    *error = std::string() + "etcd did not serve within 30 s; its log: " + log;
     return nullptr;
   }
 

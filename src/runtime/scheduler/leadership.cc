@@ -1,5 +1,6 @@
 #include "runtime/scheduler/leadership.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace gandiva::runtime {
@@ -25,13 +26,17 @@ core::StatusOr<std::shared_ptr<Leadership>> Leadership::Create(
   return l;
 }
 
-Leadership::~Leadership() {
+Leadership::~Leadership() { StopRenewing(); }
+
+void Leadership::StopRenewing() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (renewer_.joinable()) renewer_.join();
+  if (renewer_.joinable() && renewer_.get_id() != std::this_thread::get_id()) {
+    renewer_.join();
+  }
 }
 
 core::Status Leadership::Campaign(
@@ -156,11 +161,17 @@ core::StatusOr<std::string> Leadership::Leader() {
 void Leadership::RenewLoop() {
   const auto every = std::chrono::milliseconds(opts_.ttl_s * 1000 / 3);
   // Stop leading before etcd can let a standby in: at 2/3 of the TTL
-  // without a renewal.
+  // without a renewal. etcd's lease runs from when it handled the last
+  // renewal, before `renewed_`: the margin is a third of the TTL less one
+  // network delay.
   const auto give_up = std::chrono::milliseconds(opts_.ttl_s * 2000 / 3);
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait_for(lock, every, [&] {
+    // Renew every third of the TTL; while renewals fail, up to the moment
+    // of giving up (a failed call does not delay it).
+    auto wake = Clock::now() + every;
+    if (leading_) wake = std::min(wake, renewed_ + give_up);
+    cv_.wait_until(lock, wake, [&] {
       return stop_ || (!lost_why_.empty() && on_lost_ && !lost_reported_);
     });
     if (stop_) return;
@@ -175,22 +186,36 @@ void Leadership::RenewLoop() {
     }
     const int64_t lease = lease_;
     if (lease == 0) continue;
+    const auto now = Clock::now();
+    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(every);
+    if (leading_) {
+      if (now >= renewed_ + give_up) {
+        leading_ = false;
+        lost_why_ = "the etcd lease could not be renewed for " +
+                    std::to_string(give_up.count()) + " ms (" + last_error_ +
+                    ")";
+        continue;
+      }
+      timeout = std::min(timeout,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(
+                             renewed_ + give_up - now));
+    }
     lock.unlock();
-    auto ttl = client_->LeaseKeepAlive(lease);
+    auto ttl = client_->LeaseKeepAlive(lease, timeout);
     lock.lock();
     if (lease_ != lease) continue;  // resigned meanwhile
     if (ttl.ok() && *ttl > 0) {
       renewed_ = Clock::now();
       continue;
     }
-    const bool gone = ttl.ok();  // etcd says the lease no longer exists
-    if (gone) lease_ = 0;        // a campaign grants a new one
-    if (leading_ && (gone || Clock::now() - renewed_ >= give_up)) {
+    if (!ttl.ok()) {
+      last_error_ = ttl.status().message();
+      continue;  // tried again soon; given up at renewed_ + give_up
+    }
+    lease_ = 0;  // etcd says it is gone; a campaign grants a new one
+    if (leading_) {
       leading_ = false;
-      lost_why_ = gone ? "the etcd lease expired"
-                       : "the etcd lease could not be renewed for " +
-                             std::to_string(give_up.count()) +
-                             " ms: " + ttl.status().message();
+      lost_why_ = "the etcd lease expired";
     }
   }
 }

@@ -62,6 +62,9 @@ class Leadership {
   bool leading() const;
   // Gives up the lead: revokes the lease, so the key goes at once.
   void Resign();
+  // Stops the renewal thread, waiting for an OnLost callback under way.
+  // Not from that callback. The destructor does it too.
+  void StopRenewing();
 
   EtcdClient& client() { return *client_; }
   const std::string& prefix() const { return opts_.prefix; }
@@ -89,7 +92,8 @@ class Leadership {
   bool leading_ = false;
   int64_t fence_ = 0;
   std::chrono::steady_clock::time_point renewed_;  // last renewal that held
-  std::string lost_why_;                           // set: lost, callback due
+  std::string last_error_;  // of the last renewal that failed
+  std::string lost_why_;    // set: lost, callback due
   bool lost_reported_ = false;
   std::function<void(const std::string&)> on_lost_;
 };

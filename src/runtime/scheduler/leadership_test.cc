@@ -19,8 +19,9 @@ using Clock = std::chrono::steady_clock;
 class LeadershipTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    etcd_ = EtcdForTest::Start();
-    ASSERT_NE(etcd_, nullptr);
+    std::string error;
+    etcd_ = EtcdForTest::Start(&error);
+    ASSERT_NE(etcd_, nullptr) << error;
   }
   std::shared_ptr<Leadership> Make(const std::string& who, int64_t ttl = 2) {
     auto l = Leadership::Create(etcd_->Client(), {"/c/", ttl, who});
@@ -51,29 +52,30 @@ TEST_F(LeadershipTest, AStandbyWaitsAndTakesOverWhenTheLeaderResigns) {
     ASSERT_FALSE(notes.empty());
     EXPECT_EQ(notes[0], "standby: a leads");
   }
-  const auto t0 = Clock::now();
   a->Resign();
   EXPECT_FALSE(a->leading());
-  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  // A resignation frees the key at once, not when the lease would lapse:
+  // at once it is free or b's.
+  const std::string now = *a->Leader();
+  EXPECT_TRUE(now.empty() || now == "b") << now;
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(waiting.get().ok());
-  // A resignation frees the key at once: well within the lease's TTL.
-  EXPECT_LT(Clock::now() - t0, 1500ms);
   EXPECT_TRUE(b->leading());
   EXPECT_EQ(*b->Leader(), "b");
   EXPECT_GT(b->fence(), a->fence());
 }
 
 TEST_F(LeadershipTest, ALeaderThatStopsRenewingLosesTheKeyAfterItsTtl) {
-  auto b = Make("b");
-  {
-    auto a = Make("a");
-    ASSERT_TRUE(a->Campaign(Quiet).ok());
-  }  // gone without resigning: as if it crashed
-  const auto t0 = Clock::now();
-  ASSERT_TRUE(b->Campaign(Quiet).ok());
-  const auto took = Clock::now() - t0;
-  EXPECT_GT(took, 500ms);  // the lease outlived its holder for a while
-  EXPECT_LT(took, 6s);
+  auto b = Make("b", 5);
+  auto a = Make("a", 3);
+  ASSERT_TRUE(a->Campaign(Quiet).ok());
+  a.reset();  // gone without resigning: as if it crashed
+  // The key outlives its holder until the lease lapses...
+  EXPECT_EQ(*b->Leader(), "a");
+  // ...then b takes it.
+  auto won = std::async(std::launch::async, [&] { return b->Campaign(Quiet); });
+  ASSERT_EQ(won.wait_for(20s), std::future_status::ready);
+  EXPECT_TRUE(won.get().ok());
   EXPECT_EQ(*b->Leader(), "b");
 }
 
@@ -132,15 +134,13 @@ TEST_F(LeadershipTest, ALeaderCutOffFromEtcdStopsBeforeItsLeaseLapses) {
   ASSERT_TRUE(a->Campaign(Quiet).ok());
   std::promise<std::string> lost;
   a->OnLost([&](const std::string& why) { lost.set_value(why); });
-  const auto t0 = Clock::now();
   etcd_.reset();  // etcd dies
   auto f = lost.get_future();
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-  const auto took = Clock::now() - t0;
-  EXPECT_NE(f.get().find("could not be renewed"), std::string::npos);
-  // Within 2/3 of the TTL of the last renewal (at most a third of it
-  // before etcd died), before any standby could have the key.
-  EXPECT_LT(took, 3s);
+  ASSERT_EQ(f.wait_for(20s), std::future_status::ready);
+  // It gives up 2/3 of the TTL after the last renewal that held, before
+  // etcd could let a standby have the key.
+  EXPECT_NE(f.get().find("could not be renewed for 2000 ms"),
+            std::string::npos);
   EXPECT_FALSE(a->leading());
 }
 

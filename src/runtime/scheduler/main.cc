@@ -1,28 +1,50 @@
 // gandiva-scheduler: the scheduler daemon. Flags and defaults: README.md
 // beside this file (and --help).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <functional>
+#include <mutex>
 #include <thread>
 
+#include "runtime/scheduler/etcd_client.h"
+#include "runtime/scheduler/leadership.h"
 #include "runtime/scheduler/scheduler_server.h"
 #include "runtime/tls/tls_flags.h"
 
 namespace {
 
+std::mutex stop_mu;
+std::function<void()> stop_fn;  // guarded by stop_mu
+
 // Waits for SIGINT or SIGTERM (blocked in every thread) on a thread of its
-// own, then shuts down.
-void ShutdownOnSignal(gandiva::runtime::SchedulerServer* server) {
+// own, then stops what runs then (a campaign, or the daemon).
+void StopOnSignal() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  std::thread([server, set] {
+  std::thread([set] {
     int sig = 0;
     sigwait(&set, &sig);
     std::fprintf(stderr, "gandiva-scheduler: signal %d, shutting down\n", sig);
-    server->Shutdown();
+    std::lock_guard lock(stop_mu);
+    if (stop_fn) stop_fn();
   }).detach();
+}
+
+void OnStop(std::function<void()> f) {
+  std::lock_guard lock(stop_mu);
+  stop_fn = std::move(f);
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
 }
 
 }  // namespace
@@ -35,8 +57,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--address-file", o.address_file,
                  "write the bound HOST:PORT to this file");
-  app.add_option("--db", o.db_path, "SQLite database (state, event log)")
+  auto* db_opt =
+      app.add_option("--db", o.db_path, "SQLite database (state, event log)")
+          ->capture_default_str();
+  std::string etcd;
+  gandiva::runtime::Leadership::Options lead_opts;
+  gandiva::runtime::TlsFiles etcd_tls;
+  app.add_option("--etcd", etcd,
+                 "HOST:PORT[,HOST:PORT...] of an etcd cluster holding the "
+                 "state instead of --db; daemons sharing it elect a leader, "
+                 "the others stand by");
+  app.add_option("--etcd-prefix", lead_opts.prefix,
+                 "the cluster's keys in etcd start with this")
       ->capture_default_str();
+  app.add_option("--lease-ttl-s", lead_opts.ttl_s,
+                 "a standby takes over this long after the leader dies")
+      ->capture_default_str();
+  app.add_option("--etcd-tls-ca", etcd_tls.ca,
+                 "CA certificate of etcd's client connections (PEM)");
+  app.add_option("--etcd-tls-cert", etcd_tls.cert,
+                 "this daemon's client certificate for etcd (PEM)");
+  app.add_option("--etcd-tls-key", etcd_tls.key, "and its private key (PEM)");
   app.add_flag("--durable-sync", o.durable_sync,
                "fsync every commit (survive power loss, not only crashes)");
   std::string policy;
@@ -102,17 +143,71 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  StopOnSignal();
+  auto fail = [](const gandiva::core::Status& s) {
+    std::fprintf(stderr, "gandiva-scheduler: %s\n", s.ToString().c_str());
+    return 1;
+  };
+
+  std::shared_ptr<gandiva::runtime::Leadership> lead;
+  if (!etcd.empty()) {
+    if (db_opt->count() > 0) {
+      return fail(gandiva::core::InvalidArgument(
+          "--db and --etcd: the state is in one of them, give one"));
+    }
+    auto tls = gandiva::runtime::LoadTls(etcd_tls, "--etcd-tls-");
+    if (!tls.ok()) return fail(tls.status());
+    auto client = gandiva::runtime::EtcdClient::Create(etcd, *tls);
+    if (!client.ok()) return fail(client.status());
+    lead_opts.identity = "gandiva-scheduler pid " + std::to_string(::getpid()) +
+                         " on " + Hostname() + " (--listen " + o.listen + ")";
+    auto l = gandiva::runtime::Leadership::Create(*client, lead_opts);
+    if (!l.ok()) return fail(l.status());
+    lead = *l;
+    OnStop([lead] { lead->Cancel(); });
+    std::fprintf(stderr,
+                 "gandiva-scheduler: campaigning to lead etcd prefix '%s' at "
+                 "%s\n",
+                 lead_opts.prefix.c_str(), etcd.c_str());
+    const gandiva::core::Status won =
+        lead->Campaign([](const std::string& note) {
+          std::fprintf(stderr, "gandiva-scheduler: %s\n", note.c_str());
+        });
+    if (!won.ok()) return 0;  // stopped by a signal while standing by
+    std::fprintf(stderr, "gandiva-scheduler: leading etcd prefix '%s'\n",
+                 lead_opts.prefix.c_str());
+    o.leadership = lead;
+  }
 
   auto server = gandiva::runtime::SchedulerServer::Start(o);
   if (!server.ok()) {
-    std::fprintf(stderr, "gandiva-scheduler: %s\n",
-                 server.status().ToString().c_str());
-    return 1;
+    if (lead) lead->Resign();
+    return fail(server.status());
   }
-  std::fprintf(stderr, "gandiva-scheduler: serving on %s (policy %s, db %s)\n",
+  std::fprintf(stderr, "gandiva-scheduler: serving on %s (policy %s, %s)\n",
                (*server)->address().c_str(), (*server)->policy().c_str(),
-               o.db_path.c_str());
-  ShutdownOnSignal(server->get());
+               lead ? ("etcd prefix '" + lead_opts.prefix + "'").c_str()
+                    : ("db " + o.db_path).c_str());
+  gandiva::runtime::SchedulerServer* raw = server->get();
+  OnStop([raw] { raw->Shutdown(); });
+  std::atomic<bool> lost{false};
+  if (lead) {
+    lead->OnLost([raw, &lost](const std::string& why) {
+      std::fprintf(stderr,
+                   "gandiva-scheduler: lost the lead (%s); stopping: a "
+                   "standby takes over\n",
+                   why.c_str());
+      lost = true;
+      raw->Shutdown();
+    });
+  }
   (*server)->Wait();
-  return 0;
+  OnStop(nullptr);
+  if (lead) {
+    lead->StopRenewing();
+    // A clean stop hands over at once; after a lost lead there is nothing
+    // to hand.
+    if (!lost) lead->Resign();
+  }
+  return lost ? 3 : 0;
 }

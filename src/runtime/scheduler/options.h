@@ -1,10 +1,12 @@
 // SchedulerOptions: everything that configures the gandiva-scheduler daemon,
-// with its default. Plain value: thread-compatible.
+// with its default. A value (sharing `leadership`): thread-compatible.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "runtime/scheduler/leadership.h"
 #include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
@@ -25,6 +27,12 @@ struct SchedulerOptions {
   // fsync every commit (SQLite synchronous=FULL): committed state survives
   // a power loss, not just a crash of the daemon. Default false (NORMAL).
   bool durable_sync = false;
+  // Set: the state lives in etcd instead (etcd_store.h), under
+  // leadership->prefix(), shared with standby daemons; `db_path` and
+  // `durable_sync` are unused. This daemon must lead (Campaign returned
+  // Ok). Whoever runs it stops it when the lead is lost (OnLost) and
+  // resigns after a clean stop (gandiva-scheduler's main does both).
+  std::shared_ptr<Leadership> leadership;
 
   // --- Policy. Stored in the database on first start. Unset: the stored
   // value (or the default for a new database). Set and different from the

@@ -30,6 +30,7 @@
 #include "core/policies/registry.h"
 #include "core/scheduler.h"
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/event_codec.h"
 #include "runtime/scheduler/metrics.h"
 #include "runtime/scheduler/store.h"
@@ -299,6 +300,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
+  bool shutdown_started = false;
   bool stopped = false;
   std::condition_variable stopped_cv;
   std::thread loop;
@@ -2002,11 +2004,30 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return core::Status::Ok();
   }
 
+  // The store, named in messages.
+  std::string StoreName() const {
+    if (opts.leadership) {
+      return "etcd prefix '" + opts.leadership->prefix() + "'";
+    }
+    return "database '" + opts.db_path + "'";
+  }
+
   core::Status Open() {
-    GANDIVA_RETURN_IF_ERROR(LockDatabase());
-    auto s = Store::Open(opts.db_path, opts.durable_sync);
-    if (!s.ok()) return s.status();
-    store = std::move(*s);
+    if (opts.leadership) {
+      // etcd: the election decided who writes (leadership.h).
+      if (!opts.leadership->leading()) {
+        return core::FailedPrecondition(
+            "this daemon does not lead (Leadership::Campaign first)");
+      }
+      auto s = EtcdStore::Open(opts.leadership);
+      if (!s.ok()) return s.status();
+      store = std::move(*s);
+    } else {
+      GANDIVA_RETURN_IF_ERROR(LockDatabase());
+      auto s = Store::Open(opts.db_path, opts.durable_sync);
+      if (!s.ok()) return s.status();
+      store = std::move(*s);
+    }
     GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
     return Recover();
   }
@@ -2068,12 +2089,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     if (!diff.empty()) {
       return core::FailedPrecondition(
-          "database '" + opts.db_path +
-          "' was created with other policy "
-          "options: " +
-          diff +
-          ". Omit these flags to use the stored ones, "
-          "or use a new --db");
+          StoreName() + " was created with other policy options: " + diff +
+          ". Omit these flags to use the stored ones, or use a new " +
+          (opts.leadership ? "--etcd-prefix" : "--db"));
     }
     core::PolicyOptions po;
     po.gandiva.quantum =
@@ -2160,16 +2178,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (s.ok()) s = RestoreDaemonState(row.daemon);
       if (!s.ok()) {
         return core::IoError(
-            "database '" + opts.db_path + "': its snapshot (of events 1-" +
+            StoreName() + ": its snapshot (of events 1-" +
             std::to_string(row.seq) +
             ", which are no longer logged) cannot be restored: " + s.message() +
             ". A gandiva-scheduler that reads it is needed");
       }
       for (const core::Job& j : st().jobs()) {
         if (j.id.valid() && Extra(j.id.value) == nullptr) {
-          return core::IoError(
-              "database '" + opts.db_path + "': its snapshot holds job " +
-              std::to_string(j.id.value) + ", which is not in the jobs table");
+          return core::IoError(StoreName() + ": its snapshot holds job " +
+                               std::to_string(j.id.value) +
+                               ", which is not in the jobs table");
         }
       }
       compacted_seq = row.seq;
@@ -2205,7 +2223,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         compacted_seq));
     events_since_compaction = replayed;
     if (replayed > 0 || compacted_seq > 0) {
-      Warn("recovered from '" + opts.db_path + "': " +
+      Warn("recovered from " + StoreName() + ": " +
            (compacted_seq > 0 ? "a snapshot of events 1-" +
                                     std::to_string(compacted_seq) + ", then "
                               : std::string()) +
@@ -2501,8 +2519,14 @@ void SchedulerServer::Sync() {
 void SchedulerServer::Shutdown() {
   Impl& m = *impl_;
   {
-    std::lock_guard lock(m.mu);
-    if (m.stopped) return;
+    // One caller stops it (a signal and a lost lead may come together);
+    // the others wait for it.
+    std::unique_lock lock(m.mu);
+    if (m.shutdown_started) {
+      m.stopped_cv.wait(lock, [&] { return m.stopped; });
+      return;
+    }
+    m.shutdown_started = true;
   }
   m.metrics.reset();  // no scrape while the rest stops
   if (m.grpc_server) {

@@ -29,8 +29,9 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     std::filesystem::create_directories(dir_);
     path_ = (dir_ / "g.db").string();
     if (GetParam() == "etcd") {
-      etcd_ = EtcdForTest::Start();
-      ASSERT_NE(etcd_, nullptr);
+      std::string error;
+      etcd_ = EtcdForTest::Start(&error);
+      ASSERT_NE(etcd_, nullptr) << error;
       auto lead = Leadership::Create(etcd_->Client(), {"/t/", 5, "test"});
       ASSERT_TRUE(lead.ok()) << lead.status().ToString();
       lead_ = *lead;

@@ -1,0 +1,212 @@
+// The daemon's store, SQLite against etcd, side by side; printed (asserts
+// nothing). Starts its own one-member etcd on loopback (the `etcd` binary,
+// Debian's etcd-server), with its data on the same disk as the SQLite file.
+//
+// Per store: appending events (each its own transaction, as the daemon
+// logs them: the latency every handled event pays), writing a batch of
+// job rows and history (what the daemon writes after each loop
+// iteration), reading the log back (what a recovery reads), and writing
+// and reading a snapshot.
+//
+//   gandiva_bench_store [--events N] [--read N] [--snapshot-mb M]
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/scheduler/etcd_store.h"
+#include "runtime/scheduler/etcd_test_util.h"
+#include "runtime/scheduler/leadership.h"
+#include "runtime/scheduler/store.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gandiva;
+using namespace gandiva::runtime;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "gandiva_bench_store: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double Ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since)
+      .count();
+}
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[static_cast<size_t>(q * (v.size() - 1))];
+}
+
+void Check(const core::Status& s, const char* what) {
+  if (!s.ok()) Die(std::string(what) + ": " + s.ToString());
+}
+
+struct Figures {
+  double append_p50 = 0, append_p99 = 0;
+  double batch_p50 = 0;
+  double read_per_s = 0;
+  double snap_write_ms = 0, snap_read_ms = 0;
+};
+
+// A profile event as the daemon logs it.
+const std::string kEvent =
+    "{\"kind\":\"ProfileReport\",\"job\":123,\"minibatch_rate\":12.5,"
+    "\"minibatches\":4567,\"gpu_utilization\":0.8,\"memory_gb\":3.25}";
+
+Figures Measure(Store& st, int events, int read, size_t snapshot_bytes) {
+  Figures f;
+  std::vector<double> lat;
+  for (int i = 0; i < events; ++i) {
+    const auto t0 = Clock::now();
+    Check(st.AppendEvent(i, "ProfileReport", kEvent).status(), "append");
+    lat.push_back(Ms(t0));
+  }
+  f.append_p50 = Quantile(lat, 0.5);
+  f.append_p99 = Quantile(lat, 0.99);
+
+  // Rows as the daemon writes them: 100 changed jobs, 20 history lines.
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 100; ++i) {
+    auto id = st.InsertJob("{\"name\":\"j\",\"gpus\":1}", i);
+    Check(id.status(), "insert");
+    ids.push_back(*id);
+  }
+  std::vector<double> batch;
+  for (int rep = 0; rep < 20; ++rep) {
+    WriteBatch b;
+    for (int64_t id : ids) {
+      JobRow r;
+      r.id = id;
+      r.spec_json = "{\"name\":\"j\",\"gpus\":1}";
+      r.state = 3;
+      r.minibatches = rep * 100;
+      r.minibatch_rate = 12.5;
+      r.server = "server-17";
+      r.gpus_json = "[0]";
+      b.jobs.push_back(r);
+    }
+    for (int i = 0; i < 20; ++i) {
+      b.history.push_back(HistoryRow{ids[i], rep, "suspend", true, 1234, ""});
+    }
+    const auto t0 = Clock::now();
+    Check(st.Write(b), "write");
+    batch.push_back(Ms(t0));
+  }
+  f.batch_p50 = Quantile(batch, 0.5);
+
+  // The log a recovery reads: `read` events in all.
+  for (int i = events; i < read; ++i) {
+    Check(st.AppendEvent(i, "ProfileReport", kEvent).status(), "append");
+  }
+  const auto t0 = Clock::now();
+  int64_t n = 0;
+  Check(st.ForEachEvent(
+            [&](const EventRow&) {
+              ++n;
+              return core::Status::Ok();
+            },
+            0),
+        "read");
+  f.read_per_s = n / (Ms(t0) / 1000);
+
+  std::string snap(snapshot_bytes, '\0');
+  for (size_t i = 0; i < snap.size(); ++i) {
+    snap[i] = static_cast<char>((i * 2654435761u) >> 13);
+  }
+  const auto t1 = Clock::now();
+  Check(st.WriteSnapshot({st.LastEventSeq(), 1, snap, "{}"}), "snapshot");
+  f.snap_write_ms = Ms(t1);
+  const auto t2 = Clock::now();
+  auto back = st.LoadSnapshot();
+  Check(back.status(), "load snapshot");
+  f.snap_read_ms = Ms(t2);
+  if (!back->has_value() || (*back)->core != snap) Die("snapshot differs");
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int events = 2000, read = 50'000;
+  double snapshot_mb = 2;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) Die(std::string(argv[i]) + ": needs a value");
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--events")) {
+      events = std::atoi(next());
+    } else if (!std::strcmp(argv[i], "--read")) {
+      read = std::atoi(next());
+    } else if (!std::strcmp(argv[i], "--snapshot-mb")) {
+      snapshot_mb = std::atof(next());
+    } else {
+      Die(std::string("unknown flag ") + argv[i] +
+          " (flags: --events N --read N --snapshot-mb M)");
+    }
+  }
+  if (events < 1 || read < events || snapshot_mb <= 0) {
+    Die("need --events >= 1, --read >= --events, --snapshot-mb > 0");
+  }
+  const size_t snap_bytes = static_cast<size_t>(snapshot_mb * (1 << 20));
+  const fs::path dir = fs::temp_directory_path() /
+                       ("gandiva-bench-store-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  auto sqlite = Store::Open((dir / "normal.db").string());
+  Check(sqlite.status(), "sqlite");
+  const Figures n = Measure(**sqlite, events, read, snap_bytes);
+  auto durable = Store::Open((dir / "full.db").string(), /*durable_sync=*/true);
+  Check(durable.status(), "sqlite");
+  const Figures d = Measure(**durable, events, read, snap_bytes);
+
+  std::string error;
+  auto etcd = EtcdForTest::Start(&error);
+  if (etcd == nullptr) Die(error);
+  auto lead = Leadership::Create(etcd->Client(), {"/bench/", 5, "bench"});
+  Check(lead.status(), "leadership");
+  Check((*lead)->Campaign([](const std::string&) {}), "campaign");
+  auto es = EtcdStore::Open(*lead);
+  Check(es.status(), "etcd store");
+  const Figures e = Measure(**es, events, read, snap_bytes);
+  fs::remove_all(dir);
+
+  std::printf(
+      "gandiva_bench_store: %d appends, a 100-row batch x20, %d "
+      "events read back, a %.1f MB snapshot\n\n",
+      events, read, snapshot_mb);
+  std::printf(
+      "| | SQLite (synchronous=NORMAL, the default) | SQLite "
+      "(--durable-sync) | etcd (1 member, loopback, fsync per write) |\n"
+      "|---|---|---|---|\n");
+  auto row = [](const char* what, double a, double b, double c,
+                const char* unit) {
+    std::printf("| %s | %.3f %s | %.3f %s | %.3f %s |\n", what, a, unit, b,
+                unit, c, unit);
+  };
+  row("append one event, median", n.append_p50, d.append_p50, e.append_p50,
+      "ms");
+  row("append one event, p99", n.append_p99, d.append_p99, e.append_p99, "ms");
+  row("write 100 job rows + 20 history, median", n.batch_p50, d.batch_p50,
+      e.batch_p50, "ms");
+  std::printf(
+      "| read the log back | %.0f events/s | %.0f events/s | %.0f "
+      "events/s |\n",
+      n.read_per_s, d.read_per_s, e.read_per_s);
+  row("write the snapshot", n.snap_write_ms, d.snap_write_ms, e.snap_write_ms,
+      "ms");
+  row("read the snapshot", n.snap_read_ms, d.snap_read_ms, e.snap_read_ms,
+      "ms");
+  return 0;
+}
