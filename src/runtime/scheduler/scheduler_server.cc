@@ -292,6 +292,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Events a snapshot includes are still in the log: deleted a chunk per
   // loop iteration, so that no iteration holds the loop long.
   bool compacted_events_left = false;
+  // An event Feed could not log since this was last cleared.
+  bool unlogged = false;
   // The Prometheus endpoint (--metrics-listen), if any.
   std::unique_ptr<MetricsExporter> metrics;
 
@@ -401,9 +403,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Logs `body`, hands it to the core and carries out the actions.
   core::Status Feed(core::EventBody body) {
     const int64_t t = Now();
-    auto seq = store->AppendEvent(t, EventKindName(body), EncodeEvent(body));
+    const std::string kind = EventKindName(body);
+    const std::string text = EncodeEvent(body);
+    auto seq = store->AppendEvent(t, kind, text);
+    // etcd out of reach for a moment (electing its own leader, say): the
+    // loop waits while this daemon still leads, which it stops doing 2/3
+    // of its lease's TTL after its last renewal.
+    while (!seq.ok() && seq.status().code() == core::StatusCode::kUnavailable &&
+           opts.leadership && opts.leadership->leading()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      seq = store->AppendEvent(t, kind, text);
+    }
     if (!seq.ok()) {
       Warn("cannot log event, not handled: " + seq.status().ToString());
+      unlogged = true;
       return seq.status();
     }
     ++events_since_compaction;
@@ -1357,6 +1370,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     AgentConn& a = agents[static_cast<size_t>(it->second)];
     a.last_seen_us = Now();
+    unlogged = false;
     for (const rpc::JobExit& e : r.exits()) {
       const int32_t id = static_cast<int32_t>(e.job_id());
       JobExtra* x = Extra(id);
@@ -1378,6 +1392,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         continue;
       }
       if (!x->proc.exists || x->proc.server != a.id) continue;
+      const Proc was = x->proc;
+      const std::optional<int32_t> was_code = x->exit_code;
       x->proc = Proc{};
       x->exit_code = e.exit_code();
       if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
@@ -1385,6 +1401,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       History(id, "exit", e.exit_code() == 0, 0,
               "exit code " + std::to_string(e.exit_code()));
       (void)Feed(core::JobFinished{JobId(id), e.exit_code() == 0});
+      if (unlogged) {
+        // Not logged, not handled: as if it had not come. The agent keeps
+        // the exits it was not answered for and reports them again.
+        x->proc = was;
+        x->exit_code = was_code;
+        batch.history.pop_back();
+        return {grpc::StatusCode::ABORTED,
+                "the scheduler cannot log the exit of job " +
+                    std::to_string(id) + " now: report it again"};
+      }
     }
     const int64_t profile_now = Now();
     const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -769,6 +770,45 @@ TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
   agent.Exit(j, 0);
   ASSERT_TRUE(agent.Report().ok());
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+}
+
+// An exit the daemon cannot log (its store refuses the write) is not
+// answered: the agent keeps it, reports it again, and the job ends once.
+TEST_F(DaemonTest, AnExitThatCannotBeLoggedIsReportedAgainAndCountsOnce) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  server_->Sync();
+
+  // Another connection holds the database's write lock: the daemon's
+  // append waits out its busy timeout (5 s), then fails.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "gandiva.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  agent.Exit(j, 0);
+  const grpc::Status refused = agent.Report();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::ABORTED);
+  EXPECT_NE(refused.error_message().find("report it again"), std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(agent.reported_exits()[j], 0);  // kept
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+
+  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(other);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_EQ(agent.reported_exits()[j], 1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  int exits = 0;
+  const rpc::JobInfo info = cl.Get(j);
+  for (const auto& h : info.history()) exits += h.action() == "exit";
+  EXPECT_EQ(exits, 1);
 }
 
 // FIFO, two agents that checkpoint but cannot receive (a move fails once
