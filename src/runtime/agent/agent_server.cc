@@ -1152,6 +1152,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_exit_code(e.exit_code);
       x->set_minibatches(e.minibatches);
       x->set_superseded(e.superseded);
+      x->set_killed(e.killed);
     }
     for (const JobView& v : supervisor->Jobs()) {
       rpc::JobProfile* p = req.add_profiles();

@@ -248,6 +248,8 @@ struct Supervisor::JobRec {
   // Set while Checkpoint() has asked the job to save and exit: its exit
   // leaves a checkpoint to keep.
   std::atomic<bool> checkpointing{false};
+  // Set by Kill(): the daemon asked for its end (ExitRecord::killed).
+  std::atomic<bool> kill_requested{false};
   // Guarded by Supervisor::mu_.
   RunState state = RunState::kRunning;
   int exit_code = 0;
@@ -783,6 +785,7 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     rec.job_id = job->job_id;
     rec.exit_code = code;
     rec.minibatches = minibatches;
+    rec.killed = job->kill_requested.load();
     exits_.push_back(rec);
   }
   exited_cv_.notify_all();
@@ -955,6 +958,7 @@ core::Status Supervisor::Kill(int64_t job_id) {
   if (!job)
     return core::NotFound(JobIdText(job_id) + " is not known to this agent");
   std::lock_guard<std::mutex> action(job->action_mu);
+  if (!job->exited.load()) job->kill_requested.store(true);
   return KillLocked(*job);
 }
 

@@ -164,6 +164,9 @@ struct ExitRecord {
   // The job was started here again after this process ended (a move or
   // resize within this server, a restart): this exit is not the job's end.
   bool superseded = false;
+  // It ended because Kill() was called while it ran (the daemon's KillJob),
+  // not by itself nor when the agent stopped (KillAll).
+  bool killed = false;
 };
 
 class Supervisor {

@@ -233,6 +233,26 @@ TEST_F(SupervisorTest, AnExitKeptWhenTheJobStartsAgainIsSuperseded) {
   EXPECT_FALSE(kept[2].superseded);  // the new process's own
 }
 
+// Only an exit caused by Kill() is marked killed: not a job's own exit,
+// nor one at the agent's stop (KillAll).
+TEST_F(SupervisorTest, AnExitCausedByKillIsMarkedKilled) {
+  Supervisor sup(Options());
+  ASSERT_TRUE(sup.Start(Job(1, "exit 3")).ok());
+  Finish(sup, 1);
+  ASSERT_TRUE(sup.Start(Job(2, "sleep 1000")).ok());
+  ASSERT_TRUE(sup.Kill(2).ok());
+  ASSERT_TRUE(sup.Start(Job(3, "sleep 1000")).ok());
+  sup.KillAll();
+  std::vector<ExitRecord> kept = sup.PendingExits();
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0].job_id, 1);
+  EXPECT_FALSE(kept[0].killed);
+  EXPECT_EQ(kept[1].job_id, 2);
+  EXPECT_TRUE(kept[1].killed);
+  EXPECT_EQ(kept[2].job_id, 3);
+  EXPECT_FALSE(kept[2].killed);
+}
+
 // /proc/<pid>/stat's parent PID, or 0 when there is no such process.
 pid_t ParentOf(pid_t pid) {
   const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");

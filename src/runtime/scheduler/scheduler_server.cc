@@ -1392,6 +1392,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         continue;
       }
       if (!x->proc.exists || x->proc.server != a.id) continue;
+      // Killed at a daemon's request while the job goes on: that process
+      // was being replaced (a restart, a move's fallback), the exit to
+      // ignore perhaps counted by a daemon that has died since. Whatever
+      // the daemon then did (or its successor decides at reconciliation)
+      // says where the job runs.
+      if (e.killed() && !IsEnded(id)) continue;
       const Proc was = x->proc;
       const std::optional<int32_t> was_code = x->exit_code;
       x->proc = Proc{};

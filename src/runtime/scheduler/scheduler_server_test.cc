@@ -167,12 +167,17 @@ class FakeAgent final : public rpc::Agent::Service {
   }
   // Queues the exit of an earlier process of a job that runs here again (a
   // move within this server whose exit report comes late).
-  void SupersededExit(int64_t job, int code) {
+  void SupersededExit(int64_t job, int code) { MarkedExit(job, code, true); }
+  // An exit of a process killed at a daemon's request (JobExit.killed),
+  // with the process still listed.
+  void KilledExit(int64_t job, int code) { MarkedExit(job, code, false, true); }
+  void MarkedExit(int64_t job, int code, bool superseded, bool killed = false) {
     std::lock_guard lock(mu_);
     rpc::JobExit e;
     e.set_job_id(job);
     e.set_exit_code(code);
-    e.set_superseded(true);
+    e.set_superseded(superseded);
+    e.set_killed(killed);
     outbox_.push_back(e);
   }
   // Forgets a job without an exit (as if the node lost it).
@@ -766,6 +771,26 @@ TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_EQ(agent.reported_exits()[j], 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  agent.Exit(j, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+}
+
+// A process killed at a daemon's request (to replace it) whose exit to
+// ignore was counted by a daemon that died since: the flag alone keeps it
+// from ending the job.
+TEST_F(DaemonTest, AnExitMarkedKilledDoesNotEndARunningJob) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  agent.KilledExit(j, -15);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   agent.Exit(j, 0);
   ASSERT_TRUE(agent.Report().ok());
