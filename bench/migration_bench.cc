@@ -20,7 +20,9 @@
 // The checkpoint moves over the agents' bulk TCP channel (--bulk-streams N
 // parallel connections), or over the gRPC stream with --no-bulk-transfer;
 // --compare-grpc adds a large-model column moved over the gRPC stream by a
-// second pair of agents, in the same run; --compare-streams 1,2,4 moves the
+// second pair of agents, in the same run; --compare-tls one moved between
+// agents with mutual TLS (a throwaway CA made with openssl), over their TLS
+// gRPC stream, as such agents do; --compare-streams 1,2,4 moves the
 // large model between one pair of agents per number of streams, side by
 // side. By default the warm process takes the checkpoint from the source's
 // bulk channel itself, straight into its memory (its transfer then places
@@ -37,7 +39,8 @@
 //   gandiva_bench_migration [--migrations N] [--resizes N] [--skip-small]
 //       [--skip-large] [--small-only] [--skip-resize] [--loopback-mib N]
 //       [--large-width W] [--large-layers L] [--no-bulk-transfer]
-//       [--bulk-streams N] [--compare-grpc] [--compare-streams N,N,...]
+//       [--bulk-streams N] [--compare-grpc] [--compare-tls]
+//       [--compare-streams N,N,...]
 //       [--compare-files] [--no-stream-to-job] [--criu-runs N] [--gpu]
 //       [--overlap] [--wait-source-exit] [--verbose]
 #include <arpa/inet.h>
@@ -68,6 +71,8 @@
 #include "runtime/agent/agent_server.h"
 #include "runtime/agent/bulk_transfer.h"
 #include "runtime/agent/gpu_inventory.h"
+#include "runtime/tls/test_certs.h"
+#include "runtime/tls/tls.h"
 
 namespace {
 
@@ -122,12 +127,15 @@ struct Agent {
   fs::path work_dir;
   std::string label;
   int bulk_streams = 1;
+  std::optional<runtime::TlsConfig> tls;  // mutual TLS, if on
 };
 
 Agent StartAgent(const std::string& label, const fs::path& work_dir,
                  const fs::path& checkpoint_root, bool bulk_transfer,
-                 int bulk_streams, bool stream_to_job = true) {
+                 int bulk_streams, bool stream_to_job = true,
+                 const runtime::TlsFiles& tls = {}) {
   runtime::AgentOptions o;
+  o.tls = tls;
   o.bulk_transfer = bulk_transfer;
   o.stream_to_job = stream_to_job;
   o.bulk_streams = bulk_streams;
@@ -150,8 +158,11 @@ Agent StartAgent(const std::string& label, const fs::path& work_dir,
   if (!a.ok()) Die("agent " + label + ": " + a.status().ToString());
   Agent agent;
   agent.server = std::move(*a);
-  agent.stub = rpc::Agent::NewStub(grpc::CreateChannel(
-      agent.server->address(), grpc::InsecureChannelCredentials()));
+  auto config = runtime::LoadTls(tls, "--tls-");
+  if (!config.ok()) Die(config.status().ToString());
+  agent.tls = *config;
+  agent.stub = rpc::Agent::NewStub(
+      runtime::MakeChannel(agent.server->address(), agent.tls));
   agent.work_dir = work_dir;
   agent.label = label;
   agent.bulk_streams = bulk_streams;
@@ -514,8 +525,8 @@ Series MigrateBench(Agent& a, Agent& b, int64_t job, const std::string& label,
   const rpc::CheckpointReply c = Checkpoint(*src, job, 0);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto stub = rpc::Agent::NewStub(grpc::CreateCustomChannel(
-      src->server->address(), grpc::InsecureChannelCredentials(), args));
+  auto stub = rpc::Agent::NewStub(
+      runtime::MakeChannel(src->server->address(), src->tls, args));
   for (int i = 0; i < 3; ++i) {
     rpc::ReadCheckpointRequest req;
     req.set_job_id(job);
@@ -893,7 +904,8 @@ int main(int argc, char** argv) {
   size_t loopback_mib = 1024;
   int large_width = 2048, large_layers = 6;
   int criu_runs = 3;
-  bool bulk_transfer = true, compare_grpc = false, compare_files = false;
+  bool bulk_transfer = true, compare_grpc = false, compare_files = false,
+       compare_tls = false;
   bool stream_to_job = true;
   int bulk_streams = runtime::AgentOptions().bulk_streams;
   std::vector<int> compare_streams;
@@ -942,6 +954,8 @@ int main(int argc, char** argv) {
       criu_runs = std::max(0, value());
     } else if (arg == "--compare-grpc") {
       compare_grpc = true;
+    } else if (arg == "--compare-tls") {
+      compare_tls = true;
     } else if (arg == "--compare-files") {
       compare_files = true;
     } else if (arg == "--no-stream-to-job") {
@@ -960,7 +974,8 @@ int main(int argc, char** argv) {
           "[--skip-small] [--skip-large] [--small-only] [--skip-resize] "
           "[--loopback-mib N (1024; 0: skip)] [--large-width W (2048)] "
           "[--large-layers L (6)] [--no-bulk-transfer] [--bulk-streams N] "
-          "[--compare-grpc] [--compare-streams N,N,...] [--compare-files] "
+          "[--compare-grpc] [--compare-tls] [--compare-streams N,N,...] "
+          "[--compare-files] "
           "[--no-stream-to-job] [--criu-runs N (3)] [--gpu] [--overlap] "
           "[--wait-source-exit] [--verbose]\n"
           "  --criu-runs N       CRIU migrations of the large model without "
@@ -975,6 +990,9 @@ int main(int argc, char** argv) {
           "with\n"
           "                      the bulk channel off (a gRPC column beside "
           "it)\n"
+          "  --compare-tls       also move it between two agents with mutual "
+          "TLS\n"
+          "                      (over their TLS gRPC stream; a TLS column)\n"
           "  --compare-streams L also move the large model between a pair "
           "of agents\n"
           "                      per number of streams in the list L "
@@ -1105,6 +1123,7 @@ int main(int argc, char** argv) {
     series.push_back(MigrateBench(a, b, 2, label, large_width, large_layers, 1,
                                   0, migrations));
   }
+  size_t grpc_index = 0;
   if (large && compare_grpc && bulk_transfer) {
     // The same model between agents that move it over the gRPC stream.
     Agent c = StartAgent("c", dir / "c", ckpt_dir / "c", false, 1);
@@ -1114,10 +1133,35 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     char label[64];
     std::snprintf(label, sizeof label, "%dx%d gRPC", large_layers, large_width);
+    grpc_index = series.size();
     series.push_back(MigrateBench(c, d, 4, label, large_width, large_layers, 1,
                                   0, migrations));
     c.server->Shutdown();
     d.server->Shutdown();
+  }
+  size_t tls_index = 0;
+  const fs::path certs = dir / "certs";
+  if (large && compare_tls) {
+    // The same model between agents with mutual TLS: over their TLS gRPC
+    // stream (the bulk channel is plain TCP, off under TLS).
+    fs::create_directories(certs);
+    const runtime::TlsFiles files =
+        runtime::testing::MakeTestCertificates(certs, "bench");
+    if (files.ca.empty()) Die("--compare-tls: openssl made no certificates");
+    Agent e = StartAgent("e", dir / "e", ckpt_dir / "e", true, bulk_streams,
+                         stream_to_job, files);
+    Agent f = StartAgent("f", dir / "f", ckpt_dir / "f", true, bulk_streams,
+                         stream_to_job, files);
+    std::printf("  (agents e and f, %s and %s: mutual TLS)\n",
+                e.server->address().c_str(), f.server->address().c_str());
+    std::fflush(stdout);
+    char label[64];
+    std::snprintf(label, sizeof label, "%dx%d TLS", large_layers, large_width);
+    tls_index = series.size();
+    series.push_back(MigrateBench(e, f, 5, label, large_width, large_layers, 1,
+                                  0, migrations));
+    e.server->Shutdown();
+    f.server->Shutdown();
   }
   size_t files_index = 0;
   if (large && compare_files) {
@@ -1184,9 +1228,9 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  if (large && compare_grpc && bulk_transfer && loopback > 0) {
+  if (large && grpc_index > 0 && loopback > 0) {
     const Stat tcp = Summarise(series[large_index].values.at("transfer GB/s"));
-    const Stat grpc = Summarise(series.back().values.at("transfer GB/s"));
+    const Stat grpc = Summarise(series[grpc_index].values.at("transfer GB/s"));
     std::printf(
         "large-model transfer, median: bulk channel %.2f GB/s (%.0f%% of "
         "loopback, %.0f%% of loopback into a file), gRPC stream %.2f GB/s "
@@ -1196,6 +1240,20 @@ int main(int argc, char** argv) {
         100 * grpc.median / loopback,
         loopback_file > 0 ? 100 * grpc.median / loopback_file : 0.0,
         grpc.median > 0 ? tcp.median / grpc.median : 0.0);
+  }
+  if (large && compare_tls && tls_index > 0) {
+    auto median = [&](size_t i, const char* row) {
+      return Summarise(series[i].values.at(row)).median;
+    };
+    const double p = median(large_index, "CRITICAL PATH (ckpt -> 1st mb)");
+    const double p_tls = median(tls_index, "CRITICAL PATH (ckpt -> 1st mb)");
+    std::printf(
+        "large-model migration under mutual TLS, median: transfer %.2f GB/s "
+        "against %.2f GB/s without; training paused %.0f ms against %.0f ms: "
+        "x%.2f\n",
+        median(tls_index, "transfer GB/s"),
+        median(large_index, "transfer GB/s"), p_tls, p,
+        p > 0 ? p_tls / p : 0.0);
   }
   if (large && compare_files) {
     const Series& to_job = series[large_index];

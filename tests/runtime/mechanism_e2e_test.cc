@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/tls/test_certs.h"
 #include "tests/runtime/harness.h"
 
 namespace gandiva::e2e {
@@ -81,29 +82,34 @@ class MechanismE2eTest : public ::testing::Test {
 // boundary, moved to a warm process at the other agent) continues at the
 // next mini-batch and ends with exactly the parameters of a run that was
 // never migrated. Either the warm process takes the checkpoint from the
-// source's bulk channel itself (true), or its agent receives the files first
-// (--no-stream-to-job).
-class MigrationIdentityTest : public MechanismE2eTest,
-                              public ::testing::WithParamInterface<bool> {};
+// source's bulk channel itself (StraightIntoTheJob), or its agent receives
+// the files first (FilesFirst: --no-stream-to-job), or, on a cluster with
+// mutual TLS, over the agents' TLS gRPC stream (OverTls: the bulk channel
+// is plain TCP, off under TLS).
+class MigrationIdentityTest
+    : public MechanismE2eTest,
+      public ::testing::WithParamInterface<std::string> {};
 
-INSTANTIATE_TEST_SUITE_P(StreamOrFiles, MigrationIdentityTest,
-                         ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? std::string("StraightIntoTheJob")
-                                          : std::string("FilesFirst");
-                         });
+INSTANTIATE_TEST_SUITE_P(Channels, MigrationIdentityTest,
+                         ::testing::Values("StraightIntoTheJob", "FilesFirst",
+                                           "OverTls"),
+                         [](const auto& p) { return p.param; });
 
 TEST_P(MigrationIdentityTest, MigratedJobMatchesARunNeverMigrated) {
   constexpr int kSteps = 300;
   constexpr int kSeed = 11;
-  const bool stream = GetParam();
-  // The reference: the same script, same seed, outside gandiva.
-  TestCluster c(
-      {.policy = "fifo",
-       .agents = 2,
-       .gpus_per_agent = 1,
-       .agent_args = stream ? std::vector<std::string>{}
-                            : std::vector<std::string>{"--no-stream-to-job"}});
+  const bool stream = GetParam() == "StraightIntoTheJob";
+  const bool tls = GetParam() == "OverTls";
+  ClusterOptions o{.policy = "fifo", .agents = 2, .gpus_per_agent = 1};
+  if (GetParam() == "FilesFirst") o.agent_args = {"--no-stream-to-job"};
+  const fs::path certs = fs::temp_directory_path() /
+                         ("gandiva_mig_certs_" + std::to_string(::getpid()));
+  if (tls) {
+    fs::create_directories(certs);
+    o.tls = runtime::testing::MakeTestCertificates(certs, "cluster");
+    ASSERT_FALSE(o.tls.ca.empty()) << "openssl could not make certificates";
+  }
+  TestCluster c(o);
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   const rpc::JobSpec spec = c.TrainSpec("cnn-moved", "cnn", kSteps, kSeed, 20);
@@ -139,9 +145,10 @@ TEST_P(MigrationIdentityTest, MigratedJobMatchesARunNeverMigrated) {
   ASSERT_EQ(moves.size(), 1u) << Describe(c, id);
   EXPECT_TRUE(moves[0].ok());
   // " over tcp)" or, for a checkpoint large enough to go over parallel
-  // streams, " over tcp x2)".
-  for (const char* phase : {"save ", "transfer ", " over tcp", "warm start ",
-                            "load ", "first mini-batch "}) {
+  // streams, " over tcp x2)"; under TLS " over grpc)".
+  for (const char* phase :
+       {"save ", "transfer ", tls ? " over grpc" : " over tcp", "warm start ",
+        "load ", "first mini-batch "}) {
     EXPECT_NE(moves[0].detail().find(phase), std::string::npos)
         << phase << " missing: " << moves[0].detail();
   }
@@ -163,6 +170,7 @@ TEST_P(MigrationIdentityTest, MigratedJobMatchesARunNeverMigrated) {
   const std::string want = Fingerprint(ref_log);
   ASSERT_EQ(want.size(), 64u) << ref_log;
   EXPECT_EQ(Fingerprint(log), want) << "job log:\n" << log;
+  if (tls) fs::remove_all(certs);
 }
 
 // A job without the library that keeps its own checkpoints (restartable)

@@ -1317,6 +1317,11 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   auto tls = LoadTls(options.tls, "--tls-");
   if (!tls.ok()) return tls.status();
   impl->tls = std::move(*tls);
+  // The bulk channel is plain TCP: with TLS, checkpoints go over the
+  // (encrypted) gRPC stream unless the operator says the network is safe.
+  const bool bulk_off_for_tls =
+      impl->tls.has_value() && options.bulk_transfer && !options.bulk_plaintext;
+  if (bulk_off_for_tls) options.bulk_transfer = false;
   if (!options.scheduler_address.empty()) {
     std::stringstream list(options.scheduler_address);
     std::string one;
@@ -1423,7 +1428,11 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
                 : " GPUs from NVML") +
            "; serving on " + impl->address + "; work dir " +
            impl->options.work_dir + "; checkpoints in " +
-           impl->options.checkpoint_root);
+           impl->options.checkpoint_root +
+           (bulk_off_for_tls ? "; checkpoints move over the TLS gRPC stream "
+                               "(the bulk channel is plain TCP: "
+                               "--bulk-plaintext turns it on)"
+                             : ""));
   impl->caps_thread = std::thread([raw] { raw->ProbeCapabilities(); });
 
   if (!impl->schedulers.empty()) {

@@ -79,7 +79,14 @@ struct AgentOptions {
   // Checkpoints between agents over the bulk TCP channel (sendfile at the
   // source), else the ReadCheckpoint gRPC stream. false (--no-bulk-transfer):
   // this agent fetches over the stream and offers no bulk channel.
+  // With TLS (`tls`) the bulk channel, plain TCP, is off unless
+  // `bulk_plaintext`: checkpoints then go over the mutual-TLS stream.
   bool bulk_transfer = true;
+  // With TLS, keep the bulk channel all the same (--bulk-plaintext): the
+  // checkpoints' bytes cross the network unencrypted (a token sent over TLS
+  // still admits only the destination), for a network trusted not to be
+  // read, at the bulk channel's speed.
+  bool bulk_plaintext = false;
   // A warm start whose process can take its checkpoint file from a socket
   // itself (the PyTorch integration of one process says so) gets the
   // source's bulk channel offered to it instead of the files

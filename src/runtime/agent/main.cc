@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bulk-transfer", no_bulk_transfer,
                "Move checkpoints between agents over the gRPC stream only: "
                "fetch without, and offer no, bulk TCP channel");
+  app.add_flag("--bulk-plaintext", o.bulk_plaintext,
+               "With --tls-*, keep the bulk TCP channel (unencrypted, fast) "
+               "for checkpoints instead of the TLS gRPC stream");
   bool no_stream_to_job = false;
   app.add_flag("--no-stream-to-job", no_stream_to_job,
                "Receive a warm start's checkpoint into files here even when "

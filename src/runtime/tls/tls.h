@@ -9,9 +9,10 @@
 // issue one certificate for all). Without TLS (no file given) connections
 // are plain, as on a single machine.
 //
-// The agents' bulk checkpoint channel (plain TCP) is not encrypted: it
-// admits only a connection presenting the single-use token the source agent
-// handed out over (TLS) gRPC.
+// The agents' bulk checkpoint channel (plain TCP) is not encrypted: with TLS
+// an agent moves checkpoints over its TLS gRPC stream instead, unless told
+// the network is safe (--bulk-plaintext); the bulk channel then admits only
+// a connection presenting the single-use token handed out over TLS gRPC.
 //
 // Plain functions and values; thread-compatible.
 #pragma once
