@@ -574,7 +574,8 @@ struct DrainFlags {
 
 // 0 when every job placed on the server moved off it (with --no-wait: is
 // moving off it), or nothing was asked to move; 1 when some stay or a move
-// failed, or on an error.
+// failed, or on an error. A packed pair is unpacked first, then the server
+// drained again (up to three rounds) to move it.
 int RunDrain(const DrainFlags& f) {
   Session s("drain", f.conn);
   rpc::DrainRequest req;
@@ -582,7 +583,7 @@ int RunDrain(const DrainFlags& f) {
   req.set_undo(f.undo);
   req.set_cordon_only(f.cordon_only);
   rpc::DrainReply reply;
-  const grpc::Status st = s.stub().Drain(Context().get(), req, &reply);
+  grpc::Status st = s.stub().Drain(Context().get(), req, &reply);
   if (!st.ok()) return s.Fail(st);
   if (f.undo) {
     std::printf("server %s is open again: new jobs may be placed there\n",
@@ -592,45 +593,72 @@ int RunDrain(const DrainFlags& f) {
   std::printf("server %s is cordoned: nothing new is placed there\n",
               f.server.c_str());
   if (f.cordon_only) return 0;
-  int stay = 0;
-  std::vector<int64_t> moving;
-  for (const rpc::DrainedJob& j : reply.jobs()) {
-    if (!j.moved_to().empty()) {
-      std::printf("job %lld: migrating to %s\n",
-                  static_cast<long long>(j.job_id()), j.moved_to().c_str());
-      moving.push_back(j.job_id());
-    } else {
-      ++stay;
-      std::printf("job %lld: stays: %s\n", static_cast<long long>(j.job_id()),
-                  j.reason().c_str());
+  // The outcome for each job, from the last round it was in: empty when it
+  // moved (or is moving, with --no-wait), else why it stays.
+  std::map<int64_t, std::string> stays;
+  // When the drain's request for `id` went in (its history's last).
+  auto requested_at = [&](int64_t id, int64_t* since) {
+    rpc::JobInfo j;
+    std::string error;
+    if (!s.GetJob(id, &j, &error)) return false;
+    *since = 0;
+    for (const auto& h : j.history()) {
+      if (h.action() == "request" &&
+          h.detail() == "operator: drain " + f.server) {
+        *since = std::max(*since, h.time_us());
+      }
     }
-  }
-  // Wait for each move's outcome: from the drain's request in its history.
-  int failed = 0;
-  if (!f.no_wait) {
+    return true;
+  };
+  constexpr int kRounds = 3;
+  for (int round = 1;; ++round) {
+    std::vector<int64_t> moving, unpacking;
+    for (const rpc::DrainedJob& j : reply.jobs()) {
+      const auto id = static_cast<long long>(j.job_id());
+      if (!j.moved_to().empty()) {
+        std::printf("job %lld: migrating to %s\n", id, j.moved_to().c_str());
+        moving.push_back(j.job_id());
+        stays[j.job_id()].clear();
+      } else if (j.unpacking()) {
+        std::printf("job %lld: %s\n", id, j.reason().c_str());
+        unpacking.push_back(j.job_id());
+        stays[j.job_id()] = j.reason();
+      } else {
+        std::printf("job %lld: stays: %s\n", id, j.reason().c_str());
+        stays[j.job_id()] = j.reason();
+      }
+    }
+    if (f.no_wait) break;
+    // Wait for each move's and unpack's outcome.
     for (int64_t id : moving) {
-      rpc::JobInfo j;
-      std::string error;
-      if (!s.GetJob(id, &j, &error)) return s.Fail(error);
       int64_t since = 0;
-      for (const auto& h : j.history()) {
-        if (h.action() == "request" &&
-            h.detail() == "operator: drain " + f.server) {
-          since = std::max(since, h.time_us());
-        }
-      }
+      if (!requested_at(id, &since)) return 1;
       if (AwaitOutcome(s, id, {"migrate"}, since, f.timeout_s) != 0) {
-        ++failed;
+        stays[id] = "its migration failed";
       }
     }
+    bool unpacked = false;
+    for (int64_t id : unpacking) {
+      int64_t since = 0;
+      if (!requested_at(id, &since)) return 1;
+      unpacked |= AwaitOutcome(s, id, {"unpack"}, since, f.timeout_s) == 0;
+    }
+    if (!unpacked || round == kRounds) break;
+    std::printf("draining %s again: what was unpacked can move now\n",
+                f.server.c_str());
+    reply.Clear();
+    st = s.stub().Drain(Context().get(), req, &reply);
+    if (!st.ok()) return s.Fail(st);
   }
-  if (reply.jobs().empty()) {
+  int stay = 0;
+  for (const auto& [id, why] : stays) stay += !why.empty();
+  if (stays.empty()) {
     std::printf("no job is placed there\n");
-  } else if (stay > 0 || failed > 0) {
+  } else if (stay > 0) {
     std::printf(
-        "%d of %d jobs stay on %s: run `gandiva drain %s` again once there "
+        "%d of %zu jobs stay on %s: run `gandiva drain %s` again once there "
         "is room elsewhere, or let them end there\n",
-        stay + failed, reply.jobs_size(), f.server.c_str(), f.server.c_str());
+        stay, stays.size(), f.server.c_str(), f.server.c_str());
   } else if (f.no_wait) {
     std::printf(
         "(watch the moves with `gandiva ls`; `gandiva drain %s "
@@ -640,7 +668,7 @@ int RunDrain(const DrainFlags& f) {
     std::printf("%s is empty (`gandiva drain %s --undo` opens it again)\n",
                 f.server.c_str(), f.server.c_str());
   }
-  return stay + failed > 0 ? 1 : 0;
+  return stay > 0 ? 1 : 0;
 }
 
 // ----------------------------------------------------------------- servers

@@ -263,7 +263,42 @@ TEST_F(MechanismE2eTest, DrainMovesJobsOffAServerAndWaitsForThem) {
       << out;
   EXPECT_EQ(c.Job(id).server(), to);
   EXPECT_EQ(c.Cli({"drain", from, "--undo"}, &out), 0) << out;
+  EXPECT_EQ(c.Cli({"drain", to, "--undo"}, &out), 0) << out;
+
+  // A packed pair on `from`: the drain unpacks it, drains again, and moves
+  // what fits on `to` (one GPU, free once `id` is killed).
+  spec.set_name("packed-a");
+  const int64_t p1 = c.Submit(spec, &error);
+  spec.set_name("packed-b");
+  const int64_t p2 = c.Submit(spec, &error);
+  ASSERT_TRUE(p1 > 0 && p2 > 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return c.Job(p1).state() == rpc::RUNNING &&
+               !c.History(p1, "start").empty();
+      },
+      seconds(60)))
+      << Describe(c, p1);
+  EXPECT_EQ(c.Job(p1).server(), from);
+  EXPECT_EQ(c.Job(p2).state(), rpc::QUEUED);
+  ASSERT_EQ(
+      c.Cli({"pack", std::to_string(p2), "--with", std::to_string(p1)}, &out),
+      0)
+      << out;
   EXPECT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
+  EXPECT_EQ(c.Cli({"drain", from}, &out), 1) << out;
+  EXPECT_NE(out.find("unpacking it; drain again to move them"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("draining " + from + " again"), std::string::npos) << out;
+  EXPECT_NE(out.find("migrating to " + to), std::string::npos) << out;
+  EXPECT_NE(out.find("1 of 2 jobs stay on " + from), std::string::npos) << out;
+  int moved = 0;
+  for (int64_t j : {p1, p2}) moved += c.Job(j).server() == to;
+  EXPECT_EQ(moved, 1);
+  for (int64_t j : {p1, p2}) {
+    EXPECT_EQ(c.Cli({"kill", std::to_string(j)}, &out), 0) << out;
+  }
 }
 
 // Requests that cannot be carried out are refused with the reason, and the

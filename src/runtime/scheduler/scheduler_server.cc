@@ -1573,7 +1573,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // Cordons a server and migrates what is placed there to the open servers
   // with the most room first (each move as an operator's migrate: refused
-  // with the reason when it cannot be done now); or opens it again.
+  // with the reason when it cannot be done now); a packed pair is unpacked
+  // first (a packed job cannot move), for a later drain to move; or opens
+  // the server again.
   core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r) {
     auto it = agent_by_name.find(r.server());
     if (it == agent_by_name.end() ||
@@ -1591,9 +1593,30 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (core::GpuId g : c.GpusOf(sid)) {
       for (JobId j : c.gpu(g).jobs) placed.insert(j.value);
     }
+    std::set<int32_t> unpacking;
     for (int32_t id : placed) {
       rpc::DrainedJob* d = reply.add_jobs();
       d->set_job_id(id);
+      if (const JobId peer = st().job(JobId(id)).packed_with; peer.valid()) {
+        const std::string with = "packed with job " + std::to_string(peer.value);
+        if (unpacking.count(peer.value)) {
+          d->set_reason(with + ", which this drain unpacks: drain again to "
+                        "move it");
+          continue;
+        }
+        core::MechanismRequest m;
+        m.kind = core::MechanismRequest::Kind::kUnpack;
+        m.job = JobId(id);
+        const core::Status s = Mechanism(m, "drain " + r.server());
+        if (!s.ok()) {
+          d->set_reason(with + ": " + s.message());
+          continue;
+        }
+        unpacking.insert(id);
+        d->set_unpacking(true);
+        d->set_reason(with + ": unpacking it; drain again to move them");
+        continue;
+      }
       // Open servers, the most room (GPUs no running job holds) first.
       std::vector<std::pair<int, int32_t>> targets;
       for (const core::Server& s : c.servers()) {

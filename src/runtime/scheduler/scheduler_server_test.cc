@@ -425,6 +425,20 @@ class Client {
     grpc::ClientContext ctx;
     return stub_->Migrate(&ctx, r, &e);
   }
+  grpc::Status Pack(int64_t id, int64_t with) {
+    rpc::PackRequest r;
+    r.set_job_id(id);
+    r.set_with_job_id(with);
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Pack(&ctx, r, &e);
+  }
+  grpc::Status Drain(const std::string& server, rpc::DrainReply* reply) {
+    rpc::DrainRequest r;
+    r.set_server(server);
+    grpc::ClientContext ctx;
+    return stub_->Drain(&ctx, r, reply);
+  }
   grpc::Status Suspend(int64_t id) {
     rpc::JobIdRequest r;
     r.set_job_id(id);
@@ -1344,6 +1358,65 @@ TEST_F(DaemonTest, ASecondDaemonOnTheSameDatabaseIsRefused) {
 // Drain: the server is cordoned, its jobs migrate to the open server with
 // room, new jobs go elsewhere; with nowhere to go a job stays, with the
 // reason; undo opens it again.
+// A packed pair cannot move: a drain unpacks it, and the next drain moves
+// both jobs off.
+TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 2; ++i) {
+    rpc::JobSpec spec;
+    spec.set_name("job" + std::to_string(i));
+    spec.set_command("python3 train.py");
+    spec.set_gpus(1);
+    spec.set_restartable(true);
+    int64_t id = 0;
+    ASSERT_TRUE(cl.Submit(spec, &id).ok());
+    jobs.push_back(id);
+  }
+  ASSERT_TRUE(WaitFor([&] { return cl.State(jobs[0]) == rpc::RUNNING; }));
+  EXPECT_EQ(cl.State(jobs[1]), rpc::QUEUED);  // one GPU
+  ASSERT_TRUE(cl.Pack(jobs[1], jobs[0]).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(jobs[1]) == rpc::RUNNING; }));
+  FakeAgent b("node-b", 2, Mode::kOk);
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+
+  rpc::DrainReply first;
+  ASSERT_TRUE(cl.Drain("node-a", &first).ok());
+  ASSERT_EQ(first.jobs_size(), 2);
+  int unpacking = 0;
+  for (const rpc::DrainedJob& j : first.jobs()) {
+    EXPECT_TRUE(j.moved_to().empty());
+    EXPECT_NE(j.reason().find("packed with job"), std::string::npos)
+        << j.reason();
+    unpacking += j.unpacking();
+  }
+  EXPECT_EQ(unpacking, 1);  // one request unpacks the pair
+  ASSERT_TRUE(WaitFor([&] {
+    int running = 0;
+    for (int64_t id : jobs) running += cl.State(id) == rpc::RUNNING;
+    return running == 1;  // the other suspended, alone on its GPU
+  }));
+  server_->Sync();
+
+  rpc::DrainReply second;
+  ASSERT_TRUE(cl.Drain("node-a", &second).ok());
+  ASSERT_EQ(second.jobs_size(), 2);
+  for (const rpc::DrainedJob& j : second.jobs()) {
+    EXPECT_EQ(j.moved_to(), "node-b") << j.reason();
+    EXPECT_FALSE(j.unpacking());
+  }
+  EXPECT_TRUE(WaitFor([&] {
+    for (int64_t id : jobs) {
+      if (cl.Get(id).server() != "node-b") return false;
+    }
+    return true;
+  }));
+}
+
 TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
