@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/scheduler/etcd_client.h"
 
@@ -23,8 +24,11 @@ namespace gandiva::runtime {
 
 class EtcdForTest {
  public:
-  // nullptr, with the reason in *error, when etcd cannot start.
-  static std::unique_ptr<EtcdForTest> Start(std::string* error) {
+  // nullptr, with the reason in *error, when etcd cannot start. With `tls`
+  // (PEM files, tls.h) its client port serves HTTPS and asks clients for a
+  // certificate the CA signed; Client() then presents `tls`'s.
+  static std::unique_ptr<EtcdForTest> Start(std::string* error,
+                                            const TlsFiles& tls = {}) {
     const std::string bin = Find();
     if (bin.empty()) {
       *error = std::string() +
@@ -33,6 +37,7 @@ class EtcdForTest {
       return nullptr;
     }
     std::unique_ptr<EtcdForTest> e(new EtcdForTest());
+    e->tls_ = tls;
     e->dir_ = std::filesystem::temp_directory_path() /
               ("gandiva-etcd-" + std::to_string(::getpid()) + "-" +
                std::to_string(Counter()++));
@@ -40,7 +45,7 @@ class EtcdForTest {
     std::filesystem::create_directories(e->dir_);
     const int client = FreePort(), peer = FreePort();
     e->endpoint_ = "127.0.0.1:" + std::to_string(client);
-    const std::string c = "http://" + e->endpoint_;
+    const std::string c = (tls.empty() ? "http://" : "https://") + e->endpoint_;
     const std::string p = "http://127.0.0.1:" + std::to_string(peer);
     const std::string log = (e->dir_ / "etcd.log").string();
     e->pid_ = ::fork();
@@ -49,12 +54,26 @@ class EtcdForTest {
       (void)f;
       (void)std::freopen("/dev/null", "w", stdout);
       const std::string data = (e->dir_ / "data").string();
-      ::execl(bin.c_str(), bin.c_str(), "--name", "t", "--data-dir",
-              data.c_str(), "--listen-client-urls", c.c_str(),
-              "--advertise-client-urls", c.c_str(), "--listen-peer-urls",
-              p.c_str(), "--initial-advertise-peer-urls", p.c_str(),
-              "--initial-cluster", ("t=" + p).c_str(), "--log-level", "warn",
-              "--logger", "zap", static_cast<char*>(nullptr));
+      std::vector<std::string> args = {
+          bin,      "--name",
+          "t",      "--data-dir",
+          data,     "--listen-client-urls",
+          c,        "--advertise-client-urls",
+          c,        "--listen-peer-urls",
+          p,        "--initial-advertise-peer-urls",
+          p,        "--initial-cluster",
+          "t=" + p, "--log-level",
+          "warn",   "--logger",
+          "zap"};
+      if (!tls.empty()) {
+        args.insert(args.end(),
+                    {"--cert-file", tls.cert, "--key-file", tls.key,
+                     "--trusted-ca-file", tls.ca, "--client-cert-auth"});
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(bin.c_str(), argv.data());
       ::_exit(127);
     }
     const auto until =
@@ -89,9 +108,9 @@ class EtcdForTest {
   // HOST:PORT of its client URL.
   const std::string& endpoint() const { return endpoint_; }
 
-  // A client with short deadlines.
+  // A client with short deadlines (and the TLS files it was started with).
   std::shared_ptr<EtcdClient> Client() const {
-    return *EtcdClient::Create(endpoint_, std::nullopt,
+    return *EtcdClient::Create(endpoint_, *LoadTls(tls_, "--etcd-tls-"),
                                std::chrono::seconds(1));
   }
 
@@ -133,6 +152,7 @@ class EtcdForTest {
 
   std::filesystem::path dir_;
   std::string endpoint_;
+  TlsFiles tls_;
   pid_t pid_ = -1;
 };
 

@@ -9,6 +9,7 @@
 
 #include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/etcd_test_util.h"
+#include "runtime/tls/test_certs.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -217,6 +218,45 @@ TEST_F(LeadershipTest, LargeWritesAndSnapshotsGoInPieces) {
   r.set_count_only(true);
   EXPECT_EQ(etcd_->Client()->Range(r)->count(), 5);  // 4 core + 1 daemon
   EXPECT_EQ(*(*again)->InsertJob("{}", 1), 351);
+}
+
+// etcd with TLS client certificates (--etcd-tls-*): served with the
+// cluster's certificate, refused without one.
+TEST(EtcdTlsTest, OnlyAClientWithACertificateOfTheCaIsServed) {
+  const std::filesystem::path certs =
+      std::filesystem::temp_directory_path() /
+      ("gandiva-etcd-tls-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(certs);
+  const TlsFiles files = testing::MakeTestCertificates(certs, "etcd");
+  ASSERT_FALSE(files.ca.empty()) << "openssl could not make certificates";
+  std::string error;
+  auto etcd = EtcdForTest::Start(&error, files);
+  ASSERT_NE(etcd, nullptr) << error;
+  auto lead = Leadership::Create(etcd->Client(), {"/tls/", 5, "a"});
+  ASSERT_TRUE(lead.ok());
+  ASSERT_TRUE((*lead)->Campaign([](const std::string&) {}).ok());
+  auto st = EtcdStore::Open(*lead);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  ASSERT_TRUE((*st)->SetMeta("k", "v").ok());
+  (*lead)->Resign();
+
+  auto plain = EtcdClient::Create(etcd->endpoint(), std::nullopt,
+                                  std::chrono::seconds(1));
+  ASSERT_TRUE(plain.ok());
+  etcdserverpb::RangeRequest r;
+  r.set_key("/tls/meta/k");
+  EXPECT_FALSE((*plain)->Range(r).ok());
+  auto rogue = LoadTls(testing::MakeTestCertificates(certs, "rogue"), "x");
+  ASSERT_TRUE(rogue.ok());
+  auto other =
+      EtcdClient::Create(etcd->endpoint(), *rogue, std::chrono::seconds(1));
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE((*other)->Range(r).ok());
+  auto ours = etcd->Client()->Range(r);
+  ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+  ASSERT_EQ(ours->kvs_size(), 1);
+  EXPECT_EQ(ours->kvs(0).value(), "v");
+  std::filesystem::remove_all(certs);
 }
 
 }  // namespace
