@@ -203,7 +203,8 @@ class FakeAgent final : public rpc::Agent::Service {
   }
   // Sends a report (exits kept so far); re-registers when told to, as a
   // real agent does.
-  grpc::Status Report() {
+  grpc::Status Report(
+      std::chrono::seconds deadline = std::chrono::seconds(10)) {
     std::lock_guard lock(mu_);
     rpc::AgentReport r;
     r.set_name(name_);
@@ -215,8 +216,7 @@ class FakeAgent final : public rpc::Agent::Service {
     }
     rpc::AgentReportReply rep;
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(10));
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
     grpc::Status s = stub_->Report(&ctx, r, &rep);
     if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
       grpc::Status reg = RegisterLocked();
@@ -825,13 +825,15 @@ TEST_F(DaemonTest, AnExitThatCannotBeLoggedIsReportedAgainAndCountsOnce) {
   server_->Sync();
 
   // Another connection holds the database's write lock: the daemon's
-  // append waits out its busy timeout (5 s), then fails.
+  // append waits out its busy timeout (5 s), then fails; so may a write of
+  // the state before it (the report's deadline allows for both).
   sqlite3* other = nullptr;
   ASSERT_EQ(sqlite3_open((dir_ / "gandiva.db").c_str(), &other), SQLITE_OK);
+  sqlite3_busy_timeout(other, 10'000);  // the daemon may be writing now
   ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
             SQLITE_OK);
   agent.Exit(j, 0);
-  const grpc::Status refused = agent.Report();
+  const grpc::Status refused = agent.Report(std::chrono::seconds(60));
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_NE(refused.error_message().find("report it again"), std::string::npos)
       << refused.error_message();
