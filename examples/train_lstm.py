@@ -116,6 +116,7 @@ def main() -> int:
             optimizer.step()
             step = job.steps + 1  # job.steps counts at the boundary
             if step % args.log_every == 0 or step == args.steps:
+                job.report(loss.item())  # gandiva ls/show: METRIC
                 rate = (step - first) / max(time.monotonic() - t0, 1e-9)
                 print(f"epoch {epoch} step {step}/{args.steps} "
                       f"loss {loss.item():.4f} ({rate:.1f} steps/s)",

@@ -99,6 +99,15 @@ def set_minibatches(count: int) -> None:
     _lib.load().gandiva_set_minibatches(int(count))
 
 
+def report_metric(value: float) -> bool:
+    """Reports the job's metric (a loss, an accuracy: the job's choice); the
+    agent shows the last value reported, with the mini-batch count then
+    (`gandiva ls`, `gandiva show`), for instance for a hyper-parameter
+    search to compare jobs by. False outside gandiva (nothing to report
+    to)."""
+    return _lib.load().gandiva_report_metric(float(value)) == 0
+
+
 def active() -> bool:
     """True when attached to a gandiva agent's progress page."""
     return bool(_lib.load().gandiva_active())

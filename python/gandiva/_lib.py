@@ -142,6 +142,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gandiva_minibatches": ([], c.c_uint64),
         "gandiva_set_minibatches": ([c.c_uint64], None),
         "gandiva_active": ([], c.c_int),
+        "gandiva_report_metric": ([c.c_double], c.c_int),
         "gandiva_job_id": ([], c.c_char_p),
         "gandiva_checkpoint_dir": ([], c.c_char_p),
         "gandiva_resume_from": ([], c.c_char_p),
@@ -150,6 +151,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "gandiva_strerror": ([c.c_int], c.c_char_p),
         "gandiva_page_create": ([c.c_char_p], c.c_int),
         "gandiva_page_read": ([c.c_char_p, c.POINTER(PageInfo)], c.c_int),
+        "gandiva_page_read_metric": ([c.c_char_p, c.POINTER(c.c_double),
+                                      c.POINTER(c.c_uint64),
+                                      c.POINTER(c.c_uint64)], c.c_int),
         "gandiva_page_request": ([c.c_char_p, c.c_uint32, c.c_uint32],
                                  c.c_int64),
         "gandiva_monotonic_ns": ([], c.c_uint64),
@@ -220,6 +224,9 @@ class NoOpLib:
 
     def gandiva_active(self) -> int:
         return 0
+
+    def gandiva_report_metric(self, value: float) -> int:
+        return E_STATE
 
     def gandiva_job_id(self) -> Optional[bytes]:
         return self._env.get("GANDIVA_JOB_ID")

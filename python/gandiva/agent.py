@@ -9,6 +9,7 @@ requests to a page.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 from typing import Optional
 
@@ -79,6 +80,20 @@ def create_page(path: str) -> None:
     rc = _lib.load_real().gandiva_page_create(str(path).encode())
     if rc != 0:
         raise GandivaError(f"gandiva_page_create({path})", rc)
+
+
+def read_metric(path: str):
+    """The job's last reported metric as (value, minibatches), or None when
+    it reported none."""
+    value = ctypes.c_double()
+    at = ctypes.c_uint64()
+    reports = ctypes.c_uint64()
+    rc = _lib.load_real().gandiva_page_read_metric(
+        str(path).encode(), ctypes.byref(value), ctypes.byref(at),
+        ctypes.byref(reports))
+    if rc != 0:
+        raise GandivaError(f"gandiva_page_read_metric({path})", rc)
+    return (value.value, at.value) if reports.value > 0 else None
 
 
 def read_page(path: str) -> Page:

@@ -783,6 +783,15 @@ class Job:
         self.epoch += 1
         self.batch_in_epoch = 0
 
+    def report(self, value: float) -> bool:
+        """Reports the job's metric (a loss, an accuracy), shown by `gandiva
+        ls` and `gandiva show` with the step it was reported at (see
+        gandiva.report_metric). Only rank 0 of a data-parallel job reports.
+        False when not reported (outside gandiva, or not rank 0)."""
+        if self._dist and self.rank != 0:
+            return False
+        return gandiva.report_metric(float(value))
+
     def step(self) -> int:
         """For hand-written loops: call after each mini-batch instead of
         using batches() (the data position is then only the step count)."""

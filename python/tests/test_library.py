@@ -73,3 +73,35 @@ def test_page_helpers_round_trip(fresh_lib, lib_path, tmp_path):
     with pytest.raises(gandiva.GandivaError):
         agent.read_page(tmp_path / "absent")
     assert agent.monotonic_ns() > 0
+
+
+def test_a_reported_metric_reaches_the_page(fresh_lib, lib_path, tmp_path):
+    fresh_lib.setenv("GANDIVA_CLIENT_LIB", str(lib_path))
+    fresh_lib.delenv("GANDIVA_PROGRESS_FILE", raising=False)
+    assert gandiva.report_metric(1.0) is False  # outside gandiva
+    page = tmp_path / "progress"
+    agent.create_page(page)
+    assert agent.read_metric(page) is None
+    fresh_lib.setenv("GANDIVA_PROGRESS_FILE", str(page))
+    fresh_lib.delenv("GANDIVA_RESUME_FROM", raising=False)
+    assert gandiva.init() == 0
+    try:
+        for _ in range(3):
+            gandiva.step()
+        at = gandiva.minibatches()  # counts on from earlier tests' steps
+        assert gandiva.report_metric(0.5) is True
+        assert agent.read_metric(page) == (0.5, at)
+        gandiva.step()
+        assert gandiva.report_metric(0.25) is True
+        assert agent.read_metric(page) == (0.25, at + 1)
+    finally:
+        gandiva.shutdown()
+    with pytest.raises(gandiva.GandivaError):
+        agent.read_metric(tmp_path / "absent")
+
+
+def test_report_metric_is_a_no_op_without_the_library(fresh_lib, tmp_path):
+    fresh_lib.setattr(_lib, "candidate_paths", lambda: [tmp_path / "nope.so"])
+    fresh_lib.delenv("GANDIVA_PROGRESS_FILE", raising=False)
+    assert gandiva.init() == gandiva.INACTIVE
+    assert gandiva.report_metric(2.0) is False

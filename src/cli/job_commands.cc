@@ -1,6 +1,7 @@
 // `gandiva submit|ls|show|logs|kill|suspend|resume|servers`: the user's view
 // of a running cluster, as a client of the daemon's Scheduler service (and,
 // for logs, of the agent's TailLog).
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -176,7 +177,18 @@ int RunSubmit(const SubmitFlags& f) {
 struct LsFlags {
   ConnectionFlags conn;
   bool all = false;
+  bool json = false;
 };
+
+// A message as JSON (proto3's mapping: field names in lowerCamelCase, 64-bit
+// integers as strings), on one line.
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
 
 int RunLs(const LsFlags& f) {
   Session s("ls", f.conn);
@@ -185,13 +197,17 @@ int RunLs(const LsFlags& f) {
   rpc::ListJobsReply reply;
   const grpc::Status st = s.stub().ListJobs(Context().get(), req, &reply);
   if (!st.ok()) return s.Fail(st);
+  if (f.json) {
+    std::printf("%s\n", ToJson(reply).c_str());
+    return 0;
+  }
   std::vector<const rpc::JobInfo*> jobs;
   for (const auto& j : reply.jobs()) jobs.push_back(&j);
   std::sort(jobs.begin(), jobs.end(),
             [](const auto* a, const auto* b) { return a->id() < b->id(); });
   std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "GPUS",
                                                  "SERVER", "PROGRESS", "RATE",
-                                                 "SUSPENDS", "AGE"}};
+                                                 "METRIC", "SUSPENDS", "AGE"}};
   const int64_t now = NowUs();
   for (const auto* j : jobs) {
     std::string server = j->server().empty() ? "-" : j->server();
@@ -202,12 +218,16 @@ int RunLs(const LsFlags& f) {
     if (j->progress().minibatch_rate() > 0 && !IsEnded(j->state())) {
       std::snprintf(rate, sizeof rate, "%.1f", j->progress().minibatch_rate());
     }
+    char metric[32] = "-";
+    if (j->progress().metric_reports() > 0) {
+      std::snprintf(metric, sizeof metric, "%.4g", j->progress().metric());
+    }
     rows.push_back(
         {std::to_string(j->id()), j->spec().name(), StateName(j->state()),
          std::to_string(j->spec().gpus()), server,
          FormatProgress(j->progress().minibatches(),
                         j->spec().total_minibatches()),
-         rate, std::to_string(j->suspends()),
+         rate, metric, std::to_string(j->suspends()),
          j->submitted_us() > 0 ? FormatAge(now - j->submitted_us()) : "-"});
   }
   std::fputs(FormatTable(rows).c_str(), stdout);
@@ -224,6 +244,7 @@ int RunLs(const LsFlags& f) {
 struct JobFlags {
   ConnectionFlags conn;
   std::string job;
+  bool json = false;
 };
 
 // How the job can be moved to other GPUs (migrate, a pack or resume
@@ -263,6 +284,10 @@ int RunShow(const JobFlags& f) {
   rpc::JobInfo j;
   if (!s.ResolveJob(f.job, &id, &error) || !s.GetJob(id, &j, &error)) {
     return s.Fail(error);
+  }
+  if (f.json) {
+    std::printf("%s\n", ToJson(j).c_str());
+    return 0;
   }
   const rpc::JobSpec& spec = j.spec();
   const int64_t now = NowUs();
@@ -305,6 +330,10 @@ int RunShow(const JobFlags& f) {
     std::printf(", %.1f mini-batches/s", p.minibatch_rate());
   }
   std::printf("\n");
+  if (p.metric_reports() > 0) {
+    std::printf("  metric:       %.6g (reported after mini-batch %lld)\n",
+                p.metric(), static_cast<long long>(p.metric_minibatches()));
+  }
   std::printf("  library:      %s\n",
               j.uses_library() || p.uses_library()
                   ? "yes (suspends at mini-batch boundaries)"
@@ -763,6 +792,9 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     auto f = std::make_shared<LsFlags>();
     CLI::App* sub = app.add_subcommand("ls", "List jobs");
     sub->add_flag("-a,--all", f->all, "Include ended jobs");
+    sub->add_flag("--json", f->json,
+                  "Print the jobs as JSON (the ListJobsReply message) for "
+                  "scripts");
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunLs(*f); });
   }
@@ -771,6 +803,8 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     CLI::App* sub = app.add_subcommand(
         "show", "Everything about a job, with its mechanism history");
     sub->add_option("job", f->job, "Job id or name")->required();
+    sub->add_flag("--json", f->json,
+                  "Print the job as JSON (the JobInfo message) for scripts");
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunShow(*f); });
   }

@@ -442,6 +442,13 @@ void gandiva_set_minibatches(uint64_t count) {
   }
 }
 
+int gandiva_report_metric(double value) {
+  gandiva_progress_page* page = Page();
+  if (page == nullptr) return GANDIVA_E_STATE;
+  gandiva::client::internal::WriteMetric(page, value);
+  return GANDIVA_OK;
+}
+
 int gandiva_active(void) { return Page() != nullptr ? 1 : 0; }
 const char* gandiva_job_id(void) { return G().job_id.get(); }
 const char* gandiva_checkpoint_dir(void) { return G().checkpoint_dir.get(); }
@@ -512,6 +519,23 @@ int gandiva_page_read(const char* path, gandiva_page_info* out) {
   if (rc != GANDIVA_OK) return rc;
   gandiva::client::internal::ReadPageInfo(*m.page, out);
   gandiva::client::internal::UnmapPage(&m);
+  return GANDIVA_OK;
+}
+
+int gandiva_page_read_metric(const char* path, double* value,
+                             uint64_t* minibatches, uint64_t* reports) {
+  if (path == nullptr || value == nullptr || minibatches == nullptr ||
+      reports == nullptr) {
+    return GANDIVA_E_INVALID;
+  }
+  PageMapping m;
+  int rc = gandiva::client::internal::OpenPage(path, &m);
+  if (rc != GANDIVA_OK) return rc;
+  const auto metric = gandiva::client::internal::ReadMetric(*m.page);
+  gandiva::client::internal::UnmapPage(&m);
+  *value = metric.value;
+  *minibatches = metric.minibatches;
+  *reports = metric.reports;
   return GANDIVA_OK;
 }
 

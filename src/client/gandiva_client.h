@@ -159,6 +159,13 @@ GANDIVA_API uint64_t gandiva_minibatches(void);
  * call before the first gandiva_step(). */
 GANDIVA_API void gandiva_set_minibatches(uint64_t count);
 
+/* Reports the job's metric (a loss, an accuracy: the job's choice, e.g. for
+ * a hyper-parameter search to compare jobs by): the agent sees the last
+ * value reported and the mini-batch count then (`gandiva ls`, `gandiva
+ * show`). GANDIVA_OK, or GANDIVA_E_STATE when not attached (nothing to report
+ * to). */
+GANDIVA_API int gandiva_report_metric(double value);
+
 /* 1 if attached to a progress page, else 0. */
 GANDIVA_API int gandiva_active(void);
 /* Environment as read by gandiva_init(); NULL when unset. The strings live
@@ -212,6 +219,12 @@ GANDIVA_API int gandiva_page_create(const char* path);
 /* Reads the page at `path` into *out. GANDIVA_OK, GANDIVA_E_IO,
  * GANDIVA_E_BAD_PAGE or GANDIVA_E_INVALID (NULL argument). */
 GANDIVA_API int gandiva_page_read(const char* path, gandiva_page_info* out);
+/* The last metric the job reported (gandiva_report_metric): *reports = 0
+ * when none (or the job's library predates page minor 2). GANDIVA_OK,
+ * GANDIVA_E_IO, GANDIVA_E_BAD_PAGE or GANDIVA_E_INVALID (a NULL argument). */
+GANDIVA_API int gandiva_page_read_metric(const char* path, double* value,
+                                         uint64_t* minibatches,
+                                         uint64_t* reports);
 /* Posts a request (enum gandiva_request_kind, arg <= GANDIVA_REQUEST_ARG_MAX)
  * with the next sequence number; returns the sequence number (> 0) or a
  * GANDIVA_E_* code. Only one agent may post to a page. */

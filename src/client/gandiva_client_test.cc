@@ -767,6 +767,7 @@ TEST_F(ClientTest, WithoutTheEnvironmentTheLibraryIsANoOp) {
     }
     if (gandiva_minibatches() != 7) _exit(15);
     if (gandiva_checkpoint_done(0) != GANDIVA_E_STATE) _exit(16);
+    if (gandiva_report_metric(1.5) != GANDIVA_E_STATE) _exit(18);
     // No handler: SIGUSR1 keeps its default action (terminate).
     struct sigaction sa {};
     sigaction(SIGUSR1, nullptr, &sa);
@@ -776,6 +777,45 @@ TEST_F(ClientTest, WithoutTheEnvironmentTheLibraryIsANoOp) {
   }
   EXPECT_EQ(WaitExit(), 0);
   EXPECT_FALSE(std::filesystem::exists(page_path_));
+}
+
+// The job's metric reaches the page with the mini-batch count then; the
+// last report wins, and the agent reads it after the job exited.
+TEST_F(ClientTest, AReportedMetricIsOnThePageWithItsMinibatch) {
+  ASSERT_EQ(gandiva_page_create(page_path_.c_str()), GANDIVA_OK);
+  double value = -1;
+  uint64_t at = 9, reports = 9;
+  ASSERT_EQ(gandiva_page_read_metric(page_path_.c_str(), &value, &at, &reports),
+            GANDIVA_OK);
+  EXPECT_EQ(reports, 0u);  // none yet
+  std::fflush(nullptr);
+  pid_ = fork();
+  ASSERT_GE(pid_, 0);
+  if (pid_ == 0) {
+    setenv("GANDIVA_PROGRESS_FILE", page_path_.c_str(), 1);
+    unsetenv("GANDIVA_RESUME_FROM");
+    if (gandiva_init() != GANDIVA_OK) _exit(10);
+    for (int i = 0; i < 3; ++i) (void)gandiva_step();
+    if (gandiva_report_metric(0.25) != GANDIVA_OK) _exit(11);
+    (void)gandiva_step();
+    if (gandiva_report_metric(-0.125) != GANDIVA_OK) _exit(12);
+    gandiva_shutdown();
+    _exit(0);
+  }
+  EXPECT_EQ(WaitExit(), 0);
+  ASSERT_EQ(gandiva_page_read_metric(page_path_.c_str(), &value, &at, &reports),
+            GANDIVA_OK);
+  EXPECT_EQ(value, -0.125);
+  EXPECT_EQ(at, 4u);
+  EXPECT_EQ(reports, 2u);
+  auto reader = ProgressReader::Open(page_path_);
+  ASSERT_TRUE(reader.ok());
+  const ProgressSnapshot snap = reader->Read();
+  EXPECT_EQ(snap.metric, -0.125);
+  EXPECT_EQ(snap.metric_minibatches, 4u);
+  EXPECT_EQ(snap.metric_reports, 2u);
+  EXPECT_EQ(gandiva_page_read_metric(nullptr, &value, &at, &reports),
+            GANDIVA_E_INVALID);
 }
 
 TEST_F(ClientTest, InitReportsABadOrMissingPage) {

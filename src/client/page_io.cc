@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <new>
 
 namespace gandiva::client::internal {
@@ -189,6 +190,34 @@ int64_t PostRequest(gandiva_progress_page* page, uint32_t kind, uint32_t arg) {
   page->request.store(gandiva_request_pack(seq, kind, arg),
                       std::memory_order_release);
   return seq;
+}
+
+PageMetric ReadMetric(const gandiva_progress_page& page) {
+  for (;;) {
+    const uint64_t before = page.metric_seq.load(std::memory_order_acquire);
+    PageMetric m;
+    const uint64_t bits = page.metric_bits.load(std::memory_order_acquire);
+    m.minibatches = page.metric_minibatches.load(std::memory_order_acquire);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint64_t after = page.metric_seq.load(std::memory_order_relaxed);
+    if (before % 2 != 0 || before != after) continue;  // being written
+    std::memcpy(&m.value, &bits, sizeof bits);
+    m.reports = before / 2;
+    return m;
+  }
+}
+
+void WriteMetric(gandiva_progress_page* page, double value) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint64_t seq = page->metric_seq.load(std::memory_order_relaxed);
+  page->metric_seq.store(seq + 1, std::memory_order_relaxed);  // odd
+  std::atomic_thread_fence(std::memory_order_release);
+  page->metric_bits.store(bits, std::memory_order_relaxed);
+  page->metric_minibatches.store(
+      page->minibatches.load(std::memory_order_relaxed),
+      std::memory_order_relaxed);
+  page->metric_seq.store(seq + 2, std::memory_order_release);  // even
 }
 
 }  // namespace gandiva::client::internal

@@ -57,6 +57,17 @@ RateEstimate ComputeRate(const gandiva_progress_page& page);
 // Fills *out from the page, each field read atomically (acquire).
 void ReadPageInfo(const gandiva_progress_page& page, gandiva_page_info* out);
 
+// The job's last reported metric (page minor 2), read consistently
+// (metric_seq, progress_page.h). reports = 0: none yet.
+struct PageMetric {
+  double value = 0;
+  uint64_t minibatches = 0;
+  uint64_t reports = 0;
+};
+PageMetric ReadMetric(const gandiva_progress_page& page);
+// The job's side: publishes `value` with the page's mini-batch count.
+void WriteMetric(gandiva_progress_page* page, double value);
+
 // Posts a request with the next sequence number; returns it (> 0), or
 // GANDIVA_E_INVALID for an unknown kind or an arg above
 // GANDIVA_REQUEST_ARG_MAX. Only one agent may post to a page.

@@ -47,7 +47,7 @@
 /* "GNDVPAGE" read as a little-endian 64-bit integer. */
 #define GANDIVA_PAGE_MAGIC 0x4547415056444E47ULL
 #define GANDIVA_PAGE_VERSION_MAJOR 1
-#define GANDIVA_PAGE_VERSION_MINOR 1
+#define GANDIVA_PAGE_VERSION_MINOR 2
 /* Size of the file the agent creates (one page; the struct uses less). */
 #define GANDIVA_PAGE_FILE_SIZE 4096
 /* Timestamps of this many most recent mini-batch boundaries are kept. */
@@ -199,6 +199,17 @@ typedef struct gandiva_progress_page {
 
   /* ---- job -> agent: boundary ring (job writes; offset 256) ---- */
   GANDIVA_ATOMIC(uint64_t) boundary_ns[GANDIVA_PAGE_RING];
+
+  /* ---- (minor 2) job -> agent: the job's metric (job writes; offset 384)
+   * The last value the job reported with gandiva_report_metric() (a loss,
+   * an accuracy: the job's choice) and its mini-batch count then. A
+   * sequence lock: the job makes `metric_seq` odd, stores both, makes it
+   * even (release); a reader reads the seq, both fields, the seq again,
+   * and retries while it was odd or changed. Reports so far: seq / 2. */
+  GANDIVA_ATOMIC(uint64_t) metric_seq;
+  GANDIVA_ATOMIC(uint64_t) metric_bits; /* the IEEE-754 double's bits */
+  GANDIVA_ATOMIC(uint64_t) metric_minibatches;
+  uint8_t reserved3[40];
 } gandiva_progress_page;
 
 #ifdef __cplusplus
@@ -225,7 +236,9 @@ GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, restore_begin_ns) == 232,
                       "layout: restore_begin_ns");
 GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, boundary_ns) == 256,
                       "layout: boundary_ns");
-GANDIVA_STATIC_ASSERT(sizeof(gandiva_progress_page) == 384, "layout: size");
+GANDIVA_STATIC_ASSERT(offsetof(gandiva_progress_page, metric_seq) == 384,
+                      "layout: metric_seq");
+GANDIVA_STATIC_ASSERT(sizeof(gandiva_progress_page) == 448, "layout: size");
 GANDIVA_STATIC_ASSERT(sizeof(gandiva_progress_page) <= GANDIVA_PAGE_FILE_SIZE,
                       "page must fit in the file");
 

@@ -56,7 +56,10 @@ TEST(ProgressPageLayout, FieldOffsetsAreTheProtocol) {
   EXPECT_EQ(offsetof(gandiva_progress_page, exit_code), 224u);
   EXPECT_EQ(offsetof(gandiva_progress_page, target_world_size), 228u);
   EXPECT_EQ(offsetof(gandiva_progress_page, boundary_ns), 256u);
-  EXPECT_EQ(sizeof(gandiva_progress_page), 384u);
+  EXPECT_EQ(offsetof(gandiva_progress_page, metric_seq), 384u);  // minor 2
+  EXPECT_EQ(offsetof(gandiva_progress_page, metric_bits), 392u);
+  EXPECT_EQ(offsetof(gandiva_progress_page, metric_minibatches), 400u);
+  EXPECT_EQ(sizeof(gandiva_progress_page), 448u);
   EXPECT_TRUE(std::atomic<uint64_t>::is_always_lock_free);
   EXPECT_TRUE(std::atomic<uint32_t>::is_always_lock_free);
   EXPECT_TRUE(std::atomic<int32_t>::is_always_lock_free);

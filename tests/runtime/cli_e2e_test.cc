@@ -152,6 +152,25 @@ TEST_F(CliE2eTest, UpLsDown) {
   EXPECT_NE(show.out.find("state:        finished"), std::string::npos)
       << show.out;
   EXPECT_NE(show.out.find("history:"), std::string::npos) << show.out;
+  if (torch) {
+    // Its loss, reported every 10 steps: the last, read at its exit.
+    EXPECT_NE(show.out.find("metric:"), std::string::npos) << show.out;
+    EXPECT_NE(show.out.find("(reported after mini-batch 29)"),
+              std::string::npos)
+        << show.out;
+  }
+  {
+    const CliRun r = Gandiva("show --json " + id + " " + state);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("\"name\":\"tiny\""), std::string::npos) << r.out;
+    if (torch) {
+      EXPECT_NE(r.out.find("\"metricMinibatches\":\"29\""), std::string::npos)
+          << r.out;
+    }
+    const CliRun l = Gandiva("ls --all --json " + state);
+    EXPECT_EQ(l.status, 0) << l.out;
+    EXPECT_EQ(l.out.rfind("{\"jobs\":[", 0), 0u) << l.out;
+  }
   {
     const CliRun r = Gandiva("logs " + id + " " + state);
     EXPECT_EQ(r.status, 0) << r.out;
@@ -169,8 +188,7 @@ TEST_F(CliE2eTest, UpLsDown) {
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("server agent-0 is cordoned"), std::string::npos)
         << r.out;
-    EXPECT_NE(r.out.find("no job is placed there"), std::string::npos)
-        << r.out;
+    EXPECT_NE(r.out.find("no job is placed there"), std::string::npos) << r.out;
     const CliRun servers = Gandiva("servers " + state);
     EXPECT_NE(servers.out.find("cordoned"), std::string::npos) << servers.out;
     const CliRun bad = Gandiva("drain agent-9 " + state);

@@ -282,6 +282,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     p.set_uses_library(v.uses_library);
     p.set_sharing(v.sharing);
     p.set_world_size(v.world_size);
+    if (v.metric_reports > 0) {
+      p.set_metric(v.metric);
+      p.set_metric_minibatches(static_cast<int64_t>(v.metric_minibatches));
+      p.set_metric_reports(static_cast<int64_t>(v.metric_reports));
+    }
     if (!inventory->is_virtual() && v.state == RunState::kRunning) {
       p.set_gpu_utilization(inventory->Utilization(v.gpus));
       p.set_gpu_memory_bytes(
@@ -1153,6 +1158,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_minibatches(e.minibatches);
       x->set_superseded(e.superseded);
       x->set_killed(e.killed);
+      if (e.metric_reports > 0) {
+        x->set_metric(e.metric);
+        x->set_metric_minibatches(static_cast<int64_t>(e.metric_minibatches));
+        x->set_metric_reports(static_cast<int64_t>(e.metric_reports));
+      }
     }
     for (const JobView& v : supervisor->Jobs()) {
       rpc::JobProfile* p = req.add_profiles();

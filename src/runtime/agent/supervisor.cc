@@ -773,6 +773,8 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
   }
   const int64_t minibatches =
       static_cast<int64_t>(job->reader ? job->reader->minibatches() : 0);
+  std::optional<client::ProgressSnapshot> last;
+  if (job->reader) last = job->reader->Read();
   unlink(job->page_path.c_str());  // the mapping stays readable
   unlink(ProcessRecordPath(job->job_id, job->pid).c_str());
   ExitRecord rec;
@@ -786,6 +788,11 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     rec.exit_code = code;
     rec.minibatches = minibatches;
     rec.killed = job->kill_requested.load();
+    if (last) {
+      rec.metric = last->metric;
+      rec.metric_minibatches = last->metric_minibatches;
+      rec.metric_reports = last->metric_reports;
+    }
     exits_.push_back(rec);
   }
   exited_cv_.notify_all();
@@ -1030,6 +1037,9 @@ std::vector<JobView> Supervisor::Jobs(bool include_exited) const {
       v.minibatch_rate = s.rate_per_second.value_or(0.0);
       v.uses_library = s.pid > 0 && s.state != client::JobState::kNew;
       v.library_pid = s.pid;
+      v.metric = s.metric;
+      v.metric_minibatches = s.metric_minibatches;
+      v.metric_reports = s.metric_reports;
     }
     out.push_back(std::move(v));
   }

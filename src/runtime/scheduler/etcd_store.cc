@@ -48,7 +48,10 @@ json JobJson(const JobRow& r) {
           {"server", r.server},
           {"gpus", r.gpus_json},
           {"suspends", r.suspends},
-          {"resumes", r.resumes}};
+          {"resumes", r.resumes},
+          {"metric", r.metric},
+          {"metric_minibatches", r.metric_minibatches},
+          {"metric_reports", r.metric_reports}};
 }
 
 JobRow JobOf(const json& j) {
@@ -69,6 +72,9 @@ JobRow JobOf(const json& j) {
   r.gpus_json = j.at("gpus").get<std::string>();
   r.suspends = j.at("suspends").get<int32_t>();
   r.resumes = j.at("resumes").get<int32_t>();
+  r.metric = j.value("metric", 0.0);
+  r.metric_minibatches = j.value("metric_minibatches", int64_t{0});
+  r.metric_reports = j.value("metric_reports", int64_t{0});
   return r;
 }
 

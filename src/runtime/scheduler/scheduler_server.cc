@@ -1403,6 +1403,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       x->proc = Proc{};
       x->exit_code = e.exit_code();
       if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+      if (e.metric_reports() > 0) {
+        x->progress.set_metric(e.metric());
+        x->progress.set_metric_minibatches(e.metric_minibatches());
+        x->progress.set_metric_reports(e.metric_reports());
+      }
       if (IsEnded(id)) continue;
       History(id, "exit", e.exit_code() == 0, 0,
               "exit code " + std::to_string(e.exit_code()));
@@ -1424,7 +1429,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const int32_t id = static_cast<int32_t>(p.job_id());
       JobExtra* x = Extra(id);
       if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
+      const rpc::Progress before = x->progress;
       x->progress = p.progress();
+      // A new process (after a move, a restart) has reported no metric
+      // yet: the job's last one stands.
+      if (p.progress().metric_reports() == 0 && before.metric_reports() > 0) {
+        x->progress.set_metric(before.metric());
+        x->progress.set_metric_minibatches(before.metric_minibatches());
+        x->progress.set_metric_reports(before.metric_reports());
+      }
       CheckProbe(id, *x);
       // Due on a grid of the interval, not an interval after the last one
       // fed: reports come at the agent's pace, a little early or late, and
@@ -1598,9 +1611,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       rpc::DrainedJob* d = reply.add_jobs();
       d->set_job_id(id);
       if (const JobId peer = st().job(JobId(id)).packed_with; peer.valid()) {
-        const std::string with = "packed with job " + std::to_string(peer.value);
+        const std::string with =
+            "packed with job " + std::to_string(peer.value);
         if (unpacking.count(peer.value)) {
-          d->set_reason(with + ", which this drain unpacks: drain again to "
+          d->set_reason(with +
+                        ", which this drain unpacks: drain again to "
                         "move it");
           continue;
         }
@@ -1729,6 +1744,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         json(std::vector<int32_t>(i.gpus().begin(), i.gpus().end())).dump();
     r.suspends = i.suspends();
     r.resumes = i.resumes();
+    r.metric = i.progress().metric();
+    r.metric_minibatches = i.progress().metric_minibatches();
+    r.metric_reports = i.progress().metric_reports();
     return r;
   }
   static bool SameRow(const JobRow& a, const JobRow& b) {
@@ -1738,7 +1756,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
            a.minibatch_rate == b.minibatch_rate &&
            a.uses_library == b.uses_library && a.server == b.server &&
            a.gpus_json == b.gpus_json && a.suspends == b.suspends &&
-           a.resumes == b.resumes && a.submitted_us == b.submitted_us;
+           a.resumes == b.resumes && a.submitted_us == b.submitted_us &&
+           a.metric == b.metric &&
+           a.metric_minibatches == b.metric_minibatches &&
+           a.metric_reports == b.metric_reports;
   }
 
   void PersistAndPublish() {
@@ -2190,6 +2211,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       x.exit_code = row.exit_code;
       x.progress.set_minibatches(row.minibatches);
       x.progress.set_minibatch_rate(row.minibatch_rate);
+      if (row.metric_reports > 0) {
+        x.progress.set_metric(row.metric);
+        x.progress.set_metric_minibatches(row.metric_minibatches);
+        x.progress.set_metric_reports(row.metric_reports);
+      }
       x.progress.set_uses_library(row.uses_library);
       x.written = row;
       x.has_written = true;

@@ -27,7 +27,10 @@ CREATE TABLE IF NOT EXISTS jobs(
   server TEXT NOT NULL DEFAULT '',
   gpus TEXT NOT NULL DEFAULT '[]',
   suspends INTEGER NOT NULL DEFAULT 0,
-  resumes INTEGER NOT NULL DEFAULT 0);
+  resumes INTEGER NOT NULL DEFAULT 0,
+  metric REAL NOT NULL DEFAULT 0,
+  metric_minibatches INTEGER NOT NULL DEFAULT 0,
+  metric_reports INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS servers(
   id INTEGER PRIMARY KEY,
   name TEXT NOT NULL UNIQUE,
@@ -189,6 +192,22 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
   GANDIVA_RETURN_IF_ERROR(store->Exec(
       durable_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   GANDIVA_RETURN_IF_ERROR(store->Exec(kSchema));
+  // A database from before the jobs' metric: its columns added.
+  {
+    Stmt cols(db,
+              "SELECT COUNT(*) FROM pragma_table_info('jobs') "
+              "WHERE name = 'metric'");
+    GANDIVA_RETURN_IF_ERROR(cols.prepared());
+    if (cols.Step() != SQLITE_ROW) return cols.StepError();
+    if (cols.Int(0) == 0) {
+      GANDIVA_RETURN_IF_ERROR(store->Exec(
+          "ALTER TABLE jobs ADD COLUMN metric REAL NOT NULL DEFAULT 0;"
+          "ALTER TABLE jobs ADD COLUMN metric_minibatches INTEGER NOT NULL "
+          "DEFAULT 0;"
+          "ALTER TABLE jobs ADD COLUMN metric_reports INTEGER NOT NULL "
+          "DEFAULT 0;"));
+    }
+  }
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
          "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
@@ -243,7 +262,8 @@ core::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
   Stmt s(db_,
          "SELECT id, spec, state, submitted_us, started_us, ended_us, "
          "exit_code, minibatches, minibatch_rate, uses_library, server, gpus, "
-         "suspends, resumes FROM jobs ORDER BY id");
+         "suspends, resumes, metric, metric_minibatches, metric_reports "
+         "FROM jobs ORDER BY id");
   GANDIVA_RETURN_IF_ERROR(s.prepared());
   std::vector<JobRow> out;
   int rc;
@@ -263,6 +283,9 @@ core::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
     r.gpus_json = s.Text(11);
     r.suspends = static_cast<int32_t>(s.Int(12));
     r.resumes = static_cast<int32_t>(s.Int(13));
+    r.metric = s.Real(14);
+    r.metric_minibatches = s.Int(15);
+    r.metric_reports = s.Int(16);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return s.StepError();
@@ -336,8 +359,9 @@ core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
     Stmt s(db_,
            "INSERT OR REPLACE INTO jobs(id, spec, state, submitted_us, "
            "started_us, ended_us, exit_code, minibatches, minibatch_rate, "
-           "uses_library, server, gpus, suspends, resumes) "
-           "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+           "uses_library, server, gpus, suspends, resumes, metric, "
+           "metric_minibatches, metric_reports) "
+           "VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
     s.Bind(1, r.id).Bind(2, r.spec_json).Bind(3, int64_t{r.state});
     s.Bind(4, r.submitted_us).Bind(5, r.started_us).Bind(6, r.ended_us);
     if (r.exit_code) {
@@ -348,7 +372,8 @@ core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
     s.Bind(8, r.minibatches).Bind(9, r.minibatch_rate);
     s.Bind(10, int64_t{r.uses_library ? 1 : 0}).Bind(11, r.server);
     s.Bind(12, r.gpus_json).Bind(13, int64_t{r.suspends});
-    s.Bind(14, int64_t{r.resumes});
+    s.Bind(14, int64_t{r.resumes}).Bind(15, r.metric);
+    s.Bind(16, r.metric_minibatches).Bind(17, r.metric_reports);
     GANDIVA_RETURN_IF_ERROR(s.Run());
   }
   for (const ServerRow& r : batch.servers) {

@@ -4,8 +4,9 @@
 //   meta(key, value)      settings that must not change across restarts
 //                         (the policy and its options)
 //   jobs                  one row per submitted job: its spec (JSON), state,
-//                         timestamps, exit code, progress; ids are dense
-//                         from 1 (SQLite rowids, never deleted)
+//                         timestamps, exit code, progress and the job's
+//                         last reported metric; ids are dense from 1
+//                         (SQLite rowids, never deleted)
 //   servers               one row per registered agent: id (registration
 //                         order, from 0), name, address, GPUs (JSON)
 //   history               per job: action, ok, took_us, detail, time
@@ -53,6 +54,10 @@ struct JobRow {
   std::string gpus_json;  // local GPU indices there, e.g. "[0,1]"
   int32_t suspends = 0;
   int32_t resumes = 0;
+  // The job's last reported metric (rpc::Progress.metric*); reports 0: none.
+  double metric = 0;
+  int64_t metric_minibatches = 0;
+  int64_t metric_reports = 0;
 };
 
 struct ServerRow {
