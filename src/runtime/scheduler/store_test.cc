@@ -1,6 +1,7 @@
 #include "runtime/scheduler/store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -82,6 +83,9 @@ TEST_P(StoreTest, RoundTripAndReopen) {
     row.server = "s0";
     row.gpus_json = "[0,1]";
     row.suspends = 3;
+    row.metric = 0.75;
+    row.metric_minibatches = 6;
+    row.metric_reports = 2;
     batch.jobs.push_back(row);
     batch.servers.push_back(ServerRow{0, "s0", "127.0.0.1:1", "[]", 1, 1});
     batch.history.push_back(
@@ -114,6 +118,9 @@ TEST_P(StoreTest, RoundTripAndReopen) {
   EXPECT_EQ(b.gpus_json, "[0,1]");
   EXPECT_EQ(b.suspends, 3);
   EXPECT_EQ(b.ended_us, 30);
+  EXPECT_EQ(b.metric, 0.75);
+  EXPECT_EQ(b.metric_minibatches, 6);
+  EXPECT_EQ(b.metric_reports, 2);
 
   auto servers = st.LoadServers();
   ASSERT_TRUE(servers.ok());
@@ -201,6 +208,58 @@ TEST_P(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
   auto snap = (*s)->LoadSnapshot();
   ASSERT_TRUE(snap.ok() && snap->has_value());
   EXPECT_EQ((*snap)->core, std::string("a\0b\xff", 4) + "c");
+}
+
+// A database written before jobs had a metric gets its columns, its rows
+// kept.
+TEST(SqliteStoreTest, AnOlderDatabaseGetsTheMetricColumns) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("gandiva-store-old-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "old.db").string();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(
+                db,
+                "CREATE TABLE jobs(id INTEGER PRIMARY KEY, spec TEXT NOT NULL, "
+                "state INTEGER NOT NULL, submitted_us INTEGER NOT NULL, "
+                "started_us INTEGER NOT NULL DEFAULT 0, ended_us INTEGER NOT "
+                "NULL DEFAULT 0, exit_code INTEGER, minibatches INTEGER NOT "
+                "NULL DEFAULT 0, minibatch_rate REAL NOT NULL DEFAULT 0, "
+                "uses_library INTEGER NOT NULL DEFAULT 0, server TEXT NOT NULL "
+                "DEFAULT '', gpus TEXT NOT NULL DEFAULT '[]', suspends INTEGER "
+                "NOT NULL DEFAULT 0, resumes INTEGER NOT NULL DEFAULT 0);"
+                "INSERT INTO jobs(spec, state, submitted_us, minibatches) "
+                "VALUES('{}', 5, 10, 77);",
+                nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto jobs = (*s)->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 1u);
+    EXPECT_EQ((*jobs)[0].minibatches, 77);
+    EXPECT_EQ((*jobs)[0].metric_reports, 0);
+    JobRow row = (*jobs)[0];
+    row.metric = 0.5;
+    row.metric_minibatches = 70;
+    row.metric_reports = 7;
+    WriteBatch b;
+    b.jobs.push_back(row);
+    ASSERT_TRUE((*s)->Write(b).ok());
+  }
+  auto s = Store::Open(path);  // opened again: the columns are there
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto jobs = (*s)->LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ((*jobs)[0].metric, 0.5);
+  EXPECT_EQ((*jobs)[0].metric_minibatches, 70);
+  EXPECT_EQ((*jobs)[0].metric_reports, 7);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(EventCodecTest, EveryKindRoundTrips) {
