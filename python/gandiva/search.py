@@ -1,0 +1,304 @@
+"""Hyper-parameter search by successive halving on a gandiva cluster.
+
+Every configuration of a grid starts at once as a job of its own; gandiva
+time-slices them (and packs them where that pays), so that each reports its
+metric early. At each rung (a mini-batch budget) the search ranks the jobs
+still in it by the metric they reported at that budget and kills the worst,
+keeping a fraction (--keep); the survivors train on to the next rung, and
+the last rung's best is the winner. The jobs report their metric through
+the job-side library (gandiva.torch.Job.report or gandiva.report_metric).
+
+    python3 -m gandiva.search examples/cnn-search.yaml \\
+        --param lr=0.2,0.05,0.01,0.002 --rungs 100,300 --keep 0.5 --mode min
+
+The spec is a job spec (examples/README.md) whose text names the parameters
+as {lr}, {batch_size}, ...: each configuration's spec is that text with the
+values put in, submitted as NAME-1, NAME-2, ... A metric counts for a rung
+of N mini-batches once the job reported it during its N-th mini-batch or
+later (so make the rungs multiples of how often the job reports), or the
+job ended with one; a job that ends without one leaves the search. The search talks to the
+cluster through the gandiva command (--gandiva, else `gandiva` on PATH,
+else build/bin/gandiva of this checkout), with its --scheduler and
+--state-dir if given. Exit status 0 with a winner, 1 without one (every job
+failed), 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+ENDED = {"FINISHED", "FAILED", "KILLED"}
+
+
+class SearchError(Exception):
+    """A usage error or a failed gandiva command, with its message."""
+
+
+@dataclass
+class Trial:
+    index: int
+    params: Dict[str, str]
+    job_id: int = 0
+    state: str = "QUEUED"
+    minibatches: int = 0
+    metric: Optional[float] = None
+    metric_at: int = 0  # the mini-batches when it was reported
+    rungs: List[Optional[float]] = field(default_factory=list)
+    out: str = ""  # why it left the search, or "" while in it
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+def parse_params(specs: Sequence[str]) -> Dict[str, List[str]]:
+    """--param NAME=V1,V2,... into an ordered dict of value lists."""
+    params: Dict[str, List[str]] = {}
+    for spec in specs:
+        name, sep, values = spec.partition("=")
+        name = name.strip()
+        if not sep or not name or not name.replace("_", "a").isalnum():
+            raise SearchError(f"--param {spec!r}: expected NAME=V1,V2,...")
+        if name in params:
+            raise SearchError(f"--param {name}: given twice")
+        vals = [v.strip() for v in values.split(",") if v.strip()]
+        if not vals:
+            raise SearchError(f"--param {name}: no values")
+        params[name] = vals
+    if not params:
+        raise SearchError("--param: give at least one (NAME=V1,V2,...)")
+    return params
+
+
+def grid(params: Dict[str, List[str]]) -> List[Dict[str, str]]:
+    names = list(params)
+    return [dict(zip(names, combo))
+            for combo in itertools.product(*(params[n] for n in names))]
+
+
+def render(template: str, values: Dict[str, str]) -> str:
+    """The spec text with {name} replaced by each value; every parameter
+    must appear, and no {name} may stay unknown."""
+    text = template
+    for name, value in values.items():
+        token = "{" + name + "}"
+        if token not in template:
+            raise SearchError(f"--param {name}: the spec has no {token}")
+        text = text.replace(token, value)
+    return text
+
+
+def parse_rungs(text: str) -> List[int]:
+    try:
+        rungs = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SearchError(f"--rungs {text!r}: expected N1,N2,... mini-batches")
+    if not rungs or any(r <= 0 for r in rungs) or rungs != sorted(set(rungs)):
+        raise SearchError(f"--rungs {text!r}: expected increasing positive "
+                          "mini-batch budgets, e.g. 100,300,900")
+    return rungs
+
+
+class Cluster:
+    """The gandiva command, run for each call."""
+
+    def __init__(self, gandiva: str, conn: Sequence[str]):
+        self.gandiva = gandiva
+        self.conn = list(conn)
+
+    def run(self, *args: str) -> str:
+        cmd = [self.gandiva, *args, *self.conn]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SearchError(f"`{' '.join(cmd)}` failed ({p.returncode}): "
+                              f"{(p.stderr or p.stdout).strip()}")
+        return p.stdout
+
+    def submit(self, spec_path: str, name: str) -> int:
+        out = self.run("submit", spec_path, "--name", name)
+        return int(out.split()[0])
+
+    def jobs(self) -> Dict[int, dict]:
+        reply = json.loads(self.run("ls", "--all", "--json") or "{}")
+        return {int(j["id"]): j for j in reply.get("jobs", [])}
+
+    def kill(self, job_id: int) -> None:
+        self.run("kill", str(job_id))
+
+
+def find_gandiva(given: Optional[str]) -> str:
+    if given:
+        return given
+    on_path = shutil.which("gandiva")
+    if on_path:
+        return on_path
+    here = Path(__file__).resolve().parent.parent.parent
+    built = here / "build" / "bin" / "gandiva"
+    if built.is_file():
+        return str(built)
+    raise SearchError("no gandiva command: give --gandiva PATH")
+
+
+def update(trials: Sequence[Trial], jobs: Dict[int, dict]) -> None:
+    for t in trials:
+        j = jobs.get(t.job_id)
+        if j is None:
+            continue
+        t.state = j.get("state", t.state)
+        p = j.get("progress", {})
+        t.minibatches = int(p.get("minibatches", 0))
+        if int(p.get("metricReports", 0)) > 0:
+            t.metric = float(p.get("metric", 0.0))
+            t.metric_at = int(p.get("metricMinibatches", 0))
+
+
+def reached(t: Trial, budget: int) -> bool:
+    """Its metric counts for this rung: reported at (or past) the budget,
+    or it ended with one."""
+    if t.metric is None:
+        return False
+    # A metric reported during mini-batch k comes with k - 1 boundaries.
+    return t.metric_at + 1 >= budget or t.state in ENDED
+
+
+def run_search(cluster: Cluster, template: str, params: Dict[str, List[str]],
+               rungs: List[int], keep: float, mode: str, name: str,
+               workdir: str, poll_s: float = 1.0, timeout_s: float = 3600,
+               log: Callable[[str], None] = print,
+               sleep: Callable[[float], None] = time.sleep,
+               clock: Callable[[], float] = time.monotonic) -> List[Trial]:
+    """Runs the search; returns the trials, best first."""
+    if not 0 < keep < 1:
+        raise SearchError(f"--keep {keep}: must be between 0 and 1")
+    if mode not in ("min", "max"):
+        raise SearchError(f"--mode {mode!r}: min or max")
+    trials = [Trial(i + 1, p) for i, p in enumerate(grid(params))]
+    specs = {t.index: render(template, t.params) for t in trials}
+    if not any(line.startswith("workdir:") for line in template.splitlines()):
+        # The spec's own directory, as `gandiva submit` would take it.
+        specs = {i: s.rstrip("\n") + f"\nworkdir: {workdir}\n"
+                 for i, s in specs.items()}
+    with tempfile.TemporaryDirectory(prefix="gandiva-search-") as tmp:
+        for t in trials:
+            path = os.path.join(tmp, f"{name}-{t.index}.yaml")
+            with open(path, "w") as f:
+                f.write(specs[t.index])
+            t.job_id = cluster.submit(path, f"{name}-{t.index}")
+            log(f"job {t.job_id}: {name}-{t.index} ({t.label})")
+    deadline = clock() + timeout_s
+    live = list(trials)
+    for r, budget in enumerate(rungs):
+        last = r == len(rungs) - 1
+        while True:
+            update(trials, cluster.jobs())
+            for t in live:
+                if t.state in ENDED and t.metric is None and not t.out:
+                    t.out = f"{t.state.lower()} without a metric"
+            waiting = [t for t in live if not t.out and not reached(t, budget)]
+            if not waiting:
+                break
+            if clock() > deadline:
+                raise SearchError(
+                    f"rung {budget}: timed out waiting for jobs "
+                    f"{', '.join(str(t.job_id) for t in waiting)}")
+            sleep(poll_s)
+        ranked = [t for t in live if not t.out]
+        for t in ranked:
+            t.rungs.append(t.metric)
+        ranked.sort(key=lambda t: t.metric if mode == "min" else -t.metric)
+        n = len(ranked) if last else max(1, math.ceil(len(ranked) * keep))
+        log(f"rung {budget} mini-batches: " + ", ".join(
+            f"{t.job_id}={t.metric:.4g}" for t in ranked))
+        for t in ranked[n:]:
+            t.out = f"stopped at rung {budget}"
+            if t.state not in ENDED:
+                cluster.kill(t.job_id)
+            log(f"job {t.job_id} ({t.label}): {t.metric:.4g}, stopped")
+        live = ranked[:n]
+    # The survivors, ranked at the last rung, train on to their own end.
+    return live + [t for t in trials if t not in live]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python3 -m gandiva.search",
+        description="Successive-halving hyper-parameter search on a gandiva "
+                    "cluster (see the module's docstring).")
+    ap.add_argument("spec", help="job spec with {param} placeholders")
+    ap.add_argument("--param", action="append", default=[],
+                    metavar="NAME=V1,V2,...",
+                    help="a parameter and its values (the grid is every "
+                         "combination)")
+    ap.add_argument("--rungs", required=True, metavar="N1,N2,...",
+                    help="mini-batch budgets at which the worst are stopped")
+    ap.add_argument("--keep", type=float, default=0.5,
+                    help="fraction kept at each rung but the last (0.5)")
+    ap.add_argument("--mode", default="min", choices=["min", "max"],
+                    help="whether a lower (loss) or higher metric is better")
+    ap.add_argument("--name", help="job name prefix (default: the spec's "
+                                   "file name)")
+    ap.add_argument("--poll-s", type=float, default=1.0)
+    ap.add_argument("--timeout-s", type=float, default=3600)
+    ap.add_argument("--json", metavar="FILE",
+                    help="write every trial's parameters and metrics here")
+    ap.add_argument("--gandiva", help="the gandiva command")
+    ap.add_argument("--scheduler", help="passed on to gandiva")
+    ap.add_argument("--state-dir", help="passed on to gandiva")
+    args = ap.parse_args(argv)
+    try:
+        params = parse_params(args.param)
+        rungs = parse_rungs(args.rungs)
+        try:
+            template = Path(args.spec).read_text()
+        except OSError as e:
+            raise SearchError(f"spec {args.spec}: {e.strerror}")
+        conn = []
+        if args.scheduler:
+            conn += ["--scheduler", args.scheduler]
+        if args.state_dir:
+            conn += ["--state-dir", args.state_dir]
+        cluster = Cluster(find_gandiva(args.gandiva), conn)
+        name = args.name or Path(args.spec).stem
+        workdir = str(Path(args.spec).resolve().parent)
+        trials = run_search(cluster, template, params, rungs, args.keep,
+                            args.mode, name, workdir, args.poll_s,
+                            args.timeout_s)
+    except SearchError as e:
+        print(f"gandiva.search: {e}", file=sys.stderr)
+        return 2
+    best = trials[0] if trials and not trials[0].out else None
+    print()
+    print(f"{'JOB':>5}  {'METRIC':>10}  {'RUNGS':<24}  PARAMS")
+    for t in trials:
+        rungs_text = " ".join("-" if m is None else f"{m:.4g}"
+                              for m in t.rungs)
+        metric = "-" if t.metric is None else f"{t.metric:.4g}"
+        print(f"{t.job_id:>5}  {metric:>10}  {rungs_text:<24}  {t.label}"
+              + (f"  ({t.out})" if t.out else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{"job": t.job_id, "params": t.params,
+                        "metric": t.metric, "rungs": t.rungs,
+                        "out": t.out or None} for t in trials], f, indent=1)
+    if best is None:
+        print("no winner: every job failed or was stopped")
+        return 1
+    print(f"best: job {best.job_id} ({best.label}), metric {best.metric:.4g}"
+          " (it trains on to the end of its own run)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""A stand-in for the gandiva command for the search tests: a cluster in a
+JSON file ($FAKE_GANDIVA_STATE). Every `ls` advances each live job by 50
+mini-batches; a job's metric is |lr - 0.2| + 1 / (mini-batches + 1),
+reported every 10 mini-batches (as the examples do), with lr read from its
+command's --lr; it finishes at 400."""
+import json
+import os
+import re
+import sys
+
+path = os.environ["FAKE_GANDIVA_STATE"]
+state = json.load(open(path)) if os.path.exists(path) else {"jobs": [],
+                                                           "calls": []}
+args = [a for a in sys.argv[1:]]
+state["calls"].append(args)
+cmd = args[0]
+if cmd == "submit":
+    text = open(args[1]).read()
+    name = args[args.index("--name") + 1]
+    if "FAIL" in text:
+        print("gandiva submit: field 'command': bad", file=sys.stderr)
+        sys.exit(1)
+    lr = float(re.search(r"--lr ([0-9.]+)", text).group(1))
+    job = {"id": len(state["jobs"]) + 1, "name": name, "lr": lr, "mb": 0,
+           "state": "RUNNING", "spec": text}
+    state["jobs"].append(job)
+    print(job["id"])
+elif cmd == "ls":
+    out = []
+    for j in state["jobs"]:
+        if j["state"] == "RUNNING":
+            j["mb"] = min(400, j["mb"] + 50)
+            if j["mb"] >= 400:
+                j["state"] = "FINISHED"
+        progress = {"minibatches": str(j["mb"])}
+        at = (j["mb"] // 10) * 10 - 1
+        if j["mb"] >= 10 and j["lr"] < 1:
+            progress.update({"metric": abs(j["lr"] - 0.2) + 1 / (at + 2),
+                             "metricMinibatches": str(at),
+                             "metricReports": str(j["mb"] // 10)})
+        out.append({"id": str(j["id"]), "state": j["state"],
+                    "progress": progress})
+    print(json.dumps({"jobs": out}))
+elif cmd == "kill":
+    for j in state["jobs"]:
+        if j["id"] == int(args[1]):
+            j["state"] = "KILLED"
+json.dump(state, open(path, "w"))

@@ -1,0 +1,101 @@
+"""gandiva.search against a stand-in for the gandiva command
+(fake_gandiva.py): successive halving, its output, and its usage errors."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gandiva import search
+
+FAKE = Path(__file__).resolve().parent / "fake_gandiva.py"
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_GANDIVA_STATE", str(tmp_path / "state.json"))
+    wrapper = tmp_path / "gandiva"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def state(tmp_path):
+    return json.loads((tmp_path / "state.json").read_text())
+
+
+def spec(tmp_path, text="name: t\ncommand: python3 train.py --lr {lr}\n"
+                        "gpus: 1\n"):
+    p = tmp_path / "search.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_halving_keeps_the_best_and_stops_the_rest(cluster, tmp_path,
+                                                   capsys):
+    out_json = tmp_path / "trials.json"
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=0.1,0.2,0.35,0.5",
+                      "--rungs", "100,200", "--keep", "0.5", "--poll-s", "0",
+                      "--gandiva", str(cluster), "--json", str(out_json),
+                      "--scheduler", "h:1,h:2"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    st = state(tmp_path)
+    jobs = {j["id"]: j for j in st["jobs"]}
+    # Four jobs, named after the spec, each with its value and the spec's
+    # directory as its workdir.
+    assert sorted(j["name"] for j in jobs.values()) == [
+        "search-1", "search-2", "search-3", "search-4"]
+    assert "--lr 0.35" in jobs[3]["spec"]
+    assert f"workdir: {tmp_path}" in jobs[3]["spec"]
+    # The worse half went at the first rung (0.35 and 0.5), the best of the
+    # rest is 0.2.
+    assert jobs[3]["state"] == "KILLED" and jobs[4]["state"] == "KILLED"
+    assert jobs[1]["state"] != "KILLED" and jobs[2]["state"] != "KILLED"
+    kills = [c for c in st["calls"] if c[0] == "kill"]
+    assert sorted(c[1] for c in kills) == ["3", "4"]
+    # Every call went to the scheduler given.
+    assert all(c[-2:] == ["--scheduler", "h:1,h:2"] for c in st["calls"])
+    assert "best: job 2 (lr=0.2)" in printed
+    trials = json.loads(out_json.read_text())
+    assert [t["params"]["lr"] for t in trials] == ["0.2", "0.1", "0.35", "0.5"]
+    assert trials[0]["out"] is None
+    assert trials[2]["out"] == "stopped at rung 100"
+    assert len(trials[0]["rungs"]) == 2 and len(trials[2]["rungs"]) == 1
+    # At each rung, a metric reported at or past the budget.
+    assert trials[0]["rungs"][0] == pytest.approx(0 + 1 / 101)
+
+
+def test_a_job_without_a_metric_leaves_the_search(cluster, tmp_path, capsys):
+    # lr >= 1 reports no metric in the stand-in; it finishes without one.
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=0.2,1.5",
+                      "--rungs", "450", "--poll-s", "0",
+                      "--gandiva", str(cluster)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert "finished without a metric" in printed
+    assert "best: job 1 (lr=0.2)" in printed
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--param", "lr=0.1", "--rungs", "0,10"], "--rungs"),
+    (["--param", "lr=0.1", "--rungs", "20,10"], "--rungs"),
+    (["--param", "momentum=0.9", "--rungs", "10"], "the spec has no {momentum}"),
+    (["--param", "lr", "--rungs", "10"], "expected NAME=V1"),
+    (["--param", "lr=0.1", "--param", "lr=0.2", "--rungs", "10"], "twice"),
+    (["--rungs", "10"], "give at least one"),
+    (["--param", "lr=0.1", "--rungs", "10", "--keep", "1"], "--keep"),
+])
+def test_usage_errors_name_the_flag(cluster, tmp_path, capsys, args, message):
+    rc = search.main([str(spec(tmp_path)), *args, "--gandiva", str(cluster)])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_refused_submission_says_why(cluster, tmp_path, capsys):
+    p = spec(tmp_path, "name: t\ncommand: FAIL --lr {lr}\n")
+    rc = search.main([str(p), "--param", "lr=0.1", "--rungs", "10",
+                      "--gandiva", str(cluster)])
+    assert rc == 2
+    assert "field 'command': bad" in capsys.readouterr().err
