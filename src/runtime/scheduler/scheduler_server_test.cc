@@ -1382,7 +1382,15 @@ TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
   ASSERT_TRUE(WaitFor([&] { return cl.State(jobs[0]) == rpc::RUNNING; }));
   EXPECT_EQ(cl.State(jobs[1]), rpc::QUEUED);  // one GPU
   ASSERT_TRUE(cl.Pack(jobs[1], jobs[0]).ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.State(jobs[1]) == rpc::RUNNING; }));
+  // The pack done (until then a drain's unpack is refused: a mechanism is
+  // under way).
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = cl.Get(jobs[1]);
+    return std::any_of(info.history().begin(), info.history().end(),
+                       [](const rpc::HistoryEntry& h) {
+                         return h.action() == "pack" && h.ok();
+                       });
+  }));
   FakeAgent b("node-b", 2, Mode::kOk);
   ASSERT_TRUE(b.Register(server_->address()).ok());
 
