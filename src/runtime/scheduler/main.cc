@@ -19,6 +19,7 @@ namespace {
 
 std::mutex stop_mu;
 std::function<void()> stop_fn;  // guarded by stop_mu
+bool signalled = false;         // guarded by stop_mu
 
 // Waits for SIGINT or SIGTERM (blocked in every thread) on a thread of its
 // own, then stops what runs then (a campaign, or the daemon).
@@ -32,13 +33,16 @@ void StopOnSignal() {
     sigwait(&set, &sig);
     std::fprintf(stderr, "gandiva-scheduler: signal %d, shutting down\n", sig);
     std::lock_guard lock(stop_mu);
+    signalled = true;
     if (stop_fn) stop_fn();
   }).detach();
 }
 
+// What a signal stops from now on; run at once if one came already.
 void OnStop(std::function<void()> f) {
   std::lock_guard lock(stop_mu);
   stop_fn = std::move(f);
+  if (signalled && stop_fn) stop_fn();
 }
 
 std::string Hostname() {
