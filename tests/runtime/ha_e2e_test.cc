@@ -3,9 +3,7 @@
 // takes over the running job without restarting it, and the CLI, given
 // both addresses, finds the new leader.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,21 +20,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 class HaE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -48,7 +31,7 @@ class HaE2eTest : public ::testing::Test {
     etcd_ = runtime::EtcdForTest::Start(&error);
     ASSERT_NE(etcd_, nullptr) << error;
     for (int i = 0; i < 2; ++i) {
-      address_[i] = "127.0.0.1:" + std::to_string(FreePort());
+      address_[i] = "127.0.0.1:" + std::to_string(runtime::FreeLoopbackPort());
     }
   }
   void TearDown() override {

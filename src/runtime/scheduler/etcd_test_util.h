@@ -22,6 +22,24 @@
 
 namespace gandiva::runtime {
 
+// A port free on 127.0.0.1 now (bound and released: another process may
+// take it before the caller does, which tests on one machine accept).
+inline int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
 class EtcdForTest {
  public:
   // nullptr, with the reason in *error, when etcd cannot start. With `tls`
@@ -43,7 +61,7 @@ class EtcdForTest {
                std::to_string(Counter()++));
     std::filesystem::remove_all(e->dir_);
     std::filesystem::create_directories(e->dir_);
-    const int client = FreePort(), peer = FreePort();
+    const int client = FreeLoopbackPort(), peer = FreeLoopbackPort();
     e->endpoint_ = "127.0.0.1:" + std::to_string(client);
     const std::string c = (tls.empty() ? "http://" : "https://") + e->endpoint_;
     const std::string p = "http://127.0.0.1:" + std::to_string(peer);
@@ -133,21 +151,6 @@ class EtcdForTest {
       }
     }
     return ::access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : "";
-  }
-  static int FreePort() {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    socklen_t len = sizeof a;
-    int port = 0;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-      port = ntohs(a.sin_port);
-    }
-    ::close(fd);
-    return port;
   }
 
   std::filesystem::path dir_;
