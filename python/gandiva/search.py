@@ -16,7 +16,8 @@ as {lr}, {batch_size}, ...: each configuration's spec is that text with the
 values put in, submitted as NAME-1, NAME-2, ... A metric counts for a rung
 of N mini-batches once the job reported it during its N-th mini-batch or
 later (so make the rungs multiples of how often the job reports), or the
-job ended with one; a job that ends without one leaves the search. The search talks to the
+job finished with one; a job that fails, is killed by someone else, or
+finishes without one leaves the search. The search talks to the
 cluster through the gandiva command (--gandiva, else `gandiva` on PATH,
 else build/bin/gandiva of this checkout), with its --scheduler and
 --state-dir if given. Exit status 0 with a winner, 1 without one (every job
@@ -166,11 +167,11 @@ def update(trials: Sequence[Trial], jobs: Dict[int, dict]) -> None:
 
 def reached(t: Trial, budget: int) -> bool:
     """Its metric counts for this rung: reported at (or past) the budget,
-    or it ended with one."""
+    or it finished with one."""
     if t.metric is None:
         return False
     # A metric reported during mini-batch k comes with k - 1 boundaries.
-    return t.metric_at + 1 >= budget or t.state in ENDED
+    return t.metric_at + 1 >= budget or t.state == "FINISHED"
 
 
 def run_search(cluster: Cluster, template: str, params: Dict[str, List[str]],
@@ -204,8 +205,14 @@ def run_search(cluster: Cluster, template: str, params: Dict[str, List[str]],
         while True:
             update(trials, cluster.jobs())
             for t in live:
-                if t.state in ENDED and t.metric is None and not t.out:
-                    t.out = f"{t.state.lower()} without a metric"
+                if t.out or t.state not in ENDED:
+                    continue
+                if t.state != "FINISHED":
+                    # Failed, or killed by someone else: whatever it
+                    # reported, it cannot win.
+                    t.out = f"{t.state.lower()} at mini-batch {t.minibatches}"
+                elif t.metric is None:
+                    t.out = "finished without a metric"
             waiting = [t for t in live if not t.out and not reached(t, budget)]
             if not waiting:
                 break

@@ -3,7 +3,8 @@
 JSON file ($FAKE_GANDIVA_STATE). Every `ls` advances each live job by 50
 mini-batches; a job's metric is |lr - 0.2| + 1 / (mini-batches + 1),
 reported every 10 mini-batches (as the examples do), with lr read from its
-command's --lr; it finishes at 400."""
+command's --lr (lr 0.15 reports 0.06 less, then fails at 150); it finishes
+at 400."""
 import json
 import os
 import re
@@ -33,10 +34,13 @@ elif cmd == "ls":
             j["mb"] = min(400, j["mb"] + 50)
             if j["mb"] >= 400:
                 j["state"] = "FINISHED"
+            elif j["lr"] == 0.15 and j["mb"] >= 150:
+                j["state"] = "FAILED"  # a crash, after its best metric
         progress = {"minibatches": str(j["mb"])}
         at = (j["mb"] // 10) * 10 - 1
         if j["mb"] >= 10 and j["lr"] < 1:
-            progress.update({"metric": abs(j["lr"] - 0.2) + 1 / (at + 2),
+            bonus = 0.06 if j["lr"] == 0.15 else 0.0
+            progress.update({"metric": abs(j["lr"] - 0.2) + 1 / (at + 2) - bonus,
                              "metricMinibatches": str(at),
                              "metricReports": str(j["mb"] // 10)})
         out.append({"id": str(j["id"]), "state": j["state"],

@@ -78,6 +78,18 @@ def test_a_job_without_a_metric_leaves_the_search(cluster, tmp_path, capsys):
     assert "best: job 1 (lr=0.2)" in printed
 
 
+def test_a_job_that_fails_cannot_win(cluster, tmp_path, capsys):
+    # lr 0.15 leads at the first rung, then fails before the second.
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=0.15,0.2,0.5",
+                      "--rungs", "100,300", "--keep", "0.7", "--poll-s", "0",
+                      "--gandiva", str(cluster)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert "rung 100 mini-batches: 1=" in printed  # it led
+    assert "failed at mini-batch 150" in printed
+    assert "best: job 2 (lr=0.2)" in printed
+
+
 @pytest.mark.parametrize("args,message", [
     (["--param", "lr=0.1", "--rungs", "0,10"], "--rungs"),
     (["--param", "lr=0.1", "--rungs", "20,10"], "--rungs"),
