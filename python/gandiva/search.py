@@ -1,6 +1,7 @@
 """Hyper-parameter search by successive halving on a gandiva cluster.
 
-Every configuration of a grid starts at once as a job of its own; gandiva
+Every configuration of a grid (or --samples of them drawn at random, from
+the grid or from ranges) starts at once as a job of its own; gandiva
 time-slices them (and packs them where that pays), so that each reports its
 metric early. At each rung (a mini-batch budget) the search ranks the jobs
 still in it by the metric they reported at that budget and kills the worst,
@@ -10,6 +11,8 @@ the job-side library (gandiva.torch.Job.report or gandiva.report_metric).
 
     python3 -m gandiva.search examples/cnn-search.yaml \\
         --param lr=0.2,0.05,0.01,0.002 --rungs 100,300 --keep 0.5 --mode min
+    python3 -m gandiva.search examples/cnn-search.yaml \\
+        --param lr=log:0.001:0.3 --samples 8 --seed 1 --rungs 100,300
 
 The spec is a job spec (examples/README.md) whose text names the parameters
 as {lr}, {batch_size}, ...: each configuration's spec is that text with the
@@ -31,6 +34,7 @@ import itertools
 import json
 import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -38,7 +42,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 ENDED = {"FINISHED", "FAILED", "KILLED"}
 
@@ -64,16 +68,47 @@ class Trial:
         return " ".join(f"{k}={v}" for k, v in self.params.items())
 
 
-def parse_params(specs: Sequence[str]) -> Dict[str, List[str]]:
-    """--param NAME=V1,V2,... into an ordered dict of value lists."""
-    params: Dict[str, List[str]] = {}
+@dataclass
+class Range:
+    """A continuous parameter, sampled uniformly (or its log uniformly)."""
+    log: bool
+    lo: float
+    hi: float
+
+    def draw(self, rng: random.Random) -> str:
+        if self.log:
+            return f"{math.exp(rng.uniform(math.log(self.lo), math.log(self.hi))):.4g}"
+        return f"{rng.uniform(self.lo, self.hi):.4g}"
+
+
+Values = Union[List[str], Range]
+
+
+def parse_params(specs: Sequence[str]) -> Dict[str, Values]:
+    """--param NAME=V1,V2,... (choices) or NAME=log:LO:HI / uniform:LO:HI
+    (a range, for --samples) into an ordered dict."""
+    params: Dict[str, Values] = {}
     for spec in specs:
         name, sep, values = spec.partition("=")
         name = name.strip()
         if not sep or not name or not name.replace("_", "a").isalnum():
-            raise SearchError(f"--param {spec!r}: expected NAME=V1,V2,...")
+            raise SearchError(f"--param {spec!r}: expected NAME=V1,V2,... or "
+                              "NAME=log:LO:HI or NAME=uniform:LO:HI")
         if name in params:
             raise SearchError(f"--param {name}: given twice")
+        kind, colon, bounds = values.partition(":")
+        if colon and kind in ("log", "uniform"):
+            lo_text, _, hi_text = bounds.partition(":")
+            try:
+                lo, hi = float(lo_text), float(hi_text)
+            except ValueError:
+                raise SearchError(f"--param {name}: expected {kind}:LO:HI "
+                                  f"with numbers, got {values!r}")
+            if not lo < hi or (kind == "log" and lo <= 0):
+                raise SearchError(f"--param {name}: {kind}:LO:HI needs LO < HI"
+                                  + (" and LO > 0" if kind == "log" else ""))
+            params[name] = Range(kind == "log", lo, hi)
+            continue
         vals = [v.strip() for v in values.split(",") if v.strip()]
         if not vals:
             raise SearchError(f"--param {name}: no values")
@@ -87,6 +122,26 @@ def grid(params: Dict[str, List[str]]) -> List[Dict[str, str]]:
     names = list(params)
     return [dict(zip(names, combo))
             for combo in itertools.product(*(params[n] for n in names))]
+
+
+def configurations(params: Dict[str, Values], samples: Optional[int] = None,
+                   seed: int = 0) -> List[Dict[str, str]]:
+    """The whole grid; or, with `samples`, that many drawn at random
+    (reproducibly from `seed`): from the grid without repeats when every
+    parameter is a list of choices, else each parameter drawn on its own."""
+    ranges = [n for n, v in params.items() if isinstance(v, Range)]
+    if samples is None:
+        if ranges:
+            raise SearchError(f"--param {ranges[0]}: a range needs --samples N")
+        return grid(params)  # type: ignore[arg-type]
+    if samples < 1:
+        raise SearchError(f"--samples {samples}: must be at least 1")
+    rng = random.Random(seed)
+    if not ranges:
+        every = grid(params)  # type: ignore[arg-type]
+        return rng.sample(every, min(samples, len(every)))
+    return [{n: v.draw(rng) if isinstance(v, Range) else rng.choice(v)
+             for n, v in params.items()} for _ in range(samples)]
 
 
 def render(template: str, values: Dict[str, str]) -> str:
@@ -174,8 +229,9 @@ def reached(t: Trial, budget: int) -> bool:
     return t.metric_at + 1 >= budget or t.state == "FINISHED"
 
 
-def run_search(cluster: Cluster, template: str, params: Dict[str, List[str]],
-               rungs: List[int], keep: float, mode: str, name: str,
+def run_search(cluster: Cluster, template: str,
+               configs: List[Dict[str, str]], rungs: List[int], keep: float,
+               mode: str, name: str,
                workdir: str, poll_s: float = 1.0, timeout_s: float = 3600,
                log: Callable[[str], None] = print,
                sleep: Callable[[float], None] = time.sleep,
@@ -185,7 +241,7 @@ def run_search(cluster: Cluster, template: str, params: Dict[str, List[str]],
         raise SearchError(f"--keep {keep}: must be between 0 and 1")
     if mode not in ("min", "max"):
         raise SearchError(f"--mode {mode!r}: min or max")
-    trials = [Trial(i + 1, p) for i, p in enumerate(grid(params))]
+    trials = [Trial(i + 1, p) for i, p in enumerate(configs)]
     specs = {t.index: render(template, t.params) for t in trials}
     if not any(line.startswith("workdir:") for line in template.splitlines()):
         # The spec's own directory, as `gandiva submit` would take it.
@@ -247,7 +303,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--param", action="append", default=[],
                     metavar="NAME=V1,V2,...",
                     help="a parameter and its values (the grid is every "
-                         "combination)")
+                         "combination); or NAME=log:LO:HI or "
+                         "NAME=uniform:LO:HI, a range to draw from "
+                         "(with --samples)")
+    ap.add_argument("--samples", type=int,
+                    help="run this many configurations drawn at random "
+                         "(from the grid, or the ranges) instead of the grid")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="seed of the draws (--samples)")
     ap.add_argument("--rungs", required=True, metavar="N1,N2,...",
                     help="mini-batch budgets at which the worst are stopped")
     ap.add_argument("--keep", type=float, default=0.5,
@@ -265,7 +328,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--state-dir", help="passed on to gandiva")
     args = ap.parse_args(argv)
     try:
-        params = parse_params(args.param)
+        configs = configurations(parse_params(args.param), args.samples,
+                                 args.seed)
         rungs = parse_rungs(args.rungs)
         try:
             template = Path(args.spec).read_text()
@@ -279,7 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cluster = Cluster(find_gandiva(args.gandiva), conn)
         name = args.name or Path(args.spec).stem
         workdir = str(Path(args.spec).resolve().parent)
-        trials = run_search(cluster, template, params, rungs, args.keep,
+        trials = run_search(cluster, template, configs, rungs, args.keep,
                             args.mode, name, workdir, args.poll_s,
                             args.timeout_s)
     except SearchError as e:

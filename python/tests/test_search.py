@@ -90,6 +90,38 @@ def test_a_job_that_fails_cannot_win(cluster, tmp_path, capsys):
     assert "best: job 2 (lr=0.2)" in printed
 
 
+def test_configurations_grid_samples_and_ranges():
+    grid = search.configurations(search.parse_params(
+        ["lr=0.1,0.2", "bs=16,32,64"]))
+    assert len(grid) == 6 and grid[0] == {"lr": "0.1", "bs": "16"}
+    # Drawn from the grid: no repeats, the same for the same seed.
+    params = search.parse_params(["lr=0.1,0.2", "bs=16,32,64"])
+    a = search.configurations(params, samples=4, seed=7)
+    assert len(a) == 4 and len({tuple(c.items()) for c in a}) == 4
+    assert a == search.configurations(params, samples=4, seed=7)
+    assert len(search.configurations(params, samples=99)) == 6
+    # A log range: every draw within it, spread over its decades.
+    ranged = search.parse_params(["lr=log:0.001:1", "opt=sgd,adam"])
+    draws = search.configurations(ranged, samples=200, seed=1)
+    values = [float(c["lr"]) for c in draws]
+    assert all(0.001 <= v <= 1 for v in values)
+    assert min(values) < 0.01 and max(values) > 0.1
+    assert {c["opt"] for c in draws} == {"sgd", "adam"}
+    uniform = search.configurations(
+        search.parse_params(["m=uniform:0.5:0.9"]), samples=50, seed=2)
+    assert all(0.5 <= float(c["m"]) <= 0.9 for c in uniform)
+
+
+def test_samples_from_a_range_run_as_jobs(cluster, tmp_path, capsys):
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=log:0.01:0.9",
+                      "--samples", "3", "--seed", "5", "--rungs", "100",
+                      "--poll-s", "0", "--gandiva", str(cluster)])
+    assert rc == 0, capsys.readouterr().out
+    jobs = state(tmp_path)["jobs"]
+    assert len(jobs) == 3
+    assert all(0.01 <= j["lr"] <= 0.9 for j in jobs)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--param", "lr=0.1", "--rungs", "0,10"], "--rungs"),
     (["--param", "lr=0.1", "--rungs", "20,10"], "--rungs"),
@@ -98,6 +130,13 @@ def test_a_job_that_fails_cannot_win(cluster, tmp_path, capsys):
     (["--param", "lr=0.1", "--param", "lr=0.2", "--rungs", "10"], "twice"),
     (["--rungs", "10"], "give at least one"),
     (["--param", "lr=0.1", "--rungs", "10", "--keep", "1"], "--keep"),
+    (["--param", "lr=log:0.1:1", "--rungs", "10"], "a range needs --samples"),
+    (["--param", "lr=log:0:1", "--samples", "2", "--rungs", "10"], "LO > 0"),
+    (["--param", "lr=uniform:2:1", "--samples", "2", "--rungs", "10"],
+     "LO < HI"),
+    (["--param", "lr=log:a:b", "--samples", "2", "--rungs", "10"],
+     "with numbers"),
+    (["--param", "lr=0.1", "--samples", "0", "--rungs", "10"], "--samples"),
 ])
 def test_usage_errors_name_the_flag(cluster, tmp_path, capsys, args, message):
     rc = search.main([str(spec(tmp_path)), *args, "--gandiva", str(cluster)])
