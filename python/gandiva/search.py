@@ -5,7 +5,7 @@ the grid or from ranges) starts at once as a job of its own; gandiva
 time-slices them (and packs them where that pays), so that each reports its
 metric early. At each rung (a mini-batch budget) the search ranks the jobs
 still in it by the metric they reported at that budget and kills the worst,
-keeping a fraction (--keep); the survivors train on to the next rung, and
+keeping the best floor(n * --keep), at least one; the survivors train on to the next rung, and
 the last rung's best is the winner. The jobs report their metric through
 the job-side library (gandiva.torch.Job.report or gandiva.report_metric).
 
@@ -13,6 +13,12 @@ the job-side library (gandiva.torch.Job.report or gandiva.report_metric).
         --param lr=0.2,0.05,0.01,0.002 --rungs 100,300 --keep 0.5 --mode min
     python3 -m gandiva.search examples/cnn-search.yaml \\
         --param lr=log:0.001:0.3 --samples 8 --seed 1 --rungs 100,300
+
+With --hyperband R, the search runs Hyperband (Li et al., JMLR 2018)
+instead: brackets of successive halving one after another, from many
+configurations stopped early to few run to R mini-batches, each bracket's
+configurations drawn at random, keeping 1/--eta at each rung; the best of
+the brackets' survivors wins.
 
 The spec is a job spec (examples/README.md) whose text names the parameters
 as {lr}, {batch_size}, ...: each configuration's spec is that text with the
@@ -42,7 +48,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 ENDED = {"FINISHED", "FAILED", "KILLED"}
 
@@ -167,6 +173,27 @@ def parse_rungs(text: str) -> List[int]:
     return rungs
 
 
+def hyperband_brackets(max_budget: int, min_budget: int,
+                       eta: int) -> List[Tuple[int, List[int]]]:
+    """Hyperband's brackets (Li et al., JMLR 2018), most aggressive first:
+    for s = s_max .. 0, ceil((s_max + 1) / (s + 1) * eta^s) configurations
+    with rungs max_budget * eta^-s, ..., max_budget, keeping 1/eta at each;
+    s_max = floor(log_eta(max_budget / min_budget))."""
+    if eta < 2:
+        raise SearchError(f"--eta {eta}: must be at least 2")
+    if not 0 < min_budget <= max_budget:
+        raise SearchError(f"--min-budget {min_budget}: must be between 1 and "
+                          f"--hyperband ({max_budget})")
+    s_max = int(math.floor(math.log(max_budget / min_budget, eta) + 1e-9))
+    out = []
+    for s in range(s_max, -1, -1):
+        n = math.ceil((s_max + 1) / (s + 1) * eta ** s)
+        rungs = sorted({max(1, round(max_budget * eta ** (i - s)))
+                        for i in range(s + 1)})
+        out.append((n, rungs))
+    return out
+
+
 class Cluster:
     """The gandiva command, run for each call."""
 
@@ -281,7 +308,8 @@ def run_search(cluster: Cluster, template: str,
         for t in ranked:
             t.rungs.append(t.metric)
         ranked.sort(key=lambda t: t.metric if mode == "min" else -t.metric)
-        n = len(ranked) if last else max(1, math.ceil(len(ranked) * keep))
+        n = (len(ranked) if last else
+             max(1, math.floor(len(ranked) * keep + 1e-9)))
         log(f"rung {budget} mini-batches: " + ", ".join(
             f"{t.job_id}={t.metric:.4g}" for t in ranked))
         for t in ranked[n:]:
@@ -297,8 +325,9 @@ def run_search(cluster: Cluster, template: str,
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python3 -m gandiva.search",
-        description="Successive-halving hyper-parameter search on a gandiva "
-                    "cluster (see the module's docstring).")
+        description="Hyper-parameter search on a gandiva cluster by "
+                    "successive halving or Hyperband (see the module's "
+                    "docstring).")
     ap.add_argument("spec", help="job spec with {param} placeholders")
     ap.add_argument("--param", action="append", default=[],
                     metavar="NAME=V1,V2,...",
@@ -311,10 +340,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(from the grid, or the ranges) instead of the grid")
     ap.add_argument("--seed", type=int, default=0,
                     help="seed of the draws (--samples)")
-    ap.add_argument("--rungs", required=True, metavar="N1,N2,...",
-                    help="mini-batch budgets at which the worst are stopped")
+    budgets = ap.add_mutually_exclusive_group(required=True)
+    budgets.add_argument("--rungs", metavar="N1,N2,...",
+                         help="mini-batch budgets at which the worst are "
+                              "stopped")
+    budgets.add_argument("--hyperband", type=int, metavar="R",
+                         help="Hyperband instead: brackets of successive "
+                              "halving up to R mini-batches, with "
+                              "configurations drawn at random (--min-budget, "
+                              "--eta)")
+    ap.add_argument("--min-budget", type=int,
+                    help="Hyperband's smallest rung (default R / eta^2)")
+    ap.add_argument("--eta", type=int, default=3,
+                    help="Hyperband keeps 1/eta at each rung (3)")
     ap.add_argument("--keep", type=float, default=0.5,
-                    help="fraction kept at each rung but the last (0.5)")
+                    help="fraction kept at each rung but the last: the best "
+                         "floor(n * keep), at least one (0.5)")
     ap.add_argument("--mode", default="min", choices=["min", "max"],
                     help="whether a lower (loss) or higher metric is better")
     ap.add_argument("--name", help="job name prefix (default: the spec's "
@@ -328,9 +369,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--state-dir", help="passed on to gandiva")
     args = ap.parse_args(argv)
     try:
-        configs = configurations(parse_params(args.param), args.samples,
-                                 args.seed)
-        rungs = parse_rungs(args.rungs)
+        params = parse_params(args.param)
+        if args.hyperband is not None:
+            if args.samples is not None:
+                raise SearchError("--samples: Hyperband sets each bracket's "
+                                  "number of configurations")
+            min_budget = args.min_budget or max(
+                1, args.hyperband // (args.eta * args.eta))
+            # (configurations, rungs, keep) of each bracket, run in turn.
+            plan = [(configurations(params, n, args.seed + i), rungs,
+                     1.0 / args.eta)
+                    for i, (n, rungs) in enumerate(hyperband_brackets(
+                        args.hyperband, min_budget, args.eta))]
+        else:
+            if args.min_budget is not None:
+                raise SearchError("--min-budget: only with --hyperband")
+            plan = [(configurations(params, args.samples, args.seed),
+                     parse_rungs(args.rungs), args.keep)]
         try:
             template = Path(args.spec).read_text()
         except OSError as e:
@@ -343,12 +398,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         cluster = Cluster(find_gandiva(args.gandiva), conn)
         name = args.name or Path(args.spec).stem
         workdir = str(Path(args.spec).resolve().parent)
-        trials = run_search(cluster, template, configs, rungs, args.keep,
-                            args.mode, name, workdir, args.poll_s,
-                            args.timeout_s)
+        trials: List[Trial] = []
+        for b, (configs, rungs, keep) in enumerate(plan):
+            prefix = name
+            if len(plan) > 1:
+                prefix = f"{name}-b{b + 1}"
+                print(f"bracket {b + 1} of {len(plan)}: {len(configs)} "
+                      f"configurations, rungs {','.join(map(str, rungs))}")
+            trials += run_search(cluster, template, configs, rungs, keep,
+                                 args.mode, prefix, workdir, args.poll_s,
+                                 args.timeout_s)
     except SearchError as e:
         print(f"gandiva.search: {e}", file=sys.stderr)
         return 2
+    # Each bracket's survivors reached the same last rung: the best of them
+    # wins.
+    trials.sort(key=lambda t: (bool(t.out) or t.metric is None,
+                               0 if t.metric is None else
+                               t.metric if args.mode == "min" else -t.metric))
     best = trials[0] if trials and not trials[0].out else None
     print()
     print(f"{'JOB':>5}  {'METRIC':>10}  {'RUNGS':<24}  PARAMS")

@@ -122,6 +122,39 @@ def test_samples_from_a_range_run_as_jobs(cluster, tmp_path, capsys):
     assert all(0.01 <= j["lr"] <= 0.9 for j in jobs)
 
 
+def test_hyperband_brackets_follow_the_paper():
+    # R = 900, smallest rung 100, eta = 3: s_max = 2.
+    assert search.hyperband_brackets(900, 100, 3) == [
+        (9, [100, 300, 900]), (5, [300, 900]), (3, [900])]
+    assert search.hyperband_brackets(400, 100, 2) == [
+        (4, [100, 200, 400]), (3, [200, 400]), (3, [400])]
+    assert search.hyperband_brackets(50, 50, 3) == [(1, [50])]
+
+
+def test_hyperband_runs_each_bracket_and_picks_the_best(cluster, tmp_path,
+                                                        capsys):
+    out_json = tmp_path / "trials.json"
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=log:0.05:0.8",
+                      "--hyperband", "400", "--min-budget", "100", "--eta",
+                      "2", "--seed", "3", "--poll-s", "0", "--gandiva",
+                      str(cluster), "--json", str(out_json)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    names = sorted(j["name"] for j in state(tmp_path)["jobs"])
+    assert len(names) == 10  # 4 + 3 + 3
+    assert sum(n.startswith("search-b1-") for n in names) == 4
+    assert sum(n.startswith("search-b3-") for n in names) == 3
+    assert "bracket 1 of 3: 4 configurations, rungs 100,200,400" in printed
+    trials = json.loads(out_json.read_text())
+    survivors = [t for t in trials if t["out"] is None]
+    assert len(survivors) == 1 + 1 + 3  # halved to one in brackets 1 and 2
+    # The winner is the survivor whose lr is nearest 0.2 (the stand-in's
+    # best), first in the output.
+    nearest = min(survivors, key=lambda t: abs(float(t["params"]["lr"]) - 0.2))
+    assert trials[0] == nearest
+    assert f"best: job {nearest['job']} " in printed
+
+
 @pytest.mark.parametrize("args,message", [
     (["--param", "lr=0.1", "--rungs", "0,10"], "--rungs"),
     (["--param", "lr=0.1", "--rungs", "20,10"], "--rungs"),
@@ -137,6 +170,13 @@ def test_samples_from_a_range_run_as_jobs(cluster, tmp_path, capsys):
     (["--param", "lr=log:a:b", "--samples", "2", "--rungs", "10"],
      "with numbers"),
     (["--param", "lr=0.1", "--samples", "0", "--rungs", "10"], "--samples"),
+    (["--param", "lr=0.1", "--hyperband", "100", "--eta", "1"], "--eta"),
+    (["--param", "lr=0.1", "--hyperband", "100", "--min-budget", "200"],
+     "--min-budget"),
+    (["--param", "lr=0.1", "--hyperband", "100", "--samples", "3"],
+     "--samples"),
+    (["--param", "lr=0.1", "--rungs", "10", "--min-budget", "5"],
+     "only with --hyperband"),
 ])
 def test_usage_errors_name_the_flag(cluster, tmp_path, capsys, args, message):
     rc = search.main([str(spec(tmp_path)), *args, "--gandiva", str(cluster)])
