@@ -29,8 +29,10 @@ job finished with one; a job that fails, is killed by someone else, or
 finishes without one leaves the search. The search talks to the
 cluster through the gandiva command (--gandiva, else `gandiva` on PATH,
 else build/bin/gandiva of this checkout), with its --scheduler and
---state-dir if given. Exit status 0 with a winner, 1 without one (every job
-failed), 2 on a usage error.
+--state-dir if given. When the search stops early (a refused command, a
+timeout, Ctrl-C) it kills the jobs it started that still run. Exit status 0
+with a winner, 1 without one (every job failed), 2 on a usage error or a
+refused command or a timeout, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -274,13 +276,32 @@ def run_search(cluster: Cluster, template: str,
         # The spec's own directory, as `gandiva submit` would take it.
         specs = {i: s.rstrip("\n") + f"\nworkdir: {workdir}\n"
                  for i, s in specs.items()}
-    with tempfile.TemporaryDirectory(prefix="gandiva-search-") as tmp:
+    try:
+        with tempfile.TemporaryDirectory(prefix="gandiva-search-") as tmp:
+            for t in trials:
+                path = os.path.join(tmp, f"{name}-{t.index}.yaml")
+                with open(path, "w") as f:
+                    f.write(specs[t.index])
+                t.job_id = cluster.submit(path, f"{name}-{t.index}")
+                log(f"job {t.job_id}: {name}-{t.index} ({t.label})")
+        return _halve(cluster, trials, rungs, keep, mode, poll_s, timeout_s,
+                      log, sleep, clock)
+    except (SearchError, KeyboardInterrupt):
+        # The search stops: so do the jobs it started that still run.
         for t in trials:
-            path = os.path.join(tmp, f"{name}-{t.index}.yaml")
-            with open(path, "w") as f:
-                f.write(specs[t.index])
-            t.job_id = cluster.submit(path, f"{name}-{t.index}")
-            log(f"job {t.job_id}: {name}-{t.index} ({t.label})")
+            if t.job_id and t.state not in ENDED and not t.out:
+                try:
+                    cluster.kill(t.job_id)
+                    log(f"job {t.job_id}: killed (the search stopped)")
+                except SearchError as e:
+                    log(f"job {t.job_id}: {e}")
+        raise
+
+
+def _halve(cluster: Cluster, trials: List[Trial], rungs: List[int],
+           keep: float, mode: str, poll_s: float, timeout_s: float,
+           log: Callable[[str], None], sleep: Callable[[float], None],
+           clock: Callable[[], float]) -> List[Trial]:
     deadline = clock() + timeout_s
     live = list(trials)
     for r, budget in enumerate(rungs):
@@ -411,6 +432,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SearchError as e:
         print(f"gandiva.search: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("gandiva.search: interrupted; the jobs it started are killed",
+              file=sys.stderr)
+        return 130
     # Each bracket's survivors reached the same last rung: the best of them
     # wins.
     trials.sort(key=lambda t: (bool(t.out) or t.metric is None,

@@ -19,7 +19,7 @@ cmd = args[0]
 if cmd == "submit":
     text = open(args[1]).read()
     name = args[args.index("--name") + 1]
-    if "FAIL" in text:
+    if "FAIL" in text or "--lr 0.666" in text:
         print("gandiva submit: field 'command': bad", file=sys.stderr)
         sys.exit(1)
     lr = float(re.search(r"--lr ([0-9.]+)", text).group(1))

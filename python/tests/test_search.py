@@ -90,6 +90,30 @@ def test_a_job_that_fails_cannot_win(cluster, tmp_path, capsys):
     assert "best: job 2 (lr=0.2)" in printed
 
 
+def test_a_search_that_stops_kills_the_jobs_it_started(cluster, tmp_path,
+                                                      capsys):
+    # The second submission is refused: the first job is not left running.
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=0.1,0.666,0.3",
+                      "--rungs", "100", "--gandiva", str(cluster)])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert "field 'command': bad" in captured.err
+    assert "job 1: killed (the search stopped)" in captured.out
+    jobs = state(tmp_path)["jobs"]
+    assert [j["state"] for j in jobs] == ["KILLED"]
+
+
+def test_a_timeout_kills_the_jobs_still_in_the_search(cluster, tmp_path,
+                                                      capsys):
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=0.1,0.2",
+                      "--rungs", "100", "--timeout-s", "0", "--poll-s", "0",
+                      "--gandiva", str(cluster)])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert "timed out" in captured.err
+    assert [j["state"] for j in state(tmp_path)["jobs"]] == ["KILLED"] * 2
+
+
 def test_configurations_grid_samples_and_ranges():
     grid = search.configurations(search.parse_params(
         ["lr=0.1,0.2", "bs=16,32,64"]))
