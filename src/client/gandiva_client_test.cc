@@ -811,9 +811,9 @@ TEST_F(ClientTest, AReportedMetricIsOnThePageWithItsMinibatch) {
   auto reader = ProgressReader::Open(page_path_);
   ASSERT_TRUE(reader.ok());
   const ProgressSnapshot snap = reader->Read();
-  EXPECT_EQ(snap.metric, -0.125);
-  EXPECT_EQ(snap.metric_minibatches, 4u);
-  EXPECT_EQ(snap.metric_reports, 2u);
+  EXPECT_EQ(snap.metric.value, -0.125);
+  EXPECT_EQ(snap.metric.minibatches, 4u);
+  EXPECT_EQ(snap.metric.reports, 2u);
   EXPECT_EQ(gandiva_page_read_metric(nullptr, &value, &at, &reports),
             GANDIVA_E_INVALID);
 }

@@ -192,10 +192,10 @@ int64_t PostRequest(gandiva_progress_page* page, uint32_t kind, uint32_t arg) {
   return seq;
 }
 
-PageMetric ReadMetric(const gandiva_progress_page& page) {
+Metric ReadMetric(const gandiva_progress_page& page) {
   for (;;) {
     const uint64_t before = page.metric_seq.load(std::memory_order_acquire);
-    PageMetric m;
+    Metric m;
     const uint64_t bits = page.metric_bits.load(std::memory_order_acquire);
     m.minibatches = page.metric_minibatches.load(std::memory_order_acquire);
     std::atomic_thread_fence(std::memory_order_acquire);

@@ -15,6 +15,18 @@
 #include "client/gandiva_client.h"
 #include "client/progress_page.h"
 
+namespace gandiva::client {
+
+// A job's last reported metric (gandiva_report_metric, page minor 2) and
+// the mini-batch count then; reports = 0: none yet.
+struct Metric {
+  double value = 0;
+  uint64_t minibatches = 0;
+  uint64_t reports = 0;
+};
+
+}  // namespace gandiva::client
+
 namespace gandiva::client::internal {
 
 // CLOCK_MONOTONIC in nanoseconds.
@@ -57,14 +69,9 @@ RateEstimate ComputeRate(const gandiva_progress_page& page);
 // Fills *out from the page, each field read atomically (acquire).
 void ReadPageInfo(const gandiva_progress_page& page, gandiva_page_info* out);
 
-// The job's last reported metric (page minor 2), read consistently
-// (metric_seq, progress_page.h). reports = 0: none yet.
-struct PageMetric {
-  double value = 0;
-  uint64_t minibatches = 0;
-  uint64_t reports = 0;
-};
-PageMetric ReadMetric(const gandiva_progress_page& page);
+// The job's last reported metric, read consistently (metric_seq,
+// progress_page.h).
+Metric ReadMetric(const gandiva_progress_page& page);
 // The job's side: publishes `value` with the page's mini-batch count.
 void WriteMetric(gandiva_progress_page* page, double value);
 

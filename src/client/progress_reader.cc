@@ -129,10 +129,7 @@ ProgressSnapshot ProgressReader::Read() const {
   s.target_world_size = info.target_world_size;
   s.restore_begin_ns = info.restore_begin_ns;
   s.restore_end_ns = info.restore_end_ns;
-  const internal::PageMetric m = internal::ReadMetric(*page_);
-  s.metric = m.value;
-  s.metric_minibatches = m.minibatches;
-  s.metric_reports = m.reports;
+  s.metric = internal::ReadMetric(*page_);
   return s;
 }
 

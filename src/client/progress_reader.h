@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "client/page_io.h"
 #include "client/progress_page.h"
 #include "core/status.h"
 
@@ -75,11 +76,7 @@ struct ProgressSnapshot {
   uint32_t target_world_size = 0;
   uint64_t restore_begin_ns = 0;  // restore from a checkpoint began (0: none)
   uint64_t restore_end_ns = 0;    // ... and finished
-  // The job's last reported metric (gandiva_report_metric) and the
-  // mini-batch count then; metric_reports = 0: none (page minor 2).
-  double metric = 0;
-  uint64_t metric_minibatches = 0;
-  uint64_t metric_reports = 0;
+  Metric metric;                  // the job's last reported one (page minor 2)
 
   // last_effective_ns - last_received_ns of the last finished request.
   std::optional<int64_t> last_request_latency_ns() const;

@@ -89,6 +89,16 @@ grpc::Status ToGrpc(const core::Status& s) {
   return grpc::Status(ToGrpcCode(s.code()), s.message());
 }
 
+// A job's metric into an rpc::Progress or an rpc::JobExit (the same
+// fields); nothing when it reported none.
+template <typename Message>
+void SetMetric(const client::Metric& m, Message* out) {
+  if (m.reports == 0) return;
+  out->set_metric(m.value);
+  out->set_metric_minibatches(static_cast<int64_t>(m.minibatches));
+  out->set_metric_reports(static_cast<int64_t>(m.reports));
+}
+
 std::string Hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') {
@@ -282,11 +292,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     p.set_uses_library(v.uses_library);
     p.set_sharing(v.sharing);
     p.set_world_size(v.world_size);
-    if (v.metric_reports > 0) {
-      p.set_metric(v.metric);
-      p.set_metric_minibatches(static_cast<int64_t>(v.metric_minibatches));
-      p.set_metric_reports(static_cast<int64_t>(v.metric_reports));
-    }
+    SetMetric(v.metric, &p);
     if (!inventory->is_virtual() && v.state == RunState::kRunning) {
       p.set_gpu_utilization(inventory->Utilization(v.gpus));
       p.set_gpu_memory_bytes(
@@ -1158,11 +1164,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_minibatches(e.minibatches);
       x->set_superseded(e.superseded);
       x->set_killed(e.killed);
-      if (e.metric_reports > 0) {
-        x->set_metric(e.metric);
-        x->set_metric_minibatches(static_cast<int64_t>(e.metric_minibatches));
-        x->set_metric_reports(static_cast<int64_t>(e.metric_reports));
-      }
+      SetMetric(e.metric, x);
     }
     for (const JobView& v : supervisor->Jobs()) {
       rpc::JobProfile* p = req.add_profiles();

@@ -790,8 +790,6 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     rec.killed = job->kill_requested.load();
     if (last) {
       rec.metric = last->metric;
-      rec.metric_minibatches = last->metric_minibatches;
-      rec.metric_reports = last->metric_reports;
     }
     exits_.push_back(rec);
   }
@@ -1038,8 +1036,6 @@ std::vector<JobView> Supervisor::Jobs(bool include_exited) const {
       v.uses_library = s.pid > 0 && s.state != client::JobState::kNew;
       v.library_pid = s.pid;
       v.metric = s.metric;
-      v.metric_minibatches = s.metric_minibatches;
-      v.metric_reports = s.metric_reports;
     }
     out.push_back(std::move(v));
   }

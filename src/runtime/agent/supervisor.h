@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/page_io.h"
 #include "core/status.h"
 #include "runtime/agent/capabilities.h"
 
@@ -154,10 +155,7 @@ struct JobView {
   std::string sharing = "exclusive";
   bool warm = false;            // started with StartParams::warm
   bool has_checkpoint = false;  // HeldCheckpoint(job_id) is set
-  // The job's last reported metric (gandiva_report_metric); reports 0: none.
-  double metric = 0;
-  uint64_t metric_minibatches = 0;
-  uint64_t metric_reports = 0;
+  client::Metric metric;        // the job's last reported one
 };
 
 struct ExitRecord {
@@ -171,10 +169,7 @@ struct ExitRecord {
   // It ended because Kill() was called while it ran (the daemon's KillJob),
   // not by itself nor when the agent stopped (KillAll).
   bool killed = false;
-  // The job's last reported metric (its final one); reports 0: none.
-  double metric = 0;
-  uint64_t metric_minibatches = 0;
-  uint64_t metric_reports = 0;
+  client::Metric metric;  // the job's last reported one (its final one)
 };
 
 class Supervisor {

@@ -243,6 +243,16 @@ struct Snapshot {
   double last_compaction_s = 0;
 };
 
+// A job's last metric from an agent's rpc::Progress or rpc::JobExit (the
+// same fields) into `to`; nothing when it reported none.
+template <typename From>
+void CopyMetric(const From& from, rpc::Progress* to) {
+  if (from.metric_reports() == 0) return;
+  to->set_metric(from.metric());
+  to->set_metric_minibatches(from.metric_minibatches());
+  to->set_metric_reports(from.metric_reports());
+}
+
 std::string HostPortForClients(const std::string& listen, int port) {
   std::string host = listen.substr(0, listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
@@ -1403,11 +1413,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       x->proc = Proc{};
       x->exit_code = e.exit_code();
       if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
-      if (e.metric_reports() > 0) {
-        x->progress.set_metric(e.metric());
-        x->progress.set_metric_minibatches(e.metric_minibatches());
-        x->progress.set_metric_reports(e.metric_reports());
-      }
+      CopyMetric(e, &x->progress);
       if (IsEnded(id)) continue;
       History(id, "exit", e.exit_code() == 0, 0,
               "exit code " + std::to_string(e.exit_code()));
@@ -1429,15 +1435,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const int32_t id = static_cast<int32_t>(p.job_id());
       JobExtra* x = Extra(id);
       if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
-      const rpc::Progress before = x->progress;
-      x->progress = p.progress();
       // A new process (after a move, a restart) has reported no metric
       // yet: the job's last one stands.
-      if (p.progress().metric_reports() == 0 && before.metric_reports() > 0) {
-        x->progress.set_metric(before.metric());
-        x->progress.set_metric_minibatches(before.metric_minibatches());
-        x->progress.set_metric_reports(before.metric_reports());
-      }
+      rpc::Progress next = p.progress();
+      if (next.metric_reports() == 0) CopyMetric(x->progress, &next);
+      x->progress = std::move(next);
       CheckProbe(id, *x);
       // Due on a grid of the interval, not an interval after the last one
       // fed: reports come at the agent's pace, a little early or late, and
@@ -2211,11 +2213,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       x.exit_code = row.exit_code;
       x.progress.set_minibatches(row.minibatches);
       x.progress.set_minibatch_rate(row.minibatch_rate);
-      if (row.metric_reports > 0) {
-        x.progress.set_metric(row.metric);
-        x.progress.set_metric_minibatches(row.metric_minibatches);
-        x.progress.set_metric_reports(row.metric_reports);
-      }
+      x.progress.set_metric(row.metric);
+      x.progress.set_metric_minibatches(row.metric_minibatches);
+      x.progress.set_metric_reports(row.metric_reports);
       x.progress.set_uses_library(row.uses_library);
       x.written = row;
       x.has_written = true;
