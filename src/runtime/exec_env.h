@@ -8,11 +8,15 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +93,24 @@ class ChildSpawnAttr {
 inline void ReapEndedInGroup(pid_t pgid) {
   while (waitpid(-pgid, nullptr, WNOHANG) > 0) {
   }
+}
+
+// The full path of `name` on $PATH (executable), or "" if not found; with
+// no $PATH, /usr/local/bin:/usr/bin:/bin.
+inline std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::istringstream in(p);
+  for (std::string dir; std::getline(in, dir, ':');) {
+    if (dir.empty()) continue;
+    const std::string full = dir + "/" + name;
+    struct stat st;
+    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(full.c_str(), X_OK) == 0) {
+      return full;
+    }
+  }
+  return "";
 }
 
 }  // namespace gandiva::runtime

@@ -32,6 +32,7 @@
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
 #include "runtime/agent/test_util.h"
+#include "runtime/exec_env.h"
 
 namespace gandiva::runtime {
 namespace {

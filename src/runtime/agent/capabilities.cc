@@ -4,25 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <sstream>
+#include "runtime/exec_env.h"
 
 namespace gandiva::runtime {
-
-std::string FindOnPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
-  std::istringstream in(p);
-  for (std::string dir; std::getline(in, dir, ':');) {
-    if (dir.empty()) continue;
-    const std::string full = dir + "/" + name;
-    struct stat st;
-    if (stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        access(full.c_str(), X_OK) == 0) {
-      return full;
-    }
-  }
-  return "";
-}
 
 void ProbeMps(Capabilities* caps) {
   caps->mps = false;

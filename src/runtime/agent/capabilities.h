@@ -23,9 +23,6 @@ struct Capabilities {
   std::string mps_log_dir;
 };
 
-// The full path of `name` on $PATH (executable), or "" if not found.
-std::string FindOnPath(const std::string& name);
-
 // MPS: usable if `nvidia-cuda-mps-control` is on PATH and the pipe directory
 // ($CUDA_MPS_PIPE_DIRECTORY, else /tmp/nvidia-mps) has a `control` pipe
 // (a FIFO or, in newer drivers, a socket).

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/exec_env.h"
 #include "runtime/scheduler/etcd_client.h"
 
 namespace gandiva::runtime {
@@ -47,10 +48,10 @@ class EtcdForTest {
   // certificate the CA signed; Client() then presents `tls`'s.
   static std::unique_ptr<EtcdForTest> Start(std::string* error,
                                             const TlsFiles& tls = {}) {
-    const std::string bin = Find();
+    const std::string bin = FindOnPath("etcd");
     if (bin.empty()) {
       *error = std::string() +
-               "no etcd binary in $PATH or /usr/bin: install "
+               "no etcd binary on $PATH: install "
                "etcd-server (scripts/setup does)";
       return nullptr;
     }
@@ -137,20 +138,6 @@ class EtcdForTest {
   static int& Counter() {
     static int n = 0;
     return n;
-  }
-  static std::string Find() {
-    if (const char* path = std::getenv("PATH")) {
-      std::string all = path;
-      size_t at = 0;
-      while (at <= all.size()) {
-        size_t end = all.find(':', at);
-        if (end == std::string::npos) end = all.size();
-        const std::string cand = all.substr(at, end - at) + "/etcd";
-        if (::access(cand.c_str(), X_OK) == 0) return cand;
-        at = end + 1;
-      }
-    }
-    return ::access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : "";
   }
 
   std::filesystem::path dir_;
