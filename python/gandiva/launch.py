@@ -10,14 +10,23 @@ the page); gandiva.torch.Job relays the agent's requests to the other ranks.
 With CUDA_VISIBLE_DEVICES set (non-empty), rank r sees only the r-th device
 listed.
 
+A job whose GPUs span servers runs one launcher per server (a part), which
+the agents configure through the environment: GANDIVA_NNODES (parts, > 1),
+GANDIVA_NODE_RANK (this part; 0, the lead, holds rank 0),
+GANDIVA_LOCAL_WORLD_SIZE (ranks here; N defaults to it),
+GANDIVA_RANK_OFFSET (the global rank of this part's first rank),
+GANDIVA_WORLD_SIZE (ranks over all parts) and GANDIVA_MASTER_ADDR /
+GANDIVA_MASTER_PORT (the lead's host and the port all ranks meet at). The
+local rank r is then global rank GANDIVA_RANK_OFFSET + r.
+
 The ranks stay in the launcher's process group (the agent stops and continues
 the group). SIGTERM and SIGINT are forwarded to the ranks; SIGTSTP is not
 caught (the agent suspends through rank 0 and SIGSTOPs the group). The
-launcher exits with rank 0's status when every rank ended with it (0, or 75 /
-76 after a checkpoint-and-exit / resize); otherwise with the first failure's
-status (128 + signal for a rank killed by a signal), after killing the ranks
-still running. Ranks still running 30 s after rank 0 ended with 0/75/76 are
-killed (rank 0's status is kept).
+launcher exits with its first rank's status when every rank ended with it (0,
+or 75 / 76 after a checkpoint-and-exit / resize); otherwise with the first
+failure's status (128 + signal for a rank killed by a signal), after killing
+the ranks still running. Ranks still running 30 s after the first ended with
+0/75/76 are killed (the first rank's status is kept).
 """
 
 from __future__ import annotations
@@ -45,17 +54,71 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_env(base: Dict[str, str], rank: int, nproc: int, port: int,
+class Layout:
+    """Where this launcher's ranks sit in the job."""
+
+    def __init__(self, nproc: int, world: int, offset: int, addr: str,
+                 port: int, nodes: int = 1, node_rank: int = 0):
+        self.nproc, self.world, self.offset = nproc, world, offset
+        self.addr, self.port = addr, port
+        self.nodes, self.node_rank = nodes, node_rank
+
+
+def _env_int(env: Dict[str, str], name: str) -> int:
+    text = env.get(name, "")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: not an integer") from None
+
+
+def layout_from_env(env: Dict[str, str], nproc: Optional[int]) -> Layout:
+    """The ranks to start: a part of a multi-server job when GANDIVA_NNODES
+    is over 1, else all of them here. ValueError names a bad variable."""
+    nodes = _env_int(env, "GANDIVA_NNODES") if env.get("GANDIVA_NNODES") \
+        else 1
+    if nodes <= 1:
+        n = nproc if nproc is not None else int(
+            env.get("GANDIVA_WORLD_SIZE") or 1)
+        if n < 1:
+            raise ValueError("--nproc must be >= 1")
+        return Layout(n, n, 0, "127.0.0.1", free_port())
+    node_rank = _env_int(env, "GANDIVA_NODE_RANK")
+    world = _env_int(env, "GANDIVA_WORLD_SIZE")
+    offset = _env_int(env, "GANDIVA_RANK_OFFSET")
+    port = _env_int(env, "GANDIVA_MASTER_PORT")
+    n = nproc if nproc is not None else _env_int(env,
+                                                 "GANDIVA_LOCAL_WORLD_SIZE")
+    addr = env.get("GANDIVA_MASTER_ADDR", "")
+    if not 0 <= node_rank < nodes:
+        raise ValueError(f"GANDIVA_NODE_RANK={node_rank}: not in 0..{nodes - 1}")
+    if n < 1 or offset < 0 or offset + n > world:
+        raise ValueError(f"ranks {offset}..{offset + n - 1} (GANDIVA_RANK_OFFSET"
+                         f", GANDIVA_LOCAL_WORLD_SIZE) outside "
+                         f"GANDIVA_WORLD_SIZE={world}")
+    if (node_rank == 0) != (offset == 0):
+        raise ValueError(f"GANDIVA_RANK_OFFSET={offset} with GANDIVA_NODE_RANK"
+                         f"={node_rank}: the lead part, and it alone, holds "
+                         "rank 0")
+    if not addr:
+        raise ValueError("GANDIVA_MASTER_ADDR: empty")
+    if not 0 < port < 65536:
+        raise ValueError(f"GANDIVA_MASTER_PORT={port}: not a port")
+    return Layout(n, world, offset, addr, port, nodes, node_rank)
+
+
+def rank_env(base: Dict[str, str], local: int, lay: Layout,
              devices: Optional[List[str]]) -> Dict[str, str]:
+    rank = lay.offset + local
     env = dict(base)
-    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
-               LOCAL_WORLD_SIZE=str(nproc), GANDIVA_WORLD_SIZE=str(nproc),
-               GANDIVA_RANK=str(rank))
+    env.update(MASTER_ADDR=lay.addr, MASTER_PORT=str(lay.port),
+               RANK=str(rank), LOCAL_RANK=str(local), WORLD_SIZE=str(lay.world),
+               LOCAL_WORLD_SIZE=str(lay.nproc),
+               GANDIVA_WORLD_SIZE=str(lay.world), GANDIVA_RANK=str(rank))
     if rank != 0:
         env.pop("GANDIVA_PROGRESS_FILE", None)
     if devices:
-        env["CUDA_VISIBLE_DEVICES"] = devices[rank]
+        env["CUDA_VISIBLE_DEVICES"] = devices[local]
     return env
 
 
@@ -77,11 +140,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         command = command[1:]
     if not command:
         ap.error("no script given")
-    nproc = args.nproc
-    if nproc is None:
-        nproc = int(os.environ.get("GANDIVA_WORLD_SIZE") or 1)
-    if nproc < 1:
-        ap.error("--nproc must be >= 1")
+    try:
+        lay = layout_from_env(os.environ, args.nproc)
+    except ValueError as e:
+        print(f"gandiva.launch: {e}", file=sys.stderr)
+        return 2
+    nproc = lay.nproc
     devices = None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     if visible:
@@ -96,7 +160,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv0 = command  # an executable
     else:
         argv0 = [sys.executable] + command
-    port = free_port()
     procs: List[subprocess.Popen] = []
 
     def forward(signo, _frame):
@@ -109,9 +172,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    for rank in range(nproc):
+    if lay.nodes > 1:
+        print(f"gandiva.launch: part {lay.node_rank} of {lay.nodes}: ranks "
+              f"{lay.offset}..{lay.offset + nproc - 1} of {lay.world}, "
+              f"meeting at {lay.addr}:{lay.port}", file=sys.stderr, flush=True)
+    for local in range(nproc):
         procs.append(subprocess.Popen(
-            argv0, env=rank_env(os.environ, rank, nproc, port, devices)))
+            argv0, env=rank_env(os.environ, local, lay, devices)))
 
     statuses: Dict[int, int] = {}
     failure: Optional[int] = None
@@ -121,8 +188,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             rank0_done = time.monotonic()
         if (rank0_done is not None and
                 time.monotonic() - rank0_done > _FOLLOW_GRACE_S):
-            print("gandiva.launch: ranks still running long after rank 0 "
-                  "ended; killing them", file=sys.stderr)
+            print("gandiva.launch: ranks still running long after the "
+                  "first ended; killing them", file=sys.stderr)
             for p in procs:
                 if p.poll() is None:
                     p.kill()

@@ -5,6 +5,7 @@ and GANDIVA_RESUME_FROM), ending at exactly the target number of samples;
 and a checkpoint-and-exit + warm restart at the same world size, which is
 bit-identical to an uninterrupted run. The test plays the node agent."""
 
+import shutil
 import subprocess
 import sys
 
@@ -118,3 +119,114 @@ def test_checkpoint_and_warm_restart_at_world_size_2_is_bit_identical(
     migrated = torch.load(out)
     for name, tensor in ref.items():
         assert torch.equal(tensor, migrated[name]), name
+
+
+def launch_parts(lib_path, sizes, out=None, extra=(), part_env=()):
+    """One launcher per part of a multi-server job (as the agents start
+    them), all on this machine: part k runs sizes[k] ranks, with
+    part_env[k] (if given) added to its environment."""
+    from gandiva.launch import free_port
+    port = free_port()
+    procs, offset = [], 0
+    for k, n in enumerate(sizes):
+        env = dict(GANDIVA_NNODES=len(sizes), GANDIVA_NODE_RANK=k,
+                   GANDIVA_WORLD_SIZE=sum(sizes), GANDIVA_LOCAL_WORLD_SIZE=n,
+                   GANDIVA_RANK_OFFSET=offset, GANDIVA_MASTER_ADDR="127.0.0.1",
+                   GANDIVA_MASTER_PORT=port)
+        if k < len(part_env):
+            env.update(part_env[k])
+        args = [sys.executable, "-m", "gandiva.launch", "--", str(EXAMPLE),
+                "--samples", str(SAMPLES), "--log-every", "0"]
+        if out is not None and k == 0:
+            args += ["--out", str(out)]
+        procs.append(subprocess.Popen(
+            args + [str(a) for a in extra], env=child_env(lib_path, **env),
+            process_group=0, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+        offset += n
+    return procs
+
+
+def test_a_job_in_two_parts_trains_as_one_launcher_would(tmp_path, lib_path,
+                                                         reap):
+    ref, _ = run_to_end(lib_path, 3, tmp_path / "ref.pt")
+    out = tmp_path / "parts.pt"
+    procs = launch_parts(lib_path, [2, 1], out)
+    for p in procs:
+        reap(p)
+    (s0, out0, err0), (s1, _, err1) = [finish(p) for p in procs]
+    assert (s0, s1) == (0, 0), err0 + err1
+    assert "part 0 of 2: ranks 0..1 of 3" in err0
+    assert "part 1 of 2: ranks 2..2 of 3" in err1
+    assert f"done samples={SAMPLES} " in out0 and "world_size=3" in out0
+    parts = torch.load(out)
+    for name, tensor in ref.items():
+        assert torch.equal(tensor, parts[name]), name
+
+
+def test_parts_checkpoint_together_and_restart_from_one_copy(tmp_path,
+                                                             lib_path, reap):
+    """The lead's page asks for a checkpoint: every part exits 75; both
+    parts restart from copies of the one checkpoint rank 0 saved and end
+    bit-identical to a run never stopped."""
+    ref, _ = run_to_end(lib_path, 2, tmp_path / "ref.pt")
+    ckpt = tmp_path / "ckpt"
+    page = tmp_path / "progress"
+    agent.create_page(page)
+    procs = launch_parts(lib_path, [1, 1], extra=["--min-step-ms", "3"],
+                         part_env=[dict(GANDIVA_PROGRESS_FILE=page,
+                                        GANDIVA_CHECKPOINT_DIR=ckpt)])
+    for p in procs:
+        reap(p)
+    request_after(page, procs[0], 15, agent.REQUEST_CHECKPOINT_EXIT)
+    statuses = [finish(p) for p in procs]
+    assert [s for s, _, _ in statuses] == [75, 75], statuses
+    # What the other part's agent receives: a copy, somewhere else.
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(ckpt, copy)
+    out = tmp_path / "restarted.pt"
+    page2 = tmp_path / "progress2"
+    agent.create_page(page2)
+    procs = launch_parts(lib_path, [1, 1], out,
+                         part_env=[dict(GANDIVA_PROGRESS_FILE=page2,
+                                        GANDIVA_RESUME_FROM=ckpt),
+                                   dict(GANDIVA_RESUME_FROM=copy)])
+    for p in procs:
+        reap(p)
+    (s0, out0, err0), (s1, _, err1) = [finish(p) for p in procs]
+    assert (s0, s1) == (0, 0), err0 + err1
+    assert "resumed from" in out0 and f"done samples={SAMPLES} " in out0
+    restarted = torch.load(out)
+    for name, tensor in ref.items():
+        assert torch.equal(tensor, restarted[name]), name
+
+
+def test_a_bad_part_variable_is_named(tmp_path, lib_path):
+    from gandiva.launch import layout_from_env
+    good = dict(GANDIVA_NNODES="2", GANDIVA_NODE_RANK="1",
+                GANDIVA_WORLD_SIZE="3", GANDIVA_LOCAL_WORLD_SIZE="1",
+                GANDIVA_RANK_OFFSET="2", GANDIVA_MASTER_ADDR="10.0.0.1",
+                GANDIVA_MASTER_PORT="29500")
+    lay = layout_from_env(good, None)
+    assert (lay.nproc, lay.world, lay.offset, lay.addr, lay.port) == \
+        (1, 3, 2, "10.0.0.1", 29500)
+    for name, value, words in [
+            ("GANDIVA_NNODES", "two", "GANDIVA_NNODES='two'"),
+            ("GANDIVA_NODE_RANK", "2", "GANDIVA_NODE_RANK=2"),
+            ("GANDIVA_RANK_OFFSET", "3", "outside GANDIVA_WORLD_SIZE=3"),
+            ("GANDIVA_RANK_OFFSET", "0", "the lead part, and it alone"),
+            ("GANDIVA_MASTER_ADDR", "", "GANDIVA_MASTER_ADDR: empty"),
+            ("GANDIVA_MASTER_PORT", "0", "GANDIVA_MASTER_PORT=0")]:
+        bad = dict(good, **{name: value})
+        try:
+            layout_from_env(bad, None)
+        except ValueError as e:
+            assert words in str(e), (name, str(e))
+        else:
+            raise AssertionError(f"{name}={value!r} accepted")
+    # The launcher refuses it with status 2 and the message.
+    env = child_env(lib_path, **dict(good, GANDIVA_MASTER_PORT="x"))
+    r = subprocess.run([sys.executable, "-m", "gandiva.launch", "--",
+                        str(EXAMPLE)], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "GANDIVA_MASTER_PORT='x'" in r.stderr
