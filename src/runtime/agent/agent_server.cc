@@ -1,7 +1,10 @@
 #include "runtime/agent/agent_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -316,6 +319,13 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           p.restartable = req->spec().restartable();
           p.warm = req->warm();
           p.resume_local = req->resume_local();
+          int32_t master_port = 0;
+          if (req->has_gang()) {
+            auto env = GangEnv(*req, &master_port);
+            if (!env.ok()) return ToGrpc(env.status());
+            p.gang_env = std::move(*env);
+            p.without_library = req->gang().node_rank() > 0;
+          }
           auto r = supervisor->Start(p);
           if (!r.ok()) {
             Log("StartJob " + std::to_string(p.job_id) +
@@ -324,8 +334,16 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           }
           out->set_pid(r->pid);
           out->set_took_us(r->took_us);
+          out->set_master_port(master_port);
           Log("started job " + std::to_string(p.job_id) + " (pid " +
               std::to_string(r->pid) + ")" +
+              (req->has_gang()
+                   ? " part " + std::to_string(req->gang().node_rank()) +
+                         " of " + std::to_string(req->gang().nodes()) +
+                         ", ranks meet at " +
+                         p.gang_env["GANDIVA_MASTER_ADDR"] + ":" +
+                         std::to_string(master_port)
+                   : std::string()) +
               (p.warm           ? " warm, waiting for its checkpoint"
                : p.resume_local ? " from its checkpoint here"
                                 : ""));
@@ -342,6 +360,72 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           }
           return grpc::Status::OK;
         });
+  }
+
+  // The launcher's variables for one part of a multi-server job; the lead
+  // (node_rank 0) given no port gets a free one on this host.
+  static core::StatusOr<std::map<std::string, std::string>> GangEnv(
+      const rpc::StartJobRequest& req, int32_t* master_port) {
+    const rpc::Gang& g = req.gang();
+    const int local = req.gpus_size();
+    if (g.nodes() < 2 || g.node_rank() < 0 || g.node_rank() >= g.nodes()) {
+      return core::InvalidArgument(
+          "gang: node_rank " + std::to_string(g.node_rank()) + " of " +
+          std::to_string(g.nodes()) + " parts (a gang has 2 or more)");
+    }
+    if (local < 1 || g.rank_offset() < 0 ||
+        g.rank_offset() + local > g.world_size()) {
+      return core::InvalidArgument(
+          "gang: ranks " + std::to_string(g.rank_offset()) + ".." +
+          std::to_string(g.rank_offset() + local - 1) + " outside world size " +
+          std::to_string(g.world_size()));
+    }
+    if ((g.node_rank() == 0) != (g.rank_offset() == 0)) {
+      return core::InvalidArgument(
+          "gang: the lead (node_rank 0), and it alone, holds rank 0");
+    }
+    if (g.master_addr().empty()) {
+      return core::InvalidArgument("gang.master_addr: empty");
+    }
+    *master_port = g.master_port();
+    if (*master_port <= 0) {
+      if (g.node_rank() != 0) {
+        return core::InvalidArgument(
+            "gang.master_port: only the lead may leave it to the agent");
+      }
+      auto port = FreeTcpPort();
+      if (!port.ok()) return port.status();
+      *master_port = *port;
+    }
+    return std::map<std::string, std::string>{
+        {"GANDIVA_NNODES", std::to_string(g.nodes())},
+        {"GANDIVA_NODE_RANK", std::to_string(g.node_rank())},
+        {"GANDIVA_WORLD_SIZE", std::to_string(g.world_size())},
+        {"GANDIVA_LOCAL_WORLD_SIZE", std::to_string(local)},
+        {"GANDIVA_RANK_OFFSET", std::to_string(g.rank_offset())},
+        {"GANDIVA_MASTER_ADDR", g.master_addr()},
+        {"GANDIVA_MASTER_PORT", std::to_string(*master_port)}};
+  }
+
+  // A TCP port free on all interfaces now (the ranks bind it moments later).
+  static core::StatusOr<int32_t> FreeTcpPort() {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return core::IoError(std::string("socket: ") + std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof addr;
+    const bool ok =
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+    const int err = errno;
+    close(fd);
+    if (!ok) {
+      return core::IoError(std::string("picking a free port: ") +
+                           std::strerror(err));
+    }
+    return static_cast<int32_t>(ntohs(addr.sin_port));
   }
 
   grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* req,
@@ -375,7 +459,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         {"KillJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::KillReply*) {
           core::Status s = supervisor->Kill(req->job_id());
-          const bool had = supervisor->DropCheckpoint(req->job_id());
+          const bool had = !req->keep_checkpoint() &&
+                           supervisor->DropCheckpoint(req->job_id());
           if (s.code() == core::StatusCode::kNotFound && had) {
             return grpc::Status::OK;  // only its checkpoint was left here
           }
@@ -930,7 +1015,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     out->set_streamed(streamed);
     if (cold) {
       supervisor->HoldCheckpoint(job_id, dir);
-      if (!req.source_address().empty()) {
+      if (!req.source_address().empty() && !req.without_log()) {
         // The job starts here from the checkpoint: its log so far is the
         // source's, and what an earlier stay here left is not repeated.
         FetchEarlierLog(job_id, req.source_address(), /*truncate_log=*/true);

@@ -1201,6 +1201,66 @@ TEST_F(MigrationTest, CapabilitiesSharingAndWorldSize) {
       [&] { return Log(dir_, 1).find("ws=2") != std::string::npos; }));
 }
 
+// One part of a job that spans servers: the lead gets a free port for its
+// ranks to meet at, every part the launcher's variables; a gang that does
+// not add up is refused naming the field, and nothing starts.
+TEST_F(MigrationTest, APartOfAJobSpanningServersGetsItsLaunchVariables) {
+  StartAgent();
+  const std::string echo =
+      "echo nnodes=$GANDIVA_NNODES node=$GANDIVA_NODE_RANK "
+      "ws=$GANDIVA_WORLD_SIZE local=$GANDIVA_LOCAL_WORLD_SIZE "
+      "offset=$GANDIVA_RANK_OFFSET at=$GANDIVA_MASTER_ADDR:"
+      "$GANDIVA_MASTER_PORT; exec sleep 1000";
+  auto gang = [&](int64_t job, int node, int offset, int port) {
+    rpc::StartJobRequest req = StartReq(job, job * 10, echo);
+    req.add_gpus(1);
+    rpc::Gang* g = req.mutable_gang();
+    g->set_nodes(2);
+    g->set_node_rank(node);
+    g->set_world_size(4);
+    g->set_rank_offset(offset);
+    g->set_master_addr("127.0.0.1");
+    g->set_master_port(port);
+    return req;
+  };
+  grpc::ClientContext ctx;
+  rpc::StartJobReply lead;
+  ASSERT_TRUE(stub_->StartJob(&ctx, gang(1, 0, 0, 0), &lead).ok());
+  ASSERT_GT(lead.master_port(), 0);
+  const std::string at = "at=127.0.0.1:" + std::to_string(lead.master_port());
+  ASSERT_TRUE(WaitUntil([&] {
+    return Log(dir_, 1).find("nnodes=2 node=0 ws=4 local=2 offset=0 " + at) !=
+           std::string::npos;
+  })) << Log(dir_, 1);
+  ASSERT_TRUE(StartOn(stub_.get(), gang(2, 1, 2, lead.master_port())).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    return Log(dir_, 2).find("nnodes=2 node=1 ws=4 local=2 offset=2 " + at) !=
+           std::string::npos;
+  })) << Log(dir_, 2);
+  // A part other than the lead is stopped at once, not after the grace
+  // the library gets to attach.
+  rpc::SuspendReply sr;
+  ASSERT_TRUE(Suspend(2, 21, &sr).ok());
+  EXPECT_FALSE(sr.at_boundary());
+
+  struct Bad {
+    int node, offset, port;
+    std::string words;
+  };
+  int64_t job = 3;  // each its own job id: an action id answers once
+  for (const Bad& b :
+       {Bad{2, 0, 0, "node_rank 2 of 2"},
+        Bad{1, 3, 5000, "outside world size 4"},
+        Bad{1, 0, 5000, "holds rank 0"}, Bad{1, 2, 0, "only the lead"}}) {
+    const grpc::Status st =
+        StartOn(stub_.get(), gang(job++, b.node, b.offset, b.port));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << b.words;
+    EXPECT_NE(st.error_message().find(b.words), std::string::npos)
+        << st.error_message();
+  }
+  EXPECT_EQ(Status().jobs_size(), 2);
+}
+
 TEST_F(MigrationTest, ADataParallelJobIsSuspendedResumedAndKilledAsAGroup) {
   StartAgent();
   // Rank 1 runs without the page, rank 0 (the exec'd shell) attaches.

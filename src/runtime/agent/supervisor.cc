@@ -543,6 +543,8 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   env["GANDIVA_WORLD_SIZE"] = std::to_string(params.gpus.size());
   if (!resume_from.empty()) env["GANDIVA_RESUME_FROM"] = resume_from;
   if (params.warm) env["GANDIVA_RESUME_WAIT"] = "1";
+  for (const char* name : kGangEnvNames) env.erase(name);
+  for (const auto& [k, v] : params.gang_env) env[k] = v;
   if (caps_.mps && !options_.virtual_gpus) {
     // Every job on a real GPU is an MPS client, not only the second of a
     // pack: a job packed later shares its GPU through MPS only if the job
@@ -550,10 +552,12 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     env["CUDA_MPS_PIPE_DIRECTORY"] = caps_.mps_pipe_dir;
     env["CUDA_MPS_LOG_DIRECTORY"] = caps_.mps_log_dir;
   }
-  ExecEnv envp(env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS",
-                     "GANDIVA_JOB_ID", "GANDIVA_PROGRESS_FILE",
-                     "GANDIVA_CHECKPOINT_DIR", "GANDIVA_RESUME_FROM",
-                     "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE"});
+  ExecEnv envp(
+      env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS", "GANDIVA_JOB_ID",
+            "GANDIVA_PROGRESS_FILE", "GANDIVA_CHECKPOINT_DIR",
+            "GANDIVA_RESUME_FROM", "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE",
+            kGangEnvNames[0], kGangEnvNames[1], kGangEnvNames[2],
+            kGangEnvNames[3], kGangEnvNames[4], kGangEnvNames[5]});
   std::string arg0 = "sh", arg1 = "-c", arg2 = params.command;
   char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
 
@@ -618,6 +622,7 @@ core::StatusOr<std::shared_ptr<Supervisor::JobRec>> Supervisor::NewJobRec(
   job->page_path = PagePath(params.job_id);
   job->restartable = params.restartable;
   job->warm = params.warm;
+  job->without_library = params.without_library;
   std::error_code ec;
   std::filesystem::create_directories(JobDir(params.job_id), ec);
   if (ec) {

@@ -91,7 +91,21 @@ struct StartParams {
   // held is restored instead (CriuRestore: the command is not run; the
   // process keeps its environment and is pinned to these GPUs' CPUs).
   bool resume_local = false;
+  // One part of a multi-server job (proto Gang): the variables its launcher
+  // reads (GANDIVA_NNODES, GANDIVA_NODE_RANK, GANDIVA_WORLD_SIZE over all
+  // parts, GANDIVA_LOCAL_WORLD_SIZE, GANDIVA_RANK_OFFSET,
+  // GANDIVA_MASTER_ADDR, GANDIVA_MASTER_PORT), set over the spec's. Empty:
+  // a single-server job.
+  std::map<std::string, std::string> gang_env;
+  // A part other than the lead: its ranks do not attach to the page, so
+  // Suspend stops it with SIGSTOP at once rather than waiting for them to.
+  bool without_library = false;
 };
+
+// The variables of a gang part, in the order the launcher documents them.
+inline constexpr const char* kGangEnvNames[] = {
+    "GANDIVA_NNODES",      "GANDIVA_NODE_RANK",   "GANDIVA_LOCAL_WORLD_SIZE",
+    "GANDIVA_RANK_OFFSET", "GANDIVA_MASTER_ADDR", "GANDIVA_MASTER_PORT"};
 
 struct StartResult {
   pid_t pid = 0;
