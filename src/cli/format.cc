@@ -91,6 +91,20 @@ std::string JoinGpus(const google::protobuf::RepeatedField<int32_t>& gpus) {
   return s;
 }
 
+std::string Placement(const rpc::JobInfo& job) {
+  if (job.parts_size() > 1) {
+    std::string s;
+    for (const rpc::JobPart& p : job.parts()) {
+      if (!s.empty()) s += "+";
+      s += p.server() + ":" + JoinGpus(p.gpus());
+    }
+    return s;
+  }
+  if (job.server().empty()) return "-";
+  if (job.gpus_size() == 0) return job.server();
+  return job.server() + ":" + JoinGpus(job.gpus());
+}
+
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& row : rows) {

@@ -24,6 +24,9 @@ std::string FormatProgress(int64_t minibatches, int64_t total);
 std::string FormatClock(int64_t unix_us);
 // Comma-separated GPU indices: "0,1".
 std::string JoinGpus(const google::protobuf::RepeatedField<int32_t>& gpus);
+// Where a job is: "agent-1:0,1"; for a job that spans servers every part in
+// rank order, "agent-1:0,1+agent-2:0"; "-" when it is nowhere.
+std::string Placement(const rpc::JobInfo& job);
 
 // Rows of cells printed as left-aligned columns separated by two spaces (the
 // first row is the header). Trailing spaces are trimmed.

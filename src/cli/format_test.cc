@@ -35,5 +35,22 @@ TEST(FormatTest, TableAlignsColumns) {
             "ID  NAME  X\n10  a\n");
 }
 
+TEST(FormatTest, PlacementNamesEveryPartOfAJobThatSpansServers) {
+  rpc::JobInfo j;
+  EXPECT_EQ(Placement(j), "-");
+  j.set_server("agent-1");
+  j.add_gpus(0);
+  j.add_gpus(1);
+  EXPECT_EQ(Placement(j), "agent-1:0,1");
+  rpc::JobPart* a = j.add_parts();
+  a->set_server("agent-1");
+  a->add_gpus(0);
+  a->add_gpus(1);
+  rpc::JobPart* b = j.add_parts();
+  b->set_server("agent-2");
+  b->add_gpus(3);
+  EXPECT_EQ(Placement(j), "agent-1:0,1+agent-2:3");
+}
+
 }  // namespace
 }  // namespace gandiva::cli

@@ -210,10 +210,7 @@ int RunLs(const LsFlags& f) {
                                                  "METRIC", "SUSPENDS", "AGE"}};
   const int64_t now = NowUs();
   for (const auto* j : jobs) {
-    std::string server = j->server().empty() ? "-" : j->server();
-    if (!j->server().empty() && j->gpus_size() > 0) {
-      server += ":" + JoinGpus(j->gpus());
-    }
+    const std::string server = Placement(*j);
     char rate[32] = "-";
     if (j->progress().minibatch_rate() > 0 && !IsEnded(j->state())) {
       std::snprintf(rate, sizeof rate, "%.1f", j->progress().minibatch_rate());
@@ -298,7 +295,10 @@ int RunShow(const JobFlags& f) {
   std::printf("job %lld: %s\n", static_cast<long long>(j.id()),
               spec.name().c_str());
   std::printf("  state:        %s", StateName(j.state()).c_str());
-  if (!j.server().empty()) {
+  if (j.parts_size() > 1) {
+    std::printf(" on %d servers (%s; rank 0 on %s)", j.parts_size(),
+                Placement(j).c_str(), j.server().c_str());
+  } else if (!j.server().empty()) {
     std::printf(" on %s, GPU %s", j.server().c_str(),
                 JoinGpus(j.gpus()).c_str());
   }

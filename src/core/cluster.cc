@@ -136,6 +136,9 @@ void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,
     Server& s = servers_[gpu(sorted[i]).server.value];
     GANDIVA_CHECK_MSG(s.up, "placement on a server that is down");
     Unindex(s);
+    // More GPUs for a job (a grow) on a server it was not on yet: it is
+    // placed on that server, as a new placement would be.
+    const bool new_here = !more || !Holds(s, job);
     int here = 0;
     for (; i < sorted.size() && gpus_[sorted[i].value].server == s.id; ++i) {
       Gpu& g = gpus_[sorted[i].value];
@@ -146,7 +149,7 @@ void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,
       g.jobs.push_back(job);
       ++here;
     }
-    if (!more) {
+    if (new_here) {
       if (s.jobs == 0) s.affinity = job_gpus;
       ++s.jobs;
     }
@@ -174,11 +177,23 @@ void Cluster::Unplace(JobId job, std::span<const GpuId> gpus, bool some) {
       }
       ++here;
     }
-    if (!some) --s.jobs;
+    // Some of its GPUs (a shrink): the job leaves the server only with
+    // its last GPU there.
+    if (!some || !Holds(s, job)) --s.jobs;
     s.demand -= here;
     if (s.jobs == 0) s.affinity = 0;
     Index(s);
   }
+}
+
+bool Cluster::Holds(const Server& s, JobId job) const {
+  for (int k = 0; k < s.spec.gpus; ++k) {
+    const Gpu& g = gpus_[s.first_gpu.value + k];
+    if (std::find(g.jobs.begin(), g.jobs.end(), job) != g.jobs.end()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void Cluster::Activate(std::span<const GpuId> gpus) {

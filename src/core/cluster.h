@@ -111,6 +111,8 @@ class Cluster {
   bool overloaded() const { return height() > 1; }
 
   Spread SpreadOf(std::span<const GpuId> gpus) const;
+  // Some GPU of `s` has `job` placed on it.
+  bool Holds(const Server& s, JobId job) const;
 
   // Ordered views for placement. Each calls f(const Server&) in order and
   // stops early when f returns true. Servers that are down or cordoned are

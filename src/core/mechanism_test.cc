@@ -189,7 +189,7 @@ TEST(MechanismTest, ResizesElasticJobsOnly) {
   ExpectRefused(h, Resize(r, 2), "not elastic");
   ExpectRefused(h, Resize(e, 3), "power of two");
   ExpectRefused(h, Resize(e, 1), "already has 1");
-  ExpectRefused(h, Resize(e, 8), "has only 4");
+  ExpectRefused(h, Resize(e, 8), "no room: it needs 7 more GPUs; server");
   ExpectRefused(h, Resize(e, 4), "no room");
   ASSERT_TRUE(h.TrySend(Resize(e, 2)).ok());
   ASSERT_EQ(CountKind(h.last(), ActionKind::kGrow), 1);
@@ -200,6 +200,37 @@ TEST(MechanismTest, ResizesElasticJobsOnly) {
   h.CompleteAll();
   EXPECT_EQ(h.job(e).gpus.size(), 1u);
   EXPECT_EQ(h.state().cluster().free_gpus(), 2);
+}
+
+// An operator's grow takes free GPUs on the job's own server first and
+// then on other servers (the job comes to span them); a shrink keeps the
+// GPUs of the server holding most of the job, which may bring it back
+// onto one server.
+TEST(MechanismTest,
+     ResizeGrowsAcrossServersAndShrinksOntoTheServerHoldingMost) {
+  Harness h(std::make_unique<FifoPolicy>(), 3, ServerSpec{"", 2, 1, 1, 0});
+  const JobId blocker = h.Submit(1);
+  const JobId e = h.Submit(1, 0, /*elastic=*/true);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(blocker).state, JobState::kRunning);
+  const Cluster& c = h.state().cluster();
+  ASSERT_TRUE(h.TrySend(Resize(e, 4)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kGrow), 1);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(e).gpus.size(), 4u);
+  EXPECT_EQ(c.SpreadOf(h.job(e).gpus), Spread::kAcrossServers);
+  ExpectRefused(h, Resize(e, 8), "no room: it needs 4 more GPUs; its servers");
+
+  ASSERT_TRUE(h.TrySend(Resize(e, 2)).ok());
+  ASSERT_EQ(CountKind(h.last(), ActionKind::kShrink), 1);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(e).gpus.size(), 2u);
+  EXPECT_NE(c.SpreadOf(h.job(e).gpus), Spread::kAcrossServers);
+  const ServerId kept = c.gpu(h.job(e).gpus[0]).server;
+  for (GpuId g : c.GpusOf(kept)) {
+    EXPECT_EQ(c.gpu(g).jobs, std::vector<JobId>{e});
+  }
+  EXPECT_EQ(h.state().cluster().free_gpus(), 3);
 }
 
 // Cordon: new jobs go elsewhere, or wait; the jobs there stay and can be

@@ -204,11 +204,6 @@ void Actions::Resize(JobId id, std::vector<GpuId> gpus) {
   std::sort(gpus.begin(), gpus.end());
   std::vector<GpuId> old = job.gpus;
   std::sort(old.begin(), old.end());
-  const ServerId server = st.cluster_.gpu(old[0]).server;
-  for (GpuId g : gpus) {
-    GANDIVA_CHECK_MSG(st.cluster_.gpu(g).server == server,
-                      JobRef(id) + ": resize beyond its server");
-  }
   const bool grow = gpus.size() > old.size();
   if (grow) {
     GANDIVA_CHECK(
@@ -630,39 +625,78 @@ Status Scheduler::PlanMechanism(const MechanismRequest& m,
       if (want == have) {
         return refuse("it already has " + std::to_string(have) + " GPUs");
       }
-      std::vector<GpuId> mine = job.gpus;
-      std::sort(mine.begin(), mine.end());
-      const ServerId sid = cluster.gpu(mine[0]).server;
-      const Server& s = cluster.server(sid);
-      if (cluster.SpreadOf(mine) == Spread::kAcrossServers) {
-        return refuse("it spans servers; resizing needs it on one");
+      // The job's servers, those holding most of its GPUs first (ties:
+      // in the order its GPUs name them).
+      std::vector<std::pair<ServerId, std::vector<GpuId>>> own;
+      for (GpuId g : job.gpus) {
+        const ServerId s = cluster.gpu(g).server;
+        auto it = std::find_if(own.begin(), own.end(),
+                               [s](const auto& o) { return o.first == s; });
+        if (it == own.end()) {
+          own.push_back({s, {}});
+          it = own.end() - 1;
+        }
+        it->second.push_back(g);
       }
+      std::stable_sort(own.begin(), own.end(),
+                       [](const auto& a, const auto& b) {
+                         return a.second.size() > b.second.size();
+                       });
       if (want < have) {
-        *gpus = std::vector<GpuId>(mine.begin(), mine.begin() + want);
+        // A shrink keeps the GPUs of the servers holding most of the job:
+        // a job that spans servers may come to fit on one.
+        gpus->clear();
+        for (const auto& [s, gs] : own) {
+          for (GpuId g : gs) {
+            if (static_cast<int>(gpus->size()) < want) gpus->push_back(g);
+          }
+        }
         return Status::Ok();
       }
+      const Server& s = cluster.server(own[0].first);
       if (s.cordoned) {
         return refuse("server " + s.spec.name +
                       " is cordoned: it can shrink, "
                       "not grow");
       }
-      if (want > s.num_gpus()) {
-        return refuse("server " + s.spec.name + " has only " +
-                      std::to_string(s.num_gpus()) +
-                      (s.num_gpus() == 1 ? " GPU" : " GPUs"));
+      // A grow takes free GPUs on the job's own servers first, then on the
+      // open servers with the most free GPUs: beyond what its servers hold
+      // it comes to span servers (its parts restart together).
+      *gpus = job.gpus;
+      auto take_free = [&](ServerId sid) {
+        for (GpuId g : cluster.GpusOf(sid)) {
+          if (static_cast<int>(gpus->size()) == want) return;
+          if (cluster.gpu(g).jobs.empty()) gpus->push_back(g);
+        }
+      };
+      for (const auto& o : own) take_free(o.first);
+      const int on_own = static_cast<int>(gpus->size());
+      std::vector<ServerId> others;
+      for (int i = 0; i < cluster.num_servers(); ++i) {
+        const Server& o = cluster.server(ServerId(i));
+        if (!o.up || o.cordoned) continue;
+        if (std::any_of(own.begin(), own.end(), [&](const auto& w) {
+              return w.first == ServerId(i);
+            })) {
+          continue;
+        }
+        others.push_back(ServerId(i));
       }
-      *gpus = mine;
-      for (GpuId g : cluster.GpusOf(sid)) {
-        if (static_cast<int>(gpus->size()) == want) break;
-        if (cluster.gpu(g).jobs.empty()) gpus->push_back(g);
-      }
+      std::stable_sort(
+          others.begin(), others.end(), [&](ServerId a, ServerId b) {
+            return cluster.server(a).free_gpus > cluster.server(b).free_gpus;
+          });
+      for (ServerId o : others) take_free(o);
       if (static_cast<int>(gpus->size()) < want) {
-        return refuse("no room: server " + s.spec.name + " has " +
-                      std::to_string(gpus->size() - mine.size()) +
-                      " free GPUs and it needs " + std::to_string(want - have) +
-                      " more");
+        const int here = on_own - have;
+        const int there = static_cast<int>(gpus->size()) - on_own;
+        return refuse("no room: it needs " + std::to_string(want - have) +
+                      " more GPUs; " +
+                      (own.size() == 1 ? "server " + s.spec.name + " has "
+                                       : "its servers have ") +
+                      std::to_string(here) + " free, the other servers " +
+                      std::to_string(there));
       }
-      std::sort(gpus->begin(), gpus->end());
       return Status::Ok();
     }
   }

@@ -155,6 +155,15 @@ rpc::JobSpec TrainSpecIn(const fs::path& dir, const std::string& name,
 // FINISHED, FAILED or KILLED.
 bool IsEnded(rpc::JobState s);
 
+// A job's state, server, progress, exit code and history, for failure
+// messages.
+std::string Describe(TestCluster& c, int64_t id);
+// Waits until the job has ended (true) or `timeout` passes (false).
+bool WaitEnded(TestCluster& c, int64_t id, std::chrono::seconds timeout);
+// Processes of this machine whose command line mentions `needle` (not
+// counting the shells that run them).
+int ProcessesRunning(const std::string& needle);
+
 // Lines of `text` that contain `needle`.
 int CountLines(const std::string& text, const std::string& needle);
 

@@ -25,50 +25,12 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::string Describe(TestCluster& c, int64_t id) {
-  const rpc::JobInfo j = c.Job(id);
-  std::string out = "job " + std::to_string(id) + " " +
-                    rpc::JobState_Name(j.state()) + " on '" + j.server() +
-                    "' mb " + std::to_string(j.progress().minibatches()) +
-                    " exit " + std::to_string(j.exit_code()) + "\n";
-  for (const auto& h : j.history()) {
-    out += "    " + h.action() + (h.ok() ? " ok " : " FAILED ") +
-           std::to_string(h.took_us()) + "us " + h.detail() + "\n";
-  }
-  return out;
-}
-
 // The last "parameters sha256 ..." line of a log.
 std::string Fingerprint(const std::string& log) {
   const std::string key = "parameters sha256 ";
   const size_t at = log.rfind(key);
   if (at == std::string::npos) return "";
   return log.substr(at + key.size(), 64);
-}
-
-bool WaitEnded(TestCluster& c, int64_t id, seconds timeout) {
-  return WaitUntil([&] { return IsEnded(c.Job(id).state()); }, timeout);
-}
-
-// Processes of this machine whose command line mentions `needle`.
-int ProcessesRunning(const std::string& needle) {
-  int n = 0;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "cmdline");
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string cmd = ss.str();
-    // A zombie has an empty command line and no longer runs; a shell that
-    // runs the command is not counted, only the command.
-    const std::string argv0 = cmd.substr(0, cmd.find('\0'));
-    const bool shell =
-        argv0.size() >= 2 && argv0.substr(argv0.size() - 2) == "sh";
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (!shell && cmd.find(needle) != std::string::npos) ++n;
-  }
-  return n;
 }
 
 class MechanismE2eTest : public ::testing::Test {

@@ -162,7 +162,16 @@ class Executor {
   std::vector<Worker> workers_;
 };
 
-// Where the daemon believes a job's process lives.
+// One server's share of a job's GPUs.
+struct Part {
+  ServerId server;
+  std::vector<int32_t> local;  // local GPU indices there
+  bool operator==(const Part&) const = default;
+};
+
+// Where the daemon believes a job's process lives. A job whose GPUs span
+// servers (a gang) runs one process per server: the lead's at `server`
+// (rank 0, the one that talks to its agent), the others in `followers`.
 struct Proc {
   ServerId server;
   std::vector<int32_t> local;  // local GPU indices there
@@ -173,6 +182,42 @@ struct Proc {
   // A move or resize is under way: the process at `server` was asked to
   // checkpoint and exit, so its exit with 75 or 76 is not the job's end.
   bool leaving = false;
+  // A gang's other parts, in rank order (empty: a single-server job).
+  std::vector<Part> followers{};
+
+  bool gang() const { return !followers.empty(); }
+  // The lead first, then the followers: rank order.
+  std::vector<Part> parts() const {
+    std::vector<Part> all{Part{server, local}};
+    all.insert(all.end(), followers.begin(), followers.end());
+    return all;
+  }
+  bool FollowerOn(ServerId s) const {
+    for (const Part& f : followers) {
+      if (f.server == s) return true;
+    }
+    return false;
+  }
+  // A part of the job is (or would be) on `s`.
+  bool On(ServerId s) const { return server == s || FollowerOn(s); }
+  static Proc At(const std::vector<Part>& parts) {
+    Proc p;
+    if (parts.empty()) return p;
+    p.server = parts[0].server;
+    p.local = parts[0].local;
+    p.exists = true;
+    p.followers.assign(parts.begin() + 1, parts.end());
+    return p;
+  }
+};
+
+// An agent to call from an executor thread for one part of a job: what the
+// loop knew of it when the work was handed over.
+struct PartConn {
+  Part part;
+  std::shared_ptr<rpc::Agent::Stub> stub;
+  std::string name;
+  std::string address;  // host:port of its Agent service
 };
 
 // A decision whose effect on the job's mini-batch rate is measured: the
@@ -385,6 +430,42 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
            st().has_job(JobId(static_cast<int32_t>(id)));
   }
 
+  // The servers a set of cluster GPUs is on, with their local indices, in
+  // the order the GPUs first name them (rank order).
+  std::vector<Part> Parts(const std::vector<core::GpuId>& gpus) const {
+    std::vector<Part> parts;
+    const core::Cluster& c = st().cluster();
+    for (core::GpuId g : gpus) {
+      const ServerId s = c.gpu(g).server;
+      auto it = std::find_if(parts.begin(), parts.end(),
+                             [s](const Part& p) { return p.server == s; });
+      if (it == parts.end()) {
+        parts.push_back(Part{s, {}});
+        it = parts.end() - 1;
+      }
+      it->local.push_back(c.gpu(g).local);
+    }
+    return parts;
+  }
+
+  // The agents of a job's parts, for an executor thread; nullopt (and the
+  // server in *missing) when one has no connection.
+  std::optional<std::vector<PartConn>> Conns(const std::vector<Part>& parts,
+                                             std::string* missing) const {
+    std::vector<PartConn> conns;
+    for (const Part& p : parts) {
+      auto stub = StubOf(p.server);
+      if (stub == nullptr) {
+        *missing =
+            "no agent connected for server " + std::to_string(p.server.value);
+        return std::nullopt;
+      }
+      const AgentConn& a = agents[static_cast<size_t>(p.server.value)];
+      conns.push_back(PartConn{p, stub, a.name, a.address});
+    }
+    return conns;
+  }
+
   // Server and local GPU indices of a set of cluster GPUs; nullopt when
   // they span servers.
   std::optional<std::pair<ServerId, std::vector<int32_t>>> Where(
@@ -461,7 +542,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
     } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
       for (auto& [id, x] : extras) {
-        if (x.proc.server == down->id) x.proc = Proc{};
+        if (!x.proc.On(down->id)) continue;
+        // A gang with a part on the lost server cannot train on: its other
+        // parts are stopped (their exits are not the job's end).
+        if (live && x.proc.gang() && x.proc.exists) {
+          History(id, "kill", true, 0,
+                  "the parts of a job spanning server " +
+                      std::to_string(down->id.value) + ", which is down");
+          KillAt(id, x.proc, InternalActionId());
+        }
+        x.proc = Proc{};
       }
     }
     for (const core::Action& a : actions) Execute(a, live);
@@ -483,25 +573,34 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       case ActionKind::kGrow:
       case ActionKind::kShrink: {
         PendingAction p{a, Now(), false, x->progress.minibatch_rate()};
-        auto where = Where(a.gpus);
         const Proc old = x->proc;
-        if (!where) {
-          x->proc = Proc{};
-          pending[a.id.value] = p;
-          if (live) {
-            const int32_t job = a.job.value;
-            Post([this, job] {
-              History(job, "start", false, 0,
-                      "multi-server jobs are not supported by agents yet");
-              if (!IsEnded(job))
-                (void)Feed(core::JobFinished{JobId(job), false});
-            });
-          }
-          return;
-        }
         const bool moves = a.kind == ActionKind::kMigrate ||
                            a.kind == ActionKind::kGrow ||
                            a.kind == ActionKind::kShrink;
+        const std::vector<Part> parts = Parts(a.gpus);
+        if (parts.size() > 1 || old.gang()) {
+          // A gang, or a job that becomes one or stops being one.
+          p.relocate =
+              moves || (resume_like && !(old.exists && old.parts() == parts));
+          x->proc = Proc::At(parts);
+          x->proc.leaving = p.relocate;
+          p.sent = live;
+          pending[a.id.value] = p;
+          if (live) {
+            if (p.relocate) {
+              MoveGang(p, old);
+            } else {
+              Dispatch(p);
+            }
+          }
+          return;
+        }
+        auto where = Where(a.gpus);
+        if (!where) {
+          // No GPUs: the core never asks for that.
+          Warn("action without GPUs for job " + std::to_string(a.job.value));
+          return;
+        }
         p.relocate = moves || (resume_like &&
                                !(old.exists && old.server == where->first &&
                                  old.local == where->second));
@@ -616,8 +715,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     (void)stub.KillJob(ctx.get(), req, &rep);
   }
 
-  // Kills a process the daemon no longer wants (fire and forget).
+  // Kills a process the daemon no longer wants (fire and forget); a gang's
+  // parts on every server.
   void KillAt(int32_t job, const Proc& where, int64_t action_id) {
+    for (const Part& f : where.followers) {
+      KillAt(job, Proc{f.server, f.local, true}, InternalActionId());
+    }
     auto stub = StubOf(where.server);
     if (stub == nullptr) return;
     executor->Run(job, [this, stub, job, action_id] {
@@ -646,6 +749,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         a.kind == ActionKind::kSuspend || a.kind == ActionKind::kUnpack;
     if (suspends && !x.proc.exists) {
       Reply(job, aid, what, true, 0, "no process to stop; it restarts afresh");
+      return;
+    }
+    if (x.proc.gang()) {
+      DispatchGang(p, starts, suspends);
       return;
     }
     auto stub = StubOf(x.proc.server);
@@ -757,10 +864,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             x->proc.checkpoint = false;
             break;
           case MovedTo::kAsBefore:
-            x->proc = Proc{from.server, from.local, true, false, false};
+            x->proc = from;
+            x->proc.exists = true;
+            x->proc.checkpoint = x->proc.leaving = false;
             break;
           case MovedTo::kCheckpointAtSource:
-            x->proc = Proc{from.server, from.local, false, true, false};
+            // The lead's agent holds the checkpoint (a gang's: the one
+            // rank 0 saved, for every part).
+            x->proc = from;
+            x->proc.exists = x->proc.leaving = false;
+            x->proc.checkpoint = true;
             break;
           case MovedTo::kNowhere:
             x->proc = Proc{};
@@ -794,6 +907,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // (the executor runs one job's calls in order) and acts on it.
   void RestartAtSource(int32_t job, const Proc& from) {
     JobExtra* x = Extra(job);
+    if (from.gang()) {
+      RestartGangAtSource(job, from);
+      return;
+    }
     auto stub = StubOf(from.server);
     if (x == nullptr || stub == nullptr) return;
     x->proc = Proc{from.server, from.local, true, false, false};
@@ -833,6 +950,479 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             job, "restart", true, took,
             "on " + name + " from the checkpoint kept there (the move failed)");
       });
+    });
+  }
+
+  // ------------------------------------------------------------ gangs
+  //
+  // A job whose GPUs span servers runs one part per server, each a
+  // launcher of the ranks on that server's GPUs (StartJobRequest.gang). The
+  // lead's part holds rank 0, which alone talks to its agent: a suspend
+  // stops it at a mini-batch boundary (the other ranks then wait in their
+  // next collective) and then stops the other parts where they wait; a
+  // resume continues them first. A gang moves (migrate, resize, a resume
+  // or pack elsewhere, and into or out of being a gang) by restarting
+  // every part from the one checkpoint rank 0 saves at the lead's agent,
+  // copied to each other part's agent first.
+
+  // Action ids for the agent calls of one piece of executor work, drawn on
+  // the loop: agents answer a repeated id with the first call's result.
+  struct Ids {
+    std::vector<int64_t> ids;
+    size_t next = 0;
+    int64_t operator()() {
+      // Sized for the most calls the work makes; past that, ids beyond the
+      // last one drawn (still above every id of an earlier daemon).
+      if (next < ids.size()) return ids[next++];
+      return ids.back() + static_cast<int64_t>(++next - ids.size());
+    }
+  };
+  Ids TakeIds(size_t n) {
+    Ids r;
+    for (size_t i = 0; i < n; ++i) r.ids.push_back(InternalActionId());
+    // The fallback above must not reach the next id drawn.
+    next_internal_id += static_cast<int64_t>(n) + 64;
+    return r;
+  }
+
+  static int64_t UsSince(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now() - t)
+        .count();
+  }
+
+  static std::string Placement(const std::vector<PartConn>& parts) {
+    std::string s = "gpus ";
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i > 0) s += " + ";
+      s += json(parts[i].part.local).dump() + " on " + parts[i].name;
+    }
+    return s;
+  }
+
+  // Executor thread: stops the job's process at a part (its exit comes
+  // marked killed, not the job's end); keep_checkpoint leaves the
+  // checkpoint that agent holds, else it goes too.
+  void KillPart(int32_t job, const PartConn& c, int64_t id,
+                bool keep_checkpoint) {
+    rpc::JobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(id);
+    req.set_keep_checkpoint(keep_checkpoint);
+    rpc::KillReply rep;
+    auto ctx = Ctx();
+    (void)c.stub->KillJob(ctx.get(), req, &rep);
+  }
+
+  // Executor thread: starts the job's parts in rank order, the lead first
+  // (its agent picks the port the ranks meet at); resume_local: each from
+  // the checkpoint its agent holds. One part alone is a plain start. On a
+  // failure the parts started are stopped again, their checkpoints kept.
+  bool StartParts(int32_t job, const rpc::JobSpec& spec,
+                  const std::vector<PartConn>& parts, bool resume_local,
+                  Ids& ids, std::string* err) {
+    int32_t world = 0;
+    for (const PartConn& c : parts) {
+      world += static_cast<int32_t>(c.part.local.size());
+    }
+    const std::string host =
+        parts[0].address.substr(0, parts[0].address.rfind(':'));
+    int32_t port = 0;
+    int32_t offset = 0;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const PartConn& c = parts[i];
+      rpc::StartJobRequest req;
+      req.set_job_id(job);
+      req.set_action_id(ids());
+      *req.mutable_spec() = spec;
+      for (int32_t g : c.part.local) req.add_gpus(g);
+      req.set_resume_local(resume_local);
+      if (parts.size() > 1) {
+        rpc::Gang* g = req.mutable_gang();
+        g->set_nodes(static_cast<int32_t>(parts.size()));
+        g->set_node_rank(static_cast<int32_t>(i));
+        g->set_world_size(world);
+        g->set_rank_offset(offset);
+        g->set_master_addr(host);
+        g->set_master_port(port);
+      }
+      offset += static_cast<int32_t>(c.part.local.size());
+      rpc::StartJobReply rep;
+      auto ctx = Ctx();
+      grpc::Status s = c.stub->StartJob(ctx.get(), req, &rep);
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          s.error_message().find("already runs here") != std::string::npos) {
+        // A process of the job that lingers there (a part that was being
+        // stopped, a start whose reply was lost): the new one replaces it.
+        KillPart(job, c, ids(), /*keep_checkpoint=*/true);
+        rep.Clear();
+        auto ctx2 = Ctx();
+        req.set_action_id(ids());
+        s = c.stub->StartJob(ctx2.get(), req, &rep);
+      }
+      if (s.ok() && i == 0 && parts.size() > 1) {
+        port = rep.master_port();
+        if (port <= 0) {
+          s = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                           "the agent did not say which port the ranks "
+                           "meet at (it does not run multi-server jobs)");
+          KillPart(job, c, ids(), /*keep_checkpoint=*/true);
+        }
+      }
+      if (!s.ok()) {
+        *err = (parts.size() > 1
+                    ? "part " + std::to_string(i) + " on " + c.name + ": "
+                    : std::string()) +
+               RpcError("StartJob", s);
+        for (size_t k = 0; k < i; ++k) {
+          KillPart(job, parts[k], ids(), /*keep_checkpoint=*/true);
+        }
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Executor thread: each part not on the source's server receives the
+  // checkpoint the source holds (held there for StartParts(resume_local)).
+  // *summary: the slowest transfer, bytes and channel ("" if none).
+  bool Distribute(int32_t job, const PartConn& source,
+                  const std::vector<PartConn>& parts, Ids& ids,
+                  std::string* err, std::string* summary) {
+    int64_t slowest = 0;
+    int64_t bytes = 0;
+    std::string channel;
+    int n = 0;
+    for (const PartConn& c : parts) {
+      if (c.part.server == source.part.server) continue;
+      rpc::ReceiveCheckpointRequest req;
+      req.set_job_id(job);
+      req.set_action_id(ids());
+      req.set_source_address(source.address);
+      // The job's log so far goes to its new lead only.
+      req.set_without_log(c.part.server != parts[0].part.server);
+      rpc::ReceiveCheckpointReply rep;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(300));
+      const grpc::Status s = c.stub->ReceiveCheckpoint(&ctx, req, &rep);
+      if (!s.ok()) {
+        *err = "to " + c.name + ": " + RpcError("ReceiveCheckpoint", s);
+        return false;
+      }
+      ++n;
+      bytes = rep.bytes();
+      if (rep.transfer_us() >= slowest) {
+        slowest = rep.transfer_us();
+        channel = rep.channel();
+      }
+    }
+    summary->clear();
+    if (n > 0) {
+      *summary = "transfer to " + std::to_string(n) +
+                 (n == 1 ? " server " : " servers, the slowest ") +
+                 Ms(slowest) + " (" + Mb(bytes) + Rate(bytes, slowest) +
+                 (channel.empty() ? "" : " over " + channel) + ")";
+    }
+    return true;
+  }
+
+  // A start, suspend or resume of a gang where x.proc says its parts are.
+  void DispatchGang(const PendingAction& p, bool starts, bool suspends) {
+    const core::Action& a = p.action;
+    JobExtra& x = *Extra(a.job.value);
+    const int32_t job = a.job.value;
+    const int64_t aid = a.id.value;
+    const std::string what(core::ActionKindName(a.kind));
+    std::string missing;
+    auto conns = Conns(x.proc.parts(), &missing);
+    if (!conns) {
+      Reply(job, aid, what, false, 0, missing);
+      return;
+    }
+    const rpc::JobSpec spec = x.spec;
+    const bool relocated = p.relocate;
+    Ids ids = TakeIds(4 * conns->size() + 4);
+    executor->Run(job, [=, this]() mutable {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (starts) {
+        std::string err;
+        const bool ok = StartParts(job, spec, *conns, false, ids, &err);
+        Reply(job, aid, what, ok, UsSince(t0),
+              ok ? Placement(*conns) +
+                       (relocated
+                            ? "; restarted from scratch (its process was lost)"
+                            : "")
+                 : err);
+        return;
+      }
+      std::vector<PartConn> order = *conns;
+      if (!suspends) std::reverse(order.begin(), order.end());
+      bool at_boundary = false;
+      for (const PartConn& c : order) {
+        rpc::JobRequest req;
+        req.set_job_id(job);
+        req.set_action_id(ids());
+        auto ctx = Ctx();
+        grpc::Status s;
+        if (suspends) {
+          rpc::SuspendReply rep;
+          s = c.stub->SuspendJob(ctx.get(), req, &rep);
+          if (c.part.server == (*conns)[0].part.server) {
+            at_boundary = rep.at_boundary();
+          }
+        } else {
+          rpc::ResumeReply rep;
+          s = c.stub->ResumeJob(ctx.get(), req, &rep);
+        }
+        if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+            s.error_message().find(suspends ? "already suspended"
+                                            : "is not suspended") !=
+                std::string::npos) {
+          s = grpc::Status::OK;
+        }
+        if (!s.ok()) {
+          Reply(job, aid, what, false, UsSince(t0),
+                "part on " + c.name + ": " +
+                    RpcError(suspends ? "SuspendJob" : "ResumeJob", s));
+          return;
+        }
+      }
+      const std::string n = std::to_string(conns->size()) + " parts";
+      Reply(job, aid, what, true, UsSince(t0),
+            suspends ? (at_boundary ? "at boundary, " : "not at boundary, ") + n
+                     : n);
+    });
+  }
+
+  // A gang whose part was lost while the core believes it runs: every
+  // part starts afresh where it is placed.
+  void RelaunchGang(int32_t id) {
+    JobExtra& x = *Extra(id);
+    std::string missing;
+    auto conns = Conns(x.proc.parts(), &missing);
+    if (!conns) return;  // its agent's return settles it
+    x.proc.exists = true;
+    const rpc::JobSpec spec = x.spec;
+    Ids ids = TakeIds(4 * conns->size() + 4);
+    executor->Run(id, [=, this]() mutable {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string err;
+      const bool ok = StartParts(id, spec, *conns, false, ids, &err);
+      const int64_t took = UsSince(t0);
+      Post([=, this] {
+        History(id, "restart", ok, took,
+                ok ? "relaunched every part afresh (" + Placement(*conns) +
+                         ") after one was lost"
+                   : err);
+        if (!ok && !IsEnded(id)) {
+          Extra(id)->proc.exists = false;
+          (void)Feed(core::JobFinished{JobId(id), false});
+        }
+      });
+    });
+  }
+
+  // After a gang's move failed once it had checkpointed: every part starts
+  // again where it was, from the checkpoint the lead's agent kept.
+  void RestartGangAtSource(int32_t job, const Proc& from) {
+    JobExtra* x = Extra(job);
+    if (x == nullptr) return;
+    std::string missing;
+    auto conns = Conns(from.parts(), &missing);
+    if (!conns) {
+      History(job, "restart", false, 0, missing);
+      if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+      return;
+    }
+    x->proc = from;
+    x->proc.exists = true;
+    x->proc.checkpoint = x->proc.leaving = false;
+    const rpc::JobSpec spec = x->spec;
+    Ids ids = TakeIds(6 * conns->size() + 4);
+    executor->Run(job, [=, this]() mutable {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string err, transfer;
+      const bool ok =
+          Distribute(job, (*conns)[0], *conns, ids, &err, &transfer) &&
+          StartParts(job, spec, *conns, true, ids, &err);
+      const int64_t took = UsSince(t0);
+      Post([=, this] {
+        JobExtra* y = Extra(job);
+        if (y == nullptr) return;
+        if (!ok) {
+          History(job, "restart", false, took,
+                  Placement(*conns) + " from the checkpoint kept on " +
+                      (*conns)[0].name + ": " + err);
+          if (y->proc.exists && y->proc.server == from.server) {
+            y->proc.exists = false;
+          }
+          if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+          return;
+        }
+        History(job, "restart", true, took,
+                Placement(*conns) + " from the checkpoint kept on " +
+                    (*conns)[0].name + " (the move failed)" +
+                    (transfer.empty() ? "" : "; " + transfer));
+      });
+    });
+  }
+
+  // Carries out a move of a gang, or of a job that becomes one or stops
+  // being one, from `from` to where x.proc now says: rank 0 saves at a
+  // mini-batch boundary and every rank exits (CheckpointJob at the lead;
+  // a suspended gang's other parts are continued first so that they can
+  // take part); the other parts that remain are stopped; each new part's
+  // agent receives the checkpoint from the lead's; every part starts from
+  // it. No warm start: the parts must meet afresh at the new lead anyway.
+  void MoveGang(const PendingAction& p, const Proc& from) {
+    const core::Action& a = p.action;
+    JobExtra& x = *Extra(a.job.value);
+    const int32_t job = a.job.value;
+    const int64_t aid = a.id.value;
+    const std::string what(core::ActionKindName(a.kind));
+    const bool resize =
+        a.kind == ActionKind::kGrow || a.kind == ActionKind::kShrink;
+    const bool was_suspended = a.kind == ActionKind::kResume ||
+                               (a.kind == ActionKind::kPack && !a.launch);
+    const bool fresh_fallback = was_suspended;
+    const bool has_source = from.exists || from.checkpoint;
+    std::string missing;
+    auto dst = Conns(x.proc.parts(), &missing);
+    std::optional<std::vector<PartConn>> src =
+        has_source
+            ? Conns(from.parts(), &missing)
+            : std::optional<std::vector<PartConn>>(std::vector<PartConn>{});
+    if (!dst || !src) {
+      FinishMove(job, aid, what, false, false, 0, missing,
+                 from.exists ? MovedTo::kAsBefore : MovedTo::kNowhere, from);
+      return;
+    }
+    const bool library = x.progress.uses_library();
+    int32_t world = 0;
+    for (const PartConn& c : *dst) {
+      world += static_cast<int32_t>(c.part.local.size());
+    }
+    const rpc::JobSpec spec = x.spec;
+    const std::string where =
+        has_source ? "from " + Placement(*src) + " to " + Placement(*dst)
+                   : Placement(*dst);
+    Ids ids = TakeIds(8 * (dst->size() + src->size()) + 8);
+    executor->Run(job, [=, this]() mutable {
+      const auto t0 = std::chrono::steady_clock::now();
+      std::string err;
+      // Nothing to carry over: every part starts afresh.
+      auto fresh = [&](const std::string& why) {
+        for (const PartConn& c : *src) KillPart(job, c, ids(), false);
+        const bool ok = StartParts(job, spec, *dst, false, ids, &err);
+        FinishMove(job, aid, what, ok, false, UsSince(t0),
+                   ok ? where + "; restarted from scratch (" + why + ")" : err,
+                   ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+      };
+      if (!has_source) {
+        fresh("its process was lost");
+        return;
+      }
+      if (from.exists && !library) {
+        const std::string why =
+            "a job that spans servers moves only with the gandiva job-side "
+            "library (its parts restart from the checkpoint rank 0 saves)";
+        if (fresh_fallback) {
+          fresh(why);
+          return;
+        }
+        FinishMove(job, aid, what, false, /*permanent=*/true, UsSince(t0), why,
+                   MovedTo::kAsBefore, from);
+        return;
+      }
+      const PartConn& source = (*src)[0];
+      std::string phases;
+      const auto t_ckpt = std::chrono::steady_clock::now();
+      if (from.exists) {
+        auto each_follower = [&](bool resume) {
+          for (size_t i = 1; i < src->size(); ++i) {
+            rpc::JobRequest req;
+            req.set_job_id(job);
+            req.set_action_id(ids());
+            auto ctx = Ctx();
+            if (resume) {
+              rpc::ResumeReply rep;
+              (void)(*src)[i].stub->ResumeJob(ctx.get(), req, &rep);
+            } else {
+              rpc::SuspendReply rep;
+              (void)(*src)[i].stub->SuspendJob(ctx.get(), req, &rep);
+            }
+          }
+        };
+        if (was_suspended) each_follower(/*resume=*/true);
+        rpc::CheckpointRequest req;
+        req.set_job_id(job);
+        req.set_action_id(aid);
+        if (resize) req.set_resize_to(world);
+        rpc::CheckpointReply rep;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(120));
+        const grpc::Status s = source.stub->CheckpointJob(&ctx, req, &rep);
+        if (!s.ok()) {
+          const bool cannot =
+              s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+              s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+          if (cannot && fresh_fallback) {
+            fresh(s.error_message());
+            return;
+          }
+          // As it was: a suspended gang's other parts stop again.
+          if (was_suspended) each_follower(/*resume=*/false);
+          FinishMove(job, aid, what, false, cannot, UsSince(t0),
+                     RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
+          return;
+        }
+        phases = "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() +
+                 ", " + Mb(rep.bytes()) +
+                 (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") + ")";
+      }
+      // The other parts left with the lead; any that lingers is stopped,
+      // so that its agent can take the checkpoint in.
+      for (size_t i = 1; i < src->size(); ++i) {
+        KillPart(job, (*src)[i], ids(), /*keep_checkpoint=*/false);
+      }
+      std::string transfer;
+      auto drop_copies = [&] {
+        for (const PartConn& c : *dst) {
+          if (c.part.server != source.part.server) {
+            KillPart(job, c, ids(), /*keep_checkpoint=*/false);
+          }
+        }
+      };
+      if (!Distribute(job, source, *dst, ids, &err, &transfer)) {
+        drop_copies();
+        FinishMove(job, aid, what, false, false, UsSince(t0),
+                   err + "; the checkpoint stays on " + source.name,
+                   MovedTo::kCheckpointAtSource, from);
+        return;
+      }
+      const auto t_start = std::chrono::steady_clock::now();
+      if (!StartParts(job, spec, *dst, true, ids, &err)) {
+        drop_copies();
+        FinishMove(job, aid, what, false, false, UsSince(t0),
+                   "start from the checkpoint: " + err,
+                   MovedTo::kCheckpointAtSource, from);
+        return;
+      }
+      const int64_t restart_us = UsSince(t_start);
+      const bool source_kept =
+          std::any_of(dst->begin(), dst->end(), [&](const PartConn& c) {
+            return c.part.server == source.part.server;
+          });
+      if (!source_kept) KillPart(job, source, ids(), false);  // its copy
+      std::string detail = where;
+      if (!phases.empty()) detail += "; " + phases;
+      if (!transfer.empty()) detail += ", " + transfer;
+      detail += ", restart " + Ms(restart_us);
+      if (from.exists) detail += "; training paused " + Ms(UsSince(t_ckpt));
+      FinishMove(job, aid, what, true, false, UsSince(t0), detail,
+                 MovedTo::kDestination, from);
     });
   }
 
@@ -1255,8 +1845,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (const rpc::AgentJob& j : r.jobs()) {
       const int32_t id = static_cast<int32_t>(j.job_id());
       JobExtra* x = Extra(id);
-      const bool ours = x != nullptr && !IsEnded(id) && x->proc.exists &&
-                        x->proc.server == a.id;
+      const bool ours =
+          x != nullptr && !IsEnded(id) && x->proc.exists && x->proc.On(a.id);
       if (ours) {
         reported[id] = j.state();
         continue;
@@ -1271,7 +1861,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     a.missing.clear();
     for (auto& [id, x] : extras) {
-      if (!x.proc.exists || x.proc.server != a.id || IsEnded(id)) continue;
+      if (!x.proc.exists || !x.proc.On(a.id) || IsEnded(id)) continue;
       auto rep = reported.find(id);
       if (rep == reported.end()) {
         // A start sent in this daemon's life may not have reached the
@@ -1284,7 +1874,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         continue;
       }
       const core::Job& j = st().job(JobId(id));
-      if (!j.busy()) continue;
+      // A gang's action is settled by its lead's state.
+      if (!j.busy() || x.proc.server != a.id) continue;
       bool ok = false;
       switch (j.in_flight) {
         case ActionKind::kStart:
@@ -1321,6 +1912,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     x.proc.exists = false;
     const core::Job& j = st().job(JobId(id));
     History(id, "lost", false, 0, "agent '" + a.name + "' no longer runs it");
+    if (x.proc.gang()) {
+      // Its other parts cannot train on without this one: they go too, and
+      // the job starts afresh as a whole (their exits are not its end).
+      KillAt(id, x.proc, InternalActionId());
+    }
     if (j.busy()) {
       auto it = pending.find(j.in_flight_id.value);
       switch (j.in_flight) {
@@ -1346,6 +1942,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     if (j.state != JobState::kRunning) return;  // resumes as a fresh start
     // The core believes it runs: launch it again where it is placed.
+    if (x.proc.gang()) {
+      RelaunchGang(id);
+      return;
+    }
     auto stub = StubOf(x.proc.server);
     if (stub == nullptr) return;
     x.proc.exists = true;
@@ -1401,6 +2001,31 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         // says where the job is.
         continue;
       }
+      if (x->proc.exists && x->proc.server != a.id &&
+          x->proc.FollowerOn(a.id)) {
+        // A gang's other part: the lead's exit is the job's; a part that
+        // ends in failure (a rank crashed) ends the job with it.
+        if (e.killed() || e.exit_code() == 0 || IsEnded(id)) continue;
+        const Proc was = x->proc;
+        const std::optional<int32_t> was_code = x->exit_code;
+        x->proc = Proc{};
+        x->exit_code = e.exit_code();
+        History(id, "exit", false, 0,
+                "exit code " + std::to_string(e.exit_code()) +
+                    " of its part on " + a.name +
+                    "; its other parts are stopped");
+        (void)Feed(core::JobFinished{JobId(id), false});
+        if (unlogged) {
+          x->proc = was;
+          x->exit_code = was_code;
+          batch.history.pop_back();
+          return {grpc::StatusCode::ABORTED,
+                  "the scheduler cannot log the exit of job " +
+                      std::to_string(id) + " now: report it again"};
+        }
+        KillAt(id, was, InternalActionId());
+        continue;
+      }
       if (!x->proc.exists || x->proc.server != a.id) continue;
       // Killed at a daemon's request while the job goes on: that process
       // was being replaced (a restart, a move's fallback), the exit to
@@ -1427,6 +2052,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return {grpc::StatusCode::ABORTED,
                 "the scheduler cannot log the exit of job " +
                     std::to_string(id) + " now: report it again"};
+      }
+      // A gang's other parts end with their lead; any still running (a rank
+      // hung) are stopped.
+      if (was.gang()) {
+        Proc rest = was;
+        rest.server = ServerId();
+        KillAt(id, rest, InternalActionId());
       }
     }
     const int64_t profile_now = Now();
@@ -1465,7 +2097,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       missing.swap(a.missing);
       for (int32_t id : missing) {
         JobExtra* x = Extra(id);
-        if (x != nullptr && x->proc.exists && x->proc.server == a.id &&
+        if (x != nullptr && x->proc.exists && x->proc.On(a.id) &&
             !IsEnded(id)) {
           Lost(a, id);
         }
@@ -1546,6 +2178,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     bool moves = m.kind == K::kMigrate || m.kind == K::kResize;
     if (m.kind == K::kPack && LiveJob(m.with.value)) {
       moves = j.gpus != st().job(m.with).gpus;
+    }
+    if (moves && j.launched && x.proc.gang() && !x.progress.uses_library()) {
+      return core::FailedPrecondition(
+          "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
+          std::to_string(id) +
+          ": it spans servers and does not use the gandiva job-side "
+          "library (a multi-server job moves by restarting every part from "
+          "the checkpoint its rank 0 saves)");
     }
     if (moves && j.launched && x.proc.exists && !x.progress.uses_library() &&
         !x.spec.restartable()) {
@@ -1719,9 +2359,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     info.set_resumes(j.resumes);
     if (!j.gpus.empty()) {
       const core::Cluster& c = st().cluster();
-      const ServerId s = c.gpu(j.gpus[0]).server;
-      info.set_server(c.server(s).spec.name);
-      for (core::GpuId g : j.gpus) info.add_gpus(c.gpu(g).local);
+      const std::vector<Part> parts = Parts(j.gpus);
+      info.set_server(c.server(parts[0].server).spec.name);
+      for (int32_t g : parts[0].local) info.add_gpus(g);
+      if (parts.size() > 1) {
+        for (const Part& p : parts) {
+          rpc::JobPart* jp = info.add_parts();
+          jp->set_server(c.server(p.server).spec.name);
+          for (int32_t g : p.local) jp->add_gpus(g);
+        }
+      }
     }
     if (info.progress().minibatches() == 0 && j.profile.minibatches > 0) {
       info.mutable_progress()->set_minibatches(j.profile.minibatches);
@@ -1933,6 +2580,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    {"exists", p.exists},
                    {"checkpoint", p.checkpoint},
                    {"leaving", p.leaving}};
+      if (p.gang()) {
+        json followers = json::array();
+        for (const Part& f : p.followers) {
+          followers.push_back({{"server", f.server.value}, {"local", f.local}});
+        }
+        j["proc"]["followers"] = std::move(followers);
+      }
       json ignore = json::object();
       for (const auto& [server, n] : x.ignore_exits) {
         ignore[std::to_string(server)] = n;
@@ -1983,6 +2637,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         x->proc.exists = p.at("exists").get<bool>();
         x->proc.checkpoint = p.at("checkpoint").get<bool>();
         x->proc.leaving = p.at("leaving").get<bool>();
+        if (p.contains("followers")) {
+          for (const json& f : p.at("followers")) {
+            x->proc.followers.push_back(
+                Part{ServerId(f.at("server").get<int32_t>()),
+                     f.at("local").get<std::vector<int32_t>>()});
+          }
+        }
         for (const auto& [server, n] : j.at("ignore_exits").items()) {
           x->ignore_exits[std::stoi(server)] = n.get<int>();
         }

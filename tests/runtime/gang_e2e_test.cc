@@ -1,0 +1,178 @@
+// End-to-end tests of jobs whose GPUs span servers ("gangs"): one launcher
+// part per agent (separate processes, separate work and checkpoint
+// directories), the ranks meeting at the lead's agent over loopback (gloo),
+// run, suspended and resumed as one job, resized into and out of spanning
+// servers through the checkpoint rank 0 saves, and ended as a whole when
+// one part fails.
+//
+// Deadlines are failure guards sized for a loaded 2-core machine; no
+// assertion depends on how fast anything ran.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+
+#include "tests/runtime/harness.h"
+
+namespace gandiva::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class GangE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  }
+};
+
+rpc::JobSpec DdpOn(TestCluster& c, int gpus, int samples) {
+  rpc::JobSpec spec = c.PythonSpec(
+      "ddp", "-m gandiva.launch -- " + std::string(GANDIVA_EXAMPLES_DIR) +
+                 "/train_ddp.py --samples " + std::to_string(samples) +
+                 " --min-step-ms 10 --log-every 200");
+  spec.set_gpus(gpus);
+  spec.set_elastic(true);
+  return spec;
+}
+
+// Waits until the job trains through the library on `parts` servers and
+// passed `minibatches`.
+bool TrainsOn(TestCluster& c, int64_t id, int parts, int64_t minibatches) {
+  return WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        const int n = j.parts_size() > 1 ? j.parts_size() : 1;
+        return j.state() == rpc::RUNNING && n == parts &&
+               j.progress().uses_library() &&
+               j.progress().minibatches() >= minibatches;
+      },
+      seconds(180));
+}
+
+// A two-rank job on two one-GPU servers: the core places it across both,
+// each agent runs one part, and it trains, suspends (no progress while
+// suspended), resumes and finishes its samples exactly once.
+TEST_F(GangE2eTest, DataParallelJobRunsAcrossTwoServers) {
+  constexpr int kSamples = 6000;
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id = c.Submit(DdpOn(c, 2, kSamples), &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(TrainsOn(c, id, 2, 100)) << Describe(c, id) << c.Logs();
+  rpc::JobInfo j = c.Job(id);
+  EXPECT_NE(j.parts(0).server(), j.parts(1).server());
+
+  std::string out;
+  ASSERT_EQ(c.Cli({"ls"}, &out), 0) << out;
+  EXPECT_NE(out.find(j.parts(0).server() + ":0+" + j.parts(1).server() + ":0"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &out), 0) << out;
+  EXPECT_NE(out.find("on 2 servers"), std::string::npos) << out;
+
+  ASSERT_EQ(c.Cli({"suspend", std::to_string(id)}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  ASSERT_TRUE(WaitUntil([&] { return c.Job(id).state() == rpc::SUSPENDED; },
+                        seconds(60)))
+      << Describe(c, id);
+  const auto suspends = c.History(id, "suspend");
+  ASSERT_FALSE(suspends.empty()) << Describe(c, id);
+  EXPECT_NE(suspends.back().detail().find("2 parts"), std::string::npos)
+      << Describe(c, id);
+  // Stopped: no mini-batch while suspended (once the reports of the
+  // mini-batches before the stop, every 200 ms, have come in).
+  std::this_thread::sleep_for(milliseconds(1000));
+  const int64_t held = c.Job(id).progress().minibatches();
+  std::this_thread::sleep_for(milliseconds(1500));
+  EXPECT_EQ(c.Job(id).progress().minibatches(), held) << Describe(c, id);
+
+  ASSERT_EQ(c.Cli({"resume", std::to_string(id)}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  ASSERT_TRUE(TrainsOn(c, id, 2, held + 50)) << Describe(c, id) << c.Logs();
+
+  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
+  j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(
+      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
+      1)
+      << log;
+  EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
+}
+
+// A two-rank elastic job on two one-GPU servers spans both; shrunk to one
+// GPU it runs on one server (every part checkpointed by rank 0, one part
+// restarted from it), grown back to two it spans both again (the
+// checkpoint copied to the other agent); it finishes exactly its samples.
+TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
+  constexpr int kSamples = 8000;
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id = c.Submit(DdpOn(c, 2, kSamples), &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(TrainsOn(c, id, 2, 100)) << Describe(c, id) << c.Logs();
+
+  std::string out;
+  ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "1"}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("shrink done"), std::string::npos) << out;
+  rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.parts_size(), 0) << Describe(c, id);
+  EXPECT_EQ(j.gpus_size(), 1) << Describe(c, id);
+  ASSERT_TRUE(TrainsOn(c, id, 1, j.progress().minibatches() + 50))
+      << Describe(c, id) << c.Logs();
+
+  ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "2"}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  EXPECT_NE(out.find("grow done"), std::string::npos) << out;
+  j = c.Job(id);
+  ASSERT_EQ(j.parts_size(), 2) << Describe(c, id);
+  ASSERT_TRUE(TrainsOn(c, id, 2, j.progress().minibatches() + 50))
+      << Describe(c, id) << c.Logs();
+  const auto grows = c.History(id, "grow");
+  ASSERT_EQ(grows.size(), 1u) << Describe(c, id);
+  EXPECT_NE(grows[0].detail().find("transfer to 1 server"), std::string::npos)
+      << Describe(c, id);
+
+  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
+  j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(
+      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
+      1)
+      << log;
+  EXPECT_EQ(CountLines(log, "resumed from "), 2) << log;
+  EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
+}
+
+// One rank of a two-server job fails: the job ends FAILED and no process
+// of it is left on either server.
+TEST_F(GangE2eTest, APartThatFailsEndsTheJobEverywhere) {
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const std::string script =
+      std::string(GANDIVA_SOURCE_DIR) + "/tests/runtime/jobs/rank_fails.py";
+  rpc::JobSpec spec = c.PythonSpec(
+      "fails", "-m gandiva.launch -- " + script + " --fail-after 100");
+  spec.set_gpus(2);
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitEnded(c, id, seconds(120))) << Describe(c, id) << c.Logs();
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FAILED) << Describe(c, id);
+  EXPECT_NE(j.exit_code(), 0) << Describe(c, id);
+  EXPECT_TRUE(
+      WaitUntil([&] { return ProcessesRunning(script) == 0; }, seconds(30)))
+      << ProcessesRunning(script) << " processes left\n"
+      << Describe(c, id);
+}
+
+}  // namespace
+}  // namespace gandiva::e2e
