@@ -8,6 +8,7 @@
 // Deadlines are failure guards sized for a loaded 2-core machine; no
 // assertion depends on how fast anything ran.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <string>
 #include <thread>
@@ -149,6 +150,74 @@ TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
       << log;
   EXPECT_EQ(CountLines(log, "resumed from "), 2) << log;
   EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
+}
+
+// The daemon dies while a gang trains and comes back: both agents report
+// their parts, the daemon recognises them as the job's (not strays), and
+// the job finishes its samples exactly once.
+TEST_F(GangE2eTest, SchedulerCrashKeepsAGangRunning) {
+  constexpr int kSamples = 6000;
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id = c.Submit(DdpOn(c, 2, kSamples), &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(TrainsOn(c, id, 2, 100)) << Describe(c, id) << c.Logs();
+
+  const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
+  c.scheduler()->Signal(SIGKILL);
+  ASSERT_TRUE(c.scheduler()->Wait(seconds(10)));
+  std::this_thread::sleep_for(milliseconds(500));
+  ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
+  const int64_t before = c.Job(id).progress().minibatches();
+  ASSERT_TRUE(TrainsOn(c, id, 2, before + 50)) << Describe(c, id) << c.Logs();
+
+  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
+  EXPECT_TRUE(c.History(id, "kill").empty()) << Describe(c, id);
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(
+      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
+      1)
+      << log;
+}
+
+// The agent of a gang's other part dies: once its server is declared down
+// the lead's part is stopped too (it cannot train alone) and the job waits
+// for room again.
+TEST_F(GangE2eTest, AServerOfTheGangGoingDownStopsItsOtherParts) {
+  TestCluster c({.policy = "fifo",
+                 .agents = 2,
+                 .gpus_per_agent = 1,
+                 .scheduler_args = {"--agent-timeout-s", "2"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id = c.Submit(DdpOn(c, 2, 10'000'000), &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(TrainsOn(c, id, 2, 50)) << Describe(c, id) << c.Logs();
+  const std::string follower = c.Job(id).parts(1).server();
+  Process* agent = c.agent(follower);
+  ASSERT_NE(agent, nullptr) << follower;
+  agent->Signal(SIGKILL);
+  ASSERT_TRUE(agent->Wait(seconds(10)));
+
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.state() != rpc::RUNNING && !c.History(id, "kill").empty();
+      },
+      seconds(60)))
+      << Describe(c, id) << c.Logs();
+  EXPECT_NE(c.History(id, "kill").back().detail().find("which is down"),
+            std::string::npos)
+      << Describe(c, id);
+  // Every rank ends: the lead's killed by its agent, the follower's when
+  // their peers are gone.
+  EXPECT_TRUE(WaitUntil([&] { return ProcessesRunning("train_ddp.py") == 0; },
+                        seconds(60)))
+      << ProcessesRunning("train_ddp.py") << " processes left\n"
+      << Describe(c, id);
 }
 
 // One rank of a two-server job fails: the job ends FAILED and no process

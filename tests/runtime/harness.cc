@@ -203,6 +203,13 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
   return true;
 }
 
+Process* TestCluster::agent(const std::string& name) {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    if ("agent-" + std::to_string(i) == name) return agents_[i].get();
+  }
+  return nullptr;
+}
+
 bool TestCluster::StartAgents(std::string* error) {
   for (int i = 0; i < options_.agents; ++i) {
     const std::string name = "agent-" + std::to_string(i);

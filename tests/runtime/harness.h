@@ -98,6 +98,8 @@ class TestCluster {
   const std::string& address() const { return address_; }
   rpc::Scheduler::Stub& stub() { return *stub_; }
   Process* scheduler() { return scheduler_.get(); }
+  // The agent named `name` ("agent-0", ...); null if there is none.
+  Process* agent(const std::string& name);
 
   // Starts the daemon on `port` (0: any free port; the address file tells
   // which); returns false (with the reason in *error) when it does not
