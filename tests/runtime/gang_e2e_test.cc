@@ -139,6 +139,12 @@ TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
   ASSERT_EQ(grows.size(), 1u) << Describe(c, id);
   EXPECT_NE(grows[0].detail().find("transfer to 1 server"), std::string::npos)
       << Describe(c, id);
+  // How long it trained nowhere: up to its first mini-batch after the
+  // restart, which the daemon waited for.
+  EXPECT_NE(grows[0].detail().find(", first mini-batch "), std::string::npos)
+      << Describe(c, id);
+  EXPECT_NE(grows[0].detail().find("; training paused "), std::string::npos)
+      << Describe(c, id);
 
   ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
   j = c.Job(id);

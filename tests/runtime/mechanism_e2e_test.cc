@@ -557,6 +557,9 @@ TEST_F(MechanismE2eTest, DataParallelJobGrowsAndShrinksKeepingItsSamples) {
   // It ran at world size 2 in between.
   EXPECT_GE(CountLines(log, "world_size 2"), 1) << log;
   ASSERT_EQ(c.History(id, "grow").size(), 1u) << Describe(c, id);
+  EXPECT_NE(c.History(id, "grow")[0].detail().find(", first mini-batch "),
+            std::string::npos)
+      << Describe(c, id);
   ASSERT_EQ(c.History(id, "shrink").size(), 1u) << Describe(c, id);
 }
 

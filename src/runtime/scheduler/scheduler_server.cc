@@ -334,6 +334,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // behind it. Guarded by warm_mu (executor threads and the loop).
   std::mutex warm_mu;
   std::map<int32_t, grpc::ClientContext*> warm_calls;
+  // Moves waiting for the job's first mini-batch after a restart, by job:
+  // true once the job was killed (AwaitFirstMinibatch gives up). Guarded
+  // by warm_mu.
+  std::map<int32_t, bool> first_minibatch_waits;
   std::vector<AgentConn> agents;  // by server id
   std::map<std::string, int32_t> agent_by_name;
   std::map<int64_t, PendingAction> pending;  // by action id
@@ -634,6 +638,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             if (auto it = warm_calls.find(a.job.value);
                 it != warm_calls.end()) {
               it->second->TryCancel();
+            }
+            if (auto it = first_minibatch_waits.find(a.job.value);
+                it != first_minibatch_waits.end()) {
+              it->second = true;
             }
           }
           History(a.job.value, "kill", true, 0, a.reason);
@@ -1014,6 +1022,43 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     (void)c.stub->KillJob(ctx.get(), req, &rep);
   }
 
+  // Executor thread: after a restart from a checkpoint taken at mini-batch
+  // `saved`, polls the agent of the job's rank 0 until its process there
+  // has trained past it. Returns the time since `since`, or -1 when that
+  // did not happen within a minute, the process went away, or the job was
+  // killed meanwhile.
+  int64_t AwaitFirstMinibatch(int32_t job, const PartConn& lead, int64_t saved,
+                              std::chrono::steady_clock::time_point since) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    {
+      std::lock_guard<std::mutex> lock(warm_mu);
+      first_minibatch_waits[job] = false;
+    }
+    int64_t result = -1;
+    while (std::chrono::steady_clock::now() < end) {
+      {
+        std::lock_guard<std::mutex> lock(warm_mu);
+        if (first_minibatch_waits[job]) break;
+      }
+      rpc::AgentStatusReply rep;
+      auto ctx = Ctx();
+      if (lead.stub->Status(ctx.get(), rpc::AgentStatusRequest(), &rep).ok()) {
+        const auto it = std::find_if(
+            rep.jobs().begin(), rep.jobs().end(),
+            [job](const rpc::AgentJob& j) { return j.job_id() == job; });
+        if (it == rep.jobs().end()) break;  // it exited
+        if (it->progress().minibatches() > saved) {
+          result = UsSince(since);
+          break;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard<std::mutex> lock(warm_mu);
+    first_minibatch_waits.erase(job);
+    return result;
+  }
+
   // Executor thread: starts the job's parts in rank order, the lead first
   // (its agent picks the port the ranks meet at); resume_local: each from
   // the checkpoint its agent holds. One part alone is a plain start. On a
@@ -1338,6 +1383,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const PartConn& source = (*src)[0];
       std::string phases;
       const auto t_ckpt = std::chrono::steady_clock::now();
+      int64_t saved = -1;  // the mini-batch the checkpoint was taken at
       if (from.exists) {
         auto each_follower = [&](bool resume) {
           for (size_t i = 1; i < src->size(); ++i) {
@@ -1381,6 +1427,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         phases = "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() +
                  ", " + Mb(rep.bytes()) +
                  (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") + ")";
+        saved = rep.minibatches();
       }
       // The other parts left with the lead; any that lingers is stopped,
       // so that its agent can take the checkpoint in.
@@ -1411,6 +1458,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return;
       }
       const int64_t restart_us = UsSince(t_start);
+      // The parts meet, rank 0 loads and they train: until then the job
+      // trains nowhere.
+      const int64_t first_us =
+          saved >= 0 ? AwaitFirstMinibatch(job, (*dst)[0], saved, t_start) : -1;
       const bool source_kept =
           std::any_of(dst->begin(), dst->end(), [&](const PartConn& c) {
             return c.part.server == source.part.server;
@@ -1420,7 +1471,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (!phases.empty()) detail += "; " + phases;
       if (!transfer.empty()) detail += ", " + transfer;
       detail += ", restart " + Ms(restart_us);
-      if (from.exists) detail += "; training paused " + Ms(UsSince(t_ckpt));
+      if (saved >= 0) {
+        detail += first_us >= 0
+                      ? ", first mini-batch " + Ms(first_us) + " after it"
+                      : ", no mini-batch within a minute of it";
+      }
+      if (from.exists && first_us >= 0) {
+        detail += "; training paused " + Ms(UsSince(t_ckpt));
+      }
       FinishMove(job, aid, what, true, false, UsSince(t0), detail,
                  MovedTo::kDestination, from);
     });
@@ -1567,6 +1625,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       };
       // From the checkpoint request on, the job trains nowhere.
       const auto t_ckpt = std::chrono::steady_clock::now();
+      // The mini-batch a library checkpoint was taken at (-1: none).
+      int64_t saved = -1;
       if (from.exists) {
         rpc::CheckpointRequest req;
         req.set_job_id(job);
@@ -1615,6 +1675,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                    ", ";
         }
         method = rep.method();
+        if (method == "library") saved = rep.minibatches();
         phases +=
             "checkpoint " + Ms(rep.took_us()) + " (" + method + ", " +
             Mb(rep.bytes()) +
@@ -1635,9 +1696,22 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                      from);
           return;
         }
-        FinishMove(job, aid, what, true, false, us_since(t0),
-                   where + "; " + phases + restart_phase(us_since(t_start)) +
-                       "; training paused " + Ms(us_since(t_ckpt)),
+        std::string detail =
+            where + "; " + phases + restart_phase(us_since(t_start));
+        // Until its first mini-batch from the checkpoint the job trains
+        // nowhere (a job without the library: until its restart).
+        if (saved >= 0) {
+          const int64_t first = AwaitFirstMinibatch(
+              job, PartConn{Part{to.server, to.local}, dst, "", ""}, saved,
+              t_start);
+          detail += first >= 0 ? ", first mini-batch " + Ms(first) +
+                                     " after it; training paused " +
+                                     Ms(us_since(t_ckpt))
+                               : ", no mini-batch within a minute of it";
+        } else {
+          detail += "; training paused " + Ms(us_since(t_ckpt));
+        }
+        FinishMove(job, aid, what, true, false, us_since(t0), detail,
                    MovedTo::kDestination, from);
         return;
       }
