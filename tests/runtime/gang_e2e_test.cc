@@ -158,6 +158,43 @@ TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
   EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
 }
 
+// Four parts on four one-GPU servers: shrunk to one GPU and grown back to
+// four, the checkpoint goes to the three other servers at once, and the
+// job finishes exactly its samples at world size 4.
+TEST_F(GangE2eTest, AFourPartGangShrinksToOneServerAndGrowsBack) {
+  constexpr int kSamples = 6000;
+  TestCluster c({.policy = "fifo", .agents = 4, .gpus_per_agent = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id = c.Submit(DdpOn(c, 4, kSamples), &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(TrainsOn(c, id, 4, 30)) << Describe(c, id) << c.Logs();
+
+  std::string out;
+  ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "1"}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  ASSERT_TRUE(TrainsOn(c, id, 1, c.Job(id).progress().minibatches() + 30))
+      << Describe(c, id) << c.Logs();
+  ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "4"}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  const auto grows = c.History(id, "grow");
+  ASSERT_EQ(grows.size(), 1u) << Describe(c, id);
+  EXPECT_NE(grows[0].detail().find("transfer to 3 servers at once"),
+            std::string::npos)
+      << Describe(c, id);
+  ASSERT_EQ(c.Job(id).parts_size(), 4) << Describe(c, id);
+
+  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(
+      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
+      1)
+      << log;
+  EXPECT_EQ(CountLines(log, "world_size=4"), 1) << log;
+}
+
 // The daemon dies while a gang trains and comes back: both agents report
 // their parts, the daemon recognises them as the job's (not strays), and
 // the job finishes its samples exactly once.

@@ -1129,43 +1129,61 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   // Executor thread: each part not on the source's server receives the
-  // checkpoint the source holds (held there for StartParts(resume_local)).
-  // *summary: the slowest transfer, bytes and channel ("" if none).
+  // checkpoint the source holds (held there for StartParts(resume_local)),
+  // all at once (each pull is its own offer at the source). *summary: the
+  // slowest transfer, bytes and channel ("" if none); *err: the first part
+  // that failed.
   bool Distribute(int32_t job, const PartConn& source,
                   const std::vector<PartConn>& parts, Ids& ids,
                   std::string* err, std::string* summary) {
-    int64_t slowest = 0;
-    int64_t bytes = 0;
-    std::string channel;
-    int n = 0;
+    struct Pull {
+      const PartConn* to;
+      int64_t id;
+      bool lead;
+      grpc::Status status;
+      rpc::ReceiveCheckpointReply reply;
+    };
+    std::vector<Pull> pulls;
     for (const PartConn& c : parts) {
       if (c.part.server == source.part.server) continue;
-      rpc::ReceiveCheckpointRequest req;
-      req.set_job_id(job);
-      req.set_action_id(ids());
-      req.set_source_address(source.address);
-      // The job's log so far goes to its new lead only.
-      req.set_without_log(c.part.server != parts[0].part.server);
-      rpc::ReceiveCheckpointReply rep;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(300));
-      const grpc::Status s = c.stub->ReceiveCheckpoint(&ctx, req, &rep);
-      if (!s.ok()) {
-        *err = "to " + c.name + ": " + RpcError("ReceiveCheckpoint", s);
+      pulls.push_back(Pull{&c, ids(), &c == &parts[0], {}, {}});
+    }
+    std::vector<std::thread> threads;
+    for (Pull& p : pulls) {
+      threads.emplace_back([&, job] {
+        rpc::ReceiveCheckpointRequest req;
+        req.set_job_id(job);
+        req.set_action_id(p.id);
+        req.set_source_address(source.address);
+        // The job's log so far goes to its new lead only.
+        req.set_without_log(!p.lead);
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(300));
+        p.status = p.to->stub->ReceiveCheckpoint(&ctx, req, &p.reply);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    int64_t slowest = -1;
+    int64_t bytes = 0;
+    std::string channel;
+    for (const Pull& p : pulls) {
+      if (!p.status.ok()) {
+        *err =
+            "to " + p.to->name + ": " + RpcError("ReceiveCheckpoint", p.status);
         return false;
       }
-      ++n;
-      bytes = rep.bytes();
-      if (rep.transfer_us() >= slowest) {
-        slowest = rep.transfer_us();
-        channel = rep.channel();
+      bytes = p.reply.bytes();
+      if (p.reply.transfer_us() > slowest) {
+        slowest = p.reply.transfer_us();
+        channel = p.reply.channel();
       }
     }
     summary->clear();
+    const size_t n = pulls.size();
     if (n > 0) {
       *summary = "transfer to " + std::to_string(n) +
-                 (n == 1 ? " server " : " servers, the slowest ") +
+                 (n == 1 ? " server " : " servers at once, the slowest ") +
                  Ms(slowest) + " (" + Mb(bytes) + Rate(bytes, slowest) +
                  (channel.empty() ? "" : " over " + channel) + ")";
     }
