@@ -52,17 +52,49 @@ bool TrainsOn(TestCluster& c, int64_t id, int parts, int64_t minibatches) {
       seconds(180));
 }
 
+// Starts the cluster and a DdpOn job of `gpus` ranks; returns its id once
+// it trains on `parts` servers past mini-batch `past` (0, after a test
+// failure, when it does not).
+int64_t StartTraining(TestCluster& c, int gpus, int samples, int parts,
+                      int64_t past) {
+  std::string error;
+  if (!c.Start(&error)) {
+    ADD_FAILURE() << error;
+    return 0;
+  }
+  const int64_t id = c.Submit(DdpOn(c, gpus, samples), &error);
+  if (id <= 0) {
+    ADD_FAILURE() << error;
+    return 0;
+  }
+  if (!TrainsOn(c, id, parts, past)) {
+    ADD_FAILURE() << Describe(c, id) << c.Logs();
+    return 0;
+  }
+  return id;
+}
+
+// Waits for the job to end; expects it FINISHED with its "done" line once
+// (all its samples); returns its log.
+std::string FinishedOnce(TestCluster& c, int64_t id, int samples) {
+  EXPECT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(
+      CountLines(log, "done samples=" + std::to_string(samples) + " steps="), 1)
+      << log;
+  return log;
+}
+
 // A two-rank job on two one-GPU servers: the core places it across both,
 // each agent runs one part, and it trains, suspends (no progress while
 // suspended), resumes and finishes its samples exactly once.
 TEST_F(GangE2eTest, DataParallelJobRunsAcrossTwoServers) {
   constexpr int kSamples = 6000;
   TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
-  std::string error;
-  ASSERT_TRUE(c.Start(&error)) << error;
-  const int64_t id = c.Submit(DdpOn(c, 2, kSamples), &error);
-  ASSERT_GT(id, 0) << error;
-  ASSERT_TRUE(TrainsOn(c, id, 2, 100)) << Describe(c, id) << c.Logs();
+  const int64_t id = StartTraining(c, 2, kSamples, 2, 100);
+  ASSERT_GT(id, 0);
   rpc::JobInfo j = c.Job(id);
   EXPECT_NE(j.parts(0).server(), j.parts(1).server());
 
@@ -94,14 +126,7 @@ TEST_F(GangE2eTest, DataParallelJobRunsAcrossTwoServers) {
       << out << Describe(c, id) << c.Logs();
   ASSERT_TRUE(TrainsOn(c, id, 2, held + 50)) << Describe(c, id) << c.Logs();
 
-  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
-  j = c.Job(id);
-  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
-  const std::string log = c.JobLog(j);
-  EXPECT_EQ(
-      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
-      1)
-      << log;
+  const std::string log = FinishedOnce(c, id, kSamples);
   EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
 }
 
@@ -112,11 +137,8 @@ TEST_F(GangE2eTest, DataParallelJobRunsAcrossTwoServers) {
 TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
   constexpr int kSamples = 8000;
   TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
-  std::string error;
-  ASSERT_TRUE(c.Start(&error)) << error;
-  const int64_t id = c.Submit(DdpOn(c, 2, kSamples), &error);
-  ASSERT_GT(id, 0) << error;
-  ASSERT_TRUE(TrainsOn(c, id, 2, 100)) << Describe(c, id) << c.Logs();
+  const int64_t id = StartTraining(c, 2, kSamples, 2, 100);
+  ASSERT_GT(id, 0);
 
   std::string out;
   ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "1"}, &out), 0)
@@ -146,14 +168,7 @@ TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
   EXPECT_NE(grows[0].detail().find("; training paused "), std::string::npos)
       << Describe(c, id);
 
-  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
-  j = c.Job(id);
-  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
-  const std::string log = c.JobLog(j);
-  EXPECT_EQ(
-      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
-      1)
-      << log;
+  const std::string log = FinishedOnce(c, id, kSamples);
   EXPECT_EQ(CountLines(log, "resumed from "), 2) << log;
   EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
 }
@@ -164,11 +179,8 @@ TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
 TEST_F(GangE2eTest, AFourPartGangShrinksToOneServerAndGrowsBack) {
   constexpr int kSamples = 6000;
   TestCluster c({.policy = "fifo", .agents = 4, .gpus_per_agent = 1});
-  std::string error;
-  ASSERT_TRUE(c.Start(&error)) << error;
-  const int64_t id = c.Submit(DdpOn(c, 4, kSamples), &error);
-  ASSERT_GT(id, 0) << error;
-  ASSERT_TRUE(TrainsOn(c, id, 4, 30)) << Describe(c, id) << c.Logs();
+  const int64_t id = StartTraining(c, 4, kSamples, 4, 30);
+  ASSERT_GT(id, 0);
 
   std::string out;
   ASSERT_EQ(c.Cli({"resize", std::to_string(id), "--gpus", "1"}, &out), 0)
@@ -184,14 +196,7 @@ TEST_F(GangE2eTest, AFourPartGangShrinksToOneServerAndGrowsBack) {
       << Describe(c, id);
   ASSERT_EQ(c.Job(id).parts_size(), 4) << Describe(c, id);
 
-  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
-  const rpc::JobInfo j = c.Job(id);
-  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
-  const std::string log = c.JobLog(j);
-  EXPECT_EQ(
-      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
-      1)
-      << log;
+  const std::string log = FinishedOnce(c, id, kSamples);
   EXPECT_EQ(CountLines(log, "world_size=4"), 1) << log;
 }
 
@@ -201,29 +206,20 @@ TEST_F(GangE2eTest, AFourPartGangShrinksToOneServerAndGrowsBack) {
 TEST_F(GangE2eTest, SchedulerCrashKeepsAGangRunning) {
   constexpr int kSamples = 6000;
   TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
-  std::string error;
-  ASSERT_TRUE(c.Start(&error)) << error;
-  const int64_t id = c.Submit(DdpOn(c, 2, kSamples), &error);
-  ASSERT_GT(id, 0) << error;
-  ASSERT_TRUE(TrainsOn(c, id, 2, 100)) << Describe(c, id) << c.Logs();
+  const int64_t id = StartTraining(c, 2, kSamples, 2, 100);
+  ASSERT_GT(id, 0);
 
   const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
   c.scheduler()->Signal(SIGKILL);
   ASSERT_TRUE(c.scheduler()->Wait(seconds(10)));
   std::this_thread::sleep_for(milliseconds(500));
+  std::string error;
   ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
   const int64_t before = c.Job(id).progress().minibatches();
   ASSERT_TRUE(TrainsOn(c, id, 2, before + 50)) << Describe(c, id) << c.Logs();
 
-  ASSERT_TRUE(WaitEnded(c, id, seconds(300))) << Describe(c, id) << c.Logs();
-  const rpc::JobInfo j = c.Job(id);
-  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id) << c.Logs();
+  FinishedOnce(c, id, kSamples);
   EXPECT_TRUE(c.History(id, "kill").empty()) << Describe(c, id);
-  const std::string log = c.JobLog(j);
-  EXPECT_EQ(
-      CountLines(log, "done samples=" + std::to_string(kSamples) + " steps="),
-      1)
-      << log;
 }
 
 // The agent of a gang's other part dies: once its server is declared down
@@ -234,11 +230,8 @@ TEST_F(GangE2eTest, AServerOfTheGangGoingDownStopsItsOtherParts) {
                  .agents = 2,
                  .gpus_per_agent = 1,
                  .scheduler_args = {"--agent-timeout-s", "2"}});
-  std::string error;
-  ASSERT_TRUE(c.Start(&error)) << error;
-  const int64_t id = c.Submit(DdpOn(c, 2, 10'000'000), &error);
-  ASSERT_GT(id, 0) << error;
-  ASSERT_TRUE(TrainsOn(c, id, 2, 50)) << Describe(c, id) << c.Logs();
+  const int64_t id = StartTraining(c, 2, 10'000'000, 2, 50);
+  ASSERT_GT(id, 0);
   const std::string follower = c.Job(id).parts(1).server();
   Process* agent = c.agent(follower);
   ASSERT_NE(agent, nullptr) << follower;

@@ -2061,6 +2061,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     });
   }
 
+  // The job ends with its process's exit: the history line and the event.
+  // False when the event could not be logged: then, as if the exit had not
+  // come, x is as it was (`was`, `was_code`) and the agent, which keeps the
+  // exits it was not answered for, must report it again (ReportAgain).
+  bool EndOnExit(int32_t id, JobExtra& x, const Proc& was,
+                 std::optional<int32_t> was_code, bool ok,
+                 const std::string& detail) {
+    History(id, "exit", ok, 0, detail);
+    (void)Feed(core::JobFinished{JobId(id), ok});
+    if (!unlogged) return true;
+    x.proc = was;
+    x.exit_code = was_code;
+    batch.history.pop_back();
+    return false;
+  }
+  static grpc::Status ReportAgain(int32_t id) {
+    return {grpc::StatusCode::ABORTED,
+            "the scheduler cannot log the exit of job " + std::to_string(id) +
+                " now: report it again"};
+  }
+
   grpc::Status DoReport(const rpc::AgentReport& r) {
     auto it = agent_by_name.find(r.name());
     if (it == agent_by_name.end() ||
@@ -2102,18 +2123,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         const std::optional<int32_t> was_code = x->exit_code;
         x->proc = Proc{};
         x->exit_code = e.exit_code();
-        History(id, "exit", false, 0,
-                "exit code " + std::to_string(e.exit_code()) +
-                    " of its part on " + a.name +
-                    "; its other parts are stopped");
-        (void)Feed(core::JobFinished{JobId(id), false});
-        if (unlogged) {
-          x->proc = was;
-          x->exit_code = was_code;
-          batch.history.pop_back();
-          return {grpc::StatusCode::ABORTED,
-                  "the scheduler cannot log the exit of job " +
-                      std::to_string(id) + " now: report it again"};
+        if (!EndOnExit(id, *x, was, was_code, false,
+                       "exit code " + std::to_string(e.exit_code()) +
+                           " of its part on " + a.name +
+                           "; its other parts are stopped")) {
+          return ReportAgain(id);
         }
         KillAt(id, was, InternalActionId());
         continue;
@@ -2132,18 +2146,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
       CopyMetric(e, &x->progress);
       if (IsEnded(id)) continue;
-      History(id, "exit", e.exit_code() == 0, 0,
-              "exit code " + std::to_string(e.exit_code()));
-      (void)Feed(core::JobFinished{JobId(id), e.exit_code() == 0});
-      if (unlogged) {
-        // Not logged, not handled: as if it had not come. The agent keeps
-        // the exits it was not answered for and reports them again.
-        x->proc = was;
-        x->exit_code = was_code;
-        batch.history.pop_back();
-        return {grpc::StatusCode::ABORTED,
-                "the scheduler cannot log the exit of job " +
-                    std::to_string(id) + " now: report it again"};
+      if (!EndOnExit(id, *x, was, was_code, e.exit_code() == 0,
+                     "exit code " + std::to_string(e.exit_code()))) {
+        return ReportAgain(id);
       }
       // A gang's other parts end with their lead; any still running (a rank
       // hung) are stopped.
