@@ -272,6 +272,9 @@ struct PendingAction {
   // Sent to an agent by this daemon process (not replayed from the log):
   // its reply will come.
   bool sent = false;
+  // A move concluded (FinishMove): where it left the process is set, and
+  // its failure must not reset it.
+  bool settled = false;
 };
 
 // Where a move left the job's process.
@@ -537,7 +540,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (it != pending.end()) {
         const ActionKind k = it->second.action.kind;
         JobExtra* x = Extra(fl->job.value);
-        if (x != nullptr &&
+        // A failed start leaves no process; a move that failed says
+        // itself where it left it (FinishMove), e.g. running where it was
+        // when it could not checkpoint.
+        if (x != nullptr && !it->second.settled &&
             (k == ActionKind::kStart || it->second.relocate ||
              (k == ActionKind::kPack && it->second.action.launch))) {
           x->proc.exists = false;
@@ -863,8 +869,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     Post([=, this]() mutable {
       JobExtra* x = Extra(job);
       if (x == nullptr) return;
-      const bool current = pending.count(action) > 0;
+      const auto pit = pending.find(action);
+      const bool current = pit != pending.end();
       if (current) {
+        pit->second.settled = true;
         switch (moved) {
           case MovedTo::kDestination:
             x->proc.exists = true;

@@ -123,6 +123,10 @@ class FakeAgent final : public rpc::Agent::Service {
                              const rpc::CheckpointRequest* r,
                              rpc::CheckpointReply* rep) override {
     std::lock_guard lock(mu_);
+    if (fail_checkpoints_) {
+      // The job could not save (its process stays as it was).
+      return {grpc::StatusCode::UNAVAILABLE, "the save failed"};
+    }
     if (procs_.erase(r->job_id()) == 0) {
       return {grpc::StatusCode::NOT_FOUND, "no such job"};
     }
@@ -155,6 +159,11 @@ class FakeAgent final : public rpc::Agent::Service {
     stub_ = rpc::Scheduler::NewStub(
         grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
     return RegisterLocked();
+  }
+  // CheckpointJob fails (UNAVAILABLE) and leaves the process running.
+  void FailCheckpoints(bool fail) {
+    std::lock_guard lock(mu_);
+    fail_checkpoints_ = fail;
   }
   // The job's process ended: kept until a report gets through.
   void Exit(int64_t job, int code) {
@@ -354,6 +363,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> kills_;
   std::map<int64_t, int> resume_local_starts_;
   std::map<int64_t, int> reported_exits_;
+  bool fail_checkpoints_ = false;  // guarded by mu_
   std::set<int64_t> ever_ran_;
   int suspends_ = 0;
   int resumes_ = 0;
@@ -931,6 +941,45 @@ TEST_F(FailingMoveTest,
   EXPECT_EQ(info.state(), rpc::RUNNING);
   EXPECT_EQ(info.server(), src.name());
   // Its process there is the one the daemon follows: its exit ends it.
+  src.Exit(j, 0);
+  ASSERT_TRUE(src.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
+      << cl.Get(j).DebugString();
+}
+
+// A move that fails before the job checkpointed (its save failed) leaves
+// its process running where it was, and the daemon still follows that
+// process: a suspend stops it there, and its exit ends the job.
+TEST_F(FailingMoveTest, AMoveThatFailsBeforeTheCheckpointLeavesTheJobAsItWas) {
+  Client& cl = *cl_;
+  FakeAgent& src = *src_;
+  FakeAgent& dst = *dst_;
+  const int64_t j = j_;
+  src.FailCheckpoints(true);
+  ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo now = cl.Get(j);
+    return std::any_of(now.history().begin(), now.history().end(),
+                       [](const rpc::HistoryEntry& h) {
+                         return h.action() == "migrate" && !h.ok();
+                       });
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(cl.Get(j).server(), src.name());
+  EXPECT_EQ(src.procs().count(j), 1u);
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const auto procs = src.procs();
+    return cl.State(j) == rpc::SUSPENDED && procs.count(j) == 1 &&
+           procs.at(j).state == rpc::SUSPENDED;
+  })) << cl.Get(j).DebugString();
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const auto procs = src.procs();
+    return cl.State(j) == rpc::RUNNING && procs.count(j) == 1 &&
+           procs.at(j).state == rpc::RUNNING;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(src.start_calls(j), 1) << "restarted instead of resumed";
   src.Exit(j, 0);
   ASSERT_TRUE(src.Report().ok());
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
