@@ -1939,6 +1939,24 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return id;
   }
 
+  // A process an agent lists for a job the daemon believes has none, on the
+  // one server where the core places the job and in the state the core
+  // has it in: the job's own, which the daemon lost track of (a move that
+  // failed before its checkpoint, replayed after a crash: the log does not
+  // say how far it got). Not for a gang (every part would have to be
+  // listed) nor while an action is under way (its outcome decides).
+  bool Adoptable(int32_t id, const JobExtra& x, ServerId server,
+                 rpc::JobState reported) const {
+    if (IsEnded(id) || x.proc.exists || x.proc.checkpoint) return false;
+    const core::Job& j = st().job(JobId(id));
+    if (j.busy() || j.gpus.empty()) return false;
+    const bool same_state =
+        (j.state == JobState::kRunning && reported == rpc::RUNNING) ||
+        (j.state == JobState::kSuspended && reported == rpc::SUSPENDED);
+    const std::vector<Part> parts = Parts(j.gpus);
+    return same_state && parts.size() == 1 && parts[0].server == server;
+  }
+
   // Makes the daemon's view and the agent's agree after a (re-)registration.
   void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r) {
     std::map<int32_t, rpc::JobState> reported;
@@ -1948,6 +1966,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const bool ours =
           x != nullptr && !IsEnded(id) && x->proc.exists && x->proc.On(a.id);
       if (ours) {
+        reported[id] = j.state();
+        continue;
+      }
+      if (x != nullptr && Adoptable(id, *x, a.id, j.state())) {
+        x->proc = Proc::At(Parts(st().job(JobId(id)).gpus));
+        History(id, "reconcile", true, 0,
+                "kept its process on " + a.name +
+                    ", where the job is placed (the daemon had lost track "
+                    "of it)");
         reported[id] = j.state();
         continue;
       }

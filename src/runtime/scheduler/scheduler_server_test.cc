@@ -1170,6 +1170,71 @@ void CrashRecoveryTest::Run(const std::vector<std::string>& extra) {
   EXPECT_EQ(agent.duplicate_starts(), 0);
 }
 
+// A move that failed before the job checkpointed, replayed after a crash
+// (the log says it failed, not how far it got): the process the source's
+// agent lists, where the core places the job, is kept as the job's, not
+// killed as a stray, and its exit ends the job.
+TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
+  const std::vector<std::string> flags = {"--policy=fifo",
+                                          "--snapshot-every=0"};
+  auto d1 = std::make_unique<Daemon>(dir_, flags);
+  const std::string a1 = d1->Address();
+  ASSERT_FALSE(a1.empty());
+  Client c1(a1);
+  FakeAgent src("node-a", 1, Mode::kOk);
+  ASSERT_TRUE(src.Register(a1).ok());
+  rpc::JobSpec spec;
+  spec.set_name("own-checkpoints");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_restartable(true);
+  int64_t j = -1;
+  ASSERT_TRUE(c1.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = c1.Get(j);
+    return info.state() == rpc::RUNNING && src.procs().count(j) == 1 &&
+           std::any_of(info.history().begin(), info.history().end(),
+                       [](const rpc::HistoryEntry& h) {
+                         return h.action() == "start" && h.ok();
+                       });
+  }));
+  FakeAgent dst("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(dst.Register(a1).ok());
+  src.FailCheckpoints(true);
+  ASSERT_TRUE(c1.Migrate(j, dst.name()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = c1.Get(j);
+    return std::any_of(info.history().begin(), info.history().end(),
+                       [](const rpc::HistoryEntry& h) {
+                         return h.action() == "migrate" && !h.ok();
+                       });
+  })) << c1.Get(j).DebugString();
+  d1->Kill();  // SIGKILL: the failure is in the log, nothing more
+  d1.reset();
+
+  Daemon d2(dir_, {"--snapshot-every=0"});
+  const std::string a2 = d2.Address();
+  ASSERT_FALSE(a2.empty());
+  Client c2(a2);
+  ASSERT_TRUE(src.Register(a2).ok());
+  ASSERT_TRUE(dst.Register(a2).ok());
+  ASSERT_TRUE(src.Report().ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = c2.Get(j);
+    return std::any_of(
+        info.history().begin(), info.history().end(),
+        [](const rpc::HistoryEntry& h) { return h.action() == "reconcile"; });
+  })) << c2.Get(j).DebugString();
+  EXPECT_EQ(src.kills(j), 0);
+  EXPECT_EQ(src.procs().count(j), 1u);
+  EXPECT_EQ(c2.State(j), rpc::RUNNING);
+  src.Exit(j, 0);
+  ASSERT_TRUE(src.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return c2.State(j) == rpc::FINISHED; }))
+      << c2.Get(j).DebugString();
+  EXPECT_EQ(src.start_calls(j), 1);
+}
+
 // A clean stop compacts the log: the next start restores the snapshot,
 // replays nothing, and finds the jobs where they were.
 TEST_F(DaemonTest, ACleanStopLeavesASnapshotAndNoEventsToReplay) {
