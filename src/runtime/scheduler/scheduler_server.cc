@@ -2203,6 +2203,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       // yet: the job's last one stands.
       rpc::Progress next = p.progress();
       if (next.metric_reports() == 0) CopyMetric(x->progress, &next);
+      // Nor has it counted a mini-batch before it has loaded its
+      // checkpoint: the job's count stands until then.
+      if (next.minibatches() == 0) {
+        next.set_minibatches(x->progress.minibatches());
+      }
       x->progress = std::move(next);
       CheckProbe(id, *x);
       // Due on a grid of the interval, not an interval after the last one
@@ -2217,7 +2222,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       core::ProfileReport pr;
       pr.job = JobId(id);
       pr.minibatch_rate = p.progress().minibatch_rate();
-      pr.minibatches = p.progress().minibatches();
+      pr.minibatches = x->progress.minibatches();
       pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
                          (1024.0 * 1024.0 * 1024.0);
       pr.gpu_utilization = p.progress().gpu_utilization();
