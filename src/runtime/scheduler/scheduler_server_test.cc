@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -49,6 +50,17 @@ bool WaitFor(const std::function<bool()>& cond, int seconds = 30) {
 // kFailReceive: checkpoints (a process that exits, its files kept) but
 // cannot receive one (the transfer fails).
 enum class Mode { kOk, kFailStart, kSlow, kFailReceive };
+
+// The job's history has an entry for `action` (that succeeded, or failed,
+// when `ok` is given).
+bool HasEntry(const rpc::JobInfo& info, const std::string& action,
+              std::optional<bool> ok = std::nullopt) {
+  return std::any_of(info.history().begin(), info.history().end(),
+                     [&](const rpc::HistoryEntry& h) {
+                       return h.action() == action &&
+                              (!ok.has_value() || h.ok() == *ok);
+                     });
+}
 
 // A fake node agent: keeps a table of "processes" and answers like one.
 class FakeAgent final : public rpc::Agent::Service {
@@ -886,16 +898,22 @@ class FailingMoveTest : public DaemonTest {
     // under way).
     ASSERT_TRUE(WaitFor([&] {
       const rpc::JobInfo info = cl_->Get(j_);
-      const bool started =
-          std::any_of(info.history().begin(), info.history().end(),
-                      [](const rpc::HistoryEntry& h) {
-                        return h.action() == "start" && h.ok();
-                      });
+      const bool started = HasEntry(info, "start", true);
       return info.state() == rpc::RUNNING && started &&
              (a_->procs().count(j_) + b_->procs().count(j_)) == 1;
     }));
     src_ = a_->procs().count(j_) ? a_.get() : b_.get();
     dst_ = src_ == a_.get() ? b_.get() : a_.get();
+  }
+
+  // Waits until the daemon has the job in state `s` and its one process,
+  // at the source, is in that state too.
+  bool SettlesAtSource(rpc::JobState s) {
+    return WaitFor([&] {
+      const auto procs = src_->procs();
+      return cl_->State(j_) == s && procs.count(j_) == 1 &&
+             procs.at(j_).state == s;
+    });
   }
 
   Client* cl_ = nullptr;
@@ -957,28 +975,15 @@ TEST_F(FailingMoveTest, AMoveThatFailsBeforeTheCheckpointLeavesTheJobAsItWas) {
   const int64_t j = j_;
   src.FailCheckpoints(true);
   ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    const rpc::JobInfo now = cl.Get(j);
-    return std::any_of(now.history().begin(), now.history().end(),
-                       [](const rpc::HistoryEntry& h) {
-                         return h.action() == "migrate" && !h.ok();
-                       });
-  })) << cl.Get(j).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "migrate", false); }))
+      << cl.Get(j).DebugString();
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   EXPECT_EQ(cl.Get(j).server(), src.name());
   EXPECT_EQ(src.procs().count(j), 1u);
   ASSERT_TRUE(cl.Suspend(j).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    const auto procs = src.procs();
-    return cl.State(j) == rpc::SUSPENDED && procs.count(j) == 1 &&
-           procs.at(j).state == rpc::SUSPENDED;
-  })) << cl.Get(j).DebugString();
+  ASSERT_TRUE(SettlesAtSource(rpc::SUSPENDED)) << cl.Get(j).DebugString();
   ASSERT_TRUE(cl.Resume(j).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    const auto procs = src.procs();
-    return cl.State(j) == rpc::RUNNING && procs.count(j) == 1 &&
-           procs.at(j).state == rpc::RUNNING;
-  })) << cl.Get(j).DebugString();
+  ASSERT_TRUE(SettlesAtSource(rpc::RUNNING)) << cl.Get(j).DebugString();
   EXPECT_EQ(src.start_calls(j), 1) << "restarted instead of resumed";
   src.Exit(j, 0);
   ASSERT_TRUE(src.Report().ok());
@@ -1001,19 +1006,11 @@ TEST_F(FailingMoveTest,
       << cl.Get(j).DebugString();
   ASSERT_TRUE(cl.Suspend(j).ok());
   src.HoldResumeLocal(false);
-  ASSERT_TRUE(WaitFor([&] {
-    const auto procs = src.procs();
-    return cl.State(j) == rpc::SUSPENDED && procs.count(j) == 1 &&
-           procs.at(j).state == rpc::SUSPENDED;
-  })) << cl.Get(j).DebugString();
+  ASSERT_TRUE(SettlesAtSource(rpc::SUSPENDED)) << cl.Get(j).DebugString();
   EXPECT_EQ(src.resume_local_starts(j), 1);
   // Resumed, it runs there again.
   ASSERT_TRUE(cl.Resume(j).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    const auto procs = src.procs();
-    return cl.State(j) == rpc::RUNNING && procs.count(j) == 1 &&
-           procs.at(j).state == rpc::RUNNING;
-  })) << cl.Get(j).DebugString();
+  ASSERT_TRUE(SettlesAtSource(rpc::RUNNING)) << cl.Get(j).DebugString();
 }
 
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
@@ -1193,10 +1190,7 @@ TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
   ASSERT_TRUE(WaitFor([&] {
     const rpc::JobInfo info = c1.Get(j);
     return info.state() == rpc::RUNNING && src.procs().count(j) == 1 &&
-           std::any_of(info.history().begin(), info.history().end(),
-                       [](const rpc::HistoryEntry& h) {
-                         return h.action() == "start" && h.ok();
-                       });
+           HasEntry(info, "start", true);
   }));
   FakeAgent dst("node-b", 1, Mode::kOk);
   ASSERT_TRUE(dst.Register(a1).ok());
@@ -1204,10 +1198,7 @@ TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
   ASSERT_TRUE(c1.Migrate(j, dst.name()).ok());
   ASSERT_TRUE(WaitFor([&] {
     const rpc::JobInfo info = c1.Get(j);
-    return std::any_of(info.history().begin(), info.history().end(),
-                       [](const rpc::HistoryEntry& h) {
-                         return h.action() == "migrate" && !h.ok();
-                       });
+    return HasEntry(info, "migrate", false);
   })) << c1.Get(j).DebugString();
   d1->Kill();  // SIGKILL: the failure is in the log, nothing more
   d1.reset();
@@ -1219,12 +1210,8 @@ TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
   ASSERT_TRUE(src.Register(a2).ok());
   ASSERT_TRUE(dst.Register(a2).ok());
   ASSERT_TRUE(src.Report().ok());
-  ASSERT_TRUE(WaitFor([&] {
-    const rpc::JobInfo info = c2.Get(j);
-    return std::any_of(
-        info.history().begin(), info.history().end(),
-        [](const rpc::HistoryEntry& h) { return h.action() == "reconcile"; });
-  })) << c2.Get(j).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(c2.Get(j), "reconcile"); }))
+      << c2.Get(j).DebugString();
   EXPECT_EQ(src.kills(j), 0);
   EXPECT_EQ(src.procs().count(j), 1u);
   EXPECT_EQ(c2.State(j), rpc::RUNNING);
@@ -1500,10 +1487,7 @@ TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
   // under way).
   ASSERT_TRUE(WaitFor([&] {
     const rpc::JobInfo info = cl.Get(jobs[1]);
-    return std::any_of(info.history().begin(), info.history().end(),
-                       [](const rpc::HistoryEntry& h) {
-                         return h.action() == "pack" && h.ok();
-                       });
+    return HasEntry(info, "pack", true);
   }));
   FakeAgent b("node-b", 2, Mode::kOk);
   ASSERT_TRUE(b.Register(server_->address()).ok());
@@ -1573,11 +1557,7 @@ TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
   }
   auto started = [&](int64_t id) {
     const rpc::JobInfo info = client_->Get(id);
-    return info.state() == rpc::RUNNING &&
-           std::any_of(info.history().begin(), info.history().end(),
-                       [](const rpc::HistoryEntry& h) {
-                         return h.action() == "start" && h.ok();
-                       });
+    return info.state() == rpc::RUNNING && HasEntry(info, "start", true);
   };
   ASSERT_TRUE(WaitFor([&] { return started(jobs[0]) && started(jobs[1]); }));
   // Drain the server of the first job.
