@@ -1067,6 +1067,34 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return result;
   }
 
+  // The host part of an agent's address ("host:port", "[v6]:port").
+  static std::string HostOf(const std::string& address) {
+    return address.substr(0, address.rfind(':'));
+  }
+  static bool IsLoopback(const std::string& host) {
+    return host.rfind("127.", 0) == 0 || host == "localhost" ||
+           host == "[::1]" || host == "::1";
+  }
+  // Why the other parts could not reach the ranks' meeting point at the
+  // lead ("" if they can, as far as the addresses say): a lead agent
+  // registered with a loopback address while a part's agent is elsewhere.
+  static std::string UnreachableLead(const std::vector<PartConn>& parts) {
+    const std::string lead = HostOf(parts[0].address);
+    if (!IsLoopback(lead)) return "";
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (!IsLoopback(HostOf(parts[i].address))) {
+        return "the job spans servers and its rank 0 would be on " +
+               parts[0].name +
+               ", whose agent registered with the loopback "
+               "address " +
+               parts[0].address + ": the ranks on " + parts[i].name + " (" +
+               parts[i].address +
+               ") could not reach it; start that agent with --advertise-host";
+      }
+    }
+    return "";
+  }
+
   // Executor thread: starts the job's parts in rank order, the lead first
   // (its agent picks the port the ranks meet at); resume_local: each from
   // the checkpoint its agent holds. One part alone is a plain start. On a
@@ -1074,12 +1102,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   bool StartParts(int32_t job, const rpc::JobSpec& spec,
                   const std::vector<PartConn>& parts, bool resume_local,
                   Ids& ids, std::string* err) {
+    if (std::string why = UnreachableLead(parts); !why.empty()) {
+      *err = why;
+      return false;
+    }
     int32_t world = 0;
     for (const PartConn& c : parts) {
       world += static_cast<int32_t>(c.part.local.size());
     }
-    const std::string host =
-        parts[0].address.substr(0, parts[0].address.rfind(':'));
+    const std::string host = HostOf(parts[0].address);
     int32_t port = 0;
     int32_t offset = 0;
     for (size_t i = 0; i < parts.size(); ++i) {

@@ -172,6 +172,12 @@ class FakeAgent final : public rpc::Agent::Service {
         grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
     return RegisterLocked();
   }
+  // Registers with this address instead of its own (one the daemon may not
+  // reach), from the next registration on.
+  void AdvertiseAs(const std::string& address) {
+    std::lock_guard lock(mu_);
+    advertised_ = address;
+  }
   // CheckpointJob fails (UNAVAILABLE) and leaves the process running.
   void FailCheckpoints(bool fail) {
     std::lock_guard lock(mu_);
@@ -328,7 +334,7 @@ class FakeAgent final : public rpc::Agent::Service {
   grpc::Status RegisterLocked() {
     rpc::RegisterAgentRequest r;
     r.set_name(name_);
-    r.set_address(address_);
+    r.set_address(advertised_.empty() ? address_ : advertised_);
     r.set_sockets(1);
     r.set_switches_per_socket(1);
     for (int i = 0; i < gpus_; ++i) {
@@ -376,6 +382,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> resume_local_starts_;
   std::map<int64_t, int> reported_exits_;
   bool fail_checkpoints_ = false;  // guarded by mu_
+  std::string advertised_;         // guarded by mu_
   std::set<int64_t> ever_ran_;
   int suspends_ = 0;
   int resumes_ = 0;
@@ -1220,6 +1227,34 @@ TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
   ASSERT_TRUE(WaitFor([&] { return c2.State(j) == rpc::FINISHED; }))
       << c2.Get(j).DebugString();
   EXPECT_EQ(src.start_calls(j), 1);
+}
+
+// A job that would span servers with its rank 0 on an agent registered
+// with a loopback address, and a part on an agent elsewhere: the start is
+// refused with the reason (those ranks could not reach rank 0) rather than
+// left hanging in the ranks' rendezvous.
+TEST_F(DaemonTest, AGangWhoseLeadIsOnALoopbackAddressIsNotStarted) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent far("node-a", 1, Mode::kOk);
+  FakeAgent near("node-b", 1, Mode::kOk);
+  far.AdvertiseAs("192.0.2.1:7071");  // another host (documentation range)
+  // fifo places the job's first GPU (rank 0's) on the last server here.
+  ASSERT_TRUE(far.Register(server_->address()).ok());
+  ASSERT_TRUE(near.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(2);
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", false); }))
+      << cl.Get(j).DebugString();
+  const rpc::JobInfo info = cl.Get(j);
+  std::string detail;
+  for (const auto& h : info.history()) {
+    if (h.action() == "start" && !h.ok()) detail = h.detail();
+  }
+  EXPECT_NE(detail.find("loopback address 127.0.0.1"), std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("--advertise-host"), std::string::npos) << detail;
+  EXPECT_EQ(near.procs().count(j), 0u);
 }
 
 // A clean stop compacts the log: the next start restores the snapshot,
