@@ -1515,7 +1515,12 @@ TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
     ASSERT_TRUE(cl.Submit(spec, &id).ok());
     jobs.push_back(id);
   }
-  ASSERT_TRUE(WaitFor([&] { return cl.State(jobs[0]) == rpc::RUNNING; }));
+  // Running, and its start concluded (a pack with it is refused while a
+  // mechanism of it is under way).
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(jobs[0]) == rpc::RUNNING &&
+           HasEntry(cl.Get(jobs[0]), "start", true);
+  }));
   EXPECT_EQ(cl.State(jobs[1]), rpc::QUEUED);  // one GPU
   ASSERT_TRUE(cl.Pack(jobs[1], jobs[0]).ok());
   // The pack done (until then a drain's unpack is refused: a mechanism is
