@@ -473,21 +473,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return conns;
   }
 
-  // Server and local GPU indices of a set of cluster GPUs; nullopt when
-  // they span servers.
-  std::optional<std::pair<ServerId, std::vector<int32_t>>> Where(
-      const std::vector<core::GpuId>& gpus) const {
-    if (gpus.empty()) return std::nullopt;
-    const core::Cluster& c = st().cluster();
-    ServerId s = c.gpu(gpus[0]).server;
-    std::vector<int32_t> local;
-    for (core::GpuId g : gpus) {
-      if (c.gpu(g).server != s) return std::nullopt;
-      local.push_back(c.gpu(g).local);
-    }
-    return std::pair(s, local);
-  }
-
   void History(int32_t job, const std::string& action, bool ok, int64_t took_us,
                const std::string& detail) {
     batch.history.push_back(
@@ -588,41 +573,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                            a.kind == ActionKind::kGrow ||
                            a.kind == ActionKind::kShrink;
         const std::vector<Part> parts = Parts(a.gpus);
-        if (parts.size() > 1 || old.gang()) {
-          // A gang, or a job that becomes one or stops being one.
-          p.relocate =
-              moves || (resume_like && !(old.exists && old.parts() == parts));
-          x->proc = Proc::At(parts);
-          x->proc.leaving = p.relocate;
-          p.sent = live;
-          pending[a.id.value] = p;
-          if (live) {
-            if (p.relocate) {
-              MoveGang(p, old);
-            } else {
-              Dispatch(p);
-            }
-          }
-          return;
-        }
-        auto where = Where(a.gpus);
-        if (!where) {
+        if (parts.empty()) {
           // No GPUs: the core never asks for that.
           Warn("action without GPUs for job " + std::to_string(a.job.value));
           return;
         }
-        p.relocate = moves || (resume_like &&
-                               !(old.exists && old.server == where->first &&
-                                 old.local == where->second));
-        x->proc = Proc{where->first, where->second, true};
+        // A gang, or a job that becomes one or stops being one, moves as
+        // one (MoveGang).
+        const bool gang = parts.size() > 1 || old.gang();
+        p.relocate =
+            moves || (resume_like && !(old.exists && old.parts() == parts));
+        x->proc = Proc::At(parts);
         x->proc.leaving = p.relocate;
         p.sent = live;
         pending[a.id.value] = p;
         if (live) {
-          if (p.relocate) {
-            Move(p, old);
-          } else {
+          if (!p.relocate) {
             Dispatch(p);
+          } else if (gang) {
+            MoveGang(p, old);
+          } else {
+            Move(p, old);
           }
         }
         return;
