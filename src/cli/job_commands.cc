@@ -302,8 +302,22 @@ int RunShow(const JobFlags& f) {
     std::printf(" on %s, GPU %s", j.server().c_str(),
                 JoinGpus(j.gpus()).c_str());
   }
-  if (IsEnded(j.state())) std::printf(", exit code %d", j.exit_code());
+  if (j.state() == rpc::FAILED && j.start_failures() > 0) {
+    std::printf(", its last %d starts failed", j.start_failures());
+  } else if (IsEnded(j.state())) {
+    std::printf(", exit code %d", j.exit_code());
+  }
   std::printf("\n");
+  if (j.state() == rpc::QUEUED && j.start_failures() > 0) {
+    std::printf("  start:        failed %d time%s in a row (see history); ",
+                j.start_failures(), j.start_failures() == 1 ? "" : "s");
+    if (j.start_retry_us() > now) {
+      std::printf("tried again in %s\n",
+                  FormatAge(j.start_retry_us() - now).c_str());
+    } else {
+      std::printf("waits for GPUs to try again\n");
+    }
+  }
   std::printf("  command:      %s\n", spec.command().c_str());
   std::printf("  workdir:      %s\n", spec.workdir().c_str());
   std::printf("  gpus:         %d\n", spec.gpus());

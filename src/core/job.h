@@ -136,7 +136,13 @@ struct Job {
   // While shrinking: the GPUs it keeps.
   std::vector<GpuId> shrinking_to;
   int resizes = 0;
+  // Starts that failed in a row (a start that succeeds clears it). After a
+  // failed start the job waits out of the queue until `start_retry_at`
+  // (SchedulerOptions::start_retry_delay, doubling, at most
+  // kMaxStartRetryDelay); at SchedulerOptions::start_attempts failures it
+  // fails.
   int start_failures = 0;
+  Time start_retry_at = Time::Zero();
   // A Migrate of the running job is under way (it runs again where it was
   // if the migration fails).
   bool migrating_running = false;
@@ -158,6 +164,10 @@ struct Job {
            state == JobState::kMigrating;
   }
   bool busy() const { return in_flight != ActionKind::kNone; }
+  // Queued, but waiting out a failed start: out of the queue until then.
+  bool awaits_start_retry(Time now) const {
+    return state == JobState::kQueued && start_retry_at > now;
+  }
 };
 
 }  // namespace gandiva::core

@@ -249,7 +249,7 @@ void Actions::Requeue(JobId id) {
   job.gpus.clear();
   job.state = JobState::kQueued;
   job.waiting_since = st.now_;
-  if (!job.held) st.Enqueue(job);
+  s_->Queue(job);
 }
 
 void Actions::Kill(JobId id, std::string reason) {
@@ -267,7 +267,7 @@ void Actions::SetPriority(JobId id, int priority) {
   const bool queued = st.Dequeue(job);
   const bool waiting = st.waiting_.erase(ClusterState::WaitKey(job)) > 0;
   job.spec.priority = priority;
-  if (queued) st.Enqueue(job);
+  if (queued) s_->Queue(job);
   if (waiting) st.waiting_.insert(ClusterState::WaitKey(job));
   Emit(job, ActionKind::kSetPriority, false).priority = priority;
 }
@@ -309,6 +309,7 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
       actions.Suspend(subject);
     }
   }
+  ReleaseStartRetries();
   policy_->decide(state_, event, actions);
   return Status::Ok();
 }
@@ -455,7 +456,7 @@ Status Scheduler::Apply(const Event& event) {
               job.held = true;
             } else {
               job.held = false;
-              if (job.state == JobState::kQueued) state_.Enqueue(job);
+              if (job.state == JobState::kQueued) Queue(job);
               if (job.state == JobState::kSuspended && !job.busy()) {
                 SetWaiting(job, true);
               }
@@ -780,7 +781,30 @@ void Scheduler::RequeueLost(Job& job) {
   job.in_flight = ActionKind::kNone;
   job.launched = false;
   job.waiting_since = state_.now_;
-  if (!job.held) state_.Enqueue(job);
+  Queue(job);
+}
+
+void Scheduler::Queue(Job& job) {
+  if (job.held) return;
+  if (job.start_retry_at > state_.now_) {
+    state_.start_retries_.insert({job.start_retry_at, job.id});
+  } else {
+    state_.Enqueue(job);
+  }
+}
+
+void Scheduler::ReleaseStartRetries() {
+  auto& retries = state_.start_retries_;
+  state_.start_retries_released_ = false;
+  while (!retries.empty() && retries.begin()->first <= state_.now_) {
+    const JobId id = retries.begin()->second;
+    retries.erase(retries.begin());
+    Job& job = state_.mutable_job(id);
+    if (job.state == JobState::kQueued && !job.held) {
+      state_.Enqueue(job);
+      state_.start_retries_released_ = true;
+    }
+  }
 }
 
 void Scheduler::OnActionDone(Job& job, const ActionDone&) {
@@ -793,6 +817,10 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
   }
   switch (kind) {
     case ActionKind::kStart:
+      job.start_failures = 0;
+      job.start_retry_at = Time::Zero();
+      job.run_since = state_.now_;
+      break;
     case ActionKind::kResume:
       job.run_since = state_.now_;
       break;
@@ -852,10 +880,22 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
     job.move_retry_at = state_.now_ + std::min(wait, Duration::Seconds(1800));
   }
   switch (kind) {
-    case ActionKind::kStart:
+    case ActionKind::kStart: {
       ++job.start_failures;
+      if (options_.start_attempts > 0 &&
+          job.start_failures >= options_.start_attempts) {
+        OnJobEnded(job, JobState::kFailed);
+        break;
+      }
+      Duration wait = options_.start_retry_delay;
+      for (int i = 1; i < job.start_failures && wait < kMaxStartRetryDelay;
+           ++i) {
+        wait = wait * 2;
+      }
+      job.start_retry_at = state_.now_ + std::min(wait, kMaxStartRetryDelay);
       RequeueLost(job);
       break;
+    }
     case ActionKind::kResume:
       state_.cluster_.Deactivate(job.gpus);
       job.state = JobState::kSuspended;

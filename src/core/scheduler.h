@@ -29,7 +29,17 @@ struct SchedulerOptions {
   // moving average): 1 keeps only the last report. Default 0.3, which
   // forgets a report's influence to under 10% after about seven reports.
   double profile_smoothing = 0.3;
+  // A job whose start fails waits start_retry_delay out of the queue before
+  // it is placed again, twice as long after each further failure in a row,
+  // at most kMaxStartRetryDelay; the start_attempts-th failure in a row
+  // fails the job (0: it is tried for ever). A start that succeeds clears
+  // the count. Defaults 5 attempts, 10 s.
+  int start_attempts = 5;
+  Duration start_retry_delay = Duration::Seconds(10);
 };
+
+// The longest wait between two tries to start a job.
+inline constexpr Duration kMaxStartRetryDelay = Duration::Seconds(300);
 
 class Scheduler {
  public:
@@ -73,6 +83,11 @@ class Scheduler {
   void OnActionDone(Job& job, const ActionDone& done);
   void OnActionFailed(Job& job, const ActionFailed& failed);
   void RequeueLost(Job& job);
+  // Where a queued job waits: nowhere the policy sees while held, in the
+  // start retries until its start_retry_at, else in the queue.
+  void Queue(Job& job);
+  // Queues the jobs whose start retry is due.
+  void ReleaseStartRetries();
   // Ends a pack when one of its jobs stops running there.
   void Unlink(Job& job);
 

@@ -73,24 +73,143 @@ TEST(SchedulerTest, ActionLifecycle) {
   EXPECT_EQ(h.state().placed_jobs(), 0);
 }
 
-TEST(SchedulerTest, FailedStartRequeuesAndKillFrees) {
+TEST(SchedulerTest, KillOfAQueuedJobFreesNothingAndEndsIt) {
   Harness h(std::make_unique<IdlePolicy>(), 1);
   const JobId a = h.Submit(1);
   h.Send(KillRequest{a, "user"});
   EXPECT_EQ(h.job(a).state, JobState::kKilled);
   EXPECT_TRUE(h.state().queue().empty());
+}
 
+// A failed start puts the job back in line only after a wait, doubling
+// with each failure in a row; a start that succeeds clears the count.
+TEST(SchedulerTest, AFailedStartIsTriedAgainAfterAWaitThatDoubles) {
   Harness f(std::make_unique<FifoPolicy>(), 1);
   const JobId b = f.Submit(4);
-  const Action start = f.last()[0];
-  // The start fails; FIFO tries again at once (same head of the queue).
-  auto again = f.Send(ActionFailed{start.id, b, Duration(), "no such file"});
+  ASSERT_EQ(CountKind(f.last(), ActionKind::kStart), 1);
+  auto again = f.Fail(b);
+  EXPECT_EQ(CountKind(again, ActionKind::kStart), 0) << "tried again at once";
+  EXPECT_EQ(f.job(b).state, JobState::kQueued);
   EXPECT_EQ(f.job(b).start_failures, 1);
-  EXPECT_EQ(CountKind(again, ActionKind::kStart), 1);
+  EXPECT_EQ(f.job(b).start_retry_at, f.now() + Duration::Seconds(10));
+  EXPECT_TRUE(f.state().queue().empty());
+  EXPECT_EQ(f.state().start_retries().size(), 1u);
+  EXPECT_EQ(f.state().cluster().free_gpus(), 4);
   EXPECT_EQ(f.state().counters().actions_failed, 1);
+
+  f.Advance(Duration::Seconds(9));
+  EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 0);
+  f.Advance(Duration::Seconds(1));
+  EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1);
+  EXPECT_TRUE(f.state().start_retries().empty());
+  f.Fail(b);
+  EXPECT_EQ(f.job(b).start_failures, 2);
+  EXPECT_EQ(f.job(b).start_retry_at, f.now() + Duration::Seconds(20));
+  f.Advance(Duration::Seconds(19));
+  EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 0);
+  f.Advance(Duration::Seconds(1));
+  EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1);
+  f.CompleteAll();
+  EXPECT_EQ(f.job(b).state, JobState::kRunning);
+  EXPECT_EQ(f.job(b).start_failures, 0);
+  EXPECT_EQ(f.job(b).start_retry_at, Time::Zero());
+
   auto killed = f.Send(KillRequest{b, "operator"});
   EXPECT_EQ(CountKind(killed, ActionKind::kKill), 1);
   EXPECT_EQ(f.state().cluster().free_gpus(), 4);
+}
+
+// The waits stop doubling at kMaxStartRetryDelay; with start_attempts 0 a
+// job is tried for ever.
+TEST(SchedulerTest, StartRetryWaitsAreCappedAndZeroAttemptsTriesForEver) {
+  SchedulerOptions o;
+  o.start_attempts = 0;
+  Harness f(std::make_unique<FifoPolicy>(), 1, {}, o);
+  const JobId b = f.Submit(1);
+  for (int i = 0; i < 12; ++i) {
+    f.Fail(b);
+    const Duration wait = f.job(b).start_retry_at - f.now();
+    EXPECT_LE(wait, kMaxStartRetryDelay);
+    if (i >= 5) {
+      EXPECT_EQ(wait, kMaxStartRetryDelay);
+    }
+    f.Advance(wait);
+    ASSERT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1) << i;
+  }
+  EXPECT_EQ(f.job(b).start_failures, 12);
+  EXPECT_EQ(f.job(b).state, JobState::kRunning);
+}
+
+// The start_attempts-th failure in a row fails the job and frees its GPUs;
+// a job behind it in FIFO order starts while it waits.
+TEST(SchedulerTest, AJobWhoseStartsKeepFailingFailsAndDoesNotBlockTheQueue) {
+  SchedulerOptions o;
+  o.start_attempts = 3;
+  o.start_retry_delay = Duration::Seconds(1);
+  Harness f(std::make_unique<FifoPolicy>(), 1, {}, o);
+  const JobId a = f.Submit(4);
+  const JobId b = f.Submit(2);
+  EXPECT_EQ(f.job(b).state, JobState::kQueued);  // behind a, no room
+  auto after = f.Fail(a);
+  ASSERT_EQ(CountKind(after, ActionKind::kStart), 1) << "b should start";
+  EXPECT_EQ(after[0].job, b);
+  f.Complete(b);
+  for (int i = 2; i <= 3; ++i) {
+    f.Advance(f.job(a).start_retry_at - f.now());
+    f.Tick();
+    if (f.job(a).state == JobState::kQueued) {
+      // No room while b runs: a is in the queue, waiting like any job.
+      EXPECT_EQ(f.state().queue().size(), 1u);
+      f.Send(JobFinished{b, true});
+    }
+    ASSERT_EQ(f.job(a).state, JobState::kRunning) << i;
+    f.Fail(a);
+  }
+  EXPECT_EQ(f.job(a).state, JobState::kFailed);
+  EXPECT_EQ(f.job(a).ended, f.now());
+  EXPECT_EQ(f.job(a).start_failures, 3);
+  EXPECT_TRUE(f.state().queue().empty());
+  EXPECT_TRUE(f.state().start_retries().empty());
+  EXPECT_EQ(f.state().cluster().free_gpus(), 4);
+  EXPECT_EQ(f.state().placed_jobs(), 0);
+  f.Advance(Duration::Seconds(600));
+  EXPECT_TRUE(f.Tick().empty());
+}
+
+// While a job waits to try its start again: a hold takes it out of line, a
+// release puts it back to wait out the rest, a new priority keeps it
+// waiting, and a kill ends it.
+TEST(SchedulerTest, HoldPriorityAndKillOfAJobWaitingToStartAgain) {
+  Harness f(std::make_unique<FifoPolicy>(), 1);
+  const JobId a = f.Submit(1);
+  f.Fail(a);
+  ASSERT_EQ(f.state().start_retries().size(), 1u);
+  f.Send(HoldRequest{a, true});
+  EXPECT_TRUE(f.state().start_retries().empty());
+  EXPECT_TRUE(f.state().queue().empty());
+  f.Advance(Duration::Seconds(5));
+  f.Send(HoldRequest{a, false});
+  EXPECT_EQ(f.state().start_retries().size(), 1u) << "skipped its wait";
+  EXPECT_TRUE(f.state().queue().empty());
+  f.Send(PriorityRequest{a, 2});
+  EXPECT_EQ(f.job(a).spec.priority, 2);
+  EXPECT_EQ(f.state().start_retries().size(), 1u);
+  EXPECT_TRUE(f.state().queue().empty());
+  f.Advance(Duration::Seconds(5));
+  EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1);
+  f.Fail(a);
+  f.Send(HoldRequest{a, true});
+  f.Advance(Duration::Seconds(60));
+  EXPECT_TRUE(f.Tick().empty()) << "a held job started";
+  // Its wait is over: released, it is in line, and placed at once.
+  EXPECT_EQ(CountKind(f.Send(HoldRequest{a, false}), ActionKind::kStart), 1);
+  EXPECT_EQ(f.job(a).state, JobState::kRunning);
+  f.Fail(a);
+  f.Send(KillRequest{a, "operator"});
+  EXPECT_EQ(f.job(a).state, JobState::kKilled);
+  EXPECT_TRUE(f.state().start_retries().empty());
+  f.Advance(Duration::Seconds(600));
+  EXPECT_TRUE(f.Tick().empty());
 }
 
 TEST(SchedulerTest, ServerDownRequeuesItsJobs) {

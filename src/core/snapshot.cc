@@ -12,8 +12,9 @@ namespace gandiva::core {
 namespace {
 
 constexpr std::string_view kMagic = "gandiva-core-snapshot";
-// Bump when the layout changes; Restore refuses other versions.
-constexpr int32_t kVersion = 1;
+// Bump when the layout changes; Restore reads this version and those
+// listed in Restore (version 1: no Job::start_retry_at), refuses others.
+constexpr int32_t kVersion = 2;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -100,10 +101,11 @@ void SaveJob(SnapshotWriter& w, const Job& j) {
   w.Str(j.immovable_reason);
   w.I32(j.move_failures);
   w.At(j.move_retry_at);
+  w.At(j.start_retry_at);
   SaveProfile(w, j.profile);
 }
 
-Job LoadJob(SnapshotReader& r) {
+Job LoadJob(SnapshotReader& r, int32_t version) {
   Job j;
   j.id = r.Id<JobId>();
   j.spec = LoadSpec(r);
@@ -141,6 +143,7 @@ Job LoadJob(SnapshotReader& r) {
   j.immovable_reason = r.Str();
   j.move_failures = r.I32();
   j.move_retry_at = r.At();
+  if (version >= 2) j.start_retry_at = r.At();
   j.profile = LoadProfile(r);
   return j;
 }
@@ -200,9 +203,9 @@ Status Scheduler::Restore(std::string_view bytes) {
     return InvalidArgument("snapshot: not a scheduler snapshot");
   }
   const int32_t version = r.I32();
-  if (version != kVersion) {
+  if (version != kVersion && version != 1) {
     return InvalidArgument("snapshot: version " + std::to_string(version) +
-                           ", this build reads version " +
+                           ", this build reads versions 1 to " +
                            std::to_string(kVersion));
   }
   const std::string policy = r.Str();
@@ -225,7 +228,7 @@ Status Scheduler::Restore(std::string_view bytes) {
   const int64_t n = r.Count(100);
   st.jobs_.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n && r.ok(); ++i) {
-    st.jobs_.push_back(LoadJob(r));
+    st.jobs_.push_back(LoadJob(r, version));
     const Job& j = st.jobs_.back();
     if (j.id.valid() && j.id.value != i) {
       r.Fail("job slot " + std::to_string(i) + " holds job " +
@@ -287,6 +290,18 @@ Status Scheduler::Restore(std::string_view bytes) {
   for (const JobOrder& o : st.queue_) {
     const int gpus = st.jobs_[o.id.value].spec.gpus;
     st.queue_by_size_[std::countr_zero(static_cast<unsigned>(gpus))].insert(o);
+  }
+  // A queued job out of the queue waits to try its start again (Queue()).
+  for (const Job& j : st.jobs_) {
+    if (j.id.valid() && j.state == JobState::kQueued && !j.held &&
+        !st.queue_.contains(ClusterState::QueueKey(j))) {
+      if (j.start_retry_at <= st.now_) {
+        return bad("job " + std::to_string(j.id.value) +
+                   " is queued but neither in the queue nor waiting to "
+                   "start again");
+      }
+      st.start_retries_.insert({j.start_retry_at, j.id});
+    }
   }
 
   // The policy last: it changes itself only when its state is good.

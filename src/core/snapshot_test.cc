@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -218,6 +219,56 @@ TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
     EXPECT_GT(actions, 12);
     EXPECT_EQ(original.Snapshot(), restored.Snapshot());
   }
+}
+
+// A job waiting to try its start again waits on in the restored core, and
+// both start it at the same time.
+TEST(SnapshotTest, AJobWaitingToStartAgainWaitsOnAfterARestore) {
+  for (const char* policy : {"gandiva", "fifo", "tiresias-las"}) {
+    SCOPED_TRACE(policy);
+    Harness h(Make(policy), 1, Spec());
+    const JobId a = h.Submit(1);
+    h.Fail(a);
+    ASSERT_EQ(h.state().start_retries().size(), 1u);
+    Scheduler restored(Make(policy));
+    ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
+    EXPECT_EQ(restored.state().start_retries(), h.state().start_retries());
+    EXPECT_TRUE(restored.state().queue().empty());
+    EXPECT_EQ(restored.state().job(a).start_retry_at, h.job(a).start_retry_at);
+    for (const Duration d : {Duration::Seconds(5), Duration::Seconds(5)}) {
+      h.Advance(d);
+      std::vector<Action> mine;
+      ASSERT_TRUE(restored.Handle(Event{h.now(), Tick{}}, mine).ok());
+      const std::vector<Action> theirs = h.Tick();
+      ASSERT_EQ(mine.size(), theirs.size());
+      for (size_t i = 0; i < mine.size(); ++i) {
+        EXPECT_EQ(mine[i].kind, theirs[i].kind);
+        EXPECT_EQ(mine[i].gpus, theirs[i].gpus);
+      }
+    }
+    EXPECT_EQ(h.job(a).state, JobState::kRunning);
+    EXPECT_EQ(restored.Snapshot(), h.scheduler().Snapshot());
+  }
+}
+
+// A snapshot this build's predecessor wrote (version 1, before
+// Job::start_retry_at; MakeHistory under the gandiva policy) restores to
+// the state the same history gives now.
+TEST(SnapshotTest, AVersion1SnapshotIsRead) {
+  std::ifstream f(GANDIVA_CORE_TESTDATA "/snapshot_v1_gandiva.bin",
+                  std::ios::binary);
+  ASSERT_TRUE(f) << "missing test data";
+  f.seekg(0, std::ios::end);
+  std::string v1(static_cast<size_t>(f.tellg()), '\0');
+  f.seekg(0);
+  f.read(v1.data(), static_cast<std::streamsize>(v1.size()));
+  ASSERT_TRUE(f);
+  Scheduler old(Make("gandiva"));
+  const Status st = old.Restore(v1);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  Harness h(Make("gandiva"), 4, Spec());
+  MakeHistory(h);
+  EXPECT_EQ(old.Snapshot(), h.scheduler().Snapshot());
 }
 
 TEST(SnapshotTest, BadBytesAreRefusedAndChangeNothing) {

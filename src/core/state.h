@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -72,6 +73,15 @@ class ClusterState {
   // Suspended jobs with no mechanism under way, priority first, then the
   // longest waiting: the candidates for the next time slice.
   const std::set<JobOrder>& waiting() const { return waiting_; }
+  // Queued jobs whose start failed, kept out of the queue until their
+  // Job::start_retry_at: (that time, job), earliest first.
+  const std::set<std::pair<Time, JobId>>& start_retries() const {
+    return start_retries_;
+  }
+  // Whether some of them joined the queue at the event being handled
+  // (their wait ended): a policy that places only when GPUs free up or
+  // jobs arrive must look at the queue then too.
+  bool start_retries_released() const { return start_retries_released_; }
   // Jobs placed (running, suspended or migrating).
   int64_t placed_jobs() const { return placed_; }
   const Counters& counters() const { return counters_; }
@@ -88,7 +98,8 @@ class ClusterState {
     return {-j.spec.priority, j.waiting_since, j.id};
   }
   void Enqueue(const Job& j);
-  // False if the job was not queued.
+  // Out of the queue (or of the start retries); false if it was in
+  // neither.
   bool Dequeue(const Job& j);
 
   Time now_ = Time::Zero();
@@ -97,6 +108,8 @@ class ClusterState {
   std::set<JobOrder> queue_;
   std::array<std::set<JobOrder>, kMaxLog2Gpus> queue_by_size_;
   std::set<JobOrder> waiting_;
+  std::set<std::pair<Time, JobId>> start_retries_;
+  bool start_retries_released_ = false;
   int64_t placed_ = 0;
   Counters counters_;
 };
@@ -110,7 +123,8 @@ inline void ClusterState::Enqueue(const Job& j) {
 inline bool ClusterState::Dequeue(const Job& j) {
   queue_by_size_[std::countr_zero(static_cast<unsigned>(j.spec.gpus))].erase(
       QueueKey(j));
-  return queue_.erase(QueueKey(j)) > 0;
+  const bool retrying = start_retries_.erase({j.start_retry_at, j.id}) > 0;
+  return queue_.erase(QueueKey(j)) > 0 || retrying;
 }
 
 }  // namespace gandiva::core

@@ -13,8 +13,9 @@ namespace gandiva::core::testing {
 
 class Harness {
  public:
-  Harness(std::unique_ptr<Policy> policy, int servers, ServerSpec spec = {})
-      : scheduler_(std::move(policy)) {
+  Harness(std::unique_ptr<Policy> policy, int servers, ServerSpec spec = {},
+          SchedulerOptions options = {})
+      : scheduler_(std::move(policy), options) {
     for (int i = 0; i < servers; ++i) {
       spec.name = "s" + std::to_string(i);
       Send(ServerUp{spec, ServerId()});

@@ -111,8 +111,10 @@ void FifoPolicy::decide(const ClusterState& state, const Event& event,
   // FIFO suspends nothing itself: a job an operator suspended runs again on
   // its GPUs once released (at once, or when its suspend completes).
   if (!state.waiting().empty()) RunWaiting(state, out);
-  // Only arrivals and departures can let the head of the queue start.
-  const bool may_fit = std::holds_alternative<JobArrived>(event.body) ||
+  // Only arrivals and departures (and jobs back from a start's retry wait)
+  // can let the head of the queue start.
+  const bool may_fit = state.start_retries_released() ||
+                       std::holds_alternative<JobArrived>(event.body) ||
                        std::holds_alternative<JobFinished>(event.body) ||
                        std::holds_alternative<KillRequest>(event.body) ||
                        std::holds_alternative<HoldRequest>(event.body) ||

@@ -147,7 +147,9 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
   int left = cluster.up_gpus();
   for (size_t i = 0; i < order.size(); ++i) {
     const Job& j = state.job(std::get<3>(order[i]));
-    if (j.held) continue;  // an operator's hold: never chosen
+    // An operator's hold, or a start that failed and waits to be tried
+    // again: not chosen.
+    if (j.held || j.awaits_start_retry(now)) continue;
     const int need = j.spec.gpus;
     if (need <= left) {
       desired[i] = true;

@@ -114,6 +114,16 @@ int main(int argc, char** argv) {
   auto* keep_opt = app.add_option(
       "--pack-keep-above", keep_above,
       "keep a pack when its normalised throughput is above this (default 1)");
+  int start_attempts = 5;
+  auto* attempts_opt = app.add_option(
+      "--start-attempts", start_attempts,
+      "fail a job when this many starts failed in a row, 0 = never "
+      "(default 5)");
+  double start_retry_s = 10;
+  auto* retry_opt = app.add_option(
+      "--start-retry-s", start_retry_s,
+      "wait this long before starting a job again after its start failed, "
+      "doubling each time, at most 300 (default 10)");
   app.add_option("--profile-interval-s", o.profile_interval_s,
                  "give the policy a job's measured rate at most this often "
                  "(0: every agent report)")
@@ -138,6 +148,8 @@ int main(int argc, char** argv) {
   if (policy_opt->count() > 0) o.policy = policy;
   if (quantum_opt->count() > 0) o.quantum_s = quantum_s;
   if (height_opt->count() > 0) o.max_height = max_height;
+  if (attempts_opt->count() > 0) o.start_attempts = start_attempts;
+  if (retry_opt->count() > 0) o.start_retry_s = start_retry_s;
   if (settle_opt->count() > 0) o.pack_settle_s = pack_settle_s;
   if (keep_opt->count() > 0) o.pack_keep_above = keep_above;
 

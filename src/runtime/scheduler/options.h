@@ -65,6 +65,13 @@ struct SchedulerOptions {
   // above this (gandiva policy; stored with the policy options). Default 1:
   // it must beat time-slicing.
   std::optional<double> pack_keep_above;
+  // A job whose start fails waits this long before it is placed again
+  // (doubling with each failure in a row, at most 5 min), and fails at its
+  // `start_attempts`-th failure in a row (0: it is tried for ever); stored
+  // with the policy options, as they decide what the event log replays
+  // to. Defaults 5 attempts, 10 s.
+  std::optional<int> start_attempts;
+  std::optional<double> start_retry_s;
   // The core (and its event log) gets a job's measured rate at most this
   // often; agents report more often (every 500 ms), which shows in `gandiva
   // ls` at once. Each report fed is one event logged and replayed after a

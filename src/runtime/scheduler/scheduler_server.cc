@@ -642,19 +642,38 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // to the core unless it is stale (the job ended or moved on).
   void Conclude(int32_t job, int64_t action, const std::string& what, bool ok,
                 int64_t took_us, const std::string& detail, bool permanent) {
-    History(job, what, ok, took_us, detail);
     if (metrics) metrics->ObserveMechanism(what, ok, took_us / 1e6);
-    if (!LiveJob(job)) return;
-    const core::Job& j = st().job(JobId(job));
-    if (!j.busy() || j.in_flight_id.value != action) return;
+    const bool current = LiveJob(job) && [&] {
+      const core::Job& j = st().job(JobId(job));
+      return j.busy() && j.in_flight_id.value == action;
+    }();
+    if (!current) {
+      History(job, what, ok, took_us, detail);
+      return;
+    }
     const auto took = core::Duration::Micros(took_us);
     if (ok) {
+      History(job, what, ok, took_us, detail);
       StartProbe(job, what, action);
       (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
-    } else {
-      (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
-                                    detail, permanent});
+      return;
     }
+    (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
+                                  detail, permanent});
+    // What the core made of a failed start: a wait, or the job's end.
+    std::string line = detail;
+    const core::Job& after = st().job(JobId(job));
+    if (after.state == core::JobState::kFailed && after.start_failures > 0) {
+      line += "; the job failed: " + std::to_string(after.start_failures) +
+              " starts failed in a row (--start-attempts)";
+    } else if (after.awaits_start_retry(st().now())) {
+      char wait[32];
+      std::snprintf(wait, sizeof wait, "%g s",
+                    (after.start_retry_at - st().now()).seconds());
+      line += "; start " + std::to_string(after.start_failures) +
+              " failed in a row, tried again in " + wait;
+    }
+    History(job, what, ok, took_us, line);
   }
 
   // Posts the outcome of an action back to the loop.
@@ -2496,7 +2515,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (j.ended != core::Time::Never()) info.set_ended_us(j.ended.micros());
     info.set_suspends(j.suspends);
     info.set_resumes(j.resumes);
-    if (!j.gpus.empty()) {
+    info.set_start_failures(j.start_failures);
+    if (j.awaits_start_retry(st().now())) {
+      info.set_start_retry_us(j.start_retry_at.micros());
+    }
+    // Where it is placed, or last ran once it ended. A queued job: where
+    // its process (or checkpoint) was left, requeued by the policy; none
+    // after a failed start or a lost server (its GPUs are the last it was
+    // placed on, which it no longer holds).
+    if (!j.gpus.empty() && (j.state != core::JobState::kQueued || j.launched)) {
       const core::Cluster& c = st().cluster();
       const std::vector<Part> parts = Parts(j.gpus);
       info.set_server(c.server(parts[0].server).spec.name);
@@ -2965,6 +2992,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       check("--pack-settle-s", "pack_settle_us",
             core::Duration::FromSeconds(*opts.pack_settle_s).micros());
     }
+    // Options added after a database was made: the defaults, unless given.
+    const json defaults = {
+        {"start_attempts", core::SchedulerOptions().start_attempts},
+        {"start_retry_us",
+         core::SchedulerOptions().start_retry_delay.micros()}};
+    for (const auto& [key, value] : defaults.items()) {
+      if (!want.contains(key)) want[key] = value;
+    }
+    if (opts.start_attempts) {
+      if (*opts.start_attempts < 0) {
+        return core::InvalidArgument("--start-attempts: must not be negative");
+      }
+      check("--start-attempts", "start_attempts", *opts.start_attempts);
+    }
+    if (opts.start_retry_s) {
+      if (!(*opts.start_retry_s > 0)) {
+        return core::InvalidArgument("--start-retry-s: must be positive");
+      }
+      check("--start-retry-s", "start_retry_us",
+            core::Duration::FromSeconds(*opts.start_retry_s).micros());
+    }
     if (!diff.empty()) {
       return core::FailedPrecondition(
           StoreName() + " was created with other policy options: " + diff +
@@ -2991,8 +3039,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     policy_name = want.at("policy").get<std::string>();
     auto policy = core::MakePolicy(policy_name, po);
     if (!policy.ok()) return policy.status();
-    sched = std::make_unique<core::Scheduler>(std::move(*policy));
-    if (!stored->has_value()) {
+    core::SchedulerOptions so;
+    so.start_attempts = want.at("start_attempts").get<int>();
+    so.start_retry_delay =
+        core::Duration::Micros(want.at("start_retry_us").get<int64_t>());
+    sched = std::make_unique<core::Scheduler>(std::move(*policy), so);
+    if (!stored->has_value() || json::parse(**stored) != want) {
       GANDIVA_RETURN_IF_ERROR(store->SetMeta("policy", want.dump()));
     }
     return core::Status::Ok();

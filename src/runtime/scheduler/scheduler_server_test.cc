@@ -98,7 +98,7 @@ class FakeAgent final : public rpc::Agent::Service {
     }
     std::lock_guard lock(mu_);
     ++start_calls_[r->job_id()];
-    if (mode_ == Mode::kFailStart) {
+    if (mode_ == Mode::kFailStart || fail_starts_) {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, "no GPUs today"};
     }
     if (procs_.count(r->job_id())) ++duplicate_starts_;
@@ -109,6 +109,10 @@ class FakeAgent final : public rpc::Agent::Service {
     ever_ran_.insert(r->job_id());
     rep->set_pid(1000 + r->job_id());
     rep->set_took_us(1);
+    // A gang's lead says where its ranks meet (a port, never bound here).
+    if (r->has_gang() && r->gang().node_rank() == 0) {
+      rep->set_master_port(29500);
+    }
     return grpc::Status::OK;
   }
   grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* r,
@@ -182,6 +186,11 @@ class FakeAgent final : public rpc::Agent::Service {
   void FailCheckpoints(bool fail) {
     std::lock_guard lock(mu_);
     fail_checkpoints_ = fail;
+  }
+  // StartJob fails as in kFailStart.
+  void FailStarts(bool fail) {
+    std::lock_guard lock(mu_);
+    fail_starts_ = fail;
   }
   // The job's process ended: kept until a report gets through.
   void Exit(int64_t job, int code) {
@@ -382,6 +391,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> resume_local_starts_;
   std::map<int64_t, int> reported_exits_;
   bool fail_checkpoints_ = false;  // guarded by mu_
+  bool fail_starts_ = false;       // guarded by mu_
   std::string advertised_;         // guarded by mu_
   std::set<int64_t> ever_ran_;
   int suspends_ = 0;
@@ -454,6 +464,14 @@ class Client {
     grpc::ClientContext ctx;
     return stub_->Migrate(&ctx, r, &e);
   }
+  grpc::Status Resize(int64_t id, int gpus) {
+    rpc::ResizeRequest r;
+    r.set_job_id(id);
+    r.set_gpus(gpus);
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Resize(&ctx, r, &e);
+  }
   grpc::Status Pack(int64_t id, int64_t with) {
     rpc::PackRequest r;
     r.set_job_id(id);
@@ -514,6 +532,7 @@ class DaemonTest : public ::testing::Test {
     o.tick_ms = 50;
     o.agent_timeout_s = 600;
     o.agent_rpc_timeout_s = 10;
+    o.start_retry_s = 0.2;
     return o;
   }
   Client& StartDaemon(SchedulerOptions o) {
@@ -1031,9 +1050,44 @@ TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
   EXPECT_EQ(s.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.status().message().find("--policy"), std::string::npos);
   o.policy.reset();  // unset: the stored one
+  o.start_attempts = 7;
+  s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(
+      s.status().message().find("--start-attempts 7 (the database has 5)"),
+      std::string::npos)
+      << s.status().ToString();
+  o.start_attempts.reset();
   auto again = SchedulerServer::Start(o);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ((*again)->policy(), "fifo");
+}
+
+// A database from before the start-retry options has their defaults.
+TEST_F(DaemonTest, ADatabaseWithoutStartRetryOptionsHasTheDefaults) {
+  {
+    auto store = Store::Open((dir_ / "gandiva.db").string(), false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)
+                    ->SetMeta("policy",
+                              R"({"policy":"fifo","quantum_us":60000000,)"
+                              R"("max_height":4})")
+                    .ok());
+  }
+  SchedulerOptions o = Options();
+  o.start_retry_s.reset();
+  o.start_attempts = 6;
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(
+      s.status().message().find("--start-attempts 6 (the database has 5)"),
+      std::string::npos)
+      << s.status().ToString();
+  o.start_attempts = 5;
+  o.start_retry_s = 10;
+  auto same = SchedulerServer::Start(o);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ((*same)->policy(), "fifo");
 }
 
 // The real binary as a child process, killed with SIGKILL and restarted on
@@ -1255,6 +1309,156 @@ TEST_F(DaemonTest, AGangWhoseLeadIsOnALoopbackAddressIsNotStarted) {
       << detail;
   EXPECT_NE(detail.find("--advertise-host"), std::string::npos) << detail;
   EXPECT_EQ(near.procs().count(j), 0u);
+}
+
+// A start that keeps failing is tried again only after a wait that
+// doubles, and the job fails at its --start-attempts-th failure in a row,
+// each failure in its history with what came of it.
+TEST_F(DaemonTest, AStartThatKeepsFailingIsRetriedAfterWaitsThenFailsTheJob) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.start_attempts = 3;
+  o.start_retry_s = 0.3;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 1, Mode::kOk);
+  agent.FailStarts(true);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = cl.Get(j);
+    return info.state() == rpc::QUEUED && info.start_retry_us() > 0;
+  })) << cl.Get(j).DebugString();
+  EXPECT_GE(cl.Get(j).start_failures(), 1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FAILED; }))
+      << cl.Get(j).DebugString();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(agent.start_calls(j), 3) << "tried again after it failed";
+  const rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.start_failures(), 3);
+  EXPECT_EQ(info.start_retry_us(), 0);
+  std::vector<rpc::HistoryEntry> starts;
+  for (const auto& h : info.history()) {
+    if (h.action() == "start") starts.push_back(h);
+  }
+  ASSERT_EQ(starts.size(), 3u) << info.DebugString();
+  EXPECT_NE(starts[0].detail().find(
+                "no GPUs today (code 8); start 1 failed in a row, tried "
+                "again in 0.3 s"),
+            std::string::npos)
+      << starts[0].detail();
+  EXPECT_NE(starts[1].detail().find("tried again in 0.6 s"), std::string::npos)
+      << starts[1].detail();
+  EXPECT_NE(starts[2].detail().find("the job failed: 3 starts failed in a row"),
+            std::string::npos)
+      << starts[2].detail();
+  // Each try came after its wait (bounded below only).
+  EXPECT_GE(starts[1].time_us() - starts[0].time_us(), 290'000);
+  EXPECT_GE(starts[2].time_us() - starts[1].time_us(), 590'000);
+}
+
+// A job spanning servers whose second part cannot start: the lead's part,
+// started first, is stopped again; once that agent can start it, the next
+// try starts both.
+TEST_F(DaemonTest, AGangWhosePartCannotStartStopsTheRestAndIsTriedAgain) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  a.FailStarts(true);
+  // fifo places the job's first GPU (rank 0's) on the last server here.
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(2);
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", false); }))
+      << cl.Get(j).DebugString();
+  std::string detail;
+  const rpc::JobInfo failed = cl.Get(j);
+  for (const auto& h : failed.history()) {
+    if (h.action() == "start" && !h.ok()) detail = h.detail();
+  }
+  EXPECT_NE(detail.find("part 1 on node-a: StartJob: no GPUs today"),
+            std::string::npos)
+      << detail;
+  EXPECT_GE(b.start_calls(j), 1);
+  ASSERT_TRUE(WaitFor([&] {
+    return b.kills(j) >= 1 && b.procs().count(j) == 0;
+  })) << "the lead's part was left running";
+  a.FailStarts(false);
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = cl.Get(j);
+    return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
+           a.procs().count(j) == 1 && b.procs().count(j) == 1;
+  })) << cl.Get(j).DebugString();
+  const rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.server(), b.name());
+  EXPECT_EQ(info.parts_size(), 2);
+  EXPECT_EQ(info.start_failures(), 0);
+}
+
+// A grow of a job spanning servers that fails once rank 0 checkpointed
+// (here the transfer to the new server): every part starts again where it
+// was, from the checkpoint the lead's agent kept, and the job runs on
+// there at its old size.
+TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("elastic");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(2);
+  spec.set_elastic(true);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = cl.Get(j);
+    return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
+           a.procs().count(j) == 1 && b.procs().count(j) == 1;
+  })) << cl.Get(j).DebugString();
+  ASSERT_EQ(cl.Get(j).server(), b.name());
+  // It runs with the job-side library: it moves by checkpoint.
+  b.SetProgress(j, 10, 5.0);
+  ASSERT_TRUE(b.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.Get(j).uses_library(); }));
+  FakeAgent c("node-c", 2, Mode::kFailReceive);
+  ASSERT_TRUE(c.Register(server_->address()).ok());
+  {
+    const grpc::Status r = cl.Resize(j, 4);
+    ASSERT_TRUE(r.ok()) << r.error_message();
+  }
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "restart"); }))
+      << cl.Get(j).DebugString();
+  const rpc::JobInfo info = cl.Get(j);
+  std::string grow, restart;
+  for (const auto& h : info.history()) {
+    if (h.action() == "grow") grow = h.detail();
+    if (h.action() == "restart") restart = h.detail();
+  }
+  EXPECT_TRUE(HasEntry(info, "grow", false)) << info.DebugString();
+  EXPECT_NE(grow.find("to node-c: ReceiveCheckpoint: the source went away"),
+            std::string::npos)
+      << grow;
+  EXPECT_TRUE(HasEntry(info, "restart", true)) << restart;
+  EXPECT_NE(restart.find("from the checkpoint kept on node-b"),
+            std::string::npos)
+      << restart;
+  EXPECT_EQ(a.resume_local_starts(j), 1);
+  EXPECT_EQ(b.resume_local_starts(j), 1);
+  EXPECT_EQ(c.start_calls(j), 0);
+  EXPECT_EQ(c.procs().count(j), 0u);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(info.server(), b.name());
+  EXPECT_EQ(info.parts_size(), 2);
+  // The lead's exit is the job's end.
+  b.Exit(j, 0);
+  ASSERT_TRUE(b.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
+      << cl.Get(j).DebugString();
 }
 
 // A clean stop compacts the log: the next start restores the snapshot,
