@@ -369,9 +369,15 @@ int RunShow(const JobFlags& f) {
                 static_cast<double>(p.gpu_memory_bytes()) / (1 << 20));
   }
   if (!j.server().empty()) {
-    // The agent of its server keeps it (all of it, after a move).
-    std::printf("  log:          on %s (gandiva logs %lld)\n",
-                j.server().c_str(), static_cast<long long>(j.id()));
+    // The agent of its server keeps it (all of it, after a move); each
+    // other part's, the output of its ranks since that part started.
+    std::printf("  log:          on %s (gandiva logs %lld)", j.server().c_str(),
+                static_cast<long long>(j.id()));
+    for (int i = 1; i < j.parts_size(); ++i) {
+      std::printf("; part %d on %s (--part %d)", i, j.parts(i).server().c_str(),
+                  i);
+    }
+    std::printf("\n");
   } else {
     std::printf("  log:          -\n");
   }
@@ -396,7 +402,38 @@ struct LogsFlags {
   ConnectionFlags conn;
   std::string job;
   bool follow = false;
+  int part = 0;  // of a job that spans servers, in rank order
 };
+
+// The server holding the log of part `part` of the job ("" while it has
+// none); false, with *error, for a part the job does not have.
+bool LogServer(const rpc::JobInfo& j, int part, std::string* server,
+               std::string* error) {
+  if (j.parts_size() > 1) {
+    if (part < 0 || part >= j.parts_size()) {
+      std::string on;
+      for (int i = 0; i < j.parts_size(); ++i) {
+        on += (i > 0 ? ", " : "") + std::to_string(i) + " on " +
+              j.parts(i).server();
+      }
+      *error = "--part " + std::to_string(part) + ": job " +
+               std::to_string(j.id()) + " has parts " + on;
+      return false;
+    }
+    *server = j.parts(part).server();
+    return true;
+  }
+  if (part != 0) {
+    *error =
+        "--part " + std::to_string(part) + ": job " + std::to_string(j.id()) +
+        (j.server().empty()
+             ? " runs nowhere now"
+             : " runs on one server (" + j.server() + "): it has part 0 only");
+    return false;
+  }
+  *server = j.server();
+  return true;
+}
 
 int RunLogs(const LogsFlags& f) {
   Session s("logs", f.conn);
@@ -407,7 +444,15 @@ int RunLogs(const LogsFlags& f) {
     return s.Fail(error);
   }
   // Wait for a queued job to get a log (with -f), else say there is none.
-  while (j.server().empty()) {
+  std::string server;
+  while (true) {
+    const bool placed = !j.server().empty();
+    if (!LogServer(j, f.part, &server, &error)) {
+      // A part it does not have; a job not placed yet may get it.
+      if (placed || !f.follow || IsEnded(j.state())) return s.Fail(error);
+    } else if (!server.empty()) {
+      break;
+    }
     if (!f.follow || IsEnded(j.state())) {
       return s.Fail("job " + std::to_string(id) + " (" + StateName(j.state()) +
                     ") has no log yet");
@@ -423,11 +468,11 @@ int RunLogs(const LogsFlags& f) {
   if (!st.ok()) return s.Fail(st);
   std::string agent_address;
   for (const auto& srv : servers.servers()) {
-    if (srv.name() == j.server()) agent_address = srv.address();
+    if (srv.name() == server) agent_address = srv.address();
   }
   if (agent_address.empty()) {
     return s.Fail("the log of job " + std::to_string(id) + " is on server '" +
-                  j.server() + "', which is not known to the scheduler");
+                  server + "', which is not known to the scheduler");
   }
   auto agent = ConnectAgent(agent_address);
   rpc::TailLogRequest req;
@@ -446,7 +491,7 @@ int RunLogs(const LogsFlags& f) {
   }
   const grpc::Status tail = reader->Finish();
   if (!tail.ok()) {
-    return s.Fail("agent " + j.server() + " at " + agent_address + ": " +
+    return s.Fail("agent " + server + " at " + agent_address + ": " +
                   tail.error_message());
   }
   return 0;
@@ -828,6 +873,10 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
         app.add_subcommand("logs", "Print a job's log (stdout and stderr)");
     sub->add_option("job", f->job, "Job id or name")->required();
     sub->add_flag("-f,--follow", f->follow, "Keep printing until the job ends");
+    sub->add_option(
+        "--part", f->part,
+        "Of a job spanning servers: the log of this part (in rank "
+        "order, as `gandiva show` lists them; default 0, rank 0's)");
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunLogs(*f); });
   }

@@ -105,6 +105,23 @@ TEST_F(GangE2eTest, DataParallelJobRunsAcrossTwoServers) {
       << out;
   ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &out), 0) << out;
   EXPECT_NE(out.find("on 2 servers"), std::string::npos) << out;
+  EXPECT_NE(out.find("; part 1 on " + j.parts(1).server() + " (--part 1)"),
+            std::string::npos)
+      << out;
+  // Each part's log is on its own server: the other part's holds its
+  // launcher's line, not rank 0's output.
+  ASSERT_EQ(c.Cli({"logs", std::to_string(id), "--part", "1"}, &out), 0) << out;
+  EXPECT_NE(out.find("gandiva.launch: part 1 of 2: ranks 1"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("ddp: world size"), std::string::npos) << out;
+  ASSERT_EQ(c.Cli({"logs", std::to_string(id)}, &out), 0) << out;
+  EXPECT_NE(out.find("ddp: world size 2"), std::string::npos) << out;
+  EXPECT_NE(c.Cli({"logs", std::to_string(id), "--part", "2"}, &out), 0);
+  EXPECT_NE(
+      out.find("--part 2: job " + std::to_string(id) + " has parts 0 on " +
+               j.parts(0).server() + ", 1 on " + j.parts(1).server()),
+      std::string::npos)
+      << out;
 
   ASSERT_EQ(c.Cli({"suspend", std::to_string(id)}, &out), 0)
       << out << Describe(c, id) << c.Logs();
@@ -151,6 +168,11 @@ TEST_F(GangE2eTest, ResizeMovesAJobIntoAndOutOfSpanningServers) {
   rpc::JobInfo j = c.Job(id);
   EXPECT_EQ(j.parts_size(), 0) << Describe(c, id);
   EXPECT_EQ(j.gpus_size(), 1) << Describe(c, id);
+  EXPECT_NE(c.Cli({"logs", std::to_string(id), "--part", "1"}, &out), 0);
+  EXPECT_NE(
+      out.find("runs on one server (" + j.server() + "): it has part 0 only"),
+      std::string::npos)
+      << out;
   ASSERT_TRUE(TrainsOn(c, id, 1, before + 50)) << Describe(c, id) << c.Logs();
 
   before = c.Job(id).progress().minibatches();
