@@ -109,6 +109,8 @@ struct Job {
   ActionId in_flight_id;
 
   Time submitted = Time::Zero();
+  // When its first start was sent; Never again if that start failed and
+  // the job never ran.
   Time first_started = Time::Never();
   // When it last started running productively (after its start or resume
   // completed); meaningful while running.

@@ -881,6 +881,8 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
   }
   switch (kind) {
     case ActionKind::kStart: {
+      // A job that never ran has not started yet.
+      if (job.run_since == Time::Never()) job.first_started = Time::Never();
       ++job.start_failures;
       if (options_.start_attempts > 0 &&
           job.start_failures >= options_.start_attempts) {

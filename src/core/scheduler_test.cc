@@ -92,6 +92,7 @@ TEST(SchedulerTest, AFailedStartIsTriedAgainAfterAWaitThatDoubles) {
   EXPECT_EQ(f.job(b).state, JobState::kQueued);
   EXPECT_EQ(f.job(b).start_failures, 1);
   EXPECT_EQ(f.job(b).start_retry_at, f.now() + Duration::Seconds(10));
+  EXPECT_EQ(f.job(b).first_started, Time::Never()) << "it never ran";
   EXPECT_TRUE(f.state().queue().empty());
   EXPECT_EQ(f.state().start_retries().size(), 1u);
   EXPECT_EQ(f.state().cluster().free_gpus(), 4);
@@ -109,8 +110,10 @@ TEST(SchedulerTest, AFailedStartIsTriedAgainAfterAWaitThatDoubles) {
   EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 0);
   f.Advance(Duration::Seconds(1));
   EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1);
+  const Time started = f.now();
   f.CompleteAll();
   EXPECT_EQ(f.job(b).state, JobState::kRunning);
+  EXPECT_EQ(f.job(b).first_started, started);
   EXPECT_EQ(f.job(b).start_failures, 0);
   EXPECT_EQ(f.job(b).start_retry_at, Time::Zero());
 
