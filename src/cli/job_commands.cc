@@ -486,6 +486,12 @@ int RunLogs(const LogsFlags& f) {
   auto reader = agent->TailLog(&ctx, req);
   rpc::LogChunk chunk;
   while (reader->Read(&chunk)) {
+    if (chunk.skipped() > 0) {
+      std::printf(
+          "[gandiva: %lld bytes of older output dropped here: the agent "
+          "keeps the last --max-log-mb of a job's log]\n",
+          static_cast<long long>(chunk.skipped()));
+    }
     std::fwrite(chunk.data().data(), 1, chunk.data().size(), stdout);
     std::fflush(stdout);
   }

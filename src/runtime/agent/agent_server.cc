@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -29,6 +30,7 @@
 #include "runtime/agent/bulk_transfer.h"
 #include "runtime/agent/criu.h"
 #include "runtime/agent/gpu_inventory.h"
+#include "runtime/agent/log_cap.h"
 #include "runtime/agent/supervisor.h"
 #include "runtime/tls/tls.h"
 
@@ -244,6 +246,12 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   std::atomic<int32_t> server_id{-1};
   bool was_unreachable = false;  // reporter thread only
   std::thread reporter;
+  std::thread log_capper;
+  std::atomic<bool> log_cap_failed{false};  // said once
+  // Jobs whose log was bounded already (said once each); log_capper thread
+  // and FetchEarlierLog, under capped_mu.
+  std::mutex capped_mu;
+  std::set<int64_t> capped_logs;
 
   // Capabilities, probed once in the background at start.
   mutable std::mutex caps_mu;
@@ -969,6 +977,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           (st.ok() ? std::string("write failed") : st.error_message()) + ")");
       return;
     }
+    CapLogOf(job_id, /*earlier=*/true);
     if (truncate_log) {
       if (truncate(supervisor->LogPath(job_id).c_str(), 0) != 0 &&
           errno != ENOENT) {
@@ -1128,17 +1137,30 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     std::vector<char> buf(64 * 1024);
     grpc::Status result = grpc::Status::OK;
+    int64_t skipped = 0;  // dropped output passed over, not yet said
     for (;;) {
       // Ended before the read: a read that finds nothing means the end.
       auto view = supervisor->Job(job_id);
       const bool ended = !view.ok() || view->state == RunState::kExited;
       ssize_t n = 0;
+      // Past what the log bound dropped (holes: no need to read zeros).
+      if (offset < earlier_size) {
+        const int64_t data = NextData(earlier_fd, offset, earlier_size);
+        skipped += data - offset;
+        offset = data;
+      }
       if (offset < earlier_size) {
         n = pread(earlier_fd, buf.data(),
                   static_cast<size_t>(std::min<int64_t>(
                       static_cast<int64_t>(buf.size()), earlier_size - offset)),
                   offset);
       } else if (fd >= 0) {
+        const int64_t size = fstat(fd, &st) == 0 ? st.st_size : 0;
+        const int64_t data = NextData(fd, offset - earlier_size, size);
+        if (data < size) {
+          skipped += data + earlier_size - offset;
+          offset = data + earlier_size;
+        }
         n = pread(fd, buf.data(), buf.size(), offset - earlier_size);
       }
       if (n < 0) {
@@ -1150,6 +1172,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         rpc::LogChunk chunk;
         chunk.set_data(buf.data(), static_cast<size_t>(n));
         chunk.set_offset(offset);
+        chunk.set_skipped(skipped);
+        skipped = 0;
         offset += n;
         if (!writer->Write(chunk)) break;  // the client went away
         continue;
@@ -1358,6 +1382,38 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
   }
 
+  // Bounds the logs of the jobs running here (options.max_log_bytes),
+  // every report interval until the agent stops.
+  void LogCapLoop() {
+    for (;;) {
+      for (const JobView& v : supervisor->Jobs()) CapLogOf(v.job_id);
+      std::unique_lock<std::mutex> lock(rep_mu);
+      if (rep_cv.wait_for(lock, options.report_interval,
+                          [&] { return stopping; })) {
+        return;
+      }
+    }
+  }
+
+  // Drops the oldest output of the job's log beyond options.max_log_bytes;
+  // `earlier`: of its copy of the log from earlier servers. A file system
+  // that cannot is said once.
+  void CapLogOf(int64_t job_id, bool earlier = false) {
+    const std::string path = earlier ? supervisor->EarlierLogPath(job_id)
+                                     : supervisor->LogPath(job_id);
+    auto dropped = CapLog(path, options.max_log_bytes);
+    std::lock_guard<std::mutex> lock(capped_mu);
+    if (!dropped.ok()) {
+      if (!log_cap_failed.exchange(true)) {
+        Log("job logs are not bounded here: " + dropped.status().ToString());
+      }
+    } else if (*dropped > 0 && capped_logs.insert(job_id).second) {
+      Log("job " + std::to_string(job_id) + ": dropped the oldest " +
+          std::to_string(*dropped) +
+          " bytes of its log (--max-log-mb), and will again as it grows");
+    }
+  }
+
   // ----------------------------------------------------------- lifecycle
 
   void Shutdown() {
@@ -1380,6 +1436,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     rep_cv.notify_all();
     if (reporter.joinable()) reporter.join();
+    if (log_capper.joinable()) log_capper.join();
     if (caps_thread.joinable()) caps_thread.join();
     // Last try to hand over the exits of the jobs just killed.
     if (scheduler && !supervisor->PendingExits().empty()) {
@@ -1535,6 +1592,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   if (!impl->schedulers.empty()) {
     impl->ConnectScheduler();
     impl->reporter = std::thread([raw] { raw->ReporterLoop(); });
+  }
+  if (impl->options.max_log_bytes > 0) {
+    impl->log_capper = std::thread([raw] { raw->LogCapLoop(); });
   }
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }

@@ -109,6 +109,11 @@ struct AgentOptions {
   std::string page_dir;
   int cpus_per_gpu = 0;  // > 0: pin virtual-GPU jobs to CPUs
   std::chrono::milliseconds report_interval{500};
+  // Each job's log here keeps at most this much of its output (checked
+  // every report_interval; the oldest half is dropped, see log_cap.h); the
+  // copy of what it printed on earlier servers is bounded alike. 0: no
+  // bound. Default 1 GiB.
+  int64_t max_log_bytes = int64_t{1} << 30;
   std::chrono::milliseconds kill_grace{10000};
   std::chrono::milliseconds suspend_timeout{30000};
   // Deadline of each call to the daemon; the retry backoff's ceiling.

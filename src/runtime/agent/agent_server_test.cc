@@ -11,6 +11,7 @@
 #include <linux/sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "runtime/agent/capabilities.h"
 #include "runtime/agent/criu.h"
 #include "runtime/agent/gpu_inventory.h"
+#include "runtime/agent/log_cap.h"
 #include "runtime/agent/supervisor.h"
 #include "runtime/agent/test_util.h"
 #include "runtime/exec_env.h"
@@ -145,6 +147,7 @@ class AgentServerTest : public ::testing::Test {
     o.criu = criu_;
     o.max_backoff = 300ms;
     o.kill_grace = 2s;
+    o.max_log_bytes = max_log_bytes_;
     o.log = [](std::string_view) {};
     auto a = AgentServer::Start(o);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -191,8 +194,9 @@ class AgentServerTest : public ::testing::Test {
     EXPECT_TRUE(stub_->Status(&ctx, {}, &out).ok());
     return out;
   }
+  // *skipped: the output the agent said it dropped.
   std::string Tail(int64_t job, bool follow, int64_t offset = 0,
-                   grpc::Status* status = nullptr) {
+                   grpc::Status* status = nullptr, int64_t* skipped = nullptr) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 30s);
     rpc::TailLogRequest req;
@@ -202,12 +206,14 @@ class AgentServerTest : public ::testing::Test {
     auto reader = stub_->TailLog(&ctx, req);
     std::string data;
     rpc::LogChunk chunk;
-    int64_t next = -1;  // chunks are contiguous
+    int64_t next = -1;  // chunks are contiguous, but for what was dropped
+    if (skipped != nullptr) *skipped = 0;
     while (reader->Read(&chunk)) {
+      if (skipped != nullptr) *skipped += chunk.skipped();
       if (next >= 0) {
-        EXPECT_EQ(chunk.offset(), next);
+        EXPECT_EQ(chunk.offset(), next + chunk.skipped());
       } else if (offset >= 0) {
-        EXPECT_EQ(chunk.offset(), offset);
+        EXPECT_EQ(chunk.offset(), offset + chunk.skipped());
       }
       next = chunk.offset() + static_cast<int64_t>(chunk.data().size());
       data += chunk.data();
@@ -219,6 +225,7 @@ class AgentServerTest : public ::testing::Test {
 
   TempDir dir_;
   bool criu_ = true;  // AgentOptions::criu of StartAgent
+  int64_t max_log_bytes_ = int64_t{1} << 30;  // and its max_log_bytes
   std::unique_ptr<FakeScheduler> daemon_;
   std::unique_ptr<AgentServer> agent_;
   std::unique_ptr<rpc::Agent::Stub> stub_;
@@ -315,6 +322,51 @@ TEST_F(AgentServerTest, TailLogFollowsUntilTheJobEnds) {
   ASSERT_TRUE(
       Start(1, 1, "for i in 1 2 3; do echo line$i; sleep 0.2; done").ok());
   EXPECT_EQ(Tail(1, true), "line1\nline2\nline3\n");
+}
+
+// A job that prints more than the agent keeps of a log: the oldest output
+// is dropped while it runs (its blocks freed, the offsets of the rest as
+// they were), the newest kept, and TailLog says how much it passed over.
+TEST_F(AgentServerTest, ALogBeyondItsBoundKeepsTheNewestOutput) {
+  {
+    // Where holes cannot be punched, the bound cannot hold.
+    const std::string probe = dir_.path() + "/probe";
+    std::FILE* f = std::fopen(probe.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    const std::string block(64 << 10, 'x');
+    std::fwrite(block.data(), 1, block.size(), f);
+    std::fclose(f);
+    auto dropped = CapLog(probe, 16 << 10);
+    if (!dropped.ok()) GTEST_SKIP() << dropped.status().ToString();
+    EXPECT_GT(*dropped, 0);
+  }
+  max_log_bytes_ = 1 << 20;
+  StartAgent();
+  // About 2.7 MB of numbered lines; then it waits while the agent bounds
+  // its log.
+  ASSERT_TRUE(Start(1, 1, "seq 1 400000; echo last; exec sleep 600").ok());
+  const std::string path = agent_->supervisor().LogPath(1);
+  struct stat info;
+  ASSERT_TRUE(WaitUntil([&] {
+    return stat(path.c_str(), &info) == 0 && info.st_size > 2'000'000 &&
+           info.st_blocks * 512 <= (1 << 20) + (64 << 10);
+  })) << "not bounded: "
+      << info.st_size << " bytes, " << info.st_blocks * 512 << " on disk";
+  int64_t skipped = 0;
+  grpc::Status st;
+  const std::string log = Tail(1, false, 0, &st, &skipped);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(stat(path.c_str(), &info), 0);
+  EXPECT_EQ(skipped + static_cast<int64_t>(log.size()), info.st_size);
+  EXPECT_GT(skipped, 1'000'000);
+  EXPECT_LE(log.size(), 1u << 20);
+  const std::string end = "399999\n400000\nlast\n";
+  ASSERT_GE(log.size(), end.size());
+  EXPECT_EQ(log.substr(log.size() - end.size()), end);
+  EXPECT_EQ(log.find("\n1000\n"), std::string::npos) << "oldest kept";
+  // The last bytes, asked for from the end, are as they were.
+  EXPECT_EQ(Tail(1, false, -static_cast<int64_t>(end.size())), end);
+  EXPECT_TRUE(Kill(1, 2).ok());
 }
 
 TEST_F(AgentServerTest, ReRegistersAfterTheDaemonRestartsAndKeepsExits) {

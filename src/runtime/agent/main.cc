@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
                  "How long a suspend may take before it fails")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600000));
+  int64_t max_log_mb = o.max_log_bytes >> 20;
+  app.add_option("--max-log-mb", max_log_mb,
+                 "Keep at most this much of each job's output in its log "
+                 "here, dropping the oldest (0: no bound)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   app.add_option("--nvml", o.nvml_library, "NVML library to dlopen")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
   o.criu = !no_criu;
   o.stream_to_job = !no_stream_to_job;
   o.report_interval = std::chrono::milliseconds(report_interval_ms);
+  o.max_log_bytes = max_log_mb << 20;
   o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
   o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);
   o.checkpoint_timeout = std::chrono::milliseconds(checkpoint_timeout_ms);
