@@ -308,6 +308,9 @@ int RunShow(const JobFlags& f) {
     std::printf(", exit code %d", j.exit_code());
   }
   std::printf("\n");
+  if (!j.waiting_reason().empty()) {
+    std::printf("  waiting:      %s\n", j.waiting_reason().c_str());
+  }
   if (j.state() == rpc::QUEUED && j.start_failures() > 0) {
     std::printf("  start:        failed %d time%s in a row (see history); ",
                 j.start_failures(), j.start_failures() == 1 ? "" : "s");

@@ -2495,7 +2495,65 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return r;
   }
 
-  rpc::JobInfo InfoOf(int32_t id, const JobExtra& x) const {
+  // What every queued job's waiting reason is judged against, gathered
+  // once per publication.
+  struct QueueView {
+    std::map<int32_t, int> ahead;  // queued job -> jobs ahead of it
+    int open_gpus = 0;             // on servers up and not cordoned
+    int free_gpus = 0;             // of those, held by no job
+    int most_free_on_one = 0;
+    int largest_server = 0;
+  };
+  QueueView ViewQueue() const {
+    QueueView v;
+    int k = 0;
+    for (const core::JobOrder& o : st().queue()) v.ahead[o.id.value] = k++;
+    for (const core::Server& s : st().cluster().servers()) {
+      if (!s.up || s.cordoned) continue;
+      v.open_gpus += s.spec.gpus;
+      v.free_gpus += s.free_gpus;
+      v.most_free_on_one = std::max(v.most_free_on_one, s.free_gpus);
+      v.largest_server = std::max(v.largest_server, s.spec.gpus);
+    }
+    return v;
+  }
+  static std::string WaitingReason(const core::Job& j, const QueueView& v,
+                                   core::Time now) {
+    const int need = j.spec.gpus;
+    const auto ahead = [&] {
+      const auto it = v.ahead.find(j.id.value);
+      if (it == v.ahead.end() || it->second == 0) return std::string();
+      return "; " + std::to_string(it->second) + " job" +
+             (it->second == 1 ? " is" : "s are") + " ahead of it in the queue";
+    };
+    if (j.held) return "held by an operator (gandiva resume releases it)";
+    if (j.awaits_start_retry(now)) {
+      return "its start failed " + std::to_string(j.start_failures) +
+             (j.start_failures == 1 ? " time" : " times") +
+             " in a row: it waits before it is tried again";
+    }
+    if (need > v.open_gpus) {
+      return "it needs " + std::to_string(need) +
+             " GPUs and the open servers have " + std::to_string(v.open_gpus) +
+             " in all: it waits for servers to join (or cordoned ones to "
+             "open)";
+    }
+    if (need > v.free_gpus) {
+      return "it needs " + std::to_string(need) + " GPUs, " +
+             std::to_string(v.free_gpus) +
+             (v.free_gpus == 1 ? " is free" : " are free") + ahead();
+    }
+    if (need <= v.largest_server && need > v.most_free_on_one) {
+      return std::to_string(v.free_gpus) +
+             " GPUs are free, but no server has " + std::to_string(need) +
+             " free (a job that fits on one server waits for one)" + ahead();
+    }
+    const std::string a = ahead();
+    return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
+  }
+
+  rpc::JobInfo InfoOf(int32_t id, const JobExtra& x,
+                      const QueueView* view = nullptr) const {
     rpc::JobInfo info;
     info.set_id(id);
     *info.mutable_spec() = x.spec;
@@ -2518,6 +2576,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     info.set_start_failures(j.start_failures);
     if (j.awaits_start_retry(st().now())) {
       info.set_start_retry_us(j.start_retry_at.micros());
+    }
+    if (view != nullptr && j.state == core::JobState::kQueued) {
+      info.set_waiting_reason(WaitingReason(j, *view, st().now()));
     }
     // Where it is placed, or last ran once it ended. A queued job: where
     // its process (or checkpoint) was left, requeued by the policy; none
@@ -2579,8 +2640,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   void PersistAndPublish() {
     auto next = std::make_shared<Snapshot>();
+    const QueueView view = ViewQueue();
     for (auto& [id, x] : extras) {
-      rpc::JobInfo info = InfoOf(id, x);
+      rpc::JobInfo info = InfoOf(id, x, &view);
       if (st().has_job(JobId(id))) {
         JobRow row = RowOf(info, x);
         if (!x.has_written || !SameRow(row, x.written)) {

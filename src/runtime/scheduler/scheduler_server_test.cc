@@ -1461,6 +1461,36 @@ TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
       << cl.Get(j).DebugString();
 }
 
+// A queued job says why it waits: larger than the open servers, not
+// enough free GPUs with the jobs ahead of it, held by an operator.
+TEST_F(DaemonTest, AQueuedJobSaysWhyItWaits) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t one = cl.MustSubmit(1, "one");
+  const int64_t big = cl.MustSubmit(4, "big");
+  const int64_t two = cl.MustSubmit(2, "two");
+  ASSERT_TRUE(WaitFor([&] { return cl.State(one) == rpc::RUNNING; }));
+  auto reason = [&](int64_t j) { return cl.Get(j).waiting_reason(); };
+  EXPECT_EQ(reason(big),
+            "it needs 4 GPUs and the open servers have 2 in all: it waits "
+            "for servers to join (or cordoned ones to open)");
+  EXPECT_EQ(reason(two),
+            "it needs 2 GPUs, 1 is free; 1 job is ahead of it in the queue");
+  EXPECT_EQ(reason(one), "") << "it runs";
+  ASSERT_TRUE(cl.Suspend(two).ok());
+  EXPECT_EQ(reason(two), "held by an operator (gandiva resume releases it)");
+  // A server joins: the big job fits on the two servers' GPUs, and would
+  // run once it has them.
+  FakeAgent more("node-b", 2, Mode::kOk);
+  ASSERT_TRUE(more.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return reason(big) == "it needs 4 GPUs, 3 are free";
+  })) << reason(big);
+}
+
 // A clean stop compacts the log: the next start restores the snapshot,
 // replays nothing, and finds the jobs where they were.
 TEST_F(DaemonTest, ACleanStopLeavesASnapshotAndNoEventsToReplay) {
