@@ -3,9 +3,14 @@
 //    cycles each, for a C++ job with the job-side library (stops at a
 //    mini-batch boundary), a PyTorch job with the Python integration, and a
 //    job without the library (SIGSTOP/SIGCONT);
-//  - the scheduler daemon's gRPC round trip (Ping) on loopback.
+//  - the scheduler daemon's gRPC round trip (Ping) on loopback;
+//  - a Submit's round trip (through the daemon's event loop: logged,
+//    handled, published) as the jobs on record grow: with no agent the
+//    jobs stay queued, and each is killed (ended) once measured, up to
+//    --ended-jobs N (default 5000).
 //
-//   gandiva_bench_runtime [--cycles N] [--pings N] [--skip-python]
+//   gandiva_bench_runtime [--cycles N] [--pings N] [--ended-jobs N]
+//                         [--skip-python]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -103,12 +108,15 @@ void CycleJob(runtime::Supervisor& sup, int64_t id, const std::string& label,
 int main(int argc, char** argv) {
   int cycles = 50;
   int pings = 2000;
+  int ended_jobs = 5000;
   bool python = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--cycles") && i + 1 < argc) {
       cycles = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--pings") && i + 1 < argc) {
       pings = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--ended-jobs") && i + 1 < argc) {
+      ended_jobs = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--skip-python")) {
       python = false;
     } else {
@@ -169,6 +177,48 @@ int main(int argc, char** argv) {
       "\nscheduler gRPC round trip (Ping, loopback, %d calls): median "
       "%.1f us, p95 %.1f us, max %.1f us\n",
       pings, r.median_ms * 1e3, r.p95_ms * 1e3, r.max_ms * 1e3);
+
+  std::printf(
+      "\nSubmit round trip as ended jobs accumulate (each job submitted, "
+      "measured, then killed; no agent)\n%-12s %10s %10s %10s\n",
+      "ended jobs", "median_ms", "p95_ms", "max_ms");
+  // Submits a job and kills it; returns the Submit's round trip (ms).
+  auto submit_and_kill = [&]() {
+    rpc::SubmitRequest sub;
+    sub.mutable_spec()->set_name("b");
+    sub.mutable_spec()->set_command("true");
+    sub.mutable_spec()->set_gpus(1);
+    rpc::SubmitReply id;
+    grpc::ClientContext ctx;
+    const auto t0 = Clock::now();
+    grpc::Status st = stub->Submit(&ctx, sub, &id);
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!st.ok()) Die("Submit: " + st.error_message());
+    rpc::KillRequest kill;
+    kill.set_job_id(id.job_id());
+    rpc::Empty done;
+    grpc::ClientContext kctx;
+    st = stub->Kill(&kctx, kill, &done);
+    if (!st.ok()) Die("Kill: " + st.error_message());
+    return ms;
+  };
+  // 200 submits measured at 0 ended jobs and at each tenth of the way.
+  constexpr int kWindow = 200;
+  const int step = std::max(ended_jobs / 10, kWindow);
+  int on_record = 0;
+  for (int mark = 0; mark <= ended_jobs; mark += step) {
+    while (on_record < mark) {
+      (void)submit_and_kill();
+      ++on_record;
+    }
+    std::vector<double> window;
+    for (int i = 0; i < kWindow; ++i) window.push_back(submit_and_kill());
+    on_record += kWindow;
+    const Stats w = Summarise(window);
+    std::printf("%-12d %10.3f %10.3f %10.3f\n", mark, w.median_ms, w.p95_ms,
+                w.max_ms);
+  }
   (*server)->Shutdown();
   std::error_code ec;
   fs::remove_all(dir, ec);

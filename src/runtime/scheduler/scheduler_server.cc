@@ -243,6 +243,10 @@ struct JobExtra {
   std::optional<Probe> probe;
   // When its next ProfileReport is due at the core (0: the next report).
   int64_t profile_due_us = 0;
+  // Ended, with nothing of it left anywhere, and published as such in
+  // Impl::settled_jobs: PersistAndPublish passes it by. Cleared whenever the
+  // loop looks it up (Extra()), which is how anything could change it.
+  bool settled = false;
 };
 
 struct AgentConn {
@@ -281,6 +285,8 @@ struct PendingAction {
 enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 
 struct Snapshot {
+  // The jobs not settled (JobExtra::settled) when it was published; the
+  // others are in Impl::settled_jobs.
   std::map<int64_t, rpc::JobInfo> jobs;
   rpc::ListServersReply servers;
   // For the metrics.
@@ -374,6 +380,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   std::mutex snap_mu;
   std::shared_ptr<const Snapshot> snap = std::make_shared<Snapshot>();
+  // Jobs that ended for good, as last published: a job is added (or
+  // updated) here before a snapshot without it is published, and its entry
+  // stays when it is looked up again (a snapshot's own entry wins), so a
+  // reader finds every job in one of the two. Kept out of the snapshot so
+  // that publishing costs the live jobs, not every job ever run.
+  std::mutex settled_mu;
+  std::map<int64_t, rpc::JobInfo> settled_jobs;  // guarded by settled_mu
 
   // ------------------------------------------------------------ helpers
 
@@ -427,9 +440,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return {grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"};
   }
 
+  // The loop's record of a job; whoever looks it up may change it, so it
+  // is published again (no longer settled).
   JobExtra* Extra(int32_t job) {
     auto it = extras.find(job);
-    return it == extras.end() ? nullptr : &it->second;
+    if (it == extras.end()) return nullptr;
+    it->second.settled = false;
+    return &it->second;
   }
   const core::ClusterState& st() const { return sched->state(); }
   bool LiveJob(int64_t id) const {
@@ -2642,6 +2659,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto next = std::make_shared<Snapshot>();
     const QueueView view = ViewQueue();
     for (auto& [id, x] : extras) {
+      if (x.settled) continue;
       rpc::JobInfo info = InfoOf(id, x, &view);
       if (st().has_job(JobId(id))) {
         JobRow row = RowOf(info, x);
@@ -2650,6 +2668,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           x.written = std::move(row);
           x.has_written = true;
         }
+      }
+      if (IsEnded(id) && !x.proc.exists && !x.proc.checkpoint &&
+          x.has_written) {
+        x.settled = true;
+        std::lock_guard lock(settled_mu);
+        settled_jobs[id] = std::move(info);
+        continue;
       }
       next->jobs.emplace(id, std::move(info));
     }
@@ -2708,6 +2733,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
          {rpc::QUEUED, rpc::RUNNING, rpc::SUSPENDED, rpc::MIGRATING,
           rpc::FINISHED, rpc::FAILED, rpc::KILLED}) {
       s.jobs_by_state[name(state)] = 0;
+    }
+    {
+      std::lock_guard lock(settled_mu);
+      for (const auto& [id, info] : settled_jobs) {
+        if (!sn->jobs.count(id)) ++s.jobs_by_state[name(info.state())];
+      }
     }
     for (const auto& [id, info] : sn->jobs) {
       ++s.jobs_by_state[name(info.state())];
@@ -3282,12 +3313,28 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest* req,
                         rpc::ListJobsReply* rep) override {
     auto s = Snap();
-    for (const auto& [id, info] : s->jobs) {
+    auto add = [&](const rpc::JobInfo& info) {
       const bool ended = info.state() == rpc::FINISHED ||
                          info.state() == rpc::FAILED ||
                          info.state() == rpc::KILLED;
-      if (ended && !req->all()) continue;
-      *rep->add_jobs() = info;
+      if (!ended || req->all()) *rep->add_jobs() = info;
+    };
+    if (!req->all()) {
+      for (const auto& [id, info] : s->jobs) add(info);  // settled: ended
+      return grpc::Status::OK;
+    }
+    // Both in id order; a job in both is the snapshot's.
+    std::lock_guard lock(settled_mu);
+    auto a = s->jobs.begin();
+    auto b = settled_jobs.begin();
+    while (a != s->jobs.end() || b != settled_jobs.end()) {
+      if (b == settled_jobs.end() ||
+          (a != s->jobs.end() && a->first <= b->first)) {
+        if (b != settled_jobs.end() && b->first == a->first) ++b;
+        add((a++)->second);
+      } else {
+        add((b++)->second);
+      }
     }
     return grpc::Status::OK;
   }
@@ -3296,11 +3343,17 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                       rpc::JobInfo* rep) override {
     auto s = Snap();
     auto it = s->jobs.find(req->job_id());
-    if (it == s->jobs.end()) {
-      return {grpc::StatusCode::NOT_FOUND,
-              "no job " + std::to_string(req->job_id())};
+    if (it != s->jobs.end()) {
+      *rep = it->second;
+    } else {
+      std::lock_guard lock(settled_mu);
+      auto st = settled_jobs.find(req->job_id());
+      if (st == settled_jobs.end()) {
+        return {grpc::StatusCode::NOT_FOUND,
+                "no job " + std::to_string(req->job_id())};
+      }
+      *rep = st->second;
     }
-    *rep = it->second;
     auto h = store->History(req->job_id());
     if (!h.ok()) return ToGrpc(h.status());
     for (const HistoryRow& row : *h) {

@@ -1491,6 +1491,49 @@ TEST_F(DaemonTest, AQueuedJobSaysWhyItWaits) {
   })) << reason(big);
 }
 
+// Ended jobs are published apart from the live ones (settled): listed once
+// each, in id order among the live ones, shown with their end, and still
+// so after something about them comes in again (a late exit report).
+TEST_F(DaemonTest, EndedJobsAreListedOnceInOrderAmongTheLiveOnes) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = cl.MustSubmit(1, "a");
+  const int64_t b = cl.MustSubmit(1, "b");
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().size() == 2; }));
+  agent.Exit(a, 3);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(a) == rpc::FAILED; }));
+  const int64_t c = cl.MustSubmit(1, "c");  // takes a's GPU
+  ASSERT_TRUE(WaitFor([&] { return cl.State(c) == rpc::RUNNING; }));
+  ASSERT_TRUE(cl.Kill(b).ok());
+  // A late report of b's exit (killed) touches the ended job again.
+  agent.KilledExit(b, -9);
+  ASSERT_TRUE(agent.Report().ok());
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int64_t> ids;
+    std::vector<rpc::JobState> states;
+    for (const rpc::JobInfo& j : cl.List(/*all=*/true)) {
+      ids.push_back(j.id());
+      states.push_back(j.state());
+    }
+    EXPECT_EQ(ids, (std::vector<int64_t>{a, b, c}));
+    EXPECT_EQ(states, (std::vector<rpc::JobState>{rpc::FAILED, rpc::KILLED,
+                                                  rpc::RUNNING}));
+    const std::vector<rpc::JobInfo> live = cl.List(/*all=*/false);
+    ASSERT_EQ(live.size(), 1u);
+    EXPECT_EQ(live[0].id(), c);
+    const rpc::JobInfo ended = cl.Get(a);
+    EXPECT_EQ(ended.state(), rpc::FAILED);
+    EXPECT_EQ(ended.exit_code(), 3);
+    EXPECT_GT(ended.ended_us(), 0);
+    EXPECT_TRUE(HasEntry(ended, "exit", false)) << ended.DebugString();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 // A clean stop compacts the log: the next start restores the snapshot,
 // replays nothing, and finds the jobs where they were.
 TEST_F(DaemonTest, ACleanStopLeavesASnapshotAndNoEventsToReplay) {
