@@ -338,6 +338,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   int64_t clock_us = 0;
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
+  // The jobs of `extras` not settled: those PersistAndPublish publishes.
+  std::set<int32_t> unsettled;
   // The warm StartJob calls of moves under way, by job: a kill cancels the
   // wait for the new process (it may take a minute) instead of queueing
   // behind it. Guarded by warm_mu (executor threads and the loop).
@@ -445,7 +447,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   JobExtra* Extra(int32_t job) {
     auto it = extras.find(job);
     if (it == extras.end()) return nullptr;
-    it->second.settled = false;
+    if (it->second.settled) {
+      it->second.settled = false;
+      unsettled.insert(job);
+    }
     return &it->second;
   }
   const core::ClusterState& st() const { return sched->state(); }
@@ -2321,6 +2326,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     JobExtra& x = extras[id];
     x.spec = spec;
     x.spec_json = json;
+    x.settled = false;
+    unsettled.insert(id);
   }
 
   core::Status CheckLiveJob(int64_t id) const {
@@ -2658,8 +2665,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void PersistAndPublish() {
     auto next = std::make_shared<Snapshot>();
     const QueueView view = ViewQueue();
-    for (auto& [id, x] : extras) {
-      if (x.settled) continue;
+    for (auto it = unsettled.begin(); it != unsettled.end();) {
+      const int32_t id = *it;
+      JobExtra& x = extras.at(id);
       rpc::JobInfo info = InfoOf(id, x, &view);
       if (st().has_job(JobId(id))) {
         JobRow row = RowOf(info, x);
@@ -2672,11 +2680,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (IsEnded(id) && !x.proc.exists && !x.proc.checkpoint &&
           x.has_written) {
         x.settled = true;
+        it = unsettled.erase(it);
         std::lock_guard lock(settled_mu);
         settled_jobs[id] = std::move(info);
         continue;
       }
       next->jobs.emplace(id, std::move(info));
+      ++it;
     }
     if (servers_dirty) {
       for (const AgentConn& a : agents) batch.servers.push_back(ServerRowOf(a));
