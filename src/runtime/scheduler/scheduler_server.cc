@@ -2603,6 +2603,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     if (view != nullptr && j.state == core::JobState::kQueued) {
       info.set_waiting_reason(WaitingReason(j, *view, st().now()));
+    } else if (j.state == core::JobState::kSuspended && !j.busy()) {
+      info.set_waiting_reason(
+          j.held ? "held by an operator (gandiva resume releases it)"
+          : j.launched
+              ? "time-sliced: it waits for its next turn on its GPUs"
+              : "time-sliced: it waits for its first turn on its GPUs");
     }
     // Where it is placed, or last ran once it ended. A queued job: where
     // its process (or checkpoint) was left, requeued by the policy; none

@@ -642,7 +642,16 @@ TEST_F(DaemonTest, TimeSlicingStartsSuspendsAndResumesEveryJob) {
   ASSERT_TRUE(agent.Register(server_->address()).ok());
   std::vector<int64_t> jobs;
   for (int i = 0; i < 3; ++i) jobs.push_back(cl.MustSubmit(1));
-  // More jobs than GPUs: all get turns.
+  // More jobs than GPUs: those waiting say they wait for their turn.
+  ASSERT_TRUE(WaitFor([&] {
+    for (const rpc::JobInfo& j : cl.List(/*all=*/false)) {
+      if (j.waiting_reason().rfind("time-sliced: it waits for its", 0) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }));
+  // All get turns.
   ASSERT_TRUE(WaitFor([&] {
     return agent.ever_ran().size() == 3 && agent.suspends() >= 3 &&
            agent.resumes() >= 1;
