@@ -129,11 +129,19 @@ void FifoPolicy::decide(const ClusterState& state, const Event& event,
     return;
   }
   const Cluster& cluster = state.cluster();
-  while (!state.queue().empty()) {
-    const Job& head = state.job(state.queue().begin()->id);
+  auto it = state.queue().begin();
+  while (it != state.queue().end()) {
+    const Job& head = state.job(it->id);
+    if (head.spec.gpus > cluster.up_gpus()) {
+      // More than all the GPUs up: it could not start whatever ended, so
+      // it holds back no one (it is first again once servers join).
+      ++it;
+      continue;
+    }
     auto gpus = FindGpus(cluster, head.spec.gpus, options_.relax_locality);
     if (!gpus) return;
     out.Start(head.id, std::move(*gpus));
+    it = state.queue().begin();  // the start left the queue
   }
 }
 

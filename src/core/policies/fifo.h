@@ -1,7 +1,10 @@
 // FifoPolicy: the baseline Gandiva is compared against, like the YARN
 // capacity scheduler: each job gets exclusive GPUs from start to finish, in
 // strict arrival order (a job that does not fit blocks those behind it), with
-// no preemption, no sharing and no migration.
+// no preemption, no sharing and no migration. A job asking for more GPUs
+// than the servers up have in all, which could not start however many
+// ended, blocks no one: the jobs behind it go on, and it is first in line
+// again once servers join.
 //
 // Placement of the job at the head: the server whose free GPUs fit it most
 // tightly; else, when `relax_locality` (default), free GPUs across servers on

@@ -32,6 +32,31 @@ TEST(FifoTest, ExclusiveAndStrictlyInOrder) {
   EXPECT_EQ(h.state().counters().suspends, 0);
 }
 
+// A job larger than all the GPUs up blocks no one; once a server joins and
+// it fits, it is first in line again.
+TEST(FifoTest, AJobLargerThanTheServersUpBlocksNoOne) {
+  Harness h(std::make_unique<FifoPolicy>(), 1);  // 4 GPUs
+  const JobId big = h.Submit(8);
+  const JobId a = h.Submit(2);
+  const JobId b = h.Submit(2);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(big).state, JobState::kQueued);
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  const JobId c = h.Submit(1);  // no room: waits
+  ServerSpec more;
+  more.name = "s1";
+  h.Send(ServerUp{more, ServerId()});  // 8 GPUs up: big could start
+  h.CompleteAll();
+  EXPECT_EQ(h.job(big).state, JobState::kQueued);  // 4 free, needs 8
+  EXPECT_EQ(h.job(c).state, JobState::kQueued) << "it went before big";
+  h.Send(JobFinished{a, true});
+  h.Send(JobFinished{b, true});
+  h.CompleteAll();
+  EXPECT_EQ(h.job(big).state, JobState::kRunning);
+  EXPECT_EQ(h.job(c).state, JobState::kQueued);
+}
+
 // An operator's suspend holds the job on its GPUs (no queued job takes
 // them); released, it runs there again, whether the release comes after its
 // suspend completed or while it is under way. Under VC quotas too.
