@@ -7,10 +7,12 @@
 //  - a Submit's round trip (through the daemon's event loop: logged,
 //    handled, published) as the jobs on record grow: with no agent the
 //    jobs stay queued, and each is killed (ended) once measured, up to
-//    --ended-jobs N (default 5000).
+//    --ended-jobs N (default 5000); then the same as queued jobs
+//    accumulate (submitted and left queued), up to --queued-jobs N
+//    (default 5000).
 //
 //   gandiva_bench_runtime [--cycles N] [--pings N] [--ended-jobs N]
-//                         [--skip-python]
+//                         [--queued-jobs N] [--skip-python]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
   int cycles = 50;
   int pings = 2000;
   int ended_jobs = 5000;
+  int queued_jobs = 5000;
   bool python = true;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--cycles") && i + 1 < argc) {
@@ -117,6 +120,8 @@ int main(int argc, char** argv) {
       pings = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--ended-jobs") && i + 1 < argc) {
       ended_jobs = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--queued-jobs") && i + 1 < argc) {
+      queued_jobs = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--skip-python")) {
       python = false;
     } else {
@@ -182,8 +187,9 @@ int main(int argc, char** argv) {
       "\nSubmit round trip as ended jobs accumulate (each job submitted, "
       "measured, then killed; no agent)\n%-12s %10s %10s %10s\n",
       "ended jobs", "median_ms", "p95_ms", "max_ms");
-  // Submits a job and kills it; returns the Submit's round trip (ms).
-  auto submit_and_kill = [&]() {
+  // Submits a job and kills it unless `keep`; returns the Submit's round
+  // trip (ms).
+  auto submit_and_kill = [&](bool keep = false) {
     rpc::SubmitRequest sub;
     sub.mutable_spec()->set_name("b");
     sub.mutable_spec()->set_command("true");
@@ -195,6 +201,7 @@ int main(int argc, char** argv) {
     const double ms =
         std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!st.ok()) Die("Submit: " + st.error_message());
+    if (keep) return ms;
     rpc::KillRequest kill;
     kill.set_job_id(id.job_id());
     rpc::Empty done;
@@ -203,22 +210,30 @@ int main(int argc, char** argv) {
     if (!st.ok()) Die("Kill: " + st.error_message());
     return ms;
   };
-  // 200 submits measured at 0 ended jobs and at each tenth of the way.
+  // 200 submits measured at 0 jobs and at each tenth of the way.
   constexpr int kWindow = 200;
-  const int step = std::max(ended_jobs / 10, kWindow);
-  int on_record = 0;
-  for (int mark = 0; mark <= ended_jobs; mark += step) {
-    while (on_record < mark) {
-      (void)submit_and_kill();
-      ++on_record;
+  auto grow = [&](int upto, bool keep) {
+    const int step = std::max(upto / 10, kWindow);
+    int on_record = 0;
+    for (int mark = 0; mark <= upto; mark += step) {
+      while (on_record < mark) {
+        (void)submit_and_kill(keep);
+        ++on_record;
+      }
+      std::vector<double> window;
+      for (int i = 0; i < kWindow; ++i) window.push_back(submit_and_kill(keep));
+      on_record += kWindow;
+      const Stats w = Summarise(window);
+      std::printf("%-12d %10.3f %10.3f %10.3f\n", mark, w.median_ms, w.p95_ms,
+                  w.max_ms);
     }
-    std::vector<double> window;
-    for (int i = 0; i < kWindow; ++i) window.push_back(submit_and_kill());
-    on_record += kWindow;
-    const Stats w = Summarise(window);
-    std::printf("%-12d %10.3f %10.3f %10.3f\n", mark, w.median_ms, w.p95_ms,
-                w.max_ms);
-  }
+  };
+  grow(ended_jobs, /*keep=*/false);
+  std::printf(
+      "\nSubmit round trip as queued jobs accumulate (on top of those ended; "
+      "no agent)\n%-12s %10s %10s %10s\n",
+      "queued jobs", "median_ms", "p95_ms", "max_ms");
+  grow(queued_jobs, /*keep=*/true);
   (*server)->Shutdown();
   std::error_code ec;
   fs::remove_all(dir, ec);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -286,7 +287,8 @@ enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 
 struct Snapshot {
   // The jobs not settled (JobExtra::settled) when it was published; the
-  // others are in Impl::settled_jobs.
+  // others are in Impl::settled_jobs. Without their specs, which never
+  // change: readers take them from Impl::specs.
   std::map<int64_t, rpc::JobInfo> jobs;
   rpc::ListServersReply servers;
   // For the metrics.
@@ -389,6 +391,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // that publishing costs the live jobs, not every job ever run.
   std::mutex settled_mu;
   std::map<int64_t, rpc::JobInfo> settled_jobs;  // guarded by settled_mu
+  // Every job's spec, from its submission on (guarded by settled_mu): the
+  // published JobInfos leave it out, so that publishing does not copy it.
+  std::map<int64_t, std::shared_ptr<const rpc::JobSpec>> specs;
+  // A published JobInfo (no spec) with its job's spec, for a reader.
+  rpc::JobInfo WithSpec(const rpc::JobInfo& info) const {
+    rpc::JobInfo out = info;
+    auto it = specs.find(info.id());
+    if (it != specs.end()) *out.mutable_spec() = *it->second;
+    return out;
+  }
 
   // ------------------------------------------------------------ helpers
 
@@ -2328,6 +2340,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     x.spec_json = json;
     x.settled = false;
     unsettled.insert(id);
+    std::lock_guard lock(settled_mu);
+    specs[id] = std::make_shared<const rpc::JobSpec>(spec);
   }
 
   core::Status CheckLiveJob(int64_t id) const {
@@ -2576,11 +2590,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
   }
 
+  // What is published of the job (without its spec: see Snapshot::jobs).
   rpc::JobInfo InfoOf(int32_t id, const JobExtra& x,
                       const QueueView* view = nullptr) const {
     rpc::JobInfo info;
     info.set_id(id);
-    *info.mutable_spec() = x.spec;
     *info.mutable_progress() = x.progress;
     info.set_uses_library(x.progress.uses_library());
     if (x.exit_code) info.set_exit_code(*x.exit_code);
@@ -2655,17 +2669,36 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     r.metric_reports = i.progress().metric_reports();
     return r;
   }
-  static bool SameRow(const JobRow& a, const JobRow& b) {
-    return a.state == b.state && a.started_us == b.started_us &&
-           a.ended_us == b.ended_us && a.exit_code == b.exit_code &&
-           a.minibatches == b.minibatches &&
-           a.minibatch_rate == b.minibatch_rate &&
-           a.uses_library == b.uses_library && a.server == b.server &&
-           a.gpus_json == b.gpus_json && a.suspends == b.suspends &&
-           a.resumes == b.resumes && a.submitted_us == b.submitted_us &&
-           a.metric == b.metric &&
-           a.metric_minibatches == b.metric_minibatches &&
-           a.metric_reports == b.metric_reports;
+  // Whether the row RowOf(i, x) would be is the one last written (without
+  // building it).
+  static bool SameAsWritten(const rpc::JobInfo& i, const JobExtra& x) {
+    const JobRow& w = x.written;
+    if (x.exit_code != w.exit_code || i.state() != w.state ||
+        i.started_us() != w.started_us || i.ended_us() != w.ended_us ||
+        i.submitted_us() != w.submitted_us ||
+        i.progress().minibatches() != w.minibatches ||
+        i.progress().minibatch_rate() != w.minibatch_rate ||
+        i.uses_library() != w.uses_library || i.server() != w.server ||
+        i.suspends() != w.suspends || i.resumes() != w.resumes ||
+        i.progress().metric() != w.metric ||
+        i.progress().metric_minibatches() != w.metric_minibatches ||
+        i.progress().metric_reports() != w.metric_reports) {
+      return false;
+    }
+    // The GPUs as RowOf writes them ("[0,1]"), compared in place.
+    const std::string& g = w.gpus_json;
+    size_t at = 0;
+    auto take = [&](char c) { return at < g.size() && g[at++] == c; };
+    if (!take('[')) return false;
+    for (int k = 0; k < i.gpus_size(); ++k) {
+      if (k > 0 && !take(',')) return false;
+      char buf[16];
+      const auto r = std::to_chars(buf, buf + sizeof buf, i.gpus(k));
+      for (const char* c = buf; c != r.ptr; ++c) {
+        if (!take(*c)) return false;
+      }
+    }
+    return take(']') && at == g.size();
   }
 
   void PersistAndPublish() {
@@ -2675,13 +2708,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const int32_t id = *it;
       JobExtra& x = extras.at(id);
       rpc::JobInfo info = InfoOf(id, x, &view);
-      if (st().has_job(JobId(id))) {
+      if (st().has_job(JobId(id)) &&
+          (!x.has_written || !SameAsWritten(info, x))) {
         JobRow row = RowOf(info, x);
-        if (!x.has_written || !SameRow(row, x.written)) {
-          batch.jobs.push_back(row);
-          x.written = std::move(row);
-          x.has_written = true;
-        }
+        batch.jobs.push_back(row);
+        x.written = std::move(row);
+        x.has_written = true;
       }
       if (IsEnded(id) && !x.proc.exists && !x.proc.checkpoint &&
           x.has_written) {
@@ -2759,10 +2791,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (const auto& [id, info] : sn->jobs) {
       ++s.jobs_by_state[name(info.state())];
       if (info.state() == rpc::RUNNING) {
-        s.running.push_back(
-            {id, info.spec().name(), info.progress().minibatch_rate(),
-             info.progress().minibatches(), info.progress().gpu_utilization(),
-             info.progress().gpu_memory_bytes()});
+        std::string job_name;
+        {
+          std::lock_guard lock(settled_mu);
+          auto sp = specs.find(id);
+          if (sp != specs.end()) job_name = sp->second->name();
+        }
+        s.running.push_back({id, job_name, info.progress().minibatch_rate(),
+                             info.progress().minibatches(),
+                             info.progress().gpu_utilization(),
+                             info.progress().gpu_memory_bytes()});
       }
     }
     for (const rpc::ServerInfo& si : sn->servers.servers()) {
@@ -3329,18 +3367,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest* req,
                         rpc::ListJobsReply* rep) override {
     auto s = Snap();
+    std::lock_guard lock(settled_mu);
     auto add = [&](const rpc::JobInfo& info) {
       const bool ended = info.state() == rpc::FINISHED ||
                          info.state() == rpc::FAILED ||
                          info.state() == rpc::KILLED;
-      if (!ended || req->all()) *rep->add_jobs() = info;
+      if (!ended || req->all()) *rep->add_jobs() = WithSpec(info);
     };
     if (!req->all()) {
       for (const auto& [id, info] : s->jobs) add(info);  // settled: ended
       return grpc::Status::OK;
     }
     // Both in id order; a job in both is the snapshot's.
-    std::lock_guard lock(settled_mu);
     auto a = s->jobs.begin();
     auto b = settled_jobs.begin();
     while (a != s->jobs.end() || b != settled_jobs.end()) {
@@ -3358,17 +3396,19 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest* req,
                       rpc::JobInfo* rep) override {
     auto s = Snap();
-    auto it = s->jobs.find(req->job_id());
-    if (it != s->jobs.end()) {
-      *rep = it->second;
-    } else {
+    {
       std::lock_guard lock(settled_mu);
-      auto st = settled_jobs.find(req->job_id());
-      if (st == settled_jobs.end()) {
-        return {grpc::StatusCode::NOT_FOUND,
-                "no job " + std::to_string(req->job_id())};
+      auto it = s->jobs.find(req->job_id());
+      if (it != s->jobs.end()) {
+        *rep = WithSpec(it->second);
+      } else {
+        auto st = settled_jobs.find(req->job_id());
+        if (st == settled_jobs.end()) {
+          return {grpc::StatusCode::NOT_FOUND,
+                  "no job " + std::to_string(req->job_id())};
+        }
+        *rep = WithSpec(st->second);
       }
-      *rep = st->second;
     }
     auto h = store->History(req->job_id());
     if (!h.ok()) return ToGrpc(h.status());
