@@ -247,11 +247,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   bool was_unreachable = false;  // reporter thread only
   std::thread reporter;
   std::thread log_capper;
-  std::atomic<bool> log_cap_failed{false};  // said once
-  // Jobs whose log was bounded already (said once each); log_capper thread
-  // and FetchEarlierLog, under capped_mu.
+  // What CapLogOf said once (the log_capper thread and FetchEarlierLog):
+  // that logs cannot be bounded here, and the jobs whose log was bounded.
   std::mutex capped_mu;
-  std::set<int64_t> capped_logs;
+  bool log_cap_failed = false;    // guarded by capped_mu
+  std::set<int64_t> capped_logs;  // guarded by capped_mu
 
   // Capabilities, probed once in the background at start.
   mutable std::mutex caps_mu;
@@ -1144,23 +1144,19 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       const bool ended = !view.ok() || view->state == RunState::kExited;
       ssize_t n = 0;
       // Past what the log bound dropped (holes: no need to read zeros).
-      if (offset < earlier_size) {
-        const int64_t data = NextData(earlier_fd, offset, earlier_size);
+      auto skip_holes = [&](int file, int64_t base, int64_t size) {
+        const int64_t data = base + NextData(file, offset - base, size);
         skipped += data - offset;
         offset = data;
-      }
+      };
+      if (offset < earlier_size) skip_holes(earlier_fd, 0, earlier_size);
       if (offset < earlier_size) {
         n = pread(earlier_fd, buf.data(),
                   static_cast<size_t>(std::min<int64_t>(
                       static_cast<int64_t>(buf.size()), earlier_size - offset)),
                   offset);
       } else if (fd >= 0) {
-        const int64_t size = fstat(fd, &st) == 0 ? st.st_size : 0;
-        const int64_t data = NextData(fd, offset - earlier_size, size);
-        if (data < size) {
-          skipped += data + earlier_size - offset;
-          offset = data + earlier_size;
-        }
+        skip_holes(fd, earlier_size, fstat(fd, &st) == 0 ? st.st_size : 0);
         n = pread(fd, buf.data(), buf.size(), offset - earlier_size);
       }
       if (n < 0) {
@@ -1404,7 +1400,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     auto dropped = CapLog(path, options.max_log_bytes);
     std::lock_guard<std::mutex> lock(capped_mu);
     if (!dropped.ok()) {
-      if (!log_cap_failed.exchange(true)) {
+      if (!log_cap_failed) {
+        log_cap_failed = true;
         Log("job logs are not bounded here: " + dropped.status().ToString());
       }
     } else if (*dropped > 0 && capped_logs.insert(job_id).second) {

@@ -681,33 +681,29 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const core::Job& j = st().job(JobId(job));
       return j.busy() && j.in_flight_id.value == action;
     }();
-    if (!current) {
-      History(job, what, ok, took_us, detail);
-      return;
-    }
     const auto took = core::Duration::Micros(took_us);
-    if (ok) {
-      History(job, what, ok, took_us, detail);
-      StartProbe(job, what, action);
-      (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
-      return;
-    }
-    (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
-                                  detail, permanent});
-    // What the core made of a failed start: a wait, or the job's end.
     std::string line = detail;
-    const core::Job& after = st().job(JobId(job));
-    if (after.state == core::JobState::kFailed && after.start_failures > 0) {
-      line += "; the job failed: " + std::to_string(after.start_failures) +
-              " starts failed in a row (--start-attempts)";
-    } else if (after.awaits_start_retry(st().now())) {
-      char wait[32];
-      std::snprintf(wait, sizeof wait, "%g s",
-                    (after.start_retry_at - st().now()).seconds());
-      line += "; start " + std::to_string(after.start_failures) +
-              " failed in a row, tried again in " + wait;
+    if (current && !ok) {
+      (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
+                                    detail, permanent});
+      // What the core made of a failed start: a wait, or the job's end.
+      const core::Job& after = st().job(JobId(job));
+      if (after.state == core::JobState::kFailed && after.start_failures > 0) {
+        line += "; the job failed: " + std::to_string(after.start_failures) +
+                " starts failed in a row (--start-attempts)";
+      } else if (after.awaits_start_retry(st().now())) {
+        char wait[32];
+        std::snprintf(wait, sizeof wait, "%g s",
+                      (after.start_retry_at - st().now()).seconds());
+        line += "; start " + std::to_string(after.start_failures) +
+                " failed in a row, tried again in " + wait;
+      }
     }
     History(job, what, ok, took_us, line);
+    if (current && ok) {
+      StartProbe(job, what, action);
+      (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
+    }
   }
 
   // Posts the outcome of an action back to the loop.
@@ -2338,7 +2334,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     JobExtra& x = extras[id];
     x.spec = spec;
     x.spec_json = json;
-    x.settled = false;
     unsettled.insert(id);
     std::lock_guard lock(settled_mu);
     specs[id] = std::make_shared<const rpc::JobSpec>(spec);
@@ -2555,6 +2550,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     return v;
   }
+  static constexpr const char* kHeldReason =
+      "held by an operator (gandiva resume releases it)";
   static std::string WaitingReason(const core::Job& j, const QueueView& v,
                                    core::Time now) {
     const int need = j.spec.gpus;
@@ -2564,7 +2561,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       return "; " + std::to_string(it->second) + " job" +
              (it->second == 1 ? " is" : "s are") + " ahead of it in the queue";
     };
-    if (j.held) return "held by an operator (gandiva resume releases it)";
+    if (j.held) return kHeldReason;
     if (j.awaits_start_retry(now)) {
       return "its start failed " + std::to_string(j.start_failures) +
              (j.start_failures == 1 ? " time" : " times") +
@@ -2619,7 +2616,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       info.set_waiting_reason(WaitingReason(j, *view, st().now()));
     } else if (j.state == core::JobState::kSuspended && !j.busy()) {
       info.set_waiting_reason(
-          j.held ? "held by an operator (gandiva resume releases it)"
+          j.held ? kHeldReason
           : j.launched
               ? "time-sliced: it waits for its next turn on its GPUs"
               : "time-sliced: it waits for its first turn on its GPUs");
@@ -2782,21 +2779,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           rpc::FINISHED, rpc::FAILED, rpc::KILLED}) {
       s.jobs_by_state[name(state)] = 0;
     }
-    {
-      std::lock_guard lock(settled_mu);
-      for (const auto& [id, info] : settled_jobs) {
-        if (!sn->jobs.count(id)) ++s.jobs_by_state[name(info.state())];
-      }
+    std::lock_guard lock(settled_mu);
+    for (const auto& [id, info] : settled_jobs) {
+      if (!sn->jobs.count(id)) ++s.jobs_by_state[name(info.state())];
     }
     for (const auto& [id, info] : sn->jobs) {
       ++s.jobs_by_state[name(info.state())];
       if (info.state() == rpc::RUNNING) {
-        std::string job_name;
-        {
-          std::lock_guard lock(settled_mu);
-          auto sp = specs.find(id);
-          if (sp != specs.end()) job_name = sp->second->name();
-        }
+        auto sp = specs.find(id);
+        const std::string job_name =
+            sp != specs.end() ? sp->second->name() : "";
         s.running.push_back({id, job_name, info.progress().minibatch_rate(),
                              info.progress().minibatches(),
                              info.progress().gpu_utilization(),
@@ -3097,6 +3089,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return core::IoError(std::string("stored policy options: ") + e.what());
       }
     }
+    const json stored_options = want;
     std::string diff;
     auto check = [&](const char* flag, const char* key, const json& given) {
       if (stored->has_value() && want.at(key) != given) {
@@ -3191,7 +3184,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     so.start_retry_delay =
         core::Duration::Micros(want.at("start_retry_us").get<int64_t>());
     sched = std::make_unique<core::Scheduler>(std::move(*policy), so);
-    if (!stored->has_value() || json::parse(**stored) != want) {
+    if (!stored->has_value() || stored_options != want) {
       GANDIVA_RETURN_IF_ERROR(store->SetMeta("policy", want.dump()));
     }
     return core::Status::Ok();
