@@ -71,23 +71,9 @@ def main(argv=None) -> int:
     args = parse(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    # NCCL needs a GPU of its own for each rank on this server; with fewer
-    # (or none: virtual GPUs), the ranks train on the CPU over gloo.
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    cuda = (torch.cuda.is_available()
-            and torch.cuda.device_count() >= local_ranks)
-    if torch.cuda.is_available() and not cuda:
-        print(f"ddp: {local_ranks} ranks here but "
-              f"{torch.cuda.device_count()} GPUs visible: training on the "
-              f"CPU over gloo", flush=True)
-    if cuda:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
-                              % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo")
+    # NCCL when every rank has a GPU of its own, else all ranks on the CPU
+    # over gloo (virtual GPUs, fewer GPUs than ranks, a GPU two ranks share).
+    device = gandiva.torch.init_distributed()
     rank = dist.get_rank() if world > 1 else 0
     if rank == 0:
         backend = dist.get_backend() if world > 1 else "none"

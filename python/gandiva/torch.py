@@ -54,6 +54,13 @@ loads the same checkpoint. `samples` (add_samples() or samples_per_step)
 counts the training samples processed, so that a job resized to another
 world size can continue at the same sample position.
 
+Starting torch.distributed: `device = gandiva.torch.init_distributed()`
+instead of init_process_group. Every rank says whether it has a GPU of its
+own (one per rank on its server, none shared with another rank); NCCL is
+used if all do, else every rank trains on the CPU over gloo. Ranks that
+chose apart (a part on a server without GPUs, two parts given one GPU)
+would otherwise wait for each other forever in their first collective.
+
 Extra state (LR schedulers, AMP grad scalers, counters) joins checkpoints via
 `register_state()`. Leaving a `batches()` loop early (break or an exception)
 counts the current batch as trained.
@@ -573,6 +580,80 @@ def _load_optimizer(optimizer: torch.optim.Optimizer,
         if param.is_floating_point():
             v = v.to(dtype=param.dtype)
         optimizer.state[param][k] = v.to(device=param.device)
+
+
+def _gpu_identity(local_rank: int, local_ranks: int) -> str:
+    """This rank's GPU ("gpu <host> <id>") or why it has none ("cpu: ...").
+    A rank needs a visible device of its own: as many as ranks here."""
+    if not torch.cuda.is_available():
+        return "cpu: no CUDA device visible"
+    count = torch.cuda.device_count()
+    if count < local_ranks:
+        return (f"cpu: {local_ranks} ranks on this server but {count} "
+                f"GPU(s) visible")
+    index = local_rank % count
+    props = torch.cuda.get_device_properties(index)
+    ident = getattr(props, "uuid", None)
+    if ident is None:  # older torch: the physical index on this host
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+        ident = visible[index] if index < len(visible) and visible[index] \
+            else str(index)
+    import socket
+    return f"gpu {socket.gethostname()} {ident}"
+
+
+def choose_backend(identities: List[str]) -> Tuple[str, str]:
+    """The backend every rank uses, from all ranks' _gpu_identity() (index =
+    rank): ("nccl", "") when each rank has a GPU no other rank has, else
+    ("gloo", why). Every rank computes it from the same list, so all agree."""
+    for rank, ident in enumerate(identities):
+        if not ident.startswith("gpu "):
+            return "gloo", f"rank {rank} has no GPU ({ident[5:]})"
+    seen: Dict[str, int] = {}
+    for rank, ident in enumerate(identities):
+        if ident in seen:
+            host, _, device = ident[4:].partition(" ")
+            return "gloo", (f"ranks {seen[ident]} and {rank} share one GPU "
+                            f"(device {device} on {host}); NCCL needs one "
+                            f"per rank")
+        seen[ident] = rank
+    return "nccl", ""
+
+
+def init_distributed(timeout_s: float = 1800.0) -> torch.device:
+    """Initializes torch.distributed from the launcher's environment
+    (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE) with a backend all ranks agree on (choose_backend),
+    selects this rank's GPU when it is NCCL, and returns the device to train
+    on. With WORLD_SIZE unset or 1 it initializes nothing and returns the
+    first GPU if one is visible, else the CPU. Rank 0 prints the choice."""
+    import datetime
+    import torch.distributed as dist
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    mine = _gpu_identity(local_rank, local_ranks)
+    if world <= 1:
+        return (torch.device("cuda", 0) if mine.startswith("gpu ")
+                else torch.device("cpu"))
+    rank = int(os.environ["RANK"])
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"],
+                          int(os.environ["MASTER_PORT"]), world, rank == 0,
+                          timeout)
+    store.set(f"gandiva/gpu/{rank}", mine)
+    identities = [store.get(f"gandiva/gpu/{r}").decode() for r in range(world)]
+    backend, why = choose_backend(identities)
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, store=store, rank=rank,
+                            world_size=world, timeout=timeout)
+    if rank == 0:
+        print(f"gandiva: {world} ranks over {backend}"
+              + (f": {why}" if why else ""), file=sys.stderr, flush=True)
+    return device
 
 
 def _tell_agent(path: str, text: str) -> None:

@@ -158,6 +158,7 @@ def test_a_job_in_two_parts_trains_as_one_launcher_would(tmp_path, lib_path,
     assert (s0, s1) == (0, 0), err0 + err1
     assert "part 0 of 2: ranks 0..1 of 3" in err0
     assert "part 1 of 2: ranks 2..2 of 3" in err1
+    assert "gandiva: 3 ranks over gloo: rank 0 has no GPU" in err0
     assert f"done samples={SAMPLES} " in out0 and "world_size=3" in out0
     parts = torch.load(out)
     for name, tensor in ref.items():
@@ -230,3 +231,19 @@ def test_a_bad_part_variable_is_named(tmp_path, lib_path):
                         str(EXAMPLE)], env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "GANDIVA_MASTER_PORT='x'" in r.stderr
+
+
+def test_the_backend_is_nccl_only_when_every_rank_has_a_gpu_of_its_own():
+    from gandiva.torch import choose_backend
+    a, b = "gpu host-a GPU-1", "gpu host-b GPU-2"
+    assert choose_backend([a, b]) == ("nccl", "")
+    assert choose_backend([a]) == ("nccl", "")
+    backend, why = choose_backend([a, "cpu: no CUDA device visible", b])
+    assert backend == "gloo"
+    assert why == "rank 1 has no GPU (no CUDA device visible)"
+    backend, why = choose_backend([a, b, "gpu host-a GPU-1"])
+    assert backend == "gloo"
+    assert why.startswith("ranks 0 and 2 share one GPU (device GPU-1 on "
+                          "host-a)")
+    # One host's device 0 is not another's.
+    assert choose_backend(["gpu h1 0", "gpu h2 0"]) == ("nccl", "")
