@@ -116,14 +116,14 @@ class Cluster {
 
   // Ordered views for placement. Each calls f(const Server&) in order and
   // stops early when f returns true. Servers that are down or cordoned are
-  // never visited.
+  // never visited, nor those an Avoiding scope names.
   //
   // Servers of one affinity (0 = empty servers), least demand first.
   template <typename F>
   void ForEachWithAffinity(int affinity, F&& f) const {
     for (auto it = by_affinity_.lower_bound({affinity, -1, -1});
          it != by_affinity_.end() && std::get<0>(*it) == affinity; ++it) {
-      if (f(servers_[std::get<2>(*it)])) return;
+      if (!Avoided(std::get<2>(*it)) && f(servers_[std::get<2>(*it)])) return;
     }
   }
   // Servers with at least `min_free` free GPUs, fewest free first (best fit).
@@ -131,23 +131,41 @@ class Cluster {
   void ForEachWithFree(int min_free, F&& f) const {
     for (auto it = by_free_.lower_bound({min_free, -1}); it != by_free_.end();
          ++it) {
-      if (f(servers_[it->second])) return;
+      if (!Avoided(it->second) && f(servers_[it->second])) return;
     }
   }
   // Servers with free GPUs, most free first.
   template <typename F>
   void ForEachWithFreeDescending(F&& f) const {
     for (auto it = by_free_.rbegin(); it != by_free_.rend(); ++it) {
-      if (f(servers_[it->second])) return;
+      if (!Avoided(it->second) && f(servers_[it->second])) return;
     }
   }
   // All up servers, least demand first.
   template <typename F>
   void ForEachByDemand(F&& f) const {
     for (const auto& [demand, id] : by_demand_) {
-      if (f(servers_[id])) return;
+      if (!Avoided(id) && f(servers_[id])) return;
     }
   }
+
+  // While it lives, the placement views above skip `servers`: a policy
+  // looks for a place for a job elsewhere first (Job::start_failed_on),
+  // then, with the scope gone, everywhere. One scope at a time; `servers`
+  // must outlive it. Counts (free_gpus()...) still include those servers.
+  class Avoiding {
+   public:
+    Avoiding(const Cluster& cluster, std::span<const ServerId> servers)
+        : cluster_(cluster) {
+      cluster_.avoid_ = servers;
+    }
+    ~Avoiding() { cluster_.avoid_ = {}; }
+    Avoiding(const Avoiding&) = delete;
+    Avoiding& operator=(const Avoiding&) = delete;
+
+   private:
+    const Cluster& cluster_;
+  };
 
   // --- Mutation: the Scheduler's only. ---
 
@@ -173,6 +191,12 @@ class Cluster {
  private:
   // Whether new placements may go to `s` (indexed, its free GPUs counted).
   static bool Open(const Server& s) { return s.up && !s.cordoned; }
+  bool Avoided(int server) const {
+    for (ServerId s : avoid_) {
+      if (s.value == server) return true;
+    }
+    return false;
+  }
   void Unindex(const Server& s);
   void Index(const Server& s);
 
@@ -189,6 +213,8 @@ class Cluster {
   std::set<std::pair<int, int>> by_demand_;
   // height -> number of up servers at that height (cordoned ones included).
   std::map<int, int> heights_;
+  // The servers an Avoiding scope names (placement state, never saved).
+  mutable std::span<const ServerId> avoid_;
 };
 
 }  // namespace gandiva::core

@@ -145,6 +145,11 @@ struct Job {
   // fails.
   int start_failures = 0;
   Time start_retry_at = Time::Zero();
+  // The servers those failed starts were on (the latest
+  // kMaxStartFailedServers): policies place the next start elsewhere when
+  // they can, there only when nowhere else will do. Cleared with
+  // start_failures.
+  std::vector<ServerId> start_failed_on;
   // A Migrate of the running job is under way (it runs again where it was
   // if the migration fails).
   bool migrating_running = false;

@@ -819,6 +819,7 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
     case ActionKind::kStart:
       job.start_failures = 0;
       job.start_retry_at = Time::Zero();
+      job.start_failed_on.clear();
       job.run_since = state_.now_;
       break;
     case ActionKind::kResume:
@@ -884,6 +885,16 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
       // A job that never ran has not started yet.
       if (job.run_since == Time::Never()) job.first_started = Time::Never();
       ++job.start_failures;
+      for (GpuId g : job.gpus) {
+        const ServerId server = state_.cluster_.gpu(g).server;
+        auto& failed_on = job.start_failed_on;
+        failed_on.erase(std::remove(failed_on.begin(), failed_on.end(), server),
+                        failed_on.end());
+        failed_on.push_back(server);  // the latest last
+        if (static_cast<int>(failed_on.size()) > kMaxStartFailedServers) {
+          failed_on.erase(failed_on.begin());
+        }
+      }
       if (options_.start_attempts > 0 &&
           job.start_failures >= options_.start_attempts) {
         OnJobEnded(job, JobState::kFailed);

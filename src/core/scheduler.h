@@ -32,14 +32,18 @@ struct SchedulerOptions {
   // A job whose start fails waits start_retry_delay out of the queue before
   // it is placed again, twice as long after each further failure in a row,
   // at most kMaxStartRetryDelay; the start_attempts-th failure in a row
-  // fails the job (0: it is tried for ever). A start that succeeds clears
-  // the count. Defaults 5 attempts, 10 s.
+  // fails the job (0: it is tried for ever). Its next start goes to
+  // another server when one has room (Job::start_failed_on). A start that
+  // succeeds clears the count. Defaults 5 attempts, 10 s.
   int start_attempts = 5;
   Duration start_retry_delay = Duration::Seconds(10);
 };
 
 // The longest wait between two tries to start a job.
 inline constexpr Duration kMaxStartRetryDelay = Duration::Seconds(300);
+// How many of the servers a job's failed starts were on it remembers
+// (Job::start_failed_on), the latest.
+inline constexpr int kMaxStartFailedServers = 8;
 
 class Scheduler {
  public:

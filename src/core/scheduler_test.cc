@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/policies/fifo.h"
+#include "core/policies/registry.h"
 #include "core/test_util.h"
 
 namespace gandiva::core {
@@ -120,6 +121,97 @@ TEST(SchedulerTest, AFailedStartIsTriedAgainAfterAWaitThatDoubles) {
   auto killed = f.Send(KillRequest{b, "operator"});
   EXPECT_EQ(CountKind(killed, ActionKind::kKill), 1);
   EXPECT_EQ(f.state().cluster().free_gpus(), 4);
+}
+
+// A job's next start goes to a server other than those its failed starts
+// were on when one has room, and to one of them only when nowhere else
+// will do; a start that succeeds forgets them. Every policy.
+TEST(SchedulerTest, AFailedStartIsTriedOnAnotherServerFirst) {
+  for (const char* name :
+       {"fifo", "gandiva", "gandiva-reactive", "tiresias-las"}) {
+    SCOPED_TRACE(name);
+    SchedulerOptions o;
+    o.start_retry_delay = Duration::Seconds(1);
+    auto policy = MakePolicy(name);
+    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+    Harness h(std::move(*policy), 2, {}, o);
+    auto server_of = [&](JobId j) {
+      EXPECT_FALSE(h.job(j).gpus.empty());
+      return h.job(j).gpus.empty()
+                 ? ServerId()
+                 : h.state().cluster().gpu(h.job(j).gpus[0]).server;
+    };
+    const JobId a = h.Submit(2);
+    const ServerId first = server_of(a);
+    h.Fail(a);
+    EXPECT_EQ(h.job(a).start_failed_on, std::vector<ServerId>{first});
+
+    h.Advance(Duration::Seconds(1));
+    h.Tick();
+    ASSERT_EQ(h.job(a).in_flight, ActionKind::kStart);
+    const ServerId second = server_of(a);
+    EXPECT_NE(second, first);
+    h.Fail(a);
+    EXPECT_EQ(h.job(a).start_failed_on, (std::vector<ServerId>{first, second}));
+
+    // Both failed: one of them again, since there is nothing else.
+    h.Advance(Duration::Seconds(2));
+    h.Tick();
+    ASSERT_EQ(h.job(a).in_flight, ActionKind::kStart);
+    h.CompleteAll();
+    EXPECT_EQ(h.job(a).state, JobState::kRunning);
+    EXPECT_TRUE(h.job(a).start_failed_on.empty());
+    EXPECT_EQ(h.job(a).start_failures, 0);
+  }
+}
+
+// With the other servers full, a job goes back to the server its start
+// failed on rather than wait.
+TEST(SchedulerTest, AFailedStartGoesBackToItsServerWhenNoOtherHasRoom) {
+  SchedulerOptions o;
+  o.start_retry_delay = Duration::Seconds(1);
+  Harness h(std::make_unique<FifoPolicy>(), 2, {}, o);
+  const JobId b = h.Submit(4);  // fills a server
+  h.CompleteAll();
+  ASSERT_EQ(h.job(b).state, JobState::kRunning);
+  const JobId a = h.Submit(1);
+  const ServerId first = h.state().cluster().gpu(h.job(a).gpus[0]).server;
+  ASSERT_NE(h.state().cluster().gpu(h.job(b).gpus[0]).server, first);
+  h.Fail(a);
+  h.Advance(Duration::Seconds(1));
+  h.Tick();
+  ASSERT_EQ(h.job(a).in_flight, ActionKind::kStart);
+  EXPECT_EQ(h.state().cluster().gpu(h.job(a).gpus[0]).server, first);
+}
+
+// The servers remembered are the latest kMaxStartFailedServers, each once.
+TEST(SchedulerTest, TheServersOfFailedStartsAreBounded) {
+  SchedulerOptions o;
+  o.start_attempts = 0;
+  o.start_retry_delay = Duration::Seconds(1);
+  const int servers = kMaxStartFailedServers + 3;
+  Harness h(std::make_unique<FifoPolicy>(), servers, {}, o);
+  const JobId a = h.Submit(1);
+  std::vector<ServerId> order;
+  for (int i = 0; i < servers + 2; ++i) {
+    ASSERT_EQ(h.job(a).in_flight, ActionKind::kStart) << i;
+    order.push_back(h.state().cluster().gpu(h.job(a).gpus[0]).server);
+    h.Fail(a);
+    h.Advance(h.job(a).start_retry_at - h.now());
+    h.Tick();
+  }
+  // Each of the first kMaxStartFailedServers + 1 tries was on a new server
+  // (the avoided ones are the latest 8; the 9th try's server was forgotten
+  // by then, so tries wrap around).
+  for (int i = 1; i <= kMaxStartFailedServers; ++i) {
+    for (int k = 0; k < i; ++k) EXPECT_NE(order[i], order[k]) << i << " " << k;
+  }
+  const auto& failed_on = h.job(a).start_failed_on;
+  EXPECT_EQ(static_cast<int>(failed_on.size()), kMaxStartFailedServers);
+  EXPECT_EQ(failed_on.back(), order.back());
+  std::vector<ServerId> sorted = failed_on;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
 }
 
 // The waits stop doubling at kMaxStartRetryDelay; with start_attempts 0 a

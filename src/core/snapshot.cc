@@ -13,8 +13,9 @@ namespace {
 
 constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // Bump when the layout changes; Restore reads this version and those
-// listed in Restore (version 1: no Job::start_retry_at), refuses others.
-constexpr int32_t kVersion = 2;
+// listed in Restore (version 1: no Job::start_retry_at; 2: no
+// Job::start_failed_on), refuses others.
+constexpr int32_t kVersion = 3;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -102,6 +103,7 @@ void SaveJob(SnapshotWriter& w, const Job& j) {
   w.I32(j.move_failures);
   w.At(j.move_retry_at);
   w.At(j.start_retry_at);
+  w.Ids(j.start_failed_on);
   SaveProfile(w, j.profile);
 }
 
@@ -144,6 +146,7 @@ Job LoadJob(SnapshotReader& r, int32_t version) {
   j.move_failures = r.I32();
   j.move_retry_at = r.At();
   if (version >= 2) j.start_retry_at = r.At();
+  if (version >= 3) j.start_failed_on = r.Ids<ServerId>();
   j.profile = LoadProfile(r);
   return j;
 }
@@ -203,7 +206,7 @@ Status Scheduler::Restore(std::string_view bytes) {
     return InvalidArgument("snapshot: not a scheduler snapshot");
   }
   const int32_t version = r.I32();
-  if (version != kVersion && version != 1) {
+  if (version < 1 || version > kVersion) {
     return InvalidArgument("snapshot: version " + std::to_string(version) +
                            ", this build reads versions 1 to " +
                            std::to_string(kVersion));

@@ -138,7 +138,9 @@ void FifoPolicy::decide(const ClusterState& state, const Event& event,
       ++it;
       continue;
     }
-    auto gpus = FindGpus(cluster, head.spec.gpus, options_.relax_locality);
+    auto gpus = PlaceAvoidingFailedStarts(cluster, head, [&] {
+      return FindGpus(cluster, head.spec.gpus, options_.relax_locality);
+    });
     if (!gpus) return;
     out.Start(head.id, std::move(*gpus));
     it = state.queue().begin();  // the start left the queue
@@ -162,7 +164,9 @@ void FifoPolicy::DecideByVc(const ClusterState& state, Actions& out) {
   std::vector<int> quota(queues);
   for (int q = 0; q < queues; ++q) quota[q] = QuotaOf(state, q);
   auto try_start = [&](const Job& j, int q) {
-    auto gpus = FindGpus(cluster, j.spec.gpus, options_.relax_locality);
+    auto gpus = PlaceAvoidingFailedStarts(cluster, j, [&] {
+      return FindGpus(cluster, j.spec.gpus, options_.relax_locality);
+    });
     if (!gpus) return false;
     out.Start(j.id, std::move(*gpus));
     started_[j.id] = q;

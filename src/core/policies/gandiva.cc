@@ -221,8 +221,8 @@ bool GandivaPolicy::UnderCap(const Server& s, int more) const {
          s.demand + more <= options_.max_height * s.num_gpus();
 }
 
-bool GandivaPolicy::Place(const ClusterState& state, const Job& job,
-                          Actions& out) {
+std::optional<GandivaPolicy::Placement> GandivaPolicy::FindPlace(
+    const ClusterState& state, const Job& job) const {
   const Cluster& cluster = state.cluster();
   const int d = job.spec.gpus;
   std::optional<std::vector<GpuId>> gpus;
@@ -234,11 +234,8 @@ bool GandivaPolicy::Place(const ClusterState& state, const Job& job,
     // 1. Same affinity with room, least loaded first; 2. an empty server;
     // 3. any free GPUs: one server, best fit, else across servers.
     gpus = FindFree(cluster, d, options_.allow_split);
-    if (gpus) {
-      out.Start(job.id, std::move(*gpus));
-      return true;
-    }
-    if (!options_.time_slicing) return false;
+    if (gpus) return Placement{std::move(*gpus), /*shared=*/false};
+    if (!options_.time_slicing) return std::nullopt;
     // 4. Time-slice with jobs of the same affinity, least loaded first.
     auto share = [&](const Server& s) {
       if (s.num_gpus() < d || !UnderCap(s, d)) return false;
@@ -261,11 +258,8 @@ bool GandivaPolicy::Place(const ClusterState& state, const Job& job,
     if (static_cast<int>(acc.size()) >= d) gpus = std::move(acc);
     // 3. Free GPUs anywhere.
     if (!gpus) gpus = GatherFreeGpus(cluster, d);
-    if (gpus) {
-      out.Start(job.id, std::move(*gpus));
-      return true;
-    }
-    if (!options_.time_slicing) return false;
+    if (gpus) return Placement{std::move(*gpus), /*shared=*/false};
+    if (!options_.time_slicing) return std::nullopt;
     // 4. Share whole servers of the same affinity (then any, if starving).
     auto share_whole = [&](const Server& s) {
       if (!UnderCap(s, s.num_gpus())) return false;
@@ -279,9 +273,21 @@ bool GandivaPolicy::Place(const ClusterState& state, const Job& job,
     }
     if (static_cast<int>(acc.size()) >= d) gpus = std::move(acc);
   }
-  if (!gpus) return false;
-  std::vector<GpuId> placed = *gpus;
-  out.Assign(job.id, std::move(*gpus));
+  if (!gpus) return std::nullopt;
+  return Placement{std::move(*gpus), /*shared=*/true};
+}
+
+bool GandivaPolicy::Place(const ClusterState& state, const Job& job,
+                          Actions& out) {
+  auto place = PlaceAvoidingFailedStarts(state.cluster(), job,
+                                         [&] { return FindPlace(state, job); });
+  if (!place) return false;
+  if (!place->shared) {
+    out.Start(job.id, std::move(place->gpus));
+    return true;
+  }
+  std::vector<GpuId> placed = place->gpus;
+  out.Assign(job.id, std::move(place->gpus));
   FillIdle(state, placed, out);
   const Job& now = state.job(job.id);
   if (now.state == JobState::kSuspended) PreemptFor(state, now, false, out);

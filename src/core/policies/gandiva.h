@@ -117,7 +117,16 @@ class GandivaPolicy final : public Policy {
   // Steps 1-3 of Algorithm 1: free GPUs for `d` GPUs, or nothing.
   std::optional<std::vector<GpuId>> FindFree(const Cluster& cluster, int d,
                                              bool allow_split) const;
-  // Algorithm 1 for one job; false when it stays queued.
+  // Where Algorithm 1 puts a queued job: free GPUs, or GPUs to time-slice
+  // (shared).
+  struct Placement {
+    std::vector<GpuId> gpus;
+    bool shared = false;
+  };
+  std::optional<Placement> FindPlace(const ClusterState& state,
+                                     const Job& job) const;
+  // Algorithm 1 for one job (away from the servers its failed starts were
+  // on, when it can); false when it stays queued.
   bool Place(const ClusterState& state, const Job& job, Actions& out);
   bool UnderCap(const Server& s, int more) const;
   // Runs waiting jobs whose GPUs (some of `gpus`) are idle.

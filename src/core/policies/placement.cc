@@ -93,6 +93,8 @@ std::optional<std::vector<GpuId>> GatherFreeGpus(const Cluster& cluster,
     out.insert(out.end(), gpus->begin(), gpus->end());
     return static_cast<int>(out.size()) == count;
   });
+  // Short when a Cluster::Avoiding scope left out servers.
+  if (static_cast<int>(out.size()) < count) return std::nullopt;
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/cluster.h"
+#include "core/job.h"
 
 namespace gandiva::core {
 
@@ -22,8 +23,22 @@ std::vector<GpuId> LeastLoadedBlock(const Cluster& cluster,
                                     const Server& server, int count);
 
 // `count` free GPUs across the cluster on as few servers as possible (servers
-// with the most free GPUs first). Nothing if fewer are free.
+// with the most free GPUs first). Nothing if fewer are free (outside the
+// servers a Cluster::Avoiding scope names).
 std::optional<std::vector<GpuId>> GatherFreeGpus(const Cluster& cluster,
                                                  int count);
+
+// Runs `place()` (which returns something testable as bool: found or not)
+// first with the servers `job`'s failed starts were on avoided
+// (Job::start_failed_on), then, if that found nothing, with all servers.
+template <typename F>
+auto PlaceAvoidingFailedStarts(const Cluster& cluster, const Job& job,
+                               F&& place) -> decltype(place()) {
+  if (!job.start_failed_on.empty()) {
+    Cluster::Avoiding avoid(cluster, job.start_failed_on);
+    if (auto found = place()) return found;
+  }
+  return place();
+}
 
 }  // namespace gandiva::core

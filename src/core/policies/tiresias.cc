@@ -181,7 +181,8 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
     if (!desired[i]) continue;
     const Job& j = state.job(std::get<3>(order[i]));
     if (j.state != JobState::kQueued) continue;
-    if (auto gpus = FindGpus(cluster, j.spec.gpus)) {
+    if (auto gpus = PlaceAvoidingFailedStarts(
+            cluster, j, [&] { return FindGpus(cluster, j.spec.gpus); })) {
       out.Start(j.id, std::move(*gpus));
     }
   }

@@ -697,6 +697,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                       (after.start_retry_at - st().now()).seconds());
         line += "; start " + std::to_string(after.start_failures) +
                 " failed in a row, tried again in " + wait;
+        // Where it is not tried first (core: Job::start_failed_on).
+        std::string avoid;
+        for (core::ServerId s : after.start_failed_on) {
+          avoid +=
+              (avoid.empty() ? "" : ", ") + st().cluster().server(s).spec.name;
+        }
+        if (!avoid.empty()) {
+          line += " (away from " + avoid + " if another server has room)";
+        }
       }
     }
     History(job, what, ok, took_us, line);

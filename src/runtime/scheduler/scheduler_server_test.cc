@@ -1365,6 +1365,39 @@ TEST_F(DaemonTest, AStartThatKeepsFailingIsRetriedAfterWaitsThenFailsTheJob) {
   EXPECT_GE(starts[2].time_us() - starts[1].time_us(), 590'000);
 }
 
+// A job whose start failed on one server starts on another one next, and
+// its history says where it failed and that the next try goes elsewhere.
+TEST_F(DaemonTest, AStartThatFailedOnOneServerIsTriedOnAnother) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.start_retry_s = 0.2;
+  Client& cl = StartDaemon(o);
+  FakeAgent bad("node-a", 1, Mode::kOk);
+  FakeAgent good("node-b", 1, Mode::kOk);
+  bad.FailStarts(true);
+  // fifo tries the first server first (both have one free GPU).
+  ASSERT_TRUE(bad.Register(server_->address()).ok());
+  ASSERT_TRUE(good.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] {
+    return good.procs().count(j) == 1 && cl.Get(j).start_failures() == 0;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(bad.start_calls(j), 1);
+  EXPECT_EQ(good.start_calls(j), 1);
+  EXPECT_EQ(good.procs().count(j), 1u);
+  const rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.start_failures(), 0);
+  std::string detail;
+  for (const auto& h : info.history()) {
+    if (h.action() == "start" && !h.ok()) detail = h.detail();
+  }
+  EXPECT_NE(detail.find("start 1 failed in a row, tried again in 0.2 s (away "
+                        "from node-a if another server has room)"),
+            std::string::npos)
+      << detail;
+}
+
 // A job spanning servers whose second part cannot start: the lead's part,
 // started first, is stopped again; once that agent can start it, the next
 // try starts both.
