@@ -25,6 +25,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -391,6 +392,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // that publishing costs the live jobs, not every job ever run.
   std::mutex settled_mu;
   std::map<int64_t, rpc::JobInfo> settled_jobs;  // guarded by settled_mu
+  // Per job, its last history line when that was a failure, and how many
+  // like it came since (not written: History). GetJob shows the count.
+  struct FailureStreak {
+    std::string action, detail;
+    int64_t first_us = 0, last_us = 0;
+    int repeats = 0;
+  };
+  std::mutex streak_mu;
+  std::unordered_map<int32_t, FailureStreak> streaks;  // guarded by streak_mu
   // Every job's spec, from its submission on (guarded by settled_mu): the
   // published JobInfos leave it out, so that publishing does not copy it.
   std::map<int64_t, std::shared_ptr<const rpc::JobSpec>> specs;
@@ -509,10 +519,49 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   void History(int32_t job, const std::string& action, bool ok, int64_t took_us,
                const std::string& detail) {
-    batch.history.push_back(
-        HistoryRow{job, Now(), action, ok, took_us, detail});
+    const int64_t now = Now();
+    {
+      // A failure just like the job's last line (a policy asking each tick
+      // for a suspend an unreachable agent cannot do, say) is counted, not
+      // written; the next other line first writes how many there were.
+      std::lock_guard lock(streak_mu);
+      auto it = streaks.find(job);
+      if (it != streaks.end() && !ok && it->second.action == action &&
+          it->second.detail == detail) {
+        ++it->second.repeats;
+        it->second.last_us = now;
+        return;
+      }
+      EndStreakLocked(job);
+      if (!ok) streaks[job] = FailureStreak{action, detail, now, now, 0};
+    }
+    batch.history.push_back(HistoryRow{job, now, action, ok, took_us, detail});
     Log("job " + std::to_string(job) + ": " + action +
         (ok ? " ok" : " FAILED") + (detail.empty() ? "" : " (" + detail + ")"));
+  }
+  // Writes how often the job's last failure repeated, if it did, and
+  // forgets it.
+  void EndStreak(int32_t job) {
+    std::lock_guard lock(streak_mu);
+    EndStreakLocked(job);
+  }
+  void EndStreakLocked(int32_t job) {
+    auto it = streaks.find(job);
+    if (it == streaks.end()) return;
+    const FailureStreak& f = it->second;
+    if (f.repeats > 0) {
+      batch.history.push_back(
+          HistoryRow{job, f.last_us, f.action, false, 0, StreakLine(f)});
+      Log("job " + std::to_string(job) + ": " + f.action + " " + StreakLine(f));
+    }
+    streaks.erase(it);
+  }
+  static std::string StreakLine(const FailureStreak& f) {
+    char over[64];
+    std::snprintf(over, sizeof over, "%.1f s", (f.last_us - f.first_us) / 1e6);
+    return "failed the same way " + std::to_string(f.repeats) + " more time" +
+           (f.repeats == 1 ? "" : "s") + " in a row, the last " + over +
+           " after the first";
   }
 
   // ---------------------------------------------------------- the core
@@ -2724,6 +2773,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (IsEnded(id) && !x.proc.exists && !x.proc.checkpoint &&
           x.has_written) {
         x.settled = true;
+        EndStreak(id);
         it = unsettled.erase(it);
         std::lock_guard lock(settled_mu);
         settled_jobs[id] = std::move(info);
@@ -3421,6 +3471,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       e->set_ok(row.ok);
       e->set_took_us(row.took_us);
       e->set_detail(row.detail);
+    }
+    {
+      // The same failure still repeating: how often so far.
+      std::lock_guard lock(streak_mu);
+      auto it = streaks.find(static_cast<int32_t>(req->job_id()));
+      if (it != streaks.end() && it->second.repeats > 0) {
+        rpc::HistoryEntry* e = rep->add_history();
+        e->set_time_us(it->second.last_us);
+        e->set_action(it->second.action);
+        e->set_ok(false);
+        e->set_detail(StreakLine(it->second) + " (so far)");
+      }
     }
     return grpc::Status::OK;
   }

@@ -118,6 +118,10 @@ class FakeAgent final : public rpc::Agent::Service {
   grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* r,
                           rpc::SuspendReply* rep) override {
     std::lock_guard lock(mu_);
+    ++suspend_calls_;
+    if (fail_suspends_) {
+      return {grpc::StatusCode::UNAVAILABLE, "the agent is going away"};
+    }
     auto it = procs_.find(r->job_id());
     if (it == procs_.end()) return {grpc::StatusCode::NOT_FOUND, "no such job"};
     it->second.state = rpc::SUSPENDED;
@@ -186,6 +190,15 @@ class FakeAgent final : public rpc::Agent::Service {
   void FailCheckpoints(bool fail) {
     std::lock_guard lock(mu_);
     fail_checkpoints_ = fail;
+  }
+  // SuspendJob fails (UNAVAILABLE) and the process runs on.
+  void FailSuspends(bool fail) {
+    std::lock_guard lock(mu_);
+    fail_suspends_ = fail;
+  }
+  int suspend_calls() {
+    std::lock_guard lock(mu_);
+    return suspend_calls_;
   }
   // StartJob fails as in kFailStart.
   void FailStarts(bool fail) {
@@ -392,6 +405,8 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> reported_exits_;
   bool fail_checkpoints_ = false;  // guarded by mu_
   bool fail_starts_ = false;       // guarded by mu_
+  bool fail_suspends_ = false;     // guarded by mu_
+  int suspend_calls_ = 0;          // guarded by mu_
   std::string advertised_;         // guarded by mu_
   std::set<int64_t> ever_ran_;
   int suspends_ = 0;
@@ -631,6 +646,58 @@ TEST_F(DaemonTest, ActionsReachAgents) {
     EXPECT_EQ(cl.List(/*all=*/false).size(), 0u);
     EXPECT_EQ(cl.List(/*all=*/true).size(), 2u);
   }
+}
+
+// A policy asking each tick for a suspend the agent keeps failing: the
+// job's history has the failure once and how often it repeated (so far,
+// then for good once something else happens), not a line per tick.
+TEST_F(DaemonTest, AFailureRepeatedEachTickIsOneHistoryLineWithACount) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva";
+  o.quantum_s = 0.2;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  agent.FailSuspends(true);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(a) == 1; }));
+  const int64_t b = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.suspend_calls() >= 5; }));
+  auto suspend_lines = [&] {
+    std::vector<rpc::HistoryEntry> out;
+    const rpc::JobInfo info = cl.Get(a);
+    for (const auto& h : info.history()) {
+      if (h.action() == "suspend") out.push_back(h);
+    }
+    return out;
+  };
+  std::vector<rpc::HistoryEntry> lines = suspend_lines();
+  ASSERT_EQ(lines.size(), 2u) << cl.Get(a).DebugString();
+  EXPECT_FALSE(lines[0].ok());
+  EXPECT_NE(lines[0].detail().find("the agent is going away"),
+            std::string::npos)
+      << lines[0].detail();
+  EXPECT_NE(lines[1].detail().find("failed the same way"), std::string::npos)
+      << lines[1].detail();
+  EXPECT_NE(lines[1].detail().find("(so far)"), std::string::npos)
+      << lines[1].detail();
+
+  agent.FailSuspends(false);
+  ASSERT_TRUE(WaitFor([&] { return agent.suspends() >= 1; }));
+  ASSERT_TRUE(WaitFor([&] { return suspend_lines().size() == 3; }))
+      << cl.Get(a).DebugString();
+  lines = suspend_lines();
+  const int calls_failed = agent.suspend_calls() - agent.suspends();
+  EXPECT_FALSE(lines[1].ok());
+  EXPECT_NE(lines[1].detail().find("failed the same way " +
+                                   std::to_string(calls_failed - 1) +
+                                   " more times in a row"),
+            std::string::npos)
+      << lines[1].detail() << " (failed calls: " << calls_failed << ")";
+  EXPECT_EQ(lines[1].detail().find("so far"), std::string::npos);
+  EXPECT_TRUE(lines[2].ok());
+  EXPECT_GE(lines[1].time_us(), lines[0].time_us());
+  (void)b;
 }
 
 TEST_F(DaemonTest, TimeSlicingStartsSuspendsAndResumesEveryJob) {
