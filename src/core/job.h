@@ -124,6 +124,8 @@ struct Job {
   bool held = false;
   // Whether a process was launched for this placement (Run then resumes).
   bool launched = false;
+  // Mechanisms carried out on this job: suspends, resumes, migrations,
+  // packs and resizes (one that failed is not counted).
   int suspends = 0;
   int resumes = 0;
   int migrations = 0;

@@ -70,7 +70,28 @@ TEST(MechanismTest, MigratesARunningJobAndGoesBackOnFailure) {
   h.CompleteAll();
   EXPECT_EQ(h.job(a).state, JobState::kRunning);
   EXPECT_EQ(ServerOf(h, a), to);
-  EXPECT_EQ(h.job(a).migrations, 2);
+  EXPECT_EQ(h.job(a).migrations, 1) << "the failed one is not the job's";
+  EXPECT_EQ(h.state().counters().migrations, 2) << "actions taken";
+}
+
+// A suspend that failed is not counted as one of the job's suspends (nor
+// a failed migration as a migration); the cluster's counters count the
+// actions taken.
+TEST(MechanismTest, AFailedMechanismIsNotCountedAsTheJobs) {
+  Harness h(std::make_unique<FifoPolicy>(), 2);
+  const JobId a = h.Submit(2);
+  h.CompleteAll();
+  ASSERT_TRUE(h.TrySend(Migrate(a, 1 - ServerOf(h, a))).ok());
+  h.Fail(a);
+  EXPECT_EQ(h.job(a).migrations, 0);
+  h.Send(HoldRequest{a, true});
+  ASSERT_EQ(h.job(a).in_flight, ActionKind::kSuspend);
+  h.Fail(a);
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a).suspends, 0);
+  EXPECT_EQ(h.state().counters().suspends, 1);
+  EXPECT_EQ(h.state().counters().migrations, 1);
+  EXPECT_EQ(h.state().counters().actions_failed, 2);
 }
 
 TEST(MechanismTest, RefusesMigrationsThatCannotBeDone) {

@@ -868,6 +868,28 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
   const ActionKind kind = job.in_flight;
   job.in_flight = ActionKind::kNone;
   ++state_.counters_.actions_failed;
+  // The job's own counts are of what happened: this did not (the cluster's
+  // counters are of actions taken, failed ones included).
+  switch (kind) {
+    case ActionKind::kSuspend:
+      --job.suspends;
+      break;
+    case ActionKind::kResume:
+      --job.resumes;
+      break;
+    case ActionKind::kMigrate:
+      --job.migrations;
+      break;
+    case ActionKind::kPack:
+      --job.packs;
+      break;
+    case ActionKind::kGrow:
+    case ActionKind::kShrink:
+      --job.resizes;
+      break;
+    default:
+      break;
+  }
   if (!failed.permanent &&
       (kind == ActionKind::kMigrate || kind == ActionKind::kGrow)) {
     // Backoff: 30 s, 60 s, ... at most 30 min before a policy moves it again
