@@ -23,6 +23,13 @@
 namespace gandiva::cli {
 namespace {
 
+// "no job N", with the daemon's reason when it says more than that.
+std::string NoJob(int64_t id, const grpc::Status& st) {
+  const std::string plain = "no job " + std::to_string(id);
+  const std::string& why = st.error_message();
+  return why.empty() || why == plain ? plain : plain + " (" + why + ")";
+}
+
 using std::chrono::milliseconds;
 
 int64_t NowUs() {
@@ -104,9 +111,7 @@ class Session {
     const grpc::Status st = stub_->GetJob(Context().get(), req, info);
     if (st.ok()) return true;
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      *error =
-          "no job " + std::to_string(id) +
-          (st.error_message().empty() ? "" : " (" + st.error_message() + ")");
+      *error = NoJob(id, st);
     } else {
       *error = DescribeRpcError(st, where_);
     }
@@ -535,9 +540,7 @@ int RunAct(Act act, const JobFlags& f) {
   }
   if (!st.ok()) {
     if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      return s.Fail(
-          "no job " + std::to_string(id) +
-          (st.error_message().empty() ? "" : " (" + st.error_message() + ")"));
+      return s.Fail(NoJob(id, st));
     }
     return s.Fail(st);
   }

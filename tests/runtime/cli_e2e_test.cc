@@ -180,6 +180,17 @@ TEST_F(CliE2eTest, UpLsDown) {
     const CliRun r = Gandiva("show 999999 " + state);
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.out.find("no job 999999"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("no job 999999 ("), std::string::npos)
+        << "said twice: " << r.out;
+  }
+  for (const char* verb : {"kill", "suspend", "resume"}) {
+    const CliRun r = Gandiva(std::string(verb) + " 999999 " + state);
+    EXPECT_EQ(r.status, 1) << verb;
+    EXPECT_NE(r.out.find("gandiva " + std::string(verb) + ": no job 999999"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("no job 999999 ("), std::string::npos)
+        << "said twice: " << r.out;
   }
   // Drain the only server: nothing placed there, nowhere else to go;
   // `servers` shows it cordoned until undone.
