@@ -2611,6 +2611,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   static constexpr const char* kHeldReason =
       "held by an operator (gandiva resume releases it)";
   static std::string WaitingReason(const core::Job& j, const QueueView& v,
+                                   const core::Cluster& cluster,
                                    core::Time now) {
     const int need = j.spec.gpus;
     const auto ahead = [&] {
@@ -2621,9 +2622,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     };
     if (j.held) return kHeldReason;
     if (j.awaits_start_retry(now)) {
+      std::string where;
+      for (core::ServerId s : j.start_failed_on) {
+        where += (where.empty() ? "" : ", ") + cluster.server(s).spec.name;
+      }
       return "its start failed " + std::to_string(j.start_failures) +
-             (j.start_failures == 1 ? " time" : " times") +
-             " in a row: it waits before it is tried again";
+             (j.start_failures == 1 ? " time" : " times") + " in a row" +
+             (where.empty() ? "" : " (on " + where + ")") +
+             ": it waits before it is tried again" +
+             (where.empty() ? "" : ", on another server if one has room");
     }
     if (need > v.open_gpus) {
       return "it needs " + std::to_string(need) +
@@ -2671,7 +2678,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       info.set_start_retry_us(j.start_retry_at.micros());
     }
     if (view != nullptr && j.state == core::JobState::kQueued) {
-      info.set_waiting_reason(WaitingReason(j, *view, st().now()));
+      info.set_waiting_reason(
+          WaitingReason(j, *view, st().cluster(), st().now()));
     } else if (j.state == core::JobState::kSuspended && !j.busy()) {
       info.set_waiting_reason(
           j.held ? kHeldReason

@@ -1400,11 +1400,17 @@ TEST_F(DaemonTest, AStartThatKeepsFailingIsRetriedAfterWaitsThenFailsTheJob) {
   agent.FailStarts(true);
   ASSERT_TRUE(agent.Register(server_->address()).ok());
   const int64_t j = cl.MustSubmit(1);
+  std::string why;
   ASSERT_TRUE(WaitFor([&] {
     const rpc::JobInfo info = cl.Get(j);
+    why = info.waiting_reason();
     return info.state() == rpc::QUEUED && info.start_retry_us() > 0;
   })) << cl.Get(j).DebugString();
   EXPECT_GE(cl.Get(j).start_failures(), 1);
+  EXPECT_NE(why.find(" in a row (on node-a): it waits before it is tried "
+                     "again, on another server if one has room"),
+            std::string::npos)
+      << why;
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FAILED; }))
       << cl.Get(j).DebugString();
   std::this_thread::sleep_for(std::chrono::seconds(1));
