@@ -272,12 +272,16 @@ void Stop(const std::vector<ClusterProcess>& procs, double grace_s) {
 // Stops the processes of `record` that are alive: the scheduler first (its
 // database keeps the jobs' state), then the agents, then any job process
 // that outlived its agent. Returns how many daemons it stopped.
-size_t StopCluster(const ClusterRecord& record, double grace_s) {
+size_t StopCluster(const ClusterRecord& record, double grace_s,
+                   std::set<int64_t>* stopped_jobs = nullptr) {
   const std::vector<ClusterProcess> alive = Alive(record);
   std::map<pid_t, int64_t> jobs;
   if (const ClusterProcess* s = record.scheduler();
       s != nullptr && ProcessRuns(s->pid, BinaryOf(*s))) {
     jobs = AgentJobs(s->name);
+  }
+  if (stopped_jobs != nullptr) {
+    for (const auto& [pid, job] : jobs) stopped_jobs->insert(job);
   }
   std::vector<ClusterProcess> schedulers, agents;
   for (const auto& p : alive) {
@@ -584,7 +588,8 @@ int RunDown(const DownFlags& f) {
   const std::string dir = ResolveStateDir(f.state_dir);
   auto record = ReadClusterRecord(dir);
   size_t stopped = 0;
-  if (record) stopped = StopCluster(*record, f.grace_s);
+  std::set<int64_t> jobs;  // whose processes the agents ran
+  if (record) stopped = StopCluster(*record, f.grace_s, &jobs);
   std::error_code ec;
   fs::remove(ClusterRecordPath(dir), ec);
   fs::remove(fs::path(dir) / "scheduler.addr", ec);
@@ -596,6 +601,20 @@ int RunDown(const DownFlags& f) {
   } else {
     std::printf("gandiva down: stopped %zu processes (state in %s)\n", stopped,
                 dir.c_str());
+  }
+  if (!jobs.empty() && !f.purge) {
+    // Their processes went with the agents: say what becomes of them.
+    std::string ids;
+    for (int64_t j : jobs) {
+      ids += (ids.empty() ? "" : ", ") + std::to_string(j);
+    }
+    std::printf(
+        "gandiva down: %zu job%s stopped mid-run (%s %s): at the next "
+        "`gandiva up` %s started again from the beginning (a job that "
+        "reads checkpoints it wrote itself goes on from those)\n",
+        jobs.size(), jobs.size() == 1 ? "" : "s",
+        jobs.size() == 1 ? "job" : "jobs", ids.c_str(),
+        jobs.size() == 1 ? "it is" : "they are");
   }
   if (f.purge) {
     // Only what `up` creates: never a whole directory a user pointed at.

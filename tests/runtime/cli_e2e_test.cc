@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "tests/runtime/harness.h"
 
@@ -213,9 +215,38 @@ TEST_F(CliE2eTest, UpLsDown) {
               std::string::npos);
   }
 
+  // A job still running when the cluster goes down: `down` says it was
+  // stopped mid-run and what becomes of it.
+  const fs::path sleeper =
+      Write("sleeper.yaml", "name: sleeper\ncommand: sleep 600\n");
+  const CliRun sleeping = Gandiva("submit " + sleeper.string() + " " + state);
+  ASSERT_EQ(sleeping.status, 0) << sleeping.out;
+  const std::string sleeper_id =
+      sleeping.out.substr(sleeping.out.find_first_of("0123456789"));
+  const int64_t sleeper_job = std::stoll(sleeper_id);
+  bool running = false;
+  for (int i = 0; i < 100 && !running; ++i) {
+    const CliRun shown =
+        Gandiva("show " + std::to_string(sleeper_job) + " " + state);
+    // Started: its start is in the history (an action's line comes when
+    // the agent has carried it out).
+    const size_t history = shown.out.find("history:");
+    running = shown.out.find("running on agent-0") != std::string::npos &&
+              history != std::string::npos &&
+              shown.out.find("start", history) != std::string::npos;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(running) << Gandiva("ls " + state).out;
+
   const CliRun down = Gandiva("down " + state);
   EXPECT_EQ(down.status, 0) << down.out;
   EXPECT_NE(down.out.find("stopped"), std::string::npos) << down.out;
+  EXPECT_NE(down.out.find("1 job stopped mid-run (job " +
+                          std::to_string(sleeper_job) +
+                          "): at the next `gandiva up` it is started again "
+                          "from the beginning"),
+            std::string::npos)
+      << down.out;
   {
     const CliRun again = Gandiva("down " + state);
     EXPECT_EQ(again.status, 0) << again.out;
