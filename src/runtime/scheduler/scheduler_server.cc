@@ -550,9 +550,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (it == streaks.end()) return;
     const FailureStreak& f = it->second;
     if (f.repeats > 0) {
+      std::string line = StreakLine(f);
+      Log("job " + std::to_string(job) + ": " + f.action + " " + line);
       batch.history.push_back(
-          HistoryRow{job, f.last_us, f.action, false, 0, StreakLine(f)});
-      Log("job " + std::to_string(job) + ": " + f.action + " " + StreakLine(f));
+          HistoryRow{job, f.last_us, f.action, false, 0, std::move(line)});
     }
     streaks.erase(it);
   }
@@ -747,11 +748,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         line += "; start " + std::to_string(after.start_failures) +
                 " failed in a row, tried again in " + wait;
         // Where it is not tried first (core: Job::start_failed_on).
-        std::string avoid;
-        for (core::ServerId s : after.start_failed_on) {
-          avoid +=
-              (avoid.empty() ? "" : ", ") + st().cluster().server(s).spec.name;
-        }
+        const std::string avoid = StartFailedOn(after, st().cluster());
         if (!avoid.empty()) {
           line += " (away from " + avoid + " if another server has room)";
         }
@@ -2218,6 +2215,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     x.proc = was;
     x.exit_code = was_code;
     batch.history.pop_back();
+    // Nor is the line a failure streak would count the next report against.
+    std::lock_guard lock(streak_mu);
+    streaks.erase(id);
     return false;
   }
   static grpc::Status ReportAgain(int32_t id) {
@@ -2608,6 +2608,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     return v;
   }
+  // The names of the servers `j`'s failed starts were on, "" if none.
+  static std::string StartFailedOn(const core::Job& j,
+                                   const core::Cluster& cluster) {
+    std::string names;
+    for (core::ServerId s : j.start_failed_on) {
+      names += (names.empty() ? "" : ", ") + cluster.server(s).spec.name;
+    }
+    return names;
+  }
   static constexpr const char* kHeldReason =
       "held by an operator (gandiva resume releases it)";
   static std::string WaitingReason(const core::Job& j, const QueueView& v,
@@ -2622,10 +2631,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     };
     if (j.held) return kHeldReason;
     if (j.awaits_start_retry(now)) {
-      std::string where;
-      for (core::ServerId s : j.start_failed_on) {
-        where += (where.empty() ? "" : ", ") + cluster.server(s).spec.name;
-      }
+      const std::string where = StartFailedOn(j, cluster);
       return "its start failed " + std::to_string(j.start_failures) +
              (j.start_failures == 1 ? " time" : " times") + " in a row" +
              (where.empty() ? "" : " (on " + where + ")") +

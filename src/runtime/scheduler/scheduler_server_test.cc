@@ -936,7 +936,9 @@ TEST_F(DaemonTest, AnExitMarkedKilledDoesNotEndARunningJob) {
 }
 
 // An exit the daemon cannot log (its store refuses the write) is not
-// answered: the agent keeps it, reports it again, and the job ends once.
+// answered: the agent keeps it, reports it again, and the job ends once,
+// with one exit line: a success, and a failure (whose line, not written
+// the first time, is not taken for a repeat of itself).
 TEST_F(DaemonTest, AnExitThatCannotBeLoggedIsReportedAgainAndCountsOnce) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
@@ -944,36 +946,46 @@ TEST_F(DaemonTest, AnExitThatCannotBeLoggedIsReportedAgainAndCountsOnce) {
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
   ASSERT_TRUE(agent.Register(server_->address()).ok());
-  const int64_t j = cl.MustSubmit(1);
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
-  server_->Sync();
+  for (const int code : {0, 3}) {
+    SCOPED_TRACE(code);
+    const int64_t j = cl.MustSubmit(1);
+    ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+    server_->Sync();
 
-  // Another connection holds the database's write lock: the daemon's
-  // append waits out its busy timeout (5 s), then fails; so may a write of
-  // the state before it (the report's deadline allows for both).
-  sqlite3* other = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_ / "gandiva.db").c_str(), &other), SQLITE_OK);
-  sqlite3_busy_timeout(other, 10'000);  // the daemon may be writing now
-  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  agent.Exit(j, 0);
-  const grpc::Status refused = agent.Report(std::chrono::seconds(60));
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::ABORTED);
-  EXPECT_NE(refused.error_message().find("report it again"), std::string::npos)
-      << refused.error_message();
-  EXPECT_EQ(agent.reported_exits()[j], 0);  // kept
-  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+    // Another connection holds the database's write lock: the daemon's
+    // append waits out its busy timeout (5 s), then fails; so may a write
+    // of the state before it (the report's deadline allows for both).
+    sqlite3* other = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_ / "gandiva.db").c_str(), &other), SQLITE_OK);
+    sqlite3_busy_timeout(other, 10'000);  // the daemon may be writing now
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    agent.Exit(j, code);
+    const grpc::Status refused = agent.Report(std::chrono::seconds(60));
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::ABORTED);
+    EXPECT_NE(refused.error_message().find("report it again"),
+              std::string::npos)
+        << refused.error_message();
+    EXPECT_EQ(agent.reported_exits()[j], 0);  // kept
+    EXPECT_EQ(cl.State(j), rpc::RUNNING);
 
-  ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(other);
-  ASSERT_TRUE(agent.Report().ok());
-  EXPECT_EQ(agent.reported_exits()[j], 1);
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
-  int exits = 0;
-  const rpc::JobInfo info = cl.Get(j);
-  for (const auto& h : info.history()) exits += h.action() == "exit";
-  EXPECT_EQ(exits, 1);
+    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(other);
+    ASSERT_TRUE(agent.Report().ok());
+    EXPECT_EQ(agent.reported_exits()[j], 1);
+    const rpc::JobState end = code == 0 ? rpc::FINISHED : rpc::FAILED;
+    ASSERT_TRUE(WaitFor([&] { return cl.State(j) == end; }));
+    int exits = 0;
+    const rpc::JobInfo info = cl.Get(j);
+    for (const auto& h : info.history()) {
+      if (h.action() != "exit") continue;
+      ++exits;
+      EXPECT_EQ(h.detail().find("the same way"), std::string::npos)
+          << "the exit's own line, not a count: " << h.detail();
+    }
+    EXPECT_EQ(exits, 1) << info.DebugString();
+  }
 }
 
 // FIFO, two agents that checkpoint but cannot receive (a move fails once
