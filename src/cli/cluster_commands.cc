@@ -199,10 +199,16 @@ std::vector<ClusterProcess> Alive(const ClusterRecord& record) {
   return out;
 }
 
-// Job processes the agents run now (pid -> job id), asked before they stop
-// so that none outlives `down`.
-std::map<pid_t, int64_t> AgentJobs(const std::string& scheduler) {
-  std::map<pid_t, int64_t> out;
+// A job process an agent runs.
+struct AgentJob {
+  int64_t job_id = 0;
+  std::string agent;  // the agent's name
+};
+
+// Job processes the agents run now (by pid), asked before they stop so that
+// none outlives `down`.
+std::map<pid_t, AgentJob> AgentJobs(const std::string& scheduler) {
+  std::map<pid_t, AgentJob> out;
   auto stub = ConnectScheduler(scheduler);
   rpc::ListServersReply servers;
   if (!stub->ListServers(Context(milliseconds(3000)).get(), rpc::Empty(),
@@ -219,7 +225,9 @@ std::map<pid_t, int64_t> AgentJobs(const std::string& scheduler) {
                      rpc::AgentStatusRequest(), &status)
             .ok()) {
       for (const auto& j : status.jobs()) {
-        if (j.pid() > 0) out[static_cast<pid_t>(j.pid())] = j.job_id();
+        if (j.pid() > 0) {
+          out[static_cast<pid_t>(j.pid())] = AgentJob{j.job_id(), s.name()};
+        }
       }
     }
   }
@@ -269,32 +277,41 @@ void Stop(const std::vector<ClusterProcess>& procs, double grace_s) {
   }
 }
 
+// How long a local cluster's agent may take to stop beyond the grace
+// period: its jobs first save a checkpoint (gandiva-agent
+// --stop-checkpoint-timeout-ms, 20 s by default).
+constexpr double kAgentSaveS = 20;
+
 // Stops the processes of `record` that are alive: the scheduler first (its
-// database keeps the jobs' state), then the agents, then any job process
-// that outlived its agent. Returns how many daemons it stopped.
+// database keeps the jobs' state), then the agents (each has its jobs save
+// a checkpoint where they can, and stops the rest), then any job process
+// that outlived its agent. Returns how many daemons it stopped; the jobs
+// the agents ran go in *stopped_jobs (job id -> agent name).
 size_t StopCluster(const ClusterRecord& record, double grace_s,
-                   std::set<int64_t>* stopped_jobs = nullptr) {
+                   std::map<int64_t, std::string>* stopped_jobs = nullptr) {
   const std::vector<ClusterProcess> alive = Alive(record);
-  std::map<pid_t, int64_t> jobs;
+  std::map<pid_t, AgentJob> jobs;
   if (const ClusterProcess* s = record.scheduler();
       s != nullptr && ProcessRuns(s->pid, BinaryOf(*s))) {
     jobs = AgentJobs(s->name);
   }
   if (stopped_jobs != nullptr) {
-    for (const auto& [pid, job] : jobs) stopped_jobs->insert(job);
+    for (const auto& [pid, job] : jobs) {
+      (*stopped_jobs)[job.job_id] = job.agent;
+    }
   }
   std::vector<ClusterProcess> schedulers, agents;
   for (const auto& p : alive) {
     (p.role == "scheduler" ? schedulers : agents).push_back(p);
   }
   Stop(schedulers, grace_s);
-  Stop(agents, grace_s);
+  Stop(agents, grace_s + kAgentSaveS);
   for (const auto& [pid, job] : jobs) {
-    if (IsJobProcess(pid, job)) {
+    if (IsJobProcess(pid, job.job_id)) {
       std::fprintf(stderr,
                    "gandiva down: job %lld (pid %d) outlived its agent: "
                    "SIGKILL\n",
-                   static_cast<long long>(job), static_cast<int>(pid));
+                   static_cast<long long>(job.job_id), static_cast<int>(pid));
       ::kill(-pid, SIGKILL);
       ::kill(pid, SIGKILL);
     }
@@ -588,7 +605,7 @@ int RunDown(const DownFlags& f) {
   const std::string dir = ResolveStateDir(f.state_dir);
   auto record = ReadClusterRecord(dir);
   size_t stopped = 0;
-  std::set<int64_t> jobs;  // whose processes the agents ran
+  std::map<int64_t, std::string> jobs;  // whose processes the agents ran
   if (record) stopped = StopCluster(*record, f.grace_s, &jobs);
   std::error_code ec;
   fs::remove(ClusterRecordPath(dir), ec);
@@ -603,18 +620,38 @@ int RunDown(const DownFlags& f) {
                 dir.c_str());
   }
   if (!jobs.empty() && !f.purge) {
-    // Their processes went with the agents: say what becomes of them.
-    std::string ids;
-    for (int64_t j : jobs) {
-      ids += (ids.empty() ? "" : ", ") + std::to_string(j);
+    // Their processes went with the agents: say what becomes of them. An
+    // agent records each checkpoint it keeps (held-checkpoint).
+    std::vector<int64_t> saved, lost;
+    for (const auto& [job, agent] : jobs) {
+      const fs::path held = fs::path(CheckpointRoot(dir)) / agent / "jobs" /
+                            std::to_string(job) / "held-checkpoint";
+      (fs::exists(held, ec) ? saved : lost).push_back(job);
     }
-    std::printf(
-        "gandiva down: %zu job%s stopped mid-run (%s %s): at the next "
-        "`gandiva up` %s started again from the beginning (a job that "
-        "reads checkpoints it wrote itself goes on from those)\n",
-        jobs.size(), jobs.size() == 1 ? "" : "s",
-        jobs.size() == 1 ? "job" : "jobs", ids.c_str(),
-        jobs.size() == 1 ? "it is" : "they are");
+    auto list = [](const std::vector<int64_t>& ids) {
+      std::string out = ids.size() == 1 ? "job " : "jobs ";
+      for (size_t i = 0; i < ids.size(); ++i) {
+        out += (i == 0 ? "" : ", ") + std::to_string(ids[i]);
+      }
+      return out;
+    };
+    if (!saved.empty()) {
+      std::printf(
+          "gandiva down: %zu job%s stopped mid-run after saving a "
+          "checkpoint (%s): at the next `gandiva up` %s on from %s\n",
+          saved.size(), saved.size() == 1 ? "" : "s", list(saved).c_str(),
+          saved.size() == 1 ? "it goes" : "they go",
+          saved.size() == 1 ? "it" : "them");
+    }
+    if (!lost.empty()) {
+      std::printf(
+          "gandiva down: %zu job%s stopped mid-run without a checkpoint "
+          "(%s): at the next `gandiva up` %s started again from the "
+          "beginning (a job that reads checkpoints it wrote itself goes on "
+          "from those)\n",
+          lost.size(), lost.size() == 1 ? "" : "s", list(lost).c_str(),
+          lost.size() == 1 ? "it is" : "they are");
+    }
   }
   if (f.purge) {
     // Only what `up` creates: never a whole directory a user pointed at.
@@ -692,7 +729,8 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
                    "Also remove the state: database, logs, agents' work "
                    "directories");
     down->add_option("--grace-s", f->grace_s,
-                     "Seconds between SIGTERM and SIGKILL")
+                     "Seconds between SIGTERM and SIGKILL (agents get 20 s "
+                     "more: their jobs save a checkpoint first)")
         ->capture_default_str();
     down->callback([f, &exit_code] { exit_code = RunDown(*f); });
   }

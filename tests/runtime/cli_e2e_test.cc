@@ -215,8 +215,17 @@ TEST_F(CliE2eTest, UpLsDown) {
               std::string::npos);
   }
 
-  // A job still running when the cluster goes down: `down` says it was
-  // stopped mid-run and what becomes of it.
+  // Jobs still running when the cluster goes down: `down` says they were
+  // stopped mid-run and what becomes of each: one that uses the job-side
+  // library saves a checkpoint and goes on from it at the next `up`, one
+  // without starts again from the beginning.
+  const fs::path saver =
+      Write("saver.yaml", std::string("name: saver\ncommand: exec ") +
+                              GANDIVA_AGENT_TEST_JOB + " 1000000 20 --state\n");
+  const CliRun saving = Gandiva("submit " + saver.string() + " " + state);
+  ASSERT_EQ(saving.status, 0) << saving.out;
+  const int64_t saver_job =
+      std::stoll(saving.out.substr(saving.out.find_first_of("0123456789")));
   const fs::path sleeper =
       Write("sleeper.yaml", "name: sleeper\ncommand: sleep 600\n");
   const CliRun sleeping = Gandiva("submit " + sleeper.string() + " " + state);
@@ -237,11 +246,30 @@ TEST_F(CliE2eTest, UpLsDown) {
     if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(running) << Gandiva("ls " + state).out;
+  // The saver has passed a few mini-batches (its library is attached).
+  auto trained = [&](int64_t job) {
+    const CliRun shown = Gandiva("show " + std::to_string(job) + " " + state);
+    const size_t at = shown.out.find("progress:");
+    return at == std::string::npos ? 0 : std::atoll(shown.out.c_str() + at + 9);
+  };
+  bool going = false;
+  for (int i = 0; i < 100 && !going; ++i) {
+    going = trained(saver_job) >= 5;
+    if (!going) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(going)
+      << Gandiva("show " + std::to_string(saver_job) + " " + state).out;
 
   const CliRun down = Gandiva("down " + state);
   EXPECT_EQ(down.status, 0) << down.out;
   EXPECT_NE(down.out.find("stopped"), std::string::npos) << down.out;
-  EXPECT_NE(down.out.find("1 job stopped mid-run (job " +
+  EXPECT_NE(down.out.find("1 job stopped mid-run after saving a checkpoint "
+                          "(job " +
+                          std::to_string(saver_job) +
+                          "): at the next `gandiva up` it goes on from it"),
+            std::string::npos)
+      << down.out;
+  EXPECT_NE(down.out.find("1 job stopped mid-run without a checkpoint (job " +
                           std::to_string(sleeper_job) +
                           "): at the next `gandiva up` it is started again "
                           "from the beginning"),
@@ -257,6 +285,21 @@ TEST_F(CliE2eTest, UpLsDown) {
     EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_NE(r.out.find("run `gandiva up`"), std::string::npos) << r.out;
   }
+  // Up again: the saver goes on from its checkpoint.
+  up = Gandiva("up " + state);
+  ASSERT_EQ(up.status, 0) << up.out;
+  bool resumed = false;
+  CliRun shown;
+  for (int i = 0; i < 200 && !resumed; ++i) {
+    shown = Gandiva("show " + std::to_string(saver_job) + " " + state);
+    resumed =
+        shown.out.find("from the checkpoint kept there") != std::string::npos;
+    if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(resumed) << shown.out;
+  EXPECT_NE(shown.out.find("holds a checkpoint of it"), std::string::npos)
+      << shown.out;
+  ASSERT_EQ(Gandiva("down " + state).status, 0);
   const CliRun purge = Gandiva("down --purge " + state);
   EXPECT_EQ(purge.status, 0) << purge.out;
   EXPECT_FALSE(fs::exists(dir_ / "state")) << purge.out;

@@ -210,38 +210,35 @@ Process* TestCluster::agent(const std::string& name) {
   return nullptr;
 }
 
-bool TestCluster::StartAgents(std::string* error) {
-  for (int i = 0; i < options_.agents; ++i) {
-    const std::string name = "agent-" + std::to_string(i);
-    const fs::path work = dir_ / name;
-    fs::create_directories(work);
-    std::vector<std::string> argv = {GANDIVA_AGENT_BIN,
-                                     "--scheduler",
-                                     address_,
-                                     "--listen",
-                                     "127.0.0.1:0",
-                                     "--name",
-                                     name,
-                                     "--virtual-gpus",
-                                     std::to_string(options_.gpus_per_agent),
-                                     "--virtual-only",
-                                     "--work-dir",
-                                     work.string(),
-                                     "--checkpoint-dir",
-                                     (work / "checkpoints").string(),
-                                     "--report-interval-ms",
-                                     "200"};
-    const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
-    argv.insert(argv.end(), tls.begin(), tls.end());
-    argv.insert(argv.end(), options_.agent_args.begin(),
-                options_.agent_args.end());
-    auto p = Process::Start(argv, dir_ / (name + ".log"));
-    if (p == nullptr) {
-      *error = "cannot start " GANDIVA_AGENT_BIN;
-      return false;
-    }
-    agents_.push_back(std::move(p));
-  }
+std::vector<std::string> TestCluster::AgentArgv(int i) const {
+  const std::string name = "agent-" + std::to_string(i);
+  const fs::path work = dir_ / name;
+  fs::create_directories(work);
+  std::vector<std::string> argv = {GANDIVA_AGENT_BIN,
+                                   "--scheduler",
+                                   address_,
+                                   "--listen",
+                                   "127.0.0.1:0",
+                                   "--name",
+                                   name,
+                                   "--virtual-gpus",
+                                   std::to_string(options_.gpus_per_agent),
+                                   "--virtual-only",
+                                   "--work-dir",
+                                   work.string(),
+                                   "--checkpoint-dir",
+                                   (work / "checkpoints").string(),
+                                   "--report-interval-ms",
+                                   "200"};
+  const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
+  argv.insert(argv.end(), tls.begin(), tls.end());
+  argv.insert(argv.end(), options_.agent_args.begin(),
+              options_.agent_args.end());
+  return argv;
+}
+
+bool TestCluster::AgentsUp(const std::set<std::string>& names,
+                           std::string* error) {
   const bool all_up = WaitUntil(
       [&] {
         grpc::ClientContext ctx;
@@ -249,9 +246,11 @@ bool TestCluster::StartAgents(std::string* error) {
                          std::chrono::seconds(5));
         rpc::ListServersReply reply;
         if (!stub_->ListServers(&ctx, rpc::Empty(), &reply).ok()) return false;
-        int up = 0;
-        for (const auto& s : reply.servers()) up += s.up() ? 1 : 0;
-        return up == options_.agents;
+        size_t up = 0;
+        for (const auto& s : reply.servers()) {
+          up += s.up() && names.contains(s.name()) ? 1 : 0;
+        }
+        return up == names.size();
       },
       std::chrono::seconds(60));
   if (!all_up) {
@@ -259,6 +258,41 @@ bool TestCluster::StartAgents(std::string* error) {
     return false;
   }
   return true;
+}
+
+bool TestCluster::StartAgents(std::string* error) {
+  std::set<std::string> names;
+  for (int i = 0; i < options_.agents; ++i) {
+    const std::string name = "agent-" + std::to_string(i);
+    auto p = Process::Start(AgentArgv(i), dir_ / (name + ".log"));
+    if (p == nullptr) {
+      *error = "cannot start " GANDIVA_AGENT_BIN;
+      return false;
+    }
+    agents_.push_back(std::move(p));
+    names.insert(name);
+  }
+  return AgentsUp(names, error);
+}
+
+bool TestCluster::RestartAgent(const std::string& name, std::string* error) {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    if ("agent-" + std::to_string(i) != name) continue;
+    // Its jobs save their checkpoints first (20 s at most), then the rest
+    // are killed (10 s).
+    agents_[i]->Stop(std::chrono::seconds(40));
+    const fs::path log =
+        dir_ / (name + "." + std::to_string(++agent_restarts_) + ".log");
+    auto p = Process::Start(AgentArgv(static_cast<int>(i)), log);
+    if (p == nullptr) {
+      *error = "cannot start " GANDIVA_AGENT_BIN;
+      return false;
+    }
+    agents_[i] = std::move(p);
+    return AgentsUp({name}, error);
+  }
+  *error = "no agent " + name;
+  return false;
 }
 
 bool TestCluster::Start(std::string* error) {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,11 @@ class TestCluster {
   bool StartScheduler(int port, std::string* error);
   // Starts every agent and waits until all are registered and up.
   bool StartAgents(std::string* error);
+  // Stops the agent (SIGTERM, as Process::Stop; nothing if it has exited)
+  // and starts it again with the same name, work and checkpoint
+  // directories (its log in a new file); waits until it is registered and
+  // up.
+  bool RestartAgent(const std::string& name, std::string* error);
   // Both.
   bool Start(std::string* error);
   // The daemon's and agents' logs, for failure messages.
@@ -145,6 +151,11 @@ class TestCluster {
   std::unique_ptr<Process> scheduler_;
   std::vector<std::unique_ptr<Process>> agents_;
   int scheduler_starts_ = 0;
+  int agent_restarts_ = 0;
+
+  std::vector<std::string> AgentArgv(int i) const;
+  // Waits until the daemon lists these agents as up.
+  bool AgentsUp(const std::set<std::string>& names, std::string* error);
 };
 
 // TestCluster::PythonSpec and TrainSpec for jobs working in `dir`.

@@ -219,5 +219,107 @@ TEST_F(RuntimeE2eTest, SchedulerCrashLosesNoJob) {
   }
 }
 
+// (c) An agent restarted (SIGTERM, then started again as an operator
+// upgrading it would) and then the whole cluster stopped and started again
+// as `gandiva down` and `gandiva up` do (the daemon first, then the agent):
+// each time the jobs save a checkpoint as their agent stops and go on from
+// it when it is back, so each finishes with exactly the mini-batches it
+// asked for, having started from scratch once.
+TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
+  TestCluster c({.agents = 1, .gpus_per_agent = 2});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  constexpr int kSteps = 600;
+  constexpr int kStepMs = 20;
+  std::set<int64_t> ids;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t id = c.Submit(
+        c.TrainSpec("stop-" + std::to_string(i), "cnn", kSteps, i, kStepMs),
+        &error);
+    ASSERT_GT(id, 0) << error;
+    ids.insert(id);
+  }
+  // Every job trained at least `floor` mini-batches, none has ended.
+  std::map<int64_t, rpc::JobInfo> jobs;
+  auto all_past = [&](int64_t floor) {
+    return WaitUntil(
+        [&] {
+          bool ok = false;
+          auto now = c.Jobs(&ok);
+          if (!ok) return false;
+          jobs = now;
+          for (int64_t id : ids) {
+            auto it = jobs.find(id);
+            if (it == jobs.end() ||
+                it->second.progress().minibatches() < floor) {
+              return false;
+            }
+          }
+          return true;
+        },
+        seconds(180), milliseconds(200));
+  };
+  ASSERT_TRUE(all_past(50)) << Describe(jobs) << c.Logs();
+
+  // 1. The agent alone restarts.
+  ASSERT_TRUE(c.RestartAgent("agent-0", &error)) << error;
+  std::map<int64_t, int64_t> saved_at;
+  for (int64_t id : ids) {
+    const rpc::JobInfo j = c.Job(id);
+    EXPECT_FALSE(IsEnded(j.state())) << Describe(c, id);
+    const auto stops = c.History(id, "stop");
+    ASSERT_EQ(stops.size(), 1u) << Describe(c, id);
+    EXPECT_TRUE(stops[0].ok());
+    EXPECT_NE(stops[0].detail().find("saved a checkpoint at mini-batch"),
+              std::string::npos)
+        << stops[0].detail();
+    saved_at[id] = j.progress().minibatches();
+  }
+  // Each goes on: past where it was saved, from its checkpoint.
+  int64_t floor = 0;
+  for (const auto& [id, n] : saved_at) floor = std::max(floor, n + 30);
+  ASSERT_TRUE(all_past(floor)) << Describe(jobs) << c.Logs();
+  for (int64_t id : ids) {
+    const auto restarts = c.History(id, "restart");
+    ASSERT_FALSE(restarts.empty()) << Describe(c, id);
+    EXPECT_NE(restarts.back().detail().find("from the checkpoint kept there"),
+              std::string::npos)
+        << Describe(c, id);
+  }
+
+  // 2. The daemon stops, then the agent; both start again.
+  const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
+  c.scheduler()->Stop();
+  c.agent("agent-0")->Stop(seconds(40));
+  ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
+  ASSERT_TRUE(c.RestartAgent("agent-0", &error)) << error;
+
+  const bool all_ended = WaitUntil(
+      [&] {
+        bool ok = false;
+        auto now = c.Jobs(&ok);
+        if (!ok) return false;
+        jobs = now;
+        for (int64_t id : ids) {
+          if (!jobs.contains(id) || !IsEnded(jobs[id].state())) return false;
+        }
+        return true;
+      },
+      seconds(240), milliseconds(200));
+  ASSERT_TRUE(all_ended) << Describe(jobs) << c.Logs();
+  for (int64_t id : ids) {
+    const rpc::JobInfo j = c.Job(id);
+    ExpectFinishedExactlyOnce(c, j, kSteps);
+    // The second stop, seen by the daemon only as the job missing from
+    // the agent that came back holding its checkpoint.
+    const auto stops = c.History(id, "stop");
+    ASSERT_EQ(stops.size(), 2u) << Describe(c, id);
+    EXPECT_NE(stops[1].detail().find("holds a checkpoint of it"),
+              std::string::npos)
+        << stops[1].detail();
+    EXPECT_TRUE(c.History(id, "lost").empty()) << Describe(c, id);
+  }
+}
+
 }  // namespace
 }  // namespace gandiva::e2e

@@ -1243,6 +1243,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     req.set_sockets(inventory->sockets());
     req.set_switches_per_socket(inventory->switches_per_socket());
     for (const JobView& v : supervisor->Jobs()) *req.add_jobs() = ToAgentJob(v);
+    for (int64_t id : supervisor->HeldCheckpoints()) req.add_checkpoints(id);
     *req.mutable_capabilities() = ToCapabilities();
     rpc::RegisterAgentReply reply;
     auto ctx = CallContext();
@@ -1269,6 +1270,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_minibatches(e.minibatches);
       x->set_superseded(e.superseded);
       x->set_killed(e.killed);
+      x->set_checkpoint_kept(e.checkpoint_kept);
       SetMetric(e.metric, x);
     }
     for (const JobView& v : supervisor->Jobs()) {
@@ -1426,13 +1428,27 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       server->Shutdown(std::chrono::system_clock::now() +
                        std::chrono::seconds(2));
     }
-    supervisor->KillAll();
+    // The reporter stops first: an exit of a job saved below must not
+    // reach the daemon before it is marked checkpoint_kept.
     {
       std::lock_guard<std::mutex> lock(rep_mu);
       stopping = true;
     }
     rep_cv.notify_all();
     if (reporter.joinable()) reporter.join();
+    if (options.stop_checkpoint_timeout.count() > 0) {
+      std::vector<std::string> failures;
+      const std::vector<int64_t> saved = supervisor->CheckpointForStop(
+          options.stop_checkpoint_timeout, &failures);
+      for (int64_t id : saved) {
+        Log("job " + std::to_string(id) + ": saved its checkpoint, kept in " +
+            supervisor->HeldCheckpoint(id) + " for when this agent runs again");
+      }
+      for (const std::string& why : failures) {
+        Log("stopping without a checkpoint: " + why);
+      }
+    }
+    supervisor->KillAll();
     if (log_capper.joinable()) log_capper.join();
     if (caps_thread.joinable()) caps_thread.join();
     // Last try to hand over the exits of the jobs just killed.
@@ -1506,6 +1522,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
       options.receive_timeout.count() <= 0) {
     return core::InvalidArgument("--checkpoint-timeout-ms: must be positive");
   }
+  if (options.stop_checkpoint_timeout.count() < 0) {
+    return core::InvalidArgument("--stop-checkpoint-timeout-ms: must be >= 0");
+  }
   if (options.bulk_accept_timeout.count() <= 0) {
     return core::InvalidArgument("bulk_accept_timeout: must be positive");
   }
@@ -1553,6 +1572,14 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   for (int64_t id : impl->supervisor->KillLeftovers()) {
     raw->Log("job " + std::to_string(id) +
              ": killed the process an earlier run of this agent left running");
+  }
+  // Checkpoints an earlier run kept (saved as it stopped, or left by a
+  // move): the daemon learns of them at registration and restarts the
+  // jobs it still wants here from them.
+  for (int64_t id : impl->supervisor->RecoverCheckpoints()) {
+    raw->Log("job " + std::to_string(id) + ": holding the checkpoint in " +
+             impl->supervisor->HeldCheckpoint(id) +
+             " that an earlier run of this agent kept");
   }
 
   grpc::ServerBuilder builder;

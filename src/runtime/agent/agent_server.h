@@ -64,6 +64,14 @@ struct AgentOptions {
   std::string checkpoint_root;
   // CheckpointJob: request -> the job exited with its checkpoint saved.
   std::chrono::milliseconds checkpoint_timeout{60000};
+  // Shutdown first has every job that can save its state without CRIU (it
+  // uses the job-side library, or is restartable; not a part of a
+  // multi-server job) save a checkpoint and exit, all at once, each within
+  // this; the daemon is told (JobExit.checkpoint_kept) and the checkpoints
+  // stay in checkpoint_root, so that the jobs go on from them when an agent
+  // with this name and checkpoint root registers again. The rest are
+  // killed. 0: kill every job without saving.
+  std::chrono::milliseconds stop_checkpoint_timeout{20000};
   // ReceiveCheckpoint: the whole call (transfer, restore, first mini-batch).
   std::chrono::milliseconds receive_timeout{60000};
   // Suspend/CheckpointJob of a job this young that has not attached to its
@@ -161,8 +169,9 @@ class AgentServer {
   // Wakes the reporter: a Report goes out now.
   void ReportNow();
 
-  // Stops serving, kills the jobs (SIGTERM, then SIGKILL after the grace
-  // period), tries once to report their exits, stops the reporter.
+  // Stops serving and the reporter, has the jobs that can save a checkpoint
+  // and exit (stop_checkpoint_timeout), kills the rest (SIGTERM, then
+  // SIGKILL after the grace period), tries once to report their exits.
   void Shutdown();
   // Blocks until Shutdown (called from another thread).
   void Wait();

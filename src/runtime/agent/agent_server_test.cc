@@ -634,6 +634,57 @@ TEST_F(MigrationTest, CheckpointOfARunningJobThenResumeLocalThenKillDrops) {
             grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+// An agent that stops has each job that can save its state do so and exit
+// (its exit reported with checkpoint_kept); the others are killed. The next
+// agent on the same checkpoint root holds those checkpoints again, lists
+// them when it registers, and starts the job from its checkpoint.
+TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
+  StartAgent();
+  ASSERT_TRUE(
+      StartOn(stub_.get(), StartReq(1, 1, Job("100000 5 --state --big 300")))
+          .ok());
+  rpc::StartJobRequest plain = StartReq(2, 2, "exec sleep 1000");
+  plain.set_gpus(0, 1);
+  ASSERT_TRUE(StartOn(stub_.get(), plain).ok());
+  ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  agent_->Shutdown();
+
+  ASSERT_EQ(daemon_->ExitsOf(1).size(), 1u);
+  const rpc::JobExit saved = daemon_->ExitsOf(1)[0];
+  EXPECT_EQ(saved.exit_code(), 75);
+  EXPECT_TRUE(saved.checkpoint_kept());
+  EXPECT_GE(saved.minibatches(), 3);
+  EXPECT_EQ(SavedCount(Ckpt(1)), saved.minibatches());
+  ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);
+  EXPECT_FALSE(daemon_->ExitsOf(2)[0].checkpoint_kept());
+  EXPECT_FALSE(std::filesystem::exists(Ckpt(2)));
+
+  agent_.reset();
+  const size_t before = daemon_->registrations().size();
+  StartAgent();
+  ASSERT_TRUE(
+      WaitUntil([&] { return daemon_->registrations().size() > before; }));
+  const rpc::RegisterAgentRequest reg = daemon_->registrations().back();
+  EXPECT_EQ(reg.jobs_size(), 0);
+  ASSERT_EQ(reg.checkpoints_size(), 1);
+  EXPECT_EQ(reg.checkpoints(0), 1);
+  EXPECT_EQ(agent_->supervisor().HeldCheckpoint(1), Ckpt(1));
+
+  const int64_t n = saved.minibatches();
+  rpc::StartJobRequest again =
+      StartReq(1, 3, Job(std::to_string(n + 5) + " 5 --state --big 300"));
+  again.set_resume_local(true);
+  grpc::Status s = StartOn(stub_.get(), again);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(agent_->supervisor().WaitForExit(1, 20s));
+  const std::string log = Log(dir_, 1);
+  EXPECT_NE(log.find("restored " + std::to_string(n)), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
+  EXPECT_NE(log.find("minibatches " + std::to_string(n + 5)), std::string::npos)
+      << log;
+}
+
 TEST_F(MigrationTest, CheckpointOfASuspendedJobSavesWhereItStopped) {
   StartAgent();
   ASSERT_TRUE(

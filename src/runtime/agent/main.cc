@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   int kill_grace_ms = 10000;
   int suspend_timeout_ms = 30000;
   int checkpoint_timeout_ms = 60000;
+  int stop_checkpoint_timeout_ms = 20000;
   CLI::App app{"gandiva-agent: the gandiva node agent (one per GPU server)"};
   app.add_option("--scheduler", o.scheduler_address,
                  "HOST:PORT of the gandiva-scheduler daemon; several, "
@@ -52,6 +53,14 @@ int main(int argc, char** argv) {
                  "and a warm start to receive and load (ReceiveCheckpoint)")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600000));
+  app.add_option("--stop-checkpoint-timeout-ms", stop_checkpoint_timeout_ms,
+                 "On SIGINT/SIGTERM, give each job that can save a checkpoint "
+                 "(it uses the job-side library, or is restartable) this long "
+                 "to save one and exit: it goes on from it when this agent "
+                 "runs again (same --name and --checkpoint-dir). 0: kill "
+                 "every job without saving")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600000));
   bool no_bulk_transfer = false;
   app.add_flag("--no-bulk-transfer", no_bulk_transfer,
                "Move checkpoints between agents over the gRPC stream only: "
@@ -108,6 +117,8 @@ int main(int argc, char** argv) {
   o.kill_grace = std::chrono::milliseconds(kill_grace_ms);
   o.suspend_timeout = std::chrono::milliseconds(suspend_timeout_ms);
   o.checkpoint_timeout = std::chrono::milliseconds(checkpoint_timeout_ms);
+  o.stop_checkpoint_timeout =
+      std::chrono::milliseconds(stop_checkpoint_timeout_ms);
   o.receive_timeout = std::chrono::milliseconds(checkpoint_timeout_ms);
 
   // SIGINT/SIGTERM are taken by sigwait below; every thread inherits the

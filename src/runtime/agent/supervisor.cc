@@ -242,6 +242,7 @@ struct Supervisor::JobRec {
   // Restored by CRIU: it ran without the library before, so it is not
   // waited for to attach (library_start_grace).
   bool without_library = false;
+  bool gang = false;  // one part of a multi-server job (StartParams.gang_env)
   std::thread waiter;
   std::mutex action_mu;  // serialises Suspend/Resume/Kill of this job
   std::atomic<bool> exited{false};
@@ -623,6 +624,7 @@ core::StatusOr<std::shared_ptr<Supervisor::JobRec>> Supervisor::NewJobRec(
   job->restartable = params.restartable;
   job->warm = params.warm;
   job->without_library = params.without_library;
+  job->gang = !params.gang_env.empty();
   std::error_code ec;
   std::filesystem::create_directories(JobDir(params.job_id), ec);
   if (ec) {
@@ -1078,6 +1080,13 @@ void Supervisor::AckExits(uint64_t up_to_seq) {
 core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
                                                         int resize_to,
                                                         bool reply_when_saved) {
+  return CheckpointWithin(job_id, resize_to, reply_when_saved,
+                          options_.checkpoint_timeout, /*allow_criu=*/true);
+}
+
+core::StatusOr<CheckpointResult> Supervisor::CheckpointWithin(
+    int64_t job_id, int resize_to, bool reply_when_saved,
+    std::chrono::milliseconds timeout, bool allow_criu) {
   const auto t0 = Clock::now();
   const std::string what = JobIdText(job_id);
   if (resize_to < 0 || resize_to > static_cast<int>(GANDIVA_REQUEST_ARG_MAX)) {
@@ -1099,23 +1108,31 @@ core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
   // A job that has just started may not have reached the library yet.
   if (!was_suspended && !job->without_library &&
       job->reader->state() == client::JobState::kNew) {
-    PollUntil(*job,
-              std::min(t0 + options_.checkpoint_timeout,
-                       job->started + options_.library_start_grace),
-              [&] { return job->reader->state() != client::JobState::kNew; });
+    PollUntil(
+        *job,
+        std::min(t0 + timeout, job->started + options_.library_start_grace),
+        [&] { return job->reader->state() != client::JobState::kNew; });
   }
   const client::ProgressSnapshot snap = job->reader->Read();
   const bool library = snap.pid > 0 && snap.state != client::JobState::kNew &&
                        snap.state != client::JobState::kExited;
   if (library || job->restartable) {
     auto r = library ? CheckpointLibrary(job, resize_to, was_suspended,
-                                         reply_when_saved && resize_to == 0, t0)
-                     : CheckpointRestart(job, was_suspended, t0);
+                                         reply_when_saved && resize_to == 0,
+                                         timeout, t0)
+                     : CheckpointRestart(job, was_suspended, timeout, t0);
     // A job that trains on (its save failed) keeps no checkpoint.
     if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
     return r;
   }
   const Capabilities caps = capabilities();
+  if (!allow_criu) {
+    job->checkpointing.store(false);
+    return core::FailedPrecondition(
+        what +
+        " cannot save its state: it does not use the gandiva job-side "
+        "library and is not declared restartable");
+  }
   if (caps.criu && resize_to == 0) {
     auto r = CheckpointCriu(job, caps.criu_path, was_suspended, t0);
     if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
@@ -1164,7 +1181,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointCriu(
     r.exit_code = -SIGKILL;
     r.exiting = true;
   }
-  held_[job->job_id] = dir;
+  HoldLocked(job->job_id, dir);
   lock.unlock();
   DirStats(dir, &r.bytes, &r.files);
   r.took_us = MicrosSince(t0);
@@ -1173,9 +1190,10 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointCriu(
 
 core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
-    bool reply_when_saved, Clock::time_point t0) {
+    bool reply_when_saved, std::chrono::milliseconds timeout,
+    Clock::time_point t0) {
   const std::string what = JobIdText(job->job_id);
-  const auto end = t0 + options_.checkpoint_timeout;
+  const auto end = t0 + timeout;
   const client::RequestKind kind =
       resize_to > 0 ? client::RequestKind::kResize
                     : client::RequestKind::kCheckpointAndExit;
@@ -1237,7 +1255,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     r.exit_code = code;
     r.exiting = exiting;
     std::lock_guard<std::mutex> lock(mu_);
-    held_[job->job_id] = dir;
+    HoldLocked(job->job_id, dir);
     return r;
   }
   // Failed or timed out: cancel the request and put the job back.
@@ -1245,8 +1263,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
   std::string reason =
       failed ? "its save failed (" + PageErrorName(s.last_result) + ")"
              : "it did not save and exit within " +
-                   std::to_string(options_.checkpoint_timeout.count()) +
-                   " ms (page state " +
+                   std::to_string(timeout.count()) + " ms (page state " +
                    std::string(client::JobStateName(s.state)) + ")";
   if (was_suspended) {
     auto again = SuspendLocked(job, Clock::now());
@@ -1262,7 +1279,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
 
 core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
     const std::shared_ptr<JobRec>& job, bool was_suspended,
-    Clock::time_point t0) {
+    std::chrono::milliseconds timeout, Clock::time_point t0) {
   const std::string what = JobIdText(job->job_id);
   const pid_t pgid = job->pid;
   kill(-pgid, SIGTERM);
@@ -1272,13 +1289,10 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
     if (job->state == RunState::kSuspended) job->state = RunState::kRunning;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (!exited_cv_.wait_for(lock, options_.checkpoint_timeout,
-                           [&] { return job->exited.load(); })) {
-    return core::Status(
-        core::StatusCode::kUnavailable,
-        what + " (restartable) did not exit within " +
-            std::to_string(options_.checkpoint_timeout.count()) +
-            " ms of SIGTERM");
+  if (!exited_cv_.wait_for(lock, timeout, [&] { return job->exited.load(); })) {
+    return core::Status(core::StatusCode::kUnavailable,
+                        what + " (restartable) did not exit within " +
+                            std::to_string(timeout.count()) + " ms of SIGTERM");
   }
   CheckpointResult r;
   r.exit_code = job->exit_code;
@@ -1289,7 +1303,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
   r.method = "restart";
   r.minibatches = static_cast<int64_t>(job->reader->minibatches());
   lock.lock();
-  held_[job->job_id] = dir;
+  HoldLocked(job->job_id, dir);
   return r;
 }
 
@@ -1382,7 +1396,7 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
   }
   if (hold) {
     std::lock_guard<std::mutex> lock(mu_);
-    held_[job_id] = IncomingDir(job_id);
+    HoldLocked(job_id, IncomingDir(job_id));
   }
   return r;
 }
@@ -1395,7 +1409,7 @@ std::string Supervisor::HeldCheckpoint(int64_t job_id) const {
 
 void Supervisor::HoldCheckpoint(int64_t job_id, const std::string& dir) {
   std::lock_guard<std::mutex> lock(mu_);
-  held_[job_id] = dir;
+  HoldLocked(job_id, dir);
 }
 
 bool Supervisor::DropCheckpoint(int64_t job_id) {
@@ -1403,6 +1417,7 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     had = held_.erase(job_id) > 0;
+    unlink(HeldRecordPath(job_id).c_str());
   }
   // The checkpoint and incoming directories; their parent too when that
   // leaves it empty (it also holds the job's log when checkpoints live in
@@ -1413,6 +1428,112 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
   std::filesystem::remove(
       std::filesystem::path(CheckpointDir(job_id)).parent_path(), ec);
   return had;
+}
+
+std::string Supervisor::HeldRecordPath(int64_t job_id) const {
+  return std::filesystem::path(CheckpointDir(job_id)).parent_path().string() +
+         "/held-checkpoint";
+}
+
+void Supervisor::HoldLocked(int64_t job_id, const std::string& dir) {
+  held_[job_id] = dir;
+  // On disk too, for the next agent on this checkpoint root
+  // (RecoverCheckpoints): written whole or not at all.
+  const std::string path = HeldRecordPath(job_id);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << dir << '\n';
+    f.flush();
+    if (!f) {
+      unlink(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+}
+
+std::vector<int64_t> Supervisor::RecoverCheckpoints() {
+  const std::string& root = options_.checkpoint_root.empty()
+                                ? options_.work_dir
+                                : options_.checkpoint_root;
+  std::vector<int64_t> found;
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(root + "/jobs", ec)) {
+    const std::string name = entry.path().filename().string();
+    char* end = nullptr;
+    const long long id = std::strtoll(name.c_str(), &end, 10);
+    if (name.empty() || end == nullptr || *end != '\0' || id <= 0) continue;
+    const std::string record = HeldRecordPath(id);
+    std::ifstream f(record);
+    std::string dir;
+    if (!f || !std::getline(f, dir)) continue;
+    int64_t bytes = 0;
+    int files = 0;
+    DirStats(dir, &bytes, &files);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (files == 0) {
+      // Its files are gone (a ramdisk emptied by a reboot, an operator):
+      // nothing to resume from.
+      unlink(record.c_str());
+      continue;
+    }
+    auto job = jobs_.find(id);
+    if (job != jobs_.end() && !job->second->exited.load()) continue;
+    held_.emplace(id, dir);
+    found.push_back(id);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::vector<int64_t> Supervisor::HeldCheckpoints() const {
+  std::vector<int64_t> ids;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, dir] : held_) ids.push_back(id);
+  return ids;
+}
+
+std::vector<int64_t> Supervisor::CheckpointForStop(
+    std::chrono::milliseconds timeout, std::vector<std::string>* failures) {
+  std::vector<int64_t> candidates;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, job] : jobs_) {
+      // A warm start has nothing of its own to save yet; a gang's part
+      // cannot be saved without its other parts.
+      if (job->exited.load() || job->warm || job->gang) continue;
+      candidates.push_back(id);
+    }
+  }
+  std::mutex out_mu;
+  std::vector<int64_t> saved;
+  std::vector<std::thread> savers;
+  savers.reserve(candidates.size());
+  for (int64_t id : candidates) {
+    savers.emplace_back([&, id] {
+      auto r = CheckpointWithin(id, 0, false, timeout, /*allow_criu=*/false);
+      std::lock_guard<std::mutex> out(out_mu);
+      if (!r.ok()) {
+        if (failures != nullptr) failures->push_back(r.status().message());
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto e = exits_.rbegin(); e != exits_.rend(); ++e) {
+          if (e->job_id == id) {
+            e->checkpoint_kept = true;
+            break;
+          }
+        }
+      }
+      saved.push_back(id);
+    });
+  }
+  for (auto& t : savers) t.join();
+  std::sort(saved.begin(), saved.end());
+  return saved;
 }
 
 void Supervisor::SetCapabilities(const Capabilities& caps) {

@@ -183,6 +183,10 @@ struct ExitRecord {
   // It ended because Kill() was called while it ran (the daemon's KillJob),
   // not by itself nor when the agent stopped (KillAll).
   bool killed = false;
+  // It ended because the agent stopped (CheckpointForStop), having saved its
+  // checkpoint, which is held here (HeldCheckpoint): not the job's end; it
+  // goes on from there when an agent on this checkpoint root runs it again.
+  bool checkpoint_kept = false;
   client::Metric metric;  // the job's last reported one (its final one)
 };
 
@@ -224,6 +228,17 @@ class Supervisor {
   core::Status Kill(int64_t job_id);
   // Kills every live job concurrently, as Kill does.
   void KillAll();
+  // Before an agent stops: every live job that can save its training state
+  // without CRIU (it attached the library, or is restartable), other than
+  // a warm start and a part of a multi-server job, is checkpointed as for a
+  // migration (Checkpoint), all at once, each within `timeout`; each saved
+  // job's exit is marked checkpoint_kept and its checkpoint held (on disk
+  // too, for RecoverCheckpoints). The jobs that could not be saved are left
+  // as they were (for KillAll), the reasons in *failures when given.
+  // Returns the ids of the jobs saved.
+  std::vector<int64_t> CheckpointForStop(
+      std::chrono::milliseconds timeout,
+      std::vector<std::string>* failures = nullptr);
 
   // Migration / resize, source side: the job saves its state and exits.
   // A job attached to its page gets a checkpoint-and-exit request (resize
@@ -274,6 +289,15 @@ class Supervisor {
   // Deletes CHECKPOINT_ROOT/jobs/<id> (checkpoint and incoming) and forgets
   // the held checkpoint. True if there was one.
   bool DropCheckpoint(int64_t job_id);
+  // Every held checkpoint is also recorded in
+  // CHECKPOINT_ROOT/jobs/<id>/held-checkpoint (its directory) until it is
+  // dropped. This takes up the checkpoints an earlier agent on this
+  // checkpoint root held (one that stopped, or crashed): those whose files
+  // are still there are held again (a record whose files are gone is
+  // removed). Call at start, before starting jobs. Returns their job ids.
+  std::vector<int64_t> RecoverCheckpoints();
+  // The jobs whose checkpoint is held here, by id.
+  std::vector<int64_t> HeldCheckpoints() const;
 
   // Found in the background at agent start; used for the refusal reason of
   // Checkpoint(), MPS env of packed jobs and JobView::sharing.
@@ -314,11 +338,18 @@ class Supervisor {
   core::StatusOr<SuspendResult> SuspendLocked(
       const std::shared_ptr<JobRec>& job,
       std::chrono::steady_clock::time_point t0);  // job->action_mu held
+  // Checkpoint() bounded by `timeout`; without allow_criu a job that needs
+  // CRIU is refused.
+  core::StatusOr<CheckpointResult> CheckpointWithin(
+      int64_t job_id, int resize_to, bool reply_when_saved,
+      std::chrono::milliseconds timeout, bool allow_criu);
   core::StatusOr<CheckpointResult> CheckpointLibrary(
       const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
-      bool reply_when_saved, std::chrono::steady_clock::time_point t0);
+      bool reply_when_saved, std::chrono::milliseconds timeout,
+      std::chrono::steady_clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointRestart(
       const std::shared_ptr<JobRec>& job, bool was_suspended,
+      std::chrono::milliseconds timeout,
       std::chrono::steady_clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointCriu(
       const std::shared_ptr<JobRec>& job, const std::string& criu,
@@ -337,6 +368,9 @@ class Supervisor {
   bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
                  const std::function<bool()>& pred) const;
   std::vector<int> CpusFor(const std::vector<int>& gpus) const;
+  // held_[job_id] = dir, and its record on disk. Requires mu_.
+  void HoldLocked(int64_t job_id, const std::string& dir);
+  std::string HeldRecordPath(int64_t job_id) const;
 
   const SupervisorOptions options_;
   const std::function<void(const ExitRecord&)> on_exit_;

@@ -11,6 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <thread>
+#include <vector>
 
 #include "client/progress_reader.h"
 #include "runtime/agent/test_util.h"
@@ -520,6 +523,87 @@ TEST_F(SupervisorTest, AJobsProcessRecordGoesWithIt) {
   EXPECT_FALSE(ProcessGroupMembers(again->pid).empty());
   EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/jobs/4/process." +
                                       std::to_string(again->pid)));
+}
+
+// A held checkpoint is recorded on disk until it is dropped, so that the
+// next supervisor on the same checkpoint root holds it again; a record
+// whose files are gone is removed instead.
+TEST_F(SupervisorTest, HeldCheckpointsOutliveTheSupervisor) {
+  namespace fs = std::filesystem;
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  std::string five, six;
+  {
+    Supervisor sup(o);
+    for (int64_t id : {5, 6}) {
+      const std::string dir = sup.CheckpointDir(id);
+      fs::create_directories(dir);
+      std::ofstream(dir + "/state") << "minibatches " << id;
+      sup.HoldCheckpoint(id, dir);
+    }
+    five = sup.CheckpointDir(5);
+    six = sup.CheckpointDir(6);
+    EXPECT_EQ(sup.HeldCheckpoints(), (std::vector<int64_t>{5, 6}));
+  }
+  // Job 6's files went (a ramdisk emptied by a reboot); its record stays.
+  fs::remove_all(six);
+  const std::string record6 = o.checkpoint_root + "/jobs/6/held-checkpoint";
+  ASSERT_TRUE(fs::exists(record6));
+  {
+    Supervisor next(o);
+    EXPECT_TRUE(next.HeldCheckpoints().empty());  // only once asked
+    EXPECT_EQ(next.RecoverCheckpoints(), std::vector<int64_t>{5});
+    EXPECT_EQ(next.HeldCheckpoint(5), five);
+    EXPECT_EQ(next.HeldCheckpoint(6), "");
+    EXPECT_FALSE(fs::exists(record6));
+    // Dropped: gone for good, record and all.
+    EXPECT_TRUE(next.DropCheckpoint(5));
+    EXPECT_FALSE(fs::exists(o.checkpoint_root + "/jobs/5"));
+  }
+  Supervisor last(o);
+  EXPECT_TRUE(last.RecoverCheckpoints().empty());
+}
+
+// Before an agent stops: a restartable job is stopped with SIGTERM (it
+// saves its own checkpoint) and its exit marked checkpoint_kept; a job
+// without the library that is not restartable is left as it was, with the
+// reason; a warm start is not asked.
+TEST_F(SupervisorTest, CheckpointForStopSavesTheJobsThatCan) {
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  o.library_start_grace = 200ms;
+  Supervisor sup(o);
+  StartParams restartable =
+      Job(1,
+          "trap 'echo saved > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
+          "while :; do sleep 0.05; done");
+  restartable.restartable = true;
+  ASSERT_TRUE(sup.Start(restartable).ok());
+  ASSERT_TRUE(sup.Start(Job(2, "exec sleep 1000")).ok());
+  StartParams warm = Job(3, "exec sleep 1000");
+  warm.warm = true;
+  ASSERT_TRUE(sup.Start(warm).ok());
+  std::this_thread::sleep_for(300ms);  // the shell sets its trap
+
+  std::vector<std::string> failures;
+  const std::vector<int64_t> saved = sup.CheckpointForStop(10s, &failures);
+  EXPECT_EQ(saved, std::vector<int64_t>{1});
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_NE(failures[0].find("job 2"), std::string::npos) << failures[0];
+  EXPECT_NE(failures[0].find("not declared restartable"), std::string::npos)
+      << failures[0];
+  EXPECT_EQ(ReadFile(sup.CheckpointDir(1) + "/own"), "saved\n");
+  EXPECT_EQ(sup.HeldCheckpoint(1), sup.CheckpointDir(1));
+  EXPECT_TRUE(
+      std::filesystem::exists(o.checkpoint_root + "/jobs/1/held-checkpoint"));
+  // Jobs 2 and 3 run on, for KillAll.
+  EXPECT_EQ(sup.Job(2)->state, RunState::kRunning);
+  EXPECT_EQ(sup.Job(3)->state, RunState::kRunning);
+  sup.KillAll();
+  std::map<int64_t, bool> kept;
+  for (const ExitRecord& e : sup.PendingExits())
+    kept[e.job_id] = e.checkpoint_kept;
+  EXPECT_EQ(kept, (std::map<int64_t, bool>{{1, true}, {2, false}, {3, false}}));
 }
 
 TEST_F(SupervisorTest, DestructionKillsLiveJobs) {

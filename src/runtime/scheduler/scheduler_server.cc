@@ -265,6 +265,8 @@ struct AgentConn {
   // list; decided at its first report (their exits may still come).
   bool reconcile_pending = false;
   std::set<int32_t> missing;
+  // The jobs whose checkpoint it said it holds at registration.
+  std::set<int32_t> held;
   rpc::AgentCapabilities caps;
 };
 
@@ -837,7 +839,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const bool suspends =
         a.kind == ActionKind::kSuspend || a.kind == ActionKind::kUnpack;
     if (suspends && !x.proc.exists) {
-      Reply(job, aid, what, true, 0, "no process to stop; it restarts afresh");
+      Reply(job, aid, what, true, 0,
+            x.proc.checkpoint
+                ? "no process to stop; it resumes from the checkpoint kept "
+                  "on " +
+                      agents[static_cast<size_t>(x.proc.server.value)].name
+                : "no process to stop; it restarts afresh");
       return;
     }
     if (x.proc.gang()) {
@@ -986,17 +993,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           st().job(JobId(job)).state == core::JobState::kRunning &&
           !x->proc.exists && x->proc.checkpoint &&
           x->proc.server == from.server) {
-        RestartAtSource(job, from);
+        RestartAtSource(job, from, "the move failed");
       }
     });
   }
 
-  // After a move failed once the job had checkpointed: starts it again
-  // where it was, from the checkpoint its agent kept (resume_local).
-  // The process counts as there from now on: an action that comes
-  // meanwhile (a suspend, a kill, another move) is queued behind the start
-  // (the executor runs one job's calls in order) and acts on it.
-  void RestartAtSource(int32_t job, const Proc& from) {
+  // After a move failed once the job had checkpointed, or when an agent
+  // that kept a job's checkpoint is back (`why`, for the history): starts
+  // it again where it was, from the checkpoint its agent kept
+  // (resume_local). The process counts as there from now on: an action
+  // that comes meanwhile (a suspend, a kill, another move) is queued behind
+  // the start (the executor runs one job's calls in order) and acts on it.
+  void RestartAtSource(int32_t job, const Proc& from, const std::string& why) {
     JobExtra* x = Extra(job);
     if (from.gang()) {
       RestartGangAtSource(job, from);
@@ -1037,9 +1045,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
         // Killed or moved on meanwhile: that action, queued behind this
         // start, dealt with the process.
-        History(
-            job, "restart", true, took,
-            "on " + name + " from the checkpoint kept there (the move failed)");
+        History(job, "restart", true, took,
+                "on " + name + " from the checkpoint kept there (" + why + ")");
       });
     });
   }
@@ -2093,6 +2100,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       KillAt(id, stray, InternalActionId());
     }
     a.missing.clear();
+    a.held.clear();
+    for (int64_t id64 : r.checkpoints()) {
+      const auto id = static_cast<int32_t>(id64);
+      if (id64 != id) continue;
+      if (LiveJob(id64) && !IsEnded(id)) {
+        a.held.insert(id);
+        continue;
+      }
+      // The checkpoint of a job that has ended (or that this daemon never
+      // ran): nothing will start from it.
+      Log("job " + std::to_string(id64) + ": dropping the checkpoint agent '" +
+          a.name + "' keeps (the job has ended)");
+      KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
+    }
     for (auto& [id, x] : extras) {
       if (!x.proc.exists || !x.proc.On(a.id) || IsEnded(id)) continue;
       auto rep = reported.find(id);
@@ -2135,6 +2156,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         (void)Feed(core::ActionFailed{j.in_flight_id, JobId(id), {}, detail});
       }
     }
+    for (auto& [id, x] : extras) {
+      // Waiting here for the checkpoint it saved when the agent stopped
+      // (after the loop above: a restart here makes it exist).
+      if (IsEnded(id) || x.proc.exists || !x.proc.checkpoint ||
+          x.proc.server != a.id || x.proc.gang()) {
+        continue;
+      }
+      const core::Job& j = st().job(JobId(id));
+      if (!a.held.contains(id)) {
+        x.proc.checkpoint = false;
+        History(id, "lost", false, 0,
+                "agent '" + a.name +
+                    "' is back without the checkpoint it kept; the job "
+                    "starts again from the beginning");
+        if (j.state == JobState::kRunning && !j.busy()) Relaunch(id);
+        continue;
+      }
+      if (j.state == JobState::kRunning && !j.busy()) {
+        RestartAtSource(id, x.proc, "agent '" + a.name + "' is back");
+      }
+    }
     a.reconcile_pending = true;
   }
 
@@ -2144,7 +2186,19 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     JobExtra& x = *Extra(id);
     x.proc.exists = false;
     const core::Job& j = st().job(JobId(id));
-    History(id, "lost", false, 0, "agent '" + a.name + "' no longer runs it");
+    // Its agent keeps a checkpoint of it (saved as the agent stopped, its
+    // exit not heard of; or one a move left there): it goes on from that.
+    const bool held =
+        !x.proc.gang() && x.proc.server == a.id && a.held.contains(id);
+    if (held) x.proc.checkpoint = true;
+    if (held) {
+      History(id, "stop", true, 0,
+              "agent '" + a.name +
+                  "' no longer runs it but holds a checkpoint of it (the "
+                  "agent stopped or restarted)");
+    } else {
+      History(id, "lost", false, 0, "agent '" + a.name + "' no longer runs it");
+    }
     if (x.proc.gang()) {
       // Its other parts cannot train on without this one: they go too, and
       // the job starts afresh as a whole (their exits are not its end).
@@ -2155,6 +2209,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       switch (j.in_flight) {
         case ActionKind::kResume:
           if (it != pending.end()) {
+            if (held && !it->second.relocate) {
+              it->second.relocate = true;
+              // From the checkpoint, where the core resumes it.
+              Proc from = x.proc;
+              from.checkpoint = true;
+              x.proc.exists = x.proc.leaving = true;
+              x.proc.checkpoint = false;
+              Move(it->second, from);
+              return;
+            }
             // Start it afresh where the core resumes it.
             it->second.relocate = true;
             x.proc.exists = true;
@@ -2173,8 +2237,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           core::ActionFailed{j.in_flight_id, JobId(id), {}, "process lost"});
       return;
     }
-    if (j.state != JobState::kRunning) return;  // resumes as a fresh start
-    // The core believes it runs: launch it again where it is placed.
+    // Suspended: it resumes from the checkpoint if there is one, else
+    // afresh.
+    if (j.state != JobState::kRunning) return;
+    if (held) {
+      RestartAtSource(id, x.proc, "agent '" + a.name + "' kept it");
+      return;
+    }
+    Relaunch(id);
+  }
+
+  // A job the core believes runs, whose process is gone and of which no
+  // checkpoint is kept: launched again from scratch where it is placed.
+  void Relaunch(int32_t id) {
+    JobExtra& x = *Extra(id);
     if (x.proc.gang()) {
       RelaunchGang(id);
       return;
@@ -2277,6 +2353,23 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         continue;
       }
       if (!x->proc.exists || x->proc.server != a.id) continue;
+      if (e.checkpoint_kept() && !x->proc.gang()) {
+        // The agent stopped; the job saved its state there first, and
+        // waits for the agent to be back to go on from it (or, should it
+        // stay away, for the server to be declared down and the job
+        // placed again).
+        if (IsEnded(id)) continue;
+        x->proc.exists = false;
+        x->proc.checkpoint = true;
+        if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+        CopyMetric(e, &x->progress);
+        x->progress.set_minibatch_rate(0);
+        History(id, "stop", true, 0,
+                "agent '" + a.name + "' stopped; the job saved a checkpoint " +
+                    "at mini-batch " + std::to_string(e.minibatches()) +
+                    ", kept there: it goes on from it when the agent is back");
+        continue;
+      }
       // Killed at a daemon's request while the job goes on: that process
       // was being replaced (a restart, a move's fallback), the exit to
       // ignore perhaps counted by a daemon that has died since. Whatever

@@ -168,6 +168,7 @@ class FakeAgent final : public rpc::Agent::Service {
                        rpc::KillReply*) override {
     std::lock_guard lock(mu_);
     procs_.erase(r->job_id());
+    if (!r->keep_checkpoint()) kept_.erase(r->job_id());
     ++kills_[r->job_id()];
     return grpc::Status::OK;
   }
@@ -228,6 +229,34 @@ class FakeAgent final : public rpc::Agent::Service {
     e.set_superseded(superseded);
     e.set_killed(killed);
     outbox_.push_back(e);
+  }
+  // The agent stops, the job saving its checkpoint at mini-batch
+  // `minibatches` first: the exit says so (JobExit.checkpoint_kept) and the
+  // checkpoint is kept, listed at the next registration.
+  void StopSaving(int64_t job, int64_t minibatches) {
+    std::lock_guard lock(mu_);
+    procs_.erase(job);
+    kept_.insert(job);
+    rpc::JobExit e;
+    e.set_job_id(job);
+    e.set_exit_code(75);
+    e.set_minibatches(minibatches);
+    e.set_checkpoint_kept(true);
+    outbox_.push_back(e);
+  }
+  // Lists a checkpoint of the job at the next registrations.
+  void Keep(int64_t job) {
+    std::lock_guard lock(mu_);
+    kept_.insert(job);
+  }
+  // The kept checkpoints are gone (a ramdisk emptied).
+  void ForgetCheckpoints() {
+    std::lock_guard lock(mu_);
+    kept_.clear();
+  }
+  std::set<int64_t> kept() {
+    std::lock_guard lock(mu_);
+    return kept_;
   }
   // Forgets a job without an exit (as if the node lost it).
   void Lose(int64_t job) {
@@ -374,6 +403,7 @@ class FakeAgent final : public rpc::Agent::Service {
       j->set_state(p.state);
       for (int32_t g : p.gpus) j->add_gpus(g);
     }
+    for (int64_t id : kept_) r.add_checkpoints(id);
     rpc::RegisterAgentReply rep;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -394,6 +424,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::string sched_addr_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
+  std::set<int64_t> kept_;  // checkpoints held
   std::map<int64_t, rpc::Progress> progress_;
   std::vector<int64_t> gpu_memory_;
   std::vector<rpc::JobExit> outbox_;
@@ -933,6 +964,142 @@ TEST_F(DaemonTest, AnExitMarkedKilledDoesNotEndARunningJob) {
   agent.Exit(j, 0);
   ASSERT_TRUE(agent.Report().ok());
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+}
+
+// The history lines of a job with this action.
+std::vector<rpc::HistoryEntry> HistoryOf(Client& cl, int64_t job,
+                                         const std::string& action) {
+  std::vector<rpc::HistoryEntry> out;
+  const rpc::JobInfo info = cl.Get(job);
+  for (const auto& h : info.history()) {
+    if (h.action() == action) out.push_back(h);
+  }
+  return out;
+}
+
+// An agent that stops with the job's checkpoint saved (JobExit
+// .checkpoint_kept): the job stays placed there, without a process, and
+// restarts from the checkpoint when the agent registers again listing it.
+TEST_F(DaemonTest, AJobSavedAsItsAgentStoppedGoesOnFromItWhenTheAgentIsBack) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  const auto stops = HistoryOf(cl, j, "stop");
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_TRUE(stops[0].ok());
+  EXPECT_NE(stops[0].detail().find("agent 'node' stopped; the job saved a "
+                                   "checkpoint at mini-batch 40"),
+            std::string::npos)
+      << stops[0].detail();
+  EXPECT_EQ(cl.Get(j).progress().minibatches(), 40);
+  EXPECT_EQ(agent.start_calls(j), 1);
+
+  ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
+  ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+  EXPECT_NE(HistoryOf(cl, j, "restart")[0].detail().find(
+                "from the checkpoint kept there (agent 'node' is back)"),
+            std::string::npos);
+  EXPECT_TRUE(HistoryOf(cl, j, "lost").empty());
+  agent.Exit(j, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  EXPECT_EQ(agent.start_calls(j), 2);
+  EXPECT_EQ(agent.kills(j), 0);
+}
+
+// A suspended job saved as its agent stopped stays suspended when the
+// agent is back, and resumes from its checkpoint.
+TEST_F(DaemonTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }));
+  agent.StopSaving(j, 12);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_EQ(cl.State(j), rpc::SUSPENDED);
+  EXPECT_EQ(agent.start_calls(j), 1);
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  EXPECT_EQ(agent.start_calls(j), 2);
+}
+
+// Back without the checkpoint (its ramdisk was emptied): the job starts
+// again from the beginning.
+TEST_F(DaemonTest, AnAgentBackWithoutTheSavedCheckpointStartsTheJobAfresh) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  agent.ForgetCheckpoints();
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 2; }));
+  EXPECT_EQ(agent.resume_local_starts(j), 0);
+  const auto lost = HistoryOf(cl, j, "lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_NE(lost[0].detail().find("is back without the checkpoint it kept"),
+            std::string::npos)
+      << lost[0].detail();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+}
+
+// The daemon missed the stop (it was down first, as in `gandiva down`):
+// the agent registers without the job but with its checkpoint, and the job
+// goes on from it; the checkpoints of jobs that have ended are dropped.
+TEST_F(DaemonTest, AMissingJobWhoseCheckpointTheAgentHoldsGoesOnFromIt) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t ended = cl.MustSubmit(1, "ended");
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] {
+    return agent.start_calls(j) == 1 && agent.start_calls(ended) == 1;
+  }));
+  agent.Exit(ended, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(ended) == rpc::FINISHED; }));
+
+  agent.Lose(j);
+  agent.Keep(j);
+  agent.Keep(ended);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Report().ok());  // the first report decides the missing
+  ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
+  const auto stops = HistoryOf(cl, j, "stop");
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_NE(stops[0].detail().find("no longer runs it but holds a checkpoint "
+                                   "of it"),
+            std::string::npos)
+      << stops[0].detail();
+  EXPECT_TRUE(HistoryOf(cl, j, "lost").empty());
+  EXPECT_EQ(agent.start_calls(j), 2);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  ASSERT_TRUE(WaitFor([&] { return agent.kills(ended) == 1; }));
+  EXPECT_EQ(agent.kept(), std::set<int64_t>{j});
 }
 
 // An exit the daemon cannot log (its store refuses the write) is not
