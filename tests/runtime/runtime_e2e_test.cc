@@ -8,6 +8,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -224,9 +226,11 @@ TEST_F(RuntimeE2eTest, SchedulerCrashLosesNoJob) {
 // as `gandiva down` and `gandiva up` do (the daemon first, then the agent):
 // each time the jobs save a checkpoint as their agent stops and go on from
 // it when it is back, so each finishes with exactly the mini-batches it
-// asked for, having started from scratch once.
+// asked for, having started from scratch once. A job without the library
+// is killed at each stop and started again when the agent is back: it
+// finishes too, never failed by the stops.
 TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
-  TestCluster c({.agents = 1, .gpus_per_agent = 2});
+  TestCluster c({.agents = 1, .gpus_per_agent = 3});
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   constexpr int kSteps = 600;
@@ -239,6 +243,15 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
     ASSERT_GT(id, 0) << error;
     ids.insert(id);
   }
+  rpc::JobSpec plain_spec;
+  plain_spec.set_name("plain");
+  // It runs until the test releases it, after the second stop.
+  const fs::path release = c.dir() / "release-plain";
+  plain_spec.set_command("while [ ! -e '" + release.string() +
+                         "' ]; do sleep 0.1; done");
+  plain_spec.set_gpus(1);
+  const int64_t plain = c.Submit(plain_spec, &error);
+  ASSERT_GT(plain, 0) << error;
   // Every job trained at least `floor` mini-batches, none has ended.
   std::map<int64_t, rpc::JobInfo> jobs;
   auto all_past = [&](int64_t floor) {
@@ -275,16 +288,36 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
         << stops[0].detail();
     saved_at[id] = j.progress().minibatches();
   }
+  {
+    const auto stops = c.History(plain, "stop");
+    ASSERT_EQ(stops.size(), 1u) << Describe(c, plain);
+    EXPECT_NE(stops[0].detail().find("without a checkpoint"), std::string::npos)
+        << stops[0].detail();
+    EXPECT_FALSE(IsEnded(c.Job(plain).state())) << Describe(c, plain);
+  }
   // Each goes on: past where it was saved, from its checkpoint.
   int64_t floor = 0;
   for (const auto& [id, n] : saved_at) floor = std::max(floor, n + 30);
   ASSERT_TRUE(all_past(floor)) << Describe(jobs) << c.Logs();
   for (int64_t id : ids) {
-    const auto restarts = c.History(id, "restart");
-    ASSERT_FALSE(restarts.empty()) << Describe(c, id);
-    EXPECT_NE(restarts.back().detail().find("from the checkpoint kept there"),
+    // The line comes once the job trained past its checkpoint.
+    std::vector<rpc::HistoryEntry> restarts;
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          restarts = c.History(id, "restart");
+          return !restarts.empty();
+        },
+        seconds(90)))
+        << Describe(c, id);
+    const std::string line = restarts.back().detail();
+    EXPECT_NE(line.find("from the checkpoint kept there (agent 'agent-0' is "
+                        "back); first mini-batch "),
               std::string::npos)
         << Describe(c, id);
+    EXPECT_NE(line.find("training paused"), std::string::npos)
+        << Describe(c, id);
+    std::printf("[ agent restart ] job %lld: %s\n", static_cast<long long>(id),
+                line.c_str());
   }
 
   // 2. The daemon stops, then the agent; both start again.
@@ -293,6 +326,7 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   c.agent("agent-0")->Stop(seconds(40));
   ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
   ASSERT_TRUE(c.RestartAgent("agent-0", &error)) << error;
+  std::ofstream(release) << "go\n";
 
   const bool all_ended = WaitUntil(
       [&] {
@@ -303,7 +337,7 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
         for (int64_t id : ids) {
           if (!jobs.contains(id) || !IsEnded(jobs[id].state())) return false;
         }
-        return true;
+        return jobs.contains(plain) && IsEnded(jobs[plain].state());
       },
       seconds(240), milliseconds(200));
   ASSERT_TRUE(all_ended) << Describe(jobs) << c.Logs();
@@ -319,6 +353,11 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
         << stops[1].detail();
     EXPECT_TRUE(c.History(id, "lost").empty()) << Describe(c, id);
   }
+  const rpc::JobInfo p = c.Job(plain);
+  EXPECT_EQ(p.state(), rpc::FINISHED) << Describe(c, plain);
+  EXPECT_EQ(p.exit_code(), 0);
+  // Started three times: at first, and after each stop.
+  EXPECT_EQ(c.History(plain, "restart").size(), 2u) << Describe(c, plain);
 }
 
 }  // namespace

@@ -1271,6 +1271,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_superseded(e.superseded);
       x->set_killed(e.killed);
       x->set_checkpoint_kept(e.checkpoint_kept);
+      x->set_agent_stopped(e.agent_stopping);
       SetMetric(e.metric, x);
     }
     for (const JobView& v : supervisor->Jobs()) {
@@ -1448,7 +1449,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
         Log("stopping without a checkpoint: " + why);
       }
     }
-    supervisor->KillAll();
+    supervisor->KillAll(/*agent_stopping=*/true);
     if (log_capper.joinable()) log_capper.join();
     if (caps_thread.joinable()) caps_thread.join();
     // Last try to hand over the exits of the jobs just killed.

@@ -657,6 +657,8 @@ TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
   EXPECT_EQ(SavedCount(Ckpt(1)), saved.minibatches());
   ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);
   EXPECT_FALSE(daemon_->ExitsOf(2)[0].checkpoint_kept());
+  EXPECT_TRUE(daemon_->ExitsOf(2)[0].agent_stopped());
+  EXPECT_FALSE(saved.agent_stopped());
   EXPECT_FALSE(std::filesystem::exists(Ckpt(2)));
 
   agent_.reset();

@@ -251,6 +251,8 @@ struct Supervisor::JobRec {
   std::atomic<bool> checkpointing{false};
   // Set by Kill(): the daemon asked for its end (ExitRecord::killed).
   std::atomic<bool> kill_requested{false};
+  // Set by KillAll(agent_stopping): killed because the agent stops.
+  std::atomic<bool> killed_for_stop{false};
   // Guarded by Supervisor::mu_.
   RunState state = RunState::kRunning;
   int exit_code = 0;
@@ -795,6 +797,9 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     rec.exit_code = code;
     rec.minibatches = minibatches;
     rec.killed = job->kill_requested.load();
+    // A job that finished by itself as it was killed keeps its success.
+    rec.agent_stopping =
+        job->killed_for_stop.load() && !rec.killed && code != 0;
     if (last) {
       rec.metric = last->metric;
     }
@@ -995,7 +1000,7 @@ core::Status Supervisor::KillLocked(JobRec& job) {
                           std::to_string(pgid) + ")");
 }
 
-void Supervisor::KillAll() {
+void Supervisor::KillAll(bool agent_stopping) {
   std::vector<std::shared_ptr<JobRec>> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1005,8 +1010,9 @@ void Supervisor::KillAll() {
   }
   std::vector<std::thread> killers;
   for (auto& job : live) {
-    killers.emplace_back([this, job] {
+    killers.emplace_back([this, job, agent_stopping] {
       std::lock_guard<std::mutex> action(job->action_mu);
+      if (agent_stopping) job->killed_for_stop.store(true);
       (void)KillLocked(*job);
     });
   }

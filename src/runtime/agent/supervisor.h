@@ -187,6 +187,9 @@ struct ExitRecord {
   // checkpoint, which is held here (HeldCheckpoint): not the job's end; it
   // goes on from there when an agent on this checkpoint root runs it again.
   bool checkpoint_kept = false;
+  // It was killed by KillAll(agent_stopping) (it had not saved a
+  // checkpoint), and did not exit with 0 meanwhile: not the job's end.
+  bool agent_stopping = false;
   client::Metric metric;  // the job's last reported one (its final one)
 };
 
@@ -226,8 +229,9 @@ class Supervisor {
   // SIGCONT + SIGTERM to the group, SIGKILL after kill_grace; returns once the
   // job has exited. Ok for a job that already exited.
   core::Status Kill(int64_t job_id);
-  // Kills every live job concurrently, as Kill does.
-  void KillAll();
+  // Kills every live job concurrently, as Kill does; with agent_stopping
+  // (the agent shuts down) their exits are marked so.
+  void KillAll(bool agent_stopping = false);
   // Before an agent stops: every live job that can save its training state
   // without CRIU (it attached the library, or is restartable), other than
   // a warm start and a part of a multi-server job, is checkpointed as for a

@@ -567,7 +567,8 @@ TEST_F(SupervisorTest, HeldCheckpointsOutliveTheSupervisor) {
 // Before an agent stops: a restartable job is stopped with SIGTERM (it
 // saves its own checkpoint) and its exit marked checkpoint_kept; a job
 // without the library that is not restartable is left as it was, with the
-// reason; a warm start is not asked.
+// reason; a warm start is not asked. Those two are then killed as the
+// agent stops (KillAll(agent_stopping)), their exits marked so.
 TEST_F(SupervisorTest, CheckpointForStopSavesTheJobsThatCan) {
   SupervisorOptions o = Options();
   o.checkpoint_root = dir_.path() + "/ckpt";
@@ -599,11 +600,14 @@ TEST_F(SupervisorTest, CheckpointForStopSavesTheJobsThatCan) {
   // Jobs 2 and 3 run on, for KillAll.
   EXPECT_EQ(sup.Job(2)->state, RunState::kRunning);
   EXPECT_EQ(sup.Job(3)->state, RunState::kRunning);
-  sup.KillAll();
-  std::map<int64_t, bool> kept;
-  for (const ExitRecord& e : sup.PendingExits())
-    kept[e.job_id] = e.checkpoint_kept;
-  EXPECT_EQ(kept, (std::map<int64_t, bool>{{1, true}, {2, false}, {3, false}}));
+  sup.KillAll(/*agent_stopping=*/true);
+  std::map<int64_t, std::pair<bool, bool>> flags;  // kept, agent_stopping
+  for (const ExitRecord& e : sup.PendingExits()) {
+    flags[e.job_id] = {e.checkpoint_kept, e.agent_stopping};
+  }
+  EXPECT_EQ(flags,
+            (std::map<int64_t, std::pair<bool, bool>>{
+                {1, {true, false}}, {2, {false, true}}, {3, {false, true}}}));
 }
 
 TEST_F(SupervisorTest, DestructionKillsLiveJobs) {

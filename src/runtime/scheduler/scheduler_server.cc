@@ -245,6 +245,11 @@ struct JobExtra {
   std::optional<Probe> probe;
   // When its next ProfileReport is due at the core (0: the next report).
   int64_t profile_due_us = 0;
+  // Saved as its agent stopped (JobExit.checkpoint_kept): the mini-batch
+  // of that checkpoint (-1: none) and when the exit came (wall clock), for
+  // the cost of the restart from it.
+  int64_t kept_at = -1;
+  int64_t stopped_us = 0;
   // Ended, with nothing of it left anywhere, and published as such in
   // Impl::settled_jobs: PersistAndPublish passes it by. Cleared whenever the
   // loop looks it up (Extra()), which is how anything could change it.
@@ -357,6 +362,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::vector<AgentConn> agents;  // by server id
   std::map<std::string, int32_t> agent_by_name;
   std::map<int64_t, PendingAction> pending;  // by action id
+  // Jobs whose StartJob of the daemon's own (RestartAtSource, Relaunch) is
+  // under way: an agent's list of jobs may not show it yet.
+  std::set<int32_t> restarting;
   WriteBatch batch;
   bool servers_dirty = true;
   // The last event a snapshot includes (0: none); events logged since.
@@ -633,6 +641,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           KillAt(id, x.proc, InternalActionId());
         }
         x.proc = Proc{};
+        x.kept_at = -1;
+        x.stopped_us = 0;
       }
     }
     for (const core::Action& a : actions) Execute(a, live);
@@ -1004,7 +1014,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // (resume_local). The process counts as there from now on: an action
   // that comes meanwhile (a suspend, a kill, another move) is queued behind
   // the start (the executor runs one job's calls in order) and acts on it.
-  void RestartAtSource(int32_t job, const Proc& from, const std::string& why) {
+  // With `saved` (the mini-batch of the checkpoint; -1: unknown) the
+  // history line also says when the job trained its first mini-batch past
+  // it, and with `paused_since_us` (wall clock) how long it had not
+  // trained.
+  void RestartAtSource(int32_t job, const Proc& from, const std::string& why,
+                       int64_t saved = -1, int64_t paused_since_us = 0) {
     JobExtra* x = Extra(job);
     if (from.gang()) {
       RestartGangAtSource(job, from);
@@ -1013,6 +1028,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto stub = StubOf(from.server);
     if (x == nullptr || stub == nullptr) return;
     x->proc = Proc{from.server, from.local, true, false, false};
+    restarting.insert(job);
     rpc::StartJobRequest req;
     req.set_job_id(job);
     req.set_action_id(InternalActionId());
@@ -1025,12 +1041,32 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const auto t0 = std::chrono::steady_clock::now();
       rpc::StartJobReply rep;
       auto ctx = Ctx();
-      const grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+      grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
       const int64_t took =
           std::chrono::duration_cast<std::chrono::microseconds>(
               std::chrono::steady_clock::now() - t0)
               .count();
+      // A start of this daemon's that the agent's list had not shown yet
+      // got there first: the job runs there.
+      const bool already =
+          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          s.error_message().find("already runs here") != std::string::npos;
+      if (already) s = grpc::Status::OK;
+      std::string cost;
+      if (s.ok() && saved >= 0) {
+        const int64_t first = AwaitFirstMinibatch(
+            job, PartConn{Part{from.server, from.local}, stub, name, ""}, saved,
+            t0);
+        cost = first >= 0
+                   ? "; first mini-batch " + Ms(first) + " after the start"
+                   : "; no mini-batch within a minute of the start";
+        if (first >= 0 && paused_since_us > 0) {
+          cost += "; training paused " + Ms(WallMicros() - paused_since_us) +
+                  " since its agent reported its stop";
+        }
+      }
       Post([=, this] {
+        restarting.erase(job);
         JobExtra* y = Extra(job);
         if (y == nullptr) return;
         if (!s.ok()) {
@@ -1046,7 +1082,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         // Killed or moved on meanwhile: that action, queued behind this
         // start, dealt with the process.
         History(job, "restart", true, took,
-                "on " + name + " from the checkpoint kept there (" + why + ")");
+                "on " + name + " from the checkpoint kept there (" + why + ")" +
+                    (already ? "; it was already running there" : "") + cost);
       });
     });
   }
@@ -2124,6 +2161,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         auto pit =
             cj.busy() ? pending.find(cj.in_flight_id.value) : pending.end();
         if (pit != pending.end() && pit->second.sent) continue;
+        if (restarting.contains(id)) continue;
         a.missing.insert(id);
         continue;
       }
@@ -2174,7 +2212,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         continue;
       }
       if (j.state == JobState::kRunning && !j.busy()) {
-        RestartAtSource(id, x.proc, "agent '" + a.name + "' is back");
+        RestartAtSource(id, x.proc, "agent '" + a.name + "' is back", x.kept_at,
+                        x.stopped_us);
+        x.kept_at = -1;
+        x.stopped_us = 0;
       }
     }
     a.reconcile_pending = true;
@@ -2258,6 +2299,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto stub = StubOf(x.proc.server);
     if (stub == nullptr) return;
     x.proc.exists = true;
+    restarting.insert(id);
     rpc::StartJobRequest req;
     req.set_job_id(id);
     req.set_action_id(InternalActionId());
@@ -2268,6 +2310,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       auto ctx = Ctx();
       grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
       Post([=, this] {
+        restarting.erase(id);
         History(id, "restart", s.ok(), rep.took_us(),
                 s.ok() ? "relaunched a lost process" : RpcError("StartJob", s));
         if (!s.ok() && !IsEnded(id)) {
@@ -2338,7 +2381,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           x->proc.FollowerOn(a.id)) {
         // A gang's other part: the lead's exit is the job's; a part that
         // ends in failure (a rank crashed) ends the job with it.
-        if (e.killed() || e.exit_code() == 0 || IsEnded(id)) continue;
+        // (Killed as its agent stopped: the lead's agent decides, or the
+        // server is declared down.)
+        if (e.killed() || e.agent_stopped() || e.exit_code() == 0 ||
+            IsEnded(id)) {
+          continue;
+        }
         const Proc was = x->proc;
         const std::optional<int32_t> was_code = x->exit_code;
         x->proc = Proc{};
@@ -2361,6 +2409,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         if (IsEnded(id)) continue;
         x->proc.exists = false;
         x->proc.checkpoint = true;
+        x->kept_at = e.minibatches();
+        x->stopped_us = Now();
         if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
         CopyMetric(e, &x->progress);
         x->progress.set_minibatch_rate(0);
@@ -2368,6 +2418,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                 "agent '" + a.name + "' stopped; the job saved a checkpoint " +
                     "at mini-batch " + std::to_string(e.minibatches()) +
                     ", kept there: it goes on from it when the agent is back");
+        continue;
+      }
+      if (e.agent_stopped() && !IsEnded(id)) {
+        // Its agent stopped and killed it, unsaved: the job stays placed
+        // there, as if its process ran on, until the agent registers again
+        // without it (then Lost() starts it again) or is declared down.
+        if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+        x->progress.set_minibatch_rate(0);
+        History(id, "stop", true, 0,
+                "agent '" + a.name + "' stopped and killed its process (exit " +
+                    std::to_string(e.exit_code()) +
+                    ") without a checkpoint: the job starts again when the "
+                    "agent is back, from the beginning unless it keeps its "
+                    "own checkpoints");
         continue;
       }
       // Killed at a daemon's request while the job goes on: that process
@@ -2434,10 +2498,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       a.reconcile_pending = false;
       std::set<int32_t> missing;
       missing.swap(a.missing);
+      // Its list at registration may predate a start that got there since:
+      // a job this report shows running there is not lost.
+      std::set<int32_t> running;
+      for (const rpc::JobProfile& p : r.profiles()) {
+        running.insert(static_cast<int32_t>(p.job_id()));
+      }
       for (int32_t id : missing) {
         JobExtra* x = Extra(id);
         if (x != nullptr && x->proc.exists && x->proc.On(a.id) &&
-            !IsEnded(id)) {
+            !IsEnded(id) && !running.contains(id) && !restarting.contains(id)) {
           Lost(a, id);
         }
       }
@@ -2785,6 +2855,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           : j.launched
               ? "time-sliced: it waits for its next turn on its GPUs"
               : "time-sliced: it waits for its first turn on its GPUs");
+    } else if (j.state == core::JobState::kRunning && !j.busy() &&
+               !x.proc.exists && x.proc.checkpoint &&
+               static_cast<size_t>(x.proc.server.value) < agents.size()) {
+      char away[32];
+      std::snprintf(away, sizeof away, "%g s", opts.agent_timeout_s);
+      info.set_waiting_reason(
+          "agent '" + agents[static_cast<size_t>(x.proc.server.value)].name +
+          "' stopped: the job goes on from the checkpoint kept there when "
+          "the agent is back (after " +
+          away +
+          " without it the server is declared down and the job placed "
+          "again, from the beginning)");
     }
     // Where it is placed, or last ran once it ended. A queued job: where
     // its process (or checkpoint) was left, requeued by the policy; none

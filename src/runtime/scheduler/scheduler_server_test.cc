@@ -164,6 +164,21 @@ class FakeAgent final : public rpc::Agent::Service {
     rep->set_bytes(100);
     return grpc::Status::OK;
   }
+  // The jobs it runs, with the progress SetProgress gave them.
+  grpc::Status Status(grpc::ServerContext*, const rpc::AgentStatusRequest*,
+                      rpc::AgentStatusReply* rep) override {
+    std::lock_guard lock(mu_);
+    rep->set_server_name(name_);
+    for (const auto& [id, p] : procs_) {
+      rpc::AgentJob* j = rep->add_jobs();
+      j->set_job_id(id);
+      j->set_state(p.state);
+      if (auto it = progress_.find(id); it != progress_.end()) {
+        *j->mutable_progress() = it->second;
+      }
+    }
+    return grpc::Status::OK;
+  }
   grpc::Status KillJob(grpc::ServerContext*, const rpc::JobRequest* r,
                        rpc::KillReply*) override {
     std::lock_guard lock(mu_);
@@ -257,6 +272,16 @@ class FakeAgent final : public rpc::Agent::Service {
   std::set<int64_t> kept() {
     std::lock_guard lock(mu_);
     return kept_;
+  }
+  // The agent stops, killing the job unsaved (JobExit.agent_stopped).
+  void StopKilling(int64_t job) {
+    std::lock_guard lock(mu_);
+    procs_.erase(job);
+    rpc::JobExit e;
+    e.set_job_id(job);
+    e.set_exit_code(-15);
+    e.set_agent_stopped(true);
+    outbox_.push_back(e);
   }
   // Forgets a job without an exit (as if the node lost it).
   void Lose(int64_t job) {
@@ -1000,15 +1025,28 @@ TEST_F(DaemonTest, AJobSavedAsItsAgentStoppedGoesOnFromItWhenTheAgentIsBack) {
             std::string::npos)
       << stops[0].detail();
   EXPECT_EQ(cl.Get(j).progress().minibatches(), 40);
+  EXPECT_EQ(cl.Get(j).waiting_reason(),
+            "agent 'node' stopped: the job goes on from the checkpoint kept "
+            "there when the agent is back (after 600 s without it the server "
+            "is declared down and the job placed again, from the beginning)");
   EXPECT_EQ(agent.start_calls(j), 1);
 
   ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
   ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
+  // It trains past the checkpoint: the restart's line says when, and how
+  // long training paused.
+  agent.SetProgress(j, 41, 5.0);
   ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
-  EXPECT_NE(HistoryOf(cl, j, "restart")[0].detail().find(
-                "from the checkpoint kept there (agent 'node' is back)"),
-            std::string::npos);
+  const std::string restart = HistoryOf(cl, j, "restart")[0].detail();
+  EXPECT_NE(restart.find("from the checkpoint kept there (agent 'node' is "
+                         "back); first mini-batch "),
+            std::string::npos)
+      << restart;
+  EXPECT_NE(restart.find(" after the start; training paused "),
+            std::string::npos)
+      << restart;
   EXPECT_TRUE(HistoryOf(cl, j, "lost").empty());
+  EXPECT_EQ(cl.Get(j).waiting_reason(), "");
   agent.Exit(j, 0);
   ASSERT_TRUE(agent.Report().ok());
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
@@ -1038,6 +1076,37 @@ TEST_F(DaemonTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
   ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
   EXPECT_EQ(agent.start_calls(j), 2);
+}
+
+// A job its stopping agent killed unsaved (JobExit.agent_stopped) does not
+// end: it stays placed there and starts again when the agent is back.
+TEST_F(DaemonTest, AJobKilledAsItsAgentStoppedStartsAgainWhenTheAgentIsBack) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+  agent.StopKilling(j);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  const auto stops = HistoryOf(cl, j, "stop");
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_NE(stops[0].detail().find("agent 'node' stopped and killed its "
+                                   "process (exit -15) without a checkpoint"),
+            std::string::npos)
+      << stops[0].detail();
+  EXPECT_TRUE(HistoryOf(cl, j, "exit").empty());
+
+  ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 2; }));
+  EXPECT_EQ(agent.resume_local_starts(j), 0);
+  agent.Exit(j, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
 }
 
 // Back without the checkpoint (its ramdisk was emptied): the job starts
