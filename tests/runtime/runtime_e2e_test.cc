@@ -61,6 +61,44 @@ void ExpectFinishedExactlyOnce(TestCluster& c, const rpc::JobInfo& j,
                                  << log;
 }
 
+// Submits `n` jobs training the CNN for `steps` mini-batches, named
+// prefix-i with seed i; their ids (fewer on a failure, reported).
+std::set<int64_t> SubmitCnn(TestCluster& c, const std::string& prefix, int n,
+                            int steps, int step_ms) {
+  std::set<int64_t> ids;
+  for (int i = 0; i < n; ++i) {
+    std::string error;
+    const int64_t id = c.Submit(
+        c.TrainSpec(prefix + "-" + std::to_string(i), "cnn", steps, i, step_ms),
+        &error);
+    if (id <= 0) {
+      ADD_FAILURE() << error;
+      break;
+    }
+    ids.insert(id);
+  }
+  return ids;
+}
+
+// Waits until every job of `ids` has ended; *jobs holds the last listing.
+bool WaitAllEnded(TestCluster& c, const std::set<int64_t>& ids,
+                  std::map<int64_t, rpc::JobInfo>* jobs) {
+  return WaitUntil(
+      [&] {
+        bool ok = false;
+        auto now = c.Jobs(&ok);
+        if (!ok) return false;
+        *jobs = now;
+        for (int64_t id : ids) {
+          if (!jobs->contains(id) || !IsEnded(jobs->at(id).state())) {
+            return false;
+          }
+        }
+        return true;
+      },
+      seconds(240), milliseconds(200));
+}
+
 class RuntimeE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -164,14 +202,8 @@ TEST_F(RuntimeE2eTest, SchedulerCrashLosesNoJob) {
 
   constexpr int kSteps = 300;
   constexpr int kStepMs = 20;
-  std::set<int64_t> ids;
-  for (int i = 0; i < 6; ++i) {
-    const int64_t id = c.Submit(
-        c.TrainSpec("crash-" + std::to_string(i), "cnn", kSteps, i, kStepMs),
-        &error);
-    ASSERT_GT(id, 0) << error;
-    ids.insert(id);
-  }
+  const std::set<int64_t> ids = SubmitCnn(c, "crash", 6, kSteps, kStepMs);
+  ASSERT_EQ(ids.size(), 6u);
 
   // Mid-workload: some jobs train, none has ended yet.
   std::map<int64_t, rpc::JobInfo> jobs;
@@ -193,21 +225,9 @@ TEST_F(RuntimeE2eTest, SchedulerCrashLosesNoJob) {
   std::this_thread::sleep_for(milliseconds(500));
   ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
 
-  const bool all_ended = WaitUntil(
-      [&] {
-        bool ok = false;
-        auto now = c.Jobs(&ok);
-        if (!ok) return false;
-        jobs = now;
-        if (jobs.size() < ids.size()) return false;
-        for (const auto& [id, j] : jobs) {
-          if (!IsEnded(j.state())) return false;
-        }
-        return true;
-      },
-      seconds(240), milliseconds(200));
-  ASSERT_TRUE(all_ended) << "jobs did not all end after the restart:\n"
-                         << Describe(jobs) << c.Logs();
+  ASSERT_TRUE(WaitAllEnded(c, ids, &jobs))
+      << "jobs did not all end after the restart:\n"
+      << Describe(jobs) << c.Logs();
 
   std::set<int64_t> seen;
   for (auto& [id, j] : jobs) {
@@ -235,14 +255,8 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   ASSERT_TRUE(c.Start(&error)) << error;
   constexpr int kSteps = 600;
   constexpr int kStepMs = 20;
-  std::set<int64_t> ids;
-  for (int i = 0; i < 2; ++i) {
-    const int64_t id = c.Submit(
-        c.TrainSpec("stop-" + std::to_string(i), "cnn", kSteps, i, kStepMs),
-        &error);
-    ASSERT_GT(id, 0) << error;
-    ids.insert(id);
-  }
+  const std::set<int64_t> ids = SubmitCnn(c, "stop", 2, kSteps, kStepMs);
+  ASSERT_EQ(ids.size(), 2u);
   rpc::JobSpec plain_spec;
   plain_spec.set_name("plain");
   // It runs until the test releases it, after the second stop.
@@ -328,19 +342,9 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   ASSERT_TRUE(c.RestartAgent("agent-0", &error)) << error;
   std::ofstream(release) << "go\n";
 
-  const bool all_ended = WaitUntil(
-      [&] {
-        bool ok = false;
-        auto now = c.Jobs(&ok);
-        if (!ok) return false;
-        jobs = now;
-        for (int64_t id : ids) {
-          if (!jobs.contains(id) || !IsEnded(jobs[id].state())) return false;
-        }
-        return jobs.contains(plain) && IsEnded(jobs[plain].state());
-      },
-      seconds(240), milliseconds(200));
-  ASSERT_TRUE(all_ended) << Describe(jobs) << c.Logs();
+  std::set<int64_t> all = ids;
+  all.insert(plain);
+  ASSERT_TRUE(WaitAllEnded(c, all, &jobs)) << Describe(jobs) << c.Logs();
   for (int64_t id : ids) {
     const rpc::JobInfo j = c.Job(id);
     ExpectFinishedExactlyOnce(c, j, kSteps);

@@ -1002,17 +1002,35 @@ std::vector<rpc::HistoryEntry> HistoryOf(Client& cl, int64_t job,
   return out;
 }
 
+// A fifo daemon with one fake agent, "node" of two GPUs, registered: for
+// what an agent's stop and return do to its jobs.
+class AgentStopTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    cl_ = &StartDaemon(o);
+    ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  }
+  // Submits a one-GPU job and waits until the agent has started it.
+  int64_t Started(const std::string& name = "job") {
+    const int64_t j = cl_->MustSubmit(1, name);
+    EXPECT_TRUE(WaitFor([&] { return agent_.start_calls(j) == 1; }));
+    return j;
+  }
+  FakeAgent agent_{"node", 2, Mode::kOk};
+  Client* cl_ = nullptr;
+};
+
 // An agent that stops with the job's checkpoint saved (JobExit
 // .checkpoint_kept): the job stays placed there, without a process, and
 // restarts from the checkpoint when the agent registers again listing it.
-TEST_F(DaemonTest, AJobSavedAsItsAgentStoppedGoesOnFromItWhenTheAgentIsBack) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
-  const int64_t j = cl.MustSubmit(1);
-  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+TEST_F(AgentStopTest,
+       AJobSavedAsItsAgentStoppedGoesOnFromItWhenTheAgentIsBack) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
   agent.StopSaving(j, 40);
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
@@ -1056,13 +1074,10 @@ TEST_F(DaemonTest, AJobSavedAsItsAgentStoppedGoesOnFromItWhenTheAgentIsBack) {
 
 // A suspended job saved as its agent stopped stays suspended when the
 // agent is back, and resumes from its checkpoint.
-TEST_F(DaemonTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
-  const int64_t j = cl.MustSubmit(1);
+TEST_F(AgentStopTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
   ASSERT_TRUE(cl.Suspend(j).ok());
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }));
@@ -1080,14 +1095,11 @@ TEST_F(DaemonTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
 
 // A job its stopping agent killed unsaved (JobExit.agent_stopped) does not
 // end: it stays placed there and starts again when the agent is back.
-TEST_F(DaemonTest, AJobKilledAsItsAgentStoppedStartsAgainWhenTheAgentIsBack) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
-  const int64_t j = cl.MustSubmit(1);
-  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+TEST_F(AgentStopTest,
+       AJobKilledAsItsAgentStoppedStartsAgainWhenTheAgentIsBack) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
   agent.StopKilling(j);
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
@@ -1111,14 +1123,10 @@ TEST_F(DaemonTest, AJobKilledAsItsAgentStoppedStartsAgainWhenTheAgentIsBack) {
 
 // Back without the checkpoint (its ramdisk was emptied): the job starts
 // again from the beginning.
-TEST_F(DaemonTest, AnAgentBackWithoutTheSavedCheckpointStartsTheJobAfresh) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
-  const int64_t j = cl.MustSubmit(1);
-  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+TEST_F(AgentStopTest, AnAgentBackWithoutTheSavedCheckpointStartsTheJobAfresh) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
   agent.StopSaving(j, 40);
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
@@ -1137,17 +1145,11 @@ TEST_F(DaemonTest, AnAgentBackWithoutTheSavedCheckpointStartsTheJobAfresh) {
 // The daemon missed the stop (it was down first, as in `gandiva down`):
 // the agent registers without the job but with its checkpoint, and the job
 // goes on from it; the checkpoints of jobs that have ended are dropped.
-TEST_F(DaemonTest, AMissingJobWhoseCheckpointTheAgentHoldsGoesOnFromIt) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
-  FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
-  const int64_t ended = cl.MustSubmit(1, "ended");
-  const int64_t j = cl.MustSubmit(1);
-  ASSERT_TRUE(WaitFor([&] {
-    return agent.start_calls(j) == 1 && agent.start_calls(ended) == 1;
-  }));
+TEST_F(AgentStopTest, AMissingJobWhoseCheckpointTheAgentHoldsGoesOnFromIt) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t ended = Started("ended");
+  const int64_t j = Started();
   agent.Exit(ended, 0);
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_TRUE(WaitFor([&] { return cl.State(ended) == rpc::FINISHED; }));
