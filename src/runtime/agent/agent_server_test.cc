@@ -561,6 +561,27 @@ class MigrationTest : public AgentServerTest {
     return testing::ReadFile(d.path() + "/jobs/" + std::to_string(job) +
                              "/log");
   }
+  // Starts job 1 on the first agent again from the checkpoint held for it,
+  // saved at mini-batch `n` (with a `big_kib` KiB weights file), to train 5
+  // mini-batches more (action 3); waits for its end and checks that it
+  // restored n and the weights and trained to n + 5. *again: the request.
+  void ResumeHereAndFinish(int64_t n, int big_kib,
+                           rpc::StartJobRequest* again) {
+    *again = StartReq(1, 3,
+                      Job(std::to_string(n + 5) + " 5 --state --big " +
+                          std::to_string(big_kib)));
+    again->set_resume_local(true);
+    const grpc::Status s = StartOn(stub_.get(), *again);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_TRUE(agent_->supervisor().WaitForExit(1, 20s));
+    const std::string log = Log(dir_, 1);
+    EXPECT_NE(log.find("restored " + std::to_string(n)), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
+    EXPECT_NE(log.find("minibatches " + std::to_string(n + 5)),
+              std::string::npos)
+        << log;
+  }
 
   // Starts `job` on the first agent and warm on the second (on GPU `job`
   // of each), lets it train, checkpoints it at the first and has the second
@@ -612,19 +633,8 @@ TEST_F(MigrationTest, CheckpointOfARunningJobThenResumeLocalThenKillDrops) {
   EXPECT_EQ(daemon_->ExitsOf(1)[0].exit_code(), 75);
 
   // Resumes here from that checkpoint.
-  const int64_t n = c.minibatches();
-  rpc::StartJobRequest again =
-      StartReq(1, 3, Job(std::to_string(n + 5) + " 5 --state --big 3000"));
-  again.set_resume_local(true);
-  s = StartOn(stub_.get(), again);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_TRUE(agent_->supervisor().WaitForExit(1, 20s));
-  const std::string log = Log(dir_, 1);
-  EXPECT_NE(log.find("restored " + std::to_string(n)), std::string::npos)
-      << log;
-  EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
-  EXPECT_NE(log.find("minibatches " + std::to_string(n + 5)), std::string::npos)
-      << log;
+  rpc::StartJobRequest again;
+  ASSERT_NO_FATAL_FAILURE(ResumeHereAndFinish(c.minibatches(), 3000, &again));
 
   // KillJob drops the checkpoint; resume_local is then refused.
   ASSERT_TRUE(Kill(1, 4).ok());
@@ -672,19 +682,9 @@ TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
   EXPECT_EQ(reg.checkpoints(0), 1);
   EXPECT_EQ(agent_->supervisor().HeldCheckpoint(1), Ckpt(1));
 
-  const int64_t n = saved.minibatches();
-  rpc::StartJobRequest again =
-      StartReq(1, 3, Job(std::to_string(n + 5) + " 5 --state --big 300"));
-  again.set_resume_local(true);
-  grpc::Status s = StartOn(stub_.get(), again);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_TRUE(agent_->supervisor().WaitForExit(1, 20s));
-  const std::string log = Log(dir_, 1);
-  EXPECT_NE(log.find("restored " + std::to_string(n)), std::string::npos)
-      << log;
-  EXPECT_NE(log.find("weights ok"), std::string::npos) << log;
-  EXPECT_NE(log.find("minibatches " + std::to_string(n + 5)), std::string::npos)
-      << log;
+  rpc::StartJobRequest again;
+  ASSERT_NO_FATAL_FAILURE(
+      ResumeHereAndFinish(saved.minibatches(), 300, &again));
 }
 
 TEST_F(MigrationTest, CheckpointOfASuspendedJobSavesWhereItStopped) {

@@ -108,6 +108,34 @@ std::string SafeName(const std::string& name) {
   return s.empty() ? std::string("agent") : s;
 }
 
+// A job's directory name ("<id>") as its id; nullopt for any other name.
+std::optional<int64_t> JobIdOfDirName(const std::string& name) {
+  char* end = nullptr;
+  const long long id = std::strtoll(name.c_str(), &end, 10);
+  if (name.empty() || end == nullptr || *end != '\0') return std::nullopt;
+  return id;
+}
+
+// Writes `text` to `path` whole or not at all (a temporary file renamed
+// over it). False when that failed.
+bool WriteWhole(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) {
+      unlink(tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
 std::string JobIdText(int64_t job_id) {
   return "job " + std::to_string(job_id);
 }
@@ -296,17 +324,19 @@ std::string Supervisor::LogPath(int64_t job_id) const {
 std::string Supervisor::EarlierLogPath(int64_t job_id) const {
   return JobDir(job_id) + "/log.earlier";
 }
+const std::string& Supervisor::CheckpointRoot() const {
+  return options_.checkpoint_root.empty() ? options_.work_dir
+                                          : options_.checkpoint_root;
+}
 std::string Supervisor::CheckpointDir(int64_t job_id) const {
-  const std::string& root = options_.checkpoint_root.empty()
-                                ? options_.work_dir
-                                : options_.checkpoint_root;
-  return root + "/jobs/" + std::to_string(job_id) + "/checkpoint";
+  return CheckpointRoot() + "/jobs/" + std::to_string(job_id) + "/checkpoint";
 }
 std::string Supervisor::IncomingDir(int64_t job_id) const {
-  const std::string& root = options_.checkpoint_root.empty()
-                                ? options_.work_dir
-                                : options_.checkpoint_root;
-  return root + "/jobs/" + std::to_string(job_id) + "/incoming";
+  return CheckpointRoot() + "/jobs/" + std::to_string(job_id) + "/incoming";
+}
+std::string Supervisor::HeldRecordPath(int64_t job_id) const {
+  return CheckpointRoot() + "/jobs/" + std::to_string(job_id) +
+         "/held-checkpoint";
 }
 std::string Supervisor::ProcessRecordPath(int64_t job_id, pid_t pid) const {
   return JobDir(job_id) + "/process." + std::to_string(pid);
@@ -315,15 +345,13 @@ std::string Supervisor::ProcessRecordPath(int64_t job_id, pid_t pid) const {
 void Supervisor::WriteProcessRecord(const JobRec& job) const {
   const auto st = ProcStat(job.pid);
   const auto self = ProcStat(getpid());
-  const std::string path = ProcessRecordPath(job.job_id, job.pid);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << job.pid << " " << (st ? st->starttime : 0) << " " << getpid() << " "
-      << (self ? self->starttime : 0) << " " << job.page_path << "\n";
-    if (!f) return;  // best effort: only a crash of this agent needs it
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  // Best effort: only a crash of this agent needs it.
+  (void)WriteWhole(ProcessRecordPath(job.job_id, job.pid),
+                   std::to_string(job.pid) + " " +
+                       std::to_string(st ? st->starttime : 0) + " " +
+                       std::to_string(getpid()) + " " +
+                       std::to_string(self ? self->starttime : 0) + " " +
+                       job.page_path + "\n");
 }
 
 std::vector<int64_t> Supervisor::KillLeftovers() {
@@ -333,14 +361,13 @@ std::vector<int64_t> Supervisor::KillLeftovers() {
   const std::filesystem::path jobs = options_.work_dir + "/jobs";
   std::vector<std::pair<int64_t, std::filesystem::path>> records;
   for (const auto& dir : std::filesystem::directory_iterator(jobs, ec)) {
-    char* end = nullptr;
-    const std::string name = dir.path().filename().string();
-    const long long id = std::strtoll(name.c_str(), &end, 10);
-    if (end == nullptr || *end != '\0' || name.empty()) continue;
+    const std::optional<int64_t> id =
+        JobIdOfDirName(dir.path().filename().string());
+    if (!id) continue;
     std::error_code ec2;
     for (const auto& f : std::filesystem::directory_iterator(dir.path(), ec2)) {
       if (f.path().filename().string().rfind("process.", 0) == 0) {
-        records.emplace_back(id, f.path());
+        records.emplace_back(*id, f.path());
       }
     }
   }
@@ -1436,41 +1463,22 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
   return had;
 }
 
-std::string Supervisor::HeldRecordPath(int64_t job_id) const {
-  return std::filesystem::path(CheckpointDir(job_id)).parent_path().string() +
-         "/held-checkpoint";
-}
-
 void Supervisor::HoldLocked(int64_t job_id, const std::string& dir) {
   held_[job_id] = dir;
   // On disk too, for the next agent on this checkpoint root
-  // (RecoverCheckpoints): written whole or not at all.
-  const std::string path = HeldRecordPath(job_id);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << dir << '\n';
-    f.flush();
-    if (!f) {
-      unlink(tmp.c_str());
-      return;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+  // (RecoverCheckpoints).
+  (void)WriteWhole(HeldRecordPath(job_id), dir + "\n");
 }
 
 std::vector<int64_t> Supervisor::RecoverCheckpoints() {
-  const std::string& root = options_.checkpoint_root.empty()
-                                ? options_.work_dir
-                                : options_.checkpoint_root;
   std::vector<int64_t> found;
   std::error_code ec;
   for (const auto& entry :
-       std::filesystem::directory_iterator(root + "/jobs", ec)) {
-    const std::string name = entry.path().filename().string();
-    char* end = nullptr;
-    const long long id = std::strtoll(name.c_str(), &end, 10);
-    if (name.empty() || end == nullptr || *end != '\0' || id <= 0) continue;
+       std::filesystem::directory_iterator(CheckpointRoot() + "/jobs", ec)) {
+    const std::optional<int64_t> parsed =
+        JobIdOfDirName(entry.path().filename().string());
+    if (!parsed || *parsed <= 0) continue;
+    const int64_t id = *parsed;
     const std::string record = HeldRecordPath(id);
     std::ifstream f(record);
     std::string dir;

@@ -374,6 +374,10 @@ class Supervisor {
   std::vector<int> CpusFor(const std::vector<int>& gpus) const;
   // held_[job_id] = dir, and its record on disk. Requires mu_.
   void HoldLocked(int64_t job_id, const std::string& dir);
+  // options.checkpoint_root, else work_dir.
+  const std::string& CheckpointRoot() const;
+  // CHECKPOINT_ROOT/jobs/<id>/held-checkpoint: the held checkpoint's
+  // directory.
   std::string HeldRecordPath(int64_t job_id) const;
 
   const SupervisorOptions options_;

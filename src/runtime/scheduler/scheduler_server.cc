@@ -787,6 +787,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     return agents[static_cast<size_t>(s.value)].stub;
   }
+  // The name of the agent of a server that has registered.
+  const std::string& AgentName(ServerId s) const {
+    return agents[static_cast<size_t>(s.value)].name;
+  }
+  // A StartJob refused because a process of the job already runs there.
+  static bool AlreadyRunsThere(const grpc::Status& s) {
+    return s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+           s.error_message().find("already runs here") != std::string::npos;
+  }
 
   std::unique_ptr<grpc::ClientContext> Ctx() const {
     auto ctx = std::make_unique<grpc::ClientContext>();
@@ -853,7 +862,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             x.proc.checkpoint
                 ? "no process to stop; it resumes from the checkpoint kept "
                   "on " +
-                      agents[static_cast<size_t>(x.proc.server.value)].name
+                      AgentName(x.proc.server)
                 : "no process to stop; it restarts afresh");
       return;
     }
@@ -893,8 +902,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         rpc::StartJobReply rep;
         auto ctx = Ctx();
         grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
-        if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-            s.error_message().find("already runs here") != std::string::npos) {
+        if (AlreadyRunsThere(s)) {
           // A process of this job the daemon lost track of (a start whose
           // reply was lost in a crash): the daemon wants a new one here.
           KillIgnoringExit(job, start_server, *stub, stray_kill_id);
@@ -1035,8 +1043,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     *req.mutable_spec() = x->spec;
     for (int32_t g : from.local) req.add_gpus(g);
     req.set_resume_local(true);
-    const std::string name =
-        agents[static_cast<size_t>(from.server.value)].name;
+    const std::string name = AgentName(from.server);
     executor->Run(job, [=, this] {
       const auto t0 = std::chrono::steady_clock::now();
       rpc::StartJobReply rep;
@@ -1048,9 +1055,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
               .count();
       // A start of this daemon's that the agent's list had not shown yet
       // got there first: the job runs there.
-      const bool already =
-          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          s.error_message().find("already runs here") != std::string::npos;
+      const bool already = AlreadyRunsThere(s);
       if (already) s = grpc::Status::OK;
       std::string cost;
       if (s.ok() && saved >= 0) {
@@ -1253,8 +1258,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       rpc::StartJobReply rep;
       auto ctx = Ctx();
       grpc::Status s = c.stub->StartJob(ctx.get(), req, &rep);
-      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          s.error_message().find("already runs here") != std::string::npos) {
+      if (AlreadyRunsThere(s)) {
         // A process of the job that lingers there (a part that was being
         // stopped, a start whose reply was lost): the new one replaces it.
         KillPart(job, c, ids(), /*keep_checkpoint=*/true);
@@ -1700,13 +1704,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const std::string src_address =
         has_source ? agents[static_cast<size_t>(from.server.value)].address
                    : "";
-    auto name_of = [this](ServerId s) {
-      return agents[static_cast<size_t>(s.value)].name;
-    };
     std::string where =
-        "gpus " + json(to.local).dump() + " on " + name_of(to.server);
+        "gpus " + json(to.local).dump() + " on " + AgentName(to.server);
     if (has_source && !same_server) {
-      where = "from " + name_of(from.server) + " to " + where;
+      where = "from " + AgentName(from.server) + " to " + where;
     }
     // Only a job that attached the library can wait for its checkpoint.
     const bool warm = x.progress.uses_library() && !same_server;
@@ -2231,8 +2232,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     // exit not heard of; or one a move left there): it goes on from that.
     const bool held =
         !x.proc.gang() && x.proc.server == a.id && a.held.contains(id);
-    if (held) x.proc.checkpoint = true;
     if (held) {
+      x.proc.checkpoint = true;
       History(id, "stop", true, 0,
               "agent '" + a.name +
                   "' no longer runs it but holds a checkpoint of it (the "
@@ -2861,7 +2862,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       char away[32];
       std::snprintf(away, sizeof away, "%g s", opts.agent_timeout_s);
       info.set_waiting_reason(
-          "agent '" + agents[static_cast<size_t>(x.proc.server.value)].name +
+          "agent '" + AgentName(x.proc.server) +
           "' stopped: the job goes on from the checkpoint kept there when "
           "the agent is back (after " +
           away +
