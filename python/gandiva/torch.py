@@ -48,7 +48,9 @@ Data-parallel jobs (torch.distributed initialized before the Job is built,
 world size > 1; see `python -m gandiva.launch`): only rank 0 attaches to the
 agent's page. At each boundary rank 0 calls gandiva.step() and broadcasts
 the outcome; on checkpoint-and-exit/resize rank 0 saves one replica (plus
-every rank's RNG states) and all ranks exit with the same status (75/76). A
+every rank's RNG states) and all ranks exit with the same status (75/76),
+with os._exit after a barrier rather than SystemExit (so no `finally` or
+atexit code of the job runs then: a gloo teardown at exit can abort). A
 suspended rank 0 blocks the others in that broadcast. On restore every rank
 loads the same checkpoint. `samples` (add_samples() or samples_per_step)
 counts the training samples processed, so that a job resized to another
@@ -923,10 +925,15 @@ class Job:
             status = gandiva.checkpoint_done(ok)
         status = self._broadcast(status)
         if status:
+            # Every rank has the status; leave without tearing the process
+            # group down: a gloo teardown at interpreter exit racing with a
+            # peer that already left can abort the process ("terminate
+            # called without an active exception", status 134 instead of
+            # 75/76). The page already says the job exits (checkpoint_done).
             dist.barrier()
             sys.stdout.flush()
             sys.stderr.flush()
-            raise SystemExit(status)
+            os._exit(status)
         return gandiva.STEP_CONTINUE  # the save failed; train on
 
     def _try_save(self, directory: str, **kw) -> bool:
