@@ -799,11 +799,20 @@ int RunServers(const ServersFlags& f) {
   }
   std::vector<std::vector<std::string>> rows = {
       {"ID", "NAME", "ADDRESS", "UP", "GPUS", "FREE", "HEIGHT", "AFFINITY"}};
+  const int64_t now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
   for (const auto& srv : reply.servers()) {
-    rows.push_back({std::to_string(srv.id()), srv.name(), srv.address(),
-                    !srv.up()        ? "no"
-                    : srv.cordoned() ? "cordoned"
-                                     : "yes",
+    std::string up = !srv.up() ? "no" : srv.cordoned() ? "cordoned" : "yes";
+    if (srv.away_since_us() > 0) {
+      // Its agent stopped; declared down unless it is back in time.
+      up = "away (" +
+           std::to_string(std::max<int64_t>(
+               0, (srv.away_until_us() - now_us + 999'999) / 1'000'000)) +
+           " s left)";
+    }
+    rows.push_back({std::to_string(srv.id()), srv.name(), srv.address(), up,
                     std::to_string(srv.gpus_size()),
                     std::to_string(srv.free_gpus()),
                     std::to_string(srv.height()),

@@ -276,11 +276,24 @@ bool TestCluster::StartAgents(std::string* error) {
 }
 
 bool TestCluster::RestartAgent(const std::string& name, std::string* error) {
+  return StopAgent(name, error) && StartAgent(name, error);
+}
+
+bool TestCluster::StopAgent(const std::string& name, std::string* error) {
+  Process* p = agent(name);
+  if (p == nullptr) {
+    *error = "no agent " + name;
+    return false;
+  }
+  // Its jobs save their checkpoints first (20 s at most), then the rest
+  // are killed (10 s).
+  p->Stop(std::chrono::seconds(40));
+  return true;
+}
+
+bool TestCluster::StartAgent(const std::string& name, std::string* error) {
   for (size_t i = 0; i < agents_.size(); ++i) {
     if ("agent-" + std::to_string(i) != name) continue;
-    // Its jobs save their checkpoints first (20 s at most), then the rest
-    // are killed (10 s).
-    agents_[i]->Stop(std::chrono::seconds(40));
     const fs::path log =
         dir_ / (name + "." + std::to_string(++agent_restarts_) + ".log");
     auto p = Process::Start(AgentArgv(static_cast<int>(i)), log);

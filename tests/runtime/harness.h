@@ -113,6 +113,9 @@ class TestCluster {
   // directories (its log in a new file); waits until it is registered and
   // up.
   bool RestartAgent(const std::string& name, std::string* error);
+  // The two halves of RestartAgent.
+  bool StopAgent(const std::string& name, std::string* error);
+  bool StartAgent(const std::string& name, std::string* error);
   // Both.
   bool Start(std::string* error);
   // The daemon's and agents' logs, for failure messages.

@@ -288,8 +288,33 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   };
   ASSERT_TRUE(all_past(50)) << Describe(jobs) << c.Logs();
 
-  // 1. The agent alone restarts.
-  ASSERT_TRUE(c.RestartAgent("agent-0", &error)) << error;
+  // 1. The agent alone restarts. It tells the daemon it stops: its server
+  // is away (cordoned, waited for --agent-away-s) until it is back.
+  ASSERT_TRUE(c.StopAgent("agent-0", &error)) << error;
+  auto server = [&] {
+    rpc::ListServersReply servers;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(c.stub().ListServers(&ctx, rpc::Empty(), &servers).ok());
+    return servers.servers_size() == 1 ? servers.servers(0) : rpc::ServerInfo();
+  };
+  {
+    rpc::ServerInfo s;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          s = server();
+          return s.away_since_us() > 0;
+        },
+        seconds(10)))
+        << s.DebugString() << c.Logs();
+    EXPECT_TRUE(s.cordoned());
+    EXPECT_FALSE(s.up());
+  }
+  ASSERT_TRUE(c.StartAgent("agent-0", &error)) << error;
+  {
+    const rpc::ServerInfo s = server();
+    EXPECT_EQ(s.away_since_us(), 0);
+    EXPECT_FALSE(s.cordoned());
+  }
   std::map<int64_t, int64_t> saved_at;
   for (int64_t id : ids) {
     const rpc::JobInfo j = c.Job(id);

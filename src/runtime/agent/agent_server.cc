@@ -1286,6 +1286,33 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     return s;
   }
 
+  // Tells the daemon that this agent stops: it cordons the server and
+  // waits for the agent to be back (its jobs go on from the checkpoints
+  // they save now) longer than for one gone silent. Best effort, within
+  // the stop's first seconds: a daemon that is not told declares the
+  // server down after --agent-timeout-s, as for any silent agent.
+  void Leave() {
+    rpc::LeaveRequest req;
+    req.set_name(name);
+    rpc::LeaveReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::min<std::chrono::milliseconds>(
+                         options.rpc_timeout, std::chrono::seconds(2)));
+    const grpc::Status s = scheduler->Leave(&ctx, req, &reply);
+    if (s.ok()) {
+      char b[160];
+      std::snprintf(b, sizeof b,
+                    "told the scheduler this agent stops: it waits %g s for "
+                    "it to be back before declaring the server down",
+                    reply.away_s());
+      Log(b);
+    } else {
+      Log("could not tell the scheduler this agent stops: " +
+          s.error_message());
+    }
+  }
+
   // One round: register if needed, then report. True when it reached the
   // daemon with this agent known.
   bool ReportRound() {
@@ -1437,6 +1464,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     rep_cv.notify_all();
     if (reporter.joinable()) reporter.join();
+    if (scheduler && registered) Leave();
     if (options.stop_checkpoint_timeout.count() > 0) {
       std::vector<std::string> failures;
       const std::vector<int64_t> saved = supervisor->CheckpointForStop(

@@ -87,9 +87,22 @@ class FakeScheduler final : public rpc::Scheduler::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Leave(grpc::ServerContext*, const rpc::LeaveRequest* req,
+                     rpc::LeaveReply* reply) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    leaves_.emplace_back(req->name(), reports_.size());
+    reply->set_away_s(300);
+    return grpc::Status::OK;
+  }
+
   void Forget() {
     std::lock_guard<std::mutex> lock(mu_);
     known_.clear();
+  }
+  // Each Leave: the agent's name and how many reports had come before it.
+  std::vector<std::pair<std::string, size_t>> leaves() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return leaves_;
   }
   std::vector<rpc::RegisterAgentRequest> registrations() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -121,6 +134,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   std::vector<rpc::RegisterAgentRequest> registrations_;
   std::vector<rpc::AgentReport> reports_;
   std::set<std::string> known_;
+  std::vector<std::pair<std::string, size_t>> leaves_;
   int unknown_reports_ = 0;
 };
 
@@ -657,8 +671,17 @@ TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
   plain.set_gpus(0, 1);
   ASSERT_TRUE(StartOn(stub_.get(), plain).ok());
   ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  const std::string name = agent_->name();
   agent_->Shutdown();
 
+  const auto leaves = daemon_->leaves();
+  ASSERT_EQ(leaves.size(), 1u);
+  EXPECT_EQ(leaves[0].first, name);
+  const auto reports = daemon_->reports();
+  for (size_t i = 0; i < leaves[0].second; ++i) {
+    EXPECT_EQ(reports[i].exits_size(), 0) << "an exit came before the Leave";
+  }
   ASSERT_EQ(daemon_->ExitsOf(1).size(), 1u);
   const rpc::JobExit saved = daemon_->ExitsOf(1)[0];
   EXPECT_EQ(saved.exit_code(), 75);

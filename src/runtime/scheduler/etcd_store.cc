@@ -79,19 +79,24 @@ JobRow JobOf(const json& j) {
 }
 
 json ServerJson(const ServerRow& r) {
-  return {
-      {"id", r.id},           {"name", r.name},
-      {"address", r.address}, {"gpus", r.gpus_json},
-      {"sockets", r.sockets}, {"switches_per_socket", r.switches_per_socket}};
+  return {{"id", r.id},
+          {"name", r.name},
+          {"address", r.address},
+          {"gpus", r.gpus_json},
+          {"sockets", r.sockets},
+          {"switches_per_socket", r.switches_per_socket},
+          {"away_since_us", r.away_since_us},
+          {"away_cordon", r.away_cordon}};
 }
 
 ServerRow ServerOf(const json& j) {
-  return ServerRow{j.at("id").get<int32_t>(),
-                   j.at("name").get<std::string>(),
-                   j.at("address").get<std::string>(),
-                   j.at("gpus").get<std::string>(),
-                   j.at("sockets").get<int32_t>(),
-                   j.at("switches_per_socket").get<int32_t>()};
+  return ServerRow{
+      j.at("id").get<int32_t>(), j.at("name").get<std::string>(),
+      j.at("address").get<std::string>(), j.at("gpus").get<std::string>(),
+      j.at("sockets").get<int32_t>(),
+      j.at("switches_per_socket").get<int32_t>(),
+      // Absent in rows from before agents said they stopped.
+      j.value("away_since_us", int64_t{0}), j.value("away_cordon", false)};
 }
 
 json HistoryJson(const HistoryRow& r) {

@@ -100,6 +100,11 @@ int main(int argc, char** argv) {
   app.add_option("--agent-timeout-s", o.agent_timeout_s,
                  "declare an agent down after this long without a report")
       ->capture_default_str();
+  app.add_option("--agent-away-s", o.agent_away_s,
+                 "wait this long for an agent that said it was stopping "
+                 "(its jobs saved, its server cordoned) before declaring "
+                 "it down")
+      ->capture_default_str();
   app.add_option("--agent-rpc-timeout-s", o.agent_rpc_timeout_s,
                  "deadline of each call to an agent")
       ->capture_default_str();

@@ -52,6 +52,12 @@ struct SchedulerOptions {
   // An agent that has not reported for this long is declared down (its
   // jobs go back to the queue). Default 30 s.
   double agent_timeout_s = 30;
+  // An agent that said it was stopping (Leave: its jobs saved a checkpoint
+  // to go on from when it is back) is waited for this long from its stop,
+  // its server cordoned, before it is declared down (and at least
+  // agent_timeout_s since it, or this daemon's start, was last heard of).
+  // Default 300 s.
+  double agent_away_s = 300;
   // Deadline of each call to an agent (suspend waits for a mini-batch
   // boundary). Default 120 s.
   double agent_rpc_timeout_s = 120;

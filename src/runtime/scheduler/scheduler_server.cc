@@ -273,6 +273,13 @@ struct AgentConn {
   // The jobs whose checkpoint it said it holds at registration.
   std::set<int32_t> held;
   rpc::AgentCapabilities caps;
+  // It said it was stopping (Leave) and has not registered since (wall
+  // clock; 0: not away): calls to it fail at once, and it is declared down
+  // only after --agent-away-s.
+  int64_t away_since_us = 0;
+  // Its server was cordoned for that by the daemon (not by an operator):
+  // opened again when it registers.
+  bool away_cordon = false;
 };
 
 struct PendingAction {
@@ -515,6 +522,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                                              std::string* missing) const {
     std::vector<PartConn> conns;
     for (const Part& p : parts) {
+      if (std::string away = Away(p.server); !away.empty()) {
+        *missing = away;
+        return std::nullopt;
+      }
       auto stub = StubOf(p.server);
       if (stub == nullptr) {
         *missing =
@@ -870,6 +881,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       DispatchGang(p, starts, suspends);
       return;
     }
+    if (std::string away = Away(x.proc.server); !away.empty()) {
+      Reply(job, aid, what, false, 0, away);
+      return;
+    }
     auto stub = StubOf(x.proc.server);
     if (stub == nullptr) {
       Reply(job, aid, what, false, 0,
@@ -1035,6 +1050,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     auto stub = StubOf(from.server);
     if (x == nullptr || stub == nullptr) return;
+    if (!Away(from.server).empty()) {
+      // Its agent is away: the job waits for it there, and Reconcile
+      // restarts it from the checkpoint when it is back.
+      x->proc = from;
+      x->proc.exists = x->proc.leaving = false;
+      x->proc.checkpoint = true;
+      return;
+    }
     x->proc = Proc{from.server, from.local, true, false, false};
     restarting.insert(job);
     rpc::StartJobRequest req;
@@ -1693,6 +1716,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto dst = StubOf(to.server);
     const bool has_source = from.exists || from.checkpoint;
     auto src = has_source ? StubOf(from.server) : nullptr;
+    std::string away = Away(to.server);
+    if (away.empty() && has_source) away = Away(from.server);
+    if (!away.empty()) {
+      // Its process, or the checkpoint it saved as its agent stopped, stays
+      // where it is.
+      FinishMove(job, aid, what, false, false, 0, away,
+                 from.exists       ? MovedTo::kAsBefore
+                 : from.checkpoint ? MovedTo::kCheckpointAtSource
+                                   : MovedTo::kNowhere,
+                 from);
+      return;
+    }
     if (dst == nullptr || (has_source && src == nullptr)) {
       FinishMove(job, aid, what, false, false, 0,
                  "no agent connected for server " +
@@ -2068,6 +2103,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     a.link = AgentConn::Link::kUp;
     a.last_seen_us = Now();
     a.caps = r.capabilities();
+    const bool was_away = a.away_since_us > 0;
+    const bool open_again = a.away_cordon;
+    a.away_since_us = 0;
+    a.away_cordon = false;
     // The row first: a ServerUp in the log always has its row.
     WriteBatch rows;
     rows.servers.push_back(ServerRowOf(a));
@@ -2081,6 +2120,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId()}));
     } else if (!c.server(ServerId(id)).up) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId(id)}));
+    }
+    if (open_again && c.server(ServerId(id)).cordoned) {
+      GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), false}));
+    }
+    if (was_away) {
+      Log("agent '" + a.name + "' is back" +
+          (open_again ? ": server " + std::to_string(id) + " opened again"
+                      : ""));
     }
     servers_dirty = true;
     Log("agent '" + a.name + "' registered as server " + std::to_string(id) +
@@ -2516,18 +2563,83 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return grpc::Status::OK;
   }
 
+  // An agent that stops says so first (its jobs are saving a checkpoint to
+  // go on from when it is back): its server is cordoned, so that nothing
+  // new is placed on GPUs no agent serves, and it is waited for
+  // --agent-away-s before it is declared down.
+  core::StatusOr<double> Leave(const rpc::LeaveRequest& r) {
+    auto it = agent_by_name.find(r.name());
+    if (it == agent_by_name.end() ||
+        agents[static_cast<size_t>(it->second)].link != AgentConn::Link::kUp) {
+      return core::FailedPrecondition(
+          "field 'name': agent '" + r.name() +
+          "' is not registered (new, timed out, or the scheduler restarted)");
+    }
+    AgentConn& a = agents[static_cast<size_t>(it->second)];
+    if (a.away_since_us == 0) {
+      a.away_since_us = WallMicros();
+      a.last_seen_us = Now();
+      const core::Cluster& c = st().cluster();
+      if (a.id.value < c.num_servers() && !c.server(a.id).cordoned) {
+        GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{a.id, true}));
+        a.away_cordon = true;
+      }
+      servers_dirty = true;
+      Log("agent '" + a.name + "' is stopping: server " +
+          std::to_string(a.id.value) +
+          (a.away_cordon ? " cordoned" : " (cordoned already)") +
+          " until it is back, declared down if it is not within " +
+          Seconds(opts.agent_away_s));
+    }
+    return opts.agent_away_s;
+  }
+
+  static std::string Seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g s", s);
+    return b;
+  }
+
+  // Why calls to the agent of `s` would fail now ("": they may not): it
+  // said it was stopping.
+  std::string Away(ServerId s) const {
+    if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) return "";
+    const AgentConn& a = agents[static_cast<size_t>(s.value)];
+    if (a.away_since_us == 0) return "";
+    char ago[32];
+    std::snprintf(ago, sizeof ago, "%.1f s",
+                  static_cast<double>(WallMicros() - a.away_since_us) / 1e6);
+    return "agent '" + a.name + "' is away: it stopped " + ago +
+           " ago and has not registered since";
+  }
+
   void CheckAgents() {
     const int64_t now = Now();
     const auto timeout = static_cast<int64_t>(opts.agent_timeout_s * 1e6);
+    const auto away = static_cast<int64_t>(opts.agent_away_s * 1e6);
+    const int64_t wall = WallMicros();
     for (AgentConn& a : agents) {
-      if (a.link == AgentConn::Link::kDown || now - a.last_seen_us <= timeout) {
+      if (a.link == AgentConn::Link::kDown) continue;
+      // Away: --agent-away-s from its stop, and as for any agent at least
+      // --agent-timeout-s since it was last heard of (or since this daemon
+      // started, which may be long after the stop).
+      if (now - a.last_seen_us <= timeout ||
+          (a.away_since_us > 0 && wall - a.away_since_us < away)) {
         continue;
       }
       a.link = AgentConn::Link::kDown;
       a.reconcile_pending = false;
       a.missing.clear();
-      Warn("agent '" + a.name + "' silent for more than " +
-           std::to_string(opts.agent_timeout_s) + " s: server down");
+      const bool was_away = a.away_since_us > 0;
+      // Down now (its cordon, if the daemon's, still lifts when it is
+      // back).
+      a.away_since_us = 0;
+      Warn(was_away
+               ? "agent '" + a.name + "' not back within " +
+                     Seconds(opts.agent_away_s) +
+                     " of its stop (--agent-away-s): server down"
+               : "agent '" + a.name + "' silent for more than " +
+                     std::to_string(opts.agent_timeout_s) + " s: server down");
       servers_dirty = true;
       if (a.id.value < st().cluster().num_servers() &&
           st().cluster().server(a.id).up) {
@@ -2654,6 +2766,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const ServerId sid(it->second);
     rpc::DrainReply reply;
     GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{sid, !r.undo()}));
+    // The operator's from now on: it stays as they left it when an away
+    // agent comes back.
+    if (AgentConn& a = agents[static_cast<size_t>(sid.value)]; a.away_cordon) {
+      a.away_cordon = false;
+      servers_dirty = true;
+    }
     Log("server " + r.server() + (r.undo() ? " opened" : " cordoned"));
     if (r.undo() || r.cordon_only()) return reply;
     const core::Cluster& c = st().cluster();
@@ -2747,6 +2865,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     r.gpus_json = g.dump();
     r.sockets = a.sockets;
     r.switches_per_socket = a.switches_per_socket;
+    r.away_since_us = a.away_since_us;
+    r.away_cordon = a.away_cordon;
     return r;
   }
 
@@ -2859,15 +2979,26 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     } else if (j.state == core::JobState::kRunning && !j.busy() &&
                !x.proc.exists && x.proc.checkpoint &&
                static_cast<size_t>(x.proc.server.value) < agents.size()) {
-      char away[32];
-      std::snprintf(away, sizeof away, "%g s", opts.agent_timeout_s);
+      const AgentConn& a = agents[static_cast<size_t>(x.proc.server.value)];
+      std::string within;
+      if (a.away_since_us > 0) {
+        const double left =
+            opts.agent_away_s -
+            static_cast<double>(WallMicros() - a.away_since_us) / 1e6;
+        char b[64];
+        std::snprintf(b, sizeof b, "if it is not back within %.0f s,",
+                      std::max(0.0, left));
+        within = b;
+      } else {
+        within = "after " + Seconds(opts.agent_timeout_s) + " without it";
+      }
       info.set_waiting_reason(
-          "agent '" + AgentName(x.proc.server) +
+          "agent '" + a.name +
           "' stopped: the job goes on from the checkpoint kept there when "
-          "the agent is back (after " +
-          away +
-          " without it the server is declared down and the job placed "
-          "again, from the beginning)");
+          "the agent is back (" +
+          within +
+          " the server is declared down and the job placed again, from the "
+          "beginning)");
     }
     // Where it is placed, or last ran once it ended. A queued job: where
     // its process (or checkpoint) was left, requeued by the policy; none
@@ -2989,8 +3120,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       for (const rpc::Gpu& g : a.gpus) *si->add_gpus() = g;
       if (a.id.value >= c.num_servers()) continue;
       const core::Server& s = c.server(a.id);
-      si->set_up(s.up && a.link != AgentConn::Link::kDown);
+      // Away: no agent serves it, though its jobs stay placed there.
+      si->set_up(s.up && a.link != AgentConn::Link::kDown &&
+                 a.away_since_us == 0);
       si->set_cordoned(s.cordoned);
+      if (a.away_since_us > 0) {
+        si->set_away_since_us(a.away_since_us);
+        si->set_away_until_us(a.away_since_us +
+                              static_cast<int64_t>(opts.agent_away_s * 1e6));
+      }
       si->set_height(s.height());
       si->set_affinity(s.affinity);
       si->set_free_gpus(s.free_gpus);
@@ -3487,6 +3625,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
       a.link = AgentConn::Link::kAwaiting;
       a.last_seen_us = now;
+      a.away_since_us = row.away_since_us;
+      a.away_cordon = row.away_cordon;
       agent_by_name[a.name] = row.id;
       agents.push_back(std::move(a));
     }
@@ -3583,6 +3723,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                       rpc::AgentReportReply*) override {
     auto r = Call<grpc::Status>([this, req] { return DoReport(*req); });
     return r ? *r : Unavailable();
+  }
+
+  grpc::Status Leave(grpc::ServerContext*, const rpc::LeaveRequest* req,
+                     rpc::LeaveReply* rep) override {
+    auto r = Call<core::StatusOr<double>>([this, req] { return Leave(*req); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    rep->set_away_s(**r);
+    return grpc::Status::OK;
   }
 
   grpc::Status Submit(grpc::ServerContext*, const rpc::SubmitRequest* req,
@@ -3779,6 +3928,9 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   if (options.agent_timeout_s <= 0) {
     return core::InvalidArgument("--agent-timeout-s: must be positive");
+  }
+  if (!(options.agent_away_s >= 0)) {
+    return core::InvalidArgument("--agent-away-s: must not be negative");
   }
   if (options.agent_rpc_timeout_s <= 0) {
     return core::InvalidArgument("--agent-rpc-timeout-s: must be positive");

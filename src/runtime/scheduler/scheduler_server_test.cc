@@ -259,6 +259,19 @@ class FakeAgent final : public rpc::Agent::Service {
     e.set_checkpoint_kept(true);
     outbox_.push_back(e);
   }
+  // Tells the daemon this agent stops (Leave); *away_s: how long it waits.
+  grpc::Status Leave(double* away_s = nullptr) {
+    std::lock_guard lock(mu_);
+    rpc::LeaveRequest r;
+    r.set_name(name_);
+    rpc::LeaveReply rep;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(10));
+    grpc::Status s = stub_->Leave(&ctx, r, &rep);
+    if (away_s != nullptr) *away_s = rep.away_s();
+    return s;
+  }
   // Lists a checkpoint of the job at the next registrations.
   void Keep(int64_t job) {
     std::lock_guard lock(mu_);
@@ -551,9 +564,12 @@ class Client {
     grpc::ClientContext ctx;
     return stub_->Pack(&ctx, r, &e);
   }
-  grpc::Status Drain(const std::string& server, rpc::DrainReply* reply) {
+  grpc::Status Drain(const std::string& server, rpc::DrainReply* reply,
+                     bool cordon_only = false, bool undo = false) {
     rpc::DrainRequest r;
     r.set_server(server);
+    r.set_cordon_only(cordon_only);
+    r.set_undo(undo);
     grpc::ClientContext ctx;
     return stub_->Drain(&ctx, r, reply);
   }
@@ -1171,6 +1187,164 @@ TEST_F(AgentStopTest, AMissingJobWhoseCheckpointTheAgentHoldsGoesOnFromIt) {
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   ASSERT_TRUE(WaitFor([&] { return agent.kills(ended) == 1; }));
   EXPECT_EQ(agent.kept(), std::set<int64_t>{j});
+}
+
+// An agent that says it stops (Leave) has its server cordoned, so that
+// nothing new is placed on GPUs no agent serves, and is waited for
+// --agent-away-s; calls to it fail at once with the reason. Back, its
+// server is opened again and its jobs go on from their checkpoints.
+TEST_F(AgentStopTest, AnAgentThatLeavesIsCordonedUntilItIsBack) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
+  double away_s = 0;
+  ASSERT_TRUE(agent.Leave(&away_s).ok());
+  EXPECT_EQ(away_s, 300);  // the default --agent-away-s
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());  // its last report is still taken
+  server_->Sync();
+  {
+    const rpc::ServerInfo s = cl.Servers().servers(0);
+    EXPECT_FALSE(s.up());  // no agent serves it
+    EXPECT_TRUE(s.cordoned());
+    EXPECT_GT(s.away_since_us(), 0);
+    EXPECT_EQ(s.away_until_us() - s.away_since_us(), 300'000'000);
+  }
+  const std::string reason = cl.Get(j).waiting_reason();
+  EXPECT_NE(reason.find("agent 'node' stopped: the job goes on from the "
+                        "checkpoint kept there when the agent is back (if it "
+                        "is not back within "),
+            std::string::npos)
+      << reason;
+  // Nothing new is placed there meanwhile; an operator's suspend of the
+  // job finds no process to stop, a resume is refused with the reason.
+  const int64_t other = cl.MustSubmit(1, "other");
+  server_->Sync();
+  EXPECT_EQ(cl.State(other), rpc::QUEUED);
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }));
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    for (const auto& h : HistoryOf(cl, j, "resume")) {
+      if (!h.ok() && h.detail().find("agent 'node' is away: it stopped ") !=
+                         std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(agent.start_calls(j), 1);
+
+  ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
+  server_->Sync();
+  {
+    const rpc::ServerInfo s = cl.Servers().servers(0);
+    EXPECT_TRUE(s.up());
+    EXPECT_FALSE(s.cordoned());
+    EXPECT_EQ(s.away_since_us(), 0);
+  }
+  EXPECT_TRUE(WaitFor([&] { return agent.start_calls(other) == 1; }));
+  EXPECT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }))
+      << cl.Get(j).DebugString();
+}
+
+// A server an operator cordoned stays cordoned when its agent leaves and
+// comes back; one the operator opens while its agent is away stays open.
+TEST_F(AgentStopTest, AnOperatorsCordonOutlastsAnAgentsLeave) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  rpc::DrainReply drained;
+  ASSERT_TRUE(cl.Drain("node", &drained, /*cordon_only=*/true).ok());
+  ASSERT_TRUE(agent.Leave().ok());
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_TRUE(cl.Servers().servers(0).cordoned());
+
+  ASSERT_TRUE(cl.Drain("node", &drained, false, /*undo=*/true).ok());
+  ASSERT_TRUE(agent.Leave().ok());
+  server_->Sync();
+  EXPECT_TRUE(cl.Servers().servers(0).cordoned());
+  ASSERT_TRUE(cl.Drain("node", &drained, false, /*undo=*/true).ok());
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_FALSE(cl.Servers().servers(0).cordoned());
+}
+
+// The away state is the daemon's to keep: restarted while an agent is
+// away, the daemon still has its server cordoned and opens it when the
+// agent is back. Restarted after --agent-away-s has passed, it still gives
+// the agent --agent-timeout-s to register, as any other.
+TEST_F(AgentStopTest, ARestartedDaemonStillWaitsForAnAwayAgent) {
+  const int64_t j = Started();
+  ASSERT_TRUE(agent_.Leave().ok());
+  agent_.StopSaving(j, 40);
+  ASSERT_TRUE(agent_.Report().ok());
+  server_->Sync();
+  const int64_t since = cl_->Servers().servers(0).away_since_us();
+  ASSERT_GT(since, 0);
+
+  server_.reset();
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_away_s = 0.2;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Client& cl = StartDaemon(o);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 ticks
+  server_->Sync();
+  {
+    const rpc::ServerInfo s = cl.Servers().servers(0);
+    EXPECT_TRUE(s.cordoned());
+    EXPECT_EQ(s.away_since_us(), since);
+  }
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_FALSE(cl.Servers().servers(0).cordoned());
+  EXPECT_TRUE(WaitFor([&] { return agent_.resume_local_starts(j) == 1; }))
+      << cl.Get(j).DebugString();
+}
+
+// An agent that said it stops is declared down after --agent-away-s, not
+// after --agent-timeout-s; its jobs are then placed again.
+TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 0.3;
+  o.agent_away_s = 4;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
+  ASSERT_TRUE(agent.Leave().ok());
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());
+  // Four times --agent-timeout-s without a report: still waited for.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  server_->Sync();
+  EXPECT_GT(cl.Servers().servers(0).away_since_us(), 0);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  ASSERT_TRUE(WaitFor(
+      [&] { return cl.Servers().servers(0).away_since_us() == 0; }, 20));
+  EXPECT_FALSE(cl.Servers().servers(0).up());
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }))
+      << cl.Get(j).DebugString();
+}
+
+// Leave from an agent the daemon does not know is refused, naming it.
+TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
+  StartDaemon(Options());
+  auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
+      server_->address(), grpc::InsecureChannelCredentials()));
+  rpc::LeaveRequest r;
+  r.set_name("stranger");
+  rpc::LeaveReply rep;
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub->Leave(&ctx, r, &rep);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(),
+            "field 'name': agent 'stranger' is not registered (new, timed "
+            "out, or the scheduler restarted)");
 }
 
 // An exit the daemon cannot log (its store refuses the write) is not

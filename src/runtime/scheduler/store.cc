@@ -37,7 +37,9 @@ CREATE TABLE IF NOT EXISTS servers(
   address TEXT NOT NULL,
   gpus TEXT NOT NULL,
   sockets INTEGER NOT NULL,
-  switches_per_socket INTEGER NOT NULL);
+  switches_per_socket INTEGER NOT NULL,
+  away_since_us INTEGER NOT NULL DEFAULT 0,
+  away_cordon INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS history(
   seq INTEGER PRIMARY KEY,
   job INTEGER NOT NULL,
@@ -208,6 +210,21 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
           "DEFAULT 0;"));
     }
   }
+  // A database from before agents said they were stopping.
+  {
+    Stmt cols(db,
+              "SELECT COUNT(*) FROM pragma_table_info('servers') "
+              "WHERE name = 'away_since_us'");
+    GANDIVA_RETURN_IF_ERROR(cols.prepared());
+    if (cols.Step() != SQLITE_ROW) return cols.StepError();
+    if (cols.Int(0) == 0) {
+      GANDIVA_RETURN_IF_ERROR(store->Exec(
+          "ALTER TABLE servers ADD COLUMN away_since_us INTEGER NOT NULL "
+          "DEFAULT 0;"
+          "ALTER TABLE servers ADD COLUMN away_cordon INTEGER NOT NULL "
+          "DEFAULT 0;"));
+    }
+  }
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
          "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
@@ -295,8 +312,8 @@ core::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
 core::StatusOr<std::vector<ServerRow>> SqliteStore::LoadServers() {
   std::lock_guard lock(mu_);
   Stmt s(db_,
-         "SELECT id, name, address, gpus, sockets, switches_per_socket "
-         "FROM servers ORDER BY id");
+         "SELECT id, name, address, gpus, sockets, switches_per_socket, "
+         "away_since_us, away_cordon FROM servers ORDER BY id");
   GANDIVA_RETURN_IF_ERROR(s.prepared());
   std::vector<ServerRow> out;
   int rc;
@@ -308,6 +325,8 @@ core::StatusOr<std::vector<ServerRow>> SqliteStore::LoadServers() {
     r.gpus_json = s.Text(3);
     r.sockets = static_cast<int32_t>(s.Int(4));
     r.switches_per_socket = static_cast<int32_t>(s.Int(5));
+    r.away_since_us = s.Int(6);
+    r.away_cordon = s.Int(7) != 0;
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return s.StepError();
@@ -379,10 +398,12 @@ core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
   for (const ServerRow& r : batch.servers) {
     Stmt s(db_,
            "INSERT OR REPLACE INTO servers(id, name, address, gpus, sockets, "
-           "switches_per_socket) VALUES(?,?,?,?,?,?)");
+           "switches_per_socket, away_since_us, away_cordon) "
+           "VALUES(?,?,?,?,?,?,?,?)");
     s.Bind(1, int64_t{r.id}).Bind(2, r.name).Bind(3, r.address);
     s.Bind(4, r.gpus_json).Bind(5, int64_t{r.sockets});
-    s.Bind(6, int64_t{r.switches_per_socket});
+    s.Bind(6, int64_t{r.switches_per_socket}).Bind(7, r.away_since_us);
+    s.Bind(8, int64_t{r.away_cordon ? 1 : 0});
     GANDIVA_RETURN_IF_ERROR(s.Run());
   }
   for (const HistoryRow& r : batch.history) {

@@ -67,6 +67,10 @@ struct ServerRow {
   std::string gpus_json;  // the rpc::Gpu list as JSON
   int32_t sockets = 1;
   int32_t switches_per_socket = 1;
+  // Its agent said it was stopping and has not registered since (wall
+  // clock; 0: not away), and whether the daemon cordoned the server for it.
+  int64_t away_since_us = 0;
+  bool away_cordon = false;
 };
 
 struct HistoryRow {

@@ -88,6 +88,8 @@ TEST_P(StoreTest, RoundTripAndReopen) {
     row.metric_reports = 2;
     batch.jobs.push_back(row);
     batch.servers.push_back(ServerRow{0, "s0", "127.0.0.1:1", "[]", 1, 1});
+    batch.servers.push_back(
+        ServerRow{1, "s1", "127.0.0.1:2", "[]", 2, 1, 1'700'000'000, true});
     batch.history.push_back(
         HistoryRow{2, 25, "start", true, 100, "gpus [0,1]"});
     batch.history.push_back(HistoryRow{2, 26, "suspend", false, 5, "why"});
@@ -124,8 +126,13 @@ TEST_P(StoreTest, RoundTripAndReopen) {
 
   auto servers = st.LoadServers();
   ASSERT_TRUE(servers.ok());
-  ASSERT_EQ(servers->size(), 1u);
+  ASSERT_EQ(servers->size(), 2u);
   EXPECT_EQ((*servers)[0].name, "s0");
+  EXPECT_EQ((*servers)[0].away_since_us, 0);
+  EXPECT_FALSE((*servers)[0].away_cordon);
+  EXPECT_EQ((*servers)[1].sockets, 2);
+  EXPECT_EQ((*servers)[1].away_since_us, 1'700'000'000);
+  EXPECT_TRUE((*servers)[1].away_cordon);
 
   auto h = st.History(2);
   ASSERT_TRUE(h.ok());
@@ -259,6 +266,52 @@ TEST(SqliteStoreTest, AnOlderDatabaseGetsTheMetricColumns) {
   EXPECT_EQ((*jobs)[0].metric, 0.5);
   EXPECT_EQ((*jobs)[0].metric_minibatches, 70);
   EXPECT_EQ((*jobs)[0].metric_reports, 7);
+  std::filesystem::remove_all(dir);
+}
+
+// A database written before agents said they stopped gets the servers'
+// away columns, its rows kept.
+TEST(SqliteStoreTest, AnOlderDatabaseGetsTheServersAwayColumns) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("gandiva-store-old-servers-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "old.db").string();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE servers(id INTEGER PRIMARY KEY, name "
+                         "TEXT NOT NULL UNIQUE, address TEXT NOT NULL, gpus "
+                         "TEXT NOT NULL, sockets INTEGER NOT NULL, "
+                         "switches_per_socket INTEGER NOT NULL);"
+                         "INSERT INTO servers VALUES(0, 'node', "
+                         "'127.0.0.1:9', '[]', 2, 1);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto servers = (*s)->LoadServers();
+    ASSERT_TRUE(servers.ok()) << servers.status().ToString();
+    ASSERT_EQ(servers->size(), 1u);
+    EXPECT_EQ((*servers)[0].name, "node");
+    EXPECT_EQ((*servers)[0].sockets, 2);
+    EXPECT_EQ((*servers)[0].away_since_us, 0);
+    ServerRow row = (*servers)[0];
+    row.away_since_us = 42;
+    row.away_cordon = true;
+    WriteBatch b;
+    b.servers.push_back(row);
+    ASSERT_TRUE((*s)->Write(b).ok());
+  }
+  auto s = Store::Open(path);  // opened again: the columns are there
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto servers = (*s)->LoadServers();
+  ASSERT_TRUE(servers.ok());
+  EXPECT_EQ((*servers)[0].away_since_us, 42);
+  EXPECT_TRUE((*servers)[0].away_cordon);
   std::filesystem::remove_all(dir);
 }
 
