@@ -281,6 +281,53 @@ TEST_F(GangE2eTest, AServerOfTheGangGoingDownStopsItsOtherParts) {
       << Describe(c, id);
 }
 
+// An agent of a two-server job stops (SIGTERM, to be upgraded say): the
+// daemon has rank 0 save the job's checkpoint first, every part exits, and
+// when the agent is back every part starts again from it; the job finishes
+// its samples exactly once. Once for the other part's agent, once for the
+// lead's.
+TEST_F(GangE2eTest, AJobSpanningServersGoesOnWhenOneOfItsAgentsRestarts) {
+  constexpr int kSamples = 10000;
+  TestCluster c({.policy = "fifo", .agents = 2, .gpus_per_agent = 1});
+  const int64_t id = StartTraining(c, 2, kSamples, 2, 50);
+  ASSERT_GT(id, 0);
+  std::string error;
+  int64_t floor = 0;
+  for (const int part : {1, 0}) {
+    const std::string server = c.Job(id).parts(part).server();
+    ASSERT_TRUE(c.RestartAgent(server, &error)) << error;
+    const auto stops = c.History(id, "stop");
+    ASSERT_EQ(stops.size(), part == 1 ? 1u : 2u) << Describe(c, id) << c.Logs();
+    EXPECT_TRUE(stops.back().ok()) << Describe(c, id) << c.Logs();
+    EXPECT_NE(stops.back().detail().find(
+                  "agent '" + server +
+                  "' stopped; the job, spanning servers, saved a checkpoint "
+                  "at mini-batch "),
+              std::string::npos)
+        << Describe(c, id);
+    std::vector<rpc::HistoryEntry> restarts;
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          restarts = c.History(id, "restart");
+          return restarts.size() == (part == 1 ? 1u : 2u);
+        },
+        seconds(60)))
+        << Describe(c, id) << c.Logs();
+    EXPECT_TRUE(restarts.back().ok()) << Describe(c, id);
+    EXPECT_NE(restarts.back().detail().find("(agent '" + server + "' is back)"),
+              std::string::npos)
+        << Describe(c, id);
+    std::printf("[ gang agent restart ] %s\n  %s\n",
+                stops.back().detail().c_str(),
+                restarts.back().detail().c_str());
+    floor = std::max(floor, c.Job(id).progress().minibatches()) + 20;
+    ASSERT_TRUE(TrainsOn(c, id, 2, floor)) << Describe(c, id) << c.Logs();
+  }
+  EXPECT_TRUE(c.History(id, "lost").empty()) << Describe(c, id);
+  const std::string log = FinishedOnce(c, id, kSamples);
+  EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
+}
+
 // One rank of a two-server job fails: the job ends FAILED and no process
 // of it is left on either server.
 TEST_F(GangE2eTest, APartThatFailsEndsTheJobEverywhere) {

@@ -314,6 +314,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
 
   grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* req,
                         rpc::StartJobReply* reply) override {
+    if (auto s = RefuseWhileStopping("StartJob"); !s.ok()) return s;
     return actions.Run<rpc::StartJobReply>(
         {"StartJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::StartJobReply* out) {
@@ -438,6 +439,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
 
   grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* req,
                           rpc::SuspendReply* reply) override {
+    if (auto s = RefuseWhileStopping("SuspendJob", req->job_id()); !s.ok()) {
+      return s;
+    }
     return actions.Run<rpc::SuspendReply>(
         {"SuspendJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::SuspendReply* out) {
@@ -451,6 +455,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
 
   grpc::Status ResumeJob(grpc::ServerContext*, const rpc::JobRequest* req,
                          rpc::ResumeReply* reply) override {
+    if (auto s = RefuseWhileStopping("ResumeJob", req->job_id()); !s.ok()) {
+      return s;
+    }
     return actions.Run<rpc::ResumeReply>(
         {"ResumeJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::ResumeReply* out) {
@@ -479,6 +486,11 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   grpc::Status CheckpointJob(grpc::ServerContext*,
                              const rpc::CheckpointRequest* req,
                              rpc::CheckpointReply* reply) override {
+    // Stopping, the agent saves its own jobs (CheckpointForStop); the
+    // daemon saves a multi-server job's through its lead's part.
+    if (auto s = RefuseWhileStopping("CheckpointJob", req->job_id()); !s.ok()) {
+      return s;
+    }
     return actions.Run<rpc::CheckpointReply>(
         {"CheckpointJob", req->job_id()}, req->action_id(), reply,
         [&](rpc::CheckpointReply* out) {
@@ -561,6 +573,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   grpc::Status OpenCheckpointTransfer(
       grpc::ServerContext* ctx, const rpc::OpenCheckpointTransferRequest* req,
       rpc::OpenCheckpointTransferReply* reply) override {
+    if (auto s = RefuseWhileStopping("OpenCheckpointTransfer"); !s.ok()) {
+      return s;
+    }
     if (!options.bulk_transfer) {
       return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                           "the bulk channel is switched off on this agent "
@@ -924,6 +939,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   grpc::Status ReceiveCheckpoint(grpc::ServerContext*,
                                  const rpc::ReceiveCheckpointRequest* req,
                                  rpc::ReceiveCheckpointReply* reply) override {
+    if (auto s = RefuseWhileStopping("ReceiveCheckpoint"); !s.ok()) return s;
     return actions.Run<rpc::ReceiveCheckpointReply>(
         {"ReceiveCheckpoint", req->job_id()}, req->action_id(), reply,
         [&](rpc::ReceiveCheckpointReply* out) {
@@ -1291,7 +1307,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   // they save now) longer than for one gone silent. Best effort, within
   // the stop's first seconds: a daemon that is not told declares the
   // server down after --agent-timeout-s, as for any silent agent.
-  void Leave() {
+  std::vector<int64_t> Leave() {
     rpc::LeaveRequest req;
     req.set_name(name);
     rpc::LeaveReply reply;
@@ -1300,17 +1316,39 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
                      std::min<std::chrono::milliseconds>(
                          options.rpc_timeout, std::chrono::seconds(2)));
     const grpc::Status s = scheduler->Leave(&ctx, req, &reply);
-    if (s.ok()) {
-      char b[160];
-      std::snprintf(b, sizeof b,
-                    "told the scheduler this agent stops: it waits %g s for "
-                    "it to be back before declaring the server down",
-                    reply.away_s());
-      Log(b);
-    } else {
+    if (!s.ok()) {
       Log("could not tell the scheduler this agent stops: " +
           s.error_message());
+      return {};
     }
+    char b[160];
+    std::snprintf(b, sizeof b,
+                  "told the scheduler this agent stops: it waits %g s for "
+                  "it to be back before declaring the server down",
+                  reply.away_s());
+    std::string line = b;
+    if (reply.saving_size() > 0) {
+      line += "; it has the jobs spanning servers with a part here save (";
+      for (int i = 0; i < reply.saving_size(); ++i) {
+        line += (i > 0 ? ", " : "") + std::to_string(reply.saving(i));
+      }
+      line += ")";
+    }
+    Log(line);
+    return {reply.saving().begin(), reply.saving().end()};
+  }
+
+  // While the agent stops it serves on, but only for the daemon to have
+  // the jobs spanning servers with a part here save (`job`: a call about a
+  // part of one is let through); it takes no new work.
+  grpc::Status RefuseWhileStopping(const char* call, int64_t job = -1) const {
+    if (!shutting_down.load()) return grpc::Status::OK;
+    if (job >= 0) {
+      auto v = supervisor->Job(job);
+      if (v.ok() && v->gang) return grpc::Status::OK;
+    }
+    return {grpc::StatusCode::UNAVAILABLE,
+            std::string(call) + ": agent '" + name + "' is stopping"};
   }
 
   // One round: register if needed, then report. True when it reached the
@@ -1449,13 +1487,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       if (shut_down) return;
       shut_down = true;
     }
-    shutting_down = true;
+    shutting_down = true;  // no new work (RefuseWhileStopping)
     Log("shutting down");
     bulk->Shutdown();
-    if (server) {
-      server->Shutdown(std::chrono::system_clock::now() +
-                       std::chrono::seconds(2));
-    }
     // The reporter stops first: an exit of a job saved below must not
     // reach the daemon before it is marked checkpoint_kept.
     {
@@ -1464,11 +1498,12 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     }
     rep_cv.notify_all();
     if (reporter.joinable()) reporter.join();
-    if (scheduler && registered) Leave();
+    std::vector<int64_t> exiting;
+    if (scheduler && registered) exiting = Leave();
     if (options.stop_checkpoint_timeout.count() > 0) {
       std::vector<std::string> failures;
       const std::vector<int64_t> saved = supervisor->CheckpointForStop(
-          options.stop_checkpoint_timeout, &failures);
+          options.stop_checkpoint_timeout, &failures, exiting);
       for (int64_t id : saved) {
         Log("job " + std::to_string(id) + ": saved its checkpoint, kept in " +
             supervisor->HeldCheckpoint(id) + " for when this agent runs again");
@@ -1476,6 +1511,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       for (const std::string& why : failures) {
         Log("stopping without a checkpoint: " + why);
       }
+    }
+    if (server) {
+      server->Shutdown(std::chrono::system_clock::now() +
+                       std::chrono::seconds(2));
     }
     supervisor->KillAll(/*agent_stopping=*/true);
     if (log_capper.joinable()) log_capper.join();

@@ -1060,6 +1060,7 @@ std::vector<JobView> Supervisor::Jobs(bool include_exited) const {
     v.exit_code = job->exit_code;
     v.world_size = static_cast<int>(job->gpus.size());
     v.warm = job->warm;
+    v.gang = job->gang;
     v.has_checkpoint = held_.contains(job->job_id);
     if (job->state == RunState::kRunning) {
       const bool shared =
@@ -1510,7 +1511,8 @@ std::vector<int64_t> Supervisor::HeldCheckpoints() const {
 }
 
 std::vector<int64_t> Supervisor::CheckpointForStop(
-    std::chrono::milliseconds timeout, std::vector<std::string>* failures) {
+    std::chrono::milliseconds timeout, std::vector<std::string>* failures,
+    const std::vector<int64_t>& exiting) {
   std::vector<int64_t> candidates;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1524,7 +1526,7 @@ std::vector<int64_t> Supervisor::CheckpointForStop(
   std::mutex out_mu;
   std::vector<int64_t> saved;
   std::vector<std::thread> savers;
-  savers.reserve(candidates.size());
+  savers.reserve(candidates.size() + exiting.size());
   for (int64_t id : candidates) {
     savers.emplace_back([&, id] {
       auto r = CheckpointWithin(id, 0, false, timeout, /*allow_criu=*/false);
@@ -1544,6 +1546,10 @@ std::vector<int64_t> Supervisor::CheckpointForStop(
       }
       saved.push_back(id);
     });
+  }
+  for (int64_t id : exiting) {
+    savers.emplace_back(
+        [this, id, timeout] { (void)WaitForExit(id, timeout); });
   }
   for (auto& t : savers) t.join();
   std::sort(saved.begin(), saved.end());

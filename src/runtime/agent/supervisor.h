@@ -167,7 +167,8 @@ struct JobView {
   // "exclusive", "time-shared" (another running job here holds one of its
   // GPUs) or "mps" (that, with MPS usable).
   std::string sharing = "exclusive";
-  bool warm = false;            // started with StartParams::warm
+  bool warm = false;  // started with StartParams::warm
+  bool gang = false;  // one part of a multi-server job (StartParams.gang_env)
   bool has_checkpoint = false;  // HeldCheckpoint(job_id) is set
   client::Metric metric;        // the job's last reported one
 };
@@ -239,10 +240,14 @@ class Supervisor {
   // job's exit is marked checkpoint_kept and its checkpoint held (on disk
   // too, for RecoverCheckpoints). The jobs that could not be saved are left
   // as they were (for KillAll), the reasons in *failures when given.
-  // Returns the ids of the jobs saved.
+  // Meanwhile it waits, within the same `timeout`, for the jobs in
+  // `exiting` to exit (parts of multi-server jobs the daemon has save:
+  // their ranks leave once rank 0 has saved). Returns the ids of the jobs
+  // saved here.
   std::vector<int64_t> CheckpointForStop(
       std::chrono::milliseconds timeout,
-      std::vector<std::string>* failures = nullptr);
+      std::vector<std::string>* failures = nullptr,
+      const std::vector<int64_t>& exiting = {});
 
   // Migration / resize, source side: the job saves its state and exits.
   // A job attached to its page gets a checkpoint-and-exit request (resize

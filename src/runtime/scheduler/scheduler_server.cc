@@ -372,6 +372,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Jobs whose StartJob of the daemon's own (RestartAtSource, Relaunch) is
   // under way: an agent's list of jobs may not show it yet.
   std::set<int32_t> restarting;
+  // Jobs spanning servers that SaveGangForLeave is saving.
+  std::set<int32_t> leave_saving;
   WriteBatch batch;
   bool servers_dirty = true;
   // The last event a snapshot includes (0: none); events logged since.
@@ -1471,11 +1473,122 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     });
   }
 
+  // An agent with a part of this job spanning servers stops (Leave; it
+  // serves on until its own jobs have saved): rank 0 saves the job's
+  // checkpoint at the lead's agent and every rank exits, as for a move;
+  // the job then waits, placed where it was, for the agent to be back
+  // (Reconcile restarts every part from that checkpoint) or to be declared
+  // down. Without this the ranks left on the other servers fail when
+  // their peers go, and the job with them. True when the save is under way
+  // (the agent waits for its part to exit).
+  bool SaveGangForLeave(int32_t id, JobExtra& x, const AgentConn& a) {
+    if (!x.proc.gang() || !x.proc.exists || x.proc.leaving ||
+        !x.proc.On(a.id) || IsEnded(id) || !x.progress.uses_library()) {
+      return false;
+    }
+    const core::Job& j = st().job(JobId(id));
+    if (j.busy()) return false;  // that action's outcome decides
+    std::string missing;
+    auto conns = Conns(x.proc.parts(), &missing);
+    if (!conns) return false;
+    const Proc from = x.proc;
+    x.proc.leaving = true;
+    leave_saving.insert(id);
+    const bool was_suspended = j.state == JobState::kSuspended;
+    const std::string name = a.name;
+    Ids ids = TakeIds(4 * conns->size() + 4);
+    executor->Run(id, [=, this]() mutable {
+      const auto t0 = std::chrono::steady_clock::now();
+      auto each_follower = [&](bool resume) {
+        for (size_t i = 1; i < conns->size(); ++i) {
+          rpc::JobRequest req;
+          req.set_job_id(id);
+          req.set_action_id(ids());
+          auto ctx = Ctx();
+          if (resume) {
+            rpc::ResumeReply rep;
+            (void)(*conns)[i].stub->ResumeJob(ctx.get(), req, &rep);
+          } else {
+            rpc::SuspendReply rep;
+            (void)(*conns)[i].stub->SuspendJob(ctx.get(), req, &rep);
+          }
+        }
+      };
+      // A suspended gang's other parts take part in the save.
+      if (was_suspended) each_follower(/*resume=*/true);
+      rpc::CheckpointRequest req;
+      req.set_job_id(id);
+      req.set_action_id(ids());
+      rpc::CheckpointReply rep;
+      auto ctx = Ctx();
+      const grpc::Status s =
+          (*conns)[0].stub->CheckpointJob(ctx.get(), req, &rep);
+      if (s.ok()) {
+        // The other parts left with rank 0; any that lingers is stopped.
+        for (size_t i = 1; i < conns->size(); ++i) {
+          KillPart(id, (*conns)[i], ids(), /*keep_checkpoint=*/false);
+        }
+      } else if (was_suspended) {
+        each_follower(/*resume=*/false);
+      }
+      const int64_t took = UsSince(t0);
+      Post([=, this] {
+        leave_saving.erase(id);
+        JobExtra* y = Extra(id);
+        if (y == nullptr) return;
+        y->proc.leaving = false;
+        if (!s.ok()) {
+          History(id, "stop", false, took,
+                  "agent '" + name +
+                      "' stops, and the job, spanning servers, could not "
+                      "save a checkpoint: " +
+                      RpcError("CheckpointJob", s));
+          return;
+        }
+        if (IsEnded(id)) {
+          y->proc = Proc{};
+          KillAt(id, from, InternalActionId());
+          return;
+        }
+        y->proc = from;
+        y->proc.exists = y->proc.leaving = false;
+        y->proc.checkpoint = true;
+        y->kept_at = rep.minibatches();
+        y->stopped_us = Now();
+        if (rep.minibatches() > 0) {
+          y->progress.set_minibatches(rep.minibatches());
+        }
+        y->progress.set_minibatch_rate(0);
+        History(id, "stop", true, took,
+                "agent '" + name +
+                    "' stopped; the job, spanning servers, saved a "
+                    "checkpoint at mini-batch " +
+                    std::to_string(rep.minibatches()) + " (" + rep.method() +
+                    ", " + Mb(rep.bytes()) + "), kept on " + (*conns)[0].name +
+                    ": every part goes on from it when the agent is back");
+      });
+    });
+    return true;
+  }
+
   // After a gang's move failed once it had checkpointed: every part starts
   // again where it was, from the checkpoint the lead's agent kept.
-  void RestartGangAtSource(int32_t job, const Proc& from) {
+  // With `saved` and `paused_since_us`, as RestartAtSource's.
+  void RestartGangAtSource(int32_t job, const Proc& from,
+                           const std::string& why = "the move failed",
+                           int64_t saved = -1, int64_t paused_since_us = 0) {
     JobExtra* x = Extra(job);
     if (x == nullptr) return;
+    for (const Part& p : from.parts()) {
+      if (!Away(p.server).empty()) {
+        // A part's agent is away: the job waits for it, and Reconcile
+        // restarts every part when the last of them is back.
+        x->proc = from;
+        x->proc.exists = x->proc.leaving = false;
+        x->proc.checkpoint = true;
+        return;
+      }
+    }
     std::string missing;
     auto conns = Conns(from.parts(), &missing);
     if (!conns) {
@@ -1495,6 +1608,17 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           Distribute(job, (*conns)[0], *conns, ids, &err, &transfer) &&
           StartParts(job, spec, *conns, true, ids, &err);
       const int64_t took = UsSince(t0);
+      std::string cost;
+      if (ok && saved >= 0) {
+        const int64_t first = AwaitFirstMinibatch(job, (*conns)[0], saved, t0);
+        cost = first >= 0
+                   ? "; first mini-batch " + Ms(first) + " after the restart"
+                   : "; no mini-batch within a minute of the restart";
+        if (first >= 0 && paused_since_us > 0) {
+          cost += "; training paused " + Ms(WallMicros() - paused_since_us) +
+                  " since it saved";
+        }
+      }
       Post([=, this] {
         JobExtra* y = Extra(job);
         if (y == nullptr) return;
@@ -1510,8 +1634,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
         History(job, "restart", true, took,
                 Placement(*conns) + " from the checkpoint kept on " +
-                    (*conns)[0].name + " (the move failed)" +
-                    (transfer.empty() ? "" : "; " + transfer));
+                    (*conns)[0].name + " (" + why + ")" +
+                    (transfer.empty() ? "" : "; " + transfer) + cost);
       });
     });
   }
@@ -2243,6 +2367,33 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
     }
     for (auto& [id, x] : extras) {
+      // A job spanning servers saved as this agent stopped: every part
+      // goes on from the checkpoint at the lead's agent once none of its
+      // agents is away.
+      if (!IsEnded(id) && !x.proc.exists && x.proc.checkpoint &&
+          x.proc.gang() && x.proc.On(a.id)) {
+        const core::Job& j = st().job(JobId(id));
+        if (x.proc.server == a.id && !a.held.contains(id)) {
+          x.proc.checkpoint = false;
+          History(id, "lost", false, 0,
+                  "agent '" + a.name +
+                      "' is back without the checkpoint it kept; every part "
+                      "starts again from the beginning");
+          if (j.state == JobState::kRunning && !j.busy()) RelaunchGang(id);
+          continue;
+        }
+        const std::vector<Part> parts = x.proc.parts();
+        if (j.state == JobState::kRunning && !j.busy() &&
+            std::none_of(parts.begin(), parts.end(), [&](const Part& p) {
+              return !Away(p.server).empty();
+            })) {
+          RestartGangAtSource(id, x.proc, "agent '" + a.name + "' is back",
+                              x.kept_at, x.stopped_us);
+          x.kept_at = -1;
+          x.stopped_us = 0;
+        }
+        continue;
+      }
       // Waiting here for the checkpoint it saved when the agent stopped
       // (after the loop above: a restart here makes it exist).
       if (IsEnded(id) || x.proc.exists || !x.proc.checkpoint ||
@@ -2567,7 +2718,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // go on from when it is back): its server is cordoned, so that nothing
   // new is placed on GPUs no agent serves, and it is waited for
   // --agent-away-s before it is declared down.
-  core::StatusOr<double> Leave(const rpc::LeaveRequest& r) {
+  core::StatusOr<rpc::LeaveReply> Leave(const rpc::LeaveRequest& r) {
     auto it = agent_by_name.find(r.name());
     if (it == agent_by_name.end() ||
         agents[static_cast<size_t>(it->second)].link != AgentConn::Link::kUp) {
@@ -2576,7 +2727,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           "' is not registered (new, timed out, or the scheduler restarted)");
     }
     AgentConn& a = agents[static_cast<size_t>(it->second)];
+    rpc::LeaveReply reply;
+    reply.set_away_s(opts.agent_away_s);
     if (a.away_since_us == 0) {
+      // Before it is away (calls to it then fail at once).
+      for (auto& [id, x] : extras) {
+        // One being saved already (another of its agents stops too): this
+        // agent waits for its part as well.
+        if ((leave_saving.contains(id) && x.proc.On(a.id)) ||
+            SaveGangForLeave(id, x, a)) {
+          reply.add_saving(id);
+        }
+      }
       a.away_since_us = WallMicros();
       a.last_seen_us = Now();
       const core::Cluster& c = st().cluster();
@@ -2589,9 +2751,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           std::to_string(a.id.value) +
           (a.away_cordon ? " cordoned" : " (cordoned already)") +
           " until it is back, declared down if it is not within " +
-          Seconds(opts.agent_away_s));
+          Seconds(opts.agent_away_s) +
+          (reply.saving_size() > 0
+               ? "; saving " + std::to_string(reply.saving_size()) +
+                     " jobs spanning servers"
+               : ""));
     }
-    return opts.agent_away_s;
+    return reply;
   }
 
   static std::string Seconds(double s) {
@@ -3727,10 +3893,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   grpc::Status Leave(grpc::ServerContext*, const rpc::LeaveRequest* req,
                      rpc::LeaveReply* rep) override {
-    auto r = Call<core::StatusOr<double>>([this, req] { return Leave(*req); });
+    auto r = Call<core::StatusOr<rpc::LeaveReply>>(
+        [this, req] { return Leave(*req); });
     if (!r) return Unavailable();
     if (!r->ok()) return ToGrpc(r->status());
-    rep->set_away_s(**r);
+    *rep = **r;
     return grpc::Status::OK;
   }
 

@@ -142,6 +142,12 @@ class FakeAgent final : public rpc::Agent::Service {
   grpc::Status CheckpointJob(grpc::ServerContext*,
                              const rpc::CheckpointRequest* r,
                              rpc::CheckpointReply* rep) override {
+    {
+      // HoldCheckpoints(): a save waits until released.
+      std::unique_lock lock(hold_mu_);
+      ++checkpoints_held_;
+      hold_cv_.wait(lock, [&] { return !hold_checkpoints_; });
+    }
     std::lock_guard lock(mu_);
     if (fail_checkpoints_) {
       // The job could not save (its process stays as it was).
@@ -259,8 +265,9 @@ class FakeAgent final : public rpc::Agent::Service {
     e.set_checkpoint_kept(true);
     outbox_.push_back(e);
   }
-  // Tells the daemon this agent stops (Leave); *away_s: how long it waits.
-  grpc::Status Leave(double* away_s = nullptr) {
+  // Tells the daemon this agent stops (Leave); *reply: how long it waits,
+  // and the jobs spanning servers it has save.
+  grpc::Status Leave(rpc::LeaveReply* reply = nullptr) {
     std::lock_guard lock(mu_);
     rpc::LeaveRequest r;
     r.set_name(name_);
@@ -269,7 +276,7 @@ class FakeAgent final : public rpc::Agent::Service {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));
     grpc::Status s = stub_->Leave(&ctx, r, &rep);
-    if (away_s != nullptr) *away_s = rep.away_s();
+    if (reply != nullptr) *reply = rep;
     return s;
   }
   // Lists a checkpoint of the job at the next registrations.
@@ -405,6 +412,19 @@ class FakeAgent final : public rpc::Agent::Service {
     }
     hold_cv_.notify_all();
   }
+  // While on, a CheckpointJob waits (CheckpointsHeld() counts them) until
+  // it is turned off.
+  void HoldCheckpoints(bool on) {
+    {
+      std::lock_guard lock(hold_mu_);
+      hold_checkpoints_ = on;
+    }
+    hold_cv_.notify_all();
+  }
+  int CheckpointsHeld() {
+    std::lock_guard lock(hold_mu_);
+    return checkpoints_held_;
+  }
   int ResumeLocalHeld() {
     std::lock_guard lock(hold_mu_);
     return held_;
@@ -457,8 +477,10 @@ class FakeAgent final : public rpc::Agent::Service {
   std::mutex mu_;
   std::mutex hold_mu_;
   std::condition_variable hold_cv_;
-  bool hold_ = false;  // guarded by hold_mu_
-  int held_ = 0;       // guarded by hold_mu_
+  bool hold_ = false;              // guarded by hold_mu_
+  int held_ = 0;                   // guarded by hold_mu_
+  bool hold_checkpoints_ = false;  // guarded by hold_mu_
+  int checkpoints_held_ = 0;       // guarded by hold_mu_
   std::string sched_addr_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
@@ -1197,9 +1219,10 @@ TEST_F(AgentStopTest, AnAgentThatLeavesIsCordonedUntilItIsBack) {
   Client& cl = *cl_;
   FakeAgent& agent = agent_;
   const int64_t j = Started();
-  double away_s = 0;
-  ASSERT_TRUE(agent.Leave(&away_s).ok());
-  EXPECT_EQ(away_s, 300);  // the default --agent-away-s
+  rpc::LeaveReply left;
+  ASSERT_TRUE(agent.Leave(&left).ok());
+  EXPECT_EQ(left.away_s(), 300);  // the default --agent-away-s
+  EXPECT_EQ(left.saving_size(), 0);
   agent.StopSaving(j, 40);
   ASSERT_TRUE(agent.Report().ok());  // its last report is still taken
   server_->Sync();
@@ -1329,6 +1352,126 @@ TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
   EXPECT_FALSE(cl.Servers().servers(0).up());
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }))
       << cl.Get(j).DebugString();
+}
+
+// An agent with a part of a job spanning servers stops: the daemon has
+// rank 0 save the job's checkpoint at the lead's agent (every part exits),
+// tells the agent to wait for its part's exit, and restarts every part from
+// that checkpoint when the agent is back; whether the agent that stops
+// holds the lead's part or another.
+TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
+  for (const bool lead_stops : {false, true}) {
+    SCOPED_TRACE(lead_stops ? "the lead's agent stops"
+                            : "another part's agent stops");
+    TearDown();
+    SetUp();
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    Client& cl = StartDaemon(o);
+    FakeAgent a("node-a", 1, Mode::kOk);
+    FakeAgent b("node-b", 1, Mode::kOk);
+    // fifo places the job's first GPU (rank 0's) on the last server here.
+    ASSERT_TRUE(a.Register(server_->address()).ok());
+    ASSERT_TRUE(b.Register(server_->address()).ok());
+    const int64_t j = cl.MustSubmit(2);
+    ASSERT_TRUE(WaitFor([&] {
+      const rpc::JobInfo info = cl.Get(j);
+      return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
+             a.procs().count(j) == 1 && b.procs().count(j) == 1;
+    })) << cl.Get(j).DebugString();
+    ASSERT_EQ(cl.Get(j).server(), b.name());
+    b.SetProgress(j, 10, 5.0);
+    ASSERT_TRUE(b.Report().ok());
+    ASSERT_TRUE(WaitFor([&] { return cl.Get(j).uses_library(); }));
+
+    FakeAgent& stops = lead_stops ? b : a;
+    rpc::LeaveReply left;
+    ASSERT_TRUE(stops.Leave(&left).ok());
+    ASSERT_EQ(left.saving_size(), 1);
+    EXPECT_EQ(left.saving(0), j);
+    ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }))
+        << cl.Get(j).DebugString();
+    const auto stop = HistoryOf(cl, j, "stop")[0];
+    EXPECT_TRUE(stop.ok()) << stop.detail();
+    EXPECT_NE(stop.detail().find("agent '" + stops.name() +
+                                 "' stopped; the job, spanning servers, "
+                                 "saved a checkpoint at mini-batch "),
+              std::string::npos)
+        << stop.detail();
+    EXPECT_NE(stop.detail().find("kept on node-b"), std::string::npos)
+        << stop.detail();
+    EXPECT_EQ(b.procs().count(j), 0u);  // rank 0 saved and left
+    EXPECT_TRUE(WaitFor([&] { return a.procs().count(j) == 0; }));
+    EXPECT_EQ(cl.State(j), rpc::RUNNING);
+    // The agent stops (its part's exit comes killed) and is back, listing
+    // the checkpoint if it holds the lead's part.
+    if (lead_stops) b.Keep(j);
+    ASSERT_TRUE(stops.Register(server_->address()).ok());
+    ASSERT_TRUE(WaitFor([&] {
+      return a.resume_local_starts(j) == 1 && b.resume_local_starts(j) == 1;
+    })) << cl.Get(j).DebugString();
+    ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+    const auto restart = HistoryOf(cl, j, "restart")[0];
+    EXPECT_TRUE(restart.ok()) << restart.detail();
+    EXPECT_NE(restart.detail().find("from the checkpoint kept on node-b "
+                                    "(agent '" +
+                                    stops.name() + "' is back)"),
+              std::string::npos)
+        << restart.detail();
+    EXPECT_TRUE(HistoryOf(cl, j, "lost").empty());
+    b.Exit(j, 0);
+    ASSERT_TRUE(b.Report().ok());
+    ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
+        << cl.Get(j).DebugString();
+  }
+}
+
+// Both agents of a job spanning servers stop at once: each waits for its
+// part (the save under way is the one for both), and every part starts
+// again only when the last of them is back.
+TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(2);
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::JobInfo info = cl.Get(j);
+    return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
+           a.procs().count(j) == 1 && b.procs().count(j) == 1;
+  })) << cl.Get(j).DebugString();
+  ASSERT_EQ(cl.Get(j).server(), b.name());  // the lead
+  b.SetProgress(j, 10, 5.0);
+  ASSERT_TRUE(b.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.Get(j).uses_library(); }));
+
+  b.HoldCheckpoints(true);
+  rpc::LeaveReply left;
+  ASSERT_TRUE(a.Leave(&left).ok());
+  ASSERT_EQ(left.saving_size(), 1);
+  ASSERT_TRUE(WaitFor([&] { return b.CheckpointsHeld() == 1; }));
+  ASSERT_TRUE(b.Leave(&left).ok());
+  ASSERT_EQ(left.saving_size(), 1);  // the same save
+  EXPECT_EQ(left.saving(0), j);
+  b.HoldCheckpoints(false);
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
+  EXPECT_TRUE(HistoryOf(cl, j, "stop")[0].ok());
+  EXPECT_EQ(b.CheckpointsHeld(), 1);
+
+  ASSERT_TRUE(a.Register(server_->address()).ok());  // b is still away
+  server_->Sync();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(a.resume_local_starts(j), 0);
+  EXPECT_TRUE(HistoryOf(cl, j, "restart").empty());
+  b.Keep(j);
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return a.resume_local_starts(j) == 1 && b.resume_local_starts(j) == 1;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.
