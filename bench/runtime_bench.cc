@@ -183,13 +183,20 @@ int main(int argc, char** argv) {
       "%.1f us, p95 %.1f us, max %.1f us\n",
       pings, r.median_ms * 1e3, r.p95_ms * 1e3, r.max_ms * 1e3);
 
-  std::printf(
-      "\nSubmit round trip as ended jobs accumulate (each job submitted, "
-      "measured, then killed; no agent)\n%-12s %10s %10s %10s\n",
-      "ended jobs", "median_ms", "p95_ms", "max_ms");
+  // The Submit round trips, side by side: this daemon, and one that builds
+  // every live job's published info again after each request
+  // (SchedulerOptions::reuse_unchanged_job_info = false), each window of
+  // one measured right after the other's.
+  runtime::SchedulerOptions o_full = o;
+  o_full.db_path = (dir / "bench-full.db").string();
+  o_full.reuse_unchanged_job_info = false;
+  auto full = runtime::SchedulerServer::Start(o_full);
+  if (!full.ok()) Die(full.status().ToString());
+  auto full_stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
+      (*full)->address(), grpc::InsecureChannelCredentials()));
   // Submits a job and kills it unless `keep`; returns the Submit's round
   // trip (ms).
-  auto submit_and_kill = [&](bool keep = false) {
+  auto submit_and_kill = [&](rpc::Scheduler::Stub* to, bool keep) {
     rpc::SubmitRequest sub;
     sub.mutable_spec()->set_name("b");
     sub.mutable_spec()->set_command("true");
@@ -197,7 +204,7 @@ int main(int argc, char** argv) {
     rpc::SubmitReply id;
     grpc::ClientContext ctx;
     const auto t0 = Clock::now();
-    grpc::Status st = stub->Submit(&ctx, sub, &id);
+    grpc::Status st = to->Submit(&ctx, sub, &id);
     const double ms =
         std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!st.ok()) Die("Submit: " + st.error_message());
@@ -206,34 +213,48 @@ int main(int argc, char** argv) {
     kill.set_job_id(id.job_id());
     rpc::Empty done;
     grpc::ClientContext kctx;
-    st = stub->Kill(&kctx, kill, &done);
+    st = to->Kill(&kctx, kill, &done);
     if (!st.ok()) Die("Kill: " + st.error_message());
     return ms;
   };
-  // 200 submits measured at 0 jobs and at each tenth of the way.
+  // 200 submits measured at 0 jobs and at each tenth of the way, on both.
   constexpr int kWindow = 200;
   auto grow = [&](int upto, bool keep) {
     const int step = std::max(upto / 10, kWindow);
     int on_record = 0;
     for (int mark = 0; mark <= upto; mark += step) {
       while (on_record < mark) {
-        (void)submit_and_kill(keep);
+        (void)submit_and_kill(stub.get(), keep);
+        (void)submit_and_kill(full_stub.get(), keep);
         ++on_record;
       }
-      std::vector<double> window;
-      for (int i = 0; i < kWindow; ++i) window.push_back(submit_and_kill(keep));
+      std::vector<double> reuse_w, full_w;
+      for (int i = 0; i < kWindow; ++i) {
+        reuse_w.push_back(submit_and_kill(stub.get(), keep));
+        full_w.push_back(submit_and_kill(full_stub.get(), keep));
+      }
       on_record += kWindow;
-      const Stats w = Summarise(window);
-      std::printf("%-12d %10.3f %10.3f %10.3f\n", mark, w.median_ms, w.p95_ms,
-                  w.max_ms);
+      const Stats a = Summarise(reuse_w), b = Summarise(full_w);
+      std::printf("%-12d %10.3f %10.3f %10.3f %12.3f %12.3f %8.1f\n", mark,
+                  a.median_ms, a.p95_ms, a.max_ms, b.median_ms, b.p95_ms,
+                  b.median_ms / a.median_ms);
     }
   };
+  const char* header = "%-12s %10s %10s %10s %12s %12s %8s\n";
+  std::printf(
+      "\nSubmit round trip as ended jobs accumulate (each job submitted, "
+      "measured, then killed; no agent); 'rebuild': a daemon that builds "
+      "every live job's info again after each request\n");
+  std::printf(header, "ended jobs", "median_ms", "p95_ms", "max_ms",
+              "rebuild_med", "rebuild_p95", "x_med");
   grow(ended_jobs, /*keep=*/false);
   std::printf(
       "\nSubmit round trip as queued jobs accumulate (on top of those ended; "
-      "no agent)\n%-12s %10s %10s %10s\n",
-      "queued jobs", "median_ms", "p95_ms", "max_ms");
+      "no agent)\n");
+  std::printf(header, "queued jobs", "median_ms", "p95_ms", "max_ms",
+              "rebuild_med", "rebuild_p95", "x_med");
   grow(queued_jobs, /*keep=*/true);
+  (*full)->Shutdown();
   (*server)->Shutdown();
   std::error_code ec;
   fs::remove_all(dir, ec);

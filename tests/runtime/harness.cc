@@ -174,7 +174,9 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
                                    "--tick-ms",
                                    std::to_string(options_.tick_ms),
                                    "--profile-interval-s",
-                                   std::to_string(options_.profile_interval_s)};
+                                   std::to_string(options_.profile_interval_s),
+                                   // Aborts on a stale reused job info.
+                                   "--verify-reused-job-info"};
   const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
   argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), options_.scheduler_args.begin(),

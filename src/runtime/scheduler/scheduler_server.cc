@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -254,6 +255,11 @@ struct JobExtra {
   // Impl::settled_jobs: PersistAndPublish passes it by. Cleared whenever the
   // loop looks it up (Extra()), which is how anything could change it.
   bool settled = false;
+  // The info last published for it, and a hash of everything it was built
+  // from (PublishInputs; 0: build it again regardless): a publication
+  // reuses it while that hash is the same.
+  std::shared_ptr<const rpc::JobInfo> published;
+  uint64_t published_inputs = 0;
 };
 
 struct AgentConn {
@@ -301,10 +307,17 @@ struct PendingAction {
 enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 
 struct Snapshot {
-  // The jobs not settled (JobExtra::settled) when it was published; the
-  // others are in Impl::settled_jobs. Without their specs, which never
-  // change: readers take them from Impl::specs.
-  std::map<int64_t, rpc::JobInfo> jobs;
+  // The jobs not settled (JobExtra::settled) when it was published, in id
+  // order; the others are in Impl::settled_jobs. Without their specs, which
+  // never change: readers take them from Impl::specs. An unchanged job's
+  // info is shared with the snapshots before (JobExtra::published).
+  std::vector<std::pair<int64_t, std::shared_ptr<const rpc::JobInfo>>> jobs;
+  const rpc::JobInfo* Find(int64_t id) const {
+    auto it = std::lower_bound(
+        jobs.begin(), jobs.end(), id,
+        [](const auto& entry, int64_t key) { return entry.first < key; });
+    return it != jobs.end() && it->first == id ? it->second.get() : nullptr;
+  }
   rpc::ListServersReply servers;
   // For the metrics.
   core::Counters counters;
@@ -356,7 +369,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
   // The jobs of `extras` not settled: those PersistAndPublish publishes.
-  std::set<int32_t> unsettled;
+  // The jobs not settled, in id order, with their records (extras never
+  // drops one, so the pointers hold); and those that became so since the
+  // last publication, which merges them in.
+  std::vector<std::pair<int32_t, JobExtra*>> unsettled;
+  std::vector<std::pair<int32_t, JobExtra*>> unsettling;
+  // Answers to Call()s, given once what they did is published.
+  std::vector<std::function<void()>> answers;
   // The warm StartJob calls of moves under way, by job: a kill cancels the
   // wait for the new process (it may take a minute) instead of queueing
   // behind it. Guarded by warm_mu (executor threads and the loop).
@@ -464,11 +483,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::optional<T> Call(std::function<T()> f) {
     auto p = std::make_shared<std::promise<T>>();
     auto fut = p->get_future();
-    // Published before the answer: a client reads its own writes.
+    // Answered once published (LoopMain, after the work at hand): a client
+    // reads its own writes, and requests that come together share one
+    // publication.
     Post([this, p, f = std::move(f)] {
-      T result = f();
-      PersistAndPublish();
-      p->set_value(std::move(result));
+      auto result = std::make_shared<T>(f());
+      answers.push_back([p, result] { p->set_value(std::move(*result)); });
     });
     if (fut.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
       return std::nullopt;
@@ -490,7 +510,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (it == extras.end()) return nullptr;
     if (it->second.settled) {
       it->second.settled = false;
-      unsettled.insert(job);
+      unsettling.emplace_back(job, &it->second);
     }
     return &it->second;
   }
@@ -2834,7 +2854,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     JobExtra& x = extras[id];
     x.spec = spec;
     x.spec_json = json;
-    unsettled.insert(id);
+    unsettling.emplace_back(id, &x);
     std::lock_guard lock(settled_mu);
     specs[id] = std::make_shared<const rpc::JobSpec>(spec);
   }
@@ -3039,16 +3059,29 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // What every queued job's waiting reason is judged against, gathered
   // once per publication.
   struct QueueView {
-    std::map<int32_t, int> ahead;  // queued job -> jobs ahead of it
-    int open_gpus = 0;             // on servers up and not cordoned
-    int free_gpus = 0;             // of those, held by no job
+    // By job id: the jobs ahead of it in the queue (-1: not queued).
+    std::vector<int32_t> ahead;
+    int Ahead(int32_t id) const {
+      return id >= 0 && static_cast<size_t>(id) < ahead.size() ? ahead[id] : -1;
+    }
+    int open_gpus = 0;  // on servers up and not cordoned
+    int free_gpus = 0;  // of those, held by no job
     int most_free_on_one = 0;
     int largest_server = 0;
   };
   QueueView ViewQueue() const {
     QueueView v;
-    int k = 0;
-    for (const core::JobOrder& o : st().queue()) v.ahead[o.id.value] = k++;
+    int32_t k = 0;
+    // Every job has its record: the largest id is the last one's.
+    v.ahead.assign(
+        extras.empty() ? 0 : static_cast<size_t>(extras.rbegin()->first) + 1,
+        -1);
+    for (const core::JobOrder& o : st().queue()) {
+      if (static_cast<size_t>(o.id.value) < v.ahead.size()) {
+        v.ahead[static_cast<size_t>(o.id.value)] = k;
+      }
+      ++k;
+    }
     for (const core::Server& s : st().cluster().servers()) {
       if (!s.up || s.cordoned) continue;
       v.open_gpus += s.spec.gpus;
@@ -3074,10 +3107,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                                    core::Time now) {
     const int need = j.spec.gpus;
     const auto ahead = [&] {
-      const auto it = v.ahead.find(j.id.value);
-      if (it == v.ahead.end() || it->second == 0) return std::string();
-      return "; " + std::to_string(it->second) + " job" +
-             (it->second == 1 ? " is" : "s are") + " ahead of it in the queue";
+      const int n = v.Ahead(j.id.value);
+      if (n <= 0) return std::string();
+      return "; " + std::to_string(n) + " job" + (n == 1 ? " is" : "s are") +
+             " ahead of it in the queue";
     };
     if (j.held) return kHeldReason;
     if (j.awaits_start_retry(now)) {
@@ -3106,6 +3139,67 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     const std::string a = ahead();
     return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
+  }
+
+  // A hash of everything InfoOf(id, x, &view) reads, so that a job whose
+  // inputs are unchanged keeps its published info (at 10,000 queued jobs,
+  // building every one's again for each request cost the daemon tens of
+  // milliseconds a request). 0 (build it again): its waiting reason counts
+  // down the time its agent has left.
+  uint64_t PublishInputs(int32_t id, const JobExtra& x,
+                         const QueueView& view) const {
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](uint64_t v) {
+      h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    };
+    auto mixd = [&mix](double d) { mix(std::bit_cast<uint64_t>(d)); };
+    mix(x.exit_code.has_value() ? 1 : 0);
+    mix(static_cast<uint64_t>(x.exit_code.value_or(0)));
+    const rpc::Progress& p = x.progress;
+    mix(static_cast<uint64_t>(p.minibatches()));
+    mixd(p.minibatch_rate());
+    mixd(p.gpu_utilization());
+    mix(static_cast<uint64_t>(p.gpu_memory_bytes()));
+    mix(p.uses_library() ? 1 : 0);
+    mix(std::hash<std::string_view>{}(p.sharing()));
+    mix(static_cast<uint64_t>(p.world_size()));
+    mixd(p.metric());
+    mix(static_cast<uint64_t>(p.metric_minibatches()));
+    mix(static_cast<uint64_t>(p.metric_reports()));
+    const bool in_core = st().has_job(JobId(id));
+    mix(in_core ? 1 : 0);
+    if (!in_core) return h == 0 ? 1 : h;
+    const core::Job& j = st().job(JobId(id));
+    if (j.state == core::JobState::kRunning && !j.busy() && !x.proc.exists &&
+        x.proc.checkpoint) {
+      return 0;
+    }
+    mix(static_cast<uint64_t>(j.state));
+    mix((j.launched ? 1 : 0) | (j.busy() ? 2 : 0) | (j.held ? 4 : 0));
+    mix(static_cast<uint64_t>(j.submitted.micros()));
+    mix(static_cast<uint64_t>(j.first_started.micros()));
+    mix(static_cast<uint64_t>(j.ended.micros()));
+    mix(static_cast<uint64_t>(j.suspends));
+    mix(static_cast<uint64_t>(j.resumes));
+    mix(static_cast<uint64_t>(j.start_failures));
+    const bool retry = j.awaits_start_retry(st().now());
+    mix(retry ? static_cast<uint64_t>(j.start_retry_at.micros()) : 0);
+    mix(static_cast<uint64_t>(j.profile.minibatches));
+    mix(j.gpus.size());
+    for (core::GpuId g : j.gpus) mix(static_cast<uint64_t>(g.value));
+    if (j.state == core::JobState::kQueued) {
+      mix(static_cast<uint64_t>(j.spec.gpus));
+      mix(static_cast<uint64_t>(view.Ahead(id)));
+      mix(static_cast<uint64_t>(view.open_gpus));
+      mix(static_cast<uint64_t>(view.free_gpus));
+      mix(static_cast<uint64_t>(view.most_free_on_one));
+      mix(static_cast<uint64_t>(view.largest_server));
+      mix(j.start_failed_on.size());
+      for (core::ServerId s : j.start_failed_on) {
+        mix(static_cast<uint64_t>(s.value));
+      }
+    }
+    return h == 0 ? 1 : h;
   }
 
   // What is published of the job (without its spec: see Snapshot::jobs).
@@ -3243,32 +3337,67 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return take(']') && at == g.size();
   }
 
+  // verify_reused_job_info: the info a publication reuses is the one
+  // InfoOf would build now.
+  void VerifyReused(int32_t id, const JobExtra& x, const QueueView& view) {
+    const rpc::JobInfo fresh = InfoOf(id, x, &view);
+    if (fresh.SerializeAsString() != x.published->SerializeAsString()) {
+      Warn("job " + std::to_string(id) +
+           ": the published info was reused, but its inputs changed: "
+           "published " +
+           x.published->ShortDebugString() + ", now " +
+           fresh.ShortDebugString());
+      std::abort();
+    }
+  }
+
   void PersistAndPublish() {
     auto next = std::make_shared<Snapshot>();
     const QueueView view = ViewQueue();
-    for (auto it = unsettled.begin(); it != unsettled.end();) {
-      const int32_t id = *it;
-      JobExtra& x = extras.at(id);
-      rpc::JobInfo info = InfoOf(id, x, &view);
-      if (st().has_job(JobId(id)) &&
-          (!x.has_written || !SameAsWritten(info, x))) {
-        JobRow row = RowOf(info, x);
-        batch.jobs.push_back(row);
-        x.written = std::move(row);
-        x.has_written = true;
+    if (!unsettling.empty()) {
+      std::sort(unsettling.begin(), unsettling.end());
+      const auto was = static_cast<std::ptrdiff_t>(unsettled.size());
+      unsettled.insert(unsettled.end(), unsettling.begin(), unsettling.end());
+      std::inplace_merge(unsettled.begin(), unsettled.begin() + was,
+                         unsettled.end());
+      unsettling.clear();
+    }
+    next->jobs.reserve(unsettled.size());
+    size_t kept = 0;
+    for (size_t i = 0; i < unsettled.size(); ++i) {
+      const int32_t id = unsettled[i].first;
+      JobExtra& x = *unsettled[i].second;
+      const uint64_t inputs =
+          opts.reuse_unchanged_job_info ? PublishInputs(id, x, view) : 0;
+      if (inputs != 0 && x.published != nullptr &&
+          inputs == x.published_inputs) {
+        // Unchanged, and so is its row.
+        if (opts.verify_reused_job_info) VerifyReused(id, x, view);
+      } else {
+        auto info = std::make_shared<const rpc::JobInfo>(InfoOf(id, x, &view));
+        if (st().has_job(JobId(id)) &&
+            (!x.has_written || !SameAsWritten(*info, x))) {
+          JobRow row = RowOf(*info, x);
+          batch.jobs.push_back(row);
+          x.written = std::move(row);
+          x.has_written = true;
+        }
+        x.published = std::move(info);
+        x.published_inputs = inputs;
       }
       if (IsEnded(id) && !x.proc.exists && !x.proc.checkpoint &&
           x.has_written) {
         x.settled = true;
         EndStreak(id);
-        it = unsettled.erase(it);
         std::lock_guard lock(settled_mu);
-        settled_jobs[id] = std::move(info);
+        settled_jobs[id] = *x.published;
+        x.published.reset();
         continue;
       }
-      next->jobs.emplace(id, std::move(info));
-      ++it;
+      next->jobs.emplace_back(id, x.published);
+      unsettled[kept++] = unsettled[i];
     }
+    unsettled.resize(kept);
     if (servers_dirty) {
       for (const AgentConn& a : agents) batch.servers.push_back(ServerRowOf(a));
       servers_dirty = false;
@@ -3334,9 +3463,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     std::lock_guard lock(settled_mu);
     for (const auto& [id, info] : settled_jobs) {
-      if (!sn->jobs.count(id)) ++s.jobs_by_state[name(info.state())];
+      if (sn->Find(id) == nullptr) ++s.jobs_by_state[name(info.state())];
     }
-    for (const auto& [id, info] : sn->jobs) {
+    for (const auto& [id, info_ptr] : sn->jobs) {
+      const rpc::JobInfo& info = *info_ptr;
       ++s.jobs_by_state[name(info.state())];
       if (info.state() == rpc::RUNNING) {
         auto sp = specs.find(id);
@@ -3397,6 +3527,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         next_tick = std::chrono::steady_clock::now() + tick;
       }
       PersistAndPublish();
+      for (auto& answer : answers) answer();
+      answers.clear();
       if (opts.snapshot_every_events > 0 &&
           events_since_compaction >= opts.snapshot_every_events) {
         CompactLog();
@@ -3933,7 +4065,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (!ended || req->all()) *rep->add_jobs() = WithSpec(info);
     };
     if (!req->all()) {
-      for (const auto& [id, info] : s->jobs) add(info);  // settled: ended
+      for (const auto& [id, info] : s->jobs) add(*info);  // settled: ended
       return grpc::Status::OK;
     }
     // Both in id order; a job in both is the snapshot's.
@@ -3943,7 +4075,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (b == settled_jobs.end() ||
           (a != s->jobs.end() && a->first <= b->first)) {
         if (b != settled_jobs.end() && b->first == a->first) ++b;
-        add((a++)->second);
+        add(*(a++)->second);
       } else {
         add((b++)->second);
       }
@@ -3956,9 +4088,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto s = Snap();
     {
       std::lock_guard lock(settled_mu);
-      auto it = s->jobs.find(req->job_id());
-      if (it != s->jobs.end()) {
-        *rep = WithSpec(it->second);
+      if (const rpc::JobInfo* info = s->Find(req->job_id())) {
+        *rep = WithSpec(*info);
       } else {
         auto st = settled_jobs.find(req->job_id());
         if (st == settled_jobs.end()) {

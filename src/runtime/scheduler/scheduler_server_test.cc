@@ -642,6 +642,8 @@ class DaemonTest : public ::testing::Test {
     o.agent_timeout_s = 600;
     o.agent_rpc_timeout_s = 10;
     o.start_retry_s = 0.2;
+    // Every info a publication reuses is checked against one built anew.
+    o.verify_reused_job_info = true;
     return o;
   }
   Client& StartDaemon(SchedulerOptions o) {
