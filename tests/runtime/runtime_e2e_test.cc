@@ -308,6 +308,10 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
         << s.DebugString() << c.Logs();
     EXPECT_TRUE(s.cordoned());
     EXPECT_FALSE(s.up());
+    std::string out;
+    ASSERT_EQ(c.Cli({"servers"}, &out), 0) << out;
+    EXPECT_NE(out.find("away ("), std::string::npos) << out;
+    EXPECT_NE(out.find(" s left)"), std::string::npos) << out;
   }
   ASSERT_TRUE(c.StartAgent("agent-0", &error)) << error;
   {

@@ -1120,13 +1120,36 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         JobExtra* y = Extra(job);
         if (y == nullptr) return;
         if (!s.ok()) {
+          const bool ours = y->proc.exists && y->proc.server == from.server &&
+                            !y->proc.gang();
+          if (ours) y->proc.exists = false;
+          const core::Job* j = LiveJob(job) ? &st().job(JobId(job)) : nullptr;
+          const bool can_wait = ours && !IsEnded(job) && j != nullptr &&
+                                j->state == JobState::kRunning && !j->busy();
+          const bool unreachable =
+              s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+          std::string then;
+          if (can_wait && unreachable) {
+            // The agent went away again: the job waits for it with its
+            // checkpoint (restarted from it at its next registration, or
+            // placed again if its server is declared down).
+            y->proc.checkpoint = true;
+            then = "; it waits for the agent, with its checkpoint";
+          } else if (can_wait) {
+            // The agent could not start it from its checkpoint (gone,
+            // unreadable): it starts afresh there rather than fail.
+            y->proc.checkpoint = false;
+            then = "; it starts again from the beginning";
+          }
           History(job, "restart", false, took,
                   "on " + name + " from the checkpoint kept there: " +
-                      RpcError("StartJob", s));
-          if (y->proc.exists && y->proc.server == from.server) {
-            y->proc.exists = false;
+                      RpcError("StartJob", s) + then);
+          if (can_wait && !unreachable) {
+            Relaunch(job);
+          } else if (!can_wait && !IsEnded(job)) {
+            (void)Feed(core::JobFinished{JobId(job), false});
           }
-          if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
           return;
         }
         // Killed or moved on meanwhile: that action, queued behind this

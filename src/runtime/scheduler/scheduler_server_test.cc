@@ -101,6 +101,9 @@ class FakeAgent final : public rpc::Agent::Service {
     if (mode_ == Mode::kFailStart || fail_starts_) {
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, "no GPUs today"};
     }
+    if (r->resume_local() && resume_local_error_ != grpc::StatusCode::OK) {
+      return {resume_local_error_, "cannot resume from the checkpoint here"};
+    }
     if (procs_.count(r->job_id())) ++duplicate_starts_;
     if (r->resume_local()) ++resume_local_starts_[r->job_id()];
     procs_[r->job_id()] = Proc{
@@ -278,6 +281,11 @@ class FakeAgent final : public rpc::Agent::Service {
     grpc::Status s = stub_->Leave(&ctx, r, &rep);
     if (reply != nullptr) *reply = rep;
     return s;
+  }
+  // StartJob(resume_local) fails with `code` (OK: succeeds again).
+  void FailResumeLocal(grpc::StatusCode code) {
+    std::lock_guard lock(mu_);
+    resume_local_error_ = code;
   }
   // Lists a checkpoint of the job at the next registrations.
   void Keep(int64_t job) {
@@ -496,9 +504,10 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> reported_exits_;
   bool fail_checkpoints_ = false;  // guarded by mu_
   bool fail_starts_ = false;       // guarded by mu_
-  bool fail_suspends_ = false;     // guarded by mu_
-  int suspend_calls_ = 0;          // guarded by mu_
-  std::string advertised_;         // guarded by mu_
+  grpc::StatusCode resume_local_error_ = grpc::StatusCode::OK;  // mu_
+  bool fail_suspends_ = false;  // guarded by mu_
+  int suspend_calls_ = 0;       // guarded by mu_
+  std::string advertised_;      // guarded by mu_
   std::set<int64_t> ever_ran_;
   int suspends_ = 0;
   int resumes_ = 0;
@@ -1180,6 +1189,47 @@ TEST_F(AgentStopTest, AnAgentBackWithoutTheSavedCheckpointStartsTheJobAfresh) {
             std::string::npos)
       << lost[0].detail();
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
+}
+
+// The agent back cannot start the job from the checkpoint it kept (it
+// refuses: unreadable, gone): the job starts again from the beginning
+// there rather than fail. One it cannot reach waits for it instead, with
+// its checkpoint, and goes on from it at the agent's next registration.
+TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());
+  agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+  {
+    const auto r = HistoryOf(cl, j, "restart")[0];
+    EXPECT_FALSE(r.ok());
+    EXPECT_NE(r.detail().find("it waits for the agent, with its checkpoint"),
+              std::string::npos)
+        << r.detail();
+  }
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(agent.start_calls(j), 2);  // the first start, the failed one
+  agent.FailResumeLocal(grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 4; }))
+      << cl.Get(j).DebugString();
+  const auto restarts = HistoryOf(cl, j, "restart");
+  ASSERT_EQ(restarts.size(), 3u) << cl.Get(j).DebugString();
+  EXPECT_NE(restarts[1].detail().find("it starts again from the beginning"),
+            std::string::npos)
+      << restarts[1].detail();
+  EXPECT_TRUE(restarts[2].ok()) << restarts[2].detail();
+  EXPECT_NE(restarts[2].detail().find("relaunched"), std::string::npos)
+      << restarts[2].detail();
+  EXPECT_EQ(agent.resume_local_starts(j), 0);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  agent.Exit(j, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
 }
 
 // The daemon missed the stop (it was down first, as in `gandiva down`):
