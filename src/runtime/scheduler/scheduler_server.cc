@@ -1208,6 +1208,26 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return s;
   }
 
+  // Executor thread: continues (`resume`) or stops again every part of a
+  // suspended gang but its lead's, for the lead's checkpoint (which needs
+  // all its ranks) or after it failed.
+  void ContinueOrStopFollowers(int32_t job, const std::vector<PartConn>& parts,
+                               Ids& ids, bool resume) {
+    for (size_t i = 1; i < parts.size(); ++i) {
+      rpc::JobRequest req;
+      req.set_job_id(job);
+      req.set_action_id(ids());
+      auto ctx = Ctx();
+      if (resume) {
+        rpc::ResumeReply rep;
+        (void)parts[i].stub->ResumeJob(ctx.get(), req, &rep);
+      } else {
+        rpc::SuspendReply rep;
+        (void)parts[i].stub->SuspendJob(ctx.get(), req, &rep);
+      }
+    }
+  }
+
   // Executor thread: stops the job's process at a part (its exit comes
   // marked killed, not the job's end); keep_checkpoint leaves the
   // checkpoint that agent holds, else it goes too.
@@ -1543,19 +1563,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     executor->Run(id, [=, this]() mutable {
       const auto t0 = std::chrono::steady_clock::now();
       auto each_follower = [&](bool resume) {
-        for (size_t i = 1; i < conns->size(); ++i) {
-          rpc::JobRequest req;
-          req.set_job_id(id);
-          req.set_action_id(ids());
-          auto ctx = Ctx();
-          if (resume) {
-            rpc::ResumeReply rep;
-            (void)(*conns)[i].stub->ResumeJob(ctx.get(), req, &rep);
-          } else {
-            rpc::SuspendReply rep;
-            (void)(*conns)[i].stub->SuspendJob(ctx.get(), req, &rep);
-          }
-        }
+        ContinueOrStopFollowers(id, *conns, ids, resume);
       };
       // A suspended gang's other parts take part in the save.
       if (was_suspended) each_follower(/*resume=*/true);
@@ -1756,19 +1764,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       int64_t saved = -1;  // the mini-batch the checkpoint was taken at
       if (from.exists) {
         auto each_follower = [&](bool resume) {
-          for (size_t i = 1; i < src->size(); ++i) {
-            rpc::JobRequest req;
-            req.set_job_id(job);
-            req.set_action_id(ids());
-            auto ctx = Ctx();
-            if (resume) {
-              rpc::ResumeReply rep;
-              (void)(*src)[i].stub->ResumeJob(ctx.get(), req, &rep);
-            } else {
-              rpc::SuspendReply rep;
-              (void)(*src)[i].stub->SuspendJob(ctx.get(), req, &rep);
-            }
-          }
+          ContinueOrStopFollowers(job, *src, ids, resume);
         };
         if (was_suspended) each_follower(/*resume=*/true);
         rpc::CheckpointRequest req;

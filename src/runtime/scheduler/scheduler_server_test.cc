@@ -1406,6 +1406,40 @@ TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
       << cl.Get(j).DebugString();
 }
 
+// Submits a two-GPU job (elastic if asked) to a fifo daemon whose agents
+// `a` and `b` have one GPU each (registered in that order, so that rank 0's
+// part is b's) and waits until both parts run and the job trains through
+// the job-side library. Its id; -1, with a test failure, if it does not.
+int64_t StartSpanningJob(Client& cl, FakeAgent& a, FakeAgent& b,
+                         bool elastic = false) {
+  rpc::JobSpec spec;
+  spec.set_name(elastic ? "elastic" : "job");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(2);
+  spec.set_elastic(elastic);
+  int64_t j = -1;
+  if (!cl.Submit(spec, &j).ok()) {
+    ADD_FAILURE() << "Submit";
+    return -1;
+  }
+  if (!WaitFor([&] {
+        const rpc::JobInfo info = cl.Get(j);
+        return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
+               a.procs().count(j) == 1 && b.procs().count(j) == 1;
+      })) {
+    ADD_FAILURE() << cl.Get(j).DebugString();
+    return -1;
+  }
+  EXPECT_EQ(cl.Get(j).server(), b.name());
+  b.SetProgress(j, 10, 5.0);
+  EXPECT_TRUE(b.Report().ok());
+  if (!WaitFor([&] { return cl.Get(j).uses_library(); })) {
+    ADD_FAILURE() << "the job does not use the library";
+    return -1;
+  }
+  return j;
+}
+
 // An agent with a part of a job spanning servers stops: the daemon has
 // rank 0 save the job's checkpoint at the lead's agent (every part exits),
 // tells the agent to wait for its part's exit, and restarts every part from
@@ -1422,19 +1456,10 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
     Client& cl = StartDaemon(o);
     FakeAgent a("node-a", 1, Mode::kOk);
     FakeAgent b("node-b", 1, Mode::kOk);
-    // fifo places the job's first GPU (rank 0's) on the last server here.
     ASSERT_TRUE(a.Register(server_->address()).ok());
     ASSERT_TRUE(b.Register(server_->address()).ok());
-    const int64_t j = cl.MustSubmit(2);
-    ASSERT_TRUE(WaitFor([&] {
-      const rpc::JobInfo info = cl.Get(j);
-      return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
-             a.procs().count(j) == 1 && b.procs().count(j) == 1;
-    })) << cl.Get(j).DebugString();
-    ASSERT_EQ(cl.Get(j).server(), b.name());
-    b.SetProgress(j, 10, 5.0);
-    ASSERT_TRUE(b.Report().ok());
-    ASSERT_TRUE(WaitFor([&] { return cl.Get(j).uses_library(); }));
+    const int64_t j = StartSpanningJob(cl, a, b);
+    ASSERT_GT(j, 0);
 
     FakeAgent& stops = lead_stops ? b : a;
     rpc::LeaveReply left;
@@ -1489,16 +1514,8 @@ TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
   FakeAgent b("node-b", 1, Mode::kOk);
   ASSERT_TRUE(a.Register(server_->address()).ok());
   ASSERT_TRUE(b.Register(server_->address()).ok());
-  const int64_t j = cl.MustSubmit(2);
-  ASSERT_TRUE(WaitFor([&] {
-    const rpc::JobInfo info = cl.Get(j);
-    return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
-           a.procs().count(j) == 1 && b.procs().count(j) == 1;
-  })) << cl.Get(j).DebugString();
-  ASSERT_EQ(cl.Get(j).server(), b.name());  // the lead
-  b.SetProgress(j, 10, 5.0);
-  ASSERT_TRUE(b.Report().ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.Get(j).uses_library(); }));
+  const int64_t j = StartSpanningJob(cl, a, b);
+  ASSERT_GT(j, 0);
 
   b.HoldCheckpoints(true);
   rpc::LeaveReply left;
@@ -2142,23 +2159,9 @@ TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
   FakeAgent b("node-b", 1, Mode::kOk);
   ASSERT_TRUE(a.Register(server_->address()).ok());
   ASSERT_TRUE(b.Register(server_->address()).ok());
-  rpc::JobSpec spec;
-  spec.set_name("elastic");
-  spec.set_command("python3 train.py");
-  spec.set_gpus(2);
-  spec.set_elastic(true);
-  int64_t j = -1;
-  ASSERT_TRUE(cl.Submit(spec, &j).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    const rpc::JobInfo info = cl.Get(j);
-    return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
-           a.procs().count(j) == 1 && b.procs().count(j) == 1;
-  })) << cl.Get(j).DebugString();
-  ASSERT_EQ(cl.Get(j).server(), b.name());
   // It runs with the job-side library: it moves by checkpoint.
-  b.SetProgress(j, 10, 5.0);
-  ASSERT_TRUE(b.Report().ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.Get(j).uses_library(); }));
+  const int64_t j = StartSpanningJob(cl, a, b, /*elastic=*/true);
+  ASSERT_GT(j, 0);
   FakeAgent c("node-c", 2, Mode::kFailReceive);
   ASSERT_TRUE(c.Register(server_->address()).ok());
   {
