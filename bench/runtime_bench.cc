@@ -240,19 +240,20 @@ int main(int argc, char** argv) {
                   b.median_ms / a.median_ms);
     }
   };
-  const char* header = "%-12s %10s %10s %10s %12s %12s %8s\n";
+  auto header = [](const char* first) {
+    std::printf("%-12s %10s %10s %10s %12s %12s %8s\n", first, "median_ms",
+                "p95_ms", "max_ms", "rebuild_med", "rebuild_p95", "x_med");
+  };
   std::printf(
       "\nSubmit round trip as ended jobs accumulate (each job submitted, "
       "measured, then killed; no agent); 'rebuild': a daemon that builds "
       "every live job's info again after each request\n");
-  std::printf(header, "ended jobs", "median_ms", "p95_ms", "max_ms",
-              "rebuild_med", "rebuild_p95", "x_med");
+  header("ended jobs");
   grow(ended_jobs, /*keep=*/false);
   std::printf(
       "\nSubmit round trip as queued jobs accumulate (on top of those ended; "
       "no agent)\n");
-  std::printf(header, "queued jobs", "median_ms", "p95_ms", "max_ms",
-              "rebuild_med", "rebuild_p95", "x_med");
+  header("queued jobs");
   grow(queued_jobs, /*keep=*/true);
   (*full)->Shutdown();
   (*server)->Shutdown();
