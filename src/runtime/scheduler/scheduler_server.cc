@@ -203,6 +203,14 @@ struct Proc {
   }
   // A part of the job is (or would be) on `s`.
   bool On(ServerId s) const { return server == s || FollowerOn(s); }
+  // Where it was, without a process: its lead's agent holds its checkpoint
+  // (a gang's: the one rank 0 saved, for every part).
+  Proc CheckpointOnly() const {
+    Proc p = *this;
+    p.exists = p.leaving = false;
+    p.checkpoint = true;
+    return p;
+  }
   static Proc At(const std::vector<Part>& parts) {
     Proc p;
     if (parts.empty()) return p;
@@ -368,10 +376,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   int64_t clock_us = 0;
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
-  // The jobs of `extras` not settled: those PersistAndPublish publishes.
-  // The jobs not settled, in id order, with their records (extras never
-  // drops one, so the pointers hold); and those that became so since the
-  // last publication, which merges them in.
+  // The jobs of `extras` not settled (those PersistAndPublish publishes),
+  // in id order, with their records (extras never drops one, so the
+  // pointers hold); and those that became so since the last publication,
+  // which merges them in.
   std::vector<std::pair<int32_t, JobExtra*>> unsettled;
   std::vector<std::pair<int32_t, JobExtra*>> unsettling;
   // Answers to Call()s, given once what they did is published.
@@ -1022,11 +1030,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             x->proc.checkpoint = x->proc.leaving = false;
             break;
           case MovedTo::kCheckpointAtSource:
-            // The lead's agent holds the checkpoint (a gang's: the one
-            // rank 0 saved, for every part).
-            x->proc = from;
-            x->proc.exists = x->proc.leaving = false;
-            x->proc.checkpoint = true;
+            x->proc = from.CheckpointOnly();
             break;
           case MovedTo::kNowhere:
             x->proc = Proc{};
@@ -1075,9 +1079,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (!Away(from.server).empty()) {
       // Its agent is away: the job waits for it there, and Reconcile
       // restarts it from the checkpoint when it is back.
-      x->proc = from;
-      x->proc.exists = x->proc.leaving = false;
-      x->proc.checkpoint = true;
+      x->proc = from.CheckpointOnly();
       return;
     }
     x->proc = Proc{from.server, from.local, true, false, false};
@@ -1601,9 +1603,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           KillAt(id, from, InternalActionId());
           return;
         }
-        y->proc = from;
-        y->proc.exists = y->proc.leaving = false;
-        y->proc.checkpoint = true;
+        y->proc = from.CheckpointOnly();
         y->kept_at = rep.minibatches();
         y->stopped_us = Now();
         if (rep.minibatches() > 0) {
@@ -1630,15 +1630,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                            int64_t saved = -1, int64_t paused_since_us = 0) {
     JobExtra* x = Extra(job);
     if (x == nullptr) return;
-    for (const Part& p : from.parts()) {
-      if (!Away(p.server).empty()) {
-        // A part's agent is away: the job waits for it, and Reconcile
-        // restarts every part when the last of them is back.
-        x->proc = from;
-        x->proc.exists = x->proc.leaving = false;
-        x->proc.checkpoint = true;
-        return;
-      }
+    if (AnyPartAway(from)) {
+      // A part's agent is away: the job waits for it, and Reconcile
+      // restarts every part when the last of them is back.
+      x->proc = from.CheckpointOnly();
+      return;
     }
     std::string missing;
     auto conns = Conns(from.parts(), &missing);
@@ -2421,11 +2417,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           if (j.state == JobState::kRunning && !j.busy()) RelaunchGang(id);
           continue;
         }
-        const std::vector<Part> parts = x.proc.parts();
         if (j.state == JobState::kRunning && !j.busy() &&
-            std::none_of(parts.begin(), parts.end(), [&](const Part& p) {
-              return !Away(p.server).empty();
-            })) {
+            !AnyPartAway(x.proc)) {
           RestartGangAtSource(id, x.proc, "agent '" + a.name + "' is back",
                               x.kept_at, x.stopped_us);
           x.kept_at = -1;
@@ -2805,6 +2798,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return b;
   }
 
+  // When an away agent is declared down if it has not registered again by
+  // then (wall clock; --agent-timeout-s since it was last heard of may
+  // still hold it off: CheckAgents).
+  int64_t AwayUntilUs(const AgentConn& a) const {
+    return a.away_since_us + static_cast<int64_t>(opts.agent_away_s * 1e6);
+  }
+  // Some part of the job is on a server whose agent is away.
+  bool AnyPartAway(const Proc& p) const {
+    const std::vector<Part> parts = p.parts();
+    return std::any_of(parts.begin(), parts.end(), [&](const Part& part) {
+      return !Away(part.server).empty();
+    });
+  }
+
   // Why calls to the agent of `s` would fail now ("": they may not): it
   // said it was stopping.
   std::string Away(ServerId s) const {
@@ -2821,7 +2828,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void CheckAgents() {
     const int64_t now = Now();
     const auto timeout = static_cast<int64_t>(opts.agent_timeout_s * 1e6);
-    const auto away = static_cast<int64_t>(opts.agent_away_s * 1e6);
     const int64_t wall = WallMicros();
     for (AgentConn& a : agents) {
       if (a.link == AgentConn::Link::kDown) continue;
@@ -2829,7 +2835,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       // --agent-timeout-s since it was last heard of (or since this daemon
       // started, which may be long after the stop).
       if (now - a.last_seen_us <= timeout ||
-          (a.away_since_us > 0 && wall - a.away_since_us < away)) {
+          (a.away_since_us > 0 && wall < AwayUntilUs(a))) {
         continue;
       }
       a.link = AgentConn::Link::kDown;
@@ -3262,8 +3268,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       std::string within;
       if (a.away_since_us > 0) {
         const double left =
-            opts.agent_away_s -
-            static_cast<double>(WallMicros() - a.away_since_us) / 1e6;
+            static_cast<double>(AwayUntilUs(a) - WallMicros()) / 1e6;
         char b[64];
         std::snprintf(b, sizeof b, "if it is not back within %.0f s,",
                       std::max(0.0, left));
@@ -3440,8 +3445,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       si->set_cordoned(s.cordoned);
       if (a.away_since_us > 0) {
         si->set_away_since_us(a.away_since_us);
-        si->set_away_until_us(a.away_since_us +
-                              static_cast<int64_t>(opts.agent_away_s * 1e6));
+        si->set_away_until_us(AwayUntilUs(a));
       }
       si->set_height(s.height());
       si->set_affinity(s.affinity);

@@ -174,6 +174,20 @@ class SqliteStore final : public Store {
   sqlite3* db_;
 };
 
+// A database from before `table` had `column` gets it (and the columns
+// added with it) by `alter`; its rows keep their values.
+core::Status AddColumnsIfMissing(sqlite3* db, SqliteStore& store,
+                                 const std::string& table,
+                                 const std::string& column, const char* alter) {
+  const std::string query = "SELECT COUNT(*) FROM pragma_table_info('" + table +
+                            "') WHERE name = '" + column + "'";
+  Stmt cols(db, query.c_str());
+  GANDIVA_RETURN_IF_ERROR(cols.prepared());
+  if (cols.Step() != SQLITE_ROW) return cols.StepError();
+  if (cols.Int(0) != 0) return core::Status::Ok();
+  return store.Exec(alter);
+}
+
 }  // namespace
 
 core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
@@ -195,36 +209,20 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
       durable_sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   GANDIVA_RETURN_IF_ERROR(store->Exec(kSchema));
   // A database from before the jobs' metric: its columns added.
-  {
-    Stmt cols(db,
-              "SELECT COUNT(*) FROM pragma_table_info('jobs') "
-              "WHERE name = 'metric'");
-    GANDIVA_RETURN_IF_ERROR(cols.prepared());
-    if (cols.Step() != SQLITE_ROW) return cols.StepError();
-    if (cols.Int(0) == 0) {
-      GANDIVA_RETURN_IF_ERROR(store->Exec(
-          "ALTER TABLE jobs ADD COLUMN metric REAL NOT NULL DEFAULT 0;"
-          "ALTER TABLE jobs ADD COLUMN metric_minibatches INTEGER NOT NULL "
-          "DEFAULT 0;"
-          "ALTER TABLE jobs ADD COLUMN metric_reports INTEGER NOT NULL "
-          "DEFAULT 0;"));
-    }
-  }
+  GANDIVA_RETURN_IF_ERROR(AddColumnsIfMissing(
+      db, *store, "jobs", "metric",
+      "ALTER TABLE jobs ADD COLUMN metric REAL NOT NULL DEFAULT 0;"
+      "ALTER TABLE jobs ADD COLUMN metric_minibatches INTEGER NOT NULL "
+      "DEFAULT 0;"
+      "ALTER TABLE jobs ADD COLUMN metric_reports INTEGER NOT NULL "
+      "DEFAULT 0;"));
   // A database from before agents said they were stopping.
-  {
-    Stmt cols(db,
-              "SELECT COUNT(*) FROM pragma_table_info('servers') "
-              "WHERE name = 'away_since_us'");
-    GANDIVA_RETURN_IF_ERROR(cols.prepared());
-    if (cols.Step() != SQLITE_ROW) return cols.StepError();
-    if (cols.Int(0) == 0) {
-      GANDIVA_RETURN_IF_ERROR(store->Exec(
-          "ALTER TABLE servers ADD COLUMN away_since_us INTEGER NOT NULL "
-          "DEFAULT 0;"
-          "ALTER TABLE servers ADD COLUMN away_cordon INTEGER NOT NULL "
-          "DEFAULT 0;"));
-    }
-  }
+  GANDIVA_RETURN_IF_ERROR(AddColumnsIfMissing(
+      db, *store, "servers", "away_since_us",
+      "ALTER TABLE servers ADD COLUMN away_since_us INTEGER NOT NULL "
+      "DEFAULT 0;"
+      "ALTER TABLE servers ADD COLUMN away_cordon INTEGER NOT NULL "
+      "DEFAULT 0;"));
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
          "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
