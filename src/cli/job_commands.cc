@@ -805,12 +805,17 @@ int RunServers(const ServersFlags& f) {
           .count();
   for (const auto& srv : reply.servers()) {
     std::string up = !srv.up() ? "no" : srv.cordoned() ? "cordoned" : "yes";
+    auto left = [&](int64_t until_us) {
+      return std::to_string(std::max<int64_t>(
+                 0, (until_us - now_us + 999'999) / 1'000'000)) +
+             " s left)";
+    };
     if (srv.away_since_us() > 0) {
       // Its agent stopped; declared down unless it is back in time.
-      up = "away (" +
-           std::to_string(std::max<int64_t>(
-               0, (srv.away_until_us() - now_us + 999'999) / 1'000'000)) +
-           " s left)";
+      up = "away (" + left(srv.away_until_us());
+    } else if (srv.awaiting_until_us() > 0) {
+      // The daemon restarted; its agent has not registered since.
+      up = "awaiting agent (" + left(srv.awaiting_until_us());
     }
     rows.push_back({std::to_string(srv.id()), srv.name(), srv.address(), up,
                     std::to_string(srv.gpus_size()),

@@ -2244,7 +2244,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (static_cast<int>(a.gpus.size()) != spec.gpus) {
         return core::FailedPrecondition(
             "agent '" + r.name() + "' registered before with " +
-            std::to_string(a.gpus.size()) + " GPUs, now " +
+            std::to_string(a.gpus.size()) +
+            (a.gpus.size() == 1 ? " GPU" : " GPUs") + ", now " +
             std::to_string(spec.gpus) +
             "; a server's GPUs cannot change (use another name)");
       }
@@ -2803,6 +2804,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // still hold it off: CheckAgents).
   int64_t AwayUntilUs(const AgentConn& a) const {
     return a.away_since_us + static_cast<int64_t>(opts.agent_away_s * 1e6);
+  }
+  // When CheckAgents declares the server of an agent that has not
+  // registered with this daemon down (wall clock).
+  int64_t AwaitingUntilUs(const AgentConn& a) {
+    const int64_t silent = WallMicros() + a.last_seen_us +
+                           static_cast<int64_t>(opts.agent_timeout_s * 1e6) -
+                           Now();
+    return a.away_since_us > 0 ? std::max(silent, AwayUntilUs(a)) : silent;
   }
   // Some part of the job is on a server whose agent is away.
   bool AnyPartAway(const Proc& p) const {
@@ -3439,13 +3448,17 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       for (const rpc::Gpu& g : a.gpus) *si->add_gpus() = g;
       if (a.id.value >= c.num_servers()) continue;
       const core::Server& s = c.server(a.id);
-      // Away: no agent serves it, though its jobs stay placed there.
-      si->set_up(s.up && a.link != AgentConn::Link::kDown &&
+      // Away, or not registered with this daemon yet: no agent serves it
+      // (as far as the daemon knows), though its jobs stay placed there.
+      si->set_up(s.up && a.link == AgentConn::Link::kUp &&
                  a.away_since_us == 0);
       si->set_cordoned(s.cordoned);
       if (a.away_since_us > 0) {
         si->set_away_since_us(a.away_since_us);
         si->set_away_until_us(AwayUntilUs(a));
+      }
+      if (a.link == AgentConn::Link::kAwaiting) {
+        si->set_awaiting_until_us(AwaitingUntilUs(a));
       }
       si->set_height(s.height());
       si->set_affinity(s.affinity);
@@ -4027,6 +4040,33 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
   }
 
+  // After a restart (or a takeover) the servers whose agent has not
+  // registered with this daemon yet are cordoned by it, as for an away
+  // agent: a job placed there would be started through an address the
+  // agent may no longer serve. Registration opens each again.
+  void CordonAwaiting() {
+    const core::Cluster& c = st().cluster();
+    std::string names;
+    for (AgentConn& a : agents) {
+      if (a.link != AgentConn::Link::kAwaiting ||
+          a.id.value >= c.num_servers()) {
+        continue;
+      }
+      const core::Server& s = c.server(a.id);
+      if (!s.up || s.cordoned) continue;
+      if (!Feed(core::CordonRequest{a.id, true}).ok()) continue;
+      a.away_cordon = true;
+      servers_dirty = true;
+      names += (names.empty() ? "'" : ", '") + a.name + "'";
+    }
+    if (!names.empty()) {
+      Log("cordoned the servers of " + names +
+          " until their agents register with this daemon (declared down if "
+          "not within " +
+          Seconds(opts.agent_timeout_s) + ")");
+    }
+  }
+
   // ------------------------------------------------------ gRPC handlers
 
   grpc::Status RegisterAgent(grpc::ServerContext*,
@@ -4307,7 +4347,10 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
 
   Impl* p = impl.get();
-  p->Post([p] { p->ArriveUnarrived(); });
+  p->Post([p] {
+    p->ArriveUnarrived();
+    p->CordonAwaiting();
+  });
   p->PersistAndPublish();
   p->loop = std::thread([p] { p->LoopMain(); });
   if (!p->opts.address_file.empty()) {

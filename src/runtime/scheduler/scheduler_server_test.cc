@@ -1379,6 +1379,68 @@ TEST_F(AgentStopTest, ARestartedDaemonStillWaitsForAnAwayAgent) {
       << cl.Get(j).DebugString();
 }
 
+// A restarted daemon knows its servers from its database, not whether
+// their agents still serve at the addresses it has: until an agent
+// registers with it, its server is not up, says until when it is waited
+// for, and takes no new job (the start would go to an address no agent
+// may serve). Registered, the server is open again and the job starts.
+TEST_F(AgentStopTest,
+       ARestartedDaemonPlacesNothingOnAServerUntilItsAgentIsBack) {
+  const int64_t j = Started();
+  server_.reset();
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  const int64_t other = cl.MustSubmit(1, "other");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 ticks
+  server_->Sync();
+  {
+    const rpc::ServerInfo s = cl.Servers().servers(0);
+    EXPECT_FALSE(s.up());
+    EXPECT_TRUE(s.cordoned());
+    EXPECT_EQ(s.away_since_us(), 0);
+    const int64_t left_us =
+        s.awaiting_until_us() -
+        std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    EXPECT_GT(left_us, 0);
+    EXPECT_LE(left_us, static_cast<int64_t>(o.agent_timeout_s * 1e6));
+  }
+  EXPECT_EQ(cl.State(other), rpc::QUEUED);
+  EXPECT_EQ(agent_.start_calls(other), 0);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);  // still placed there
+
+  ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  server_->Sync();
+  {
+    const rpc::ServerInfo s = cl.Servers().servers(0);
+    EXPECT_TRUE(s.up());
+    EXPECT_FALSE(s.cordoned());
+    EXPECT_EQ(s.awaiting_until_us(), 0);
+  }
+  EXPECT_TRUE(WaitFor([&] { return agent_.start_calls(other) == 1; }))
+      << cl.Get(other).DebugString();
+  EXPECT_EQ(agent_.start_calls(j), 1);  // the running job was left alone
+}
+
+// An operator's cordon is the operator's: a restarted daemon neither adds
+// its own nor lifts it when the agent registers.
+TEST_F(AgentStopTest, ARestartedDaemonKeepsAnOperatorsCordon) {
+  rpc::DrainReply drained;
+  ASSERT_TRUE(cl_->Drain("node", &drained, /*cordon_only=*/true).ok());
+  server_.reset();
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  server_->Sync();
+  EXPECT_TRUE(cl.Servers().servers(0).cordoned());
+  ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_TRUE(cl.Servers().servers(0).up());
+  EXPECT_TRUE(cl.Servers().servers(0).cordoned());
+}
+
 // An agent that said it stops is declared down after --agent-away-s, not
 // after --agent-timeout-s; its jobs are then placed again.
 TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
@@ -1557,6 +1619,24 @@ TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
   EXPECT_EQ(s.error_message(),
             "field 'name': agent 'stranger' is not registered (new, timed "
             "out, or the scheduler restarted)");
+}
+
+// A server keeps its GPUs: an agent registering again under its name with
+// another number is refused with both numbers, and the server is as it was.
+TEST_F(DaemonTest, AnAgentBackWithOtherGpusIsRefused) {
+  Client& cl = StartDaemon(Options());
+  FakeAgent first("node", 1, Mode::kOk);
+  ASSERT_TRUE(first.Register(server_->address()).ok());
+  FakeAgent bigger("node", 2, Mode::kOk);
+  const grpc::Status s = bigger.Register(server_->address());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_message(),
+            "agent 'node' registered before with 1 GPU, now 2; a server's "
+            "GPUs cannot change (use another name)");
+  const rpc::ListServersReply servers = cl.Servers();
+  ASSERT_EQ(servers.servers_size(), 1);
+  EXPECT_EQ(servers.servers(0).gpus_size(), 1);
+  EXPECT_TRUE(servers.servers(0).up());
 }
 
 // An exit the daemon cannot log (its store refuses the write) is not
