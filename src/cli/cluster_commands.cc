@@ -70,14 +70,16 @@ constexpr const char* kDemoProfileIntervalS = "0.5";
 
 struct UpFlags {
   std::string state_dir;
-  int agents = 2;
-  int gpus_per_agent = 2;
+  // Unset: the cluster's shape (the state directory's), else 2 and 2.
+  std::optional<int> agents;
+  std::optional<int> gpus_per_agent;
   int port = 0;
   std::optional<std::string> policy;
   std::optional<double> quantum_s;
   std::optional<int> tick_ms;
   bool demo = false;
   bool real_gpus = false;
+  bool real_gpus_given = false;
   double timeout_s = 60;
   std::vector<std::string> scheduler_args;
   std::vector<std::string> agent_args;
@@ -282,11 +284,13 @@ void Stop(const std::vector<ClusterProcess>& procs, double grace_s) {
 // --stop-checkpoint-timeout-ms, 20 s by default).
 constexpr double kAgentSaveS = 20;
 
-// Stops the processes of `record` that are alive: the scheduler first (its
-// database keeps the jobs' state), then the agents (each has its jobs save
-// a checkpoint where they can, and stops the rest), then any job process
-// that outlived its agent. Returns how many daemons it stopped; the jobs
-// the agents ran go in *stopped_jobs (job id -> agent name).
+// Stops the processes of `record` that are alive: the agents first, all at
+// once, while the scheduler still runs (each has its jobs save a checkpoint
+// where they can and stops the rest, having told the scheduler, which has
+// a job spanning servers save through rank 0's agent), then the scheduler
+// (its database keeps the jobs' state), then any job process that outlived
+// its agent. Returns how many daemons it stopped; the jobs the agents ran
+// go in *stopped_jobs (job id -> agent name).
 size_t StopCluster(const ClusterRecord& record, double grace_s,
                    std::map<int64_t, std::string>* stopped_jobs = nullptr) {
   const std::vector<ClusterProcess> alive = Alive(record);
@@ -304,8 +308,8 @@ size_t StopCluster(const ClusterRecord& record, double grace_s,
   for (const auto& p : alive) {
     (p.role == "scheduler" ? schedulers : agents).push_back(p);
   }
-  Stop(schedulers, grace_s);
   Stop(agents, grace_s + kAgentSaveS);
+  Stop(schedulers, grace_s);
   for (const auto& [pid, job] : jobs) {
     if (IsJobProcess(pid, job.job_id)) {
       std::fprintf(stderr,
@@ -317,6 +321,94 @@ size_t StopCluster(const ClusterRecord& record, double grace_s,
     }
   }
   return alive.size();
+}
+
+// Where `down` keeps the agents' checkpoints while the cluster is down,
+// when they are on a ramdisk (which does not outlive a reboot).
+fs::path KeptCheckpoints(const std::string& state_dir) {
+  return fs::path(state_dir) / "checkpoints";
+}
+
+// Bytes and files below `root`.
+void Measure(const fs::path& root, uintmax_t* bytes, size_t* files) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code e;
+    if (it->is_regular_file(e)) {
+      *bytes += it->file_size(e);
+      ++*files;
+    }
+  }
+}
+
+// Replaces `to` by a copy of `from` (through `to`.tmp, renamed when whole),
+// then removes `from`; "" or what failed.
+std::string MoveTree(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  const fs::path tmp = to.string() + ".tmp";
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp.parent_path(), ec);
+  fs::copy(from, tmp,
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks, ec);
+  if (ec) {
+    const std::string why = "cannot copy " + from.string() + " to " +
+                            tmp.string() + ": " + ec.message();
+    fs::remove_all(tmp, ec);
+    return why;
+  }
+  fs::remove_all(to, ec);
+  fs::rename(tmp, to, ec);
+  if (ec) {
+    return "cannot rename " + tmp.string() + " to " + to.string() + ": " +
+           ec.message();
+  }
+  fs::remove_all(from, ec);
+  return "";
+}
+
+// After the agents stopped: their checkpoints move from the ramdisk to the
+// state directory, so that the jobs that saved one go on from it at the
+// next `up` even after a reboot. Nothing when they are not on a ramdisk.
+void KeepCheckpointsOnDisk(const std::string& dir) {
+  const fs::path ram = CheckpointRoot(dir);
+  std::error_code ec;
+  if (!fs::is_directory(ram, ec) ||
+      ram.string().rfind(dir, 0) == 0) {  // already below the state dir
+    return;
+  }
+  uintmax_t bytes = 0;
+  size_t files = 0;
+  Measure(ram, &bytes, &files);
+  const auto t0 = Clock::now();
+  if (std::string err = MoveTree(ram, KeptCheckpoints(dir)); !err.empty()) {
+    std::fprintf(stderr,
+                 "gandiva down: %s; the checkpoints stay in %s, which a "
+                 "reboot empties\n",
+                 err.c_str(), ram.c_str());
+    return;
+  }
+  if (files > 0) {
+    std::printf(
+        "gandiva down: moved the agents' checkpoints (%zu files, %.1f MB) "
+        "from the ramdisk to %s in %.2f s, so that they outlive a reboot\n",
+        files, static_cast<double>(bytes) / 1e6, KeptCheckpoints(dir).c_str(),
+        std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+}
+
+// Before the agents start: checkpoints `down` kept on disk go back where
+// the agents look for them. False (with the reason said) when they cannot.
+bool RestoreCheckpoints(const std::string& dir) {
+  const fs::path kept = KeptCheckpoints(dir);
+  std::error_code ec;
+  if (!fs::is_directory(kept, ec)) return true;
+  const fs::path ram = CheckpointRoot(dir);
+  if (std::string err = MoveTree(kept, ram); !err.empty()) {
+    std::fprintf(stderr, "gandiva up: %s\n", err.c_str());
+    return false;
+  }
+  return true;
 }
 
 // How to call this binary in printed hints: relative to the current
@@ -376,6 +468,68 @@ bool SubmitDemo(const std::string& address, const fs::path& bin) {
   return true;
 }
 
+// "a, b, c".
+std::string Join(const std::set<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// "1 GPU", "2 GPUs".
+std::string Count(int n, const std::string& what) {
+  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
+}
+
+// The agents to start: the flags, else the shape the state directory keeps
+// from the last `up`, else the defaults. Refused (with the reason): GPUs per
+// agent other than those of the servers the daemon's database knows. Fewer
+// agents than before is a note: the others' servers are declared down.
+core::StatusOr<ClusterShape> ResolveShape(const UpFlags& f,
+                                          const std::string& dir) {
+  auto recorded = ReadClusterShape(dir);
+  if (!recorded.ok()) {
+    return core::InvalidArgument(recorded.status().message() +
+                                 " (remove it, or start afresh with "
+                                 "`gandiva down --purge`)");
+  }
+  ClusterShape shape;
+  if (*recorded) shape = **recorded;
+  std::error_code ec;
+  const bool known =
+      recorded->has_value() && fs::exists(fs::path(dir) / "scheduler.db", ec);
+  if (f.gpus_per_agent) {
+    if (known && *f.gpus_per_agent != shape.gpus_per_agent) {
+      return core::InvalidArgument(
+          "--gpus-per-agent " + std::to_string(*f.gpus_per_agent) +
+          ": the agents of the cluster in " + dir + " have " +
+          Count(shape.gpus_per_agent, "GPU") +
+          " each, and a server's GPUs cannot change (its scheduler's "
+          "database keeps them); leave the flag out, or start afresh with "
+          "`gandiva down --purge`");
+    }
+    shape.gpus_per_agent = *f.gpus_per_agent;
+  }
+  if (f.agents) {
+    if (known && *f.agents < shape.agents) {
+      std::printf(
+          "gandiva up: agent-%d%s of this cluster %s not started: the "
+          "scheduler declares %s down when it has waited for %s "
+          "(--agent-timeout-s), and places %s jobs again\n",
+          *f.agents,
+          shape.agents - *f.agents > 1
+              ? (" to agent-" + std::to_string(shape.agents - 1)).c_str()
+              : "",
+          shape.agents - *f.agents > 1 ? "are" : "is",
+          shape.agents - *f.agents > 1 ? "their servers" : "its server",
+          shape.agents - *f.agents > 1 ? "them" : "it",
+          shape.agents - *f.agents > 1 ? "their" : "its");
+    }
+    shape.agents = *f.agents;
+  }
+  if (f.real_gpus_given) shape.real_gpus = f.real_gpus;
+  return shape;
+}
+
 int RunUp(const UpFlags& f) {
   const std::string dir = ResolveStateDir(f.state_dir);
   const std::string self = SelfForHints();
@@ -406,6 +560,15 @@ int RunUp(const UpFlags& f) {
     std::error_code ec;
     fs::remove(ClusterRecordPath(dir), ec);
   }
+
+  auto shape_or = ResolveShape(f, dir);
+  if (!shape_or.ok()) {
+    std::fprintf(stderr, "gandiva up: %s\n",
+                 shape_or.status().message().c_str());
+    return 1;
+  }
+  const ClusterShape shape = *shape_or;
+  if (!RestoreCheckpoints(dir)) return 1;
 
   const fs::path bin = SelfDirectory();
   const std::string scheduler_bin = (bin / "gandiva-scheduler").string();
@@ -517,7 +680,7 @@ int RunUp(const UpFlags& f) {
   }
 
   // The agents.
-  for (int i = 0; i < f.agents; ++i) {
+  for (int i = 0; i < shape.agents; ++i) {
     const std::string name = "agent-" + std::to_string(i);
     const std::string work = dir + "/agents/" + name;
     fs::create_directories(work, ec);
@@ -529,12 +692,12 @@ int RunUp(const UpFlags& f) {
                                       "--name",
                                       name,
                                       "--virtual-gpus",
-                                      std::to_string(f.gpus_per_agent),
+                                      std::to_string(shape.gpus_per_agent),
                                       "--work-dir",
                                       work,
                                       "--checkpoint-dir",
                                       CheckpointRoot(dir) + "/" + name};
-    if (!f.real_gpus) aargv.push_back("--virtual-only");
+    if (!shape.real_gpus) aargv.push_back("--virtual-only");
     aargv.insert(aargv.end(), tls_args.begin(), tls_args.end());
     aargv.insert(aargv.end(), f.agent_args.begin(), f.agent_args.end());
     const pid_t apid =
@@ -549,7 +712,8 @@ int RunUp(const UpFlags& f) {
   // Wait until every agent has registered.
   auto stub = ConnectScheduler(address);
   std::set<std::string> want;
-  for (int i = 0; i < f.agents; ++i) want.insert("agent-" + std::to_string(i));
+  for (int i = 0; i < shape.agents; ++i)
+    want.insert("agent-" + std::to_string(i));
   for (;;) {
     for (const auto& p : record.processes) {
       if (!ChildAlive(p.pid, &status)) {
@@ -561,29 +725,41 @@ int RunUp(const UpFlags& f) {
       }
     }
     rpc::ListServersReply servers;
+    std::set<std::string> missing = want;
     if (stub->ListServers(Context(milliseconds(2000)).get(), rpc::Empty(),
                           &servers)
             .ok()) {
-      size_t up = 0;
       for (const auto& s : servers.servers()) {
-        if (s.up() && want.count(s.name())) ++up;
+        if (s.up()) missing.erase(s.name());
       }
-      if (up == want.size()) break;
+      if (missing.empty()) break;
     }
     if (Clock::now() > deadline) {
-      return fail("not every agent registered with the scheduler in " +
+      return fail(std::string(missing.size() == 1 ? "agent " : "agents ") +
+                      Join(missing) +
+                      " did not register with the scheduler "
+                      "in " +
                       std::to_string(static_cast<int>(f.timeout_s)) +
                       "s; see " + dir + "/logs/",
-                  dir + "/logs/agent-0.log");
+                  dir + "/logs/" + *missing.begin() + ".log");
     }
     std::this_thread::sleep_for(milliseconds(100));
   }
 
   std::printf(
-      "gandiva up: local cluster up: scheduler at %s, %d agents x %d "
-      "virtual GPUs\n"
+      "gandiva up: local cluster up: scheduler at %s, %s x %s\n"
       "  state and logs: %s\n",
-      address.c_str(), f.agents, f.gpus_per_agent, dir.c_str());
+      address.c_str(), Count(shape.agents, "agent").c_str(),
+      ((shape.real_gpus ? "the GPUs NVML finds, else " : "") +
+       Count(shape.gpus_per_agent, "virtual GPU"))
+          .c_str(),
+      dir.c_str());
+  if (auto st = WriteClusterShape(dir, shape); !st.ok()) {
+    std::fprintf(stderr,
+                 "gandiva up: %s (the next `up` needs the same "
+                 "--agents and --gpus-per-agent)\n",
+                 st.message().c_str());
+  }
   if (!hint_dir.empty()) {
     std::printf("  point the CLI at it: export GANDIVA_STATE_DIR=%s\n",
                 dir.c_str());
@@ -621,12 +797,22 @@ int RunDown(const DownFlags& f) {
   }
   if (!jobs.empty() && !f.purge) {
     // Their processes went with the agents: say what becomes of them. An
-    // agent records each checkpoint it keeps (held-checkpoint).
+    // agent records each checkpoint it keeps (held-checkpoint); that of a
+    // job spanning servers is kept by rank 0's.
+    std::set<std::string> agents;
+    for (const auto& p : record->processes) {
+      if (p.role == "agent") agents.insert(p.name);
+    }
     std::vector<int64_t> saved, lost;
     for (const auto& [job, agent] : jobs) {
-      const fs::path held = fs::path(CheckpointRoot(dir)) / agent / "jobs" /
-                            std::to_string(job) / "held-checkpoint";
-      (fs::exists(held, ec) ? saved : lost).push_back(job);
+      agents.insert(agent);
+      bool held = false;
+      for (const std::string& a : agents) {
+        held = held || fs::exists(fs::path(CheckpointRoot(dir)) / a / "jobs" /
+                                      std::to_string(job) / "held-checkpoint",
+                                  ec);
+      }
+      (held ? saved : lost).push_back(job);
     }
     auto list = [](const std::vector<int64_t>& ids) {
       std::string out = ids.size() == 1 ? "job " : "jobs ";
@@ -653,15 +839,18 @@ int RunDown(const DownFlags& f) {
           lost.size() == 1 ? "it is" : "they are");
     }
   }
+  if (!f.purge) KeepCheckpointsOnDisk(dir);
   if (f.purge) {
     // Only what `up` creates: never a whole directory a user pointed at.
     for (const char* name :
-         {"cluster.tmp", "scheduler.addr.tmp", "scheduler.db",
-          "scheduler.db-wal", "scheduler.db-shm", "scheduler.db-journal",
-          "scheduler.db.lock", "logs", "agents"}) {
+         {"cluster.tmp", "scheduler.addr.tmp", "shape", "shape.tmp",
+          "scheduler.db", "scheduler.db-wal", "scheduler.db-shm",
+          "scheduler.db-journal", "scheduler.db.lock", "logs", "agents",
+          "checkpoints", "checkpoints.tmp"}) {
       fs::remove_all(fs::path(dir) / name, ec);
     }
     fs::remove_all(CheckpointRoot(dir), ec);
+    fs::remove_all(CheckpointRoot(dir) + ".tmp", ec);
     fs::remove(dir, ec);  // only when empty now
     std::printf("gandiva down: purged the state%s\n",
                 fs::exists(dir) ? " (other files left in place)" : "");
@@ -678,12 +867,13 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
         "up",
         "Start a local cluster: a scheduler daemon and agents with virtual "
         "GPUs, in the background");
-    up->add_option("--agents", f->agents, "Agents (servers) to start")
-        ->capture_default_str()
+    up->add_option("--agents", f->agents,
+                   "Agents (servers) to start (default: as many as the last "
+                   "`up` of this state directory, else 2)")
         ->check(CLI::Range(1, 64));
     up->add_option("--gpus-per-agent", f->gpus_per_agent,
-                   "Virtual GPUs per agent")
-        ->capture_default_str()
+                   "Virtual GPUs per agent (default: as the last `up` of this "
+                   "state directory, which a server cannot change, else 2)")
         ->check(CLI::Range(1, 64));
     up->add_option("--state-dir", f->state_dir,
                    "Where the database, logs and the record of the processes "
@@ -704,9 +894,10 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
                  "Then submit the demo workload (examples/demo/*.yaml); a new "
                  "state dir gets --quantum-s 10 unless given, and rates reach "
                  "the policy every 0.5 s");
-    up->add_flag("--real-gpus", f->real_gpus,
-                 "Let agents use the GPUs NVML finds (default: virtual GPUs "
-                 "only)");
+    CLI::Option* real = up->add_flag(
+        "--real-gpus", f->real_gpus,
+        "Let agents use the GPUs NVML finds (default: as the last `up` of "
+        "this state directory, else virtual GPUs only)");
     up->add_option("--timeout-s", f->timeout_s,
                    "How long to wait for the daemons to come up")
         ->capture_default_str();
@@ -716,7 +907,10 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
     up->add_option("--agent-arg", f->agent_args,
                    "Extra argument for each gandiva-agent (repeatable)")
         ->allow_extra_args(false);
-    up->callback([f, &exit_code] { exit_code = RunUp(*f); });
+    up->callback([f, real, &exit_code] {
+      f->real_gpus_given = real->count() > 0;
+      exit_code = RunUp(*f);
+    });
   }
   {
     auto f = std::make_shared<DownFlags>();

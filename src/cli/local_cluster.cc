@@ -62,6 +62,75 @@ core::Status WriteClusterRecord(const std::string& state_dir,
   return core::Status::Ok();
 }
 
+std::string ClusterShapePath(const std::string& state_dir) {
+  return (fs::path(state_dir) / "shape").string();
+}
+
+core::StatusOr<std::optional<ClusterShape>> ReadClusterShape(
+    const std::string& state_dir) {
+  const std::string path = ClusterShapePath(state_dir);
+  std::ifstream f(path);
+  if (!f) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return std::optional<ClusterShape>();
+    return core::IoError("cannot read " + path);
+  }
+  ClusterShape shape;
+  bool agents = false, gpus = false;
+  std::string line;
+  for (int n = 1; std::getline(f, line); ++n) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream in(line);
+    std::string key;
+    long value = -1;
+    std::string rest;
+    in >> key >> value;
+    const bool parsed = !in.fail() && !(in >> rest);
+    const std::string where = path + " line " + std::to_string(n) + ": ";
+    if (key == "agents" || key == "gpus-per-agent") {
+      if (!parsed || value < 1 || value > 64) {
+        return core::InvalidArgument(where + "'" + key +
+                                     "' must be a number from 1 to 64");
+      }
+      (key == "agents" ? shape.agents : shape.gpus_per_agent) =
+          static_cast<int>(value);
+      (key == "agents" ? agents : gpus) = true;
+    } else if (key == "real-gpus") {
+      if (!parsed || (value != 0 && value != 1)) {
+        return core::InvalidArgument(where + "'real-gpus' must be 0 or 1");
+      }
+      shape.real_gpus = value == 1;
+    } else {
+      return core::InvalidArgument(where + "unknown setting '" + key + "'");
+    }
+  }
+  if (!agents || !gpus) {
+    return core::InvalidArgument(
+        path + ": '" + (agents ? "gpus-per-agent" : "agents") + "' missing");
+  }
+  return std::optional<ClusterShape>(shape);
+}
+
+core::Status WriteClusterShape(const std::string& state_dir,
+                               const ClusterShape& shape) {
+  const std::string path = ClusterShapePath(state_dir);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << "# the local cluster's servers, written by `gandiva up`: a later "
+         "`up` starts the same\n"
+      << "agents " << shape.agents << "\ngpus-per-agent "
+      << shape.gpus_per_agent << "\nreal-gpus " << (shape.real_gpus ? 1 : 0)
+      << "\n";
+    f.close();
+    if (!f) return core::IoError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return core::IoError("cannot write " + path + ": " + ec.message());
+  return core::Status::Ok();
+}
+
 bool ProcessRuns(pid_t pid, const std::string& binary) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno != EPERM) return false;

@@ -9,11 +9,20 @@
 //   scheduler.db     the daemon's SQLite store (kept by `down`, removed by
 //                    `down --purge`)
 //   logs/            scheduler.log, agent-<i>.log (stdout and stderr)
-//   agents/agent-<i> each agent's --work-dir (job logs, checkpoints)
+//   agents/agent-<i> each agent's --work-dir (job logs; checkpoints too
+//                    when there is no /dev/shm ramdisk for them)
+//   checkpoints/     while the cluster is down: the agents' checkpoints,
+//                    moved off the ramdisk by `down`, back by `up`
+//   shape            how many agents with how many GPUs (kept by `down`, so
+//                    that `up` without flags starts the same servers again)
 //
 // Record format, one line per process:
 //   scheduler <pid> <host:port>
 //   agent <pid> <name>
+// Shape format, one setting per line:
+//   agents <n>
+//   gpus-per-agent <n>
+//   real-gpus <0|1>
 // Lines starting with '#' are comments. Plain functions: thread-compatible.
 #pragma once
 
@@ -43,6 +52,24 @@ std::string ClusterRecordPath(const std::string& state_dir);
 std::optional<ClusterRecord> ReadClusterRecord(const std::string& state_dir);
 core::Status WriteClusterRecord(const std::string& state_dir,
                                 const ClusterRecord& record);
+
+// The servers a local cluster was set up with. The daemon's database
+// keeps each server's GPUs (an agent cannot register again with other
+// GPUs), so a later `up` starts the same agents unless told otherwise.
+struct ClusterShape {
+  int agents = 2;
+  int gpus_per_agent = 2;
+  bool real_gpus = false;
+};
+
+std::string ClusterShapePath(const std::string& state_dir);
+// nullopt when there is none (a new state directory, or one from before
+// shapes were kept); an error naming the file, line and field when it
+// cannot be read.
+core::StatusOr<std::optional<ClusterShape>> ReadClusterShape(
+    const std::string& state_dir);
+core::Status WriteClusterShape(const std::string& state_dir,
+                               const ClusterShape& shape);
 
 // True when `pid` is alive and runs the binary named `binary`
 // (gandiva-scheduler or gandiva-agent): a recycled pid is never signalled.

@@ -50,6 +50,9 @@ class CliE2eTest : public ::testing::Test {
   }
   void TearDown() override {
     std::error_code ec;
+    if (fs::exists(dir_ / "state/cluster", ec)) {  // a test stopped midway
+      Gandiva("down --purge --state-dir " + (dir_ / "state").string());
+    }
     fs::remove_all(dir_, ec);
   }
   fs::path Write(const std::string& name, const std::string& text) {
@@ -275,6 +278,16 @@ TEST_F(CliE2eTest, UpLsDown) {
                           "from the beginning"),
             std::string::npos)
       << down.out;
+  // The checkpoint left the ramdisk for the state directory: it outlives
+  // a reboot, and `up` puts it back.
+  if (fs::is_directory("/dev/shm")) {
+    EXPECT_NE(down.out.find("moved the agents' checkpoints ("),
+              std::string::npos)
+        << down.out;
+    EXPECT_TRUE(fs::exists(dir_ / "state/checkpoints/agent-0/jobs" /
+                           std::to_string(saver_job) / "held-checkpoint"))
+        << down.out;
+  }
   {
     const CliRun again = Gandiva("down " + state);
     EXPECT_EQ(again.status, 0) << again.out;
@@ -297,12 +310,119 @@ TEST_F(CliE2eTest, UpLsDown) {
     if (!resumed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(resumed) << shown.out;
-  EXPECT_NE(shown.out.find("holds a checkpoint of it"), std::string::npos)
+  EXPECT_FALSE(fs::exists(dir_ / "state/checkpoints")) << up.out;
+  // The agent stopped while the daemon ran (`down` stops the agents
+  // first): the daemon knew of the save, and of the restart.
+  EXPECT_NE(shown.out.find("agent 'agent-0' stopped; the job saved a "
+                           "checkpoint at mini-batch "),
+            std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("from the checkpoint kept there (agent 'agent-0' "
+                           "is back)"),
+            std::string::npos)
       << shown.out;
   ASSERT_EQ(Gandiva("down " + state).status, 0);
   const CliRun purge = Gandiva("down --purge " + state);
   EXPECT_EQ(purge.status, 0) << purge.out;
   EXPECT_FALSE(fs::exists(dir_ / "state")) << purge.out;
+}
+
+// A local cluster keeps its shape: `up` without flags starts the agents
+// of the last `up` again, and refuses GPUs per agent other than those its
+// servers have. `down` stops the agents while the scheduler still runs, so
+// that a job spanning two servers saves its checkpoint through rank 0's
+// agent; at the next `up` every part goes on from it, and the job finishes
+// its samples exactly once.
+TEST_F(CliE2eTest, DownSavesAJobSpanningServersAndUpGoesOnFromIt) {
+  if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  constexpr int kSamples = 10000;
+  const std::string state = "--state-dir " + (dir_ / "state").string();
+  CliRun up = Gandiva("up " + state +
+                      " --agents 2 --gpus-per-agent 1 --policy fifo "
+                      "--tick-ms 200");
+  ASSERT_EQ(up.status, 0) << up.out;
+  EXPECT_NE(up.out.find("2 agents x 1 virtual GPU\n"), std::string::npos)
+      << up.out;
+  const fs::path spec = Write(
+      "ddp.yaml", std::string("name: ddp\ncommand: ") + GANDIVA_PYTHON +
+                      " -m gandiva.launch -- " + GANDIVA_EXAMPLES_DIR +
+                      "/train_ddp.py --samples " + std::to_string(kSamples) +
+                      " --min-step-ms 10 --log-every 200\ngpus: 2\n"
+                      "elastic: true\nenv: {OMP_NUM_THREADS: 1}\n");
+  const CliRun sub = Gandiva("submit " + spec.string() + " " + state);
+  ASSERT_EQ(sub.status, 0) << sub.out;
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  auto progress = [&](const CliRun& shown) {
+    const size_t at = shown.out.find("progress:");
+    return at == std::string::npos ? 0 : std::atoll(shown.out.c_str() + at + 9);
+  };
+  CliRun shown;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        shown = Gandiva("show " + id + " " + state);
+        return shown.out.find("running on 2 servers") != std::string::npos &&
+               progress(shown) >= 50;
+      },
+      seconds(180), std::chrono::milliseconds(300)))
+      << shown.out << TailOf(dir_ / "state/logs/scheduler.log");
+  const int64_t before = progress(shown);
+
+  const CliRun down = Gandiva("down " + state);
+  EXPECT_EQ(down.status, 0) << down.out;
+  EXPECT_NE(down.out.find("1 job stopped mid-run after saving a checkpoint "
+                          "(job " +
+                          id + ")"),
+            std::string::npos)
+      << down.out << TailOf(dir_ / "state/logs/scheduler.log")
+      << TailOf(dir_ / "state/logs/agent-0.log")
+      << TailOf(dir_ / "state/logs/agent-1.log");
+
+  // Another number of GPUs per agent is refused before anything starts.
+  {
+    const CliRun r = Gandiva("up " + state + " --gpus-per-agent 2");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("--gpus-per-agent 2: the agents of the cluster in " +
+                         (dir_ / "state").string() +
+                         " have 1 GPU each, and a server's GPUs cannot "
+                         "change"),
+              std::string::npos)
+        << r.out;
+    EXPECT_FALSE(fs::exists(dir_ / "state/cluster")) << r.out;
+  }
+  up = Gandiva("up " + state);
+  ASSERT_EQ(up.status, 0) << up.out;
+  EXPECT_NE(up.out.find("2 agents x 1 virtual GPU\n"), std::string::npos)
+      << up.out;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        shown = Gandiva("show " + id + " " + state);
+        return shown.out.find("state:        finished") != std::string::npos ||
+               shown.out.find("state:        failed") != std::string::npos;
+      },
+      seconds(300), std::chrono::milliseconds(500)))
+      << shown.out << TailOf(dir_ / "state/logs/scheduler.log");
+  EXPECT_NE(shown.out.find("state:        finished on 2 servers"),
+            std::string::npos)
+      << shown.out;
+  const size_t history = shown.out.find("history:");
+  ASSERT_NE(history, std::string::npos) << shown.out;
+  EXPECT_NE(
+      shown.out.find("the job, spanning servers, saved a checkpoint", history),
+      std::string::npos)
+      << shown.out;
+  EXPECT_EQ(shown.out.find(" lost ", history), std::string::npos) << shown.out;
+  const CliRun log = Gandiva("logs " + id + " " + state);
+  EXPECT_EQ(CountLines(log.out,
+                       "done samples=" + std::to_string(kSamples) + " steps="),
+            1)
+      << log.out;
+  // It went on from the checkpoint: it did not start again at sample 0.
+  EXPECT_EQ(CountLines(log.out, "resumed from "), 1) << log.out;
+  std::printf(
+      "[ down/up of a job spanning servers ] %lld mini-batches before "
+      "`down`\n%s",
+      static_cast<long long>(before), shown.out.substr(history).c_str());
+  EXPECT_EQ(Gandiva("down --purge " + state).status, 0);
 }
 
 }  // namespace
