@@ -328,6 +328,57 @@ TEST_F(GangE2eTest, AJobSpanningServersGoesOnWhenOneOfItsAgentsRestarts) {
   EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
 }
 
+// The agent of a part of a two-server job stops and never comes back: the
+// job, saved as it stopped, goes back to the queue when that server is
+// declared down and starts on the servers the core gives it next from the
+// checkpoint rank 0's agent kept (sent to the new part's agent), not from
+// the beginning: it finishes its samples once, having resumed once.
+TEST_F(GangE2eTest,
+       AJobSpanningServersGoesOnElsewhereWhenOneOfItsAgentsStaysAway) {
+  constexpr int kSamples = 10000;
+  TestCluster c(
+      {.policy = "fifo",
+       .agents = 3,
+       .gpus_per_agent = 1,
+       .scheduler_args = {"--agent-away-s", "1", "--agent-timeout-s", "2"}});
+  const int64_t id = StartTraining(c, 2, kSamples, 2, 50);
+  ASSERT_GT(id, 0);
+  const std::string lead = c.Job(id).parts(0).server();
+  const std::string gone = c.Job(id).parts(1).server();
+  std::string error;
+  ASSERT_TRUE(c.StopAgent(gone, &error)) << error;
+  std::vector<rpc::HistoryEntry> starts;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        starts = c.History(id, "start");
+        return starts.size() == 2;
+      },
+      seconds(120)))
+      << Describe(c, id) << c.Logs();
+  EXPECT_TRUE(starts[1].ok()) << Describe(c, id);
+  EXPECT_NE(starts[1].detail().find("from gpus [0] on " + lead + " to "),
+            std::string::npos)
+      << Describe(c, id);
+  EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
+      << Describe(c, id);
+  const auto requeue = c.History(id, "requeue");
+  ASSERT_EQ(requeue.size(), 1u) << Describe(c, id);
+  EXPECT_NE(requeue[0].detail().find("server " + gone +
+                                     ", which it waited for, is down: the "
+                                     "job goes back to the queue and on from "
+                                     "the checkpoint kept on " +
+                                     lead),
+            std::string::npos)
+      << Describe(c, id);
+  std::printf("[ gang part's agent gone ] %s\n  %s\n",
+              requeue[0].detail().c_str(), starts[1].detail().c_str());
+  const rpc::JobInfo j = c.Job(id);
+  for (const auto& part : j.parts()) EXPECT_NE(part.server(), gone);
+  const std::string log = FinishedOnce(c, id, kSamples);
+  EXPECT_EQ(CountLines(log, "resumed from "), 1) << log;
+  EXPECT_EQ(CountLines(log, "world_size=2"), 1) << log;
+}
+
 // One rank of a two-server job fails: the job ends FAILED and no process
 // of it is left on either server.
 TEST_F(GangE2eTest, APartThatFailsEndsTheJobEverywhere) {

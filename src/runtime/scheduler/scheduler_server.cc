@@ -673,6 +673,24 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
       for (auto& [id, x] : extras) {
         if (!x.proc.On(down->id)) continue;
+        if (x.proc.gang() && x.proc.checkpoint && !x.proc.exists &&
+            x.proc.server != down->id) {
+          // A gang waiting, without processes, for the agent of a part
+          // (it saved as that agent stopped): its lead's agent, not the
+          // one down, keeps the checkpoint, and the job's next start goes
+          // on from it wherever the core places it (Execute).
+          x.proc.followers.clear();
+          if (live) {
+            History(id, "requeue", true, 0,
+                    "server " + AgentName(down->id) +
+                        ", which it waited for, is down: the job goes back "
+                        "to the queue and on from the checkpoint kept on " +
+                        AgentName(x.proc.server) + " (mini-batch " +
+                        std::to_string(x.kept_at) +
+                        ") wherever it is placed next");
+          }
+          continue;
+        }
         // A gang with a part on the lost server cannot train on: its other
         // parts are stopped (their exits are not the job's end).
         if (live && x.proc.gang() && x.proc.exists) {
@@ -718,8 +736,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         // A gang, or a job that becomes one or stops being one, moves as
         // one (MoveGang).
         const bool gang = parts.size() > 1 || old.gang();
-        p.relocate =
-            moves || (resume_like && !(old.exists && old.parts() == parts));
+        // A start of a job whose checkpoint an agent keeps (a gang's after
+        // a server of it went down) moves that checkpoint to the new
+        // place and starts from it.
+        const bool from_checkpoint =
+            a.kind == ActionKind::kStart && old.checkpoint && !old.exists;
+        p.relocate = moves || from_checkpoint ||
+                     (resume_like && !(old.exists && old.parts() == parts));
         x->proc = Proc::At(parts);
         x->proc.leaving = p.relocate;
         p.sent = live;
@@ -1718,6 +1741,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       return;
     }
     const bool library = x.progress.uses_library();
+    // A checkpoint kept without a process: the mini-batch it was saved at.
+    const int64_t kept_at = from.exists ? -1 : x.kept_at;
     int32_t world = 0;
     for (const PartConn& c : *dst) {
       world += static_cast<int32_t>(c.part.local.size());
@@ -1757,7 +1782,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const PartConn& source = (*src)[0];
       std::string phases;
       const auto t_ckpt = std::chrono::steady_clock::now();
-      int64_t saved = -1;  // the mini-batch the checkpoint was taken at
+      // The mini-batch the checkpoint was taken at (-1: unknown).
+      int64_t saved = kept_at > 0 ? kept_at : -1;
       if (from.exists) {
         auto each_follower = [&](bool resume) {
           ContinueOrStopFollowers(job, *src, ids, resume);
@@ -1848,8 +1874,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // Moves a job's process, or the checkpoint an agent holds for it, from
   // `from` to where x.proc now says, carrying out a Migrate, a Grow or a
-  // Shrink, or a Resume or Pack on other GPUs than its process is on:
-  //   1. the destination starts the job warm (another server only): the
+  // Shrink, a Resume or Pack on other GPUs than its process is on, or the
+  // Start of a job whose checkpoint an agent kept (Execute):
+  //   1. the destination starts the job warm (another server only, for a
+  //      job running at the source; a kept checkpoint is received cold): the
   //      interpreter starts and the model is built while the job trains on
   //      at the source, until the new process waits for its checkpoint;
   //   2. the source has the job save its training state and exit
@@ -1903,8 +1931,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (has_source && !same_server) {
       where = "from " + AgentName(from.server) + " to " + where;
     }
-    // Only a job that attached the library can wait for its checkpoint.
-    const bool warm = x.progress.uses_library() && !same_server;
+    // Only a job that attached the library can wait for its checkpoint, and
+    // only a running one needs to: a checkpoint kept without a process is
+    // received and held, and the job started from it.
+    const bool warm = x.progress.uses_library() && !same_server && from.exists;
+    // A checkpoint kept without a process: the mini-batch it was saved at.
+    const int64_t kept_at = from.exists ? -1 : x.kept_at;
     const rpc::JobSpec spec = x.spec;
     const int32_t world = static_cast<int32_t>(to.local.size());
     // Agents answer a repeated action id with the first call's result:
@@ -2127,6 +2159,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                 (rrep.streamed() ? ", straight into the job's memory" : "") +
                 ")";
       if (!warm) detail += restart_phase(restart_us);
+      if (!warm && kept_at > 0) {
+        const int64_t first = AwaitFirstMinibatch(
+            job, PartConn{Part{to.server, to.local}, dst, "", ""}, kept_at,
+            t_start);
+        detail += first >= 0 ? ", first mini-batch " + Ms(first) + " after it"
+                             : ", no mini-batch within a minute of it";
+      }
       if (warm) {
         if (!warm_rep.ready()) {
           detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";

@@ -162,11 +162,19 @@ class FakeAgent final : public rpc::Agent::Service {
     rep->set_method("restart");
     rep->set_bytes(100);
     rep->set_took_us(5);
+    // Saved at the mini-batch its progress last said.
+    if (auto it = progress_.find(r->job_id()); it != progress_.end()) {
+      rep->set_minibatches(it->second.minibatches());
+    }
     return grpc::Status::OK;
   }
   grpc::Status ReceiveCheckpoint(grpc::ServerContext*,
-                                 const rpc::ReceiveCheckpointRequest*,
+                                 const rpc::ReceiveCheckpointRequest* r,
                                  rpc::ReceiveCheckpointReply* rep) override {
+    {
+      std::lock_guard lock(mu_);
+      received_from_[r->job_id()].push_back(r->source_address());
+    }
     if (mode_ == Mode::kFailReceive) {
       return {grpc::StatusCode::UNAVAILABLE, "the source went away"};
     }
@@ -411,6 +419,12 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     return resume_local_starts_[job];
   }
+  // The source addresses of the checkpoints it was asked to receive.
+  std::vector<std::string> received_from(int64_t job) {
+    std::lock_guard lock(mu_);
+    return received_from_[job];
+  }
+  const std::string& address() const { return address_; }
   // While on, a StartJob(resume_local) waits (ResumeLocalHeld() counts
   // them) until it is turned off.
   void HoldResumeLocal(bool on) {
@@ -501,6 +515,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, std::vector<int32_t>> start_gpus_;
   std::map<int64_t, int> kills_;
   std::map<int64_t, int> resume_local_starts_;
+  std::map<int64_t, std::vector<std::string>> received_from_;
   std::map<int64_t, int> reported_exits_;
   bool fail_checkpoints_ = false;  // guarded by mu_
   bool fail_starts_ = false;       // guarded by mu_
@@ -1549,6 +1564,10 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
     ASSERT_TRUE(WaitFor([&] {
       return a.resume_local_starts(j) == 1 && b.resume_local_starts(j) == 1;
     })) << cl.Get(j).DebugString();
+    // Rank 0 trains past its checkpoint (mini-batch 10): the restart is
+    // done.
+    b.SetProgress(j, 11, 5.0);
+    ASSERT_TRUE(b.Report().ok());
     ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
     const auto restart = HistoryOf(cl, j, "restart")[0];
     EXPECT_TRUE(restart.ok()) << restart.detail();
@@ -1603,6 +1622,130 @@ TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
     return a.resume_local_starts(j) == 1 && b.resume_local_starts(j) == 1;
   })) << cl.Get(j).DebugString();
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  // Rank 0 trains past its checkpoint: the restart is done.
+  b.SetProgress(j, 11, 5.0);
+  ASSERT_TRUE(b.Report().ok());
+  EXPECT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+}
+
+// A job spanning servers saved as the agent of one part stopped, which is
+// then declared down: the job goes back to the queue with the checkpoint
+// its lead's agent keeps, and starts from it where the core places it next
+// (the new part's agent receives it from the lead's), not from the
+// beginning.
+TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 1.5;
+  o.agent_away_s = 0.2;
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
+  ASSERT_GT(j, 0);
+  FakeAgent c("node-c", 1, Mode::kOk);
+  ASSERT_TRUE(c.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Leave().ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
+  ASSERT_TRUE(HistoryOf(cl, j, "stop")[0].ok());
+  b.Keep(j);
+
+  // a stays away; b and c report on.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)b.Report();
+        (void)c.Report();
+        return b.resume_local_starts(j) + c.resume_local_starts(j) == 2;
+      },
+      20))
+      << cl.Get(j).DebugString();
+  const auto requeue = HistoryOf(cl, j, "requeue");
+  ASSERT_EQ(requeue.size(), 1u) << cl.Get(j).DebugString();
+  EXPECT_NE(requeue[0].detail().find(
+                "server node-a, which it waited for, is down: the job goes "
+                "back to the queue and on from the checkpoint kept on node-b "
+                "(mini-batch 10)"),
+            std::string::npos)
+      << requeue[0].detail();
+  EXPECT_EQ(b.resume_local_starts(j), 1);
+  EXPECT_EQ(c.resume_local_starts(j), 1);
+  EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
+  EXPECT_EQ(a.start_calls(j), 1);
+  // Rank 0 (on either) trains past the checkpoint: the start is done.
+  b.SetProgress(j, 11, 5.0);
+  c.SetProgress(j, 11, 5.0);
+  std::vector<rpc::HistoryEntry> starts;
+  ASSERT_TRUE(WaitFor([&] {
+    (void)b.Report();
+    (void)c.Report();
+    starts = HistoryOf(cl, j, "start");
+    return starts.size() == 2;
+  })) << cl.Get(j).DebugString();
+  EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
+  EXPECT_NE(starts[1].detail().find("from gpus [0] on node-b to "),
+            std::string::npos)
+      << starts[1].detail();
+  EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
+      << starts[1].detail();
+  EXPECT_NE(starts[1].detail().find(" after it"), std::string::npos)
+      << starts[1].detail();  // its first mini-batch past the checkpoint
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+}
+
+// As above, placed next on one server (the other part's open server is
+// cordoned): that server's agent receives the checkpoint and the job starts
+// from it there, cold (there is no process to warm up from), and the lead's
+// copy is dropped.
+TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnOnOneServer) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 1.5;
+  o.agent_away_s = 0.2;
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
+  ASSERT_GT(j, 0);
+  FakeAgent c("node-c", 2, Mode::kOk);
+  ASSERT_TRUE(c.Register(server_->address()).ok());
+  rpc::DrainReply drained;
+  ASSERT_TRUE(cl.Drain("node-b", &drained, /*cordon_only=*/true).ok());
+  ASSERT_TRUE(a.Leave().ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
+  b.Keep(j);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)b.Report();
+        (void)c.Report();
+        return c.resume_local_starts(j) == 1;
+      },
+      20))
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
+  EXPECT_EQ(c.start_gpus(j).size(), 2u);
+  EXPECT_EQ(c.start_calls(j), 1);  // no warm start
+  c.SetProgress(j, 11, 5.0);
+  std::vector<rpc::HistoryEntry> starts;
+  ASSERT_TRUE(WaitFor([&] {
+    (void)b.Report();
+    (void)c.Report();
+    starts = HistoryOf(cl, j, "start");
+    return starts.size() == 2;
+  })) << cl.Get(j).DebugString();
+  EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
+  EXPECT_NE(
+      starts[1].detail().find("from node-b to gpus [0,1] on node-c, transfer "),
+      std::string::npos)
+      << starts[1].detail();
+  EXPECT_NE(starts[1].detail().find(" after it"), std::string::npos)
+      << starts[1].detail();
+  EXPECT_GE(b.kills(j), 1);  // its copy dropped
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(cl.Get(j).server(), "node-c");
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.
