@@ -42,17 +42,14 @@ std::optional<ClusterRecord> ReadClusterRecord(const std::string& state_dir) {
   return record;
 }
 
-core::Status WriteClusterRecord(const std::string& state_dir,
-                                const ClusterRecord& record) {
-  const std::string path = ClusterRecordPath(state_dir);
+namespace {
+
+// Writes `text` to `path` through `path`.tmp, renamed when whole.
+core::Status WriteWhole(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    f << "# gandiva local cluster, written by `gandiva up`; `gandiva down` "
-         "stops these\n";
-    for (const auto& p : record.processes) {
-      f << p.role << ' ' << p.pid << ' ' << p.name << '\n';
-    }
+    f << text;
     f.close();
     if (!f) return core::IoError("cannot write " + tmp);
   }
@@ -60,6 +57,19 @@ core::Status WriteClusterRecord(const std::string& state_dir,
   fs::rename(tmp, path, ec);
   if (ec) return core::IoError("cannot write " + path + ": " + ec.message());
   return core::Status::Ok();
+}
+
+}  // namespace
+
+core::Status WriteClusterRecord(const std::string& state_dir,
+                                const ClusterRecord& record) {
+  std::ostringstream f;
+  f << "# gandiva local cluster, written by `gandiva up`; `gandiva down` "
+       "stops these\n";
+  for (const auto& p : record.processes) {
+    f << p.role << ' ' << p.pid << ' ' << p.name << '\n';
+  }
+  return WriteWhole(ClusterRecordPath(state_dir), f.str());
 }
 
 std::string ClusterShapePath(const std::string& state_dir) {
@@ -113,22 +123,12 @@ core::StatusOr<std::optional<ClusterShape>> ReadClusterShape(
 
 core::Status WriteClusterShape(const std::string& state_dir,
                                const ClusterShape& shape) {
-  const std::string path = ClusterShapePath(state_dir);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << "# the local cluster's servers, written by `gandiva up`: a later "
-         "`up` starts the same\n"
-      << "agents " << shape.agents << "\ngpus-per-agent "
-      << shape.gpus_per_agent << "\nreal-gpus " << (shape.real_gpus ? 1 : 0)
-      << "\n";
-    f.close();
-    if (!f) return core::IoError("cannot write " + tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return core::IoError("cannot write " + path + ": " + ec.message());
-  return core::Status::Ok();
+  std::ostringstream f;
+  f << "# the local cluster's servers, written by `gandiva up`: a later "
+       "`up` starts the same\n"
+    << "agents " << shape.agents << "\ngpus-per-agent " << shape.gpus_per_agent
+    << "\nreal-gpus " << (shape.real_gpus ? 1 : 0) << "\n";
+  return WriteWhole(ClusterShapePath(state_dir), f.str());
 }
 
 bool ProcessRuns(pid_t pid, const std::string& binary) {

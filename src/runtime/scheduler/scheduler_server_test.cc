@@ -1630,122 +1630,92 @@ TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
 
 // A job spanning servers saved as the agent of one part stopped, which is
 // then declared down: the job goes back to the queue with the checkpoint
-// its lead's agent keeps, and starts from it where the core places it next
-// (the new part's agent receives it from the lead's), not from the
-// beginning.
+// its lead's agent keeps, and starts from it where the core places it next,
+// not from the beginning: on two servers (the new part's agent receives it
+// from the lead's), or on one (the other part's server cordoned): that
+// server's agent receives it and the job starts there cold (there is no
+// process to warm up from), the lead's copy dropped.
 TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  o.agent_timeout_s = 1.5;
-  o.agent_away_s = 0.2;
-  Client& cl = StartDaemon(o);
-  FakeAgent a("node-a", 1, Mode::kOk);
-  FakeAgent b("node-b", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
-  ASSERT_GT(j, 0);
-  FakeAgent c("node-c", 1, Mode::kOk);
-  ASSERT_TRUE(c.Register(server_->address()).ok());
-  ASSERT_TRUE(a.Leave().ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
-  ASSERT_TRUE(HistoryOf(cl, j, "stop")[0].ok());
-  b.Keep(j);
+  for (const bool one_server : {false, true}) {
+    SCOPED_TRACE(one_server ? "placed next on one server"
+                            : "placed next on two servers");
+    TearDown();
+    SetUp();
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    o.agent_timeout_s = 1.5;
+    o.agent_away_s = 0.2;
+    Client& cl = StartDaemon(o);
+    FakeAgent a("node-a", 1, Mode::kOk);
+    FakeAgent b("node-b", 1, Mode::kOk);
+    ASSERT_TRUE(a.Register(server_->address()).ok());
+    ASSERT_TRUE(b.Register(server_->address()).ok());
+    const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
+    ASSERT_GT(j, 0);
+    FakeAgent c("node-c", one_server ? 2 : 1, Mode::kOk);
+    ASSERT_TRUE(c.Register(server_->address()).ok());
+    if (one_server) {
+      rpc::DrainReply drained;
+      ASSERT_TRUE(cl.Drain("node-b", &drained, /*cordon_only=*/true).ok());
+    }
+    ASSERT_TRUE(a.Leave().ok());
+    ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
+    ASSERT_TRUE(HistoryOf(cl, j, "stop")[0].ok());
+    b.Keep(j);
 
-  // a stays away; b and c report on.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        (void)b.Report();
-        (void)c.Report();
-        return b.resume_local_starts(j) + c.resume_local_starts(j) == 2;
-      },
-      20))
-      << cl.Get(j).DebugString();
-  const auto requeue = HistoryOf(cl, j, "requeue");
-  ASSERT_EQ(requeue.size(), 1u) << cl.Get(j).DebugString();
-  EXPECT_NE(requeue[0].detail().find(
-                "server node-a, which it waited for, is down: the job goes "
-                "back to the queue and on from the checkpoint kept on node-b "
-                "(mini-batch 10)"),
-            std::string::npos)
-      << requeue[0].detail();
-  EXPECT_EQ(b.resume_local_starts(j), 1);
-  EXPECT_EQ(c.resume_local_starts(j), 1);
-  EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
-  EXPECT_EQ(a.start_calls(j), 1);
-  // Rank 0 (on either) trains past the checkpoint: the start is done.
-  b.SetProgress(j, 11, 5.0);
-  c.SetProgress(j, 11, 5.0);
-  std::vector<rpc::HistoryEntry> starts;
-  ASSERT_TRUE(WaitFor([&] {
-    (void)b.Report();
-    (void)c.Report();
-    starts = HistoryOf(cl, j, "start");
-    return starts.size() == 2;
-  })) << cl.Get(j).DebugString();
-  EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
-  EXPECT_NE(starts[1].detail().find("from gpus [0] on node-b to "),
-            std::string::npos)
-      << starts[1].detail();
-  EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
-      << starts[1].detail();
-  EXPECT_NE(starts[1].detail().find(" after it"), std::string::npos)
-      << starts[1].detail();  // its first mini-batch past the checkpoint
-  EXPECT_EQ(cl.State(j), rpc::RUNNING);
-}
-
-// As above, placed next on one server (the other part's open server is
-// cordoned): that server's agent receives the checkpoint and the job starts
-// from it there, cold (there is no process to warm up from), and the lead's
-// copy is dropped.
-TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnOnOneServer) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  o.agent_timeout_s = 1.5;
-  o.agent_away_s = 0.2;
-  Client& cl = StartDaemon(o);
-  FakeAgent a("node-a", 1, Mode::kOk);
-  FakeAgent b("node-b", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
-  ASSERT_GT(j, 0);
-  FakeAgent c("node-c", 2, Mode::kOk);
-  ASSERT_TRUE(c.Register(server_->address()).ok());
-  rpc::DrainReply drained;
-  ASSERT_TRUE(cl.Drain("node-b", &drained, /*cordon_only=*/true).ok());
-  ASSERT_TRUE(a.Leave().ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
-  b.Keep(j);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        (void)b.Report();
-        (void)c.Report();
-        return c.resume_local_starts(j) == 1;
-      },
-      20))
-      << cl.Get(j).DebugString();
-  EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
-  EXPECT_EQ(c.start_gpus(j).size(), 2u);
-  EXPECT_EQ(c.start_calls(j), 1);  // no warm start
-  c.SetProgress(j, 11, 5.0);
-  std::vector<rpc::HistoryEntry> starts;
-  ASSERT_TRUE(WaitFor([&] {
-    (void)b.Report();
-    (void)c.Report();
-    starts = HistoryOf(cl, j, "start");
-    return starts.size() == 2;
-  })) << cl.Get(j).DebugString();
-  EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
-  EXPECT_NE(
-      starts[1].detail().find("from node-b to gpus [0,1] on node-c, transfer "),
-      std::string::npos)
-      << starts[1].detail();
-  EXPECT_NE(starts[1].detail().find(" after it"), std::string::npos)
-      << starts[1].detail();
-  EXPECT_GE(b.kills(j), 1);  // its copy dropped
-  EXPECT_EQ(cl.State(j), rpc::RUNNING);
-  EXPECT_EQ(cl.Get(j).server(), "node-c");
+    // a stays away; b and c report on.
+    const int restarts = one_server ? 1 : 2;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          (void)b.Report();
+          (void)c.Report();
+          return b.resume_local_starts(j) + c.resume_local_starts(j) ==
+                 restarts;
+        },
+        20))
+        << cl.Get(j).DebugString();
+    const auto requeue = HistoryOf(cl, j, "requeue");
+    ASSERT_EQ(requeue.size(), 1u) << cl.Get(j).DebugString();
+    EXPECT_NE(requeue[0].detail().find(
+                  "server node-a, which it waited for, is down: the job goes "
+                  "back to the queue and on from the checkpoint kept on "
+                  "node-b (mini-batch 10)"),
+              std::string::npos)
+        << requeue[0].detail();
+    EXPECT_EQ(b.resume_local_starts(j), one_server ? 0 : 1);
+    EXPECT_EQ(c.resume_local_starts(j), 1);
+    EXPECT_EQ(c.start_calls(j), 1);  // no warm start
+    EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
+    EXPECT_EQ(c.start_gpus(j).size(), one_server ? 2u : 1u);
+    EXPECT_EQ(a.start_calls(j), 1);
+    // Rank 0 (wherever it is) trains past the checkpoint: the start is
+    // done.
+    b.SetProgress(j, 11, 5.0);
+    c.SetProgress(j, 11, 5.0);
+    std::vector<rpc::HistoryEntry> starts;
+    ASSERT_TRUE(WaitFor([&] {
+      (void)b.Report();
+      (void)c.Report();
+      starts = HistoryOf(cl, j, "start");
+      return starts.size() == 2;
+    })) << cl.Get(j).DebugString();
+    EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
+    EXPECT_NE(starts[1].detail().find(
+                  one_server ? "from node-b to gpus [0,1] on node-c, transfer "
+                             : "from gpus [0] on node-b to "),
+              std::string::npos)
+        << starts[1].detail();
+    EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
+        << starts[1].detail();
+    // Its first mini-batch past the checkpoint.
+    EXPECT_NE(starts[1].detail().find(" after it"), std::string::npos)
+        << starts[1].detail();
+    if (one_server) {
+      EXPECT_GE(b.kills(j), 1);  // its copy dropped
+      EXPECT_EQ(cl.Get(j).server(), "node-c");
+    }
+    EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  }
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.
