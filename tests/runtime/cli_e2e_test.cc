@@ -220,8 +220,9 @@ TEST_F(CliE2eTest, UpLsDown) {
 
   // Jobs still running when the cluster goes down: `down` says they were
   // stopped mid-run and what becomes of each: one that uses the job-side
-  // library saves a checkpoint and goes on from it at the next `up`, one
-  // without starts again from the beginning.
+  // library saves a checkpoint and goes on from it at the next `up`; one
+  // without is dumped by CRIU where it works here, and restored from the
+  // dump at the next `up`, else it starts again from the beginning.
   const fs::path saver =
       Write("saver.yaml", std::string("name: saver\ncommand: exec ") +
                               GANDIVA_AGENT_TEST_JOB + " 1000000 20 --state\n");
@@ -263,21 +264,44 @@ TEST_F(CliE2eTest, UpLsDown) {
   ASSERT_TRUE(going)
       << Gandiva("show " + std::to_string(saver_job) + " " + state).out;
 
+  // Whether the agent found CRIU usable (it probes in the background).
+  CliRun servers;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        servers = Gandiva("servers " + state);
+        return servers.out.find("agent-0: CRIU yes") != std::string::npos ||
+               (servers.out.find("agent-0: CRIU no (") != std::string::npos &&
+                servers.out.find("agent-0: CRIU no ()") == std::string::npos);
+      },
+      seconds(30)))
+      << servers.out;
+  const bool criu = servers.out.find("agent-0: CRIU yes") != std::string::npos;
+
   const CliRun down = Gandiva("down " + state);
   EXPECT_EQ(down.status, 0) << down.out;
   EXPECT_NE(down.out.find("stopped"), std::string::npos) << down.out;
-  EXPECT_NE(down.out.find("1 job stopped mid-run after saving a checkpoint "
-                          "(job " +
-                          std::to_string(saver_job) +
-                          "): at the next `gandiva up` it goes on from it"),
-            std::string::npos)
-      << down.out;
-  EXPECT_NE(down.out.find("1 job stopped mid-run without a checkpoint (job " +
-                          std::to_string(sleeper_job) +
-                          "): at the next `gandiva up` it is started again "
-                          "from the beginning"),
-            std::string::npos)
-      << down.out;
+  if (criu) {
+    EXPECT_NE(down.out.find("2 jobs stopped mid-run after saving a checkpoint "
+                            "(jobs " +
+                            std::to_string(saver_job) + ", " +
+                            std::to_string(sleeper_job) +
+                            "): at the next `gandiva up` they go on from them"),
+              std::string::npos)
+        << down.out;
+  } else {
+    EXPECT_NE(down.out.find("1 job stopped mid-run after saving a checkpoint "
+                            "(job " +
+                            std::to_string(saver_job) +
+                            "): at the next `gandiva up` it goes on from it"),
+              std::string::npos)
+        << down.out;
+    EXPECT_NE(down.out.find("1 job stopped mid-run without a checkpoint (job " +
+                            std::to_string(sleeper_job) +
+                            "): at the next `gandiva up` it is started again "
+                            "from the beginning"),
+              std::string::npos)
+        << down.out;
+  }
   // The checkpoint left the ramdisk for the state directory: it outlives
   // a reboot, and `up` puts it back.
   if (fs::is_directory("/dev/shm")) {
@@ -321,6 +345,24 @@ TEST_F(CliE2eTest, UpLsDown) {
                            "is back)"),
             std::string::npos)
       << shown.out;
+  if (criu) {
+    // The sleeper was dumped as the agent stopped and is restored.
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          shown = Gandiva("show " + std::to_string(sleeper_job) + " " + state);
+          return shown.out.find(
+                     "from the checkpoint kept there (agent "
+                     "'agent-0' is back)") != std::string::npos;
+        },
+        seconds(30)))
+        << shown.out;
+    EXPECT_NE(shown.out.find("agent 'agent-0' stopped; the job was dumped "
+                             "by CRIU, kept there"),
+              std::string::npos)
+        << shown.out;
+    EXPECT_NE(shown.out.find("state:        running"), std::string::npos)
+        << shown.out;
+  }
   ASSERT_EQ(Gandiva("down " + state).status, 0);
   const CliRun purge = Gandiva("down --purge " + state);
   EXPECT_EQ(purge.status, 0) << purge.out;

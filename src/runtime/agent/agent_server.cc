@@ -1287,6 +1287,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       x->set_superseded(e.superseded);
       x->set_killed(e.killed);
       x->set_checkpoint_kept(e.checkpoint_kept);
+      x->set_checkpoint_method(e.checkpoint_method);
       x->set_agent_stopped(e.agent_stopping);
       SetMetric(e.metric, x);
     }
@@ -1503,7 +1504,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     if (options.stop_checkpoint_timeout.count() > 0) {
       std::vector<std::string> failures;
       const std::vector<int64_t> saved = supervisor->CheckpointForStop(
-          options.stop_checkpoint_timeout, &failures, exiting);
+          options.stop_checkpoint_timeout, &failures, exiting,
+          options.criu && options.criu_at_stop);
       for (int64_t id : saved) {
         Log("job " + std::to_string(id) + ": saved its checkpoint, kept in " +
             supervisor->HeldCheckpoint(id) + " for when this agent runs again");
@@ -1523,6 +1525,14 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     if (scheduler && !supervisor->PendingExits().empty()) {
       if (!registered) (void)Register();
       if (registered) (void)SendReport();
+    }
+    // Jobs that ended by themselves and the daemon has not heard of (it is
+    // unreachable): the next run of this agent reports them, or the daemon,
+    // missing the jobs then, would start them again.
+    if (const size_t kept = supervisor->SaveUnreportedExits(); kept > 0) {
+      Log("kept the exits of " + std::to_string(kept) +
+          " jobs the scheduler has not heard of, for the next run of this "
+          "agent to report");
     }
     if (server) server->Wait();
     {
@@ -1640,6 +1650,11 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   for (int64_t id : impl->supervisor->KillLeftovers()) {
     raw->Log("job " + std::to_string(id) +
              ": killed the process an earlier run of this agent left running");
+  }
+  // Exits an earlier run could not report: they go with the first report.
+  if (const size_t n = impl->supervisor->RecoverUnreportedExits(); n > 0) {
+    raw->Log("reporting the exits of " + std::to_string(n) +
+             " jobs that ended before an earlier run of this agent stopped");
   }
   // Checkpoints an earlier run kept (saved as it stopped, or left by a
   // move): the daemon learns of them at registration and restarts the

@@ -72,6 +72,11 @@ struct AgentOptions {
   // with this name and checkpoint root registers again. The rest are
   // killed. 0: kill every job without saving.
   std::chrono::milliseconds stop_checkpoint_timeout{20000};
+  // Then also the other jobs (neither the library nor restartable) are
+  // dumped by CRIU where it is usable here (`criu`), and restored from the
+  // dump when the agent is back; false (--no-criu-at-stop): they are killed
+  // and start again from the beginning.
+  bool criu_at_stop = true;
   // ReceiveCheckpoint: the whole call (transfer, restore, first mini-batch).
   std::chrono::milliseconds receive_timeout{60000};
   // Suspend/CheckpointJob of a job this young that has not attached to its

@@ -383,6 +383,32 @@ TEST_F(AgentServerTest, ALogBeyondItsBoundKeepsTheNewestOutput) {
   EXPECT_TRUE(Kill(1, 2).ok());
 }
 
+// An agent that stops while the daemon is unreachable keeps the exits of
+// the jobs that ended by themselves (not of those it saved or killed as it
+// stopped): its next run on the same work dir reports them, so that the
+// daemon ends those jobs instead of starting them again.
+TEST_F(AgentServerTest, ExitsTheDaemonDidNotHearOfGoToTheNextRun) {
+  StartAgent();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  const std::string address = daemon_->address();
+  daemon_->Stop();
+  ASSERT_TRUE(Start(2, 2, "exit 5").ok());
+  ASSERT_TRUE(Start(3, 3, "exec sleep 1000").ok());  // saved or killed
+  ASSERT_TRUE(agent_->supervisor().WaitForExit(2, 30s));
+  agent_->Shutdown();
+  EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/unreported-exits"));
+  agent_.reset();
+
+  daemon_ = std::make_unique<FakeScheduler>(address);  // same port
+  ASSERT_TRUE(daemon_->ok());
+  StartAgent();
+  ASSERT_TRUE(WaitUntil([&] { return !daemon_->ExitsOf(2).empty(); }));
+  ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);
+  EXPECT_EQ(daemon_->ExitsOf(2)[0].exit_code(), 5);
+  EXPECT_TRUE(daemon_->ExitsOf(3).empty());  // not the job's end
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/unreported-exits"));
+}
+
 TEST_F(AgentServerTest, ReRegistersAfterTheDaemonRestartsAndKeepsExits) {
   StartAgent();
   ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
@@ -659,9 +685,10 @@ TEST_F(MigrationTest, CheckpointOfARunningJobThenResumeLocalThenKillDrops) {
 }
 
 // An agent that stops has each job that can save its state do so and exit
-// (its exit reported with checkpoint_kept); the others are killed. The next
-// agent on the same checkpoint root holds those checkpoints again, lists
-// them when it registers, and starts the job from its checkpoint.
+// (its exit reported with checkpoint_kept and how it saved): with the
+// library, or where CRIU works here by a dump; the others are killed. The
+// next agent on the same checkpoint root holds those checkpoints again,
+// lists them when it registers, and starts each job from its checkpoint.
 TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
   StartAgent();
   ASSERT_TRUE(
@@ -672,6 +699,10 @@ TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
   ASSERT_TRUE(StartOn(stub_.get(), plain).ok());
   ASSERT_TRUE(WaitUntil([&] { return Minibatches(stub_.get(), 1) >= 3; }));
   ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return agent_->capabilities().criu_detail != "not checked yet"; }));
+  const bool criu = agent_->capabilities().criu;
+  const pid_t plain_pid = agent_->supervisor().Job(2)->pid;
   const std::string name = agent_->name();
   agent_->Shutdown();
 
@@ -688,11 +719,19 @@ TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
   EXPECT_TRUE(saved.checkpoint_kept());
   EXPECT_GE(saved.minibatches(), 3);
   EXPECT_EQ(SavedCount(Ckpt(1)), saved.minibatches());
-  ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);
-  EXPECT_FALSE(daemon_->ExitsOf(2)[0].checkpoint_kept());
-  EXPECT_TRUE(daemon_->ExitsOf(2)[0].agent_stopped());
+  EXPECT_EQ(saved.checkpoint_method(), "library");
   EXPECT_FALSE(saved.agent_stopped());
-  EXPECT_FALSE(std::filesystem::exists(Ckpt(2)));
+  ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);
+  const rpc::JobExit plain_exit = daemon_->ExitsOf(2)[0];
+  if (criu) {
+    EXPECT_TRUE(plain_exit.checkpoint_kept());
+    EXPECT_EQ(plain_exit.checkpoint_method(), "criu");
+    EXPECT_FALSE(plain_exit.agent_stopped());
+  } else {
+    EXPECT_FALSE(plain_exit.checkpoint_kept());
+    EXPECT_TRUE(plain_exit.agent_stopped());
+    EXPECT_FALSE(std::filesystem::exists(Ckpt(2)));
+  }
 
   agent_.reset();
   const size_t before = daemon_->registrations().size();
@@ -701,9 +740,18 @@ TEST_F(MigrationTest, AStoppingAgentKeepsCheckpointsForTheNextRun) {
       WaitUntil([&] { return daemon_->registrations().size() > before; }));
   const rpc::RegisterAgentRequest reg = daemon_->registrations().back();
   EXPECT_EQ(reg.jobs_size(), 0);
-  ASSERT_EQ(reg.checkpoints_size(), 1);
+  ASSERT_EQ(reg.checkpoints_size(), criu ? 2 : 1);
   EXPECT_EQ(reg.checkpoints(0), 1);
   EXPECT_EQ(agent_->supervisor().HeldCheckpoint(1), Ckpt(1));
+  if (criu) {
+    // The dumped job is restored, not started afresh.
+    EXPECT_EQ(reg.checkpoints(1), 2);
+    rpc::StartJobRequest restore = StartReq(2, 20, "exec sleep 1000");
+    restore.set_gpus(0, 1);
+    restore.set_resume_local(true);
+    ASSERT_TRUE(StartOn(stub_.get(), restore).ok());
+    EXPECT_EQ(agent_->supervisor().Job(2)->pid, plain_pid);  // CRIU's
+  }
 
   rpc::StartJobRequest again;
   ASSERT_NO_FATAL_FAILURE(

@@ -73,9 +73,14 @@ int main(int argc, char** argv) {
                "Receive a warm start's checkpoint into files here even when "
                "the job could take it straight from the source's socket");
   bool no_criu = false;
+  bool no_criu_at_stop = false;
   app.add_flag("--no-criu", no_criu,
                "Neither try nor use CRIU: a job without the job-side library "
                "that is not restartable cannot move from or to this server");
+  app.add_flag("--no-criu-at-stop", no_criu_at_stop,
+               "On SIGINT/SIGTERM, kill the jobs that can save a checkpoint "
+               "only by CRIU instead of dumping them (they then start again "
+               "from the beginning when this agent runs again)");
   app.add_option("--bulk-streams", o.bulk_streams,
                  "Parallel TCP streams asked for when fetching a checkpoint "
                  "over the bulk channel (1: one connection; the source grants "
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.bulk_transfer = !no_bulk_transfer;
   o.criu = !no_criu;
+  o.criu_at_stop = !no_criu_at_stop;
   o.stream_to_job = !no_stream_to_job;
   o.report_interval = std::chrono::milliseconds(report_interval_ms);
   o.max_log_bytes = max_log_mb << 20;

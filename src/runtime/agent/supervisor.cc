@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <utility>
 
 #include "client/progress_page.h"
@@ -1109,6 +1110,65 @@ void Supervisor::AckExits(uint64_t up_to_seq) {
                 [&](const ExitRecord& r) { return r.seq <= up_to_seq; });
 }
 
+namespace {
+
+// One exit per line: job exit_code minibatches metric_value
+// metric_minibatches metric_reports.
+std::string UnreportedExitsPath(const std::string& work_dir) {
+  return work_dir + "/unreported-exits";
+}
+
+}  // namespace
+
+size_t Supervisor::SaveUnreportedExits() {
+  std::ostringstream text;
+  text.precision(17);
+  size_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const ExitRecord& e : exits_) {
+      if (e.superseded || e.killed || e.checkpoint_kept || e.agent_stopping) {
+        continue;
+      }
+      text << e.job_id << ' ' << e.exit_code << ' ' << e.minibatches << ' '
+           << e.metric.value << ' ' << e.metric.minibatches << ' '
+           << e.metric.reports << '\n';
+      ++n;
+    }
+  }
+  if (n > 0 &&
+      !WriteWhole(UnreportedExitsPath(options_.work_dir), text.str())) {
+    return 0;
+  }
+  return n;
+}
+
+size_t Supervisor::RecoverUnreportedExits() {
+  const std::string path = UnreportedExitsPath(options_.work_dir);
+  std::ifstream f(path);
+  if (!f) return 0;
+  size_t n = 0;
+  std::string line;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      ExitRecord e;
+      if (!(in >> e.job_id >> e.exit_code >> e.minibatches >> e.metric.value >>
+            e.metric.minibatches >> e.metric.reports) ||
+          e.job_id <= 0) {
+        continue;
+      }
+      e.seq = next_exit_seq_++;
+      exits_.push_back(e);
+      ++n;
+    }
+  }
+  f.close();
+  unlink(path.c_str());
+  return n;
+}
+
 // ---------------------------------------------------------- checkpoints
 
 core::StatusOr<CheckpointResult> Supervisor::Checkpoint(int64_t job_id,
@@ -1168,7 +1228,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointWithin(
         "library and is not declared restartable");
   }
   if (caps.criu && resize_to == 0) {
-    auto r = CheckpointCriu(job, caps.criu_path, was_suspended, t0);
+    auto r = CheckpointCriu(job, caps.criu_path, was_suspended, timeout, t0);
     if (!r.ok() && !job->exited.load()) job->checkpointing.store(false);
     return r;
   }
@@ -1188,13 +1248,13 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointWithin(
 
 core::StatusOr<CheckpointResult> Supervisor::CheckpointCriu(
     const std::shared_ptr<JobRec>& job, const std::string& criu,
-    bool was_suspended, Clock::time_point t0) {
+    bool was_suspended, std::chrono::milliseconds timeout,
+    Clock::time_point t0) {
   const std::string what = JobIdText(job->job_id);
   const std::string dir = CheckpointDir(job->job_id);
   // A suspended job is dumped stopped and comes back stopped (then
   // continued by the start that restores it).
-  auto dumped =
-      CriuDump(criu, job->pid, job->log_path, dir, options_.checkpoint_timeout);
+  auto dumped = CriuDump(criu, job->pid, job->log_path, dir, timeout);
   if (!dumped.ok()) {
     return core::Status(
         dumped.status().code(),
@@ -1512,7 +1572,7 @@ std::vector<int64_t> Supervisor::HeldCheckpoints() const {
 
 std::vector<int64_t> Supervisor::CheckpointForStop(
     std::chrono::milliseconds timeout, std::vector<std::string>* failures,
-    const std::vector<int64_t>& exiting) {
+    const std::vector<int64_t>& exiting, bool with_criu) {
   std::vector<int64_t> candidates;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1529,7 +1589,7 @@ std::vector<int64_t> Supervisor::CheckpointForStop(
   savers.reserve(candidates.size() + exiting.size());
   for (int64_t id : candidates) {
     savers.emplace_back([&, id] {
-      auto r = CheckpointWithin(id, 0, false, timeout, /*allow_criu=*/false);
+      auto r = CheckpointWithin(id, 0, false, timeout, with_criu);
       std::lock_guard<std::mutex> out(out_mu);
       if (!r.ok()) {
         if (failures != nullptr) failures->push_back(r.status().message());
@@ -1540,6 +1600,7 @@ std::vector<int64_t> Supervisor::CheckpointForStop(
         for (auto e = exits_.rbegin(); e != exits_.rend(); ++e) {
           if (e->job_id == id) {
             e->checkpoint_kept = true;
+            e->checkpoint_method = r->method;
             break;
           }
         }

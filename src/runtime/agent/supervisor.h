@@ -188,6 +188,7 @@ struct ExitRecord {
   // checkpoint, which is held here (HeldCheckpoint): not the job's end; it
   // goes on from there when an agent on this checkpoint root runs it again.
   bool checkpoint_kept = false;
+  std::string checkpoint_method;  // with checkpoint_kept: CheckpointResult's
   // It was killed by KillAll(agent_stopping) (it had not saved a
   // checkpoint), and did not exit with 0 meanwhile: not the job's end.
   bool agent_stopping = false;
@@ -234,9 +235,11 @@ class Supervisor {
   // (the agent shuts down) their exits are marked so.
   void KillAll(bool agent_stopping = false);
   // Before an agent stops: every live job that can save its training state
-  // without CRIU (it attached the library, or is restartable), other than
-  // a warm start and a part of a multi-server job, is checkpointed as for a
-  // migration (Checkpoint), all at once, each within `timeout`; each saved
+  // without CRIU (it attached the library, or is restartable), and with
+  // `with_criu` any other where CRIU is usable here (a dump, restored by the
+  // Start(resume_local) of the next agent), other than a warm start and a
+  // part of a multi-server job, is checkpointed as for a migration
+  // (Checkpoint), all at once, each within `timeout`; each saved
   // job's exit is marked checkpoint_kept and its checkpoint held (on disk
   // too, for RecoverCheckpoints). The jobs that could not be saved are left
   // as they were (for KillAll), the reasons in *failures when given.
@@ -247,7 +250,7 @@ class Supervisor {
   std::vector<int64_t> CheckpointForStop(
       std::chrono::milliseconds timeout,
       std::vector<std::string>* failures = nullptr,
-      const std::vector<int64_t>& exiting = {});
+      const std::vector<int64_t>& exiting = {}, bool with_criu = false);
 
   // Migration / resize, source side: the job saves its state and exits.
   // A job attached to its page gets a checkpoint-and-exit request (resize
@@ -323,6 +326,15 @@ class Supervisor {
   std::vector<ExitRecord> PendingExits() const;
   // Drops the records with seq <= `up_to_seq`.
   void AckExits(uint64_t up_to_seq);
+  // As the agent stops without having reported them: the exits that are a
+  // job's end (by itself: not superseded, killed, saved or killed for the
+  // stop) are written to WORK_DIR/unreported-exits, so that the next agent
+  // on this work dir reports them (RecoverUnreportedExits) before the
+  // daemon, missing the job, would start it again. Returns how many.
+  size_t SaveUnreportedExits();
+  // Takes up what SaveUnreportedExits wrote (as pending exits, in order)
+  // and removes the file. Returns how many; an unreadable line is skipped.
+  size_t RecoverUnreportedExits();
 
   std::string JobDir(int64_t job_id) const;
   std::string LogPath(int64_t job_id) const;
@@ -362,7 +374,8 @@ class Supervisor {
       std::chrono::steady_clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointCriu(
       const std::shared_ptr<JobRec>& job, const std::string& criu,
-      bool was_suspended, std::chrono::steady_clock::time_point t0);
+      bool was_suspended, std::chrono::milliseconds timeout,
+      std::chrono::steady_clock::time_point t0);
   // The record of a job about to start: its dirs and page created.
   core::StatusOr<std::shared_ptr<JobRec>> NewJobRec(
       const StartParams& params) const;

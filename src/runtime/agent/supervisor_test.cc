@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "client/progress_reader.h"
+#include "runtime/agent/criu.h"
 #include "runtime/agent/test_util.h"
 
 namespace gandiva::runtime {
@@ -608,6 +609,52 @@ TEST_F(SupervisorTest, CheckpointForStopSavesTheJobsThatCan) {
   EXPECT_EQ(flags,
             (std::map<int64_t, std::pair<bool, bool>>{
                 {1, {true, false}}, {2, {false, true}}, {3, {false, true}}}));
+}
+
+// Where CRIU works, a stop with it saves a job that has neither the
+// library nor checkpoints of its own too: dumped (its exit marked
+// checkpoint_kept), held for the next agent on the same checkpoint root,
+// whose Start(resume_local) restores it from the dump, with its PID.
+TEST_F(SupervisorTest, CheckpointForStopWithCriuDumpsAJobTheNextAgentRestores) {
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  o.library_start_grace = 200ms;
+  Capabilities caps;
+  ProbeCriu(&caps, 3s);
+  if (!caps.criu) {
+    GTEST_SKIP() << "CRIU is not usable here: " << caps.criu_detail;
+  }
+  pid_t pid = 0;
+  {
+    Supervisor sup(o);
+    sup.SetCapabilities(caps);
+    auto r = sup.Start(Job(2, "exec sleep 1000"));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    pid = r->pid;
+    std::vector<std::string> failures;
+    const std::vector<int64_t> saved =
+        sup.CheckpointForStop(10s, &failures, {}, /*with_criu=*/true);
+    EXPECT_EQ(saved, std::vector<int64_t>{2});
+    EXPECT_TRUE(failures.empty()) << failures[0];
+    EXPECT_TRUE(
+        std::filesystem::exists(o.checkpoint_root + "/jobs/2/held-checkpoint"));
+    bool kept = false;
+    for (const ExitRecord& e : sup.PendingExits()) {
+      kept = kept || (e.job_id == 2 && e.checkpoint_kept);
+    }
+    EXPECT_TRUE(kept);
+    EXPECT_TRUE(ProcessGroupMembers(pid).empty());  // the dump ended it
+    sup.KillAll(/*agent_stopping=*/true);
+  }
+  Supervisor next(o);
+  next.SetCapabilities(caps);
+  EXPECT_EQ(next.RecoverCheckpoints(), std::vector<int64_t>{2});
+  StartParams again = Job(2, "exec sleep 1000");
+  again.resume_local = true;
+  auto started = next.Start(again);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  EXPECT_EQ(started->pid, pid);  // restored, not started afresh
+  EXPECT_EQ(next.Job(2)->state, RunState::kRunning);
 }
 
 TEST_F(SupervisorTest, DestructionKillsLiveJobs) {

@@ -2678,17 +2678,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         // stay away, for the server to be declared down and the job
         // placed again).
         if (IsEnded(id)) continue;
+        const std::string& method = e.checkpoint_method();
         x->proc.exists = false;
         x->proc.checkpoint = true;
-        x->kept_at = e.minibatches();
+        // The mini-batch it goes on from: known for a library checkpoint
+        // (the restart's history line waits for the one after it), not for
+        // a CRIU dump or a job's own checkpoint.
+        x->kept_at =
+            method == "criu" || method == "restart" ? -1 : e.minibatches();
         x->stopped_us = Now();
         if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
         CopyMetric(e, &x->progress);
         x->progress.set_minibatch_rate(0);
-        History(id, "stop", true, 0,
-                "agent '" + a.name + "' stopped; the job saved a checkpoint " +
-                    "at mini-batch " + std::to_string(e.minibatches()) +
-                    ", kept there: it goes on from it when the agent is back");
+        History(
+            id, "stop", true, 0,
+            "agent '" + a.name + "' stopped; " +
+                (method == "criu" ? std::string("the job was dumped by CRIU")
+                 : method == "restart"
+                     ? std::string("the job saved its own checkpoint")
+                     : "the job saved a checkpoint at mini-batch " +
+                           std::to_string(e.minibatches())) +
+                ", kept there: it goes on from it when the agent is back");
         continue;
       }
       if (e.agent_stopped() && !IsEnded(id)) {
