@@ -363,6 +363,13 @@ std::string MoveTree(const fs::path& from, const fs::path& to) {
     return "cannot rename " + tmp.string() + " to " + to.string() + ": " +
            ec.message();
   }
+  // On disk before the source goes: a power loss right after `down` must
+  // not lose what a reboot would keep.
+  if (const int fd = ::open(to.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      fd >= 0) {
+    (void)::syncfs(fd);
+    ::close(fd);
+  }
   fs::remove_all(from, ec);
   return "";
 }
