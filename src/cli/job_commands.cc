@@ -775,6 +775,7 @@ int RunDrain(const DrainFlags& f) {
 
 struct ServersFlags {
   ConnectionFlags conn;
+  bool json = false;
 };
 
 std::string JoinIds(const google::protobuf::RepeatedField<int64_t>& ids) {
@@ -793,6 +794,10 @@ int RunServers(const ServersFlags& f) {
   const grpc::Status st =
       s.stub().ListServers(Context().get(), rpc::Empty(), &reply);
   if (!st.ok()) return s.Fail(st);
+  if (f.json) {
+    std::printf("%s\n", ToJson(reply).c_str());
+    return 0;
+  }
   if (reply.servers().empty()) {
     std::printf("(no servers: start agents, or `gandiva up`)\n");
     return 0;
@@ -989,6 +994,9 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     auto f = std::make_shared<ServersFlags>();
     CLI::App* sub = app.add_subcommand(
         "servers", "List servers, their GPUs and the jobs placed on each");
+    sub->add_flag("--json", f->json,
+                  "Print the servers as JSON (the ListServersReply message) "
+                  "for scripts");
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunServers(*f); });
   }

@@ -120,6 +120,11 @@ TEST_F(CliE2eTest, UpLsDown) {
     const CliRun r = Gandiva("servers " + state);
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("agent-0"), std::string::npos) << r.out;
+    const CliRun j = Gandiva("servers --json " + state);
+    EXPECT_EQ(j.status, 0) << j.out;
+    EXPECT_EQ(j.out.rfind("{\"servers\":[", 0), 0u) << j.out;
+    EXPECT_NE(j.out.find("\"name\":\"agent-0\""), std::string::npos) << j.out;
+    EXPECT_NE(j.out.find("\"up\":true"), std::string::npos) << j.out;
   }
 
   // A job whose spec relies on the agents' environment (set by `up`) for
