@@ -2442,49 +2442,34 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
     }
     for (auto& [id, x] : extras) {
-      // A job spanning servers saved as this agent stopped: every part
-      // goes on from the checkpoint at the lead's agent once none of its
+      // Waiting for this agent, without processes, to go on from the
+      // checkpoint it saved when the agent stopped (after the loop above:
+      // a restart here makes it exist). A job spanning servers: from the
+      // checkpoint at its lead's agent, every part, once none of its
       // agents is away.
-      if (!IsEnded(id) && !x.proc.exists && x.proc.checkpoint &&
-          x.proc.gang() && x.proc.On(a.id)) {
-        const core::Job& j = st().job(JobId(id));
-        if (x.proc.server == a.id && !a.held.contains(id)) {
-          x.proc.checkpoint = false;
-          History(id, "lost", false, 0,
-                  "agent '" + a.name +
-                      "' is back without the checkpoint it kept; every part "
-                      "starts again from the beginning");
-          if (j.state == JobState::kRunning && !j.busy()) RelaunchGang(id);
-          continue;
-        }
-        if (j.state == JobState::kRunning && !j.busy() &&
-            !AnyPartAway(x.proc)) {
-          RestartGangAtSource(id, x.proc, "agent '" + a.name + "' is back",
-                              x.kept_at, x.stopped_us);
-          x.kept_at = -1;
-          x.stopped_us = 0;
-        }
-        continue;
-      }
-      // Waiting here for the checkpoint it saved when the agent stopped
-      // (after the loop above: a restart here makes it exist).
+      const bool gang = x.proc.gang();
       if (IsEnded(id) || x.proc.exists || !x.proc.checkpoint ||
-          x.proc.server != a.id || x.proc.gang()) {
+          !(gang ? x.proc.On(a.id) : x.proc.server == a.id)) {
         continue;
       }
       const core::Job& j = st().job(JobId(id));
-      if (!a.held.contains(id)) {
+      const bool runs = j.state == JobState::kRunning && !j.busy();
+      if (x.proc.server == a.id && !a.held.contains(id)) {
         x.proc.checkpoint = false;
         History(id, "lost", false, 0,
-                "agent '" + a.name +
-                    "' is back without the checkpoint it kept; the job "
-                    "starts again from the beginning");
-        if (j.state == JobState::kRunning && !j.busy()) Relaunch(id);
+                "agent '" + a.name + "' is back without the checkpoint it " +
+                    "kept; " + (gang ? "every part starts" : "the job starts") +
+                    " again from the beginning");
+        if (runs) gang ? RelaunchGang(id) : Relaunch(id);
         continue;
       }
-      if (j.state == JobState::kRunning && !j.busy()) {
-        RestartAtSource(id, x.proc, "agent '" + a.name + "' is back", x.kept_at,
-                        x.stopped_us);
+      if (runs && !AnyPartAway(x.proc)) {
+        const std::string why = "agent '" + a.name + "' is back";
+        if (gang) {
+          RestartGangAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
+        } else {
+          RestartAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
+        }
         x.kept_at = -1;
         x.stopped_us = 0;
       }

@@ -645,6 +645,19 @@ class Client {
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
 };
 
+// The job's process on `agent` exits 0 and the agent reports it: the job
+// ends FINISHED.
+::testing::AssertionResult FinishesOn(Client& cl, FakeAgent& agent, int64_t j) {
+  agent.Exit(j, 0);
+  if (!agent.Report().ok()) {
+    return ::testing::AssertionFailure() << "the exit's report failed";
+  }
+  if (!WaitFor([&] { return cl.State(j) == rpc::FINISHED; })) {
+    return ::testing::AssertionFailure() << cl.Get(j).DebugString();
+  }
+  return ::testing::AssertionSuccess();
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1030,9 +1043,7 @@ TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
   ASSERT_EQ(agent.reported_exits()[j], 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
-  agent.Exit(j, 0);
-  ASSERT_TRUE(agent.Report().ok());
-  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
 }
 
 // A process killed at a daemon's request (to replace it) whose exit to
@@ -1050,9 +1061,7 @@ TEST_F(DaemonTest, AnExitMarkedKilledDoesNotEndARunningJob) {
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
-  agent.Exit(j, 0);
-  ASSERT_TRUE(agent.Report().ok());
-  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
 }
 
 // The history lines of a job with this action.
@@ -1129,9 +1138,7 @@ TEST_F(AgentStopTest,
       << restart;
   EXPECT_TRUE(HistoryOf(cl, j, "lost").empty());
   EXPECT_EQ(cl.Get(j).waiting_reason(), "");
-  agent.Exit(j, 0);
-  ASSERT_TRUE(agent.Report().ok());
-  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
   EXPECT_EQ(agent.start_calls(j), 2);
   EXPECT_EQ(agent.kills(j), 0);
 }
@@ -1180,9 +1187,7 @@ TEST_F(AgentStopTest,
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 2; }));
   EXPECT_EQ(agent.resume_local_starts(j), 0);
-  agent.Exit(j, 0);
-  ASSERT_TRUE(agent.Report().ok());
-  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
 }
 
 // Back without the checkpoint (its ramdisk was emptied): the job starts
@@ -1242,9 +1247,7 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
       << restarts[2].detail();
   EXPECT_EQ(agent.resume_local_starts(j), 0);
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
-  agent.Exit(j, 0);
-  ASSERT_TRUE(agent.Report().ok());
-  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
 }
 
 // The daemon missed the stop (it was down first, as in `gandiva down`):
@@ -1577,10 +1580,7 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
               std::string::npos)
         << restart.detail();
     EXPECT_TRUE(HistoryOf(cl, j, "lost").empty());
-    b.Exit(j, 0);
-    ASSERT_TRUE(b.Report().ok());
-    ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
-        << cl.Get(j).DebugString();
+    ASSERT_TRUE(FinishesOn(cl, b, j));
   }
 }
 
@@ -1890,10 +1890,7 @@ TEST_F(FailingMoveTest,
   EXPECT_EQ(info.state(), rpc::RUNNING);
   EXPECT_EQ(info.server(), src.name());
   // Its process there is the one the daemon follows: its exit ends it.
-  src.Exit(j, 0);
-  ASSERT_TRUE(src.Report().ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
-      << cl.Get(j).DebugString();
+  ASSERT_TRUE(FinishesOn(cl, src, j));
 }
 
 // A move that fails before the job checkpointed (its save failed) leaves
@@ -1916,10 +1913,7 @@ TEST_F(FailingMoveTest, AMoveThatFailsBeforeTheCheckpointLeavesTheJobAsItWas) {
   ASSERT_TRUE(cl.Resume(j).ok());
   ASSERT_TRUE(SettlesAtSource(rpc::RUNNING)) << cl.Get(j).DebugString();
   EXPECT_EQ(src.start_calls(j), 1) << "restarted instead of resumed";
-  src.Exit(j, 0);
-  ASSERT_TRUE(src.Report().ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
-      << cl.Get(j).DebugString();
+  ASSERT_TRUE(FinishesOn(cl, src, j));
 }
 
 // A suspend that comes while that restart is under way waits for it: the
@@ -2181,10 +2175,7 @@ TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
   EXPECT_EQ(src.kills(j), 0);
   EXPECT_EQ(src.procs().count(j), 1u);
   EXPECT_EQ(c2.State(j), rpc::RUNNING);
-  src.Exit(j, 0);
-  ASSERT_TRUE(src.Report().ok());
-  ASSERT_TRUE(WaitFor([&] { return c2.State(j) == rpc::FINISHED; }))
-      << c2.Get(j).DebugString();
+  ASSERT_TRUE(FinishesOn(c2, src, j));
   EXPECT_EQ(src.start_calls(j), 1);
 }
 
@@ -2385,10 +2376,7 @@ TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
   EXPECT_EQ(info.server(), b.name());
   EXPECT_EQ(info.parts_size(), 2);
   // The lead's exit is the job's end.
-  b.Exit(j, 0);
-  ASSERT_TRUE(b.Report().ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }))
-      << cl.Get(j).DebugString();
+  ASSERT_TRUE(FinishesOn(cl, b, j));
 }
 
 // A queued job says why it waits: larger than the open servers, not
