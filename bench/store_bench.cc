@@ -2,8 +2,9 @@
 // nothing). Starts its own one-member etcd on loopback (the `etcd` binary,
 // Debian's etcd-server), with its data on the same disk as the SQLite file.
 //
-// Per store: appending events (each its own transaction, as the daemon
-// logs them: the latency every handled event pays), writing a batch of
+// Per store: appending events (each its own transaction: the latency an
+// event fed alone pays; then 10 and 100 in one AppendEvents, as the daemon
+// logs the profile reports of a loop pass together), writing a batch of
 // job rows and history (what the daemon writes after each loop
 // iteration), reading the log back (what a recovery reads), and writing
 // and reading a snapshot.
@@ -53,6 +54,8 @@ void Check(const core::Status& s, const char* what) {
 
 struct Figures {
   double append_p50 = 0, append_p99 = 0;
+  // Per event, appended 10 and 100 at a time (median of the batches).
+  double append10_p50 = 0, append100_p50 = 0;
   double batch_p50 = 0;
   double read_per_s = 0;
   double snap_write_ms = 0, snap_read_ms = 0;
@@ -73,6 +76,20 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes) {
   }
   f.append_p50 = Quantile(lat, 0.5);
   f.append_p99 = Quantile(lat, 0.99);
+  auto together = [&](size_t n) {
+    const std::vector<EventRow> rows(n,
+                                     EventRow{0, 1, "ProfileReport", kEvent});
+    std::vector<double> per;
+    for (int i = 0; i < std::max<int>(3, events / static_cast<int>(n)); ++i) {
+      const auto t0 = Clock::now();
+      Store::Appended a = st.AppendEvents(rows);
+      Check(a.status, "append together");
+      per.push_back(Ms(t0) / static_cast<double>(n));
+    }
+    return Quantile(per, 0.5);
+  };
+  f.append10_p50 = together(10);
+  f.append100_p50 = together(100);
 
   // Rows as the daemon writes them: 100 changed jobs, 20 history lines.
   std::vector<int64_t> ids;
@@ -198,6 +215,15 @@ int main(int argc, char** argv) {
   row("append one event, median", n.append_p50, d.append_p50, e.append_p50,
       "ms");
   row("append one event, p99", n.append_p99, d.append_p99, e.append_p99, "ms");
+  row("append 10 events together, median per event", n.append10_p50,
+      d.append10_p50, e.append10_p50, "ms");
+  row("append 100 events together, median per event", n.append100_p50,
+      d.append100_p50, e.append100_p50, "ms");
+  std::printf(
+      "| events logged a second, one at a time / 100 together | %.0f / %.0f "
+      "| %.0f / %.0f | %.0f / %.0f |\n",
+      1000 / n.append_p50, 1000 / n.append100_p50, 1000 / d.append_p50,
+      1000 / d.append100_p50, 1000 / e.append_p50, 1000 / e.append100_p50);
   row("write 100 job rows + 20 history, median", n.batch_p50, d.batch_p50,
       e.batch_p50, "ms");
   std::printf(

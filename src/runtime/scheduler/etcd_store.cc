@@ -331,18 +331,40 @@ core::Status EtcdStore::Write(const WriteBatch& batch) {
   return flush();
 }
 
-core::StatusOr<int64_t> EtcdStore::AppendEvent(int64_t time_us,
-                                               const std::string& kind,
-                                               const std::string& body) {
+Store::Appended EtcdStore::AppendEvents(std::span<const EventRow> events) {
   std::lock_guard lock(mu_);
-  const int64_t seq = last_seq_ + 1;
-  const json e = {{"time_us", time_us}, {"kind", kind}, {"json", body}};
+  Appended done;
   std::vector<ep::RequestOp> ops;
-  ops.push_back(PutOp(Key("events", seq), e.dump()));
-  ops.push_back(PutOp(p_ + "counters/event", std::to_string(seq)));
-  GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
-  last_seq_ = seq;
-  return seq;
+  size_t bytes = 0;
+  int64_t seq = last_seq_;
+  auto flush = [&]() -> core::Status {
+    if (ops.empty()) return core::Status::Ok();
+    ops.push_back(PutOp(p_ + "counters/event", std::to_string(seq)));
+    const size_t n = ops.size() - 1;
+    GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+    last_seq_ = seq;
+    done.count += n;
+    done.last_seq = seq;
+    ops.clear();
+    bytes = 0;
+    return core::Status::Ok();
+  };
+  for (const EventRow& e : events) {
+    std::string key = Key("events", seq + 1);
+    std::string value =
+        json{{"time_us", e.time_us}, {"kind", e.kind}, {"json", e.json}}.dump();
+    // Room for the counter's put.
+    if (static_cast<int>(ops.size()) + 2 > kMaxOps ||
+        bytes + key.size() + value.size() > kMaxBytes) {
+      done.status = flush();
+      if (!done.status.ok()) return done;
+    }
+    ++seq;
+    bytes += key.size() + value.size();
+    ops.push_back(PutOp(key, value));
+  }
+  done.status = flush();
+  return done;
 }
 
 core::Status EtcdStore::ForEachEvent(

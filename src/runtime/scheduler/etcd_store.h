@@ -60,8 +60,7 @@ class EtcdStore final : public Store {
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
-  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
-                                      const std::string& json) override;
+  Appended AppendEvents(std::span<const EventRow> events) override;
   core::Status ForEachEvent(
       const std::function<core::Status(const EventRow&)>& f,
       int64_t after) override;

@@ -99,6 +99,8 @@ class Stmt {
   }
   // SQLITE_ROW, SQLITE_DONE or an error code.
   int Step() { return sqlite3_step(s_); }
+  // Ready to run again (the bindings stay until bound anew).
+  void Reset() { sqlite3_reset(s_); }
   core::Status Run() {
     GANDIVA_RETURN_IF_ERROR(prepared());
     const int rc = Step();
@@ -149,8 +151,7 @@ class SqliteStore final : public Store {
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
-  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
-                                      const std::string& json) override;
+  Appended AppendEvents(std::span<const EventRow> events) override;
   core::Status ForEachEvent(
       const std::function<core::Status(const EventRow&)>& f,
       int64_t after) override;
@@ -415,15 +416,35 @@ core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
   return core::Status::Ok();
 }
 
-core::StatusOr<int64_t> SqliteStore::AppendEvent(int64_t time_us,
-                                                 const std::string& kind,
-                                                 const std::string& json) {
+core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
+                                           const std::string& kind,
+                                           const std::string& json) {
+  const EventRow e{0, time_us, kind, json};
+  Appended a = AppendEvents(std::span<const EventRow>(&e, 1));
+  if (!a.status.ok()) return a.status;
+  return a.last_seq;
+}
+
+Store::Appended SqliteStore::AppendEvents(std::span<const EventRow> events) {
+  if (events.empty()) return {};
   std::lock_guard lock(mu_);
-  Stmt s(db_,
-         "INSERT INTO events(seq, time_us, kind, body) VALUES(?, ?, ?, ?)");
-  s.Bind(1, last_seq_ + 1).Bind(2, time_us).Bind(3, kind).Bind(4, json);
-  GANDIVA_RETURN_IF_ERROR(s.Run());
-  return ++last_seq_;
+  auto insert = [&]() -> core::Status {
+    Stmt s(db_,
+           "INSERT INTO events(seq, time_us, kind, body) VALUES(?, ?, ?, ?)");
+    GANDIVA_RETURN_IF_ERROR(s.prepared());
+    int64_t seq = last_seq_;
+    for (const EventRow& e : events) {
+      s.Bind(1, ++seq).Bind(2, e.time_us).Bind(3, e.kind).Bind(4, e.json);
+      GANDIVA_RETURN_IF_ERROR(s.Run());
+      s.Reset();
+    }
+    return core::Status::Ok();
+  };
+  // One statement is a transaction by itself.
+  core::Status st = events.size() == 1 ? insert() : InTransaction(insert);
+  if (!st.ok()) return {0, 0, std::move(st)};
+  last_seq_ += static_cast<int64_t>(events.size());
+  return {events.size(), last_seq_, core::Status::Ok()};
 }
 
 core::Status SqliteStore::ForEachEvent(

@@ -19,7 +19,8 @@
 //                         replays the events after it; the events up to it
 //                         are deleted afterwards, a chunk at a time
 //
-// Each call is one transaction (WriteBatch groups several writes into one).
+// Each call is one transaction (WriteBatch groups several writes into one,
+// AppendEvents several events).
 // With WAL and synchronous=NORMAL a committed transaction survives the
 // process being killed (SIGKILL); `durable_sync` (synchronous=FULL) makes it
 // survive a power loss too, at the cost of an fsync per commit.
@@ -32,6 +33,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -130,10 +132,20 @@ class Store {
   virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;
   virtual core::Status Write(const WriteBatch& batch) = 0;
 
-  // Appends one event to the log (its own transaction); returns its seq.
-  virtual core::StatusOr<int64_t> AppendEvent(int64_t time_us,
-                                              const std::string& kind,
-                                              const std::string& json) = 0;
+  // Appends `events` to the log in order (their `seq` is ignored: they
+  // take the next ones), in one transaction where the store allows (SQLite
+  // always; etcd: at most EtcdStore::kMaxOps events and kMaxBytes each).
+  // Returns how many were logged: all of them, or on an error the ones
+  // before the transaction that failed (a prefix, never a gap), with it.
+  struct Appended {
+    size_t count = 0;
+    int64_t last_seq = 0;  // the seq of the last one logged (count > 0)
+    core::Status status;
+  };
+  virtual Appended AppendEvents(std::span<const EventRow> events) = 0;
+  // Appends one event in its own transaction; returns its seq.
+  core::StatusOr<int64_t> AppendEvent(int64_t time_us, const std::string& kind,
+                                      const std::string& json);
   // Calls `f` for every logged event after seq `after`, in order; stops at
   // its first error.
   virtual core::Status ForEachEvent(

@@ -217,6 +217,102 @@ TEST_P(StoreTest, ASnapshotCompactsTheEventsItIncludes) {
   EXPECT_EQ((*snap)->core, std::string("a\0b\xff", 4) + "c");
 }
 
+// Events appended together take the next seqs in order, however many
+// transactions the store needs for them (etcd: 100 operations or 1 MiB each).
+TEST_P(StoreTest, EventsAppendedTogetherAreLoggedInOrder) {
+  auto events = [](int n, size_t bytes, int64_t t0) {
+    std::vector<EventRow> out;
+    for (int i = 0; i < n; ++i) {
+      out.push_back(EventRow{0, t0 + i, "ProfileReport",
+                             std::to_string(t0 + i) + std::string(bytes, 'x')});
+    }
+    return out;
+  };
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    EXPECT_EQ(st.AppendEvents({}).count, 0u);
+    ASSERT_TRUE(st.AppendEvent(1, "Tick", "{}").ok());
+    // More events than one etcd transaction takes, then more bytes.
+    const std::vector<EventRow> many = events(250, 10, 100);
+    Store::Appended a = st.AppendEvents(many);
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    EXPECT_EQ(a.count, 250u);
+    EXPECT_EQ(a.last_seq, 251);
+    const std::vector<EventRow> big = events(5, 400 << 10, 1000);
+    a = st.AppendEvents(big);
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    EXPECT_EQ(a.count, 5u);
+    EXPECT_EQ(a.last_seq, 256);
+  }
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->LastEventSeq(), 256);
+  EXPECT_EQ(*(*s)->EventCount(), 256);
+  std::vector<EventRow> read;
+  ASSERT_TRUE((*s)->ForEachEvent(
+                      [&](const EventRow& e) {
+                        read.push_back(e);
+                        return core::Status::Ok();
+                      },
+                      0)
+                  .ok());
+  ASSERT_EQ(read.size(), 256u);
+  for (size_t i = 1; i < read.size(); ++i) {
+    const int64_t t = i <= 250 ? 100 + static_cast<int64_t>(i) - 1
+                               : 1000 + static_cast<int64_t>(i) - 251;
+    SCOPED_TRACE(i);
+    EXPECT_EQ(read[i].seq, static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(read[i].time_us, t);
+    EXPECT_EQ(read[i].kind, "ProfileReport");
+    EXPECT_EQ(read[i].json.substr(0, read[i].json.find('x')),
+              std::to_string(t));
+  }
+  EXPECT_EQ(read[255].json.size(), std::to_string(1004).size() + (400 << 10));
+  auto next = (*s)->AppendEvent(2000, "Tick", "{}");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(*next, 257);
+}
+
+// A batch that fails says how many of its events were logged: on etcd
+// (here with an event over etcd's request limit, in the second
+// transaction) those before the transaction that failed, and no gap; on
+// SQLite (here with another connection holding the write lock past the
+// busy timeout, 5 s) none.
+TEST_P(StoreTest, AnEventsBatchThatFailsLogsAPrefix) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  std::vector<EventRow> batch;
+  for (int i = 0; i < 150; ++i) batch.push_back(EventRow{0, i, "Tick", "{}"});
+  sqlite3* other = nullptr;
+  if (GetParam() == "etcd") {
+    batch[120].json = std::string(2 << 20, 'x');
+  } else {
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  Store::Appended a = st.AppendEvents(batch);
+  EXPECT_FALSE(a.status.ok());
+  if (other != nullptr) {
+    EXPECT_EQ(a.count, 0u);
+    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(other);
+  } else {
+    EXPECT_EQ(a.count, 120u);  // 99 + 21 (the large one alone fails)
+    EXPECT_EQ(a.last_seq, 120);
+  }
+  EXPECT_EQ(st.LastEventSeq(), static_cast<int64_t>(a.count));
+  EXPECT_EQ(*st.EventCount(), static_cast<int64_t>(a.count));
+  // The log goes on from there.
+  auto next = st.AppendEvent(1, "Tick", "{}");
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, static_cast<int64_t>(a.count) + 1);
+}
+
 // A database written before jobs had a metric gets its columns, its rows
 // kept.
 TEST(SqliteStoreTest, AnOlderDatabaseGetsTheMetricColumns) {
