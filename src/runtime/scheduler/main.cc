@@ -150,8 +150,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "log events and actions to stderr");
   // For tests (not listed): SchedulerOptions::verify_reused_job_info.
-  app.add_flag("--verify-reused-job-info", o.verify_reused_job_info)
-      ->group("");
+  app.add_flag("--verify-reused-job-info", o.verify_reused_job_info)->group("");
   CLI11_PARSE(app, argc, argv);
   if (policy_opt->count() > 0) o.policy = policy;
   if (quantum_opt->count() > 0) o.quantum_s = quantum_s;

@@ -117,6 +117,15 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     Add(seq, static_cast<double>(s.last_event_seq));
     out.push_back(std::move(seq));
 
+    auto appends =
+        Family("gandiva_event_log_appends_total",
+               "Appends to the event log by this process: events logged "
+               "together (the profile reports of a loop pass, with the next "
+               "event) share one.",
+               MetricType::Counter);
+    Add(appends, static_cast<double>(s.log_appends));
+    out.push_back(std::move(appends));
+
     auto compactions = Family("gandiva_event_log_compactions_total",
                               "Compactions of the event log by this process.",
                               MetricType::Counter);

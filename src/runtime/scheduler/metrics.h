@@ -46,6 +46,7 @@ struct MetricsSample {
   core::Counters actions;        // the core's counters (events included)
   int64_t log_events = 0;        // events logged since the last snapshot
   int64_t last_event_seq = 0;
+  int64_t log_appends = 0;  // appends to the log by this daemon process
   int64_t compactions = 0;  // by this daemon process
   double last_compaction_seconds = 0;
   struct RunningJob {

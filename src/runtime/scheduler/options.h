@@ -104,13 +104,18 @@ struct SchedulerOptions {
   double warm_ready_timeout_s = 60;
   // Log each event and action to stderr. Default false.
   bool verbose = false;
-  // Each publication of the jobs' state (after every request and event)
-  // builds again only the JobInfo of jobs whose inputs changed, reusing
-  // the others'. false: every live job's, as a check and a baseline for
-  // benchmarks. Default true.
+  // Each publication of the jobs' and servers' state (after every request
+  // and event) builds again only the JobInfo of jobs and the ServerInfo of
+  // servers whose inputs changed, reusing the others'. false: every live
+  // job's and every server's, as a check and a baseline for benchmarks.
+  // Default true.
   bool reuse_unchanged_job_info = true;
-  // Tests: each reused JobInfo is also built again and compared, and a
-  // difference aborts the daemon. Default false.
+  // The profile reports of a loop pass are logged together, in one append
+  // to the event log, with the next event fed (Store::AppendEvents). false:
+  // each in its own append, as a baseline for benchmarks. Default true.
+  bool log_profile_reports_together = true;
+  // Tests: each reused JobInfo and ServerInfo is also built again and
+  // compared, and a difference aborts the daemon. Default false.
   bool verify_reused_job_info = false;
 };
 

@@ -294,6 +294,14 @@ struct AgentConn {
   // Its server was cordoned for that by the daemon (not by an operator):
   // opened again when it registers.
   bool away_cordon = false;
+  // Registrations with this daemon process (each may bring other GPUs and
+  // capabilities).
+  uint64_t registrations = 0;
+  // Its server's info as last published, and a hash of what it was built
+  // from (ServerInputs): an unchanged server's is shared with the next
+  // snapshot.
+  std::shared_ptr<const rpc::ServerInfo> published;
+  uint64_t published_inputs = 0;
 };
 
 struct PendingAction {
@@ -326,11 +334,14 @@ struct Snapshot {
         [](const auto& entry, int64_t key) { return entry.first < key; });
     return it != jobs.end() && it->first == id ? it->second.get() : nullptr;
   }
-  rpc::ListServersReply servers;
+  // Every server's info, in id order; an unchanged server's is shared with
+  // the snapshots before (AgentConn::published).
+  std::vector<std::shared_ptr<const rpc::ServerInfo>> servers;
   // For the metrics.
   core::Counters counters;
   int64_t log_events = 0;
   int64_t last_event_seq = 0;
+  int64_t log_appends = 0;
   int64_t compactions = 0;
   double last_compaction_s = 0;
 };
@@ -413,6 +424,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   bool compacted_events_left = false;
   // An event Feed could not log since this was last cleared.
   bool unlogged = false;
+  // Events to log and handle together (Defer), each with its time.
+  struct Deferred {
+    int64_t time_us = 0;
+    core::EventBody body;
+  };
+  std::vector<Deferred> deferred;
+  // Events of the batch FlushDeferred hands to the core still to come.
+  size_t handling_left = 0;
+  // Appends of events to the log by this process (one per batch).
+  int64_t log_appends = 0;
   // The Prometheus endpoint (--metrics-listen), if any.
   std::unique_ptr<MetricsExporter> metrics;
 
@@ -618,33 +639,86 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // ---------------------------------------------------------- the core
 
-  // Logs `body`, hands it to the core and carries out the actions.
+  // Logs `body`, hands it to the core and carries out the actions; the
+  // events deferred before it are logged in the same transaction and
+  // handled first, in the order they came.
   core::Status Feed(core::EventBody body) {
-    const int64_t t = Now();
-    const std::string kind = EventKindName(body);
-    const std::string text = EncodeEvent(body);
-    auto seq = store->AppendEvent(t, kind, text);
-    // etcd out of reach for a moment (electing its own leader, say): the
-    // loop waits while this daemon still leads, which it stops doing 2/3
-    // of its lease's TTL after its last renewal.
-    while (!seq.ok() && seq.status().code() == core::StatusCode::kUnavailable &&
-           opts.leadership && opts.leadership->leading()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      seq = store->AppendEvent(t, kind, text);
+    if (handling_left > 0) {
+      // It would be logged after the rest of the batch but handled before
+      // it: a recovery would replay another order.
+      Warn(std::string("event ") + EventKindName(body) +
+           " fed while a batch of logged events is handled");
     }
-    if (!seq.ok()) {
-      Warn("cannot log event, not handled: " + seq.status().ToString());
+    deferred.push_back(Deferred{Now(), std::move(body)});
+    return FlushDeferred();
+  }
+  // Logs and handles `body` with the next event fed, or at the end of the
+  // loop's pass: profile reports, which come by the thousand a second on a
+  // large cluster, share their transactions (a store's commit costs the
+  // same for one event or for a hundred).
+  void Defer(core::EventBody body) {
+    if (!opts.log_profile_reports_together) {
+      (void)Feed(std::move(body));
+      return;
+    }
+    deferred.push_back(Deferred{Now(), std::move(body)});
+  }
+
+  // Logs the deferred events together (see Store::AppendEvents), then
+  // hands them to the core in order; returns the last one's outcome. Those
+  // that cannot be logged are dropped, not handled.
+  core::Status FlushDeferred() {
+    if (deferred.empty()) return core::Status::Ok();
+    std::vector<Deferred> todo;
+    todo.swap(deferred);
+    std::vector<EventRow> rows;
+    rows.reserve(todo.size());
+    for (const Deferred& d : todo) {
+      rows.push_back(
+          EventRow{0, d.time_us, EventKindName(d.body), EncodeEvent(d.body)});
+    }
+    size_t logged = 0;
+    core::Status error;
+    while (logged < rows.size()) {
+      Store::Appended a =
+          store->AppendEvents(std::span<const EventRow>(rows).subspan(logged));
+      logged += a.count;
+      if (a.status.ok()) break;
+      // etcd out of reach for a moment (electing its own leader, say): the
+      // loop waits while this daemon still leads, which it stops doing 2/3
+      // of its lease's TTL after its last renewal.
+      if (a.status.code() == core::StatusCode::kUnavailable &&
+          opts.leadership && opts.leadership->leading()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      error = a.status;
+      break;
+    }
+    if (logged > 0) ++log_appends;
+    if (!error.ok()) {
+      Warn("cannot log " +
+           (todo.size() - logged == 1
+                ? std::string("event ") + EventKindName(todo.back().body)
+                : std::to_string(todo.size() - logged) + " events") +
+           ", not handled: " + error.ToString());
       unlogged = true;
-      return seq.status();
     }
-    ++events_since_compaction;
-    std::vector<core::Action> actions;
-    core::Status s =
-        sched->Handle(core::Event{core::Time::FromMicros(t), body}, actions);
-    if (!s.ok())
-      Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
-    AfterHandle(body, actions, /*live=*/true);
-    return s;
+    core::Status last = error;
+    for (size_t i = 0; i < logged; ++i) {
+      const core::EventBody& body = todo[i].body;
+      handling_left = logged - i - 1;
+      ++events_since_compaction;
+      std::vector<core::Action> actions;
+      core::Status s = sched->Handle(
+          core::Event{core::Time::FromMicros(todo[i].time_us), body}, actions);
+      if (!s.ok())
+        Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
+      AfterHandle(body, actions, /*live=*/true);
+      if (i + 1 == todo.size()) last = s;
+    }
+    handling_left = 0;
+    return last;
   }
 
   // Daemon bookkeeping after an event; `live` false while replaying the log
@@ -2302,6 +2376,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     a.link = AgentConn::Link::kUp;
     a.last_seen_us = Now();
     a.caps = r.capabilities();
+    ++a.registrations;
     const bool was_away = a.away_since_us > 0;
     const bool open_again = a.away_cordon;
     a.away_since_us = 0;
@@ -2758,7 +2833,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
                          (1024.0 * 1024.0 * 1024.0);
       pr.gpu_utilization = p.progress().gpu_utilization();
-      (void)Feed(pr);
+      Defer(pr);
     }
     if (a.reconcile_pending) {
       a.reconcile_pending = false;
@@ -3418,6 +3493,93 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
   }
 
+  // What ListServers shows of the server of `a`.
+  rpc::ServerInfo ServerInfoOf(const AgentConn& a) {
+    rpc::ServerInfo info;
+    rpc::ServerInfo* si = &info;
+    const core::Cluster& c = st().cluster();
+    si->set_id(a.id.value);
+    si->set_name(a.name);
+    si->set_address(a.address);
+    for (const rpc::Gpu& g : a.gpus) *si->add_gpus() = g;
+    if (a.id.value >= c.num_servers()) return info;
+    const core::Server& s = c.server(a.id);
+    // Away, or not registered with this daemon yet: no agent serves it
+    // (as far as the daemon knows), though its jobs stay placed there.
+    si->set_up(s.up && a.link == AgentConn::Link::kUp && a.away_since_us == 0);
+    si->set_cordoned(s.cordoned);
+    if (a.away_since_us > 0) {
+      si->set_away_since_us(a.away_since_us);
+      si->set_away_until_us(AwayUntilUs(a));
+    }
+    if (a.link == AgentConn::Link::kAwaiting) {
+      si->set_awaiting_until_us(AwaitingUntilUs(a));
+    }
+    si->set_height(s.height());
+    si->set_affinity(s.affinity);
+    si->set_free_gpus(s.free_gpus);
+    *si->mutable_capabilities() = a.caps;
+    for (core::GpuId g : c.GpusOf(a.id)) {
+      rpc::GpuJobs* gj = si->add_gpu_jobs();
+      for (JobId j : c.gpu(g).jobs) {
+        if (st().job(j).state == JobState::kRunning) gj->add_running(j.value);
+      }
+      for (JobId j : c.gpu(g).jobs) {
+        if (st().job(j).state != JobState::kRunning) gj->add_waiting(j.value);
+      }
+    }
+    return info;
+  }
+
+  // A hash of everything ServerInfoOf(a) reads (its GPUs and capabilities
+  // through the count of registrations), so that an unchanged server keeps
+  // its published info: at 1,250 servers of 8 GPUs, building them all again
+  // on each pass of the loop was most of the pass. 0 (build it again): an
+  // agent awaited, whose deadline is computed from the clocks each time.
+  uint64_t ServerInputs(const AgentConn& a) const {
+    if (a.link == AgentConn::Link::kAwaiting) return 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    auto mix = [&h](uint64_t v) {
+      h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    };
+    mix(a.registrations);
+    mix(std::hash<std::string_view>{}(a.name));
+    mix(std::hash<std::string_view>{}(a.address));
+    mix(a.gpus.size());
+    mix(static_cast<uint64_t>(a.link));
+    mix(static_cast<uint64_t>(a.away_since_us));
+    const core::Cluster& c = st().cluster();
+    mix(a.id.value < c.num_servers() ? 1 : 0);
+    if (a.id.value < c.num_servers()) {
+      const core::Server& s = c.server(a.id);
+      mix((s.up ? 1 : 0) | (s.cordoned ? 2 : 0));
+      mix(static_cast<uint64_t>(s.height()));
+      mix(static_cast<uint64_t>(s.affinity));
+      mix(static_cast<uint64_t>(s.free_gpus));
+      for (core::GpuId g : c.GpusOf(a.id)) {
+        const auto& jobs = c.gpu(g).jobs;
+        mix(jobs.size());
+        for (JobId j : jobs) {
+          mix(static_cast<uint64_t>(j.value) << 1 |
+              (st().job(j).state == JobState::kRunning ? 1 : 0));
+        }
+      }
+    }
+    return h == 0 ? 1 : h;
+  }
+
+  void VerifyReused(const AgentConn& a) {
+    const rpc::ServerInfo fresh = ServerInfoOf(a);
+    if (fresh.SerializeAsString() != a.published->SerializeAsString()) {
+      Warn("server " + std::to_string(a.id.value) +
+           ": the published info was reused, but its inputs changed: "
+           "published " +
+           a.published->ShortDebugString() + ", now " +
+           fresh.ShortDebugString());
+      std::abort();
+    }
+  }
+
   void PersistAndPublish() {
     auto next = std::make_shared<Snapshot>();
     const QueueView view = ViewQueue();
@@ -3473,44 +3635,23 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       Warn("cannot write state: " + s.ToString());
     }
     batch = WriteBatch{};
-    const core::Cluster& c = st().cluster();
-    for (const AgentConn& a : agents) {
-      rpc::ServerInfo* si = next->servers.add_servers();
-      si->set_id(a.id.value);
-      si->set_name(a.name);
-      si->set_address(a.address);
-      for (const rpc::Gpu& g : a.gpus) *si->add_gpus() = g;
-      if (a.id.value >= c.num_servers()) continue;
-      const core::Server& s = c.server(a.id);
-      // Away, or not registered with this daemon yet: no agent serves it
-      // (as far as the daemon knows), though its jobs stay placed there.
-      si->set_up(s.up && a.link == AgentConn::Link::kUp &&
-                 a.away_since_us == 0);
-      si->set_cordoned(s.cordoned);
-      if (a.away_since_us > 0) {
-        si->set_away_since_us(a.away_since_us);
-        si->set_away_until_us(AwayUntilUs(a));
+    next->servers.reserve(agents.size());
+    for (AgentConn& a : agents) {
+      const uint64_t inputs =
+          opts.reuse_unchanged_job_info ? ServerInputs(a) : 0;
+      if (inputs != 0 && a.published != nullptr &&
+          inputs == a.published_inputs) {
+        if (opts.verify_reused_job_info) VerifyReused(a);
+      } else {
+        a.published = std::make_shared<const rpc::ServerInfo>(ServerInfoOf(a));
+        a.published_inputs = inputs;
       }
-      if (a.link == AgentConn::Link::kAwaiting) {
-        si->set_awaiting_until_us(AwaitingUntilUs(a));
-      }
-      si->set_height(s.height());
-      si->set_affinity(s.affinity);
-      si->set_free_gpus(s.free_gpus);
-      *si->mutable_capabilities() = a.caps;
-      for (core::GpuId g : c.GpusOf(a.id)) {
-        rpc::GpuJobs* gj = si->add_gpu_jobs();
-        for (JobId j : c.gpu(g).jobs) {
-          if (st().job(j).state == JobState::kRunning) gj->add_running(j.value);
-        }
-        for (JobId j : c.gpu(g).jobs) {
-          if (st().job(j).state != JobState::kRunning) gj->add_waiting(j.value);
-        }
-      }
+      next->servers.push_back(a.published);
     }
     next->counters = st().counters();
     next->log_events = events_since_compaction;
     next->last_event_seq = store->LastEventSeq();
+    next->log_appends = log_appends;
     next->compactions = compactions;
     next->last_compaction_s = last_compaction_s;
     std::lock_guard lock(snap_mu);
@@ -3548,7 +3689,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                              info.progress().gpu_memory_bytes()});
       }
     }
-    for (const rpc::ServerInfo& si : sn->servers.servers()) {
+    for (const auto& server : sn->servers) {
+      const rpc::ServerInfo& si = *server;
       const int64_t n = si.gpus_size();
       s.gpus += n;
       if (si.up()) {
@@ -3566,6 +3708,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     s.actions = sn->counters;
     s.log_events = sn->log_events;
     s.last_event_seq = sn->last_event_seq;
+    s.log_appends = sn->log_appends;
     s.compactions = sn->compactions;
     s.last_compaction_seconds = sn->last_compaction_s;
     return s;
@@ -3596,6 +3739,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         CheckAgents();
         next_tick = std::chrono::steady_clock::now() + tick;
       }
+      (void)FlushDeferred();
       PersistAndPublish();
       for (auto& answer : answers) answer();
       answers.clear();
@@ -3606,6 +3750,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
     }
     // A clean stop leaves nothing to replay.
+    (void)FlushDeferred();
     PersistAndPublish();
     if (opts.snapshot_every_events > 0) CompactLog();
     while (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
@@ -4300,7 +4445,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
   grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
                            rpc::ListServersReply* rep) override {
-    *rep = Snap()->servers;
+    auto s = Snap();
+    for (const auto& server : s->servers) *rep->add_servers() = *server;
     return grpc::Status::OK;
   }
   grpc::Status Ping(grpc::ServerContext*, const rpc::Empty*,

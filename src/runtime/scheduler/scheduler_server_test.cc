@@ -2647,6 +2647,63 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
   EXPECT_EQ(after.find("name=\"beta\""), std::string::npos) << after;
 }
 
+// The profile reports of a loop pass (here one agent's report of four jobs)
+// are logged in one append, in the order they came, before the core gets
+// them.
+TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.metrics_listen = "127.0.0.1:0";
+  o.profile_interval_s = 0;
+  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  Client& c = StartDaemon(o);
+  FakeAgent agent("node", 4, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(c.MustSubmit(1));
+  std::string page;
+  ASSERT_TRUE(WaitFor([&] {
+    page = HttpGet(server_->metrics_port(), "/metrics");
+    return Sample(page,
+                  "gandiva_mechanism_seconds_count{action=\"start\","
+                  "outcome=\"ok\"}") == 4;
+  })) << page;
+  server_->Sync();
+  page = HttpGet(server_->metrics_port(), "/metrics");
+  const double appends = Sample(page, "gandiva_event_log_appends_total");
+  const double seq = Sample(page, "gandiva_event_log_last_seq");
+  ASSERT_GT(appends, 0) << page;
+
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    agent.SetProgress(jobs[i], 10, 1.0 + static_cast<double>(i));
+  }
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
+      << page;
+  EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 4) << page;
+
+  auto store = Store::Open(o.db_path, false);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  std::vector<std::string> logged;
+  ASSERT_TRUE((*store)
+                  ->ForEachEvent(
+                      [&](const EventRow& e) {
+                        logged.push_back(e.kind + " " + e.json);
+                        return core::Status::Ok();
+                      },
+                      static_cast<int64_t>(seq))
+                  .ok());
+  ASSERT_EQ(logged.size(), 4u);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE(logged[i]);
+    EXPECT_EQ(logged[i].rfind("ProfileReport ", 0), 0u);
+    EXPECT_NE(logged[i].find("\"job\":" + std::to_string(jobs[i])),
+              std::string::npos);
+  }
+}
+
 TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

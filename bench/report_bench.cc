@@ -1,0 +1,342 @@
+// The scheduler daemon under its agents' reports, printed (asserts
+// nothing): how many profile reports it logs and hands to the core a
+// second. They are the events a large cluster logs most: every running
+// job's mini-batch rate, each --profile-interval-s (2 s by default), so
+// 5,000 a second for 10,000 one-GPU jobs.
+//
+// --agents agents of --gpus-per-agent virtual GPUs each register (one fake
+// agent service answers for all; it starts nothing) and a one-GPU job is
+// placed on every GPU (fifo). Then --reporters threads send the agents'
+// reports back to back for --seconds, each report with a profile of every
+// job on its agent, with --profile-interval-s 0 so that each one is logged
+// and fed to the core. Side by side per store (SQLite, SQLite with
+// --durable-sync, etcd: a one-member etcd on loopback started here, the
+// `etcd` binary from Debian's etcd-server): the profile reports of a loop
+// pass logged together in one append (the default) and each in its own
+// (SchedulerOptions::log_profile_reports_together = false); with
+// --compare-rebuild, a third run builds every job's and server's published
+// info again on each pass of the loop
+// (SchedulerOptions::reuse_unchanged_job_info = false).
+//
+//   gandiva_bench_reports [--agents N] [--gpus-per-agent G]
+//                         [--reporters R] [--seconds S]
+//                         [--stores sqlite,durable,etcd] [--compare-rebuild]
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/etcd_test_util.h"
+#include "runtime/scheduler/leadership.h"
+#include "runtime/scheduler/scheduler_server.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace gandiva;
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "gandiva_bench_reports: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// Every agent's RPCs: a start succeeds (no process), and so does a kill.
+class NullAgent final : public rpc::Agent::Service {
+ public:
+  grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
+                        rpc::StartJobReply* rep) override {
+    rep->set_pid(static_cast<int32_t>(100000 + r->job_id()));
+    rep->set_took_us(1);
+    return grpc::Status::OK;
+  }
+  grpc::Status KillJob(grpc::ServerContext*, const rpc::JobRequest*,
+                       rpc::KillReply*) override {
+    return grpc::Status::OK;
+  }
+};
+
+struct Run {
+  double reports_per_s = 0;
+  double events_per_s = 0;
+  double median_ms = 0, p99_ms = 0;
+  int64_t failed = 0;
+};
+
+struct Config {
+  int agents = 100;
+  int gpus = 8;
+  int reporters = 8;
+  double seconds = 5;
+};
+
+std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::seconds(seconds));
+  return ctx;
+}
+
+Run Measure(const Config& c, runtime::SchedulerOptions o,
+            const std::string& agent_address) {
+  o.listen = "127.0.0.1:0";
+  o.policy = "fifo";
+  o.profile_interval_s = 0;
+  o.agent_timeout_s = 3600;  // the agents report only in the window
+  auto server = runtime::SchedulerServer::Start(o);
+  if (!server.ok()) Die("daemon: " + server.status().ToString());
+  auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
+      (*server)->address(), grpc::InsecureChannelCredentials()));
+
+  for (int a = 0; a < c.agents; ++a) {
+    rpc::RegisterAgentRequest r;
+    r.set_name("node-" + std::to_string(a));
+    r.set_address(agent_address);
+    r.set_sockets(1);
+    r.set_switches_per_socket(1);
+    for (int g = 0; g < c.gpus; ++g) {
+      rpc::Gpu* gpu = r.add_gpus();
+      gpu->set_local(g);
+      gpu->set_uuid("virtual-" + std::to_string(a) + "-" + std::to_string(g));
+      gpu->set_name("virtual");
+    }
+    rpc::RegisterAgentReply rep;
+    grpc::Status s = stub->RegisterAgent(Ctx().get(), r, &rep);
+    if (!s.ok()) Die("RegisterAgent: " + s.error_message());
+  }
+  const int jobs = c.agents * c.gpus;
+  for (int j = 0; j < jobs; ++j) {
+    rpc::SubmitRequest sub;
+    sub.mutable_spec()->set_name("j" + std::to_string(j));
+    sub.mutable_spec()->set_command("true");
+    sub.mutable_spec()->set_gpus(1);
+    rpc::SubmitReply rep;
+    grpc::Status s = stub->Submit(Ctx().get(), sub, &rep);
+    if (!s.ok()) Die("Submit: " + s.error_message());
+  }
+  // Each agent's jobs, once all run.
+  std::map<std::string, std::vector<int64_t>> on;
+  const auto deadline = Clock::now() + std::chrono::minutes(5);
+  while (true) {
+    rpc::ListJobsReply list;
+    grpc::Status s = stub->ListJobs(Ctx().get(), rpc::ListJobsRequest(), &list);
+    if (!s.ok()) Die("ListJobs: " + s.error_message());
+    on.clear();
+    int running = 0;
+    for (const rpc::JobInfo& j : list.jobs()) {
+      if (j.state() != rpc::RUNNING) continue;
+      ++running;
+      on[j.server()].push_back(j.id());
+    }
+    if (running == jobs) break;
+    if (Clock::now() > deadline) {
+      Die(std::to_string(running) + " of " + std::to_string(jobs) +
+          " jobs running after 5 minutes");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  (*server)->Sync();
+
+  std::vector<std::string> names;
+  for (const auto& [name, ids] : on) names.push_back(name);
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<double> latencies;
+  int64_t ok = 0, events = 0, failed = 0;
+  std::vector<std::thread> threads;
+  const auto t0 = Clock::now();
+  for (int t = 0; t < c.reporters; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<double> lat;
+      int64_t my_ok = 0, my_events = 0, my_failed = 0, step = 0;
+      while (!stop.load()) {
+        for (size_t i = static_cast<size_t>(t); i < names.size() && !stop;
+             i += static_cast<size_t>(c.reporters)) {
+          rpc::AgentReport r;
+          r.set_name(names[i]);
+          ++step;
+          for (int64_t id : on[names[i]]) {
+            rpc::JobProfile* p = r.add_profiles();
+            p->set_job_id(id);
+            p->mutable_progress()->set_minibatches(step * 10);
+            p->mutable_progress()->set_minibatch_rate(
+                5.0 + static_cast<double>(step % 7));
+            p->mutable_progress()->set_uses_library(true);
+          }
+          rpc::AgentReportReply rep;
+          const auto s0 = Clock::now();
+          grpc::Status s = stub->Report(Ctx().get(), r, &rep);
+          lat.push_back(
+              std::chrono::duration<double, std::milli>(Clock::now() - s0)
+                  .count());
+          if (s.ok()) {
+            ++my_ok;
+            my_events += r.profiles_size();
+          } else {
+            ++my_failed;
+          }
+        }
+      }
+      std::lock_guard lock(mu);
+      latencies.insert(latencies.end(), lat.begin(), lat.end());
+      ok += my_ok;
+      events += my_events;
+      failed += my_failed;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(c.seconds));
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  (*server)->Shutdown();
+
+  Run r;
+  r.reports_per_s = static_cast<double>(ok) / took;
+  r.events_per_s = static_cast<double>(events) / took;
+  r.failed = failed;
+  std::sort(latencies.begin(), latencies.end());
+  if (!latencies.empty()) {
+    r.median_ms = latencies[latencies.size() / 2];
+    r.p99_ms = latencies[static_cast<size_t>(
+        0.99 * static_cast<double>(latencies.size() - 1))];
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config c;
+  std::string stores = "sqlite,durable,etcd";
+  bool compare_rebuild = false;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) Die(std::string(argv[i]) + ": needs a value");
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--agents")) {
+      c.agents = std::atoi(next());
+    } else if (!std::strcmp(argv[i], "--gpus-per-agent")) {
+      c.gpus = std::atoi(next());
+    } else if (!std::strcmp(argv[i], "--reporters")) {
+      c.reporters = std::atoi(next());
+    } else if (!std::strcmp(argv[i], "--seconds")) {
+      c.seconds = std::atof(next());
+    } else if (!std::strcmp(argv[i], "--stores")) {
+      stores = next();
+    } else if (!std::strcmp(argv[i], "--compare-rebuild")) {
+      compare_rebuild = true;
+    } else {
+      Die(std::string("unknown flag ") + argv[i] +
+          " (flags: --agents N --gpus-per-agent G --reporters R --seconds S "
+          "--stores sqlite,durable,etcd --compare-rebuild)");
+    }
+  }
+  if (c.agents < 1 || c.gpus < 1 || c.reporters < 1 || c.seconds <= 0) {
+    Die("need --agents, --gpus-per-agent, --reporters >= 1 and --seconds > 0");
+  }
+  std::vector<std::string> kinds;
+  {
+    std::stringstream in(stores);
+    std::string k;
+    while (std::getline(in, k, ',')) {
+      if (k != "sqlite" && k != "durable" && k != "etcd") {
+        Die("--stores: '" + k + "' is not one of sqlite, durable, etcd");
+      }
+      kinds.push_back(k);
+    }
+  }
+
+  NullAgent agent;
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&agent);
+  std::unique_ptr<grpc::Server> agent_server = b.BuildAndStart();
+  if (agent_server == nullptr) Die("cannot start the fake agent service");
+  const std::string agent_address = "127.0.0.1:" + std::to_string(port);
+
+  const fs::path dir = fs::temp_directory_path() /
+                       ("gandiva-bench-reports-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::unique_ptr<runtime::EtcdForTest> etcd;
+
+  std::printf(
+      "gandiva_bench_reports: %d agents x %d GPUs, a one-GPU job on each "
+      "(%d), %d reporters sending reports back to back for %.0f s each run, "
+      "every job's profile in each\n\n",
+      c.agents, c.gpus, c.agents * c.gpus, c.reporters, c.seconds);
+  std::printf(
+      "| store | profile reports logged | reports/s | profile events "
+      "logged and fed/s | report round trip median | p99 | failed |\n"
+      "|---|---|---|---|---|---|---|\n");
+  std::fflush(stdout);  // before etcd's start forks
+  int run = 0;
+  for (const std::string& kind : kinds) {
+    const char* label = kind == "sqlite"    ? "SQLite"
+                        : kind == "durable" ? "SQLite --durable-sync"
+                                            : "etcd (1 member, loopback)";
+    double per_s[3] = {0, 0, 0};
+    for (const int variant : {0, 1, 2}) {
+      if (variant == 2 && !compare_rebuild) break;
+      const bool together = variant != 1;
+      runtime::SchedulerOptions o;
+      o.log_profile_reports_together = together;
+      o.reuse_unchanged_job_info = variant != 2;
+      const std::string name = kind + "-" + std::to_string(run++);
+      std::shared_ptr<runtime::Leadership> lead;
+      if (kind == "etcd") {
+        if (etcd == nullptr) {
+          std::string error;
+          etcd = runtime::EtcdForTest::Start(&error);
+          if (etcd == nullptr) Die(error);
+        }
+        auto l = runtime::Leadership::Create(etcd->Client(),
+                                             {"/" + name + "/", 10, name});
+        if (!l.ok()) Die("leadership: " + l.status().ToString());
+        lead = *l;
+        core::Status s = lead->Campaign([](const std::string&) {});
+        if (!s.ok()) Die("campaign: " + s.ToString());
+        o.leadership = lead;
+      } else {
+        o.db_path = (dir / (name + ".db")).string();
+        o.durable_sync = kind == "durable";
+      }
+      const Run r = Measure(c, o, agent_address);
+      per_s[variant] = r.events_per_s;
+      std::printf("| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %lld |\n",
+                  label,
+                  variant == 0   ? "together (default)"
+                  : variant == 1 ? "one append each"
+                                 : "together, every info built again",
+                  r.reports_per_s, r.events_per_s, r.median_ms, r.p99_ms,
+                  static_cast<long long>(r.failed));
+      std::fflush(stdout);
+      if (lead != nullptr) lead->Resign();
+    }
+    std::printf("| %s | together / one each | | x%.2f | | | |\n", label,
+                per_s[1] > 0 ? per_s[0] / per_s[1] : 0);
+    if (compare_rebuild) {
+      std::printf("| %s | infos reused / built again | | x%.2f | | | |\n",
+                  label, per_s[2] > 0 ? per_s[0] / per_s[2] : 0);
+    }
+    std::fflush(stdout);
+  }
+  agent_server->Shutdown();
+  fs::remove_all(dir);
+  return 0;
+}
