@@ -133,6 +133,11 @@ int main(int argc, char** argv) {
                  "give the policy a job's measured rate at most this often "
                  "(0: every agent report)")
       ->capture_default_str();
+  app.add_option("--progress-write-interval-s", o.progress_write_interval_s,
+                 "write to the database the rows of jobs whose progress "
+                 "alone changed at most this often (0: after every pass of "
+                 "the event loop)")
+      ->capture_default_str();
   gandiva::runtime::AddTlsFlags(app, &o.tls);
   app.add_option("--metrics-listen", o.metrics_listen,
                  "serve Prometheus metrics at HOST:PORT (GET /metrics); "

@@ -110,6 +110,13 @@ struct SchedulerOptions {
   // job's and every server's, as a check and a baseline for benchmarks.
   // Default true.
   bool reuse_unchanged_job_info = true;
+  // A job row whose progress alone changed (mini-batches, rate, metric:
+  // each agent report) is written at most this often, all such rows at
+  // once; a change of anything else is written at the end of the loop's
+  // pass, with the job's progress then. A crash loses at most this much
+  // of the progress shown until the agents report again. 0: every pass.
+  // Default 5 s.
+  double progress_write_interval_s = 5;
   // The profile reports of a loop pass are logged together, in one append
   // to the event log, with the next event fed (Store::AppendEvents). false:
   // each in its own append, as a baseline for benchmarks. Default true.

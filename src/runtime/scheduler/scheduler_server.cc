@@ -434,6 +434,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   size_t handling_left = 0;
   // Appends of events to the log by this process (one per batch).
   int64_t log_appends = 0;
+  // Jobs whose row is behind in progress alone (PersistAndPublish), and
+  // when those rows are written next (Now()).
+  std::set<int32_t> progress_behind;
+  int64_t progress_write_due_us = 0;
   // The Prometheus endpoint (--metrics-listen), if any.
   std::unique_ptr<MetricsExporter> metrics;
 
@@ -3449,18 +3453,24 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
   // Whether the row RowOf(i, x) would be is the one last written (without
   // building it).
-  static bool SameAsWritten(const rpc::JobInfo& i, const JobExtra& x) {
+  // Whether the row written last for the job is RowOf(i, x); with
+  // `but_progress`, apart from the progress (mini-batches, rate, metric).
+  static bool SameAsWritten(const rpc::JobInfo& i, const JobExtra& x,
+                            bool but_progress = false) {
     const JobRow& w = x.written;
     if (x.exit_code != w.exit_code || i.state() != w.state ||
         i.started_us() != w.started_us || i.ended_us() != w.ended_us ||
         i.submitted_us() != w.submitted_us ||
-        i.progress().minibatches() != w.minibatches ||
-        i.progress().minibatch_rate() != w.minibatch_rate ||
         i.uses_library() != w.uses_library || i.server() != w.server ||
-        i.suspends() != w.suspends || i.resumes() != w.resumes ||
-        i.progress().metric() != w.metric ||
-        i.progress().metric_minibatches() != w.metric_minibatches ||
-        i.progress().metric_reports() != w.metric_reports) {
+        i.suspends() != w.suspends || i.resumes() != w.resumes) {
+      return false;
+    }
+    if (!but_progress &&
+        (i.progress().minibatches() != w.minibatches ||
+         i.progress().minibatch_rate() != w.minibatch_rate ||
+         i.progress().metric() != w.metric ||
+         i.progress().metric_minibatches() != w.metric_minibatches ||
+         i.progress().metric_reports() != w.metric_reports)) {
       return false;
     }
     // The GPUs as RowOf writes them ("[0,1]"), compared in place.
@@ -3580,8 +3590,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
   }
 
-  void PersistAndPublish() {
+  // `all_progress`: the rows of jobs whose progress alone changed are
+  // written now, whenever they were last (a clean stop).
+  void PersistAndPublish(bool all_progress = false) {
     auto next = std::make_shared<Snapshot>();
+    const int64_t now = Now();
+    const bool progress_due = all_progress || now >= progress_write_due_us;
     const QueueView view = ViewQueue();
     if (!unsettling.empty()) {
       std::sort(unsettling.begin(), unsettling.end());
@@ -3606,10 +3620,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         auto info = std::make_shared<const rpc::JobInfo>(InfoOf(id, x, &view));
         if (st().has_job(JobId(id)) &&
             (!x.has_written || !SameAsWritten(*info, x))) {
-          JobRow row = RowOf(*info, x);
-          batch.jobs.push_back(row);
-          x.written = std::move(row);
-          x.has_written = true;
+          if (!progress_due && x.has_written &&
+              SameAsWritten(*info, x, /*but_progress=*/true)) {
+            // Only its progress changed: written with the others' at the
+            // next --progress-write-interval-s.
+            progress_behind.insert(id);
+          } else {
+            JobRow row = RowOf(*info, x);
+            batch.jobs.push_back(row);
+            x.written = std::move(row);
+            x.has_written = true;
+            progress_behind.erase(id);
+          }
         }
         x.published = std::move(info);
         x.published_inputs = inputs;
@@ -3627,6 +3649,19 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       unsettled[kept++] = unsettled[i];
     }
     unsettled.resize(kept);
+    if (progress_due) {
+      for (int32_t id : progress_behind) {
+        JobExtra* x = Extra(id);
+        if (x == nullptr || x->published == nullptr || !st().has_job(JobId(id)))
+          continue;
+        JobRow row = RowOf(*x->published, *x);
+        batch.jobs.push_back(row);
+        x->written = std::move(row);
+      }
+      progress_behind.clear();
+      progress_write_due_us =
+          now + static_cast<int64_t>(opts.progress_write_interval_s * 1e6);
+    }
     if (servers_dirty) {
       for (const AgentConn& a : agents) batch.servers.push_back(ServerRowOf(a));
       servers_dirty = false;
@@ -3749,9 +3784,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       if (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
     }
-    // A clean stop leaves nothing to replay.
+    // A clean stop leaves nothing to replay, nor a row behind.
     (void)FlushDeferred();
-    PersistAndPublish();
+    PersistAndPublish(/*all_progress=*/true);
     if (opts.snapshot_every_events > 0) CompactLog();
     while (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
   }
@@ -4478,6 +4513,10 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   if (!(options.profile_interval_s >= 0)) {
     return core::InvalidArgument("--profile-interval-s: must not be negative");
+  }
+  if (!(options.progress_write_interval_s >= 0)) {
+    return core::InvalidArgument(
+        "--progress-write-interval-s: must not be negative");
   }
   if (!options.metrics_listen.empty() &&
       options.metrics_listen.rfind(':') == std::string::npos) {

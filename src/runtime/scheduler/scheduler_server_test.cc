@@ -1016,15 +1016,76 @@ TEST_F(DaemonTest, AServersGpuMemoryIsItsSmallestGpus) {
 }
 
 TEST(DaemonOptionsTest, ANegativeProfileIntervalIsRefused) {
-  SchedulerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.db_path = "/nonexistent/never-opened.db";
-  o.profile_interval_s = -1;
-  auto s = SchedulerServer::Start(o);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("--profile-interval-s"),
-            std::string::npos)
-      << s.status().ToString();
+  for (const char* flag :
+       {"--profile-interval-s", "--progress-write-interval-s"}) {
+    SCOPED_TRACE(flag);
+    SchedulerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.db_path = "/nonexistent/never-opened.db";
+    (std::string(flag) == "--profile-interval-s"
+         ? o.profile_interval_s
+         : o.progress_write_interval_s) = -1;
+    auto s = SchedulerServer::Start(o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.status().message().find(flag), std::string::npos)
+        << s.status().ToString();
+  }
+}
+
+// A job's row whose progress alone changed is written with the others' at
+// most every --progress-write-interval-s (here 10 minutes: not before the
+// clean stop); a change of its state is written at once, with its progress
+// then.
+TEST_F(DaemonTest, AJobsProgressAloneIsWrittenAtMostEveryInterval) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.progress_write_interval_s = 600;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = cl.MustSubmit(1);
+  const int64_t b = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(a) == rpc::RUNNING && cl.State(b) == rpc::RUNNING;
+  }));
+  auto stored = [&](int64_t id) -> JobRow {
+    auto store = Store::Open(o.db_path, false);
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (!store.ok()) return {};
+    auto rows = (*store)->LoadJobs();
+    EXPECT_TRUE(rows.ok());
+    for (const JobRow& r : *rows) {
+      if (r.id == id) return r;
+    }
+    ADD_FAILURE() << "no row for job " << id;
+    return {};
+  };
+  // The first report says they use the library: more than progress.
+  for (const int64_t j : {a, b}) agent.SetProgress(j, 10, 1.0);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(stored(a).minibatches, 10);
+  EXPECT_TRUE(stored(a).uses_library);
+
+  for (const int64_t j : {a, b}) agent.SetProgress(j, 40, 2.0);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(cl.Get(a).progress().minibatches(), 40);  // shown at once
+  EXPECT_EQ(stored(a).minibatches, 10);
+  EXPECT_EQ(stored(b).minibatches, 10);
+
+  agent.SetProgress(a, 50, 2.0);
+  agent.Exit(a, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(a) == rpc::FINISHED; }));
+  server_->Sync();
+  EXPECT_EQ(stored(a).state, rpc::FINISHED);
+  EXPECT_EQ(stored(a).minibatches, 40);  // its last report before the exit
+  EXPECT_EQ(stored(b).minibatches, 10);
+
+  server_->Shutdown();
+  EXPECT_EQ(stored(b).minibatches, 40);
+  EXPECT_EQ(stored(b).minibatch_rate, 2.0);
 }
 
 // The exit of a process the agent has since replaced by a new one of the
