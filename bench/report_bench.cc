@@ -16,11 +16,14 @@
 // (SchedulerOptions::log_profile_reports_together = false); with
 // --compare-rebuild, a third run builds every job's and server's published
 // info again on each pass of the loop
-// (SchedulerOptions::reuse_unchanged_job_info = false).
+// (SchedulerOptions::reuse_unchanged_job_info = false); with
+// --compare-row-writes, another writes the job rows whose progress alone
+// changed after every pass, not every 5 s (--progress-write-interval-s 0).
 //
 //   gandiva_bench_reports [--agents N] [--gpus-per-agent G]
 //                         [--reporters R] [--seconds S]
 //                         [--stores sqlite,durable,etcd] [--compare-rebuild]
+//                         [--compare-row-writes]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -222,6 +225,7 @@ int main(int argc, char** argv) {
   Config c;
   std::string stores = "sqlite,durable,etcd";
   bool compare_rebuild = false;
+  bool compare_row_writes = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) Die(std::string(argv[i]) + ": needs a value");
@@ -239,10 +243,13 @@ int main(int argc, char** argv) {
       stores = next();
     } else if (!std::strcmp(argv[i], "--compare-rebuild")) {
       compare_rebuild = true;
+    } else if (!std::strcmp(argv[i], "--compare-row-writes")) {
+      compare_row_writes = true;
     } else {
       Die(std::string("unknown flag ") + argv[i] +
           " (flags: --agents N --gpus-per-agent G --reporters R --seconds S "
-          "--stores sqlite,durable,etcd --compare-rebuild)");
+          "--stores sqlite,durable,etcd --compare-rebuild "
+          "--compare-row-writes)");
     }
   }
   if (c.agents < 1 || c.gpus < 1 || c.reporters < 1 || c.seconds <= 0) {
@@ -290,13 +297,15 @@ int main(int argc, char** argv) {
     const char* label = kind == "sqlite"    ? "SQLite"
                         : kind == "durable" ? "SQLite --durable-sync"
                                             : "etcd (1 member, loopback)";
-    double per_s[3] = {0, 0, 0};
-    for (const int variant : {0, 1, 2}) {
-      if (variant == 2 && !compare_rebuild) break;
+    double per_s[4] = {0, 0, 0, 0};
+    for (const int variant : {0, 1, 2, 3}) {
+      if (variant == 2 && !compare_rebuild) continue;
+      if (variant == 3 && !compare_row_writes) continue;
       const bool together = variant != 1;
       runtime::SchedulerOptions o;
       o.log_profile_reports_together = together;
       o.reuse_unchanged_job_info = variant != 2;
+      if (variant == 3) o.progress_write_interval_s = 0;
       const std::string name = kind + "-" + std::to_string(run++);
       std::shared_ptr<runtime::Leadership> lead;
       if (kind == "etcd") {
@@ -322,7 +331,8 @@ int main(int argc, char** argv) {
                   label,
                   variant == 0   ? "together (default)"
                   : variant == 1 ? "one append each"
-                                 : "together, every info built again",
+                  : variant == 2 ? "together, every info built again"
+                                 : "together, progress rows every pass",
                   r.reports_per_s, r.events_per_s, r.median_ms, r.p99_ms,
                   static_cast<long long>(r.failed));
       std::fflush(stdout);
@@ -333,6 +343,11 @@ int main(int argc, char** argv) {
     if (compare_rebuild) {
       std::printf("| %s | infos reused / built again | | x%.2f | | | |\n",
                   label, per_s[2] > 0 ? per_s[0] / per_s[2] : 0);
+    }
+    if (compare_row_writes) {
+      std::printf(
+          "| %s | progress rows every 5 s / every pass | | x%.2f | | | |\n",
+          label, per_s[3] > 0 ? per_s[0] / per_s[3] : 0);
     }
     std::fflush(stdout);
   }
