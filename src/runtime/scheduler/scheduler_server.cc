@@ -346,6 +346,19 @@ struct Snapshot {
   double last_compaction_s = 0;
 };
 
+// A hash of what a published info is built from (the daemon's
+// PublishInputs, ServerInputs); never 0, which says "build it again".
+class InputsHash {
+ public:
+  void Mix(uint64_t v) {
+    h_ ^= v + 0x9e3779b97f4a7c15ull + (h_ << 6) + (h_ >> 2);
+  }
+  uint64_t value() const { return h_ == 0 ? 1 : h_; }
+
+ private:
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
 // A job's last metric from an agent's rpc::Progress or rpc::JobExit (the
 // same fields) into `to`; nothing when it reported none.
 template <typename From>
@@ -3295,10 +3308,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // down the time its agent has left.
   uint64_t PublishInputs(int32_t id, const JobExtra& x,
                          const QueueView& view) const {
-    uint64_t h = 0xcbf29ce484222325ull;
-    auto mix = [&h](uint64_t v) {
-      h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    };
+    InputsHash hash;
+    auto mix = [&hash](uint64_t v) { hash.Mix(v); };
     auto mixd = [&mix](double d) { mix(std::bit_cast<uint64_t>(d)); };
     mix(x.exit_code.has_value() ? 1 : 0);
     mix(static_cast<uint64_t>(x.exit_code.value_or(0)));
@@ -3315,7 +3326,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     mix(static_cast<uint64_t>(p.metric_reports()));
     const bool in_core = st().has_job(JobId(id));
     mix(in_core ? 1 : 0);
-    if (!in_core) return h == 0 ? 1 : h;
+    if (!in_core) return hash.value();
     const core::Job& j = st().job(JobId(id));
     if (j.state == core::JobState::kRunning && !j.busy() && !x.proc.exists &&
         x.proc.checkpoint) {
@@ -3346,7 +3357,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         mix(static_cast<uint64_t>(s.value));
       }
     }
-    return h == 0 ? 1 : h;
+    return hash.value();
   }
 
   // What is published of the job (without its spec: see Snapshot::jobs).
@@ -3490,47 +3501,49 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   // verify_reused_job_info: the info a publication reuses is the one
-  // InfoOf would build now.
+  // InfoOf (ServerInfoOf) would build now; the daemon aborts if not.
+  template <typename Info>
+  void AbortUnlessSame(const std::string& what, const Info& reused,
+                       const Info& fresh) {
+    if (fresh.SerializeAsString() == reused.SerializeAsString()) return;
+    Warn(what +
+         ": the published info was reused, but its inputs changed: "
+         "published " +
+         reused.ShortDebugString() + ", now " + fresh.ShortDebugString());
+    std::abort();
+  }
   void VerifyReused(int32_t id, const JobExtra& x, const QueueView& view) {
-    const rpc::JobInfo fresh = InfoOf(id, x, &view);
-    if (fresh.SerializeAsString() != x.published->SerializeAsString()) {
-      Warn("job " + std::to_string(id) +
-           ": the published info was reused, but its inputs changed: "
-           "published " +
-           x.published->ShortDebugString() + ", now " +
-           fresh.ShortDebugString());
-      std::abort();
-    }
+    AbortUnlessSame("job " + std::to_string(id), *x.published,
+                    InfoOf(id, x, &view));
   }
 
   // What ListServers shows of the server of `a`.
   rpc::ServerInfo ServerInfoOf(const AgentConn& a) {
     rpc::ServerInfo info;
-    rpc::ServerInfo* si = &info;
     const core::Cluster& c = st().cluster();
-    si->set_id(a.id.value);
-    si->set_name(a.name);
-    si->set_address(a.address);
-    for (const rpc::Gpu& g : a.gpus) *si->add_gpus() = g;
+    info.set_id(a.id.value);
+    info.set_name(a.name);
+    info.set_address(a.address);
+    for (const rpc::Gpu& g : a.gpus) *info.add_gpus() = g;
     if (a.id.value >= c.num_servers()) return info;
     const core::Server& s = c.server(a.id);
     // Away, or not registered with this daemon yet: no agent serves it
     // (as far as the daemon knows), though its jobs stay placed there.
-    si->set_up(s.up && a.link == AgentConn::Link::kUp && a.away_since_us == 0);
-    si->set_cordoned(s.cordoned);
+    info.set_up(s.up && a.link == AgentConn::Link::kUp && a.away_since_us == 0);
+    info.set_cordoned(s.cordoned);
     if (a.away_since_us > 0) {
-      si->set_away_since_us(a.away_since_us);
-      si->set_away_until_us(AwayUntilUs(a));
+      info.set_away_since_us(a.away_since_us);
+      info.set_away_until_us(AwayUntilUs(a));
     }
     if (a.link == AgentConn::Link::kAwaiting) {
-      si->set_awaiting_until_us(AwaitingUntilUs(a));
+      info.set_awaiting_until_us(AwaitingUntilUs(a));
     }
-    si->set_height(s.height());
-    si->set_affinity(s.affinity);
-    si->set_free_gpus(s.free_gpus);
-    *si->mutable_capabilities() = a.caps;
+    info.set_height(s.height());
+    info.set_affinity(s.affinity);
+    info.set_free_gpus(s.free_gpus);
+    *info.mutable_capabilities() = a.caps;
     for (core::GpuId g : c.GpusOf(a.id)) {
-      rpc::GpuJobs* gj = si->add_gpu_jobs();
+      rpc::GpuJobs* gj = info.add_gpu_jobs();
       for (JobId j : c.gpu(g).jobs) {
         if (st().job(j).state == JobState::kRunning) gj->add_running(j.value);
       }
@@ -3548,10 +3561,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // agent awaited, whose deadline is computed from the clocks each time.
   uint64_t ServerInputs(const AgentConn& a) const {
     if (a.link == AgentConn::Link::kAwaiting) return 0;
-    uint64_t h = 0xcbf29ce484222325ull;
-    auto mix = [&h](uint64_t v) {
-      h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
-    };
+    InputsHash hash;
+    auto mix = [&hash](uint64_t v) { hash.Mix(v); };
     mix(a.registrations);
     mix(std::hash<std::string_view>{}(a.name));
     mix(std::hash<std::string_view>{}(a.address));
@@ -3575,19 +3586,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         }
       }
     }
-    return h == 0 ? 1 : h;
+    return hash.value();
   }
 
   void VerifyReused(const AgentConn& a) {
-    const rpc::ServerInfo fresh = ServerInfoOf(a);
-    if (fresh.SerializeAsString() != a.published->SerializeAsString()) {
-      Warn("server " + std::to_string(a.id.value) +
-           ": the published info was reused, but its inputs changed: "
-           "published " +
-           a.published->ShortDebugString() + ", now " +
-           fresh.ShortDebugString());
-      std::abort();
-    }
+    AbortUnlessSame("server " + std::to_string(a.id.value), *a.published,
+                    ServerInfoOf(a));
   }
 
   // `all_progress`: the rows of jobs whose progress alone changed are
