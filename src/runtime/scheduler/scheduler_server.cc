@@ -3594,9 +3594,19 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                     ServerInfoOf(a));
   }
 
+  // The job's row, as `info` shows it, goes into this pass's batch.
+  void WriteRow(const rpc::JobInfo& info, JobExtra& x) {
+    JobRow row = RowOf(info, x);
+    batch.jobs.push_back(row);
+    x.written = std::move(row);
+    x.has_written = true;
+  }
+
   // `all_progress`: the rows of jobs whose progress alone changed are
   // written now, whenever they were last (a clean stop).
   void PersistAndPublish(bool all_progress = false) {
+    // What is published has been logged: the events deferred are first.
+    (void)FlushDeferred();
     auto next = std::make_shared<Snapshot>();
     const int64_t now = Now();
     const bool progress_due = all_progress || now >= progress_write_due_us;
@@ -3630,10 +3640,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             // next --progress-write-interval-s.
             progress_behind.insert(id);
           } else {
-            JobRow row = RowOf(*info, x);
-            batch.jobs.push_back(row);
-            x.written = std::move(row);
-            x.has_written = true;
+            WriteRow(*info, x);
             progress_behind.erase(id);
           }
         }
@@ -3658,9 +3665,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         JobExtra* x = Extra(id);
         if (x == nullptr || x->published == nullptr || !st().has_job(JobId(id)))
           continue;
-        JobRow row = RowOf(*x->published, *x);
-        batch.jobs.push_back(row);
-        x->written = std::move(row);
+        WriteRow(*x->published, *x);
       }
       progress_behind.clear();
       progress_write_due_us =
@@ -3778,7 +3783,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         CheckAgents();
         next_tick = std::chrono::steady_clock::now() + tick;
       }
-      (void)FlushDeferred();
       PersistAndPublish();
       for (auto& answer : answers) answer();
       answers.clear();
@@ -3789,7 +3793,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
     }
     // A clean stop leaves nothing to replay, nor a row behind.
-    (void)FlushDeferred();
     PersistAndPublish(/*all_progress=*/true);
     if (opts.snapshot_every_events > 0) CompactLog();
     while (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
