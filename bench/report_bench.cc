@@ -20,10 +20,15 @@
 // --compare-row-writes, another writes the job rows whose progress alone
 // changed after every pass, not every 5 s (--progress-write-interval-s 0).
 //
+// The jobs are submitted in SubmitJobs requests of --submit-batch (1,000);
+// with --compare-submit the first half goes one Submit request each, and
+// the submission rates of both halves are printed side by side.
+//
 //   gandiva_bench_reports [--agents N] [--gpus-per-agent G]
 //                         [--reporters R] [--seconds S]
 //                         [--stores sqlite,durable,etcd] [--compare-rebuild]
-//                         [--compare-row-writes]
+//                         [--compare-row-writes] [--compare-submit]
+//                         [--submit-batch B]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -73,6 +78,10 @@ class NullAgent final : public rpc::Agent::Service {
 };
 
 struct Run {
+  // Jobs submitted a second at setup: one Submit each (the first half,
+  // with --compare-submit), and in SubmitJobs requests of --submit-batch.
+  double submit_one_per_s = 0;
+  double submit_batch_per_s = 0;
   double reports_per_s = 0;
   double events_per_s = 0;
   double median_ms = 0, p99_ms = 0;
@@ -84,6 +93,8 @@ struct Config {
   int gpus = 8;
   int reporters = 8;
   double seconds = 5;
+  int submit_batch = 1000;
+  bool compare_submit = false;
 };
 
 std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
@@ -121,14 +132,39 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
     if (!s.ok()) Die("RegisterAgent: " + s.error_message());
   }
   const int jobs = c.agents * c.gpus;
-  for (int j = 0; j < jobs; ++j) {
+  Run out;
+  auto spec = [](int j) {
+    rpc::JobSpec s;
+    s.set_name("j" + std::to_string(j));
+    s.set_command("true");
+    s.set_gpus(1);
+    return s;
+  };
+  const int one_each = c.compare_submit ? jobs / 2 : 0;
+  auto t_submit = Clock::now();
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  for (int j = 0; j < one_each; ++j) {
     rpc::SubmitRequest sub;
-    sub.mutable_spec()->set_name("j" + std::to_string(j));
-    sub.mutable_spec()->set_command("true");
-    sub.mutable_spec()->set_gpus(1);
+    *sub.mutable_spec() = spec(j);
     rpc::SubmitReply rep;
     grpc::Status s = stub->Submit(Ctx().get(), sub, &rep);
     if (!s.ok()) Die("Submit: " + s.error_message());
+  }
+  if (one_each > 0) out.submit_one_per_s = one_each / since(t_submit);
+  t_submit = Clock::now();
+  for (int j = one_each; j < jobs; j += c.submit_batch) {
+    rpc::SubmitJobsRequest sub;
+    for (int k = j; k < std::min(jobs, j + c.submit_batch); ++k) {
+      *sub.add_specs() = spec(k);
+    }
+    rpc::SubmitJobsReply rep;
+    grpc::Status s = stub->SubmitJobs(Ctx(600).get(), sub, &rep);
+    if (!s.ok()) Die("SubmitJobs: " + s.error_message());
+  }
+  if (jobs > one_each) {
+    out.submit_batch_per_s = (jobs - one_each) / since(t_submit);
   }
   // Each agent's jobs, once all run.
   std::map<std::string, std::vector<int64_t>> on;
@@ -206,17 +242,16 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
   (*server)->Shutdown();
 
-  Run r;
-  r.reports_per_s = static_cast<double>(ok) / took;
-  r.events_per_s = static_cast<double>(events) / took;
-  r.failed = failed;
+  out.reports_per_s = static_cast<double>(ok) / took;
+  out.events_per_s = static_cast<double>(events) / took;
+  out.failed = failed;
   std::sort(latencies.begin(), latencies.end());
   if (!latencies.empty()) {
-    r.median_ms = latencies[latencies.size() / 2];
-    r.p99_ms = latencies[static_cast<size_t>(
+    out.median_ms = latencies[latencies.size() / 2];
+    out.p99_ms = latencies[static_cast<size_t>(
         0.99 * static_cast<double>(latencies.size() - 1))];
   }
-  return r;
+  return out;
 }
 
 }  // namespace
@@ -245,15 +280,23 @@ int main(int argc, char** argv) {
       compare_rebuild = true;
     } else if (!std::strcmp(argv[i], "--compare-row-writes")) {
       compare_row_writes = true;
+    } else if (!std::strcmp(argv[i], "--compare-submit")) {
+      c.compare_submit = true;
+    } else if (!std::strcmp(argv[i], "--submit-batch")) {
+      c.submit_batch = std::atoi(next());
     } else {
       Die(std::string("unknown flag ") + argv[i] +
           " (flags: --agents N --gpus-per-agent G --reporters R --seconds S "
           "--stores sqlite,durable,etcd --compare-rebuild "
-          "--compare-row-writes)");
+          "--compare-row-writes --compare-submit --submit-batch B)");
     }
   }
   if (c.agents < 1 || c.gpus < 1 || c.reporters < 1 || c.seconds <= 0) {
     Die("need --agents, --gpus-per-agent, --reporters >= 1 and --seconds > 0");
+  }
+  if (c.submit_batch < 1 || c.submit_batch > runtime::kMaxJobsPerSubmit) {
+    Die("--submit-batch: between 1 and " +
+        std::to_string(runtime::kMaxJobsPerSubmit));
   }
   std::vector<std::string> kinds;
   {
@@ -293,6 +336,8 @@ int main(int argc, char** argv) {
       "|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);  // before etcd's start forks
   int run = 0;
+  // Per store, the default run's submissions (--compare-submit).
+  std::vector<std::pair<std::string, Run>> submits;
   for (const std::string& kind : kinds) {
     const char* label = kind == "sqlite"    ? "SQLite"
                         : kind == "durable" ? "SQLite --durable-sync"
@@ -325,7 +370,8 @@ int main(int argc, char** argv) {
         o.db_path = (dir / (name + ".db")).string();
         o.durable_sync = kind == "durable";
       }
-      const Run r = Measure(c, o, agent_address);
+      Run r = Measure(c, o, agent_address);
+      if (variant == 0) submits.emplace_back(label, r);
       per_s[variant] = r.events_per_s;
       std::printf("| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %lld |\n",
                   label,
@@ -350,6 +396,23 @@ int main(int argc, char** argv) {
           label, per_s[3] > 0 ? per_s[0] / per_s[3] : 0);
     }
     std::fflush(stdout);
+  }
+  if (c.compare_submit) {
+    const int jobs = c.agents * c.gpus;
+    std::printf(
+        "\nSubmitting the jobs (each placed and started as it arrives), in "
+        "the default runs: the first half one Submit request each, the "
+        "second in SubmitJobs requests of %d\n\n"
+        "| store | one request each: jobs | jobs/s | requests of %d: jobs | "
+        "jobs/s | ratio |\n|---|---|---|---|---|---|\n",
+        c.submit_batch, c.submit_batch);
+    for (const auto& [label, r] : submits) {
+      std::printf(
+          "| %s | %d | %.0f | %d | %.0f | x%.1f |\n", label.c_str(), jobs / 2,
+          r.submit_one_per_s, jobs - jobs / 2, r.submit_batch_per_s,
+          r.submit_one_per_s > 0 ? r.submit_batch_per_s / r.submit_one_per_s
+                                 : 0);
+    }
   }
   agent_server->Shutdown();
   fs::remove_all(dir);

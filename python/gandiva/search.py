@@ -22,7 +22,8 @@ the brackets' survivors wins.
 
 The spec is a job spec (examples/README.md) whose text names the parameters
 as {lr}, {batch_size}, ...: each configuration's spec is that text with the
-values put in, submitted as NAME-1, NAME-2, ... A metric counts for a rung
+values put in, submitted as NAME-1, NAME-2, ... (a bracket's all at once:
+one `gandiva submit`, all or none). A metric counts for a rung
 of N mini-batches once the job reported it during its N-th mini-batch or
 later (so make the rungs multiples of how often the job reports), or the
 job finished with one; a job that fails, is killed by someone else, or
@@ -43,6 +44,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -211,9 +213,14 @@ class Cluster:
                               f"{(p.stderr or p.stdout).strip()}")
         return p.stdout
 
-    def submit(self, spec_path: str, name: str) -> int:
-        out = self.run("submit", spec_path, "--name", name)
-        return int(out.split()[0])
+    def submit(self, spec_paths: Sequence[str]) -> List[int]:
+        """Submits the specs in one request, all or none; their ids."""
+        out = self.run("submit", *spec_paths)
+        ids = [int(w) for w in out.split()]
+        if len(ids) != len(spec_paths):
+            raise SearchError(f"`gandiva submit` of {len(spec_paths)} specs "
+                              f"printed {len(ids)} job ids: {out.strip()!r}")
+        return ids
 
     def jobs(self) -> Dict[int, dict]:
         reply = json.loads(self.run("ls", "--all", "--json") or "{}")
@@ -258,6 +265,9 @@ def reached(t: Trial, budget: int) -> bool:
     return t.metric_at + 1 >= budget or t.state == "FINISHED"
 
 
+_TOP_LEVEL_NAME = re.compile(r"^name\s*:.*(\n|$)", re.MULTILINE)
+
+
 def run_search(cluster: Cluster, template: str,
                configs: List[Dict[str, str]], rungs: List[int], keep: float,
                mode: str, name: str,
@@ -276,13 +286,19 @@ def run_search(cluster: Cluster, template: str,
         # The spec's own directory, as `gandiva submit` would take it.
         specs = {i: s.rstrip("\n") + f"\nworkdir: {workdir}\n"
                  for i, s in specs.items()}
+    # Each job's name in place of the spec's own.
+    specs = {i: _TOP_LEVEL_NAME.sub("", s).rstrip("\n")
+             + f"\nname: {name}-{i}\n" for i, s in specs.items()}
     try:
         with tempfile.TemporaryDirectory(prefix="gandiva-search-") as tmp:
+            paths = []
             for t in trials:
-                path = os.path.join(tmp, f"{name}-{t.index}.yaml")
-                with open(path, "w") as f:
+                paths.append(os.path.join(tmp, f"{name}-{t.index}.yaml"))
+                with open(paths[-1], "w") as f:
                     f.write(specs[t.index])
-                t.job_id = cluster.submit(path, f"{name}-{t.index}")
+            # All at once: every configuration starts at the same time.
+            for t, job_id in zip(trials, cluster.submit(paths)):
+                t.job_id = job_id
                 log(f"job {t.job_id}: {name}-{t.index} ({t.label})")
         return _halve(cluster, trials, rungs, keep, mode, poll_s, timeout_s,
                       log, sleep, clock)

@@ -17,16 +17,22 @@ args = [a for a in sys.argv[1:]]
 state["calls"].append(args)
 cmd = args[0]
 if cmd == "submit":
-    text = open(args[1]).read()
-    name = args[args.index("--name") + 1]
-    if "FAIL" in text or "--lr 0.666" in text:
-        print("gandiva submit: field 'command': bad", file=sys.stderr)
-        sys.exit(1)
-    lr = float(re.search(r"--lr ([0-9.]+)", text).group(1))
-    job = {"id": len(state["jobs"]) + 1, "name": name, "lr": lr, "mb": 0,
-           "state": "RUNNING", "spec": text}
-    state["jobs"].append(job)
-    print(job["id"])
+    # Every spec file before the connection flags; all jobs or none.
+    files = [a for a in args[1:] if a.endswith(".yaml")]
+    texts = [open(f).read() for f in files]
+    for text in texts:
+        if "FAIL" in text or "--lr 0.666" in text:
+            print("gandiva submit: field 'command': bad", file=sys.stderr)
+            json.dump(state, open(path, "w"))
+            sys.exit(1)
+    for text in texts:
+        names = re.findall(r"(?m)^name: (.*)$", text)
+        assert len(names) == 1, text
+        lr = float(re.search(r"--lr ([0-9.]+)", text).group(1))
+        job = {"id": len(state["jobs"]) + 1, "name": names[0], "lr": lr,
+               "mb": 0, "state": "RUNNING", "spec": text}
+        state["jobs"].append(job)
+        print(job["id"])
 elif cmd == "ls":
     out = []
     for j in state["jobs"]:

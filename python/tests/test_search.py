@@ -90,17 +90,19 @@ def test_a_job_that_fails_cannot_win(cluster, tmp_path, capsys):
     assert "best: job 2 (lr=0.2)" in printed
 
 
-def test_a_search_that_stops_kills_the_jobs_it_started(cluster, tmp_path,
-                                                      capsys):
-    # The second submission is refused: the first job is not left running.
+def test_a_search_is_submitted_all_at_once_or_not_at_all(cluster, tmp_path,
+                                                        capsys):
+    # The second configuration's spec is refused: no job starts.
     rc = search.main([str(spec(tmp_path)), "--param", "lr=0.1,0.666,0.3",
                       "--rungs", "100", "--gandiva", str(cluster)])
     captured = capsys.readouterr()
     assert rc == 2
     assert "field 'command': bad" in captured.err
-    assert "job 1: killed (the search stopped)" in captured.out
-    jobs = state(tmp_path)["jobs"]
-    assert [j["state"] for j in jobs] == ["KILLED"]
+    st = state(tmp_path)
+    assert st["jobs"] == []
+    # One submission, of the three specs.
+    submits = [c for c in st["calls"] if c[0] == "submit"]
+    assert len(submits) == 1 and len(submits[0]) == 4
 
 
 def test_a_timeout_kills_the_jobs_still_in_the_search(cluster, tmp_path,

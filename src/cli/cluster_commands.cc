@@ -449,9 +449,10 @@ bool SubmitDemo(const std::string& address, const fs::path& bin) {
     if (e.path().extension() == ".yaml") specs.push_back(e.path());
   }
   std::sort(specs.begin(), specs.end());
-  auto stub = ConnectScheduler(address);
   std::printf("demo: submitting %zu jobs from %s/demo\n", specs.size(),
               examples.c_str());
+  // All at once (one request, their arrivals logged together).
+  rpc::SubmitJobsRequest req;
   for (const auto& path : specs) {
     auto spec = LoadJobSpec(path.string());
     if (!spec.ok()) {
@@ -459,18 +460,21 @@ bool SubmitDemo(const std::string& address, const fs::path& bin) {
                    spec.status().message().c_str());
       return false;
     }
-    rpc::SubmitRequest req;
-    *req.mutable_spec() = *spec;
-    rpc::SubmitReply reply;
-    const grpc::Status st = stub->Submit(Context().get(), req, &reply);
-    if (!st.ok()) {
-      std::fprintf(stderr, "gandiva up: --demo: submitting %s: %s\n",
-                   path.c_str(),
-                   DescribeRpcError(st, {address, true, ""}).c_str());
-      return false;
-    }
-    std::printf("  job %lld: %s (%s)\n", static_cast<long long>(reply.job_id()),
-                spec->name().c_str(), path.filename().c_str());
+    *req.add_specs() = std::move(*spec);
+  }
+  rpc::SubmitJobsReply reply;
+  const grpc::Status st =
+      ConnectScheduler(address)->SubmitJobs(Context().get(), req, &reply);
+  if (!st.ok()) {
+    std::fprintf(stderr, "gandiva up: --demo: submitting the jobs: %s\n",
+                 DescribeRpcError(st, {address, true, ""}).c_str());
+    return false;
+  }
+  for (int i = 0; i < reply.job_ids_size() && i < req.specs_size(); ++i) {
+    std::printf("  job %lld: %s (%s)\n",
+                static_cast<long long>(reply.job_ids(i)),
+                req.specs(i).name().c_str(),
+                specs[static_cast<size_t>(i)].filename().c_str());
   }
   return true;
 }

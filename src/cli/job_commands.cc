@@ -19,6 +19,7 @@
 #include "cli/format.h"
 #include "cli/job_spec.h"
 #include "cli/scheduler_client.h"
+#include "runtime/scheduler/limits.h"
 
 namespace gandiva::cli {
 namespace {
@@ -128,7 +129,7 @@ class Session {
 
 struct SubmitFlags {
   ConnectionFlags conn;
-  std::string file;
+  std::vector<std::string> files;
   std::string name;
   bool dry_run = false;
 };
@@ -149,31 +150,67 @@ void PrintSpec(const rpc::JobSpec& spec) {
               static_cast<long long>(spec.total_minibatches()));
 }
 
+// Every file's specs, in order; the first file that is refused refuses the
+// submission (nothing is sent). Several jobs go in one SubmitJobs request:
+// all are submitted or none.
 int RunSubmit(const SubmitFlags& f) {
-  auto spec = LoadJobSpec(f.file);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "gandiva submit: %s\n",
-                 spec.status().message().c_str());
-    return 1;
+  std::vector<rpc::JobSpec> specs;
+  for (const std::string& file : f.files) {
+    auto more = LoadJobSpecs(file);
+    if (!more.ok()) {
+      std::fprintf(stderr, "gandiva submit: %s%s\n",
+                   more.status().message().c_str(),
+                   f.files.size() > 1 ? "; no job was submitted" : "");
+      return 1;
+    }
+    for (rpc::JobSpec& spec : *more) specs.push_back(std::move(spec));
   }
   if (!f.name.empty()) {
     if (std::string why = CheckJobName(f.name); !why.empty()) {
       std::fprintf(stderr, "gandiva submit: --name: %s\n", why.c_str());
       return 1;
     }
-    spec->set_name(f.name);
+    if (specs.size() != 1) {
+      std::fprintf(stderr,
+                   "gandiva submit: --name: names one job, and the specs "
+                   "given hold %zu\n",
+                   specs.size());
+      return 1;
+    }
+    specs[0].set_name(f.name);
+  }
+  if (static_cast<int>(specs.size()) > runtime::kMaxJobsPerSubmit) {
+    std::fprintf(stderr,
+                 "gandiva submit: at most %d jobs in one submission, the "
+                 "specs given hold %zu\n",
+                 runtime::kMaxJobsPerSubmit, specs.size());
+    return 1;
   }
   if (f.dry_run) {
-    PrintSpec(*spec);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (i > 0) std::printf("---\n");
+      PrintSpec(specs[i]);
+    }
     return 0;
   }
   Session s("submit", f.conn);
-  rpc::SubmitRequest req;
-  *req.mutable_spec() = *spec;
-  rpc::SubmitReply reply;
-  const grpc::Status st = s.stub().Submit(Context().get(), req, &reply);
+  if (specs.size() == 1) {
+    rpc::SubmitRequest req;
+    *req.mutable_spec() = specs[0];
+    rpc::SubmitReply reply;
+    const grpc::Status st = s.stub().Submit(Context().get(), req, &reply);
+    if (!st.ok()) return s.Fail(st);
+    std::printf("%lld\n", static_cast<long long>(reply.job_id()));
+    return 0;
+  }
+  rpc::SubmitJobsRequest req;
+  for (rpc::JobSpec& spec : specs) *req.add_specs() = std::move(spec);
+  rpc::SubmitJobsReply reply;
+  const grpc::Status st = s.stub().SubmitJobs(Context().get(), req, &reply);
   if (!st.ok()) return s.Fail(st);
-  std::printf("%lld\n", static_cast<long long>(reply.job_id()));
+  for (int64_t id : reply.job_ids()) {
+    std::printf("%lld\n", static_cast<long long>(id));
+  }
   return 0;
 }
 
@@ -868,9 +905,12 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     auto f = std::make_shared<SubmitFlags>();
     CLI::App* sub = app.add_subcommand(
         "submit",
-        "Submit a job described by a YAML spec (fields: examples/README.md); "
-        "prints its id");
-    sub->add_option("spec", f->file, "The job spec (YAML)")->required();
+        "Submit jobs described by YAML specs (fields: examples/README.md; "
+        "several in a file as documents separated by ---), all or none; "
+        "prints their ids, one a line");
+    sub->add_option("spec", f->files,
+                    "Job spec files (YAML), in the order of their jobs")
+        ->required();
     sub->add_option("--name", f->name, "Name the job (overrides the spec's)");
     sub->add_flag("--dry-run", f->dry_run,
                   "Check the spec and print it with its defaults; submit "

@@ -171,20 +171,23 @@ std::string ShellQuote(std::string_view word) {
   return out;
 }
 
-core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
-                                          const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    std::string where = path;
-    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1);
-    return core::InvalidArgument(where + ": not valid YAML: " + e.msg);
+namespace {
+
+core::StatusOr<rpc::JobSpec> OnlyOne(
+    core::StatusOr<std::vector<rpc::JobSpec>> specs, const std::string& path) {
+  if (!specs.ok()) return specs.status();
+  if (specs->size() != 1) {
+    return core::InvalidArgument(path + ": holds " +
+                                 std::to_string(specs->size()) +
+                                 " job specs (YAML documents), not one");
   }
-  if (root.IsNull()) {
-    return core::InvalidArgument(path +
-                                 ": empty spec: field 'command' is required");
-  }
+  return std::move((*specs)[0]);
+}
+
+// One document's spec; `default_name` when it names none.
+core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
+                                    const std::string& path,
+                                    const std::string& default_name) {
   if (!root.IsMap()) {
     return core::InvalidArgument(
         Where(path, root) +
@@ -327,13 +330,10 @@ core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
   }
 
   if (!have_command) {
-    return core::InvalidArgument(path + ": field 'command' is required");
+    return core::InvalidArgument(Where(path, root) +
+                                 ": field 'command' is required");
   }
-  if (spec.name().empty()) {
-    std::string stem = fs::path(path).stem().string();
-    if (!CheckJobName(stem).empty()) stem = "job";
-    spec.set_name(stem);
-  }
+  if (spec.name().empty()) spec.set_name(default_name);
   if (!have_workdir) {
     std::error_code ec;
     if (!fs::is_directory(spec_dir, ec)) {
@@ -346,7 +346,46 @@ core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
   return spec;
 }
 
-core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path) {
+}  // namespace
+
+core::StatusOr<std::vector<rpc::JobSpec>> ParseJobSpecs(
+    const std::string& yaml_text, const std::string& path) {
+  std::vector<YAML::Node> docs;
+  try {
+    for (YAML::Node& d : YAML::LoadAll(yaml_text)) {
+      if (!d.IsNull()) docs.push_back(std::move(d));
+    }
+  } catch (const YAML::Exception& e) {
+    std::string where = path;
+    if (e.mark.line >= 0) where += ":" + std::to_string(e.mark.line + 1);
+    return core::InvalidArgument(where + ": not valid YAML: " + e.msg);
+  }
+  if (docs.empty()) {
+    return core::InvalidArgument(path +
+                                 ": empty spec: field 'command' is required");
+  }
+  std::string stem = fs::path(path).stem().string();
+  if (!CheckJobName(stem).empty()) stem = "job";
+  std::vector<rpc::JobSpec> specs;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    // Several documents: the default names are STEM-1, STEM-2, ...
+    auto spec = SpecOf(docs[i], path,
+                       docs.size() == 1
+                           ? stem
+                           : stem.substr(0, 60) + "-" + std::to_string(i + 1));
+    if (!spec.ok()) return spec.status();
+    specs.push_back(std::move(*spec));
+  }
+  return specs;
+}
+
+core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
+                                          const std::string& path) {
+  return OnlyOne(ParseJobSpecs(yaml_text, path), path);
+}
+
+core::StatusOr<std::vector<rpc::JobSpec>> LoadJobSpecs(
+    const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     return core::InvalidArgument(path + ": is a directory, not a job spec");
@@ -356,7 +395,11 @@ core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   if (f.bad()) return core::IoError(path + ": read error");
-  return ParseJobSpec(ss.str(), path);
+  return ParseJobSpecs(ss.str(), path);
+}
+
+core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path) {
+  return OnlyOne(LoadJobSpecs(path), path);
 }
 
 }  // namespace gandiva::cli

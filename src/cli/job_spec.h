@@ -30,6 +30,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "proto/gandiva.pb.h"
@@ -49,14 +50,22 @@ inline constexpr std::string_view kJobSpecFields[] = {"name",
                                                       "env",
                                                       "total_minibatches"};
 
-// Reads and checks the spec at `path`. Errors are INVALID_ARGUMENT (or IO
+// Reads and checks the specs in the file at `path`: one per YAML document
+// (documents separated by `---`; empty ones are skipped). Without a `name`,
+// a file's one job is named after the file (`cnn.yaml`: cnn), its several
+// jobs FILE-1, FILE-2, ... in order. Errors are INVALID_ARGUMENT (or IO
 // when the file cannot be read) with a message that starts with the file
 // name (and the line, when known) and names the field:
 //   "job.yaml:4: field 'gpus': must be a power of two >= 1, got 3".
+// The first error refuses the whole file.
+core::StatusOr<std::vector<rpc::JobSpec>> LoadJobSpecs(const std::string& path);
+// The same for a file that must hold exactly one spec.
 core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path);
 
 // The same for YAML text; `path` is used in messages and for the default
 // name and workdir.
+core::StatusOr<std::vector<rpc::JobSpec>> ParseJobSpecs(
+    const std::string& yaml_text, const std::string& path);
 core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
                                           const std::string& path);
 

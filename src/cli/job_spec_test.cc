@@ -125,6 +125,48 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
   }
 }
 
+// A file of several YAML documents holds several jobs, in order; those
+// without a name are named after the file and their place in it. An error
+// names the line in the file, and refuses the file.
+TEST_F(JobSpecTest, SeveralDocumentsAreSeveralJobs) {
+  const fs::path p = dir_ / "sweep.yaml";
+  std::ofstream(p) << "---\ncommand: a\n---\nname: second\ncommand: b\n"
+                      "gpus: 2\n---\n---\ncommand: c\n";
+  auto specs = LoadJobSpecs(p.string());
+  ASSERT_TRUE(specs.ok()) << specs.status().message();
+  ASSERT_EQ(specs->size(), 3u);
+  EXPECT_EQ((*specs)[0].name(), "sweep-1");
+  EXPECT_EQ((*specs)[0].command(), "a");
+  EXPECT_EQ((*specs)[1].name(), "second");
+  EXPECT_EQ((*specs)[1].gpus(), 2);
+  EXPECT_EQ((*specs)[2].name(), "sweep-3");
+  EXPECT_EQ((*specs)[2].command(), "c");
+  // LoadJobSpec wants exactly one.
+  auto one = LoadJobSpec(p.string());
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.status().message().find("holds 3 job specs"), std::string::npos)
+      << one.status().message();
+  // The line of the error is the file's, not the document's.
+  std::ofstream(p) << "command: a\n---\ncommand: b\ngpus: 3\n";
+  auto bad = LoadJobSpecs(p.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sweep.yaml:4: field 'gpus'"),
+            std::string::npos)
+      << bad.status().message();
+  std::ofstream(p) << "command: a\n---\ngpus: 1\n";
+  bad = LoadJobSpecs(p.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("sweep.yaml:3: field 'command' is "
+                                        "required"),
+            std::string::npos)
+      << bad.status().message();
+  std::ofstream(p) << "---\n---\n";
+  bad = LoadJobSpecs(p.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("empty spec"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST_F(JobSpecTest, MissingFile) {
   auto r = LoadJobSpec((dir_ / "none.yaml").string());
   ASSERT_FALSE(r.ok());

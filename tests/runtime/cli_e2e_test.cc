@@ -92,6 +92,22 @@ TEST_F(CliE2eTest, SubmitRefusesBadSpecNamingTheField) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("no scheduler at 127.0.0.1:1"), std::string::npos)
       << r.out;
+  // Several files: one refused refuses them all.
+  const fs::path bad = Write("bad.yaml", "command: x\n---\ngpus: 3\n");
+  const CliRun both = Gandiva("submit " + good.string() + " " + bad.string() +
+                              " --scheduler 127.0.0.1:1");
+  EXPECT_EQ(both.status, 1);
+  EXPECT_NE(both.out.find(bad.string() + ":3: field 'gpus'"), std::string::npos)
+      << both.out;
+  EXPECT_NE(both.out.find("no job was submitted"), std::string::npos)
+      << both.out;
+  EXPECT_EQ(both.out.find("no scheduler"), std::string::npos) << both.out;
+  const CliRun named = Gandiva("submit " + good.string() + " " + good.string() +
+                               " --name x --dry-run");
+  EXPECT_EQ(named.status, 1);
+  EXPECT_NE(named.out.find("--name: names one job, and the specs given hold 2"),
+            std::string::npos)
+      << named.out;
 }
 
 // `gandiva up` starts a local cluster (idempotently), the job commands use
@@ -202,6 +218,27 @@ TEST_F(CliE2eTest, UpLsDown) {
     EXPECT_EQ(r.out.find("no job 999999 ("), std::string::npos)
         << "said twice: " << r.out;
   }
+  // Several jobs at once, in the order of the files and their documents,
+  // with consecutive ids.
+  {
+    const fs::path pair =
+        Write("pair.yaml", "command: 'true'\n---\ncommand: 'true'\n");
+    const fs::path third =
+        Write("third.yaml", "name: third\ncommand: 'true'\n");
+    const CliRun r =
+        Gandiva("submit " + pair.string() + " " + third.string() + " " + state);
+    ASSERT_EQ(r.status, 0) << r.out;
+    const int64_t first = std::stoll(id) + 1;
+    EXPECT_EQ(r.out, std::to_string(first) + "\n" + std::to_string(first + 1) +
+                         "\n" + std::to_string(first + 2) + "\n");
+    const CliRun l = Gandiva("ls --all --json " + state);
+    for (const char* name : {"pair-1", "pair-2", "third"}) {
+      EXPECT_NE(l.out.find(std::string("\"name\":\"") + name + "\""),
+                std::string::npos)
+          << name << ": " << l.out;
+    }
+  }
+
   // Drain the only server: nothing placed there, nowhere else to go;
   // `servers` shows it cordoned until undone.
   {

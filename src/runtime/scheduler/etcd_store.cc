@@ -232,21 +232,46 @@ core::Status EtcdStore::SetMeta(const std::string& key,
   return Fenced(std::move(ops)).status();
 }
 
-core::StatusOr<int64_t> EtcdStore::InsertJob(const std::string& spec_json,
-                                             int64_t submitted_us) {
+Store::Inserted EtcdStore::InsertJobs(std::span<const std::string> specs_json,
+                                      int64_t submitted_us) {
   std::lock_guard lock(mu_);
-  JobRow row;
-  row.id = last_job_ + 1;
-  row.spec_json = spec_json;
-  row.state = 1;  // QUEUED
-  row.submitted_us = submitted_us;
-  row.gpus_json = "[]";
+  Inserted done;
   std::vector<ep::RequestOp> ops;
-  ops.push_back(PutOp(Key("jobs", row.id), JobJson(row).dump()));
-  ops.push_back(PutOp(p_ + "counters/job", std::to_string(row.id)));
-  GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
-  last_job_ = row.id;
-  return row.id;
+  size_t bytes = 0;
+  int64_t id = last_job_;
+  auto flush = [&]() -> core::Status {
+    if (ops.empty()) return core::Status::Ok();
+    const size_t n = ops.size();
+    ops.push_back(PutOp(p_ + "counters/job", std::to_string(id)));
+    GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+    if (done.count == 0) done.first_id = last_job_ + 1;
+    last_job_ = id;
+    done.count += n;
+    ops.clear();
+    bytes = 0;
+    return core::Status::Ok();
+  };
+  for (const std::string& spec : specs_json) {
+    JobRow row;
+    row.id = id + 1;
+    row.spec_json = spec;
+    row.state = 1;  // QUEUED
+    row.submitted_us = submitted_us;
+    row.gpus_json = "[]";
+    std::string key = Key("jobs", row.id);
+    std::string value = JobJson(row).dump();
+    // Room for the counter's put.
+    if (static_cast<int>(ops.size()) + 2 > kMaxOps ||
+        bytes + key.size() + value.size() > kMaxBytes) {
+      done.status = flush();
+      if (!done.status.ok()) return done;
+    }
+    ++id;
+    bytes += key.size() + value.size();
+    ops.push_back(PutOp(key, std::move(value)));
+  }
+  done.status = flush();
+  return done;
 }
 
 core::StatusOr<std::vector<JobRow>> EtcdStore::LoadJobs() {

@@ -54,8 +54,8 @@ class EtcdStore final : public Store {
       const std::string& key) override;
   core::Status SetMeta(const std::string& key,
                        const std::string& value) override;
-  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
-                                    int64_t submitted_us) override;
+  Inserted InsertJobs(std::span<const std::string> specs_json,
+                      int64_t submitted_us) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;

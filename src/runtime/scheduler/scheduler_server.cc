@@ -2996,18 +2996,44 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // ------------------------------------------------------- user requests
 
-  core::StatusOr<int64_t> Submit(const rpc::JobSpec& spec) {
-    const std::string json = SpecToJson(spec);
+  // Stores the jobs (durable before anything else), in order, then hands
+  // them to the core, their arrivals logged in one append. When the store
+  // fails part way (etcd writes a transaction per 99 jobs) the ones stored
+  // go on, and the error names them.
+  core::StatusOr<std::vector<int64_t>> Submit(
+      std::span<const rpc::JobSpec* const> jobs) {
+    std::vector<std::string> jsons;
+    jsons.reserve(jobs.size());
+    for (const rpc::JobSpec* spec : jobs) jsons.push_back(SpecToJson(*spec));
     const int64_t now = Now();
-    auto id = store->InsertJob(json, now);  // durable before anything else
-    if (!id.ok()) return id.status();
-    if (*id >= (int64_t{1} << 31)) {
+    const Store::Inserted in = store->InsertJobs(jsons, now);
+    if (in.count == 0) {
+      return in.status.ok() ? core::InvalidArgument("no jobs to submit")
+                            : in.status;
+    }
+    const int64_t last = in.first_id + static_cast<int64_t>(in.count) - 1;
+    if (last >= (int64_t{1} << 31)) {
       return core::Status(core::StatusCode::kInternal, "job ids exhausted");
     }
-    AddExtra(static_cast<int32_t>(*id), spec, json);
-    (void)Feed(
-        core::JobArrived{JobId(static_cast<int32_t>(*id)), ToCoreSpec(spec)});
-    return *id;
+    std::vector<int64_t> ids;
+    ids.reserve(in.count);
+    for (size_t i = 0; i < in.count; ++i) {
+      const auto id = static_cast<int32_t>(in.first_id + i);
+      ids.push_back(id);
+      AddExtra(id, *jobs[i], jsons[i]);
+      deferred.push_back(
+          Deferred{now, core::JobArrived{JobId(id), ToCoreSpec(*jobs[i])}});
+    }
+    (void)FlushDeferred();
+    if (!in.status.ok()) {
+      return core::Status(
+          in.status.code(),
+          "stored " + std::to_string(in.count) + " of the " +
+              std::to_string(jobs.size()) + " jobs (ids " +
+              std::to_string(in.first_id) + "-" + std::to_string(last) +
+              ", submitted), not the others: " + in.status.message());
+    }
+    return ids;
   }
 
   void AddExtra(int32_t id, const rpc::JobSpec& spec, const std::string& json) {
@@ -4317,9 +4343,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Submit(grpc::ServerContext*, const rpc::SubmitRequest* req,
-                      rpc::SubmitReply* rep) override {
-    const rpc::JobSpec& spec = req->spec();
+  // Why a submitted spec is refused (empty: it is not).
+  static std::string CheckSpec(const rpc::JobSpec& spec) {
     std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
     if (err.empty() && spec.command().empty()) {
       err = "field 'command': must not be empty";
@@ -4329,12 +4354,52 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       err = "field 'workdir': must be an absolute path, got '" +
             spec.workdir() + "'";
     }
-    if (!err.empty()) return {grpc::StatusCode::INVALID_ARGUMENT, err};
-    auto r = Call<core::StatusOr<int64_t>>(
-        [this, req] { return Submit(req->spec()); });
+    return err;
+  }
+
+  grpc::Status Submit(grpc::ServerContext*, const rpc::SubmitRequest* req,
+                      rpc::SubmitReply* rep) override {
+    if (std::string err = CheckSpec(req->spec()); !err.empty()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, err};
+    }
+    auto r = Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
+      const rpc::JobSpec* spec = &req->spec();
+      return Submit(std::span<const rpc::JobSpec* const>(&spec, 1));
+    });
     if (!r) return Unavailable();
     if (!r->ok()) return ToGrpc(r->status());
-    rep->set_job_id(**r);
+    rep->set_job_id((**r)[0]);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SubmitJobs(grpc::ServerContext*,
+                          const rpc::SubmitJobsRequest* req,
+                          rpc::SubmitJobsReply* rep) override {
+    const int n = req->specs_size();
+    if (n == 0) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, "field 'specs': is empty"};
+    }
+    if (n > kMaxJobsPerSubmit) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "field 'specs': at most " + std::to_string(kMaxJobsPerSubmit) +
+                  " jobs in one request, got " + std::to_string(n)};
+    }
+    for (int i = 0; i < n; ++i) {
+      const rpc::JobSpec& spec = req->specs(i);
+      if (std::string err = CheckSpec(spec); !err.empty()) {
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                "spec " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                    " ('" + spec.name() + "'): " + err +
+                    "; no job was submitted"};
+      }
+    }
+    auto r = Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
+      return Submit(std::span<const rpc::JobSpec* const>(
+          req->specs().data(), static_cast<size_t>(req->specs_size())));
+    });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    for (int64_t id : **r) rep->add_job_ids(id);
     return grpc::Status::OK;
   }
 

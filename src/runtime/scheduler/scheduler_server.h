@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "runtime/scheduler/limits.h"
 #include "runtime/scheduler/options.h"
 
 namespace gandiva::runtime {

@@ -544,6 +544,16 @@ class Client {
     if (id != nullptr) *id = rep.job_id();
     return s;
   }
+  grpc::Status SubmitJobs(const std::vector<rpc::JobSpec>& specs,
+                          std::vector<int64_t>* ids = nullptr) {
+    rpc::SubmitJobsRequest r;
+    for (const rpc::JobSpec& spec : specs) *r.add_specs() = spec;
+    rpc::SubmitJobsReply rep;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->SubmitJobs(&ctx, r, &rep);
+    if (ids != nullptr) ids->assign(rep.job_ids().begin(), rep.job_ids().end());
+    return s;
+  }
   int64_t MustSubmit(int gpus, const std::string& name = "job") {
     rpc::JobSpec spec;
     spec.set_name(name);
@@ -2763,6 +2773,80 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
     EXPECT_NE(logged[i].find("\"job\":" + std::to_string(jobs[i])),
               std::string::npos);
   }
+}
+
+// Jobs submitted together get consecutive ids in the order of their specs,
+// and their arrivals share one append to the log; a request with a spec
+// that is refused submits none of them, and says which spec; a daemon
+// started again has them all.
+TEST_F(DaemonTest, JobsSubmittedTogetherArriveInOrderInOneAppend) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.metrics_listen = "127.0.0.1:0";
+  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  Client& c = StartDaemon(o);
+  auto spec = [](const std::string& name, int gpus) {
+    rpc::JobSpec s;
+    s.set_name(name);
+    s.set_command("python3 train.py");
+    s.set_gpus(gpus);
+    return s;
+  };
+  EXPECT_EQ(c.MustSubmit(1, "alone"), 1);
+  server_->Sync();
+  std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  const double appends = Sample(page, "gandiva_event_log_appends_total");
+  const double seq = Sample(page, "gandiva_event_log_last_seq");
+
+  std::vector<rpc::JobSpec> specs;
+  for (const char* name : {"a", "b", "c", "d", "e"}) {
+    specs.push_back(spec(name, 2));
+  }
+  std::vector<int64_t> ids;
+  grpc::Status s = c.SubmitJobs(specs, &ids);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(ids, (std::vector<int64_t>{2, 3, 4, 5, 6}));
+  server_->Sync();
+  page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
+      << page;
+  EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 5) << page;
+
+  // Refused: the third spec, by its index and name; nothing is stored.
+  std::vector<rpc::JobSpec> bad = {spec("f", 1), spec("g", 1), spec("h", 3)};
+  s = c.SubmitJobs(bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("spec 3 of 3 ('h'): field 'gpus'"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find("no job was submitted"), std::string::npos)
+      << s.error_message();
+  s = c.SubmitJobs({});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("'specs'"), std::string::npos)
+      << s.error_message();
+  s = c.SubmitJobs(
+      std::vector<rpc::JobSpec>(kMaxJobsPerSubmit + 1, spec("many", 1)));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("at most 10000 jobs in one request, got "
+                                   "10001"),
+            std::string::npos)
+      << s.error_message();
+
+  auto names = [&] {
+    std::vector<std::string> out;
+    for (const rpc::JobInfo& j : client_->List(true)) {
+      out.push_back(std::to_string(j.id()) + ":" + j.spec().name());
+    }
+    return out;
+  };
+  const std::vector<std::string> want = {"1:alone", "2:a", "3:b",
+                                         "4:c",     "5:d", "6:e"};
+  EXPECT_EQ(names(), want);
+  server_.reset();
+  Client& again = StartDaemon(o);
+  EXPECT_EQ(names(), want);
+  EXPECT_EQ(again.MustSubmit(1, "next"), 7);
 }
 
 TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {

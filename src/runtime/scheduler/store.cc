@@ -145,8 +145,8 @@ class SqliteStore final : public Store {
       const std::string& key) override;
   core::Status SetMeta(const std::string& key,
                        const std::string& value) override;
-  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
-                                    int64_t submitted_us) override;
+  Inserted InsertJobs(std::span<const std::string> specs_json,
+                      int64_t submitted_us) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
@@ -264,13 +264,42 @@ core::Status SqliteStore::SetMeta(const std::string& key,
   return s.Run();
 }
 
-core::StatusOr<int64_t> SqliteStore::InsertJob(const std::string& spec_json,
-                                               int64_t submitted_us) {
+core::StatusOr<int64_t> Store::InsertJob(const std::string& spec_json,
+                                         int64_t submitted_us) {
+  Inserted i =
+      InsertJobs(std::span<const std::string>(&spec_json, 1), submitted_us);
+  if (!i.status.ok()) return i.status;
+  return i.first_id;
+}
+
+Store::Inserted SqliteStore::InsertJobs(std::span<const std::string> specs_json,
+                                        int64_t submitted_us) {
+  if (specs_json.empty()) return {};
   std::lock_guard lock(mu_);
-  Stmt s(db_, "INSERT INTO jobs(spec, state, submitted_us) VALUES(?, 1, ?)");
-  s.Bind(1, spec_json).Bind(2, submitted_us);
-  GANDIVA_RETURN_IF_ERROR(s.Run());
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+  int64_t first = 0;
+  auto insert = [&]() -> core::Status {
+    Stmt s(db_, "INSERT INTO jobs(spec, state, submitted_us) VALUES(?, 1, ?)");
+    GANDIVA_RETURN_IF_ERROR(s.prepared());
+    for (const std::string& spec : specs_json) {
+      s.Bind(1, spec).Bind(2, submitted_us);
+      GANDIVA_RETURN_IF_ERROR(s.Run());
+      s.Reset();
+      const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+      if (first == 0) {
+        first = id;
+      } else if (id != first + (&spec - specs_json.data())) {
+        // The reply hands out first_id + i: they must be consecutive.
+        return core::Status(core::StatusCode::kInternal,
+                            "job ids not consecutive: " + std::to_string(id) +
+                                " after " + std::to_string(first));
+      }
+    }
+    return core::Status::Ok();
+  };
+  // One statement is a transaction by itself.
+  core::Status st = specs_json.size() == 1 ? insert() : InTransaction(insert);
+  if (!st.ok()) return {0, 0, std::move(st)};
+  return {specs_json.size(), first, core::Status::Ok()};
 }
 
 core::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {

@@ -124,9 +124,21 @@ class Store {
   virtual core::Status SetMeta(const std::string& key,
                                const std::string& value) = 0;
 
-  // Stores a new job (state QUEUED) and returns its id (1, 2, ...).
-  virtual core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
-                                            int64_t submitted_us) = 0;
+  // Stores new jobs (state QUEUED), in order, with consecutive ids (the
+  // next ones: 1, 2, ...), in one transaction where the store allows
+  // (SQLite always; etcd: EtcdStore::kMaxOps - 1 jobs and kMaxBytes each).
+  // Returns how many were stored: all of them, or on an error the ones
+  // before the transaction that failed (a prefix), with it.
+  struct Inserted {
+    size_t count = 0;
+    int64_t first_id = 0;  // the id of the first one stored (count > 0)
+    core::Status status;
+  };
+  virtual Inserted InsertJobs(std::span<const std::string> specs_json,
+                              int64_t submitted_us) = 0;
+  // Stores one new job in its own transaction; returns its id.
+  core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
+                                    int64_t submitted_us);
   virtual core::StatusOr<std::vector<JobRow>> LoadJobs() = 0;
   virtual core::StatusOr<std::vector<ServerRow>> LoadServers() = 0;
   virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;

@@ -313,6 +313,75 @@ TEST_P(StoreTest, AnEventsBatchThatFailsLogsAPrefix) {
   EXPECT_EQ(*next, static_cast<int64_t>(a.count) + 1);
 }
 
+// Jobs stored together get the next ids, in order (on etcd here in three
+// transactions), survive a reopen, and the ids go on after them.
+TEST_P(StoreTest, JobsInsertedTogetherGetConsecutiveIds) {
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    ASSERT_EQ(*st.InsertJob("{\"name\":\"first\"}", 5), 1);
+    std::vector<std::string> specs;
+    for (int i = 0; i < 250; ++i) {
+      specs.push_back("{\"name\":\"j" + std::to_string(i) + "\"}");
+    }
+    Store::Inserted in = st.InsertJobs(specs, 10);
+    ASSERT_TRUE(in.status.ok()) << in.status.ToString();
+    EXPECT_EQ(in.count, 250u);
+    EXPECT_EQ(in.first_id, 2);
+    EXPECT_EQ(st.InsertJobs({}, 11).count, 0u);
+  }
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  auto jobs = st.LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 251u);
+  for (int i = 0; i < 250; ++i) {
+    const JobRow& r = (*jobs)[static_cast<size_t>(i) + 1];
+    EXPECT_EQ(r.id, i + 2);
+    EXPECT_EQ(r.spec_json, "{\"name\":\"j" + std::to_string(i) + "\"}");
+    EXPECT_EQ(r.state, 1);
+    EXPECT_EQ(r.submitted_us, 10);
+  }
+  EXPECT_EQ(*st.InsertJob("{}", 12), 252);
+}
+
+// A batch of jobs that fails says how many were stored, as for events
+// (AnEventsBatchThatFailsLogsAPrefix): on etcd those before the
+// transaction that failed, on SQLite none; the ids go on from there.
+TEST_P(StoreTest, AJobsBatchThatFailsStoresAPrefix) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  std::vector<std::string> specs(150, "{}");
+  sqlite3* other = nullptr;
+  if (GetParam() == "etcd") {
+    specs[120] = "\"" + std::string(2 << 20, 'x') + "\"";
+  } else {
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  Store::Inserted in = st.InsertJobs(specs, 1);
+  EXPECT_FALSE(in.status.ok());
+  if (other != nullptr) {
+    EXPECT_EQ(in.count, 0u);
+    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(other);
+  } else {
+    EXPECT_EQ(in.count, 120u);  // 99 + 21 (the large one alone fails)
+    EXPECT_EQ(in.first_id, 1);
+  }
+  auto jobs = st.LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  EXPECT_EQ(jobs->size(), in.count);
+  auto next = st.InsertJob("{}", 2);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, static_cast<int64_t>(in.count) + 1);
+}
+
 // A database written before jobs had a metric gets its columns, its rows
 // kept.
 TEST(SqliteStoreTest, AnOlderDatabaseGetsTheMetricColumns) {
