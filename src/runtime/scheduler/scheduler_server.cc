@@ -2402,6 +2402,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     WriteBatch rows;
     rows.servers.push_back(ServerRowOf(a));
     GANDIVA_RETURN_IF_ERROR(store->Write(rows));
+    // Before the server is up or open again, which may place them.
+    AdoptKeptCheckpoints(a, r);
     const core::Cluster& c = st().cluster();
     if (id >= c.num_servers()) {
       if (id != c.num_servers()) {
@@ -2426,6 +2428,38 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         " jobs");
     Reconcile(a, r);
     return id;
+  }
+
+  // The checkpoints a registering agent holds of queued jobs that last ran
+  // with their rank 0 on its server, which the daemon did not know of: a
+  // job requeued when its server, or a server of its gang, was declared
+  // down, its checkpoint kept here (by a gang's lead, or by an agent that
+  // is back after all), and the daemon restarted since (where a checkpoint
+  // is kept is not in the event log) or the agent was declared down
+  // meanwhile. The job's next start goes on from it rather than from the
+  // beginning. Only such jobs: a checkpoint of a job placed elsewhere (or
+  // never) is not taken for theirs.
+  void AdoptKeptCheckpoints(const AgentConn& a,
+                            const rpc::RegisterAgentRequest& r) {
+    for (int64_t id64 : r.checkpoints()) {
+      const auto id = static_cast<int32_t>(id64);
+      if (id64 != id || !LiveJob(id64) || IsEnded(id)) continue;
+      JobExtra* x = Extra(id);
+      if (x == nullptr || x->proc.exists || x->proc.checkpoint) continue;
+      const core::Job& j = st().job(JobId(id));
+      // Queued, its last placement (which the core keeps) with rank 0
+      // here.
+      if (j.state != JobState::kQueued || j.busy() || j.gpus.empty()) {
+        continue;
+      }
+      const Part lead = Parts(j.gpus)[0];
+      if (lead.server != a.id) continue;
+      x->proc = Proc{a.id, lead.local, false, true};
+      History(id, "reconcile", true, 0,
+              "agent '" + a.name +
+                  "' holds a checkpoint of it, saved where its rank 0 last "
+                  "ran: its next start goes on from it");
+    }
   }
 
   // A process an agent lists for a job the daemon believes has none, on the

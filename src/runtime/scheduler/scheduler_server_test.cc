@@ -1555,6 +1555,23 @@ TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
   EXPECT_FALSE(cl.Servers().servers(0).up());
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }))
       << cl.Get(j).DebugString();
+  // Back after all, with the checkpoint: the job goes on from it.
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    (void)agent.Report();
+    return agent.resume_local_starts(j) == 1;
+  })) << cl.Get(j).DebugString();
+  EXPECT_NE(HistoryOf(cl, j, "reconcile")
+                .at(0)
+                .detail()
+                .find("agent 'node' holds a checkpoint of it"),
+            std::string::npos)
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(agent.start_calls(j), 2);
+  EXPECT_TRUE(WaitFor([&] {
+    (void)agent.Report();
+    return cl.State(j) == rpc::RUNNING;
+  })) << cl.Get(j).DebugString();
 }
 
 // Submits a two-GPU job (elastic if asked) to a fifo daemon whose agents
@@ -1787,6 +1804,76 @@ TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
     }
     EXPECT_EQ(cl.State(j), rpc::RUNNING);
   }
+}
+
+// The same gang, requeued with its checkpoint kept on its lead's agent,
+// and no room for it: the daemon restarts (replaying its log, which does
+// not say where the checkpoint is kept). The lead's agent registers again
+// with the checkpoint, and when a server joins the job goes on from it
+// there, not from the beginning.
+TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 1.5;
+  o.agent_away_s = 0.2;
+  o.snapshot_every_events = 0;  // the restart replays every event
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
+  ASSERT_GT(j, 0);
+  ASSERT_TRUE(a.Leave().ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
+  b.Keep(j);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)b.Report();
+        return HistoryOf(cl, j, "requeue").size() == 1;
+      },
+      20))
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::QUEUED);
+
+  server_.reset();
+  Client& again = StartDaemon(o);
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(again.Get(j), "reconcile"); }))
+      << again.Get(j).DebugString();
+  const auto reconciled = HistoryOf(again, j, "reconcile");
+  EXPECT_NE(reconciled.back().detail().find(
+                "agent 'node-b' holds a checkpoint of it, saved where its "
+                "rank 0 last ran: its next start goes on from it"),
+            std::string::npos)
+      << reconciled.back().detail();
+  EXPECT_EQ(again.State(j), rpc::QUEUED);  // one GPU open, two needed
+  FakeAgent c("node-c", 1, Mode::kOk);
+  ASSERT_TRUE(c.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)b.Report();
+        (void)c.Report();
+        return b.resume_local_starts(j) + c.resume_local_starts(j) == 2;
+      },
+      20))
+      << again.Get(j).DebugString();
+  EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
+  EXPECT_EQ(b.start_calls(j), 2);  // the first start, and this one
+  EXPECT_EQ(c.start_calls(j), 1);
+  b.SetProgress(j, 11, 5.0);
+  c.SetProgress(j, 11, 5.0);
+  std::vector<rpc::HistoryEntry> starts;
+  ASSERT_TRUE(WaitFor([&] {
+    (void)b.Report();
+    (void)c.Report();
+    starts = HistoryOf(again, j, "start");
+    return starts.size() == 2;
+  })) << again.Get(j).DebugString();
+  EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
+  EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
+      << starts[1].detail();
+  EXPECT_EQ(again.State(j), rpc::RUNNING);
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.
