@@ -11,12 +11,14 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/job_filter.h"
 #include "cli/job_spec.h"
 #include "cli/scheduler_client.h"
 #include "runtime/scheduler/limits.h"
@@ -75,16 +77,20 @@ class Session {
       *id = n;
       return true;
     }
-    rpc::ListJobsRequest req;
-    req.set_all(true);
-    rpc::ListJobsReply reply;
-    const grpc::Status st = stub_->ListJobs(Context().get(), req, &reply);
-    if (!st.ok()) {
-      *error = DescribeRpcError(st, where_);
-      return false;
+    if (!listed_.has_value()) {
+      // Once per session: a command naming several jobs lists them once.
+      rpc::ListJobsRequest req;
+      req.set_all(true);
+      rpc::ListJobsReply reply;
+      const grpc::Status st = stub_->ListJobs(Context().get(), req, &reply);
+      if (!st.ok()) {
+        *error = DescribeRpcError(st, where_);
+        return false;
+      }
+      listed_ = std::move(reply);
     }
     std::vector<const rpc::JobInfo*> live, all;
-    for (const auto& j : reply.jobs()) {
+    for (const auto& j : listed_->jobs()) {
       if (j.spec().name() != arg) continue;
       all.push_back(&j);
       if (!IsEnded(j.state())) live.push_back(&j);
@@ -123,6 +129,7 @@ class Session {
   std::string command_;
   SchedulerAddress where_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
+  std::optional<rpc::ListJobsReply> listed_;  // every job, for ResolveJob
 };
 
 // ------------------------------------------------------------------ submit
@@ -220,6 +227,10 @@ struct LsFlags {
   ConnectionFlags conn;
   bool all = false;
   bool json = false;
+  bool quiet = false;
+  std::string states;  // --state
+  std::string owner;
+  std::string name;
 };
 
 // A message as JSON (proto3's mapping: field names in lowerCamelCase, 64-bit
@@ -233,12 +244,32 @@ std::string ToJson(const google::protobuf::Message& m) {
 }
 
 int RunLs(const LsFlags& f) {
+  JobFilter filter;
+  filter.owner = f.owner;
+  filter.name = f.name;
+  if (!f.states.empty()) {
+    auto states = ParseStates(f.states);
+    if (!states.ok()) {
+      std::fprintf(stderr, "gandiva ls: --state: %s\n",
+                   states.status().message().c_str());
+      return 1;
+    }
+    filter.states = std::move(*states);
+  }
   Session s("ls", f.conn);
   rpc::ListJobsRequest req;
-  req.set_all(f.all);
+  // A state asked for that is an end state needs the ended jobs too.
+  req.set_all(f.all || (!filter.states.empty() && filter.MayHaveEnded()));
   rpc::ListJobsReply reply;
   const grpc::Status st = s.stub().ListJobs(Context().get(), req, &reply);
   if (!st.ok()) return s.Fail(st);
+  if (!filter.empty()) {
+    rpc::ListJobsReply kept;
+    for (const rpc::JobInfo& j : reply.jobs()) {
+      if (filter.Matches(j)) *kept.add_jobs() = j;
+    }
+    reply = std::move(kept);
+  }
   if (f.json) {
     std::printf("%s\n", ToJson(reply).c_str());
     return 0;
@@ -247,6 +278,12 @@ int RunLs(const LsFlags& f) {
   for (const auto& j : reply.jobs()) jobs.push_back(&j);
   std::sort(jobs.begin(), jobs.end(),
             [](const auto* a, const auto* b) { return a->id() < b->id(); });
+  if (f.quiet) {
+    for (const auto* j : jobs) {
+      std::printf("%lld\n", static_cast<long long>(j->id()));
+    }
+    return 0;
+  }
   std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "GPUS",
                                                  "SERVER", "PROGRESS", "RATE",
                                                  "METRIC", "SUSPENDS", "AGE"}};
@@ -271,7 +308,8 @@ int RunLs(const LsFlags& f) {
   }
   std::fputs(FormatTable(rows).c_str(), stdout);
   if (jobs.empty()) {
-    std::printf(f.all
+    std::printf(!filter.empty() ? "(no jobs match)\n"
+                : f.all
                     ? "(no jobs)\n"
                     : "(no live jobs; `gandiva ls --all` shows ended ones)\n");
   }
@@ -552,14 +590,16 @@ int RunLogs(const LogsFlags& f) {
 
 enum class Act { kKill, kSuspend, kResume };
 
-int RunAct(Act act, const JobFlags& f) {
-  const char* name = act == Act::kKill      ? "kill"
-                     : act == Act::kSuspend ? "suspend"
-                                            : "resume";
-  Session s(name, f.conn);
+struct ActFlags {
+  ConnectionFlags conn;
+  std::vector<std::string> jobs;
+};
+
+// Acts on one job of the command line: 0, or 1 with the reason printed.
+int ActOn(Act act, Session& s, const std::string& job) {
   int64_t id = 0;
   std::string error;
-  if (!s.ResolveJob(f.job, &id, &error)) return s.Fail(error);
+  if (!s.ResolveJob(job, &id, &error)) return s.Fail(error);
   rpc::Empty reply;
   grpc::Status st;
   if (act == Act::kKill) {
@@ -586,6 +626,18 @@ int RunAct(Act act, const JobFlags& f) {
                                             : "resumed";
   std::printf("job %lld %s\n", static_cast<long long>(id), done);
   return 0;
+}
+
+// Each job in turn: one that cannot be acted on is reported and the others
+// are still acted on; 1 if any could not be.
+int RunAct(Act act, const ActFlags& f) {
+  const char* name = act == Act::kKill      ? "kill"
+                     : act == Act::kSuspend ? "suspend"
+                                            : "resume";
+  Session s(name, f.conn);
+  int status = 0;
+  for (const std::string& job : f.jobs) status |= ActOn(act, s, job);
+  return status;
 }
 
 // ------------------------------------------- migrate/pack/unpack/resize
@@ -922,6 +974,17 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     auto f = std::make_shared<LsFlags>();
     CLI::App* sub = app.add_subcommand("ls", "List jobs");
     sub->add_flag("-a,--all", f->all, "Include ended jobs");
+    sub->add_option("--state", f->states,
+                    "Only jobs in these states, comma-separated: queued, "
+                    "running, suspended, migrating, finished, failed, "
+                    "killed; live, ended (an end state includes ended jobs)");
+    sub->add_option("--owner", f->owner, "Only the jobs of this owner");
+    sub->add_option("--name", f->name,
+                    "Only jobs whose name matches this shell pattern "
+                    "('search-*')");
+    sub->add_flag("-q,--quiet", f->quiet,
+                  "Print only the jobs' ids, one a line (for `gandiva kill "
+                  "$(gandiva ls -q ...)`)");
     sub->add_flag("--json", f->json,
                   "Print the jobs as JSON (the ListJobsReply message) for "
                   "scripts");
@@ -957,14 +1020,18 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     Act act;
   };
   for (const ActDef& d :
-       {ActDef{"kill", "Kill a job", Act::kKill},
-        ActDef{"suspend", "Suspend a job (at its next mini-batch boundary)",
+       {ActDef{"kill", "Kill jobs", Act::kKill},
+        ActDef{"suspend", "Suspend jobs (at their next mini-batch boundary)",
                Act::kSuspend},
-        ActDef{"resume", "Resume a job suspended by `gandiva suspend`",
+        ActDef{"resume", "Resume jobs suspended by `gandiva suspend`",
                Act::kResume}}) {
-    auto f = std::make_shared<JobFlags>();
+    auto f = std::make_shared<ActFlags>();
     CLI::App* sub = app.add_subcommand(d.name, d.help);
-    sub->add_option("job", f->job, "Job id or name")->required();
+    sub->add_option("job", f->jobs,
+                    "Job ids or names (e.g. $(gandiva ls -q --name "
+                    "'search-*')); each in turn, the others still acted on "
+                    "when one cannot be")
+        ->required();
     AddConnectionFlags(sub, &f->conn);
     const Act act = d.act;
     sub->callback([f, act, &exit_code] { exit_code = RunAct(act, *f); });

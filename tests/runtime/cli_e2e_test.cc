@@ -210,8 +210,12 @@ TEST_F(CliE2eTest, UpLsDown) {
         << "said twice: " << r.out;
   }
   for (const char* verb : {"kill", "suspend", "resume"}) {
-    const CliRun r = Gandiva(std::string(verb) + " 999999 " + state);
+    // Each job named in turn: both refusals are reported.
+    const CliRun r = Gandiva(std::string(verb) + " 999998 999999 " + state);
     EXPECT_EQ(r.status, 1) << verb;
+    EXPECT_NE(r.out.find("gandiva " + std::string(verb) + ": no job 999998"),
+              std::string::npos)
+        << r.out;
     EXPECT_NE(r.out.find("gandiva " + std::string(verb) + ": no job 999999"),
               std::string::npos)
         << r.out;
@@ -237,6 +241,25 @@ TEST_F(CliE2eTest, UpLsDown) {
                 std::string::npos)
           << name << ": " << l.out;
     }
+    // Listed by state and name pattern, ids only (an end state lists
+    // ended jobs without --all).
+    CliRun q;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          q = Gandiva("ls -q --state finished --name 'pair-*' " + state);
+          return q.out == std::to_string(first) + "\n" +
+                              std::to_string(first + 1) + "\n";
+        },
+        seconds(60), std::chrono::milliseconds(200)))
+        << q.out << Gandiva("ls --all " + state).out;
+    const CliRun none = Gandiva("ls --owner nobody-here " + state);
+    EXPECT_EQ(none.status, 0) << none.out;
+    EXPECT_NE(none.out.find("(no jobs match)"), std::string::npos) << none.out;
+    const CliRun bad = Gandiva("ls --state done " + state);
+    EXPECT_EQ(bad.status, 1);
+    EXPECT_NE(bad.out.find("--state: 'done' is not a job state"),
+              std::string::npos)
+        << bad.out;
   }
 
   // Drain the only server: nothing placed there, nowhere else to go;
