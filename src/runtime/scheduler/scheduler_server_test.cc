@@ -668,6 +668,9 @@ class Client {
   return ::testing::AssertionSuccess();
 }
 
+int64_t StartSpanningJob(Client& cl, FakeAgent& a, FakeAgent& b,
+                         bool elastic = false);
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -699,6 +702,22 @@ class DaemonTest : public ::testing::Test {
     server_ = std::move(*s);
     client_ = std::make_unique<Client>(server_->address());
     return *client_;
+  }
+  // A daemon with `o` and the fifo policy, agents `a` and `b` of one GPU
+  // each registered in that order, and a two-GPU job (elastic if asked)
+  // running on both, rank 0 on b (StartSpanningJob): the job's id; -1,
+  // with a test failure, if it does not run. The daemon's client is
+  // *client_.
+  int64_t StartDaemonAndSpanningJob(SchedulerOptions o, FakeAgent& a,
+                                    FakeAgent& b, bool elastic = false) {
+    o.policy = "fifo";
+    Client& cl = StartDaemon(std::move(o));
+    if (!a.Register(server_->address()).ok() ||
+        !b.Register(server_->address()).ok()) {
+      ADD_FAILURE() << "RegisterAgent";
+      return -1;
+    }
+    return StartSpanningJob(cl, a, b, elastic);
   }
   fs::path dir_;
   std::unique_ptr<SchedulerServer> server_;
@@ -1578,8 +1597,7 @@ TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
 // `a` and `b` have one GPU each (registered in that order, so that rank 0's
 // part is b's) and waits until both parts run and the job trains through
 // the job-side library. Its id; -1, with a test failure, if it does not.
-int64_t StartSpanningJob(Client& cl, FakeAgent& a, FakeAgent& b,
-                         bool elastic = false) {
+int64_t StartSpanningJob(Client& cl, FakeAgent& a, FakeAgent& b, bool elastic) {
   rpc::JobSpec spec;
   spec.set_name(elastic ? "elastic" : "job");
   spec.set_command("python3 train.py");
@@ -1620,13 +1638,10 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
     TearDown();
     SetUp();
     SchedulerOptions o = Options();
-    o.policy = "fifo";
-    Client& cl = StartDaemon(o);
     FakeAgent a("node-a", 1, Mode::kOk);
     FakeAgent b("node-b", 1, Mode::kOk);
-    ASSERT_TRUE(a.Register(server_->address()).ok());
-    ASSERT_TRUE(b.Register(server_->address()).ok());
-    const int64_t j = StartSpanningJob(cl, a, b);
+    const int64_t j = StartDaemonAndSpanningJob(o, a, b);
+    Client& cl = *client_;
     ASSERT_GT(j, 0);
 
     FakeAgent& stops = lead_stops ? b : a;
@@ -1677,13 +1692,10 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
 // again only when the last of them is back.
 TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
   SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent a("node-a", 1, Mode::kOk);
   FakeAgent b("node-b", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  const int64_t j = StartSpanningJob(cl, a, b);
+  const int64_t j = StartDaemonAndSpanningJob(o, a, b);
+  Client& cl = *client_;
   ASSERT_GT(j, 0);
 
   b.HoldCheckpoints(true);
@@ -1716,6 +1728,24 @@ TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
   EXPECT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
 }
 
+// Rank 0 of job `j` (on `b` or `c`, wherever it is) trains past the
+// checkpoint at mini-batch 10 its parts started again from: that start is
+// done. The job's `start` lines once there are two (the first start and
+// that one).
+std::vector<rpc::HistoryEntry> StartsOnceTrainedPastTheCheckpoint(
+    Client& cl, int64_t j, FakeAgent& b, FakeAgent& c) {
+  b.SetProgress(j, 11, 5.0);
+  c.SetProgress(j, 11, 5.0);
+  std::vector<rpc::HistoryEntry> starts;
+  EXPECT_TRUE(WaitFor([&] {
+    (void)b.Report();
+    (void)c.Report();
+    starts = HistoryOf(cl, j, "start");
+    return starts.size() == 2;
+  })) << cl.Get(j).DebugString();
+  return starts;
+}
+
 // A job spanning servers saved as the agent of one part stopped, which is
 // then declared down: the job goes back to the queue with the checkpoint
 // its lead's agent keeps, and starts from it where the core places it next,
@@ -1730,15 +1760,12 @@ TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
     TearDown();
     SetUp();
     SchedulerOptions o = Options();
-    o.policy = "fifo";
     o.agent_timeout_s = 1.5;
     o.agent_away_s = 0.2;
-    Client& cl = StartDaemon(o);
     FakeAgent a("node-a", 1, Mode::kOk);
     FakeAgent b("node-b", 1, Mode::kOk);
-    ASSERT_TRUE(a.Register(server_->address()).ok());
-    ASSERT_TRUE(b.Register(server_->address()).ok());
-    const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
+    const int64_t j = StartDaemonAndSpanningJob(o, a, b);  // rank 0 on b
+    Client& cl = *client_;
     ASSERT_GT(j, 0);
     FakeAgent c("node-c", one_server ? 2 : 1, Mode::kOk);
     ASSERT_TRUE(c.Register(server_->address()).ok());
@@ -1776,17 +1803,8 @@ TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
     EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
     EXPECT_EQ(c.start_gpus(j).size(), one_server ? 2u : 1u);
     EXPECT_EQ(a.start_calls(j), 1);
-    // Rank 0 (wherever it is) trains past the checkpoint: the start is
-    // done.
-    b.SetProgress(j, 11, 5.0);
-    c.SetProgress(j, 11, 5.0);
-    std::vector<rpc::HistoryEntry> starts;
-    ASSERT_TRUE(WaitFor([&] {
-      (void)b.Report();
-      (void)c.Report();
-      starts = HistoryOf(cl, j, "start");
-      return starts.size() == 2;
-    })) << cl.Get(j).DebugString();
+    const auto starts = StartsOnceTrainedPastTheCheckpoint(cl, j, b, c);
+    ASSERT_EQ(starts.size(), 2u);
     EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
     EXPECT_NE(starts[1].detail().find(
                   one_server ? "from node-b to gpus [0,1] on node-c, transfer "
@@ -1813,16 +1831,13 @@ TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
 // there, not from the beginning.
 TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
   SchedulerOptions o = Options();
-  o.policy = "fifo";
   o.agent_timeout_s = 1.5;
   o.agent_away_s = 0.2;
   o.snapshot_every_events = 0;  // the restart replays every event
-  Client& cl = StartDaemon(o);
   FakeAgent a("node-a", 1, Mode::kOk);
   FakeAgent b("node-b", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  const int64_t j = StartSpanningJob(cl, a, b);  // rank 0 on b
+  const int64_t j = StartDaemonAndSpanningJob(o, a, b);  // rank 0 on b
+  Client& cl = *client_;
   ASSERT_GT(j, 0);
   ASSERT_TRUE(a.Leave().ok());
   ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
@@ -1861,15 +1876,8 @@ TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
   EXPECT_EQ(c.received_from(j), std::vector<std::string>{b.address()});
   EXPECT_EQ(b.start_calls(j), 2);  // the first start, and this one
   EXPECT_EQ(c.start_calls(j), 1);
-  b.SetProgress(j, 11, 5.0);
-  c.SetProgress(j, 11, 5.0);
-  std::vector<rpc::HistoryEntry> starts;
-  ASSERT_TRUE(WaitFor([&] {
-    (void)b.Report();
-    (void)c.Report();
-    starts = HistoryOf(again, j, "start");
-    return starts.size() == 2;
-  })) << again.Get(j).DebugString();
+  const auto starts = StartsOnceTrainedPastTheCheckpoint(again, j, b, c);
+  ASSERT_EQ(starts.size(), 2u);
   EXPECT_TRUE(starts[1].ok()) << starts[1].detail();
   EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
       << starts[1].detail();
@@ -2495,14 +2503,11 @@ TEST_F(DaemonTest, AGangWhosePartCannotStartStopsTheRestAndIsTriedAgain) {
 // there at its old size.
 TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
   SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent a("node-a", 1, Mode::kOk);
   FakeAgent b("node-b", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
   // It runs with the job-side library: it moves by checkpoint.
-  const int64_t j = StartSpanningJob(cl, a, b, /*elastic=*/true);
+  const int64_t j = StartDaemonAndSpanningJob(o, a, b, /*elastic=*/true);
+  Client& cl = *client_;
   ASSERT_GT(j, 0);
   FakeAgent c("node-c", 2, Mode::kFailReceive);
   ASSERT_TRUE(c.Register(server_->address()).ok());

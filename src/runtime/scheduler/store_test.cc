@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/etcd_test_util.h"
@@ -13,6 +14,28 @@
 
 namespace gandiva::runtime {
 namespace {
+
+// Another connection holding an SQLite database's write lock while it
+// lives: a write of the store under test waits out its busy timeout (5 s)
+// and fails.
+class WriteLock {
+ public:
+  explicit WriteLock(const std::string& path) {
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  ~WriteLock() {
+    EXPECT_EQ(sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db_);
+  }
+  WriteLock(const WriteLock&) = delete;
+  WriteLock& operator=(const WriteLock&) = delete;
+
+ private:
+  sqlite3* db_ = nullptr;
+};
 
 // The same tests for both implementations: SQLite, and etcd (a one-member
 // cluster started for the test, with this process leading).
@@ -286,21 +309,17 @@ TEST_P(StoreTest, AnEventsBatchThatFailsLogsAPrefix) {
   Store& st = **s;
   std::vector<EventRow> batch;
   for (int i = 0; i < 150; ++i) batch.push_back(EventRow{0, i, "Tick", "{}"});
-  sqlite3* other = nullptr;
+  std::optional<WriteLock> lock;
   if (GetParam() == "etcd") {
     batch[120].json = std::string(2 << 20, 'x');
   } else {
-    ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
-              SQLITE_OK);
+    lock.emplace(path_);
   }
   Store::Appended a = st.AppendEvents(batch);
   EXPECT_FALSE(a.status.ok());
-  if (other != nullptr) {
+  if (lock.has_value()) {
     EXPECT_EQ(a.count, 0u);
-    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(other);
+    lock.reset();
   } else {
     EXPECT_EQ(a.count, 120u);  // 99 + 21 (the large one alone fails)
     EXPECT_EQ(a.last_seq, 120);
@@ -355,21 +374,17 @@ TEST_P(StoreTest, AJobsBatchThatFailsStoresAPrefix) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   Store& st = **s;
   std::vector<std::string> specs(150, "{}");
-  sqlite3* other = nullptr;
+  std::optional<WriteLock> lock;
   if (GetParam() == "etcd") {
     specs[120] = "\"" + std::string(2 << 20, 'x') + "\"";
   } else {
-    ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
-              SQLITE_OK);
+    lock.emplace(path_);
   }
   Store::Inserted in = st.InsertJobs(specs, 1);
   EXPECT_FALSE(in.status.ok());
-  if (other != nullptr) {
+  if (lock.has_value()) {
     EXPECT_EQ(in.count, 0u);
-    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(other);
+    lock.reset();
   } else {
     EXPECT_EQ(in.count, 120u);  // 99 + 21 (the large one alone fails)
     EXPECT_EQ(in.first_id, 1);
