@@ -2941,6 +2941,43 @@ TEST_F(DaemonTest, JobsSubmittedTogetherArriveInOrderInOneAppend) {
   EXPECT_EQ(again.MustSubmit(1, "next"), 7);
 }
 
+// A restarted daemon cordons the servers whose agents it awaits in one
+// append to the log, not one each.
+TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
+  SchedulerOptions o = Options();
+  o.metrics_listen = "127.0.0.1:0";
+  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  StartDaemon(o);
+  std::vector<std::unique_ptr<FakeAgent>> agents;
+  for (int i = 0; i < 3; ++i) {
+    agents.push_back(
+        std::make_unique<FakeAgent>("node-" + std::to_string(i), 1, Mode::kOk));
+    ASSERT_TRUE(agents.back()->Register(server_->address()).ok());
+  }
+  server_.reset();
+  int64_t seq = 0;
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    seq = (*store)->LastEventSeq();
+  }
+  Client& c = StartDaemon(o);
+  server_->Sync();
+  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), 1) << page;
+  EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 3) << page;
+  const rpc::ListServersReply servers = c.Servers();
+  ASSERT_EQ(servers.servers_size(), 3);
+  for (const rpc::ServerInfo& s : servers.servers()) {
+    EXPECT_TRUE(s.cordoned()) << s.name();
+    EXPECT_GT(s.awaiting_until_us(), 0) << s.name();
+  }
+  ASSERT_TRUE(agents[1]->Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_FALSE(c.Servers().servers(1).cordoned());
+  EXPECT_TRUE(c.Servers().servers(2).cordoned());
+}
+
 TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
