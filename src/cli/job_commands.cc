@@ -404,7 +404,12 @@ int RunShow(const JobFlags& f) {
   std::printf("  command:      %s\n", spec.command().c_str());
   std::printf("  workdir:      %s\n", spec.workdir().c_str());
   std::printf("  gpus:         %d\n", spec.gpus());
-  std::printf("  priority:     %d\n", spec.priority());
+  if (j.priority() != spec.priority()) {
+    std::printf("  priority:     %d (submitted with %d)\n", j.priority(),
+                spec.priority());
+  } else {
+    std::printf("  priority:     %d\n", spec.priority());
+  }
   std::printf("  owner:        %s\n", spec.owner().c_str());
   std::printf("  group:        %s\n",
               spec.group().empty() ? "-" : spec.group().c_str());
@@ -638,6 +643,35 @@ int RunAct(Act act, const ActFlags& f) {
   int status = 0;
   for (const std::string& job : f.jobs) status |= ActOn(act, s, job);
   return status;
+}
+
+// ---------------------------------------------------------------- priority
+
+struct PriorityFlags {
+  ConnectionFlags conn;
+  std::string job;
+  int priority = 0;
+};
+
+int RunPriority(const PriorityFlags& f) {
+  Session s("priority", f.conn);
+  int64_t id = 0;
+  std::string error;
+  if (!s.ResolveJob(f.job, &id, &error)) return s.Fail(error);
+  rpc::SetPriorityRequest req;
+  req.set_job_id(id);
+  req.set_priority(f.priority);
+  rpc::SetPriorityReply reply;
+  const grpc::Status st = s.stub().SetPriority(Context().get(), req, &reply);
+  if (!st.ok()) {
+    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return s.Fail(NoJob(id, st));
+    }
+    return s.Fail(st);
+  }
+  std::printf("job %lld: priority %d (was %d)\n", static_cast<long long>(id),
+              f.priority, reply.was());
+  return 0;
 }
 
 // ------------------------------------------- migrate/pack/unpack/resize
@@ -1077,6 +1111,20 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     AddConnectionFlags(sub, &f->conn);
     const Mech mech = d.mech;
     sub->callback([f, mech, &exit_code] { exit_code = RunMech(mech, *f); });
+  }
+  {
+    auto f = std::make_shared<PriorityFlags>();
+    CLI::App* sub = app.add_subcommand(
+        "priority",
+        "Change a live job's priority: it goes ahead of the queued jobs of "
+        "lower priority (and, under the gandiva policy, may run at once in "
+        "place of lower-priority jobs)");
+    sub->add_option("job", f->job, "Job id or name")->required();
+    sub->add_option("priority", f->priority,
+                    "The new priority (an integer; higher runs first)")
+        ->required();
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunPriority(*f); });
   }
   {
     auto f = std::make_shared<DrainFlags>();

@@ -328,6 +328,23 @@ TEST_F(CliE2eTest, UpLsDown) {
   }
   ASSERT_TRUE(going)
       << Gandiva("show " + std::to_string(saver_job) + " " + state).out;
+  {
+    // An operator's change of priority, by the job's name.
+    const CliRun r = Gandiva("priority saver 2 " + state);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(
+        r.out.find("job " + std::to_string(saver_job) + ": priority 2 (was 0)"),
+        std::string::npos)
+        << r.out;
+    const CliRun shown =
+        Gandiva("show " + std::to_string(saver_job) + " " + state);
+    EXPECT_NE(shown.out.find("priority:     2 (submitted with 0)"),
+              std::string::npos)
+        << shown.out;
+    const CliRun ended = Gandiva("priority " + id + " 1 " + state);
+    EXPECT_EQ(ended.status, 1);
+    EXPECT_NE(ended.out.find("already ended"), std::string::npos) << ended.out;
+  }
 
   // Whether the agent found CRIU usable (it probes in the background).
   CliRun servers;

@@ -3255,6 +3255,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return Feed(core::HoldRequest{JobId(static_cast<int32_t>(id)), hold});
   }
 
+  // An operator's change of a live job's priority (history `priority`);
+  // its priority before.
+  core::StatusOr<int32_t> SetPriority(int64_t id, int32_t priority) {
+    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
+    const auto job = static_cast<int32_t>(id);
+    const int32_t was = st().job(JobId(job)).spec.priority;
+    if (was == priority) return was;
+    GANDIVA_RETURN_IF_ERROR(Feed(core::PriorityRequest{JobId(job), priority}));
+    History(job, "priority", true, 0,
+            "priority " + std::to_string(was) + " -> " +
+                std::to_string(priority) + ", set by an operator");
+    return was;
+  }
+
   // --------------------------------------------- persistence and snapshot
 
   ServerRow ServerRowOf(const AgentConn& a) const {
@@ -3394,6 +3408,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     mix(static_cast<uint64_t>(j.state));
     mix((j.launched ? 1 : 0) | (j.busy() ? 2 : 0) | (j.held ? 4 : 0));
+    mix(static_cast<uint64_t>(static_cast<int64_t>(j.spec.priority)));
     mix(static_cast<uint64_t>(j.submitted.micros()));
     mix(static_cast<uint64_t>(j.first_started.micros()));
     mix(static_cast<uint64_t>(j.ended.micros()));
@@ -3430,10 +3445,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (x.exit_code) info.set_exit_code(*x.exit_code);
     if (!st().has_job(JobId(id))) {
       info.set_state(rpc::QUEUED);
+      info.set_priority(x.spec.priority());
       return info;
     }
     const core::Job& j = st().job(JobId(id));
     info.set_state(ToRpcState(j));
+    info.set_priority(j.spec.priority);
     info.set_submitted_us(j.submitted.micros());
     if (j.first_started != core::Time::Never()) {
       info.set_started_us(j.first_started.micros());
@@ -4537,6 +4554,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto r =
         Call<core::Status>([this, req] { return Hold(req->job_id(), false); });
     return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status SetPriority(grpc::ServerContext*,
+                           const rpc::SetPriorityRequest* req,
+                           rpc::SetPriorityReply* rep) override {
+    auto r = Call<core::StatusOr<int32_t>>(
+        [this, req] { return SetPriority(req->job_id(), req->priority()); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    rep->set_was(**r);
+    return grpc::Status::OK;
   }
   grpc::Status Migrate(grpc::ServerContext*, const rpc::MigrateRequest* req,
                        rpc::Empty*) override {

@@ -564,6 +564,17 @@ class Client {
     EXPECT_TRUE(s.ok()) << s.error_message();
     return id;
   }
+  grpc::Status SetPriority(int64_t id, int32_t priority,
+                           int32_t* was = nullptr) {
+    rpc::SetPriorityRequest r;
+    r.set_job_id(id);
+    r.set_priority(priority);
+    rpc::SetPriorityReply rep;
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->SetPriority(&ctx, r, &rep);
+    if (was != nullptr) *was = rep.was();
+    return s;
+  }
   rpc::JobInfo Get(int64_t id, grpc::Status* status = nullptr) {
     rpc::JobIdRequest r;
     r.set_job_id(id);
@@ -935,6 +946,50 @@ TEST_F(DaemonTest, InvalidSpecsAreRefusedAndNotStored) {
   EXPECT_TRUE(cl.List(true).empty());
   // A valid one gets the first id: nothing was stored before.
   EXPECT_EQ(cl.MustSubmit(1), 1);
+}
+
+// An operator raises a queued job's priority: it goes ahead of the jobs
+// queued before it, its info and history say so, and a restarted daemon
+// keeps it. Unknown and ended jobs are refused.
+TEST_F(DaemonTest, APriorityRaisedByAnOperatorPutsTheJobAheadInTheQueue) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = cl.MustSubmit(1, "a");
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
+  const int64_t b = cl.MustSubmit(1, "b");
+  const int64_t c = cl.MustSubmit(1, "c");
+  int32_t was = -1;
+  grpc::Status s = cl.SetPriority(c, 5, &was);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(was, 0);
+  const rpc::JobInfo info = cl.Get(c);
+  EXPECT_EQ(info.priority(), 5);
+  EXPECT_EQ(info.spec().priority(), 0);  // as submitted
+  ASSERT_TRUE(HasEntry(info, "priority", true)) << info.DebugString();
+  EXPECT_NE(info.history(info.history_size() - 1)
+                .detail()
+                .find("priority 0 -> 5, set by an operator"),
+            std::string::npos)
+      << info.DebugString();
+  EXPECT_EQ(cl.SetPriority(999, 1).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  agent.Exit(a, 0);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(c) == 1; }))
+      << cl.Get(c).DebugString();
+  EXPECT_EQ(agent.start_calls(b), 0);
+  EXPECT_EQ(cl.State(b), rpc::QUEUED);
+  s = cl.SetPriority(a, 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << s.error_message();
+
+  server_.reset();
+  Client& again = StartDaemon(o);
+  EXPECT_EQ(again.Get(c).priority(), 5);
+  EXPECT_EQ(again.Get(b).priority(), 0);
 }
 
 TEST_F(DaemonTest, OperatorSuspendResumeKill) {
