@@ -992,6 +992,32 @@ TEST_F(DaemonTest, APriorityRaisedByAnOperatorPutsTheJobAheadInTheQueue) {
   EXPECT_EQ(again.Get(b).priority(), 0);
 }
 
+// Under the gandiva policy a job waiting for its turn on a GPU whose
+// priority an operator raises above the running job's runs at once: the
+// running job is suspended for it, long before its time slice ends.
+TEST_F(DaemonTest, ARaisedPriorityPreemptsALowerPriorityJobUnderGandiva) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva";
+  o.quantum_s = 600;  // no turn comes by the time slice
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t a = cl.MustSubmit(1, "a");
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
+  const int64_t b = cl.MustSubmit(1, "b");
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.Get(b).waiting_reason().rfind("time-sliced", 0) == 0;
+  })) << cl.Get(b).DebugString();
+  EXPECT_EQ(agent.start_calls(b), 0);
+  ASSERT_TRUE(cl.SetPriority(b, 1).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(b) == 1; }))
+      << cl.Get(b).DebugString();
+  EXPECT_TRUE(WaitFor([&] {
+    return cl.State(a) == rpc::SUSPENDED && cl.State(b) == rpc::RUNNING;
+  })) << cl.Get(a).DebugString();
+  EXPECT_EQ(agent.suspends(), 1);
+}
+
 TEST_F(DaemonTest, OperatorSuspendResumeKill) {
   Client& cl = StartDaemon(Options());
   FakeAgent agent("node", 2, Mode::kOk);
