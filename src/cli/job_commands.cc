@@ -994,8 +994,10 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
         "Submit jobs described by YAML specs (fields: examples/README.md; "
         "several in a file as documents separated by ---), all or none; "
         "prints their ids, one a line");
-    sub->add_option("spec", f->files,
-                    "Job spec files (YAML), in the order of their jobs")
+    sub->add_option(
+           "spec", f->files,
+           "Job spec files (YAML; - for standard input), in the order of "
+           "their jobs")
         ->required();
     sub->add_option("--name", f->name, "Name the job (overrides the spec's)");
     sub->add_flag("--dry-run", f->dry_run,

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -187,6 +188,7 @@ core::StatusOr<rpc::JobSpec> OnlyOne(
 // One document's spec; `default_name` when it names none.
 core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
                                     const std::string& path,
+                                    const fs::path& spec_dir,
                                     const std::string& default_name) {
   if (!root.IsMap()) {
     return core::InvalidArgument(
@@ -195,8 +197,6 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
         Describe(root));
   }
 
-  const fs::path spec_dir =
-      fs::absolute(fs::path(path)).lexically_normal().parent_path();
   rpc::JobSpec spec;
   spec.set_gpus(1);
   spec.set_owner(DefaultOwner());
@@ -364,12 +364,18 @@ core::StatusOr<std::vector<rpc::JobSpec>> ParseJobSpecs(
     return core::InvalidArgument(path +
                                  ": empty spec: field 'command' is required");
   }
+  // The spec's directory: the default workdir, and what a relative one is
+  // taken from (for standard input, the current directory).
+  const fs::path spec_dir =
+      path == kStdinName
+          ? fs::current_path()
+          : fs::absolute(fs::path(path)).lexically_normal().parent_path();
   std::string stem = fs::path(path).stem().string();
   if (!CheckJobName(stem).empty()) stem = "job";
   std::vector<rpc::JobSpec> specs;
   for (size_t i = 0; i < docs.size(); ++i) {
     // Several documents: the default names are STEM-1, STEM-2, ...
-    auto spec = SpecOf(docs[i], path,
+    auto spec = SpecOf(docs[i], path, spec_dir,
                        docs.size() == 1
                            ? stem
                            : stem.substr(0, 60) + "-" + std::to_string(i + 1));
@@ -386,6 +392,12 @@ core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
 
 core::StatusOr<std::vector<rpc::JobSpec>> LoadJobSpecs(
     const std::string& path) {
+  if (path == "-") {
+    std::stringstream in;
+    in << std::cin.rdbuf();
+    if (std::cin.bad()) return core::IoError("standard input: read error");
+    return ParseJobSpecs(in.str(), kStdinName);
+  }
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     return core::InvalidArgument(path + ": is a directory, not a job spec");

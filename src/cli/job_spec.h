@@ -57,8 +57,11 @@ inline constexpr std::string_view kJobSpecFields[] = {"name",
 // when the file cannot be read) with a message that starts with the file
 // name (and the line, when known) and names the field:
 //   "job.yaml:4: field 'gpus': must be a power of two >= 1, got 3".
-// The first error refuses the whole file.
+// The first error refuses the whole file. Path "-" reads standard input,
+// named "<stdin>" in messages (jobs without a name: job, or job-1, job-2,
+// ...; the default workdir: the current directory).
 core::StatusOr<std::vector<rpc::JobSpec>> LoadJobSpecs(const std::string& path);
+inline constexpr char kStdinName[] = "<stdin>";
 // The same for a file that must hold exactly one spec.
 core::StatusOr<rpc::JobSpec> LoadJobSpec(const std::string& path);
 

@@ -102,6 +102,24 @@ TEST_F(CliE2eTest, SubmitRefusesBadSpecNamingTheField) {
   EXPECT_NE(both.out.find("no job was submitted"), std::string::npos)
       << both.out;
   EXPECT_EQ(both.out.find("no scheduler"), std::string::npos) << both.out;
+  // Standard input ("-"): its specs in order, named "<stdin>" in errors,
+  // the current directory their default workdir.
+  const fs::path piped =
+      Write("piped.yaml", "command: a\n---\nname: b\ncommand: b\n");
+  const CliRun dry = Gandiva("submit - --dry-run < " + piped.string());
+  EXPECT_EQ(dry.status, 0) << dry.out;
+  EXPECT_NE(dry.out.find("name: job-1\ncommand: a\n"), std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("---\nname: b\ncommand: b\n"), std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("workdir: " + fs::current_path().string() + "\n"),
+            std::string::npos)
+      << dry.out;
+  const CliRun piped_bad =
+      Gandiva("submit - --scheduler 127.0.0.1:1 < " + bad.string());
+  EXPECT_EQ(piped_bad.status, 1);
+  EXPECT_NE(piped_bad.out.find("<stdin>:3: field 'gpus'"), std::string::npos)
+      << piped_bad.out;
   const CliRun named = Gandiva("submit " + good.string() + " " + good.string() +
                                " --name x --dry-run");
   EXPECT_EQ(named.status, 1);
