@@ -29,7 +29,9 @@
 #include <thread>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/etcd_test_util.h"
 #include "runtime/scheduler/event_codec.h"
+#include "runtime/scheduler/leadership.h"
 #include "runtime/scheduler/store.h"
 
 namespace gandiva::runtime {
@@ -3057,6 +3059,44 @@ TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
   server_->Sync();
   EXPECT_FALSE(c.Servers().servers(1).cordoned());
   EXPECT_TRUE(c.Servers().servers(2).cordoned());
+}
+
+// On etcd a submission is stored 99 jobs a transaction: when etcd refuses
+// one part way (here a spec over its request limit), the jobs stored before
+// it are submitted and run, the error names them, and nothing after them
+// is stored.
+TEST_F(DaemonTest, ASubmissionEtcdStoresInPartSaysWhichJobsWereSubmitted) {
+  std::string error;
+  std::unique_ptr<EtcdForTest> etcd = EtcdForTest::Start(&error);
+  ASSERT_NE(etcd, nullptr) << error;
+  auto lead = Leadership::Create(etcd->Client(), {"/submit/", 5, "test"});
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString();
+  ASSERT_TRUE((*lead)->Campaign([](const std::string&) {}).ok());
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.leadership = *lead;
+  Client& c = StartDaemon(o);
+  std::vector<rpc::JobSpec> specs(150);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].set_name("j" + std::to_string(i));
+    specs[i].set_command("python3 train.py");
+    specs[i].set_gpus(1);
+  }
+  specs[120].set_command(std::string(2 << 20, 'x'));
+  const grpc::Status s = c.SubmitJobs(specs);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_message().find(
+                "stored 120 of the 150 jobs (ids 1-120, submitted), not the "
+                "others: "),
+            std::string::npos)
+      << s.error_message();
+  const std::vector<rpc::JobInfo> jobs = c.List(true);
+  ASSERT_EQ(jobs.size(), 120u);
+  EXPECT_EQ(jobs.front().spec().name(), "j0");
+  EXPECT_EQ(jobs.back().spec().name(), "j119");
+  EXPECT_EQ(c.MustSubmit(1, "next"), 121);
+  server_.reset();
+  (*lead)->Resign();
 }
 
 TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {
