@@ -82,6 +82,8 @@ struct Run {
   // with --compare-submit), and in SubmitJobs requests of --submit-batch.
   double submit_one_per_s = 0;
   double submit_batch_per_s = 0;
+  // Seconds the --agents registrations took, one after another.
+  double register_s = 0;
   double reports_per_s = 0;
   double events_per_s = 0;
   double median_ms = 0, p99_ms = 0;
@@ -115,6 +117,7 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
   auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
       (*server)->address(), grpc::InsecureChannelCredentials()));
 
+  const auto t_register = Clock::now();
   for (int a = 0; a < c.agents; ++a) {
     rpc::RegisterAgentRequest r;
     r.set_name("node-" + std::to_string(a));
@@ -131,8 +134,11 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
     grpc::Status s = stub->RegisterAgent(Ctx().get(), r, &rep);
     if (!s.ok()) Die("RegisterAgent: " + s.error_message());
   }
+  const double register_s =
+      std::chrono::duration<double>(Clock::now() - t_register).count();
   const int jobs = c.agents * c.gpus;
   Run out;
+  out.register_s = register_s;
   auto spec = [](int j) {
     rpc::JobSpec s;
     s.set_name("j" + std::to_string(j));
@@ -332,8 +338,9 @@ int main(int argc, char** argv) {
       c.agents, c.gpus, c.agents * c.gpus, c.reporters, c.seconds);
   std::printf(
       "| store | profile reports logged | reports/s | profile events "
-      "logged and fed/s | report round trip median | p99 | failed |\n"
-      "|---|---|---|---|---|---|---|\n");
+      "logged and fed/s | report round trip median | p99 | failed | "
+      "agents registered in |\n"
+      "|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);  // before etcd's start forks
   int run = 0;
   // Per store, the default run's submissions (--compare-submit).
@@ -373,26 +380,27 @@ int main(int argc, char** argv) {
       Run r = Measure(c, o, agent_address);
       if (variant == 0) submits.emplace_back(label, r);
       per_s[variant] = r.events_per_s;
-      std::printf("| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %lld |\n",
-                  label,
-                  variant == 0   ? "together (default)"
-                  : variant == 1 ? "one append each"
-                  : variant == 2 ? "together, every info built again"
-                                 : "together, progress rows every pass",
-                  r.reports_per_s, r.events_per_s, r.median_ms, r.p99_ms,
-                  static_cast<long long>(r.failed));
+      std::printf(
+          "| %s | %s | %.0f | %.0f | %.2f ms | %.2f ms | %lld | %.2f s |\n",
+          label,
+          variant == 0   ? "together (default)"
+          : variant == 1 ? "one append each"
+          : variant == 2 ? "together, every info built again"
+                         : "together, progress rows every pass",
+          r.reports_per_s, r.events_per_s, r.median_ms, r.p99_ms,
+          static_cast<long long>(r.failed), r.register_s);
       std::fflush(stdout);
       if (lead != nullptr) lead->Resign();
     }
-    std::printf("| %s | together / one each | | x%.2f | | | |\n", label,
+    std::printf("| %s | together / one each | | x%.2f | | | | |\n", label,
                 per_s[1] > 0 ? per_s[0] / per_s[1] : 0);
     if (compare_rebuild) {
-      std::printf("| %s | infos reused / built again | | x%.2f | | | |\n",
+      std::printf("| %s | infos reused / built again | | x%.2f | | | | |\n",
                   label, per_s[2] > 0 ? per_s[0] / per_s[2] : 0);
     }
     if (compare_row_writes) {
       std::printf(
-          "| %s | progress rows every 5 s / every pass | | x%.2f | | | |\n",
+          "| %s | progress rows every 5 s / every pass | | x%.2f | | | | |\n",
           label, per_s[3] > 0 ? per_s[0] / per_s[3] : 0);
     }
     std::fflush(stdout);
