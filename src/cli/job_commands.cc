@@ -111,17 +111,20 @@ class Session {
     return false;
   }
 
+  // What a failed call about job `id` says: "no job N" for an unknown id.
+  std::string JobError(int64_t id, const grpc::Status& st) const {
+    return st.error_code() == grpc::StatusCode::NOT_FOUND
+               ? NoJob(id, st)
+               : DescribeRpcError(st, where_);
+  }
+
   // GetJob with a clear message for an unknown id.
   bool GetJob(int64_t id, rpc::JobInfo* info, std::string* error) {
     rpc::JobIdRequest req;
     req.set_job_id(id);
     const grpc::Status st = stub_->GetJob(Context().get(), req, info);
     if (st.ok()) return true;
-    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      *error = NoJob(id, st);
-    } else {
-      *error = DescribeRpcError(st, where_);
-    }
+    *error = JobError(id, st);
     return false;
   }
 
@@ -620,12 +623,7 @@ int ActOn(Act act, Session& s, const std::string& job) {
     st = act == Act::kSuspend ? s.stub().Suspend(Context().get(), req, &reply)
                               : s.stub().Resume(Context().get(), req, &reply);
   }
-  if (!st.ok()) {
-    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      return s.Fail(NoJob(id, st));
-    }
-    return s.Fail(st);
-  }
+  if (!st.ok()) return s.Fail(s.JobError(id, st));
   const char* done = act == Act::kKill      ? "killed"
                      : act == Act::kSuspend ? "suspended"
                                             : "resumed";
@@ -663,12 +661,7 @@ int RunPriority(const PriorityFlags& f) {
   req.set_priority(f.priority);
   rpc::SetPriorityReply reply;
   const grpc::Status st = s.stub().SetPriority(Context().get(), req, &reply);
-  if (!st.ok()) {
-    if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
-      return s.Fail(NoJob(id, st));
-    }
-    return s.Fail(st);
-  }
+  if (!st.ok()) return s.Fail(s.JobError(id, st));
   std::printf("job %lld: priority %d (was %d)\n", static_cast<long long>(id),
               f.priority, reply.was());
   return 0;

@@ -232,46 +232,56 @@ core::Status EtcdStore::SetMeta(const std::string& key,
   return Fenced(std::move(ops)).status();
 }
 
-Store::Inserted EtcdStore::InsertJobs(std::span<const std::string> specs_json,
-                                      int64_t submitted_us) {
-  std::lock_guard lock(mu_);
-  Inserted done;
+std::pair<size_t, core::Status> EtcdStore::PutNumbered(
+    const std::string& table, const std::string& counter, size_t n,
+    const std::function<std::string(size_t)>& value, int64_t* last) {
+  size_t put = 0;
   std::vector<ep::RequestOp> ops;
   size_t bytes = 0;
-  int64_t id = last_job_;
+  int64_t number = *last;
   auto flush = [&]() -> core::Status {
     if (ops.empty()) return core::Status::Ok();
-    const size_t n = ops.size();
-    ops.push_back(PutOp(p_ + "counters/job", std::to_string(id)));
+    const size_t rows = ops.size();
+    ops.push_back(PutOp(p_ + "counters/" + counter, std::to_string(number)));
     GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
-    if (done.count == 0) done.first_id = last_job_ + 1;
-    last_job_ = id;
-    done.count += n;
+    *last = number;
+    put += rows;
     ops.clear();
     bytes = 0;
     return core::Status::Ok();
   };
-  for (const std::string& spec : specs_json) {
-    JobRow row;
-    row.id = id + 1;
-    row.spec_json = spec;
-    row.state = 1;  // QUEUED
-    row.submitted_us = submitted_us;
-    row.gpus_json = "[]";
-    std::string key = Key("jobs", row.id);
-    std::string value = JobJson(row).dump();
+  for (size_t i = 0; i < n; ++i) {
+    std::string key = Key(table, number + 1);
+    std::string v = value(i);
     // Room for the counter's put.
     if (static_cast<int>(ops.size()) + 2 > kMaxOps ||
-        bytes + key.size() + value.size() > kMaxBytes) {
-      done.status = flush();
-      if (!done.status.ok()) return done;
+        bytes + key.size() + v.size() > kMaxBytes) {
+      if (core::Status s = flush(); !s.ok()) return {put, s};
     }
-    ++id;
-    bytes += key.size() + value.size();
-    ops.push_back(PutOp(key, std::move(value)));
+    ++number;
+    bytes += key.size() + v.size();
+    ops.push_back(PutOp(key, v));
   }
-  done.status = flush();
-  return done;
+  return {put, flush()};
+}
+
+Store::Inserted EtcdStore::InsertJobs(std::span<const std::string> specs_json,
+                                      int64_t submitted_us) {
+  std::lock_guard lock(mu_);
+  const int64_t first = last_job_ + 1;
+  auto [count, status] = PutNumbered(
+      "jobs", "job", specs_json.size(),
+      [&](size_t i) {
+        JobRow row;
+        row.id = first + static_cast<int64_t>(i);
+        row.spec_json = specs_json[i];
+        row.state = 1;  // QUEUED
+        row.submitted_us = submitted_us;
+        row.gpus_json = "[]";
+        return JobJson(row).dump();
+      },
+      &last_job_);
+  return {count, count > 0 ? first : 0, std::move(status)};
 }
 
 core::StatusOr<std::vector<JobRow>> EtcdStore::LoadJobs() {
@@ -358,38 +368,15 @@ core::Status EtcdStore::Write(const WriteBatch& batch) {
 
 Store::Appended EtcdStore::AppendEvents(std::span<const EventRow> events) {
   std::lock_guard lock(mu_);
-  Appended done;
-  std::vector<ep::RequestOp> ops;
-  size_t bytes = 0;
-  int64_t seq = last_seq_;
-  auto flush = [&]() -> core::Status {
-    if (ops.empty()) return core::Status::Ok();
-    ops.push_back(PutOp(p_ + "counters/event", std::to_string(seq)));
-    const size_t n = ops.size() - 1;
-    GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
-    last_seq_ = seq;
-    done.count += n;
-    done.last_seq = seq;
-    ops.clear();
-    bytes = 0;
-    return core::Status::Ok();
-  };
-  for (const EventRow& e : events) {
-    std::string key = Key("events", seq + 1);
-    std::string value =
-        json{{"time_us", e.time_us}, {"kind", e.kind}, {"json", e.json}}.dump();
-    // Room for the counter's put.
-    if (static_cast<int>(ops.size()) + 2 > kMaxOps ||
-        bytes + key.size() + value.size() > kMaxBytes) {
-      done.status = flush();
-      if (!done.status.ok()) return done;
-    }
-    ++seq;
-    bytes += key.size() + value.size();
-    ops.push_back(PutOp(key, value));
-  }
-  done.status = flush();
-  return done;
+  auto [count, status] = PutNumbered(
+      "events", "event", events.size(),
+      [&](size_t i) {
+        const EventRow& e = events[i];
+        return json{{"time_us", e.time_us}, {"kind", e.kind}, {"json", e.json}}
+            .dump();
+      },
+      &last_seq_);
+  return {count, count > 0 ? last_seq_ : 0, std::move(status)};
 }
 
 core::Status EtcdStore::ForEachEvent(

@@ -34,8 +34,10 @@
 // Thread-safe: calls are serialized by an internal mutex.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "runtime/scheduler/etcd_client.h"
 #include "runtime/scheduler/leadership.h"
@@ -88,6 +90,15 @@ class EtcdStore final : public Store {
       const std::string& from, const std::string& end, int64_t page,
       const std::function<core::Status(const etcdserverpb::KeyValue&)>& f);
   core::StatusOr<int64_t> Counter(const std::string& name);
+  // Puts `n` rows numbered *last + 1, *last + 2, ... (value(i): the i-th's)
+  // under Key(table, number), in order, in transactions of at most
+  // kMaxOps - 1 rows and kMaxBytes, each also setting counters/`counter`
+  // to its last number; *last follows what was put. How many were put: all,
+  // or those before the transaction that failed, with its error. With mu_
+  // held.
+  std::pair<size_t, core::Status> PutNumbered(
+      const std::string& table, const std::string& counter, size_t n,
+      const std::function<std::string(size_t)>& value, int64_t* last);
   core::StatusOr<std::string> ReadChunks(int64_t gen, const std::string& part,
                                          int64_t chunks);
 

@@ -676,6 +676,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     deferred.push_back(Deferred{Now(), std::move(body)});
     return FlushDeferred();
   }
+  // Feeds `bodies`, in order, logged in one append (with any deferred
+  // before them); the last one's outcome.
+  core::Status FeedTogether(std::vector<core::EventBody> bodies) {
+    for (core::EventBody& b : bodies) {
+      deferred.push_back(Deferred{Now(), std::move(b)});
+    }
+    return FlushDeferred();
+  }
   // Logs and handles `body` with the next event fed, or at the end of the
   // loop's pass: profile reports, which come by the thousand a second on a
   // large cluster, share their transactions (a store's commit costs the
@@ -3057,15 +3065,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       return core::Status(core::StatusCode::kInternal, "job ids exhausted");
     }
     std::vector<int64_t> ids;
+    std::vector<core::EventBody> arrived;
     ids.reserve(in.count);
+    arrived.reserve(in.count);
     for (size_t i = 0; i < in.count; ++i) {
       const auto id = static_cast<int32_t>(in.first_id + i);
       ids.push_back(id);
       AddExtra(id, *jobs[i], jsons[i]);
-      deferred.push_back(
-          Deferred{now, core::JobArrived{JobId(id), ToCoreSpec(*jobs[i])}});
+      arrived.push_back(core::JobArrived{JobId(id), ToCoreSpec(*jobs[i])});
     }
-    (void)FlushDeferred();
+    (void)FeedTogether(std::move(arrived));
     if (!in.status.ok()) {
       return core::Status(
           in.status.code(),
@@ -4342,13 +4351,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // as many as a SubmitJobs request holds), in id order, logged in one
   // append.
   void ArriveUnarrived() {
+    std::vector<core::EventBody> arrived;
     for (auto& [id, x] : extras) {
       if (!st().has_job(JobId(id))) {
-        deferred.push_back(
-            Deferred{Now(), core::JobArrived{JobId(id), ToCoreSpec(x.spec)}});
+        arrived.push_back(core::JobArrived{JobId(id), ToCoreSpec(x.spec)});
       }
     }
-    (void)FlushDeferred();
+    (void)FeedTogether(std::move(arrived));
   }
 
   // After a restart (or a takeover) the servers whose agent has not
@@ -4360,6 +4369,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void CordonAwaiting() {
     const core::Cluster& c = st().cluster();
     std::vector<AgentConn*> awaited;
+    std::vector<core::EventBody> cordons;
     for (AgentConn& a : agents) {
       if (a.link != AgentConn::Link::kAwaiting ||
           a.id.value >= c.num_servers()) {
@@ -4367,10 +4377,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       const core::Server& s = c.server(a.id);
       if (!s.up || s.cordoned) continue;
-      deferred.push_back(Deferred{Now(), core::CordonRequest{a.id, true}});
+      cordons.push_back(core::CordonRequest{a.id, true});
       awaited.push_back(&a);
     }
-    (void)FlushDeferred();
+    (void)FeedTogether(std::move(cordons));
     std::string names;
     for (AgentConn* a : awaited) {
       // Not cordoned: its event could not be logged (and was not handled).
