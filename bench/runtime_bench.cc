@@ -9,7 +9,8 @@
 //    jobs stay queued, and each is killed (ended) once measured, up to
 //    --ended-jobs N (default 5000); then the same as queued jobs
 //    accumulate (submitted and left queued), up to --queued-jobs N
-//    (default 5000).
+//    (default 5000); then a Kill's round trip for the job at the head of
+//    the queue (every job behind it moves up), 200 times.
 //
 //   gandiva_bench_runtime [--cycles N] [--pings N] [--ended-jobs N]
 //                         [--queued-jobs N] [--skip-python]
@@ -194,6 +195,21 @@ int main(int argc, char** argv) {
   if (!full.ok()) Die(full.status().ToString());
   auto full_stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
       (*full)->address(), grpc::InsecureChannelCredentials()));
+  // The jobs left queued on each, in the order submitted.
+  std::vector<int64_t> kept_ids, full_kept_ids;
+  // Kills job `id`; returns the Kill's round trip (ms).
+  auto kill = [&](rpc::Scheduler::Stub* to, int64_t id) {
+    rpc::KillRequest req;
+    req.set_job_id(id);
+    rpc::Empty done;
+    grpc::ClientContext ctx;
+    const auto t0 = Clock::now();
+    const grpc::Status st = to->Kill(&ctx, req, &done);
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (!st.ok()) Die("Kill: " + st.error_message());
+    return ms;
+  };
   // Submits a job and kills it unless `keep`; returns the Submit's round
   // trip (ms).
   auto submit_and_kill = [&](rpc::Scheduler::Stub* to, bool keep) {
@@ -208,13 +224,11 @@ int main(int argc, char** argv) {
     const double ms =
         std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!st.ok()) Die("Submit: " + st.error_message());
-    if (keep) return ms;
-    rpc::KillRequest kill;
-    kill.set_job_id(id.job_id());
-    rpc::Empty done;
-    grpc::ClientContext kctx;
-    st = to->Kill(&kctx, kill, &done);
-    if (!st.ok()) Die("Kill: " + st.error_message());
+    if (keep) {
+      (to == stub.get() ? kept_ids : full_kept_ids).push_back(id.job_id());
+    } else {
+      (void)kill(to, id.job_id());
+    }
     return ms;
   };
   // 200 submits measured at 0 jobs and at each tenth of the way, on both.
@@ -255,6 +269,23 @@ int main(int argc, char** argv) {
       "no agent)\n");
   header("queued jobs");
   grow(queued_jobs, /*keep=*/true);
+  std::printf(
+      "\nKill round trip of the job at the head of the queue (every job "
+      "behind it moves up; %d calls)\n",
+      kWindow);
+  header("queued jobs");
+  {
+    std::vector<double> reuse_w, full_w;
+    const size_t n = std::min(kept_ids.size(), full_kept_ids.size());
+    for (size_t i = 0; i < std::min<size_t>(kWindow, n); ++i) {
+      reuse_w.push_back(kill(stub.get(), kept_ids[i]));
+      full_w.push_back(kill(full_stub.get(), full_kept_ids[i]));
+    }
+    const Stats a = Summarise(reuse_w), b = Summarise(full_w);
+    std::printf("%-12zu %10.3f %10.3f %10.3f %12.3f %12.3f %8.1f\n", n,
+                a.median_ms, a.p95_ms, a.max_ms, b.median_ms, b.p95_ms,
+                b.median_ms / a.median_ms);
+  }
   (*full)->Shutdown();
   (*server)->Shutdown();
   std::error_code ec;

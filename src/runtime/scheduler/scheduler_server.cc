@@ -327,6 +327,59 @@ struct PendingAction {
 // Where a move left the job's process.
 enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 
+// What the waiting reason of a queued job in the queue is judged against,
+// gathered once per publication and published with it: readers compose
+// that reason (QueueWaitingReason), so that a job's published info does
+// not change when the jobs ahead of it or the free GPUs do (killing the
+// job at the head of a queue of 10,000 would otherwise build every other
+// one's info again).
+struct QueueView {
+  // By job id - first: the jobs ahead of it in the queue (-1: not in the
+  // queue).
+  int32_t first = 0;
+  std::vector<int32_t> ahead;
+  int Ahead(int64_t id) const {
+    const int64_t k = id - first;
+    return k >= 0 && static_cast<uint64_t>(k) < ahead.size()
+               ? ahead[static_cast<size_t>(k)]
+               : -1;
+  }
+  int open_gpus = 0;  // on servers up and not cordoned
+  int free_gpus = 0;  // of those, held by no job
+  int most_free_on_one = 0;
+  int largest_server = 0;
+};
+
+// Why a queued job that needs `need` GPUs, with `ahead` jobs ahead of it
+// (-1: not in the queue), does not run yet, when it is neither held nor
+// waiting to try its start again.
+std::string QueueWaitingReason(int need, int ahead, const QueueView& v) {
+  const auto ahead_of_it = [&] {
+    if (ahead <= 0) return std::string();
+    return "; " + std::to_string(ahead) + " job" +
+           (ahead == 1 ? " is" : "s are") + " ahead of it in the queue";
+  };
+  if (need > v.open_gpus) {
+    return "it needs " + std::to_string(need) +
+           " GPUs and the open servers have " + std::to_string(v.open_gpus) +
+           " in all: it waits for servers to join (or cordoned ones to "
+           "open)";
+  }
+  if (need > v.free_gpus) {
+    return "it needs " + std::to_string(need) + " GPUs, " +
+           std::to_string(v.free_gpus) +
+           (v.free_gpus == 1 ? " is free" : " are free") + ahead_of_it();
+  }
+  if (need <= v.largest_server && need > v.most_free_on_one) {
+    return std::to_string(v.free_gpus) + " GPUs are free, but no server has " +
+           std::to_string(need) +
+           " free (a job that fits on one server waits for one)" +
+           ahead_of_it();
+  }
+  const std::string a = ahead_of_it();
+  return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
+}
+
 struct Snapshot {
   // The jobs not settled (JobExtra::settled) when it was published, in id
   // order; the others are in Impl::settled_jobs. Without their specs, which
@@ -342,6 +395,10 @@ struct Snapshot {
   // Every server's info, in id order; an unchanged server's is shared with
   // the snapshots before (AgentConn::published).
   std::vector<std::shared_ptr<const rpc::ServerInfo>> servers;
+  // The queue as it was: a queued job's published info without a waiting
+  // reason (one in the core, neither held nor waiting to try its start
+  // again) has its reason composed from it.
+  std::shared_ptr<const QueueView> queue;
   // For the metrics.
   core::Counters counters;
   int64_t log_events = 0;
@@ -495,11 +552,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Every job's spec, from its submission on (guarded by settled_mu): the
   // published JobInfos leave it out, so that publishing does not copy it.
   std::map<int64_t, std::shared_ptr<const rpc::JobSpec>> specs;
-  // A published JobInfo (no spec) with its job's spec, for a reader.
-  rpc::JobInfo WithSpec(const rpc::JobInfo& info) const {
+  // A published JobInfo (no spec) with its job's spec, for a reader; and
+  // for a queued job whose reason is the queue's (none published: it is
+  // in the core, neither held nor waiting to try its start again), that
+  // reason as the queue was (`view`).
+  rpc::JobInfo WithSpec(const rpc::JobInfo& info,
+                        const QueueView* view = nullptr) const {
     rpc::JobInfo out = info;
     auto it = specs.find(info.id());
     if (it != specs.end()) *out.mutable_spec() = *it->second;
+    if (view != nullptr && info.state() == rpc::QUEUED &&
+        info.submitted_us() != 0 && info.waiting_reason().empty()) {
+      out.set_waiting_reason(
+          QueueWaitingReason(out.spec().gpus(), view->Ahead(info.id()), *view));
+    }
     return out;
   }
 
@@ -3306,31 +3372,21 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return r;
   }
 
-  // What every queued job's waiting reason is judged against, gathered
-  // once per publication.
-  struct QueueView {
-    // By job id: the jobs ahead of it in the queue (-1: not queued).
-    std::vector<int32_t> ahead;
-    int Ahead(int32_t id) const {
-      return id >= 0 && static_cast<size_t>(id) < ahead.size() ? ahead[id] : -1;
-    }
-    int open_gpus = 0;  // on servers up and not cordoned
-    int free_gpus = 0;  // of those, held by no job
-    int most_free_on_one = 0;
-    int largest_server = 0;
-  };
   QueueView ViewQueue() const {
     QueueView v;
-    int32_t k = 0;
-    // Every job has its record: the largest id is the last one's.
-    v.ahead.assign(
-        extras.empty() ? 0 : static_cast<size_t>(extras.rbegin()->first) + 1,
-        -1);
-    for (const core::JobOrder& o : st().queue()) {
-      if (static_cast<size_t>(o.id.value) < v.ahead.size()) {
-        v.ahead[static_cast<size_t>(o.id.value)] = k;
+    const auto& queued = st().queue();
+    if (!queued.empty()) {
+      int32_t lo = queued.begin()->id.value, hi = lo;
+      for (const core::JobOrder& o : queued) {
+        lo = std::min(lo, o.id.value);
+        hi = std::max(hi, o.id.value);
       }
-      ++k;
+      v.first = lo;
+      v.ahead.assign(static_cast<size_t>(hi - lo) + 1, -1);
+      int32_t k = 0;
+      for (const core::JobOrder& o : queued) {
+        v.ahead[static_cast<size_t>(o.id.value - lo)] = k++;
+      }
     }
     for (const core::Server& s : st().cluster().servers()) {
       if (!s.up || s.cordoned) continue;
@@ -3352,52 +3408,28 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
   static constexpr const char* kHeldReason =
       "held by an operator (gandiva resume releases it)";
-  static std::string WaitingReason(const core::Job& j, const QueueView& v,
-                                   const core::Cluster& cluster,
-                                   core::Time now) {
-    const int need = j.spec.gpus;
-    const auto ahead = [&] {
-      const int n = v.Ahead(j.id.value);
-      if (n <= 0) return std::string();
-      return "; " + std::to_string(n) + " job" + (n == 1 ? " is" : "s are") +
-             " ahead of it in the queue";
-    };
+  // Why a queued job does not run yet when that is its own doing (held,
+  // or waiting to try its start again); "" otherwise: its reason is then
+  // the queue's (QueueWaitingReason), which readers compose.
+  static std::string OwnWaitingReason(const core::Job& j,
+                                      const core::Cluster& cluster,
+                                      core::Time now) {
     if (j.held) return kHeldReason;
-    if (j.awaits_start_retry(now)) {
-      const std::string where = StartFailedOn(j, cluster);
-      return "its start failed " + std::to_string(j.start_failures) +
-             (j.start_failures == 1 ? " time" : " times") + " in a row" +
-             (where.empty() ? "" : " (on " + where + ")") +
-             ": it waits before it is tried again" +
-             (where.empty() ? "" : ", on another server if one has room");
-    }
-    if (need > v.open_gpus) {
-      return "it needs " + std::to_string(need) +
-             " GPUs and the open servers have " + std::to_string(v.open_gpus) +
-             " in all: it waits for servers to join (or cordoned ones to "
-             "open)";
-    }
-    if (need > v.free_gpus) {
-      return "it needs " + std::to_string(need) + " GPUs, " +
-             std::to_string(v.free_gpus) +
-             (v.free_gpus == 1 ? " is free" : " are free") + ahead();
-    }
-    if (need <= v.largest_server && need > v.most_free_on_one) {
-      return std::to_string(v.free_gpus) +
-             " GPUs are free, but no server has " + std::to_string(need) +
-             " free (a job that fits on one server waits for one)" + ahead();
-    }
-    const std::string a = ahead();
-    return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
+    if (!j.awaits_start_retry(now)) return "";
+    const std::string where = StartFailedOn(j, cluster);
+    return "its start failed " + std::to_string(j.start_failures) +
+           (j.start_failures == 1 ? " time" : " times") + " in a row" +
+           (where.empty() ? "" : " (on " + where + ")") +
+           ": it waits before it is tried again" +
+           (where.empty() ? "" : ", on another server if one has room");
   }
 
-  // A hash of everything InfoOf(id, x, &view) reads, so that a job whose
+  // A hash of everything InfoOf(id, x) reads, so that a job whose
   // inputs are unchanged keeps its published info (at 10,000 queued jobs,
   // building every one's again for each request cost the daemon tens of
   // milliseconds a request). 0 (build it again): its waiting reason counts
   // down the time its agent has left.
-  uint64_t PublishInputs(int32_t id, const JobExtra& x,
-                         const QueueView& view) const {
+  uint64_t PublishInputs(int32_t id, const JobExtra& x) const {
     InputsHash hash;
     auto mix = [&hash](uint64_t v) { hash.Mix(v); };
     auto mixd = [&mix](double d) { mix(std::bit_cast<uint64_t>(d)); };
@@ -3437,12 +3469,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     mix(j.gpus.size());
     for (core::GpuId g : j.gpus) mix(static_cast<uint64_t>(g.value));
     if (j.state == core::JobState::kQueued) {
-      mix(static_cast<uint64_t>(j.spec.gpus));
-      mix(static_cast<uint64_t>(view.Ahead(id)));
-      mix(static_cast<uint64_t>(view.open_gpus));
-      mix(static_cast<uint64_t>(view.free_gpus));
-      mix(static_cast<uint64_t>(view.most_free_on_one));
-      mix(static_cast<uint64_t>(view.largest_server));
       mix(j.start_failed_on.size());
       for (core::ServerId s : j.start_failed_on) {
         mix(static_cast<uint64_t>(s.value));
@@ -3452,8 +3478,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   // What is published of the job (without its spec: see Snapshot::jobs).
-  rpc::JobInfo InfoOf(int32_t id, const JobExtra& x,
-                      const QueueView* view = nullptr) const {
+  rpc::JobInfo InfoOf(int32_t id, const JobExtra& x) const {
     rpc::JobInfo info;
     info.set_id(id);
     *info.mutable_progress() = x.progress;
@@ -3478,9 +3503,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (j.awaits_start_retry(st().now())) {
       info.set_start_retry_us(j.start_retry_at.micros());
     }
-    if (view != nullptr && j.state == core::JobState::kQueued) {
-      info.set_waiting_reason(
-          WaitingReason(j, *view, st().cluster(), st().now()));
+    if (j.state == core::JobState::kQueued) {
+      info.set_waiting_reason(OwnWaitingReason(j, st().cluster(), st().now()));
     } else if (j.state == core::JobState::kSuspended && !j.busy()) {
       info.set_waiting_reason(
           j.held ? kHeldReason
@@ -3605,9 +3629,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
          reused.ShortDebugString() + ", now " + fresh.ShortDebugString());
     std::abort();
   }
-  void VerifyReused(int32_t id, const JobExtra& x, const QueueView& view) {
-    AbortUnlessSame("job " + std::to_string(id), *x.published,
-                    InfoOf(id, x, &view));
+  void VerifyReused(int32_t id, const JobExtra& x) {
+    AbortUnlessSame("job " + std::to_string(id), *x.published, InfoOf(id, x));
   }
 
   // What ListServers shows of the server of `a`.
@@ -3703,7 +3726,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto next = std::make_shared<Snapshot>();
     const int64_t now = Now();
     const bool progress_due = all_progress || now >= progress_write_due_us;
-    const QueueView view = ViewQueue();
+    next->queue = std::make_shared<const QueueView>(ViewQueue());
     if (!unsettling.empty()) {
       std::sort(unsettling.begin(), unsettling.end());
       const auto was = static_cast<std::ptrdiff_t>(unsettled.size());
@@ -3718,13 +3741,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const int32_t id = unsettled[i].first;
       JobExtra& x = *unsettled[i].second;
       const uint64_t inputs =
-          opts.reuse_unchanged_job_info ? PublishInputs(id, x, view) : 0;
+          opts.reuse_unchanged_job_info ? PublishInputs(id, x) : 0;
       if (inputs != 0 && x.published != nullptr &&
           inputs == x.published_inputs) {
         // Unchanged, and so is its row.
-        if (opts.verify_reused_job_info) VerifyReused(id, x, view);
+        if (opts.verify_reused_job_info) VerifyReused(id, x);
       } else {
-        auto info = std::make_shared<const rpc::JobInfo>(InfoOf(id, x, &view));
+        auto info = std::make_shared<const rpc::JobInfo>(InfoOf(id, x));
         if (st().has_job(JobId(id)) &&
             (!x.has_written || !SameAsWritten(*info, x))) {
           if (!progress_due && x.has_written &&
@@ -4494,7 +4517,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const bool ended = info.state() == rpc::FINISHED ||
                          info.state() == rpc::FAILED ||
                          info.state() == rpc::KILLED;
-      if (!ended || req->all()) *rep->add_jobs() = WithSpec(info);
+      if (!ended || req->all())
+        *rep->add_jobs() = WithSpec(info, s->queue.get());
     };
     if (!req->all()) {
       for (const auto& [id, info] : s->jobs) add(*info);  // settled: ended
@@ -4521,7 +4545,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     {
       std::lock_guard lock(settled_mu);
       if (const rpc::JobInfo* info = s->Find(req->job_id())) {
-        *rep = WithSpec(*info);
+        *rep = WithSpec(*info, s->queue.get());
       } else {
         auto st = settled_jobs.find(req->job_id());
         if (st == settled_jobs.end()) {

@@ -2655,6 +2655,52 @@ TEST_F(DaemonTest, AQueuedJobSaysWhyItWaits) {
   })) << reason(big);
 }
 
+// A queued job's reason follows the queue: the job ahead of it killed, it
+// says one job fewer is ahead (its own published info is unchanged: the
+// reason is composed from the queue as published), the same in ListJobs as
+// in GetJob; and the free GPUs as they change.
+TEST_F(DaemonTest, AQueuedJobsReasonFollowsTheJobsAheadOfIt) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t run = cl.MustSubmit(1, "run");
+  ASSERT_TRUE(WaitFor([&] { return cl.State(run) == rpc::RUNNING; }));
+  const int64_t a = cl.MustSubmit(1, "a");
+  const int64_t b = cl.MustSubmit(1, "b");
+  const int64_t c = cl.MustSubmit(1, "c");
+  auto reason = [&](int64_t j) { return cl.Get(j).waiting_reason(); };
+  auto listed = [&](int64_t j) {
+    for (const rpc::JobInfo& info : cl.List(/*all=*/false)) {
+      if (info.id() == j) return info.waiting_reason();
+    }
+    return std::string("(not listed)");
+  };
+  EXPECT_EQ(reason(a), "it needs 1 GPUs, 0 are free");
+  EXPECT_EQ(reason(c),
+            "it needs 1 GPUs, 0 are free; 2 jobs are ahead of it in the queue");
+  ASSERT_TRUE(cl.Kill(a).ok());
+  EXPECT_EQ(reason(b), "it needs 1 GPUs, 0 are free");
+  EXPECT_EQ(listed(b), "it needs 1 GPUs, 0 are free");
+  EXPECT_EQ(reason(c),
+            "it needs 1 GPUs, 0 are free; 1 job is ahead of it in the queue");
+  EXPECT_EQ(listed(c), reason(c));
+  // Held, its own reason (out of the queue); released, back in its place
+  // ahead of c (the queue keeps submission order).
+  ASSERT_TRUE(cl.Suspend(b).ok());
+  EXPECT_EQ(reason(b), "held by an operator (gandiva resume releases it)");
+  EXPECT_EQ(reason(c), "it needs 1 GPUs, 0 are free");
+  ASSERT_TRUE(cl.Resume(b).ok());
+  EXPECT_EQ(reason(c),
+            "it needs 1 GPUs, 0 are free; 1 job is ahead of it in the queue");
+  // The running job killed, b takes its GPU and c is at the head.
+  ASSERT_TRUE(cl.Kill(run).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(b) == rpc::RUNNING; }));
+  EXPECT_EQ(reason(b), "");
+  EXPECT_EQ(reason(c), "it needs 1 GPUs, 0 are free");
+}
+
 // Ended jobs are published apart from the live ones (settled): listed once
 // each, in id order among the live ones, shown with their end, and still
 // so after something about them comes in again (a late exit report).
