@@ -64,6 +64,25 @@ class Session {
     return Fail(DescribeRpcError(status, where_));
   }
 
+  // Every job `req` asks for, page after page, into `out` (in id order).
+  bool ListAll(rpc::ListJobsRequest req, rpc::ListJobsReply* out,
+               std::string* error) {
+    out->Clear();
+    for (;;) {
+      rpc::ListJobsReply page;
+      const grpc::Status st = stub_->ListJobs(Context().get(), req, &page);
+      if (!st.ok()) {
+        *error = DescribeRpcError(st, where_);
+        return false;
+      }
+      for (rpc::JobInfo& j : *page.mutable_jobs()) {
+        *out->add_jobs() = std::move(j);
+      }
+      if (page.next_after_id() == 0) return true;
+      req.set_after_id(page.next_after_id());
+    }
+  }
+
   // The id a user's JOB argument names: a number, or a job's name (unique
   // among live jobs, else among all).
   bool ResolveJob(const std::string& arg, int64_t* id, std::string* error) {
@@ -77,20 +96,20 @@ class Session {
       *id = n;
       return true;
     }
-    if (!listed_.has_value()) {
-      // Once per session: a command naming several jobs lists them once.
-      rpc::ListJobsRequest req;
-      req.set_all(true);
-      rpc::ListJobsReply reply;
-      const grpc::Status st = stub_->ListJobs(Context().get(), req, &reply);
-      if (!st.ok()) {
-        *error = DescribeRpcError(st, where_);
-        return false;
+    // The jobs of that name (the name quoted: a pattern matches itself
+    // only).
+    rpc::ListJobsRequest req;
+    req.set_all(true);
+    for (char c : arg) {
+      if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') {
+        req.mutable_name()->push_back('\\');
       }
-      listed_ = std::move(reply);
+      req.mutable_name()->push_back(c);
     }
+    rpc::ListJobsReply named;
+    if (!ListAll(req, &named, error)) return false;
     std::vector<const rpc::JobInfo*> live, all;
-    for (const auto& j : listed_->jobs()) {
+    for (const auto& j : named.jobs()) {
       if (j.spec().name() != arg) continue;
       all.push_back(&j);
       if (!IsEnded(j.state())) live.push_back(&j);
@@ -132,7 +151,6 @@ class Session {
   std::string command_;
   SchedulerAddress where_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
-  std::optional<rpc::ListJobsReply> listed_;  // every job, for ResolveJob
 };
 
 // ------------------------------------------------------------------ submit
@@ -260,19 +278,13 @@ int RunLs(const LsFlags& f) {
     filter.states = std::move(*states);
   }
   Session s("ls", f.conn);
+  // The daemon filters (an end state asked for includes the ended jobs).
   rpc::ListJobsRequest req;
-  // A state asked for that is an end state needs the ended jobs too.
-  req.set_all(f.all || (!filter.states.empty() && filter.MayHaveEnded()));
+  req.set_all(f.all);
+  filter.ToRequest(&req);
   rpc::ListJobsReply reply;
-  const grpc::Status st = s.stub().ListJobs(Context().get(), req, &reply);
-  if (!st.ok()) return s.Fail(st);
-  if (!filter.empty()) {
-    rpc::ListJobsReply kept;
-    for (const rpc::JobInfo& j : reply.jobs()) {
-      if (filter.Matches(j)) *kept.add_jobs() = j;
-    }
-    reply = std::move(kept);
-  }
+  std::string error;
+  if (!s.ListAll(req, &reply, &error)) return s.Fail(error);
   if (f.json) {
     std::printf("%s\n", ToJson(reply).c_str());
     return 0;
@@ -603,43 +615,57 @@ struct ActFlags {
   std::vector<std::string> jobs;
 };
 
-// Acts on one job of the command line: 0, or 1 with the reason printed.
-int ActOn(Act act, Session& s, const std::string& job) {
-  int64_t id = 0;
-  std::string error;
-  if (!s.ResolveJob(job, &id, &error)) return s.Fail(error);
-  rpc::Empty reply;
-  grpc::Status st;
-  if (act == Act::kKill) {
-    rpc::KillRequest req;
-    req.set_job_id(id);
-    const char* user = std::getenv("USER");
-    req.set_reason(std::string("gandiva kill by ") +
-                   (user != nullptr ? user : "a user"));
-    st = s.stub().Kill(Context().get(), req, &reply);
-  } else {
-    rpc::JobIdRequest req;
-    req.set_job_id(id);
-    st = act == Act::kSuspend ? s.stub().Suspend(Context().get(), req, &reply)
-                              : s.stub().Resume(Context().get(), req, &reply);
-  }
-  if (!st.ok()) return s.Fail(s.JobError(id, st));
-  const char* done = act == Act::kKill      ? "killed"
-                     : act == Act::kSuspend ? "suspended"
-                                            : "resumed";
-  std::printf("job %lld %s\n", static_cast<long long>(id), done);
-  return 0;
-}
-
-// Each job in turn: one that cannot be acted on is reported and the others
-// are still acted on; 1 if any could not be.
+// Every job of the command line: one that cannot be acted on is reported
+// and the others are still acted on (in requests of up to
+// kMaxJobsPerRequest jobs); 1 if any could not be.
 int RunAct(Act act, const ActFlags& f) {
   const char* name = act == Act::kKill      ? "kill"
                      : act == Act::kSuspend ? "suspend"
                                             : "resume";
+  const char* done = act == Act::kKill      ? "killed"
+                     : act == Act::kSuspend ? "suspended"
+                                            : "resumed";
   Session s(name, f.conn);
   int status = 0;
-  for (const std::string& job : f.jobs) status |= ActOn(act, s, job);
+  std::vector<int64_t> ids;
+  for (const std::string& job : f.jobs) {
+    int64_t id = 0;
+    std::string error;
+    if (s.ResolveJob(job, &id, &error)) {
+      ids.push_back(id);
+    } else {
+      status = s.Fail(error);
+    }
+  }
+  rpc::JobsRequest req;
+  if (act == Act::kKill) {
+    const char* user = std::getenv("USER");
+    req.set_reason(std::string("gandiva kill by ") +
+                   (user != nullptr ? user : "a user"));
+  }
+  for (size_t at = 0; at < ids.size();
+       at += static_cast<size_t>(runtime::kMaxJobsPerRequest)) {
+    const size_t end = std::min(
+        ids.size(), at + static_cast<size_t>(runtime::kMaxJobsPerRequest));
+    req.clear_job_ids();
+    for (size_t i = at; i < end; ++i) req.add_job_ids(ids[i]);
+    rpc::JobsReply reply;
+    auto ctx = Context(std::chrono::seconds(60));
+    const grpc::Status st =
+        act == Act::kKill      ? s.stub().KillJobs(ctx.get(), req, &reply)
+        : act == Act::kSuspend ? s.stub().SuspendJobs(ctx.get(), req, &reply)
+                               : s.stub().ResumeJobs(ctx.get(), req, &reply);
+    if (!st.ok()) return s.Fail(st);
+    for (const rpc::JobOutcome& o : reply.outcomes()) {
+      if (o.code() == 0) {
+        std::printf("job %lld %s\n", static_cast<long long>(o.job_id()), done);
+      } else {
+        status = s.Fail(s.JobError(
+            o.job_id(),
+            grpc::Status(static_cast<grpc::StatusCode>(o.code()), o.error())));
+      }
+    }
+  }
   return status;
 }
 
@@ -1058,8 +1084,8 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     CLI::App* sub = app.add_subcommand(d.name, d.help);
     sub->add_option("job", f->jobs,
                     "Job ids or names (e.g. $(gandiva ls -q --name "
-                    "'search-*')); each in turn, the others still acted on "
-                    "when one cannot be")
+                    "'search-*')); all in one request, the others still "
+                    "acted on when one cannot be")
         ->required();
     AddConnectionFlags(sub, &f->conn);
     const Act act = d.act;

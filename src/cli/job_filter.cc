@@ -1,7 +1,5 @@
 #include "cli/job_filter.h"
 
-#include <fnmatch.h>
-
 #include <cctype>
 #include <span>
 #include <sstream>
@@ -18,22 +16,10 @@ constexpr rpc::JobState kEnded[] = {rpc::FINISHED, rpc::FAILED, rpc::KILLED};
 
 }  // namespace
 
-bool JobFilter::MayHaveEnded() const {
-  if (states.empty()) return true;
-  for (rpc::JobState s : states) {
-    if (IsEnded(s)) return true;
-  }
-  return false;
-}
-
-bool JobFilter::Matches(const rpc::JobInfo& job) const {
-  if (!states.empty() && !states.contains(job.state())) return false;
-  if (!owner.empty() && job.spec().owner() != owner) return false;
-  if (!name.empty() &&
-      ::fnmatch(name.c_str(), job.spec().name().c_str(), 0) != 0) {
-    return false;
-  }
-  return true;
+void JobFilter::ToRequest(rpc::ListJobsRequest* req) const {
+  for (rpc::JobState st : states) req->add_states(st);
+  req->set_owner(owner);
+  req->set_name(name);
 }
 
 core::StatusOr<std::set<rpc::JobState>> ParseStates(const std::string& list) {

@@ -1,6 +1,5 @@
-// Which jobs `gandiva ls` lists (--state, --owner, --name) and which
-// `kill`, `suspend` and `resume` act on (--name): pure functions of a job's
-// info, thread-safe.
+// Which jobs `gandiva ls` lists (--state, --owner, --name), as a ListJobs
+// request, which the daemon answers with the jobs that match.
 #pragma once
 
 #include <set>
@@ -19,10 +18,8 @@ struct JobFilter {
   std::string name;
 
   bool empty() const { return states.empty() && owner.empty() && name.empty(); }
-  // True when the jobs asked for may have ended (a state given is an end
-  // state, or no state is given): ListJobs must include ended jobs.
-  bool MayHaveEnded() const;
-  bool Matches(const rpc::JobInfo& job) const;
+  // Its conditions into `req` (ListJobsRequest's states, owner and name).
+  void ToRequest(rpc::ListJobsRequest* req) const;
 };
 
 // The states of a comma-separated list of names ("running,queued"; case

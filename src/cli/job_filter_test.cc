@@ -1,19 +1,11 @@
-// `gandiva ls` filters: states by name and group, owners, name patterns.
+// `gandiva ls` filters: states by name and group, into a ListJobs request
+// (the daemon matches them: DaemonTest.ListJobsFiltersAndPages).
 #include "cli/job_filter.h"
 
 #include <gtest/gtest.h>
 
 namespace gandiva::cli {
 namespace {
-
-rpc::JobInfo Job(const std::string& name, const std::string& owner,
-                 rpc::JobState state) {
-  rpc::JobInfo j;
-  j.mutable_spec()->set_name(name);
-  j.mutable_spec()->set_owner(owner);
-  j.set_state(state);
-  return j;
-}
 
 TEST(JobFilterTest, StatesByNameAndGroup) {
   auto s = ParseStates("Running,queued");
@@ -36,31 +28,23 @@ TEST(JobFilterTest, StatesByNameAndGroup) {
   EXPECT_FALSE(ParseStates(",").ok());
 }
 
-TEST(JobFilterTest, EveryConditionGivenMustHold) {
-  const rpc::JobInfo a = Job("search-1", "alice", rpc::RUNNING);
-  const rpc::JobInfo b = Job("search-12", "bob", rpc::FINISHED);
-  const rpc::JobInfo c = Job("cnn", "alice", rpc::QUEUED);
+TEST(JobFilterTest, GoesIntoTheListJobsRequest) {
   JobFilter f;
   EXPECT_TRUE(f.empty());
-  EXPECT_TRUE(f.Matches(a) && f.Matches(b) && f.Matches(c));
-  EXPECT_TRUE(f.MayHaveEnded());
-  f.name = "search-*";
-  EXPECT_TRUE(f.Matches(a));
-  EXPECT_TRUE(f.Matches(b));
-  EXPECT_FALSE(f.Matches(c));
-  f.name = "search-?";  // the whole name matches
-  EXPECT_TRUE(f.Matches(a));
-  EXPECT_FALSE(f.Matches(b));
-  f.name.clear();
+  rpc::ListJobsRequest req;
+  f.ToRequest(&req);
+  EXPECT_EQ(req.states_size(), 0);
+  EXPECT_EQ(req.owner(), "");
+  EXPECT_EQ(req.name(), "");
+  f.states = {rpc::QUEUED, rpc::KILLED};
   f.owner = "alice";
-  EXPECT_TRUE(f.Matches(a));
-  EXPECT_FALSE(f.Matches(b));
-  f.states = {rpc::QUEUED};
-  EXPECT_FALSE(f.Matches(a));
-  EXPECT_TRUE(f.Matches(c));
-  EXPECT_FALSE(f.MayHaveEnded());
-  f.states.insert(rpc::KILLED);
-  EXPECT_TRUE(f.MayHaveEnded());
+  f.name = "search-*";
+  EXPECT_FALSE(f.empty());
+  f.ToRequest(&req);
+  EXPECT_EQ(std::set<int>(req.states().begin(), req.states().end()),
+            (std::set<int>{rpc::QUEUED, rpc::KILLED}));
+  EXPECT_EQ(req.owner(), "alice");
+  EXPECT_EQ(req.name(), "search-*");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "runtime/scheduler/scheduler_server.h"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/file.h>
@@ -750,6 +751,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     return FlushDeferred();
   }
+  // FeedTogether, with each event's outcome: the core's, or the store's
+  // error for one that could not be logged (and was not handled).
+  std::vector<core::Status> FeedEach(std::vector<core::EventBody> bodies) {
+    const size_t n = bodies.size();
+    const size_t before = deferred.size();
+    for (core::EventBody& b : bodies) {
+      deferred.push_back(Deferred{Now(), std::move(b)});
+    }
+    std::vector<core::Status> each;
+    (void)FlushDeferred(&each);
+    return std::vector<core::Status>(
+        each.begin() + static_cast<std::ptrdiff_t>(before),
+        each.begin() + static_cast<std::ptrdiff_t>(before + n));
+  }
   // Logs and handles `body` with the next event fed, or at the end of the
   // loop's pass: profile reports, which come by the thousand a second on a
   // large cluster, share their transactions (a store's commit costs the
@@ -763,9 +778,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   // Logs the deferred events together (see Store::AppendEvents), then
-  // hands them to the core in order; returns the last one's outcome. Those
-  // that cannot be logged are dropped, not handled.
-  core::Status FlushDeferred() {
+  // hands them to the core in order; returns the last one's outcome (and
+  // each one's into `each`). Those that cannot be logged are dropped, not
+  // handled.
+  core::Status FlushDeferred(std::vector<core::Status>* each = nullptr) {
     if (deferred.empty()) return core::Status::Ok();
     std::vector<Deferred> todo;
     todo.swap(deferred);
@@ -803,6 +819,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       unlogged = true;
     }
     core::Status last = error;
+    if (each != nullptr) each->assign(todo.size(), error);
     for (size_t i = 0; i < logged; ++i) {
       const core::EventBody& body = todo[i].body;
       handling_left = logged - i - 1;
@@ -814,6 +831,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
       AfterHandle(body, actions, /*live=*/true);
       if (i + 1 == todo.size()) last = s;
+      if (each != nullptr) (*each)[i] = s;
     }
     handling_left = 0;
     return last;
@@ -3178,6 +3196,45 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                                   reason.empty() ? "killed by user" : reason});
   }
 
+  // Kills (`kill`), or holds or releases (`hold`), the jobs `ids`, their
+  // requests logged in one append: each one's outcome, in order (a job
+  // named twice: the outcome of its first).
+  std::vector<core::Status> ActOnJobs(std::span<const int64_t> ids, bool kill,
+                                      bool hold, const std::string& reason) {
+    std::vector<core::Status> out(ids.size());
+    std::vector<core::EventBody> events;
+    std::vector<size_t> fed;          // the index in `ids` of each event's job
+    std::map<int64_t, size_t> first;  // by job id: its first index
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t id = ids[i];
+      if (!first.emplace(id, i).second) continue;
+      core::Status& result = out[i];
+      result = CheckLiveJob(id);
+      if (!result.ok()) continue;
+      const JobId job(static_cast<int32_t>(id));
+      if (kill) {
+        events.push_back(
+            core::KillRequest{job, reason.empty() ? "killed by user" : reason});
+      } else {
+        const core::Job& j = st().job(job);
+        if (!hold && !j.held) {
+          result = core::FailedPrecondition("job " + std::to_string(id) +
+                                            " is not suspended by an operator");
+          continue;
+        }
+        if (hold && j.held) continue;
+        History(job.value, hold ? "hold" : "release", true, 0,
+                hold ? "suspended by operator" : "resumed by operator");
+        events.push_back(core::HoldRequest{job, hold});
+      }
+      fed.push_back(i);
+    }
+    const std::vector<core::Status> handled = FeedEach(std::move(events));
+    for (size_t k = 0; k < fed.size(); ++k) out[fed[k]] = handled[k];
+    for (size_t i = 0; i < ids.size(); ++i) out[i] = out[first.at(ids[i])];
+    return out;
+  }
+
   // An operator's request for a mechanism: refused with the reason when the
   // job cannot be checkpointed or the core says it cannot be done now.
   core::Status Mechanism(const core::MechanismRequest& m,
@@ -4511,30 +4568,74 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest* req,
                         rpc::ListJobsReply* rep) override {
+    for (int k = 0; k < req->states_size(); ++k) {
+      if (!rpc::JobState_IsValid(req->states(k))) {
+        return {grpc::StatusCode::INVALID_ARGUMENT,
+                "field 'states': " + std::to_string(req->states(k)) +
+                    " is not a job state"};
+      }
+    }
+    if (req->max_jobs() < 0 || req->max_jobs() > kMaxJobsPerPage) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "field 'max_jobs': " + std::to_string(req->max_jobs()) +
+                  " is not between 0 and " + std::to_string(kMaxJobsPerPage)};
+    }
+    const std::set<int> states(req->states().begin(), req->states().end());
+    bool ended_too = req->all();
+    for (int state : states) {
+      ended_too = ended_too || state == rpc::FINISHED || state == rpc::FAILED ||
+                  state == rpc::KILLED;
+    }
+    const int max_jobs =
+        req->max_jobs() == 0 ? kDefaultJobsPerPage : req->max_jobs();
     auto s = Snap();
     std::lock_guard lock(settled_mu);
+    size_t bytes = 0;
+    // Adds the job if it matches; false once the page is full (the job
+    // matches but is left for the next page).
     auto add = [&](const rpc::JobInfo& info) {
       const bool ended = info.state() == rpc::FINISHED ||
                          info.state() == rpc::FAILED ||
                          info.state() == rpc::KILLED;
-      if (!ended || req->all())
-        *rep->add_jobs() = WithSpec(info, s->queue.get());
+      if (ended && !ended_too) return true;
+      if (!states.empty() && !states.contains(info.state())) return true;
+      auto spec = specs.find(info.id());
+      const rpc::JobSpec& sp = spec != specs.end()
+                                   ? *spec->second
+                                   : rpc::JobSpec::default_instance();
+      if (!req->owner().empty() && sp.owner() != req->owner()) return true;
+      if (!req->name().empty() &&
+          ::fnmatch(req->name().c_str(), sp.name().c_str(), 0) != 0) {
+        return true;
+      }
+      rpc::JobInfo out = WithSpec(info, s->queue.get());
+      const size_t size = out.ByteSizeLong();
+      if (rep->jobs_size() >= max_jobs ||
+          (rep->jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+        rep->set_next_after_id(rep->jobs(rep->jobs_size() - 1).id());
+        return false;
+      }
+      bytes += size;
+      *rep->add_jobs() = std::move(out);
+      return true;
     };
-    if (!req->all()) {
-      for (const auto& [id, info] : s->jobs) add(*info);  // settled: ended
-      return grpc::Status::OK;
-    }
-    // Both in id order; a job in both is the snapshot's.
-    auto a = s->jobs.begin();
-    auto b = settled_jobs.begin();
+    // The snapshot's jobs and the settled ones, both in id order from
+    // after_id; a job in both is the snapshot's.
+    auto a = std::upper_bound(
+        s->jobs.begin(), s->jobs.end(), req->after_id(),
+        [](int64_t key, const auto& entry) { return key < entry.first; });
+    auto b = ended_too ? settled_jobs.upper_bound(req->after_id())
+                       : settled_jobs.end();
     while (a != s->jobs.end() || b != settled_jobs.end()) {
+      bool more;
       if (b == settled_jobs.end() ||
           (a != s->jobs.end() && a->first <= b->first)) {
         if (b != settled_jobs.end() && b->first == a->first) ++b;
-        add(*(a++)->second);
+        more = add(*(a++)->second);
       } else {
-        add((b++)->second);
+        more = add((b++)->second);
       }
+      if (!more) break;
     }
     return grpc::Status::OK;
   }
@@ -4597,6 +4698,42 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto r =
         Call<core::Status>([this, req] { return Hold(req->job_id(), false); });
     return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status KillJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
+                        rpc::JobsReply* rep) override {
+    return ActOnJobsRpc(*req, rep, /*kill=*/true, false);
+  }
+  grpc::Status SuspendJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
+                           rpc::JobsReply* rep) override {
+    return ActOnJobsRpc(*req, rep, /*kill=*/false, /*hold=*/true);
+  }
+  grpc::Status ResumeJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
+                          rpc::JobsReply* rep) override {
+    return ActOnJobsRpc(*req, rep, /*kill=*/false, /*hold=*/false);
+  }
+  grpc::Status ActOnJobsRpc(const rpc::JobsRequest& req, rpc::JobsReply* rep,
+                            bool kill, bool hold) {
+    if (req.job_ids_size() > kMaxJobsPerRequest) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "field 'job_ids': " + std::to_string(req.job_ids_size()) +
+                  " jobs, at most " + std::to_string(kMaxJobsPerRequest) +
+                  " a request"};
+    }
+    auto r = Call<std::vector<core::Status>>([this, &req, kill, hold] {
+      return ActOnJobs(
+          std::span<const int64_t>(req.job_ids().data(),
+                                   static_cast<size_t>(req.job_ids_size())),
+          kill, hold, req.reason());
+    });
+    if (!r) return Unavailable();
+    for (int i = 0; i < req.job_ids_size(); ++i) {
+      rpc::JobOutcome* o = rep->add_outcomes();
+      o->set_job_id(req.job_ids(i));
+      const grpc::Status g = ToGrpc((*r)[static_cast<size_t>(i)]);
+      o->set_code(static_cast<int32_t>(g.error_code()));
+      o->set_error(g.error_message());
+    }
+    return grpc::Status::OK;
   }
   grpc::Status SetPriority(grpc::ServerContext*,
                            const rpc::SetPriorityRequest* req,

@@ -595,6 +595,31 @@ class Client {
     EXPECT_TRUE(stub_->ListJobs(&ctx, r, &rep).ok());
     return {rep.jobs().begin(), rep.jobs().end()};
   }
+  // KillJobs, SuspendJobs or ResumeJobs ("kill", "suspend", "resume") of
+  // `ids`: each job's outcome as (code, error).
+  grpc::Status Act(const std::string& what, const std::vector<int64_t>& ids,
+                   std::vector<std::pair<int, std::string>>* outcomes) {
+    rpc::JobsRequest r;
+    for (int64_t id : ids) r.add_job_ids(id);
+    r.set_reason("test");
+    rpc::JobsReply rep;
+    grpc::ClientContext ctx;
+    const grpc::Status s = what == "kill" ? stub_->KillJobs(&ctx, r, &rep)
+                           : what == "suspend"
+                               ? stub_->SuspendJobs(&ctx, r, &rep)
+                               : stub_->ResumeJobs(&ctx, r, &rep);
+    outcomes->clear();
+    for (const rpc::JobOutcome& o : rep.outcomes()) {
+      EXPECT_EQ(o.job_id(), ids[outcomes->size()]);
+      outcomes->emplace_back(o.code(), o.error());
+    }
+    return s;
+  }
+  grpc::Status ListPage(const rpc::ListJobsRequest& r,
+                        rpc::ListJobsReply* rep) {
+    grpc::ClientContext ctx;
+    return stub_->ListJobs(&ctx, r, rep);
+  }
   rpc::ListServersReply Servers() {
     rpc::ListServersReply rep;
     grpc::ClientContext ctx;
@@ -2701,6 +2726,104 @@ TEST_F(DaemonTest, AQueuedJobsReasonFollowsTheJobsAheadOfIt) {
   EXPECT_EQ(reason(c), "it needs 1 GPUs, 0 are free");
 }
 
+// ListJobs filters by state (an end state brings the ended jobs without
+// `all`), owner and name pattern, and pages in id order: max_jobs, or 1 MiB
+// of jobs, whichever comes first; next_after_id says where to go on.
+TEST_F(DaemonTest, ListJobsFiltersAndPages) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  std::vector<rpc::JobSpec> specs;
+  for (int i = 0; i < 30; ++i) {
+    rpc::JobSpec spec;
+    spec.set_name(i % 3 == 0 ? "search-" + std::to_string(i) : "cnn");
+    spec.set_owner(i % 2 == 0 ? "alice" : "bob");
+    spec.set_command("python3 train.py");
+    spec.set_gpus(1);
+    specs.push_back(spec);
+  }
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(cl.SubmitJobs(specs, &ids).ok());
+  ASSERT_EQ(ids.size(), 30u);
+  ASSERT_TRUE(cl.Kill(ids[0]).ok());
+  ASSERT_TRUE(cl.Kill(ids[1]).ok());
+  // Every page of `r`, their ids in order.
+  auto ids_of = [&](rpc::ListJobsRequest r, int* pages = nullptr) {
+    std::vector<int64_t> got;
+    for (int n = 1;; ++n) {
+      rpc::ListJobsReply rep;
+      const grpc::Status st = cl.ListPage(r, &rep);
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      for (const rpc::JobInfo& j : rep.jobs()) got.push_back(j.id());
+      if (pages != nullptr) *pages = n;
+      if (!st.ok() || rep.next_after_id() == 0) return got;
+      EXPECT_EQ(rep.next_after_id(), got.back());
+      r.set_after_id(rep.next_after_id());
+    }
+  };
+  rpc::ListJobsRequest r;
+  EXPECT_EQ(ids_of(r).size(), 28u) << "live jobs only";
+  r.set_all(true);
+  int pages = 0;
+  r.set_max_jobs(7);
+  EXPECT_EQ(ids_of(r, &pages), ids);
+  EXPECT_EQ(pages, 5) << "7 + 7 + 7 + 7 + 2";
+  r.set_max_jobs(0);
+  r.set_all(false);
+  r.add_states(rpc::KILLED);
+  EXPECT_EQ(ids_of(r), (std::vector<int64_t>{ids[0], ids[1]}))
+      << "an end state brings the ended jobs";
+  r.clear_states();
+  r.set_owner("alice");
+  r.set_name("search-*");
+  std::vector<int64_t> want;
+  for (int i = 2; i < 30; ++i) {
+    if (i % 6 == 0) want.push_back(ids[static_cast<size_t>(i)]);
+  }
+  EXPECT_EQ(ids_of(r), want);
+  r.set_name("search-1?");  // the whole name: search-12 and search-18
+  EXPECT_EQ(ids_of(r), (std::vector<int64_t>{ids[12], ids[18]}));
+  r.set_name("search-\\*");  // quoted: a name with a star only
+  EXPECT_EQ(ids_of(r), std::vector<int64_t>{});
+  // A queued job's reason as GetJob gives it.
+  r = rpc::ListJobsRequest();
+  r.set_after_id(ids[4]);
+  r.set_max_jobs(1);
+  rpc::ListJobsReply one;
+  ASSERT_TRUE(cl.ListPage(r, &one).ok());
+  ASSERT_EQ(one.jobs_size(), 1);
+  EXPECT_EQ(one.jobs(0).id(), ids[5]);
+  EXPECT_EQ(one.jobs(0).spec().name(), "cnn");
+  EXPECT_EQ(one.jobs(0).waiting_reason(), cl.Get(ids[5]).waiting_reason());
+  EXPECT_FALSE(one.jobs(0).waiting_reason().empty());
+  // Large jobs: a page ends before 1 MiB.
+  std::vector<rpc::JobSpec> big(4);
+  for (rpc::JobSpec& spec : big) {
+    spec.set_name("big");
+    spec.set_command("echo " + std::string(400 << 10, 'x'));
+    spec.set_gpus(1);
+  }
+  std::vector<int64_t> big_ids;
+  ASSERT_TRUE(cl.SubmitJobs(big, &big_ids).ok());
+  r = rpc::ListJobsRequest();
+  r.set_name("big");
+  EXPECT_EQ(ids_of(r, &pages), big_ids);
+  EXPECT_EQ(pages, 2) << "two of 400 KiB a page";
+  // Bad requests name the field.
+  r = rpc::ListJobsRequest();
+  r.set_max_jobs(10001);
+  rpc::ListJobsReply rep;
+  grpc::Status st = cl.ListPage(r, &rep);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("field 'max_jobs'"), std::string::npos)
+      << st.error_message();
+  r = rpc::ListJobsRequest();
+  r.add_states(static_cast<rpc::JobState>(99));
+  st = cl.ListPage(r, &rep);
+  EXPECT_NE(st.error_message().find("field 'states': 99"), std::string::npos)
+      << st.error_message();
+}
+
 // Ended jobs are published apart from the live ones (settled): listed once
 // each, in id order among the live ones, shown with their end, and still
 // so after something about them comes in again (a late exit report).
@@ -3143,6 +3266,66 @@ TEST_F(DaemonTest, ASubmissionEtcdStoresInPartSaysWhichJobsWereSubmitted) {
   EXPECT_EQ(c.MustSubmit(1, "next"), 121);
   server_.reset();
   (*lead)->Resign();
+}
+
+// KillJobs, SuspendJobs and ResumeJobs act on every job they can, in one
+// append, and give each job's outcome in the order asked, with the reason
+// the one-job call would give: an unknown or ended job, a job named twice
+// (its first outcome), a resume of a job not suspended.
+TEST_F(DaemonTest, SeveralJobsAreKilledSuspendedAndResumedInOneRequest) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.metrics_listen = "127.0.0.1:0";
+  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  Client& c = StartDaemon(o);
+  std::vector<int64_t> ids;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    ids.push_back(c.MustSubmit(1, name));
+  }
+  using Outcomes = std::vector<std::pair<int, std::string>>;
+  const int kOk = grpc::StatusCode::OK;
+  const int kNotFound = grpc::StatusCode::NOT_FOUND;
+  const int kRefused = grpc::StatusCode::FAILED_PRECONDITION;
+  Outcomes out;
+  ASSERT_TRUE(c.Act("suspend", {ids[0], ids[1], 99, ids[0]}, &out).ok());
+  EXPECT_EQ(
+      out,
+      (Outcomes{{kOk, ""}, {kOk, ""}, {kNotFound, "no job 99"}, {kOk, ""}}));
+  EXPECT_EQ(c.Get(ids[1]).waiting_reason(),
+            "held by an operator (gandiva resume releases it)");
+  ASSERT_TRUE(c.Act("resume", {ids[0], ids[2]}, &out).ok());
+  EXPECT_EQ(out, (Outcomes{{kOk, ""},
+                           {kRefused, "job " + std::to_string(ids[2]) +
+                                          " is not suspended by an "
+                                          "operator"}}));
+  EXPECT_TRUE(HasEntry(c.Get(ids[0]), "release", true));
+
+  server_->Sync();
+  std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  const double appends = Sample(page, "gandiva_event_log_appends_total");
+  const double seq = Sample(page, "gandiva_event_log_last_seq");
+  ASSERT_TRUE(c.Act("kill", {ids[0], ids[1], ids[3], ids[3]}, &out).ok());
+  EXPECT_EQ(out, (Outcomes{{kOk, ""}, {kOk, ""}, {kOk, ""}, {kOk, ""}}));
+  server_->Sync();
+  page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
+      << page;
+  EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 3) << page;
+  for (int64_t id : {ids[0], ids[1], ids[3]}) {
+    EXPECT_EQ(c.State(id), rpc::KILLED) << id;
+  }
+  EXPECT_EQ(c.State(ids[2]), rpc::QUEUED);
+  ASSERT_TRUE(c.Act("kill", {ids[1], ids[2]}, &out).ok());
+  EXPECT_EQ(out, (Outcomes{{kRefused, "job " + std::to_string(ids[1]) +
+                                          " already ended (killed)"},
+                           {kOk, ""}}));
+  // Too many for one request: refused whole, naming the field.
+  std::vector<int64_t> many(10001, ids[2]);
+  const grpc::Status st = c.Act("kill", many, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("field 'job_ids': 10001 jobs"),
+            std::string::npos)
+      << st.error_message();
 }
 
 TEST_F(DaemonTest, AMetricsAddressInUseIsRefused) {
