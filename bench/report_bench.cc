@@ -20,6 +20,10 @@
 // --compare-row-writes, another writes the job rows whose progress alone
 // changed after every pass, not every 5 s (--progress-write-interval-s 0).
 //
+// With --ended-jobs N, N jobs are submitted and killed before the agents
+// register (a daemon that has run many jobs: the registrations' time
+// should not grow with them).
+//
 // The jobs are submitted in SubmitJobs requests of --submit-batch (1,000);
 // with --compare-submit the first half goes one Submit request each, and
 // the submission rates of both halves are printed side by side.
@@ -28,7 +32,7 @@
 //                         [--reporters R] [--seconds S]
 //                         [--stores sqlite,durable,etcd] [--compare-rebuild]
 //                         [--compare-row-writes] [--compare-submit]
-//                         [--submit-batch B]
+//                         [--submit-batch B] [--ended-jobs N]
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -97,6 +101,7 @@ struct Config {
   double seconds = 5;
   int submit_batch = 1000;
   bool compare_submit = false;
+  int ended_jobs = 0;
 };
 
 std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
@@ -116,6 +121,27 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
   if (!server.ok()) Die("daemon: " + server.status().ToString());
   auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
       (*server)->address(), grpc::InsecureChannelCredentials()));
+
+  // Jobs of the daemon's past: submitted and killed (queued: no agent yet).
+  for (int done = 0; done < c.ended_jobs;) {
+    const int n = std::min(c.ended_jobs - done, 10000);
+    rpc::SubmitJobsRequest req;
+    for (int j = 0; j < n; ++j) {
+      rpc::JobSpec* s = req.add_specs();
+      s->set_name("past");
+      s->set_command("true");
+      s->set_gpus(1);
+    }
+    rpc::SubmitJobsReply ids;
+    grpc::Status st = stub->SubmitJobs(Ctx().get(), req, &ids);
+    if (!st.ok()) Die("SubmitJobs: " + st.error_message());
+    rpc::JobsRequest kill;
+    for (int64_t id : ids.job_ids()) kill.add_job_ids(id);
+    rpc::JobsReply killed;
+    st = stub->KillJobs(Ctx().get(), kill, &killed);
+    if (!st.ok()) Die("KillJobs: " + st.error_message());
+    done += n;
+  }
 
   const auto t_register = Clock::now();
   for (int a = 0; a < c.agents; ++a) {
@@ -176,16 +202,21 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
   std::map<std::string, std::vector<int64_t>> on;
   const auto deadline = Clock::now() + std::chrono::minutes(5);
   while (true) {
-    rpc::ListJobsReply list;
-    grpc::Status s = stub->ListJobs(Ctx().get(), rpc::ListJobsRequest(), &list);
-    if (!s.ok()) Die("ListJobs: " + s.error_message());
     on.clear();
     int running = 0;
-    for (const rpc::JobInfo& j : list.jobs()) {
-      if (j.state() != rpc::RUNNING) continue;
-      ++running;
-      on[j.server()].push_back(j.id());
-    }
+    rpc::ListJobsRequest req;
+    req.add_states(rpc::RUNNING);
+    req.set_max_jobs(10000);
+    do {
+      rpc::ListJobsReply list;
+      grpc::Status s = stub->ListJobs(Ctx().get(), req, &list);
+      if (!s.ok()) Die("ListJobs: " + s.error_message());
+      for (const rpc::JobInfo& j : list.jobs()) {
+        ++running;
+        on[j.server()].push_back(j.id());
+      }
+      req.set_after_id(list.next_after_id());
+    } while (req.after_id() != 0);
     if (running == jobs) break;
     if (Clock::now() > deadline) {
       Die(std::to_string(running) + " of " + std::to_string(jobs) +
@@ -290,15 +321,20 @@ int main(int argc, char** argv) {
       c.compare_submit = true;
     } else if (!std::strcmp(argv[i], "--submit-batch")) {
       c.submit_batch = std::atoi(next());
+    } else if (!std::strcmp(argv[i], "--ended-jobs")) {
+      c.ended_jobs = std::atoi(next());
     } else {
       Die(std::string("unknown flag ") + argv[i] +
           " (flags: --agents N --gpus-per-agent G --reporters R --seconds S "
           "--stores sqlite,durable,etcd --compare-rebuild "
-          "--compare-row-writes --compare-submit --submit-batch B)");
+          "--compare-row-writes --compare-submit --submit-batch B "
+          "--ended-jobs N)");
     }
   }
-  if (c.agents < 1 || c.gpus < 1 || c.reporters < 1 || c.seconds <= 0) {
-    Die("need --agents, --gpus-per-agent, --reporters >= 1 and --seconds > 0");
+  if (c.agents < 1 || c.gpus < 1 || c.reporters < 1 || c.seconds <= 0 ||
+      c.ended_jobs < 0) {
+    Die("need --agents, --gpus-per-agent, --reporters >= 1, --seconds > 0 "
+        "and --ended-jobs >= 0");
   }
   if (c.submit_batch < 1 || c.submit_batch > runtime::kMaxJobsPerSubmit) {
     Die("--submit-batch: between 1 and " +
@@ -334,8 +370,10 @@ int main(int argc, char** argv) {
   std::printf(
       "gandiva_bench_reports: %d agents x %d GPUs, a one-GPU job on each "
       "(%d), %d reporters sending reports back to back for %.0f s each run, "
-      "every job's profile in each\n\n",
-      c.agents, c.gpus, c.agents * c.gpus, c.reporters, c.seconds);
+      "every job's profile in each; %d jobs ended before the agents "
+      "register\n\n",
+      c.agents, c.gpus, c.agents * c.gpus, c.reporters, c.seconds,
+      c.ended_jobs);
   std::printf(
       "| store | profile reports logged | reports/s | profile events "
       "logged and fed/s | report round trip median | p99 | failed | "

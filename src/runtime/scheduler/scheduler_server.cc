@@ -634,6 +634,22 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     return &it->second;
   }
+  // The records of the jobs not settled (the only ones with a process or a
+  // checkpoint anywhere), in id order: what a loop over jobs that may have
+  // them visits, rather than every job ever run. A copy, so that the loop
+  // may look jobs up (Extra) as it goes.
+  std::vector<std::pair<int32_t, JobExtra*>> UnsettledJobs() const {
+    std::vector<std::pair<int32_t, JobExtra*>> out;
+    out.reserve(unsettled.size() + unsettling.size());
+    out.insert(out.end(), unsettled.begin(), unsettled.end());
+    out.insert(out.end(), unsettling.begin(), unsettling.end());
+    std::sort(out.begin() + static_cast<std::ptrdiff_t>(unsettled.size()),
+              out.end());
+    std::inplace_merge(
+        out.begin(),
+        out.begin() + static_cast<std::ptrdiff_t>(unsettled.size()), out.end());
+    return out;
+  }
   const core::ClusterState& st() const { return sched->state(); }
   bool LiveJob(int64_t id) const {
     return id > 0 && id < (int64_t{1} << 31) &&
@@ -2623,7 +2639,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           a.name + "' keeps (the job has ended)");
       KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
     }
-    for (auto& [id, x] : extras) {
+    for (auto [id, xp] : UnsettledJobs()) {
+      JobExtra& x = *xp;
       if (!x.proc.exists || !x.proc.On(a.id) || IsEnded(id)) continue;
       auto rep = reported.find(id);
       if (rep == reported.end()) {
@@ -2666,7 +2683,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         (void)Feed(core::ActionFailed{j.in_flight_id, JobId(id), {}, detail});
       }
     }
-    for (auto& [id, x] : extras) {
+    for (auto [id, xp] : UnsettledJobs()) {
+      JobExtra& x = *xp;
       // Waiting for this agent, without processes, to go on from the
       // checkpoint it saved when the agent stopped (after the loop above:
       // a restart here makes it exist). A job spanning servers: from the
@@ -3023,7 +3041,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     reply.set_away_s(opts.agent_away_s);
     if (a.away_since_us == 0) {
       // Before it is away (calls to it then fail at once).
-      for (auto& [id, x] : extras) {
+      for (auto [id, xp] : UnsettledJobs()) {
+        JobExtra& x = *xp;
         // One being saved already (another of its agents stops too): this
         // agent waits for its part as well.
         if ((leave_saving.contains(id) && x.proc.On(a.id)) ||
