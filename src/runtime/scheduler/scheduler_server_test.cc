@@ -741,6 +741,15 @@ class DaemonTest : public ::testing::Test {
     client_ = std::make_unique<Client>(server_->address());
     return *client_;
   }
+  // A daemon with the test options and the fifo policy, and `agent`
+  // registered with it: its client.
+  Client& StartFifoDaemonWith(FakeAgent& agent) {
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    Client& c = StartDaemon(o);
+    EXPECT_TRUE(agent.Register(server_->address()).ok());
+    return c;
+  }
   // A daemon with `o` and the fifo policy, agents `a` and `b` of one GPU
   // each registered in that order, and a two-GPU job (elastic if asked)
   // running on both, rank 0 on b (StartSpanningJob): the job's id; -1,
@@ -979,11 +988,8 @@ TEST_F(DaemonTest, InvalidSpecsAreRefusedAndNotStored) {
 // queued before it, its info and history say so, and a restarted daemon
 // keeps it. Unknown and ended jobs are refused.
 TEST_F(DaemonTest, APriorityRaisedByAnOperatorPutsTheJobAheadInTheQueue) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   const int64_t a = cl.MustSubmit(1, "a");
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
   const int64_t b = cl.MustSubmit(1, "b");
@@ -1014,7 +1020,7 @@ TEST_F(DaemonTest, APriorityRaisedByAnOperatorPutsTheJobAheadInTheQueue) {
       << s.error_message();
 
   server_.reset();
-  Client& again = StartDaemon(o);
+  Client& again = StartDaemon(Options());  // the database keeps fifo
   EXPECT_EQ(again.Get(c).priority(), 5);
   EXPECT_EQ(again.Get(b).priority(), 0);
 }
@@ -1229,11 +1235,8 @@ TEST_F(DaemonTest, AJobsProgressAloneIsWrittenAtMostEveryInterval) {
 // same job (a resize within the server left with 76, its report late) does
 // not end the job; the new process's own exit does.
 TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
   agent.SupersededExit(j, 76);
@@ -1248,11 +1251,8 @@ TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
 // ignore was counted by a daemon that died since: the flag alone keeps it
 // from ending the job.
 TEST_F(DaemonTest, AnExitMarkedKilledDoesNotEndARunningJob) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
   agent.KilledExit(j, -15);
@@ -2653,11 +2653,8 @@ TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
 // A queued job says why it waits: larger than the open servers, not
 // enough free GPUs with the jobs ahead of it, held by an operator.
 TEST_F(DaemonTest, AQueuedJobSaysWhyItWaits) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node-a", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   const int64_t one = cl.MustSubmit(1, "one");
   const int64_t big = cl.MustSubmit(4, "big");
   const int64_t two = cl.MustSubmit(2, "two");
@@ -2685,11 +2682,8 @@ TEST_F(DaemonTest, AQueuedJobSaysWhyItWaits) {
 // reason is composed from the queue as published), the same in ListJobs as
 // in GetJob; and the free GPUs as they change.
 TEST_F(DaemonTest, AQueuedJobsReasonFollowsTheJobsAheadOfIt) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node-a", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   const int64_t run = cl.MustSubmit(1, "run");
   ASSERT_TRUE(WaitFor([&] { return cl.State(run) == rpc::RUNNING; }));
   const int64_t a = cl.MustSubmit(1, "a");
@@ -2828,11 +2822,8 @@ TEST_F(DaemonTest, ListJobsFiltersAndPages) {
 // each, in id order among the live ones, shown with their end, and still
 // so after something about them comes in again (a late exit report).
 TEST_F(DaemonTest, EndedJobsAreListedOnceInOrderAmongTheLiveOnes) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node-a", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   const int64_t a = cl.MustSubmit(1, "a");
   const int64_t b = cl.MustSubmit(1, "b");
   ASSERT_TRUE(WaitFor([&] { return agent.procs().size() == 2; }));
@@ -3375,11 +3366,8 @@ TEST_F(DaemonTest, ASecondDaemonOnTheSameDatabaseIsRefused) {
 // A packed pair cannot move: a drain unpacks it, and the next drain moves
 // both jobs off.
 TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent a("node-a", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
+  Client& cl = StartFifoDaemonWith(a);
   std::vector<int64_t> jobs;
   for (int i = 0; i < 2; ++i) {
     rpc::JobSpec spec;
