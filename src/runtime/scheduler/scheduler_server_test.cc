@@ -2989,6 +2989,14 @@ double Sample(const std::string& page, const std::string& series) {
   return -1;
 }
 
+// `o` for counting the event log's appends from the metrics: served on a
+// port, with no Tick logged meanwhile.
+SchedulerOptions CountingAppends(SchedulerOptions o) {
+  o.metrics_listen = "127.0.0.1:0";
+  o.tick_ms = 600'000;
+  return o;
+}
+
 TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
   SchedulerOptions o = Options();
   o.metrics_listen = "127.0.0.1:0";
@@ -3057,11 +3065,9 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
 // are logged in one append, in the order they came, before the core gets
 // them.
 TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
-  SchedulerOptions o = Options();
+  SchedulerOptions o = CountingAppends(Options());
   o.policy = "fifo";
-  o.metrics_listen = "127.0.0.1:0";
   o.profile_interval_s = 0;
-  o.tick_ms = 600'000;  // no Tick to log meanwhile
   Client& c = StartDaemon(o);
   FakeAgent agent("node", 4, Mode::kOk);
   ASSERT_TRUE(agent.Register(server_->address()).ok());
@@ -3115,10 +3121,8 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
 // that is refused submits none of them, and says which spec; a daemon
 // started again has them all.
 TEST_F(DaemonTest, JobsSubmittedTogetherArriveInOrderInOneAppend) {
-  SchedulerOptions o = Options();
+  SchedulerOptions o = CountingAppends(Options());
   o.policy = "fifo";
-  o.metrics_listen = "127.0.0.1:0";
-  o.tick_ms = 600'000;  // no Tick to log meanwhile
   Client& c = StartDaemon(o);
   auto spec = [](const std::string& name, int gpus) {
     rpc::JobSpec s;
@@ -3187,9 +3191,7 @@ TEST_F(DaemonTest, JobsSubmittedTogetherArriveInOrderInOneAppend) {
 // A restarted daemon cordons the servers whose agents it awaits in one
 // append to the log, not one each.
 TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
-  SchedulerOptions o = Options();
-  o.metrics_listen = "127.0.0.1:0";
-  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  SchedulerOptions o = CountingAppends(Options());
   StartDaemon(o);
   std::vector<std::unique_ptr<FakeAgent>> agents;
   for (int i = 0; i < 3; ++i) {
@@ -3264,10 +3266,8 @@ TEST_F(DaemonTest, ASubmissionEtcdStoresInPartSaysWhichJobsWereSubmitted) {
 // the one-job call would give: an unknown or ended job, a job named twice
 // (its first outcome), a resume of a job not suspended.
 TEST_F(DaemonTest, SeveralJobsAreKilledSuspendedAndResumedInOneRequest) {
-  SchedulerOptions o = Options();
+  SchedulerOptions o = CountingAppends(Options());
   o.policy = "fifo";
-  o.metrics_listen = "127.0.0.1:0";
-  o.tick_ms = 600'000;  // no Tick to log meanwhile
   Client& c = StartDaemon(o);
   std::vector<int64_t> ids;
   for (const char* name : {"a", "b", "c", "d"}) {
