@@ -334,6 +334,7 @@ Status Scheduler::Apply(const Event& event) {
               state_.jobs_.resize(static_cast<size_t>(e.id.value) + 1);
             }
             Job& job = state_.jobs_[e.id.value];
+            if (state_.touched_ != nullptr) state_.touched_->push_back(e.id);
             job = Job{};
             job.id = e.id;
             job.spec = e.spec;

@@ -62,6 +62,18 @@ class Scheduler {
 
   const ClusterState& state() const { return state_; }
 
+  // From now on, notes every job that handling an event may change (with
+  // repeats, in no particular order), for a caller that keeps something
+  // per job up to date: it then looks again at those only. TakeChangedJobs
+  // hands them over and starts afresh. Off by default (the simulator needs
+  // none of it); a Restore keeps it on.
+  void TrackChangedJobs() { state_.touched_ = &changed_; }
+  std::vector<JobId> TakeChangedJobs() {
+    std::vector<JobId> out;
+    out.swap(changed_);
+    return out;
+  }
+
   // The whole state (cluster, jobs, queues, counters and the policy's own
   // state) as bytes. A scheduler built with the same policy and options
   // that Restores them takes the same actions for the same events as this
@@ -103,6 +115,7 @@ class Scheduler {
   std::unique_ptr<Policy> policy_;
   SchedulerOptions options_;
   ClusterState state_;
+  std::vector<JobId> changed_;  // TrackChangedJobs
   int64_t next_action_ = 1;
 };
 

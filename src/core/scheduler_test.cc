@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/policies/fifo.h"
 #include "core/policies/registry.h"
 #include "core/test_util.h"
@@ -80,6 +82,38 @@ TEST(SchedulerTest, KillOfAQueuedJobFreesNothingAndEndsIt) {
   h.Send(KillRequest{a, "user"});
   EXPECT_EQ(h.job(a).state, JobState::kKilled);
   EXPECT_TRUE(h.state().queue().empty());
+}
+
+// With TrackChangedJobs the scheduler notes every job an event may change:
+// an arrival, the jobs the policy starts, a kill; not the jobs an event
+// leaves alone; every job after a Restore. Off by default.
+TEST(SchedulerTest, TracksTheJobsItChangesWhenAsked) {
+  auto sorted_unique = [](std::vector<JobId> v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  };
+  Harness h(std::make_unique<FifoPolicy>(), 1);  // 4 GPUs
+  const JobId a = h.Submit(4);
+  EXPECT_TRUE(h.scheduler().TakeChangedJobs().empty()) << "off by default";
+  h.scheduler().TrackChangedJobs();
+  const JobId b = h.Submit(1);  // queued behind a
+  EXPECT_EQ(sorted_unique(h.scheduler().TakeChangedJobs()),
+            std::vector<JobId>{b});
+  h.Complete(a);  // a's start completes
+  EXPECT_EQ(sorted_unique(h.scheduler().TakeChangedJobs()),
+            std::vector<JobId>{a});
+  h.Send(KillRequest{a, "user"});  // b starts on a's GPUs
+  EXPECT_EQ(sorted_unique(h.scheduler().TakeChangedJobs()),
+            (std::vector<JobId>{a, b}));
+  h.Send(Tick{});
+  EXPECT_TRUE(h.scheduler().TakeChangedJobs().empty());
+
+  Scheduler restored(std::make_unique<FifoPolicy>());
+  restored.TrackChangedJobs();
+  ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
+  EXPECT_EQ(sorted_unique(restored.TakeChangedJobs()),
+            (std::vector<JobId>{a, b}));
 }
 
 // A failed start puts the job back in line only after a wait, doubling

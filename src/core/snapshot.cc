@@ -311,7 +311,14 @@ Status Scheduler::Restore(std::string_view bytes) {
   SnapshotReader pr(policy_state);
   policy_->LoadState(pr);
   GANDIVA_RETURN_IF_ERROR(pr.Finish("snapshot of policy '" + policy + "'"));
+  std::vector<JobId>* const touched = state_.touched_;
   state_ = std::move(st);
+  state_.touched_ = touched;
+  if (touched != nullptr) {
+    for (const Job& j : state_.jobs_) {
+      if (j.id.valid()) touched->push_back(j.id);
+    }
+  }
   next_action_ = next_action;
   return Status::Ok();
 }

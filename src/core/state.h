@@ -90,7 +90,10 @@ class ClusterState {
   friend class Scheduler;
   friend class Actions;
 
-  Job& mutable_job(JobId id) { return jobs_[id.value]; }
+  Job& mutable_job(JobId id) {
+    if (touched_ != nullptr) touched_->push_back(id);
+    return jobs_[id.value];
+  }
   static JobOrder QueueKey(const Job& j) {
     return {-j.spec.priority, j.submitted, j.id};
   }
@@ -112,6 +115,9 @@ class ClusterState {
   bool start_retries_released_ = false;
   int64_t placed_ = 0;
   Counters counters_;
+  // Where every job taken to be changed (mutable_job) is noted, if
+  // anywhere (Scheduler::TrackChangedJobs); not part of the state.
+  std::vector<JobId>* touched_ = nullptr;
 };
 
 inline void ClusterState::Enqueue(const Job& j) {

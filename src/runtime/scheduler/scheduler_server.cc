@@ -269,6 +269,14 @@ struct JobExtra {
   // reuses it while that hash is the same.
   std::shared_ptr<const rpc::JobInfo> published;
   uint64_t published_inputs = 0;
+  // Something its info is built from may have changed since the last
+  // publication: the loop looked it up (Extra), the core changed the job
+  // (Scheduler::TrackChangedJobs), or a loop over the jobs acted on it.
+  // Publishing looks again only at these, and at the volatile ones: those
+  // whose info depends on the clock (PublishInputs 0, or waiting to try a
+  // start again).
+  bool dirty = true;
+  bool volatile_info = false;
 };
 
 struct AgentConn {
@@ -632,6 +640,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       it->second.settled = false;
       unsettling.emplace_back(job, &it->second);
     }
+    it->second.dirty = true;
     return &it->second;
   }
   // The records of the jobs not settled (the only ones with a process or a
@@ -843,6 +852,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       std::vector<core::Action> actions;
       core::Status s = sched->Handle(
           core::Event{core::Time::FromMicros(todo[i].time_us), body}, actions);
+      for (JobId changed : sched->TakeChangedJobs()) (void)Extra(changed.value);
       if (!s.ok())
         Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
       AfterHandle(body, actions, /*live=*/true);
@@ -879,6 +889,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
       for (auto& [id, x] : extras) {
         if (!x.proc.On(down->id)) continue;
+        x.dirty = true;
         if (x.proc.gang() && x.proc.checkpoint && !x.proc.exists &&
             x.proc.server != down->id) {
           // A gang waiting, without processes, for the agent of a part
@@ -2642,6 +2653,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (auto [id, xp] : UnsettledJobs()) {
       JobExtra& x = *xp;
       if (!x.proc.exists || !x.proc.On(a.id) || IsEnded(id)) continue;
+      x.dirty = true;
       auto rep = reported.find(id);
       if (rep == reported.end()) {
         // A start sent in this daemon's life may not have reached the
@@ -2695,6 +2707,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           !(gang ? x.proc.On(a.id) : x.proc.server == a.id)) {
         continue;
       }
+      x.dirty = true;
       const core::Job& j = st().job(JobId(id));
       const bool runs = j.state == JobState::kRunning && !j.busy();
       if (x.proc.server == a.id && !a.held.contains(id)) {
@@ -3043,6 +3056,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       // Before it is away (calls to it then fail at once).
       for (auto [id, xp] : UnsettledJobs()) {
         JobExtra& x = *xp;
+        if (x.proc.On(a.id)) x.dirty = true;
         // One being saved already (another of its agents stops too): this
         // agent waits for its part as well.
         if ((leave_saving.contains(id) && x.proc.On(a.id)) ||
@@ -3816,8 +3830,27 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (size_t i = 0; i < unsettled.size(); ++i) {
       const int32_t id = unsettled[i].first;
       JobExtra& x = *unsettled[i].second;
+      if (!x.dirty && !x.volatile_info && x.published != nullptr &&
+          opts.reuse_unchanged_job_info) {
+        // Nothing it is built from changed since it was published.
+        if (opts.verify_reused_job_info) {
+          if (PublishInputs(id, x) != x.published_inputs) {
+            Warn("job " + std::to_string(id) +
+                 ": its info's inputs changed, but it was not marked dirty");
+            std::abort();
+          }
+          VerifyReused(id, x);
+        }
+        next->jobs.emplace_back(id, x.published);
+        unsettled[kept++] = unsettled[i];
+        continue;
+      }
+      x.dirty = false;
       const uint64_t inputs =
           opts.reuse_unchanged_job_info ? PublishInputs(id, x) : 0;
+      x.volatile_info =
+          inputs == 0 || (st().has_job(JobId(id)) &&
+                          st().job(JobId(id)).awaits_start_retry(st().now()));
       if (inputs != 0 && x.published != nullptr &&
           inputs == x.published_inputs) {
         // Unchanged, and so is its row.
@@ -4433,6 +4466,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         },
         compacted_seq));
     events_since_compaction = replayed;
+    // Every job is dirty (new records): from here on the core says which
+    // it changes.
+    sched->TrackChangedJobs();
     if (replayed > 0 || compacted_seq > 0) {
       Warn("recovered from " + StoreName() + ": " +
            (compacted_seq > 0 ? "a snapshot of events 1-" +
