@@ -116,6 +116,26 @@ TEST(SchedulerTest, TracksTheJobsItChangesWhenAsked) {
             (std::vector<JobId>{a, b}));
 }
 
+// The queue's version changes with the queue (an arrival, a start, a
+// kill of a queued job) and only then; a Restore changes it too.
+TEST(SchedulerTest, TheQueuesVersionChangesWithTheQueue) {
+  Harness h(std::make_unique<FifoPolicy>(), 1);  // 4 GPUs
+  const JobId a = h.Submit(4);                   // queued, then started at once
+  uint64_t v = h.state().queue_version();
+  const JobId b = h.Submit(1);  // waits behind a
+  EXPECT_NE(h.state().queue_version(), v);
+  v = h.state().queue_version();
+  h.Complete(a);
+  h.Send(Tick{});
+  EXPECT_EQ(h.state().queue_version(), v) << "the queue did not change";
+  h.Send(KillRequest{b, "user"});
+  EXPECT_NE(h.state().queue_version(), v);
+  v = h.state().queue_version();
+  Scheduler restored(std::make_unique<FifoPolicy>());
+  ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
+  EXPECT_NE(restored.state().queue_version(), 0u);
+}
+
 // A failed start puts the job back in line only after a wait, doubling
 // with each failure in a row; a start that succeeds clears the count.
 TEST(SchedulerTest, AFailedStartIsTriedAgainAfterAWaitThatDoubles) {

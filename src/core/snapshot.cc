@@ -312,6 +312,7 @@ Status Scheduler::Restore(std::string_view bytes) {
   policy_->LoadState(pr);
   GANDIVA_RETURN_IF_ERROR(pr.Finish("snapshot of policy '" + policy + "'"));
   std::vector<JobId>* const touched = state_.touched_;
+  st.queue_version_ = state_.queue_version_ + 1;
   state_ = std::move(st);
   state_.touched_ = touched;
   if (touched != nullptr) {

@@ -66,6 +66,10 @@ class ClusterState {
 
   // Queued jobs, priority first, then submission order.
   const std::set<JobOrder>& queue() const { return queue_; }
+  // Changes whenever the queue does (never the same for two different
+  // queues of one scheduler): a caller that derives something from the
+  // queue's order redoes it only then.
+  uint64_t queue_version() const { return queue_version_; }
   // The queue split by GPU count: entry k holds the jobs asking for 2^k GPUs.
   const std::array<std::set<JobOrder>, kMaxLog2Gpus>& queue_by_size() const {
     return queue_by_size_;
@@ -115,18 +119,21 @@ class ClusterState {
   bool start_retries_released_ = false;
   int64_t placed_ = 0;
   Counters counters_;
+  uint64_t queue_version_ = 0;
   // Where every job taken to be changed (mutable_job) is noted, if
   // anywhere (Scheduler::TrackChangedJobs); not part of the state.
   std::vector<JobId>* touched_ = nullptr;
 };
 
 inline void ClusterState::Enqueue(const Job& j) {
+  ++queue_version_;
   queue_.insert(QueueKey(j));
   queue_by_size_[std::countr_zero(static_cast<unsigned>(j.spec.gpus))].insert(
       QueueKey(j));
 }
 
 inline bool ClusterState::Dequeue(const Job& j) {
+  ++queue_version_;
   queue_by_size_[std::countr_zero(static_cast<unsigned>(j.spec.gpus))].erase(
       QueueKey(j));
   const bool retrying = start_retries_.erase({j.start_retry_at, j.id}) > 0;

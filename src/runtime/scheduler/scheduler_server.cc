@@ -343,14 +343,19 @@ enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 // job at the head of a queue of 10,000 would otherwise build every other
 // one's info again).
 struct QueueView {
-  // By job id - first: the jobs ahead of it in the queue (-1: not in the
-  // queue).
-  int32_t first = 0;
-  std::vector<int32_t> ahead;
+  // The queue's order: by job id - first, the jobs ahead of it (-1: not in
+  // the queue). Shared by the snapshots while the queue stays the same.
+  struct Order {
+    uint64_t version = 0;  // core::ClusterState::queue_version
+    int32_t first = 0;
+    std::vector<int32_t> ahead;
+  };
+  std::shared_ptr<const Order> order;
   int Ahead(int64_t id) const {
-    const int64_t k = id - first;
-    return k >= 0 && static_cast<uint64_t>(k) < ahead.size()
-               ? ahead[static_cast<size_t>(k)]
+    if (order == nullptr) return -1;
+    const int64_t k = id - order->first;
+    return k >= 0 && static_cast<uint64_t>(k) < order->ahead.size()
+               ? order->ahead[static_cast<size_t>(k)]
                : -1;
   }
   int open_gpus = 0;  // on servers up and not cordoned
@@ -476,6 +481,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // pointers hold); and those that became so since the last publication,
   // which merges them in.
   std::vector<std::pair<int32_t, JobExtra*>> unsettled;
+  // The queue's order as last published (ViewQueue): built again only when
+  // the core's queue changed.
+  std::shared_ptr<const QueueView::Order> queue_order;
   std::vector<std::pair<int32_t, JobExtra*>> unsettling;
   // Answers to Call()s, given once what they did is published.
   std::vector<std::function<void()>> answers;
@@ -3462,22 +3470,29 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return r;
   }
 
-  QueueView ViewQueue() const {
+  QueueView ViewQueue() {
     QueueView v;
     const auto& queued = st().queue();
-    if (!queued.empty()) {
-      int32_t lo = queued.begin()->id.value, hi = lo;
-      for (const core::JobOrder& o : queued) {
-        lo = std::min(lo, o.id.value);
-        hi = std::max(hi, o.id.value);
+    if (queue_order == nullptr ||
+        queue_order->version != st().queue_version()) {
+      auto order = std::make_shared<QueueView::Order>();
+      order->version = st().queue_version();
+      if (!queued.empty()) {
+        int32_t lo = queued.begin()->id.value, hi = lo;
+        for (const core::JobOrder& o : queued) {
+          lo = std::min(lo, o.id.value);
+          hi = std::max(hi, o.id.value);
+        }
+        order->first = lo;
+        order->ahead.assign(static_cast<size_t>(hi - lo) + 1, -1);
+        int32_t k = 0;
+        for (const core::JobOrder& o : queued) {
+          order->ahead[static_cast<size_t>(o.id.value - lo)] = k++;
+        }
       }
-      v.first = lo;
-      v.ahead.assign(static_cast<size_t>(hi - lo) + 1, -1);
-      int32_t k = 0;
-      for (const core::JobOrder& o : queued) {
-        v.ahead[static_cast<size_t>(o.id.value - lo)] = k++;
-      }
+      queue_order = std::move(order);
     }
+    v.order = queue_order;
     for (const core::Server& s : st().cluster().servers()) {
       if (!s.up || s.cordoned) continue;
       v.open_gpus += s.spec.gpus;
