@@ -58,6 +58,18 @@ Stats Summarise(std::vector<double> ms) {
   std::exit(1);
 }
 
+// The round trip (ms) of `call`, a gRPC call that returns its status; dies
+// naming `what` if it failed.
+template <typename Call>
+double RoundTripMs(const char* what, Call call) {
+  const auto t0 = Clock::now();
+  const grpc::Status st = call();
+  const double ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  if (!st.ok()) Die(std::string(what) + ": " + st.error_message());
+  return ms;
+}
+
 std::chrono::milliseconds sup_grace{0};
 
 void CycleJob(runtime::Supervisor& sup, int64_t id, const std::string& label,
@@ -205,12 +217,7 @@ int main(int argc, char** argv) {
     req.set_job_id(id);
     rpc::Empty done;
     grpc::ClientContext ctx;
-    const auto t0 = Clock::now();
-    const grpc::Status st = to->Kill(&ctx, req, &done);
-    const double ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (!st.ok()) Die("Kill: " + st.error_message());
-    return ms;
+    return RoundTripMs("Kill", [&] { return to->Kill(&ctx, req, &done); });
   };
   // Submits a job and kills it unless `keep`; returns the Submit's round
   // trip (ms).
@@ -221,11 +228,8 @@ int main(int argc, char** argv) {
     sub.mutable_spec()->set_gpus(1);
     rpc::SubmitReply id;
     grpc::ClientContext ctx;
-    const auto t0 = Clock::now();
-    grpc::Status st = to->Submit(&ctx, sub, &id);
     const double ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (!st.ok()) Die("Submit: " + st.error_message());
+        RoundTripMs("Submit", [&] { return to->Submit(&ctx, sub, &id); });
     if (keep) {
       (to == stub.get() ? kept_ids : full_kept_ids).push_back(id.job_id());
     } else {
@@ -300,12 +304,8 @@ int main(int argc, char** argv) {
       req.set_priority(0);
       rpc::SetPriorityReply rep;
       grpc::ClientContext ctx;
-      const auto t0 = Clock::now();
-      const grpc::Status st = to->SetPriority(&ctx, req, &rep);
-      const double ms =
-          std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-      if (!st.ok()) Die("SetPriority: " + st.error_message());
-      return ms;
+      return RoundTripMs("SetPriority",
+                         [&] { return to->SetPriority(&ctx, req, &rep); });
     };
     std::vector<double> reuse_w, full_w;
     const size_t n = std::min(kept_ids.size(), full_kept_ids.size());
