@@ -336,6 +336,11 @@ struct PendingAction {
 // Where a move left the job's process.
 enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
 
+// Whether a job in `state` has ended (finished, failed or killed).
+bool EndState(int state) {
+  return state == rpc::FINISHED || state == rpc::FAILED || state == rpc::KILLED;
+}
+
 // What the waiting reason of a queued job in the queue is judged against,
 // gathered once per publication and published with it: readers compose
 // that reason (QueueWaitingReason), so that a job's published info does
@@ -777,16 +782,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return FlushDeferred();
   }
   // Feeds `bodies`, in order, logged in one append (with any deferred
-  // before them); the last one's outcome.
-  core::Status FeedTogether(std::vector<core::EventBody> bodies) {
-    for (core::EventBody& b : bodies) {
-      deferred.push_back(Deferred{Now(), std::move(b)});
-    }
-    return FlushDeferred();
-  }
-  // FeedTogether, with each event's outcome: the core's, or the store's
-  // error for one that could not be logged (and was not handled).
-  std::vector<core::Status> FeedEach(std::vector<core::EventBody> bodies) {
+  // before them); each one's outcome: the core's, or the store's error for
+  // one that could not be logged (and was not handled).
+  std::vector<core::Status> FeedTogether(std::vector<core::EventBody> bodies) {
     const size_t n = bodies.size();
     const size_t before = deferred.size();
     for (core::EventBody& b : bodies) {
@@ -3231,12 +3229,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return core::Status::Ok();
   }
 
-  core::Status Kill(int64_t id, const std::string& reason) {
-    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
-    return Feed(core::KillRequest{JobId(static_cast<int32_t>(id)),
-                                  reason.empty() ? "killed by user" : reason});
-  }
-
   // Kills (`kill`), or holds or releases (`hold`), the jobs `ids`, their
   // requests logged in one append: each one's outcome, in order (a job
   // named twice: the outcome of its first).
@@ -3270,7 +3262,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       fed.push_back(i);
     }
-    const std::vector<core::Status> handled = FeedEach(std::move(events));
+    const std::vector<core::Status> handled = FeedTogether(std::move(events));
     for (size_t k = 0; k < fed.size(); ++k) out[fed[k]] = handled[k];
     for (size_t i = 0; i < ids.size(); ++i) out[i] = out[first.at(ids[i])];
     return out;
@@ -3420,19 +3412,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
     }
     return reply;
-  }
-
-  core::Status Hold(int64_t id, bool hold) {
-    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
-    const core::Job& j = st().job(JobId(static_cast<int32_t>(id)));
-    if (!hold && !j.held) {
-      return core::FailedPrecondition("job " + std::to_string(id) +
-                                      " is not suspended by an operator");
-    }
-    if (hold && j.held) return core::Status::Ok();
-    History(static_cast<int32_t>(id), hold ? "hold" : "release", true, 0,
-            hold ? "suspended by operator" : "resumed by operator");
-    return Feed(core::HoldRequest{JobId(static_cast<int32_t>(id)), hold});
   }
 
   // An operator's change of a live job's priority (history `priority`);
@@ -4651,11 +4630,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                   " is not between 0 and " + std::to_string(kMaxJobsPerPage)};
     }
     const std::set<int> states(req->states().begin(), req->states().end());
-    bool ended_too = req->all();
-    for (int state : states) {
-      ended_too = ended_too || state == rpc::FINISHED || state == rpc::FAILED ||
-                  state == rpc::KILLED;
-    }
+    const bool ended_too =
+        req->all() || std::any_of(states.begin(), states.end(), EndState);
     const int max_jobs =
         req->max_jobs() == 0 ? kDefaultJobsPerPage : req->max_jobs();
     auto s = Snap();
@@ -4664,10 +4640,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     // Adds the job if it matches; false once the page is full (the job
     // matches but is left for the next page).
     auto add = [&](const rpc::JobInfo& info) {
-      const bool ended = info.state() == rpc::FINISHED ||
-                         info.state() == rpc::FAILED ||
-                         info.state() == rpc::KILLED;
-      if (ended && !ended_too) return true;
+      if (EndState(info.state()) && !ended_too) return true;
       if (!states.empty() && !states.contains(info.state())) return true;
       auto spec = specs.find(info.id());
       const rpc::JobSpec& sp = spec != specs.end()
@@ -4751,23 +4724,25 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return grpc::Status::OK;
   }
 
+  // Kill, Suspend and Resume: ActOnJobs of one job.
+  grpc::Status ActOnJob(int64_t id, bool kill, bool hold,
+                        const std::string& reason) {
+    auto r = Call<core::Status>([this, id, kill, hold, &reason] {
+      return ActOnJobs(std::span<const int64_t>(&id, 1), kill, hold, reason)[0];
+    });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
   grpc::Status Kill(grpc::ServerContext*, const rpc::KillRequest* req,
                     rpc::Empty*) override {
-    auto r = Call<core::Status>(
-        [this, req] { return Kill(req->job_id(), req->reason()); });
-    return r ? ToGrpc(*r) : Unavailable();
+    return ActOnJob(req->job_id(), /*kill=*/true, false, req->reason());
   }
   grpc::Status Suspend(grpc::ServerContext*, const rpc::JobIdRequest* req,
                        rpc::Empty*) override {
-    auto r =
-        Call<core::Status>([this, req] { return Hold(req->job_id(), true); });
-    return r ? ToGrpc(*r) : Unavailable();
+    return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/true, "");
   }
   grpc::Status Resume(grpc::ServerContext*, const rpc::JobIdRequest* req,
                       rpc::Empty*) override {
-    auto r =
-        Call<core::Status>([this, req] { return Hold(req->job_id(), false); });
-    return r ? ToGrpc(*r) : Unavailable();
+    return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/false, "");
   }
   grpc::Status KillJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
                         rpc::JobsReply* rep) override {
