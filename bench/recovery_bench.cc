@@ -160,12 +160,12 @@ Built Build(const std::string& db, int servers, int64_t events, int64_t tail) {
     if (b.events < events) feed(core::Tick{});
     // Rates every 2 s (the daemon's --profile-interval-s).
     std::vector<core::JobId> reporting;
-    for (const core::Job& j : sched.state().jobs()) {
-      if (j.id.valid() && j.state == core::JobState::kRunning && !j.busy() &&
+    sched.state().ForEachJob([&](const core::Job& j) {
+      if (j.state == core::JobState::kRunning && !j.busy() &&
           (j.id.value + round) % 2 == 0) {
         reporting.push_back(j.id);
       }
-    }
+    });
     for (core::JobId id : reporting) {
       if (b.events >= events) break;
       feed(core::ProfileReport{id, 5.0 + id.value % 7, round * 10 + id.value,
@@ -173,12 +173,12 @@ Built Build(const std::string& db, int servers, int64_t events, int64_t tail) {
     }
     // Some running jobs end; as many arrive.
     std::vector<core::JobId> ending;
-    for (const core::Job& j : sched.state().jobs()) {
-      if (j.id.valid() && j.state == core::JobState::kRunning && !j.busy() &&
+    sched.state().ForEachJob([&](const core::Job& j) {
+      if (j.state == core::JobState::kRunning && !j.busy() &&
           rng() % 400 == 0) {
         ending.push_back(j.id);
       }
-    }
+    });
     for (core::JobId id : ending) {
       if (b.events >= events) break;
       feed(core::JobFinished{id, true});

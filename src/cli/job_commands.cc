@@ -403,6 +403,12 @@ int RunShow(const JobFlags& f) {
     std::printf(", exit code %d", j.exit_code());
   }
   std::printf("\n");
+  if (j.archived()) {
+    std::printf(
+        "  archived:     yes (the scheduler keeps only the jobs that ended "
+        "last in memory; this one is read from its store, and `ls --all` "
+        "no longer lists it)\n");
+  }
   if (!j.waiting_reason().empty()) {
     std::printf("  waiting:      %s\n", j.waiting_reason().c_str());
   }

@@ -102,6 +102,12 @@ class Policy {
   // leaves the policy as it was. The defaults suit a stateless policy.
   virtual void SaveState(SnapshotWriter& /*w*/) const {}
   virtual void LoadState(SnapshotReader& /*r*/) {}
+  // These ended jobs leave the state once this returns
+  // (Scheduler::Forget): the policy drops whatever it keeps of them, and
+  // must decide for the other jobs as it would have with them still there.
+  // A stateful policy must override it: it must not look them up again.
+  virtual void Forget(const ClusterState& /*state*/,
+                      std::span<const JobId> /*jobs*/) {}
 };
 
 }  // namespace gandiva::core

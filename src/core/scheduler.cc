@@ -279,6 +279,30 @@ Scheduler::Scheduler(std::unique_ptr<Policy> policy, SchedulerOptions options)
   GANDIVA_CHECK(policy_ != nullptr);
 }
 
+Status Scheduler::Forget(std::span<const JobId> jobs) {
+  for (JobId id : jobs) {
+    if (!state_.has_job(id)) {
+      return NotFound("cannot forget " + JobRef(id) + ": no such job");
+    }
+    if (!IsTerminal(state_.job(id).state)) {
+      return FailedPrecondition(
+          "cannot forget " + JobRef(id) + ": it is " +
+          std::string(JobStateName(state_.job(id).state)));
+    }
+  }
+  policy_->Forget(state_, jobs);
+  for (JobId id : jobs) {
+    if (state_.jobs_[id.value] == nullptr) continue;  // named twice
+    state_.jobs_[id.value].reset();
+    if (state_.forgotten_.size() <= static_cast<size_t>(id.value)) {
+      state_.forgotten_.resize(static_cast<size_t>(id.value) + 1);
+    }
+    state_.forgotten_[id.value] = true;
+    ++state_.forgotten_count_;
+  }
+  return Status::Ok();
+}
+
 Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
   if (event.time < state_.now_) {
     return InvalidArgument(
@@ -323,7 +347,7 @@ Status Scheduler::Apply(const Event& event) {
       Overloaded{
           [&](const JobArrived& e) -> Status {
             if (!e.id.valid()) return InvalidArgument("field 'id': invalid");
-            if (state_.has_job(e.id)) {
+            if (state_.has_job(e.id) || state_.forgotten(e.id)) {
               return Status(StatusCode::kAlreadyExists,
                             JobRef(e.id) + " was already submitted");
             }
@@ -333,9 +357,9 @@ Status Scheduler::Apply(const Event& event) {
             if (static_cast<size_t>(e.id.value) >= state_.jobs_.size()) {
               state_.jobs_.resize(static_cast<size_t>(e.id.value) + 1);
             }
-            Job& job = state_.jobs_[e.id.value];
+            state_.jobs_[e.id.value] = std::make_unique<Job>();
+            Job& job = *state_.jobs_[e.id.value];
             if (state_.touched_ != nullptr) state_.touched_->push_back(e.id);
-            job = Job{};
             job.id = e.id;
             job.spec = e.spec;
             job.submitted = event.time;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,14 @@ class Scheduler {
   // another policy, or name jobs and GPUs inconsistently.
   Status Restore(std::string_view bytes);
   const Policy& policy() const { return *policy_; }
+
+  // Drops ended jobs from the state, and the policy's records of them, to
+  // free their memory: has_job is then false for them, and forgotten true
+  // (their ids are never used again). Not an event: a world that logs
+  // events and replays them from a snapshot must write a Snapshot right
+  // after (replaying the log from an older one would bring them back).
+  // Refuses, changing nothing, a job that is unknown or has not ended.
+  Status Forget(std::span<const JobId> jobs);
 
  private:
   friend class Actions;

@@ -2,6 +2,8 @@
 #include "core/snapshot.h"
 
 #include <bit>
+#include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -14,8 +16,9 @@ namespace {
 constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // Bump when the layout changes; Restore reads this version and those
 // listed in Restore (version 1: no Job::start_retry_at; 2: no
-// Job::start_failed_on), refuses others.
-constexpr int32_t kVersion = 3;
+// Job::start_failed_on; 3: a slot per job id, none forgotten), refuses
+// others.
+constexpr int32_t kVersion = 4;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -190,8 +193,27 @@ std::string Scheduler::Snapshot() const {
   }
   w.I64(state_.placed_);
   state_.cluster_.Save(w);
-  w.I64(static_cast<int64_t>(state_.jobs_.size()));
-  for (const Job& j : state_.jobs_) SaveJob(w, j);
+  // The jobs held, and the forgotten ids as ranges [a, b].
+  int64_t held = 0;
+  state_.ForEachJob([&](const Job&) { ++held; });
+  w.I64(held);
+  state_.ForEachJob([&](const Job& j) { SaveJob(w, j); });
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  const auto& gone = state_.forgotten_;
+  for (size_t i = 0; i < gone.size(); ++i) {
+    if (!gone[i]) continue;
+    const auto id = static_cast<int64_t>(i);
+    if (!ranges.empty() && ranges.back().second == id - 1) {
+      ranges.back().second = id;
+    } else {
+      ranges.emplace_back(id, id);
+    }
+  }
+  w.I64(static_cast<int64_t>(ranges.size()));
+  for (const auto& [a, b] : ranges) {
+    w.I64(a);
+    w.I64(b);
+  }
   SaveOrders(w, state_.queue_);
   SaveOrders(w, state_.waiting_);
   SnapshotWriter p;
@@ -228,14 +250,53 @@ Status Scheduler::Restore(std::string_view bytes) {
   }
   st.placed_ = r.I64();
   st.cluster_ = Cluster::Load(r);
-  const int64_t n = r.Count(100);
-  st.jobs_.reserve(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n && r.ok(); ++i) {
-    st.jobs_.push_back(LoadJob(r, version));
-    const Job& j = st.jobs_.back();
-    if (j.id.valid() && j.id.value != i) {
-      r.Fail("job slot " + std::to_string(i) + " holds job " +
-             std::to_string(j.id.value));
+  if (version < 4) {
+    // A slot per id: an unused one holds a job with an invalid id.
+    const int64_t n = r.Count(100);
+    st.jobs_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n && r.ok(); ++i) {
+      Job j = LoadJob(r, version);
+      if (j.id.valid() && j.id.value != i) {
+        r.Fail("job slot " + std::to_string(i) + " holds job " +
+               std::to_string(j.id.value));
+      } else if (j.id.valid()) {
+        st.jobs_[i] = std::make_unique<Job>(std::move(j));
+      }
+    }
+  } else {
+    const int64_t held = r.Count(100);
+    for (int64_t i = 0; i < held && r.ok(); ++i) {
+      Job j = LoadJob(r, version);
+      if (!r.ok()) break;
+      const auto at = static_cast<size_t>(j.id.value);
+      if (!j.id.valid() || (at < st.jobs_.size() && st.jobs_[at] != nullptr)) {
+        r.Fail("job " + std::to_string(j.id.value) + " is held twice");
+        break;
+      }
+      if (st.jobs_.size() <= at) st.jobs_.resize(at + 1);
+      st.jobs_[at] = std::make_unique<Job>(std::move(j));
+    }
+    const int64_t ranges = r.Count(16);
+    for (int64_t i = 0; i < ranges && r.ok(); ++i) {
+      const int64_t a = r.I64(), b = r.I64();
+      if (a < 0 || b < a || b > std::numeric_limits<int32_t>::max()) {
+        r.Fail("forgotten jobs " + std::to_string(a) + "-" + std::to_string(b));
+        break;
+      }
+      if (st.forgotten_.size() <= static_cast<size_t>(b)) {
+        st.forgotten_.resize(static_cast<size_t>(b) + 1);
+      }
+      for (int64_t id = a; id <= b; ++id) {
+        if (st.has_job(JobId(static_cast<int32_t>(id))) || st.forgotten_[id]) {
+          r.Fail("job " + std::to_string(id) + " is forgotten, and is not");
+          break;
+        }
+        st.forgotten_[id] = true;
+        ++st.forgotten_count_;
+      }
+    }
+    if (st.jobs_.size() < st.forgotten_.size()) {
+      st.jobs_.resize(st.forgotten_.size());
     }
   }
   st.queue_ = LoadOrders(r);
@@ -249,8 +310,9 @@ Status Scheduler::Restore(std::string_view bytes) {
   auto bad = [](const std::string& why) {
     return InvalidArgument("snapshot: " + why);
   };
-  for (const Job& j : st.jobs_) {
-    if (!j.id.valid()) continue;
+  for (const auto& jp : st.jobs_) {
+    if (jp == nullptr) continue;
+    const Job& j = *jp;
     if (!ValidateJobSpec(j.spec).empty()) {
       return bad("job " + std::to_string(j.id.value) + ": " +
                  ValidateJobSpec(j.spec));
@@ -291,12 +353,14 @@ Status Scheduler::Restore(std::string_view bytes) {
     }
   }
   for (const JobOrder& o : st.queue_) {
-    const int gpus = st.jobs_[o.id.value].spec.gpus;
+    const int gpus = st.jobs_[o.id.value]->spec.gpus;
     st.queue_by_size_[std::countr_zero(static_cast<unsigned>(gpus))].insert(o);
   }
   // A queued job out of the queue waits to try its start again (Queue()).
-  for (const Job& j : st.jobs_) {
-    if (j.id.valid() && j.state == JobState::kQueued && !j.held &&
+  for (const auto& jp : st.jobs_) {
+    if (jp == nullptr) continue;
+    const Job& j = *jp;
+    if (j.state == JobState::kQueued && !j.held &&
         !st.queue_.contains(ClusterState::QueueKey(j))) {
       if (j.start_retry_at <= st.now_) {
         return bad("job " + std::to_string(j.id.value) +
@@ -316,9 +380,7 @@ Status Scheduler::Restore(std::string_view bytes) {
   state_ = std::move(st);
   state_.touched_ = touched;
   if (touched != nullptr) {
-    for (const Job& j : state_.jobs_) {
-      if (j.id.valid()) touched->push_back(j.id);
-    }
+    state_.ForEachJob([&](const Job& j) { touched->push_back(j.id); });
   }
   next_action_ = next_action;
   return Status::Ok();

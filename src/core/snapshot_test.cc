@@ -31,6 +31,15 @@ ServerSpec Spec() {
   return s;
 }
 
+// The running jobs with no mechanism under way, in id order.
+std::vector<JobId> Running(const ClusterState& st) {
+  std::vector<JobId> out;
+  st.ForEachJob([&](const Job& j) {
+    if (j.state == JobState::kRunning && !j.busy()) out.push_back(j.id);
+  });
+  return out;
+}
+
 // A busy history: running, packed, held, failed-to-move, killed and queued
 // jobs, a server that went down and came back, rates measured.
 void MakeHistory(Harness& h) {
@@ -118,12 +127,17 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
     EXPECT_EQ(s.jobs, t.jobs);
     EXPECT_EQ(s.up, t.up);
   }
-  ASSERT_EQ(a.jobs().size(), b.jobs().size());
-  for (size_t i = 0; i < a.jobs().size(); ++i) {
-    EXPECT_EQ(a.jobs()[i].state, b.jobs()[i].state);
-    EXPECT_EQ(a.jobs()[i].gpus, b.jobs()[i].gpus);
-    EXPECT_EQ(a.jobs()[i].move_retry_at, b.jobs()[i].move_retry_at);
-    EXPECT_EQ(a.jobs()[i].profile.rate_alone, b.jobs()[i].profile.rate_alone);
+  ASSERT_EQ(a.job_id_limit(), b.job_id_limit());
+  EXPECT_EQ(a.forgotten_jobs(), b.forgotten_jobs());
+  for (int32_t i = 0; i < a.job_id_limit(); ++i) {
+    const JobId id(i);
+    ASSERT_EQ(a.has_job(id), b.has_job(id)) << i;
+    EXPECT_EQ(a.forgotten(id), b.forgotten(id)) << i;
+    if (!a.has_job(id)) continue;
+    EXPECT_EQ(a.job(id).state, b.job(id).state);
+    EXPECT_EQ(a.job(id).gpus, b.job(id).gpus);
+    EXPECT_EQ(a.job(id).move_retry_at, b.job(id).move_retry_at);
+    EXPECT_EQ(a.job(id).profile.rate_alone, b.job(id).profile.rate_alone);
   }
 }
 
@@ -184,7 +198,7 @@ TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
       }
       actions += static_cast<int>(x.size());
     };
-    int32_t next_job = static_cast<int32_t>(original.state().jobs().size());
+    int32_t next_job = static_cast<int32_t>(original.state().job_id_limit());
     for (int round = 0; round < 60; ++round) {
       now += Duration::Seconds(15);
       if (round % 4 == 0) {
@@ -194,19 +208,13 @@ TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
         both(JobArrived{JobId(next_job++), s});
       }
       both(Tick{});
-      for (const Job& j : original.state().jobs()) {
-        if (j.id.valid() && j.state == JobState::kRunning && !j.busy()) {
-          both(ProfileReport{j.id, 5.0 + (j.id.value * 7 + round) % 11,
-                             round * 50, 2.0, 0.5});
-        }
+      for (JobId id : Running(original.state())) {
+        both(ProfileReport{id, 5.0 + (id.value * 7 + round) % 11, round * 50,
+                           2.0, 0.5});
       }
       if (round % 3 == 1) {
-        for (const Job& j : original.state().jobs()) {
-          if (j.id.valid() && j.state == JobState::kRunning && !j.busy()) {
-            both(JobFinished{j.id, true});
-            break;
-          }
-        }
+        const std::vector<JobId> running = Running(original.state());
+        if (!running.empty()) both(JobFinished{running.front(), true});
       }
       std::vector<Action> now_pending;
       now_pending.swap(pending);
@@ -222,6 +230,154 @@ TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
     EXPECT_GT(actions, 12);
     EXPECT_EQ(original.Snapshot(), restored.Snapshot());
   }
+}
+
+// A core that forgets its jobs as they end (and is restored now and then
+// from its own snapshot, which holds the forgotten ids) takes the same
+// actions as one that keeps them: forgetting changes no decision, and
+// leaves no policy looking up a job that is gone.
+TEST(SnapshotTest, ForgettingEndedJobsChangesNoDecision) {
+  for (const char* policy : {"gandiva", "fifo", "fifo-vc", "tiresias-las"}) {
+    SCOPED_TRACE(policy);
+    auto make = [&] {
+      if (std::string(policy) != "fifo-vc") return Make(policy);
+      PolicyOptions o;
+      o.fifo.vc_quotas = {{"a", 2}, {"b", 3}};  // they bind
+      auto p = MakePolicy("fifo", o);
+      EXPECT_TRUE(p.ok());
+      return std::move(*p);
+    };
+    Harness h(make(), 4, Spec());
+    MakeHistory(h);
+    Scheduler& keeper = h.scheduler();
+    auto forgetter = std::make_unique<Scheduler>(make());
+    ASSERT_TRUE(forgetter->Restore(keeper.Snapshot()).ok());
+
+    Time now = h.now();
+    std::vector<Action> pending;
+    int actions = 0;
+    auto both = [&](EventBody body) {
+      std::vector<Action> x, y;
+      const Status sx = keeper.Handle(Event{now, body}, x);
+      const Status sy = forgetter->Handle(Event{now, body}, y);
+      ASSERT_EQ(sx.ok(), sy.ok()) << sx.ToString() << " / " << sy.ToString();
+      ASSERT_EQ(x.size(), y.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_TRUE(SameAction(x[i], y[i])) << i;
+        if (x[i].kind != ActionKind::kKill &&
+            x[i].kind != ActionKind::kSetPriority) {
+          pending.push_back(x[i]);
+        }
+      }
+      actions += static_cast<int>(x.size());
+    };
+    int32_t next_job = keeper.state().job_id_limit();
+    for (int round = 0; round < 80; ++round) {
+      now += Duration::Seconds(15);
+      if (round % 2 == 0) {
+        JobSpec s;
+        s.gpus = round % 12 == 0 ? 2 : 1;
+        s.elastic = round % 21 == 0;
+        s.vc = round % 4 == 0 ? "a" : "b";
+        both(JobArrived{JobId(next_job++), s});
+      }
+      both(Tick{});
+      for (JobId id : Running(keeper.state())) {
+        both(ProfileReport{id, 5.0 + (id.value * 7 + round) % 11, round * 50,
+                           2.0, 0.5});
+      }
+      if (round % 3 == 1) {
+        const std::vector<JobId> running = Running(keeper.state());
+        if (!running.empty()) both(JobFinished{running.back(), true});
+      }
+      if (round % 7 == 2 && !keeper.state().queue().empty()) {
+        both(KillRequest{keeper.state().queue().begin()->id, "test"});
+      }
+      std::vector<Action> now_pending;
+      now_pending.swap(pending);
+      for (size_t i = 0; i < now_pending.size(); ++i) {
+        const Action& a = now_pending[i];
+        if ((i + round) % 5 == 0) {
+          both(ActionFailed{a.id, a.job, Duration::Seconds(1), "test", false});
+        } else {
+          both(ActionDone{a.id, a.job, Duration::Seconds(1)});
+        }
+      }
+      std::vector<JobId> ended;
+      forgetter->state().ForEachJob([&](const Job& j) {
+        if (IsTerminal(j.state)) ended.push_back(j.id);
+      });
+      const Status f = forgetter->Forget(ended);
+      ASSERT_TRUE(f.ok()) << f.ToString();
+      if (round % 10 == 9) {
+        auto again = std::make_unique<Scheduler>(make());
+        const Status r = again->Restore(forgetter->Snapshot());
+        ASSERT_TRUE(r.ok()) << r.ToString();
+        ExpectSameState(forgetter->state(), again->state());
+        forgetter = std::move(again);
+      }
+    }
+    EXPECT_GT(actions, 12);
+    int ended = 0;
+    for (int32_t i = 0; i < keeper.state().job_id_limit(); ++i) {
+      const JobId id(i);
+      if (!keeper.state().has_job(id)) continue;
+      const Job& j = keeper.state().job(id);
+      if (IsTerminal(j.state)) {
+        ++ended;
+        EXPECT_TRUE(forgetter->state().forgotten(id)) << i;
+        EXPECT_FALSE(forgetter->state().has_job(id)) << i;
+      } else {
+        ASSERT_TRUE(forgetter->state().has_job(id)) << i;
+        EXPECT_EQ(j.state, forgetter->state().job(id).state) << i;
+        EXPECT_EQ(j.gpus, forgetter->state().job(id).gpus) << i;
+      }
+    }
+    EXPECT_GT(ended, 10);
+    EXPECT_EQ(forgetter->state().forgotten_jobs(), ended);
+    EXPECT_EQ(keeper.state().queue(), forgetter->state().queue());
+    EXPECT_EQ(keeper.state().waiting(), forgetter->state().waiting());
+  }
+}
+
+// Only ended jobs are forgotten; a refused call changes nothing; a
+// forgotten job's id is never used again, and events naming it are refused.
+TEST(SnapshotTest, OnlyEndedJobsAreForgottenAndTheirIdsStayUsed) {
+  Harness h(Make("gandiva"), 1, Spec());
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.CompleteAll();
+  h.Send(KillRequest{a, "test"});
+  ASSERT_TRUE(IsTerminal(h.job(a).state));
+  ASSERT_FALSE(IsTerminal(h.job(b).state));
+  Scheduler& s = h.scheduler();
+
+  const std::vector<JobId> both_ids = {a, b};
+  Status st = s.Forget(both_ids);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+  EXPECT_NE(st.message().find("job 1"), std::string::npos) << st.message();
+  EXPECT_TRUE(s.state().has_job(a));
+  EXPECT_EQ(s.state().forgotten_jobs(), 0);
+  const std::vector<JobId> unknown = {a, JobId(7)};
+  EXPECT_EQ(s.Forget(unknown).code(), StatusCode::kNotFound);
+  EXPECT_TRUE(s.state().has_job(a));
+
+  const std::vector<JobId> just_a = {a, a};
+  ASSERT_TRUE(s.Forget(just_a).ok());
+  EXPECT_FALSE(s.state().has_job(a));
+  EXPECT_TRUE(s.state().forgotten(a));
+  EXPECT_FALSE(s.state().forgotten(b));
+  EXPECT_EQ(s.state().forgotten_jobs(), 1);
+  EXPECT_EQ(h.TrySend(JobArrived{a, JobSpec{}}).code(),
+            StatusCode::kAlreadyExists);
+  EXPECT_EQ(h.TrySend(JobFinished{a, true}).code(), StatusCode::kNotFound);
+  EXPECT_EQ(h.TrySend(KillRequest{a, "again"}).code(), StatusCode::kNotFound);
+
+  // Old snapshots (a slot per id) hold none forgotten; this one holds it.
+  Scheduler restored(Make("gandiva"));
+  ASSERT_TRUE(restored.Restore(s.Snapshot()).ok());
+  ExpectSameState(s.state(), restored.state());
+  EXPECT_TRUE(restored.state().forgotten(a));
 }
 
 // A job waiting to try its start again waits on in the restored core, and
@@ -280,16 +436,17 @@ TEST(SnapshotTest, OlderVersionsAreRead) {
     ExpectSameState(h.state(), old.state());
     // The jobs' mechanism counts: those versions counted a failed
     // migration too (MakeHistory's first job has one).
-    const auto& now = h.state().jobs();
-    const auto& then = old.state().jobs();
-    for (size_t i = 0; i < now.size(); ++i) {
-      EXPECT_EQ(now[i].suspends, then[i].suspends) << i;
-      EXPECT_EQ(now[i].resumes, then[i].resumes) << i;
-      EXPECT_EQ(now[i].packs, then[i].packs) << i;
-      EXPECT_EQ(now[i].resizes, then[i].resizes) << i;
-      EXPECT_EQ(now[i].migrations + (i == 0 ? 1 : 0), then[i].migrations) << i;
-      EXPECT_EQ(now[i].start_retry_at, then[i].start_retry_at) << i;
-      EXPECT_EQ(now[i].held, then[i].held) << i;
+    for (int32_t i = 0; i < h.state().job_id_limit(); ++i) {
+      if (!h.state().has_job(JobId(i))) continue;
+      const Job& now_i = h.state().job(JobId(i));
+      const Job& then_i = old.state().job(JobId(i));
+      EXPECT_EQ(now_i.suspends, then_i.suspends) << i;
+      EXPECT_EQ(now_i.resumes, then_i.resumes) << i;
+      EXPECT_EQ(now_i.packs, then_i.packs) << i;
+      EXPECT_EQ(now_i.resizes, then_i.resizes) << i;
+      EXPECT_EQ(now_i.migrations + (i == 0 ? 1 : 0), then_i.migrations) << i;
+      EXPECT_EQ(now_i.start_retry_at, then_i.start_retry_at) << i;
+      EXPECT_EQ(now_i.held, then_i.held) << i;
     }
     EXPECT_EQ(h.state().counters().migrations,
               old.state().counters().migrations);

@@ -1,6 +1,6 @@
 // ClusterState: everything the scheduler knows at one moment, as policies see
-// it: the time of the event being handled, the cluster, every job, the queue
-// and the time-slicing candidates.
+// it: the time of the event being handled, the cluster, every job (but the
+// ended ones it forgot), the queue and the time-slicing candidates.
 //
 // Policies get it read-only; only the Scheduler changes it, including while a
 // policy's decide() runs (each action the policy takes through `Actions` is
@@ -10,6 +10,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -57,12 +58,27 @@ class ClusterState {
 
   bool has_job(JobId id) const {
     return id.valid() && static_cast<size_t>(id.value) < jobs_.size() &&
-           jobs_[id.value].id == id;
+           jobs_[id.value] != nullptr;
   }
   // The job must exist (has_job).
-  const Job& job(JobId id) const { return jobs_[id.value]; }
-  // Every job ever submitted, by id; slots of unused ids have an invalid id.
-  const std::vector<Job>& jobs() const { return jobs_; }
+  const Job& job(JobId id) const { return *jobs_[id.value]; }
+  // One past the largest job id submitted (0: none): the jobs are those
+  // below it that has_job.
+  int32_t job_id_limit() const { return static_cast<int32_t>(jobs_.size()); }
+  // Calls f(job) for every job held, in id order.
+  template <typename F>
+  void ForEachJob(F&& f) const {
+    for (const auto& j : jobs_) {
+      if (j != nullptr) f(static_cast<const Job&>(*j));
+    }
+  }
+  // An ended job that was dropped (Scheduler::Forget): its id is never
+  // used again.
+  bool forgotten(JobId id) const {
+    return id.valid() && static_cast<size_t>(id.value) < forgotten_.size() &&
+           forgotten_[id.value];
+  }
+  int64_t forgotten_jobs() const { return forgotten_count_; }
 
   // Queued jobs, priority first, then submission order.
   const std::set<JobOrder>& queue() const { return queue_; }
@@ -96,7 +112,7 @@ class ClusterState {
 
   Job& mutable_job(JobId id) {
     if (touched_ != nullptr) touched_->push_back(id);
-    return jobs_[id.value];
+    return *jobs_[id.value];
   }
   static JobOrder QueueKey(const Job& j) {
     return {-j.spec.priority, j.submitted, j.id};
@@ -111,7 +127,11 @@ class ClusterState {
 
   Time now_ = Time::Zero();
   Cluster cluster_;
-  std::vector<Job> jobs_;
+  // By id: null for ids never submitted and for forgotten jobs (a Job is
+  // large; an empty slot costs a pointer, so forgetting frees nearly all).
+  std::vector<std::unique_ptr<Job>> jobs_;
+  std::vector<bool> forgotten_;  // by id, as far as the last one forgotten
+  int64_t forgotten_count_ = 0;
   std::set<JobOrder> queue_;
   std::array<std::set<JobOrder>, kMaxLog2Gpus> queue_by_size_;
   std::set<JobOrder> waiting_;

@@ -208,6 +208,18 @@ void FifoPolicy::DecideByVc(const ClusterState& state, Actions& out) {
   walk([&](const Job& j, int q) { return borrower[q] && try_start(j, q); });
 }
 
+void FifoPolicy::Forget(const ClusterState& state,
+                        std::span<const JobId> jobs) {
+  // As DecideByVc would before its next decision: an ended job holds no
+  // GPUs of its queue.
+  for (JobId id : jobs) {
+    auto it = started_.find(id);
+    if (it == started_.end()) continue;
+    used_[it->second] -= state.job(id).spec.gpus;
+    started_.erase(it);
+  }
+}
+
 void FifoPolicy::SaveState(SnapshotWriter& w) const {
   w.I64(static_cast<int64_t>(started_.size()));
   for (const auto& [job, queue] : started_) {

@@ -71,6 +71,7 @@ class FifoPolicy final : public Policy {
               Actions& out) override;
   void SaveState(SnapshotWriter& w) const override;
   void LoadState(SnapshotReader& r) override;
+  void Forget(const ClusterState& state, std::span<const JobId> jobs) override;
 
  private:
   // With vc_quotas, queues are numbered: the named VCs in name order, then

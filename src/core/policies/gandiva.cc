@@ -715,6 +715,22 @@ std::set<std::pair<int32_t, int32_t>> LoadPairs(SnapshotReader& r) {
 
 }  // namespace
 
+void GandivaPolicy::Forget(const ClusterState& /*state*/,
+                           std::span<const JobId> jobs) {
+  const std::set<JobId> gone(jobs.begin(), jobs.end());
+  for (JobId& c : claim_) {
+    if (gone.contains(c)) c = JobId();
+  }
+  for (auto* pairs : {&bad_pairs_, &good_pairs_}) {
+    std::erase_if(*pairs, [&](const std::pair<int32_t, int32_t>& p) {
+      return gone.contains(JobId(p.first)) || gone.contains(JobId(p.second));
+    });
+  }
+  for (auto* ids : {&packed_, &elastic_, &grown_, &split_, &moving_}) {
+    for (JobId id : jobs) ids->erase(id);
+  }
+}
+
 void GandivaPolicy::SaveState(SnapshotWriter& w) const {
   w.Ids(claim_);
   SavePairs(w, bad_pairs_);

@@ -108,6 +108,7 @@ class GandivaPolicy final : public Policy {
               Actions& out) override;
   void SaveState(SnapshotWriter& w) const override;
   void LoadState(SnapshotReader& r) override;
+  void Forget(const ClusterState& state, std::span<const JobId> jobs) override;
 
   const GandivaOptions& options() const { return options_; }
 

@@ -188,6 +188,11 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
   }
 }
 
+void TiresiasPolicy::Forget(const ClusterState& /*state*/,
+                            std::span<const JobId> jobs) {
+  for (JobId id : jobs) accounts_.erase(id);
+}
+
 void TiresiasPolicy::SaveState(SnapshotWriter& w) const {
   w.I64(static_cast<int64_t>(accounts_.size()));
   for (const auto& [job, a] : accounts_) {

@@ -62,6 +62,7 @@ class TiresiasPolicy final : public Policy {
               Actions& out) override;
   void SaveState(SnapshotWriter& w) const override;
   void LoadState(SnapshotReader& r) override;
+  void Forget(const ClusterState& state, std::span<const JobId> jobs) override;
 
   const TiresiasOptions& options() const { return options_; }
   // GPU-seconds the job has run up to state.now(), the time of the last

@@ -298,6 +298,44 @@ core::StatusOr<std::vector<JobRow>> EtcdStore::LoadJobs() {
   return out;
 }
 
+core::StatusOr<std::optional<JobRow>> EtcdStore::LoadJob(int64_t id) {
+  std::lock_guard lock(mu_);
+  for (const char* table : {"jobs", "archive"}) {
+    ep::RangeRequest r;
+    r.set_key(Key(table, id));
+    auto rep = etcd_.Range(r);
+    if (!rep.ok()) return rep.status();
+    if (rep->kvs().empty()) continue;
+    auto row = Parse<JobRow>(rep->kvs(0), JobOf);
+    if (!row.ok()) return row.status();
+    return std::optional<JobRow>(std::move(*row));
+  }
+  return std::optional<JobRow>();
+}
+
+core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
+  std::lock_guard lock(mu_);
+  // Each job's row moves from jobs/ to archive/ in one transaction.
+  std::vector<ep::RequestOp> ops;
+  size_t bytes = 0;
+  for (const JobRow& r : rows) {
+    if (r.id <= 0 || r.id > last_job_) continue;  // never stored: ids are dense
+    const std::string value = JobJson(r).dump();
+    const std::string key = Key("jobs", r.id);
+    if (static_cast<int>(ops.size()) + 2 > kMaxOps ||
+        bytes + 2 * key.size() + value.size() > kMaxBytes) {
+      GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+      ops.clear();
+      bytes = 0;
+    }
+    bytes += 2 * key.size() + value.size();
+    ops.push_back(PutOp(Key("archive", r.id), value));
+    ops.push_back(DeleteOp(key, ""));
+  }
+  if (ops.empty()) return core::Status::Ok();
+  return Fenced(std::move(ops)).status();
+}
+
 core::StatusOr<std::vector<ServerRow>> EtcdStore::LoadServers() {
   std::lock_guard lock(mu_);
   std::vector<ServerRow> out;

@@ -6,6 +6,7 @@
 //   P/leader                      who leads (leadership.h)
 //   P/meta/KEY                    the meta table's rows (raw values)
 //   P/jobs/ID                     one job row; P/counters/job: the last id
+//   P/archive/ID                  an archived job's row (moved from jobs/)
 //   P/servers/ID                  one server row
 //   P/history/JOB/N               a job's history, N from 1 across jobs;
 //                                 P/counters/history: the last N
@@ -59,6 +60,8 @@ class EtcdStore final : public Store {
   Inserted InsertJobs(std::span<const std::string> specs_json,
                       int64_t submitted_us) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
+  core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
+  core::Status ArchiveJobs(std::span<const JobRow> rows) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;

@@ -146,6 +146,11 @@ int main(int argc, char** argv) {
                  "compact the event log into a snapshot every N events "
                  "(0: never)")
       ->capture_default_str();
+  app.add_option("--keep-ended-jobs", o.keep_ended_jobs,
+                 "at each compaction, forget the ended jobs beyond the N "
+                 "that ended last: archived in the store, `gandiva show` "
+                 "still reads them there (0: keep all)")
+      ->capture_default_str();
   app.add_option("--probe-delay-s", o.probe_delay_s,
                  "measure a mechanism's effect on the rate this long after")
       ->capture_default_str();

@@ -89,6 +89,12 @@ struct SchedulerOptions {
   // recovery replays at most this many (and none after a clean stop, which
   // compacts too). 0: never (the log keeps every event). Default 50,000.
   int64_t snapshot_every_events = 50'000;
+  // At each compaction, ended jobs beyond the this many that ended last are
+  // forgotten: dropped from memory (the core's and the daemon's) and
+  // archived in the store, where GetJob still finds them (ListJobs no
+  // longer lists them). A job is forgotten only once nothing of it is left
+  // on any agent. 0: keep every ended job. Default 10,000.
+  int64_t keep_ended_jobs = 10'000;
   // Serve Prometheus metrics (GET /metrics) at this HOST:PORT (port 0:
   // any free one); empty: none. Default none.
   std::string metrics_listen;

@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -3219,6 +3220,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   core::Status CheckLiveJob(int64_t id) const {
+    if (id > 0 && id < (int64_t{1} << 31) &&
+        st().forgotten(JobId(static_cast<int32_t>(id)))) {
+      return core::FailedPrecondition("job " + std::to_string(id) +
+                                      " already ended (archived)");
+    }
     if (!LiveJob(id)) return core::NotFound("no job " + std::to_string(id));
     const core::Job& j = st().job(JobId(static_cast<int32_t>(id)));
     if (core::IsTerminal(j.state)) {
@@ -3639,6 +3645,41 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       info.mutable_progress()->set_minibatches(j.profile.minibatches);
     }
     return info;
+  }
+
+  // A forgotten job's info, from its row (RowOf's inverse, as far as the
+  // row goes).
+  static rpc::JobInfo InfoOfArchived(const JobRow& r) {
+    rpc::JobInfo i;
+    i.set_id(r.id);
+    (void)google::protobuf::util::JsonStringToMessage(r.spec_json,
+                                                      i.mutable_spec());
+    i.set_state(static_cast<rpc::JobState>(r.state));
+    i.set_submitted_us(r.submitted_us);
+    i.set_started_us(r.started_us);
+    i.set_ended_us(r.ended_us);
+    if (r.exit_code) i.set_exit_code(*r.exit_code);
+    rpc::Progress* p = i.mutable_progress();
+    p->set_minibatches(r.minibatches);
+    p->set_minibatch_rate(r.minibatch_rate);
+    p->set_metric(r.metric);
+    p->set_metric_minibatches(r.metric_minibatches);
+    p->set_metric_reports(r.metric_reports);
+    p->set_uses_library(r.uses_library);
+    i.set_uses_library(r.uses_library);
+    i.set_server(r.server);
+    try {
+      for (int32_t g : json::parse(r.gpus_json).get<std::vector<int32_t>>()) {
+        i.add_gpus(g);
+      }
+    } catch (const json::exception&) {
+      // Left empty: the row's GPUs are not a list of indices.
+    }
+    i.set_suspends(r.suspends);
+    i.set_resumes(r.resumes);
+    i.set_priority(i.spec().priority());
+    i.set_archived(true);
+    return i;
   }
 
   static JobRow RowOf(const rpc::JobInfo& i, const JobExtra& x) {
@@ -4153,8 +4194,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const int64_t seq = store->LastEventSeq();
     if (seq <= compacted_seq) return;
     const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<int32_t> forgotten = ForgetEndedJobs();
     SnapshotRow row{seq, clock_us, sched->Snapshot(), DaemonState().dump()};
     const core::Status s = store->WriteSnapshot(row);
+    // Not archived if the snapshot was not written: after a restart the
+    // older snapshot and the log bring them back, to be forgotten again.
+    if (!forgotten.empty()) DropForgotten(forgotten, /*archive=*/s.ok());
     if (!s.ok()) {
       Warn("cannot compact the event log: " + s.ToString());
       return;
@@ -4169,7 +4214,77 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     Log("event log compacted: snapshot after event " + std::to_string(seq) +
         " (" + std::to_string(row.core.size() + row.daemon.size()) +
         " bytes), " + std::to_string(seq - before) + " events to delete, " +
+        std::to_string(forgotten.size()) + " ended jobs archived, " +
         std::to_string(static_cast<int64_t>(last_compaction_s * 1000)) + " ms");
+  }
+
+  // The ended jobs beyond --keep-ended-jobs that ended last, forgotten by
+  // the core (Scheduler::Forget), in no particular order: settled ones only
+  // (nothing of them left on any agent, their rows written), with no
+  // action or exit of theirs still awaited. The daemon drops its records
+  // of them once the snapshot is written (DropForgotten).
+  std::vector<int32_t> ForgetEndedJobs() {
+    if (opts.keep_ended_jobs <= 0) return {};
+    std::set<int32_t> busy(restarting.begin(), restarting.end());
+    busy.insert(leave_saving.begin(), leave_saving.end());
+    for (const auto& [aid, p] : pending) busy.insert(p.action.job.value);
+    std::vector<std::pair<int64_t, int32_t>> ended;  // (ended_us, id)
+    for (const auto& [id, x] : extras) {
+      if (!x.settled || !x.has_written || !x.ignore_exits.empty() ||
+          busy.contains(id) || !st().has_job(JobId(id))) {
+        continue;
+      }
+      ended.emplace_back(x.written.ended_us, id);
+    }
+    const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
+    if (ended.size() <= keep) return {};
+    const auto forget = static_cast<std::ptrdiff_t>(ended.size() - keep);
+    std::nth_element(ended.begin(), ended.begin() + forget, ended.end());
+    std::vector<core::JobId> ids;
+    std::vector<int32_t> out;
+    for (auto it = ended.begin(); it != ended.begin() + forget; ++it) {
+      ids.emplace_back(it->second);
+      out.push_back(it->second);
+    }
+    if (core::Status s = sched->Forget(ids); !s.ok()) {
+      Warn("cannot forget ended jobs: " + s.ToString());
+      return {};
+    }
+    return out;
+  }
+
+  // Drops the daemon's records of jobs the core forgot and, with
+  // `archive`, archives their rows in the store (a failure is warned of:
+  // the next start archives them).
+  void DropForgotten(std::span<const int32_t> ids, bool archive) {
+    if (archive) {
+      std::vector<JobRow> rows;
+      rows.reserve(ids.size());
+      for (int32_t id : ids) rows.push_back(extras.at(id).written);
+      if (core::Status s = store->ArchiveJobs(rows); !s.ok()) {
+        Warn("cannot archive " + std::to_string(ids.size()) +
+             " forgotten jobs: " + s.ToString());
+      }
+    }
+    {
+      std::lock_guard lock(settled_mu);
+      for (int32_t id : ids) {
+        settled_jobs.erase(id);
+        specs.erase(id);
+      }
+    }
+    {
+      std::lock_guard lock(streak_mu);
+      for (int32_t id : ids) streaks.erase(id);
+    }
+    for (int32_t id : ids) {
+      extras.erase(id);
+      progress_behind.erase(id);
+    }
+    // Many small blocks freed: give the pages back to the system (the
+    // allocator keeps them otherwise, and the daemon's size would not
+    // shrink).
+    if (ids.size() >= 1000) ::malloc_trim(0);
   }
 
   // ----------------------------------------------------------- startup
@@ -4421,13 +4536,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
             ", which are no longer logged) cannot be restored: " + s.message() +
             ". A gandiva-scheduler that reads it is needed");
       }
-      for (const core::Job& j : st().jobs()) {
-        if (j.id.valid() && Extra(j.id.value) == nullptr) {
-          return core::IoError(StoreName() + ": its snapshot holds job " +
-                               std::to_string(j.id.value) +
-                               ", which is not in the jobs table");
+      core::Status missing;
+      st().ForEachJob([&](const core::Job& j) {
+        if (missing.ok() && Extra(j.id.value) == nullptr) {
+          missing = core::IoError(StoreName() + ": its snapshot holds job " +
+                                  std::to_string(j.id.value) +
+                                  ", which is not in the jobs table");
         }
-      }
+      });
+      GANDIVA_RETURN_IF_ERROR(missing);
       compacted_seq = row.seq;
       compacted_events_left = true;  // a crash may have left some
       clock_us = std::max(clock_us, row.time_us);
@@ -4460,6 +4577,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         },
         compacted_seq));
     events_since_compaction = replayed;
+    // Jobs the core forgot whose rows are not archived yet (the daemon
+    // stopped between writing the snapshot and archiving them).
+    std::vector<int32_t> forgotten;
+    for (const auto& [id, x] : extras) {
+      if (st().forgotten(JobId(id))) forgotten.push_back(id);
+    }
+    if (!forgotten.empty()) {
+      std::erase_if(unsettling, [&](const auto& e) {
+        return st().forgotten(JobId(e.first));
+      });
+      DropForgotten(forgotten, /*archive=*/true);
+    }
     // Every job is dirty (new records): from here on the core says which
     // it changes.
     sched->TrackChangedJobs();
@@ -4692,12 +4821,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         *rep = WithSpec(*info, s->queue.get());
       } else {
         auto st = settled_jobs.find(req->job_id());
-        if (st == settled_jobs.end()) {
-          return {grpc::StatusCode::NOT_FOUND,
-                  "no job " + std::to_string(req->job_id())};
-        }
-        *rep = WithSpec(st->second);
+        if (st != settled_jobs.end()) *rep = WithSpec(st->second);
       }
+    }
+    if (rep->id() == 0) {
+      // Forgotten (--keep-ended-jobs), or never submitted.
+      auto row = store->LoadJob(req->job_id());
+      if (!row.ok()) return ToGrpc(row.status());
+      if (!row->has_value()) {
+        return {grpc::StatusCode::NOT_FOUND,
+                "no job " + std::to_string(req->job_id())};
+      }
+      *rep = InfoOfArchived(**row);
     }
     auto h = store->History(req->job_id());
     if (!h.ok()) return ToGrpc(h.status());
@@ -4875,6 +5010,9 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   if (options.agent_timeout_s <= 0) {
     return core::InvalidArgument("--agent-timeout-s: must be positive");
+  }
+  if (options.keep_ended_jobs < 0) {
+    return core::InvalidArgument("--keep-ended-jobs: must not be negative");
   }
   if (!(options.agent_away_s >= 0)) {
     return core::InvalidArgument("--agent-away-s: must not be negative");

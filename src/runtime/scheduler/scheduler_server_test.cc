@@ -2922,6 +2922,125 @@ TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
   EXPECT_EQ(agent.start_calls(a), 1);
 }
 
+// The ids of the jobs ListJobs lists, ended ones too.
+std::vector<int64_t> ListedIds(Client& c) {
+  std::vector<int64_t> ids;
+  for (const rpc::JobInfo& j : c.List(/*all=*/true)) ids.push_back(j.id());
+  return ids;
+}
+
+// With --keep-ended-jobs 2, each compaction forgets the ended jobs beyond
+// the two that ended last: ListJobs no longer lists them, GetJob reads
+// them from the store (with their history), a request about one says it
+// ended, and a restart neither brings them back nor queues them again, even
+// when their rows were left unarchived (a stop between the snapshot and
+// the archiving).
+TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
+  SchedulerOptions o = Options();
+  o.keep_ended_jobs = 2;
+  o.snapshot_every_events = 1;  // compact after every pass that logs
+  Client& c1 = StartDaemon(o);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(c1.MustSubmit(1, "j" + std::to_string(i)));
+  }
+  const int64_t live = c1.MustSubmit(1, "live");  // queued: no agent
+  for (int64_t id : ids) ASSERT_TRUE(c1.Kill(id).ok());
+  server_->Sync();
+  EXPECT_EQ(ListedIds(c1), (std::vector<int64_t>{ids[3], ids[4], live}));
+
+  auto check_archived = [&](Client& c) {
+    for (int i = 0; i < 3; ++i) {
+      grpc::Status st;
+      const rpc::JobInfo info = c.Get(ids[i], &st);
+      ASSERT_TRUE(st.ok()) << st.error_message();
+      EXPECT_TRUE(info.archived());
+      EXPECT_EQ(info.state(), rpc::KILLED);
+      EXPECT_EQ(info.spec().name(), "j" + std::to_string(i));
+      EXPECT_NE(info.ended_us(), 0);
+      ASSERT_GE(info.history_size(), 1);
+      EXPECT_EQ(info.history(0).action(), "kill");
+    }
+    EXPECT_FALSE(c.Get(ids[3]).archived());
+    EXPECT_EQ(c.Get(ids[3]).state(), rpc::KILLED);
+    EXPECT_EQ(c.Kill(ids[0]).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(c.Kill(ids[0]).error_message().find("already ended"),
+              std::string::npos);
+    grpc::Status none;
+    c.Get(live + 100, &none);
+    EXPECT_EQ(none.error_code(), grpc::StatusCode::NOT_FOUND);
+  };
+  check_archived(c1);
+  server_.reset();
+  client_.reset();
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto rows = (*store)->LoadJobs();
+    ASSERT_TRUE(rows.ok());
+    std::vector<int64_t> loaded;
+    for (const JobRow& r : *rows) loaded.push_back(r.id);
+    EXPECT_EQ(loaded, (std::vector<int64_t>{ids[3], ids[4], live}));
+    auto one = (*store)->LoadJob(ids[1]);
+    ASSERT_TRUE(one.ok() && one->has_value());
+    EXPECT_EQ((*one)->state, rpc::KILLED);
+  }
+
+  Client& c2 = StartDaemon(o);
+  EXPECT_EQ(ListedIds(c2), (std::vector<int64_t>{ids[3], ids[4], live}));
+  check_archived(c2);
+  EXPECT_EQ(c2.MustSubmit(1), live + 1);  // ids are never used again
+  server_.reset();
+  client_.reset();
+
+  // As if the daemon had stopped after its snapshot, before archiving.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(o.db_path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET archived = 0", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  Client& c3 = StartDaemon(o);
+  EXPECT_EQ(ListedIds(c3),
+            (std::vector<int64_t>{ids[3], ids[4], live, live + 1}));
+  check_archived(c3);
+  EXPECT_EQ(c3.State(live), rpc::QUEUED);
+  server_.reset();
+  client_.reset();
+  auto store = Store::Open(o.db_path, false);
+  ASSERT_TRUE(store.ok());
+  auto rows = (*store)->LoadJobs();
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 4u);  // archived again
+}
+
+// 0 keeps every ended job.
+TEST_F(DaemonTest, KeepEndedJobsZeroKeepsThemAll) {
+  SchedulerOptions o = Options();
+  o.keep_ended_jobs = 0;
+  o.snapshot_every_events = 1;
+  Client& c = StartDaemon(o);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(c.MustSubmit(1));
+  for (int64_t id : ids) ASSERT_TRUE(c.Kill(id).ok());
+  server_->Sync();
+  EXPECT_EQ(ListedIds(c), ids);
+  EXPECT_FALSE(c.Get(ids[0]).archived());
+}
+
+TEST(DaemonOptionsTest, ANegativeKeepEndedJobsIsRefused) {
+  SchedulerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.db_path = "/nonexistent/never-opened.db";
+  o.keep_ended_jobs = -1;
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--keep-ended-jobs"), std::string::npos);
+}
+
 TEST(DaemonOptionsTest, ANegativeSnapshotIntervalIsRefused) {
   SchedulerOptions o;
   o.listen = "127.0.0.1:0";

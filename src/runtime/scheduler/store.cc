@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   resumes INTEGER NOT NULL DEFAULT 0,
   metric REAL NOT NULL DEFAULT 0,
   metric_minibatches INTEGER NOT NULL DEFAULT 0,
-  metric_reports INTEGER NOT NULL DEFAULT 0);
+  metric_reports INTEGER NOT NULL DEFAULT 0,
+  archived INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS servers(
   id INTEGER PRIMARY KEY,
   name TEXT NOT NULL UNIQUE,
@@ -148,6 +149,8 @@ class SqliteStore final : public Store {
   Inserted InsertJobs(std::span<const std::string> specs_json,
                       int64_t submitted_us) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
+  core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
+  core::Status ArchiveJobs(std::span<const JobRow> rows) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
@@ -224,6 +227,13 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
       "DEFAULT 0;"
       "ALTER TABLE servers ADD COLUMN away_cordon INTEGER NOT NULL "
       "DEFAULT 0;"));
+  // A database from before jobs were archived.
+  GANDIVA_RETURN_IF_ERROR(AddColumnsIfMissing(
+      db, *store, "jobs", "archived",
+      "ALTER TABLE jobs ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;"));
+  GANDIVA_RETURN_IF_ERROR(
+      store->Exec("CREATE INDEX IF NOT EXISTS jobs_not_archived ON jobs(id) "
+                  "WHERE archived = 0"));
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
          "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
@@ -302,39 +312,72 @@ Store::Inserted SqliteStore::InsertJobs(std::span<const std::string> specs_json,
   return {specs_json.size(), first, core::Status::Ok()};
 }
 
+namespace {
+
+constexpr const char* kJobColumns =
+    "SELECT id, spec, state, submitted_us, started_us, ended_us, exit_code, "
+    "minibatches, minibatch_rate, uses_library, server, gpus, suspends, "
+    "resumes, metric, metric_minibatches, metric_reports FROM jobs ";
+
+JobRow JobRowOf(Stmt& s) {
+  JobRow r;
+  r.id = s.Int(0);
+  r.spec_json = s.Text(1);
+  r.state = static_cast<int>(s.Int(2));
+  r.submitted_us = s.Int(3);
+  r.started_us = s.Int(4);
+  r.ended_us = s.Int(5);
+  if (!s.IsNull(6)) r.exit_code = static_cast<int32_t>(s.Int(6));
+  r.minibatches = s.Int(7);
+  r.minibatch_rate = s.Real(8);
+  r.uses_library = s.Int(9) != 0;
+  r.server = s.Text(10);
+  r.gpus_json = s.Text(11);
+  r.suspends = static_cast<int32_t>(s.Int(12));
+  r.resumes = static_cast<int32_t>(s.Int(13));
+  r.metric = s.Real(14);
+  r.metric_minibatches = s.Int(15);
+  r.metric_reports = s.Int(16);
+  return r;
+}
+
+}  // namespace
+
 core::StatusOr<std::vector<JobRow>> SqliteStore::LoadJobs() {
   std::lock_guard lock(mu_);
   Stmt s(db_,
-         "SELECT id, spec, state, submitted_us, started_us, ended_us, "
-         "exit_code, minibatches, minibatch_rate, uses_library, server, gpus, "
-         "suspends, resumes, metric, metric_minibatches, metric_reports "
-         "FROM jobs ORDER BY id");
+         (std::string(kJobColumns) + "WHERE archived = 0 ORDER BY id").c_str());
   GANDIVA_RETURN_IF_ERROR(s.prepared());
   std::vector<JobRow> out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    JobRow r;
-    r.id = s.Int(0);
-    r.spec_json = s.Text(1);
-    r.state = static_cast<int>(s.Int(2));
-    r.submitted_us = s.Int(3);
-    r.started_us = s.Int(4);
-    r.ended_us = s.Int(5);
-    if (!s.IsNull(6)) r.exit_code = static_cast<int32_t>(s.Int(6));
-    r.minibatches = s.Int(7);
-    r.minibatch_rate = s.Real(8);
-    r.uses_library = s.Int(9) != 0;
-    r.server = s.Text(10);
-    r.gpus_json = s.Text(11);
-    r.suspends = static_cast<int32_t>(s.Int(12));
-    r.resumes = static_cast<int32_t>(s.Int(13));
-    r.metric = s.Real(14);
-    r.metric_minibatches = s.Int(15);
-    r.metric_reports = s.Int(16);
-    out.push_back(std::move(r));
-  }
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(JobRowOf(s));
   if (rc != SQLITE_DONE) return s.StepError();
   return out;
+}
+
+core::StatusOr<std::optional<JobRow>> SqliteStore::LoadJob(int64_t id) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, (std::string(kJobColumns) + "WHERE id = ?").c_str());
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  s.Bind(1, id);
+  const int rc = s.Step();
+  if (rc == SQLITE_ROW) return std::optional<JobRow>(JobRowOf(s));
+  if (rc != SQLITE_DONE) return s.StepError();
+  return std::optional<JobRow>();
+}
+
+core::Status SqliteStore::ArchiveJobs(std::span<const JobRow> rows) {
+  std::lock_guard lock(mu_);
+  return InTransaction([&]() -> core::Status {
+    Stmt s(db_, "UPDATE jobs SET archived = 1 WHERE id = ?");
+    GANDIVA_RETURN_IF_ERROR(s.prepared());
+    for (const JobRow& r : rows) {
+      s.Reset();
+      s.Bind(1, r.id);
+      if (s.Step() != SQLITE_DONE) return s.StepError();
+    }
+    return core::Status::Ok();
+  });
 }
 
 core::StatusOr<std::vector<ServerRow>> SqliteStore::LoadServers() {

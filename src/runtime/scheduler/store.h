@@ -6,7 +6,9 @@
 //   jobs                  one row per submitted job: its spec (JSON), state,
 //                         timestamps, exit code, progress and the job's
 //                         last reported metric; ids are dense from 1
-//                         (SQLite rowids, never deleted)
+//                         (SQLite rowids, never deleted). An ended job the
+//                         daemon forgot is archived: its row stays (LoadJob)
+//                         but is no longer loaded at a start (LoadJobs)
 //   servers               one row per registered agent: id (registration
 //                         order, from 0), name, address, GPUs (JSON)
 //   history               per job: action, ok, took_us, detail, time
@@ -139,7 +141,15 @@ class Store {
   // Stores one new job in its own transaction; returns its id.
   core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
                                     int64_t submitted_us);
+  // The jobs not archived, in id order.
   virtual core::StatusOr<std::vector<JobRow>> LoadJobs() = 0;
+  // One job's row, archived or not (none: no such job).
+  virtual core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) = 0;
+  // Archives these jobs, whose rows are as given (as last written): LoadJobs
+  // leaves them out from now on. Rows of jobs already archived, or never
+  // stored, are passed by. etcd moves them in transactions of
+  // EtcdStore::kMaxOps / 2.
+  virtual core::Status ArchiveJobs(std::span<const JobRow> rows) = 0;
   virtual core::StatusOr<std::vector<ServerRow>> LoadServers() = 0;
   virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;
   virtual core::Status Write(const WriteBatch& batch) = 0;

@@ -366,6 +366,74 @@ TEST_P(StoreTest, JobsInsertedTogetherGetConsecutiveIds) {
   EXPECT_EQ(*st.InsertJob("{}", 12), 252);
 }
 
+// Archived jobs are left out of LoadJobs, from then on and after a reopen,
+// and LoadJob still reads them; ids go on after them. 150 jobs: etcd moves
+// them in several transactions.
+TEST_P(StoreTest, ArchivedJobsAreLeftOutOfLoadJobsButStillRead) {
+  std::vector<JobRow> rows;
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    std::vector<std::string> specs;
+    for (int i = 0; i < 150; ++i) {
+      specs.push_back("{\"name\":\"j" + std::to_string(i) + "\"}");
+    }
+    ASSERT_EQ(st.InsertJobs(specs, 10).count, 150u);
+    WriteBatch batch;
+    for (int i = 0; i < 150; ++i) {
+      JobRow r;
+      r.id = i + 1;
+      r.spec_json = specs[static_cast<size_t>(i)];
+      r.state = 7;
+      r.submitted_us = 10;
+      r.ended_us = 100 + i;
+      r.exit_code = i % 3;
+      r.minibatches = i * 10;
+      r.gpus_json = "[0]";
+      batch.jobs.push_back(r);
+    }
+    ASSERT_TRUE(st.Write(batch).ok());
+    rows.assign(batch.jobs.begin(), batch.jobs.begin() + 120);
+    const core::Status a = st.ArchiveJobs(rows);
+    ASSERT_TRUE(a.ok()) << a.ToString();
+    // Again, and a job never stored: passed by.
+    JobRow unknown;
+    unknown.id = 999;
+    std::vector<JobRow> again = {rows[0], unknown};
+    ASSERT_TRUE(st.ArchiveJobs(again).ok());
+    auto jobs = st.LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 30u);
+    EXPECT_EQ(jobs->front().id, 121);
+  }
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  auto jobs = st.LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 30u);
+  for (size_t i = 0; i < jobs->size(); ++i) {
+    EXPECT_EQ((*jobs)[i].id, static_cast<int64_t>(121 + i));
+  }
+  for (int64_t id : {int64_t{1}, int64_t{77}, int64_t{120}, int64_t{121}}) {
+    auto one = st.LoadJob(id);
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    ASSERT_TRUE(one->has_value()) << id;
+    EXPECT_EQ((*one)->id, id);
+    EXPECT_EQ((*one)->spec_json,
+              "{\"name\":\"j" + std::to_string(id - 1) + "\"}");
+    EXPECT_EQ((*one)->state, 7);
+    EXPECT_EQ((*one)->ended_us, 100 + id - 1);
+    EXPECT_EQ((*one)->exit_code, (id - 1) % 3);
+    EXPECT_EQ((*one)->minibatches, (id - 1) * 10);
+  }
+  auto none = st.LoadJob(999);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(*st.InsertJob("{}", 12), 151);
+}
+
 // A batch of jobs that fails says how many were stored, as for events
 // (AnEventsBatchThatFailsLogsAPrefix): on etcd those before the
 // transaction that failed, on SQLite none; the ids go on from there.
