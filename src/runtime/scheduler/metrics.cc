@@ -54,6 +54,12 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
       Add(jobs, static_cast<double>(n), {{"state", state}});
     }
     out.push_back(std::move(jobs));
+    auto archived = Family("gandiva_jobs_archived",
+                           "Ended jobs the daemon forgot (--keep-ended-jobs), "
+                           "archived in its store.",
+                           MetricType::Gauge);
+    Add(archived, static_cast<double>(s.jobs_archived));
+    out.push_back(std::move(archived));
 
     auto gpus =
         Family("gandiva_gpus",

@@ -36,6 +36,9 @@ namespace gandiva::runtime {
 struct MetricsSample {
   // Jobs by state name ("queued", "running", ...); every state is present.
   std::map<std::string, int64_t> jobs_by_state;
+  // Ended jobs forgotten and archived (--keep-ended-jobs): in no state
+  // above.
+  int64_t jobs_archived = 0;
   int64_t gpus = 0;           // on registered servers
   int64_t gpus_up = 0;        // on servers up
   int64_t gpus_free = 0;      // up, with no job placed on them

@@ -426,6 +426,7 @@ struct Snapshot {
   int64_t log_appends = 0;
   int64_t compactions = 0;
   double last_compaction_s = 0;
+  int64_t jobs_archived = 0;
 };
 
 // A hash of what a published info is built from (the daemon's
@@ -3959,6 +3960,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     next->last_event_seq = store->LastEventSeq();
     next->log_appends = log_appends;
     next->compactions = compactions;
+    next->jobs_archived = st().forgotten_jobs();
     next->last_compaction_s = last_compaction_s;
     std::lock_guard lock(snap_mu);
     snap = std::move(next);
@@ -4016,6 +4018,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     s.last_event_seq = sn->last_event_seq;
     s.log_appends = sn->log_appends;
     s.compactions = sn->compactions;
+    s.jobs_archived = sn->jobs_archived;
     s.last_compaction_seconds = sn->last_compaction_s;
     return s;
   }

@@ -2922,6 +2922,73 @@ TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
   EXPECT_EQ(agent.start_calls(a), 1);
 }
 
+TEST(DaemonOptionsTest, ANegativeSnapshotIntervalIsRefused) {
+  SchedulerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.db_path = "/nonexistent/never-opened.db";
+  o.snapshot_every_events = -1;
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--snapshot-every"), std::string::npos);
+}
+
+// A snapshot this build cannot read stops the start with the reason: the
+// events it replaced are gone, so replaying the log alone would be wrong.
+TEST_F(DaemonTest, AnUnreadableSnapshotStopsTheStart) {
+  SchedulerOptions o = Options();
+  Client& c1 = StartDaemon(o);
+  c1.MustSubmit(1);
+  server_.reset();
+  client_.reset();
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok());
+    auto snap = (*store)->LoadSnapshot();
+    ASSERT_TRUE(snap.ok() && snap->has_value());
+    SnapshotRow row = **snap;
+    row.core.resize(row.core.size() / 2);
+    ASSERT_TRUE((*store)->WriteSnapshot(row).ok());
+  }
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("cannot be restored"), std::string::npos)
+      << s.status().message();
+}
+
+// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) ==
+        static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// The value of the sample `series` (name and labels, as printed) in a
+// Prometheus text page; -1 when absent.
+double Sample(const std::string& page, const std::string& series) {
+  std::istringstream in(page);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) {
+      return std::stod(line.substr(series.size() + 1));
+    }
+  }
+  return -1;
+}
+
 // The ids of the jobs ListJobs lists, ended ones too.
 std::vector<int64_t> ListedIds(Client& c) {
   std::vector<int64_t> ids;
@@ -2939,6 +3006,7 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
   SchedulerOptions o = Options();
   o.keep_ended_jobs = 2;
   o.snapshot_every_events = 1;  // compact after every pass that logs
+  o.metrics_listen = "127.0.0.1:0";
   Client& c1 = StartDaemon(o);
   std::vector<int64_t> ids;
   for (int i = 0; i < 5; ++i) {
@@ -2972,6 +3040,10 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
     EXPECT_EQ(none.error_code(), grpc::StatusCode::NOT_FOUND);
   };
   check_archived(c1);
+  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_jobs_archived"), 3) << page;
+  EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"killed\"}"), 2) << page;
+  o.metrics_listen.clear();  // its server takes seconds to stop
   server_.reset();
   client_.reset();
   {
@@ -3039,73 +3111,6 @@ TEST(DaemonOptionsTest, ANegativeKeepEndedJobsIsRefused) {
   auto s = SchedulerServer::Start(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("--keep-ended-jobs"), std::string::npos);
-}
-
-TEST(DaemonOptionsTest, ANegativeSnapshotIntervalIsRefused) {
-  SchedulerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.db_path = "/nonexistent/never-opened.db";
-  o.snapshot_every_events = -1;
-  auto s = SchedulerServer::Start(o);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("--snapshot-every"), std::string::npos);
-}
-
-// A snapshot this build cannot read stops the start with the reason: the
-// events it replaced are gone, so replaying the log alone would be wrong.
-TEST_F(DaemonTest, AnUnreadableSnapshotStopsTheStart) {
-  SchedulerOptions o = Options();
-  Client& c1 = StartDaemon(o);
-  c1.MustSubmit(1);
-  server_.reset();
-  client_.reset();
-  {
-    auto store = Store::Open(o.db_path, false);
-    ASSERT_TRUE(store.ok());
-    auto snap = (*store)->LoadSnapshot();
-    ASSERT_TRUE(snap.ok() && snap->has_value());
-    SnapshotRow row = **snap;
-    row.core.resize(row.core.size() / 2);
-    ASSERT_TRUE((*store)->WriteSnapshot(row).ok());
-  }
-  auto s = SchedulerServer::Start(o);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("cannot be restored"), std::string::npos)
-      << s.status().message();
-}
-
-// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-    if (::write(fd, req.data(), req.size()) ==
-        static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
-// The value of the sample `series` (name and labels, as printed) in a
-// Prometheus text page; -1 when absent.
-double Sample(const std::string& page, const std::string& series) {
-  std::istringstream in(page);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(series + " ", 0) == 0) {
-      return std::stod(line.substr(series.size() + 1));
-    }
-  }
-  return -1;
 }
 
 // `o` for counting the event log's appends from the metrics: served on a
