@@ -222,9 +222,19 @@ class Cluster:
                               f"printed {len(ids)} job ids: {out.strip()!r}")
         return ids
 
-    def jobs(self) -> Dict[int, dict]:
-        reply = json.loads(self.run("ls", "--all", "--json") or "{}")
-        return {int(j["id"]): j for j in reply.get("jobs", [])}
+    def jobs(self, name: str, ids: Sequence[int]) -> Dict[int, dict]:
+        """The search's jobs (named NAME-N), by id. One the scheduler no
+        longer lists (an ended job it archived: gandiva-scheduler
+        --keep-ended-jobs) is read with `gandiva show`."""
+        pattern = re.sub(r"([*?\[])", r"[\1]", name) + "-*"
+        reply = json.loads(
+            self.run("ls", "--all", "--json", "--name", pattern) or "{}")
+        out = {int(j["id"]): j for j in reply.get("jobs", [])}
+        for job_id in ids:
+            if job_id not in out:
+                out[job_id] = json.loads(self.run("show", str(job_id),
+                                                  "--json"))
+        return out
 
     def kill(self, job_id: int) -> None:
         self.run("kill", str(job_id))
@@ -300,8 +310,8 @@ def run_search(cluster: Cluster, template: str,
             for t, job_id in zip(trials, cluster.submit(paths)):
                 t.job_id = job_id
                 log(f"job {t.job_id}: {name}-{t.index} ({t.label})")
-        return _halve(cluster, trials, rungs, keep, mode, poll_s, timeout_s,
-                      log, sleep, clock)
+        return _halve(cluster, name, trials, rungs, keep, mode, poll_s,
+                      timeout_s, log, sleep, clock)
     except (SearchError, KeyboardInterrupt):
         # The search stops: so do the jobs it started that still run.
         for t in trials:
@@ -314,7 +324,8 @@ def run_search(cluster: Cluster, template: str,
         raise
 
 
-def _halve(cluster: Cluster, trials: List[Trial], rungs: List[int],
+def _halve(cluster: Cluster, name: str, trials: List[Trial],
+           rungs: List[int],
            keep: float, mode: str, poll_s: float, timeout_s: float,
            log: Callable[[str], None], sleep: Callable[[float], None],
            clock: Callable[[], float]) -> List[Trial]:
@@ -323,7 +334,7 @@ def _halve(cluster: Cluster, trials: List[Trial], rungs: List[int],
     for r, budget in enumerate(rungs):
         last = r == len(rungs) - 1
         while True:
-            update(trials, cluster.jobs())
+            update(trials, cluster.jobs(name, [t.job_id for t in trials]))
             for t in live:
                 if t.out or t.state not in ENDED:
                     continue

@@ -67,6 +67,32 @@ def test_halving_keeps_the_best_and_stops_the_rest(cluster, tmp_path,
     assert trials[0]["rungs"][0] == pytest.approx(0 + 1 / 101)
 
 
+def test_jobs_the_scheduler_archived_are_read_with_show(cluster, tmp_path,
+                                                       capsys, monkeypatch):
+    # A job archived as it ends is never listed ended (gandiva-scheduler
+    # --keep-ended-jobs): the search reads it with `show`, and decides as it
+    # would otherwise.
+    monkeypatch.setenv("FAKE_GANDIVA_ARCHIVE", "1")
+    other = tmp_path / "other.yaml"
+    other.write_text("name: other\ncommand: python3 x.py --lr 0.3\n")
+    assert search.Cluster(str(cluster), []).submit([str(other)]) == [1]
+    rc = search.main([str(spec(tmp_path)), "--param", "lr=0.15,0.2,0.5",
+                      "--rungs", "100,300", "--keep", "0.7", "--poll-s", "0",
+                      "--name", "s[1]", "--timeout-s", "30",
+                      "--gandiva", str(cluster)])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert "failed at mini-batch 150" in printed
+    assert "best: job 3 (lr=0.2)" in printed
+    calls = state(tmp_path)["calls"]
+    # Only the search's jobs were listed (its name's pattern characters
+    # matched as themselves), and the ended ones were shown.
+    lists = [c for c in calls if c[0] == "ls"]
+    assert lists and all(c[c.index("--name") + 1] == "s[[]1]-*" for c in lists)
+    shown = {c[1] for c in calls if c[0] == "show"}
+    assert "2" in shown and "1" not in shown
+
+
 def test_a_job_without_a_metric_leaves_the_search(cluster, tmp_path, capsys):
     # lr >= 1 reports no metric in the stand-in; it finishes without one.
     rc = search.main([str(spec(tmp_path)), "--param", "lr=0.2,1.5",
