@@ -109,10 +109,20 @@ class Session {
     rpc::ListJobsReply named;
     if (!ListAll(req, &named, error)) return false;
     std::vector<const rpc::JobInfo*> live, all;
-    for (const auto& j : named.jobs()) {
-      if (j.spec().name() != arg) continue;
-      all.push_back(&j);
-      if (!IsEnded(j.state())) live.push_back(&j);
+    auto collect = [&] {
+      for (const auto& j : named.jobs()) {
+        if (j.spec().name() != arg) continue;
+        all.push_back(&j);
+        if (!IsEnded(j.state())) live.push_back(&j);
+      }
+    };
+    collect();
+    if (all.empty()) {
+      // Perhaps an ended job the scheduler archived (--keep-ended-jobs).
+      req.set_archived(true);
+      named.Clear();
+      if (!ListAll(req, &named, error)) return false;
+      collect();
     }
     const auto& pick = live.empty() ? all : live;
     if (pick.size() == 1) {
@@ -247,6 +257,7 @@ int RunSubmit(const SubmitFlags& f) {
 struct LsFlags {
   ConnectionFlags conn;
   bool all = false;
+  bool archived = false;  // implies all
   bool json = false;
   bool quiet = false;
   std::string states;  // --state
@@ -280,7 +291,8 @@ int RunLs(const LsFlags& f) {
   Session s("ls", f.conn);
   // The daemon filters (an end state asked for includes the ended jobs).
   rpc::ListJobsRequest req;
-  req.set_all(f.all);
+  req.set_all(f.all || f.archived);
+  req.set_archived(f.archived);
   filter.ToRequest(&req);
   rpc::ListJobsReply reply;
   std::string error;
@@ -406,8 +418,8 @@ int RunShow(const JobFlags& f) {
   if (j.archived()) {
     std::printf(
         "  archived:     yes (the scheduler keeps only the jobs that ended "
-        "last in memory; this one is read from its store, and `ls --all` "
-        "no longer lists it)\n");
+        "last in memory; this one is read from its store: `ls --archived` "
+        "lists it)\n");
   }
   if (!j.waiting_reason().empty()) {
     std::printf("  waiting:      %s\n", j.waiting_reason().c_str());
@@ -1035,6 +1047,9 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
     auto f = std::make_shared<LsFlags>();
     CLI::App* sub = app.add_subcommand("ls", "List jobs");
     sub->add_flag("-a,--all", f->all, "Include ended jobs");
+    sub->add_flag("--archived", f->archived,
+                  "Include ended jobs, and those the scheduler archived "
+                  "(beyond its --keep-ended-jobs), read from its store");
     sub->add_option("--state", f->states,
                     "Only jobs in these states, comma-separated: queued, "
                     "running, suspended, migrating, finished, failed, "

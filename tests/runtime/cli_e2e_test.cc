@@ -131,6 +131,49 @@ TEST_F(CliE2eTest, SubmitRefusesBadSpecNamingTheField) {
 // `gandiva up` starts a local cluster (idempotently), the job commands use
 // it through the state directory alone, and `gandiva down` stops it
 // (idempotently).
+// A daemon that keeps one ended job: the others are archived. `ls --all`
+// lists the one kept, `ls --archived` every job; `show` finds an archived
+// job by id and by name, and a kill of it says it ended.
+TEST(CliArchiveE2eTest, ArchivedJobsAreShownAndListedOnRequest) {
+  TestCluster c(
+      {.policy = "fifo",
+       .agents = 0,
+       .scheduler_args = {"--keep-ended-jobs", "1", "--snapshot-every", "1"}});
+  std::string error;
+  ASSERT_TRUE(c.StartScheduler(0, &error)) << error << c.Logs();
+  std::vector<int64_t> ids;
+  for (const char* name : {"alpha", "beta", "gamma"}) {
+    rpc::JobSpec spec;
+    spec.set_name(name);
+    spec.set_command("sleep 100");
+    spec.set_gpus(1);
+    ids.push_back(c.Submit(spec, &error));
+    ASSERT_NE(ids.back(), 0) << error;
+  }
+  std::string out;
+  ASSERT_EQ(c.Cli({"kill", "alpha", "beta", "gamma"}, &out), 0) << out;
+  // Forgotten at the compaction after the kills' pass.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        c.Cli({"ls", "--all", "-q"}, &out);
+        return out == std::to_string(ids[2]) + "\n";
+      },
+      std::chrono::seconds(10)))
+      << out << c.Logs();
+  ASSERT_EQ(c.Cli({"ls", "--archived", "-q"}, &out), 0) << out;
+  EXPECT_EQ(out, std::to_string(ids[0]) + "\n" + std::to_string(ids[1]) + "\n" +
+                     std::to_string(ids[2]) + "\n");
+  for (const std::string& job : {std::to_string(ids[0]), std::string("beta")}) {
+    ASSERT_EQ(c.Cli({"show", job}, &out), 0) << out;
+    EXPECT_NE(out.find("archived:     yes"), std::string::npos) << out;
+    EXPECT_NE(out.find("killed"), std::string::npos) << out;
+  }
+  EXPECT_EQ(c.Cli({"kill", "alpha"}, &out), 1) << out;
+  EXPECT_NE(out.find("already ended (archived)"), std::string::npos) << out;
+  EXPECT_EQ(c.Cli({"show", "delta"}, &out), 1) << out;
+  EXPECT_NE(out.find("no job named 'delta'"), std::string::npos) << out;
+}
+
 TEST_F(CliE2eTest, UpLsDown) {
   const std::string state = "--state-dir " + (dir_ / "state").string();
   {

@@ -313,6 +313,24 @@ core::StatusOr<std::optional<JobRow>> EtcdStore::LoadJob(int64_t id) {
   return std::optional<JobRow>();
 }
 
+core::StatusOr<std::vector<JobRow>> EtcdStore::LoadArchivedJobs(
+    int64_t after_id, int limit) {
+  std::lock_guard lock(mu_);
+  ep::RangeRequest r;
+  r.set_key(Key("archive", std::max<int64_t>(after_id, 0) + 1));
+  r.set_range_end(EtcdClient::PrefixEnd(p_ + "archive/"));
+  r.set_limit(limit);
+  auto rep = etcd_.Range(r);
+  if (!rep.ok()) return rep.status();
+  std::vector<JobRow> out;
+  for (const ep::KeyValue& kv : rep->kvs()) {
+    auto row = Parse<JobRow>(kv, JobOf);
+    if (!row.ok()) return row.status();
+    out.push_back(std::move(*row));
+  }
+  return out;
+}
+
 core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
   std::lock_guard lock(mu_);
   // Each job's row moves from jobs/ to archive/ in one transaction.

@@ -62,6 +62,8 @@ class EtcdStore final : public Store {
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
+  core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
+                                                       int limit) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;

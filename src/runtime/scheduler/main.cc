@@ -148,8 +148,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--keep-ended-jobs", o.keep_ended_jobs,
                  "at each compaction, forget the ended jobs beyond the N "
-                 "that ended last: archived in the store, `gandiva show` "
-                 "still reads them there (0: keep all)")
+                 "that ended last: archived in the store, where `gandiva "
+                 "show` and `ls --archived` read them (0: keep all)")
       ->capture_default_str();
   app.add_option("--probe-delay-s", o.probe_delay_s,
                  "measure a mechanism's effect on the rate this long after")

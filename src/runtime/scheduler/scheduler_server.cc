@@ -22,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -336,6 +337,11 @@ struct PendingAction {
 
 // Where a move left the job's process.
 enum class MovedTo { kDestination, kAsBefore, kCheckpointAtSource, kNowhere };
+
+// ListJobs with archived jobs reads them from the store this many at a
+// time, and at most kMaxArchivedReadPerPage for one page.
+constexpr int kArchivedReadChunk = 1000;
+constexpr int64_t kMaxArchivedReadPerPage = 100'000;
 
 // Whether a job in `state` has ended (finished, failed or killed).
 bool EndState(int state) {
@@ -4766,24 +4772,46 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         req->all() || std::any_of(states.begin(), states.end(), EndState);
     const int max_jobs =
         req->max_jobs() == 0 ? kDefaultJobsPerPage : req->max_jobs();
+    auto matches = [&](const rpc::JobInfo& info, const rpc::JobSpec& sp) {
+      if (EndState(info.state()) && !ended_too) return false;
+      if (!states.empty() && !states.contains(info.state())) return false;
+      if (!req->owner().empty() && sp.owner() != req->owner()) return false;
+      return req->name().empty() ||
+             ::fnmatch(req->name().c_str(), sp.name().c_str(), 0) == 0;
+    };
+    // The archived jobs that match, read first (and outside the lock): a
+    // job archived meanwhile is in memory too until the loop drops it, and
+    // the memory's wins. The page holds none past `bound`, the last id
+    // read from the archive (the largest id: all of it).
+    std::vector<rpc::JobInfo> archived;
+    int64_t bound = std::numeric_limits<int64_t>::max();
+    if (req->archived() && ended_too) {
+      int64_t cursor = req->after_id();
+      int64_t read = 0;
+      for (bool more = true; more;) {
+        auto rows = store->LoadArchivedJobs(cursor, kArchivedReadChunk);
+        if (!rows.ok()) return ToGrpc(rows.status());
+        for (const JobRow& row : *rows) {
+          cursor = row.id;
+          ++read;
+          rpc::JobInfo info = InfoOfArchived(row);
+          if (matches(info, info.spec())) archived.push_back(std::move(info));
+          if (static_cast<int>(archived.size()) >= max_jobs ||
+              read >= kMaxArchivedReadPerPage) {
+            bound = cursor;
+            more = false;
+            break;
+          }
+        }
+        if (static_cast<int>(rows->size()) < kArchivedReadChunk) more = false;
+      }
+    }
     auto s = Snap();
     std::lock_guard lock(settled_mu);
     size_t bytes = 0;
-    // Adds the job if it matches; false once the page is full (the job
-    // matches but is left for the next page).
-    auto add = [&](const rpc::JobInfo& info) {
-      if (EndState(info.state()) && !ended_too) return true;
-      if (!states.empty() && !states.contains(info.state())) return true;
-      auto spec = specs.find(info.id());
-      const rpc::JobSpec& sp = spec != specs.end()
-                                   ? *spec->second
-                                   : rpc::JobSpec::default_instance();
-      if (!req->owner().empty() && sp.owner() != req->owner()) return true;
-      if (!req->name().empty() &&
-          ::fnmatch(req->name().c_str(), sp.name().c_str(), 0) != 0) {
-        return true;
-      }
-      rpc::JobInfo out = WithSpec(info, s->queue.get());
+    // Adds a job that matches; false once the page is full (it is left
+    // for the next page).
+    auto put = [&](rpc::JobInfo out) {
       const size_t size = out.ByteSizeLong();
       if (rep->jobs_size() >= max_jobs ||
           (rep->jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
@@ -4794,23 +4822,41 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       *rep->add_jobs() = std::move(out);
       return true;
     };
-    // The snapshot's jobs and the settled ones, both in id order from
-    // after_id; a job in both is the snapshot's.
+    // The snapshot's jobs, the settled ones and the archived ones, each in
+    // id order from after_id; a job in several is the snapshot's, else the
+    // settled one.
+    constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
     auto a = std::upper_bound(
         s->jobs.begin(), s->jobs.end(), req->after_id(),
         [](int64_t key, const auto& entry) { return key < entry.first; });
     auto b = ended_too ? settled_jobs.upper_bound(req->after_id())
                        : settled_jobs.end();
-    while (a != s->jobs.end() || b != settled_jobs.end()) {
-      bool more;
-      if (b == settled_jobs.end() ||
-          (a != s->jobs.end() && a->first <= b->first)) {
-        if (b != settled_jobs.end() && b->first == a->first) ++b;
-        more = add(*(a++)->second);
+    auto c = archived.begin();
+    for (;;) {
+      const int64_t ia = a != s->jobs.end() ? a->first : kEnd;
+      const int64_t ib = b != settled_jobs.end() ? b->first : kEnd;
+      const int64_t ic = c != archived.end() ? c->id() : kEnd;
+      const int64_t id = std::min({ia, ib, ic});
+      if (id == kEnd || id > bound) {
+        // All read; or more of the archive is to be read from `bound` on.
+        if (bound != kEnd) rep->set_next_after_id(bound);
+        break;
+      }
+      bool more = true;
+      if (id == ia || id == ib) {
+        const rpc::JobInfo& info = id == ia ? *a->second : b->second;
+        auto spec = specs.find(id);
+        const rpc::JobSpec& sp = spec != specs.end()
+                                     ? *spec->second
+                                     : rpc::JobSpec::default_instance();
+        if (matches(info, sp)) more = put(WithSpec(info, s->queue.get()));
       } else {
-        more = add((b++)->second);
+        more = put(*c);
       }
       if (!more) break;
+      if (ia == id) ++a;
+      if (ib == id) ++b;
+      if (ic == id) ++c;
     }
     return grpc::Status::OK;
   }

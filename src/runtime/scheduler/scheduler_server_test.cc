@@ -2996,6 +2996,22 @@ std::vector<int64_t> ListedIds(Client& c) {
   return ids;
 }
 
+// Every page of ListJobs for `r` (from after_id 0, at most `per_page` a
+// page): the jobs' ids, in order.
+std::vector<int64_t> PagedIds(Client& c, rpc::ListJobsRequest r, int per_page) {
+  std::vector<int64_t> ids;
+  r.set_max_jobs(per_page);
+  for (int page = 0; page < 100; ++page) {
+    rpc::ListJobsReply rep;
+    const grpc::Status st = c.ListPage(r, &rep);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    for (const rpc::JobInfo& j : rep.jobs()) ids.push_back(j.id());
+    if (rep.next_after_id() == 0) break;
+    r.set_after_id(rep.next_after_id());
+  }
+  return ids;
+}
+
 // With --keep-ended-jobs 2, each compaction forgets the ended jobs beyond
 // the two that ended last: ListJobs no longer lists them, GetJob reads
 // them from the store (with their history), a request about one says it
@@ -3017,7 +3033,8 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
   server_->Sync();
   EXPECT_EQ(ListedIds(c1), (std::vector<int64_t>{ids[3], ids[4], live}));
 
-  auto check_archived = [&](Client& c) {
+  // `lives`: the jobs not ended.
+  auto check_archived = [&](Client& c, const std::vector<int64_t>& lives) {
     for (int i = 0; i < 3; ++i) {
       grpc::Status st;
       const rpc::JobInfo info = c.Get(ids[i], &st);
@@ -3038,8 +3055,25 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
     grpc::Status none;
     c.Get(live + 100, &none);
     EXPECT_EQ(none.error_code(), grpc::StatusCode::NOT_FOUND);
+    // Listed with the archived ones, in id order, whatever the page size.
+    rpc::ListJobsRequest r;
+    r.set_all(true);
+    r.set_archived(true);
+    std::vector<int64_t> every = ids;
+    every.insert(every.end(), lives.begin(), lives.end());
+    for (int per_page : {1, 2, 100}) {
+      EXPECT_EQ(PagedIds(c, r, per_page), every) << per_page;
+    }
+    r.set_name("j[12]");
+    EXPECT_EQ(PagedIds(c, r, 1), (std::vector<int64_t>{ids[1], ids[2]}));
+    r.clear_name();
+    r.set_all(false);
+    r.add_states(rpc::QUEUED);
+    EXPECT_EQ(PagedIds(c, r, 100), lives);
+    r.add_states(rpc::KILLED);  // an end state: ended jobs, archived too
+    EXPECT_EQ(PagedIds(c, r, 100), every);
   };
-  check_archived(c1);
+  check_archived(c1, {live});
   const std::string page = HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_EQ(Sample(page, "gandiva_jobs_archived"), 3) << page;
   EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"killed\"}"), 2) << page;
@@ -3061,7 +3095,7 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
 
   Client& c2 = StartDaemon(o);
   EXPECT_EQ(ListedIds(c2), (std::vector<int64_t>{ids[3], ids[4], live}));
-  check_archived(c2);
+  check_archived(c2, {live});
   EXPECT_EQ(c2.MustSubmit(1), live + 1);  // ids are never used again
   server_.reset();
   client_.reset();
@@ -3078,7 +3112,7 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
   Client& c3 = StartDaemon(o);
   EXPECT_EQ(ListedIds(c3),
             (std::vector<int64_t>{ids[3], ids[4], live, live + 1}));
-  check_archived(c3);
+  check_archived(c3, {live, live + 1});
   EXPECT_EQ(c3.State(live), rpc::QUEUED);
   server_.reset();
   client_.reset();

@@ -151,6 +151,8 @@ class SqliteStore final : public Store {
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
+  core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
+                                                       int limit) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
@@ -364,6 +366,22 @@ core::StatusOr<std::optional<JobRow>> SqliteStore::LoadJob(int64_t id) {
   if (rc == SQLITE_ROW) return std::optional<JobRow>(JobRowOf(s));
   if (rc != SQLITE_DONE) return s.StepError();
   return std::optional<JobRow>();
+}
+
+core::StatusOr<std::vector<JobRow>> SqliteStore::LoadArchivedJobs(
+    int64_t after_id, int limit) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, (std::string(kJobColumns) +
+               "WHERE id > ? AND archived = 1 ORDER BY id LIMIT ?")
+                  .c_str());
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  s.Bind(1, after_id);
+  s.Bind(2, static_cast<int64_t>(limit));
+  std::vector<JobRow> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(JobRowOf(s));
+  if (rc != SQLITE_DONE) return s.StepError();
+  return out;
 }
 
 core::Status SqliteStore::ArchiveJobs(std::span<const JobRow> rows) {

@@ -150,6 +150,9 @@ class Store {
   // stored, are passed by. etcd moves them in transactions of
   // EtcdStore::kMaxOps / 2.
   virtual core::Status ArchiveJobs(std::span<const JobRow> rows) = 0;
+  // Archived jobs with ids above `after_id`, in id order, at most `limit`.
+  virtual core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
+                                                               int limit) = 0;
   virtual core::StatusOr<std::vector<ServerRow>> LoadServers() = 0;
   virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;
   virtual core::Status Write(const WriteBatch& batch) = 0;

@@ -431,6 +431,23 @@ TEST_P(StoreTest, ArchivedJobsAreLeftOutOfLoadJobsButStillRead) {
   auto none = st.LoadJob(999);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value());
+  // The archived ones by pages, in id order.
+  std::vector<int64_t> archived;
+  for (int64_t after = 0;;) {
+    auto page = st.LoadArchivedJobs(after, 50);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const JobRow& r : *page) archived.push_back(r.id);
+    if (page->size() < 50) break;
+    after = page->back().id;
+  }
+  ASSERT_EQ(archived.size(), 120u);
+  for (size_t i = 0; i < archived.size(); ++i) {
+    EXPECT_EQ(archived[i], static_cast<int64_t>(i + 1));
+  }
+  auto tail = st.LoadArchivedJobs(118, 10);
+  ASSERT_TRUE(tail.ok());
+  ASSERT_EQ(tail->size(), 2u);
+  EXPECT_EQ(tail->back().spec_json, "{\"name\":\"j119\"}");
   EXPECT_EQ(*st.InsertJob("{}", 12), 151);
 }
 
