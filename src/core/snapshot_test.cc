@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -171,6 +172,79 @@ bool SameAction(const Action& x, const Action& y) {
 
 // The original and the restored core, fed the same events from here on,
 // take the same actions and end in the same state.
+// Feeds two cores the same events, a round at a time, and expects the same
+// actions of both: each round a job arrives every other round, a tick, the
+// running jobs' rates, now and then a job finishing or the queue's head
+// killed, then the actions of the round done (one in five failed). The
+// second core is looked up at each event: a test may replace it between
+// rounds.
+class Twins {
+ public:
+  Twins(Scheduler& first, std::function<Scheduler&()> second, Time now)
+      : first_(first),
+        second_(std::move(second)),
+        now_(now),
+        next_job_(first.state().job_id_limit()) {}
+
+  void Round(int round) {
+    now_ += Duration::Seconds(15);
+    if (round % 2 == 0) {
+      JobSpec s;
+      s.gpus = round % 12 == 0 ? 2 : 1;
+      s.elastic = round % 21 == 0;
+      s.vc = round % 4 == 0 ? "a" : "b";
+      Both(JobArrived{JobId(next_job_++), s});
+    }
+    Both(Tick{});
+    for (JobId id : Running(first_.state())) {
+      Both(ProfileReport{id, 5.0 + (id.value * 7 + round) % 11, round * 50, 2.0,
+                         0.5});
+    }
+    if (round % 3 == 1) {
+      const std::vector<JobId> running = Running(first_.state());
+      if (!running.empty()) Both(JobFinished{running.front(), true});
+    }
+    if (round % 7 == 2 && !first_.state().queue().empty()) {
+      Both(KillRequest{first_.state().queue().begin()->id, "test"});
+    }
+    std::vector<Action> now_pending;
+    now_pending.swap(pending_);
+    for (size_t i = 0; i < now_pending.size(); ++i) {
+      const Action& a = now_pending[i];
+      if ((i + round) % 5 == 0) {
+        Both(ActionFailed{a.id, a.job, Duration::Seconds(1), "test", false});
+      } else {
+        Both(ActionDone{a.id, a.job, Duration::Seconds(1)});
+      }
+    }
+  }
+  int actions() const { return actions_; }
+
+ private:
+  void Both(EventBody body) {
+    std::vector<Action> x, y;
+    const Status sx = first_.Handle(Event{now_, body}, x);
+    const Status sy = second_().Handle(Event{now_, body}, y);
+    ASSERT_EQ(sx.ok(), sy.ok()) << sx.ToString() << " / " << sy.ToString();
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_TRUE(SameAction(x[i], y[i])) << i;
+      if (x[i].kind != ActionKind::kKill &&
+          x[i].kind != ActionKind::kSetPriority) {
+        pending_.push_back(x[i]);
+      }
+    }
+    actions_ += static_cast<int>(x.size());
+  }
+
+  Scheduler& first_;
+  std::function<Scheduler&()> second_;
+  Time now_;
+  int32_t next_job_;
+  std::vector<Action> pending_;
+  int actions_ = 0;
+};
+
 TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
   for (const char* policy : {"gandiva", "fifo", "tiresias-las"}) {
     SCOPED_TRACE(policy);
@@ -179,55 +253,10 @@ TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
     Scheduler& original = h.scheduler();
     Scheduler restored(Make(policy));
     ASSERT_TRUE(restored.Restore(original.Snapshot()).ok());
-
-    Time now = h.now();
-    std::vector<Action> pending;
-    int actions = 0;
-    auto both = [&](EventBody body) {
-      std::vector<Action> x, y;
-      const Status sx = original.Handle(Event{now, body}, x);
-      const Status sy = restored.Handle(Event{now, body}, y);
-      ASSERT_EQ(sx.ok(), sy.ok()) << sx.ToString() << " / " << sy.ToString();
-      ASSERT_EQ(x.size(), y.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        EXPECT_TRUE(SameAction(x[i], y[i])) << i;
-        if (x[i].kind != ActionKind::kKill &&
-            x[i].kind != ActionKind::kSetPriority) {
-          pending.push_back(x[i]);
-        }
-      }
-      actions += static_cast<int>(x.size());
-    };
-    int32_t next_job = static_cast<int32_t>(original.state().job_id_limit());
-    for (int round = 0; round < 60; ++round) {
-      now += Duration::Seconds(15);
-      if (round % 4 == 0) {
-        JobSpec s;
-        s.gpus = round % 14 == 0 ? 2 : 1;
-        s.elastic = round % 21 == 0;
-        both(JobArrived{JobId(next_job++), s});
-      }
-      both(Tick{});
-      for (JobId id : Running(original.state())) {
-        both(ProfileReport{id, 5.0 + (id.value * 7 + round) % 11, round * 50,
-                           2.0, 0.5});
-      }
-      if (round % 3 == 1) {
-        const std::vector<JobId> running = Running(original.state());
-        if (!running.empty()) both(JobFinished{running.front(), true});
-      }
-      std::vector<Action> now_pending;
-      now_pending.swap(pending);
-      for (size_t i = 0; i < now_pending.size(); ++i) {
-        const Action& a = now_pending[i];
-        if ((i + round) % 5 == 0) {
-          both(ActionFailed{a.id, a.job, Duration::Seconds(1), "test", false});
-        } else {
-          both(ActionDone{a.id, a.job, Duration::Seconds(1)});
-        }
-      }
-    }
-    EXPECT_GT(actions, 12);
+    Twins twins(
+        original, [&]() -> Scheduler& { return restored; }, h.now());
+    for (int round = 0; round < 60; ++round) twins.Round(round);
+    EXPECT_GT(twins.actions(), 12);
     EXPECT_EQ(original.Snapshot(), restored.Snapshot());
   }
 }
@@ -252,57 +281,10 @@ TEST(SnapshotTest, ForgettingEndedJobsChangesNoDecision) {
     Scheduler& keeper = h.scheduler();
     auto forgetter = std::make_unique<Scheduler>(make());
     ASSERT_TRUE(forgetter->Restore(keeper.Snapshot()).ok());
-
-    Time now = h.now();
-    std::vector<Action> pending;
-    int actions = 0;
-    auto both = [&](EventBody body) {
-      std::vector<Action> x, y;
-      const Status sx = keeper.Handle(Event{now, body}, x);
-      const Status sy = forgetter->Handle(Event{now, body}, y);
-      ASSERT_EQ(sx.ok(), sy.ok()) << sx.ToString() << " / " << sy.ToString();
-      ASSERT_EQ(x.size(), y.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        EXPECT_TRUE(SameAction(x[i], y[i])) << i;
-        if (x[i].kind != ActionKind::kKill &&
-            x[i].kind != ActionKind::kSetPriority) {
-          pending.push_back(x[i]);
-        }
-      }
-      actions += static_cast<int>(x.size());
-    };
-    int32_t next_job = keeper.state().job_id_limit();
+    Twins twins(
+        keeper, [&]() -> Scheduler& { return *forgetter; }, h.now());
     for (int round = 0; round < 80; ++round) {
-      now += Duration::Seconds(15);
-      if (round % 2 == 0) {
-        JobSpec s;
-        s.gpus = round % 12 == 0 ? 2 : 1;
-        s.elastic = round % 21 == 0;
-        s.vc = round % 4 == 0 ? "a" : "b";
-        both(JobArrived{JobId(next_job++), s});
-      }
-      both(Tick{});
-      for (JobId id : Running(keeper.state())) {
-        both(ProfileReport{id, 5.0 + (id.value * 7 + round) % 11, round * 50,
-                           2.0, 0.5});
-      }
-      if (round % 3 == 1) {
-        const std::vector<JobId> running = Running(keeper.state());
-        if (!running.empty()) both(JobFinished{running.back(), true});
-      }
-      if (round % 7 == 2 && !keeper.state().queue().empty()) {
-        both(KillRequest{keeper.state().queue().begin()->id, "test"});
-      }
-      std::vector<Action> now_pending;
-      now_pending.swap(pending);
-      for (size_t i = 0; i < now_pending.size(); ++i) {
-        const Action& a = now_pending[i];
-        if ((i + round) % 5 == 0) {
-          both(ActionFailed{a.id, a.job, Duration::Seconds(1), "test", false});
-        } else {
-          both(ActionDone{a.id, a.job, Duration::Seconds(1)});
-        }
-      }
+      twins.Round(round);
       std::vector<JobId> ended;
       forgetter->state().ForEachJob([&](const Job& j) {
         if (IsTerminal(j.state)) ended.push_back(j.id);
@@ -317,7 +299,7 @@ TEST(SnapshotTest, ForgettingEndedJobsChangesNoDecision) {
         forgetter = std::move(again);
       }
     }
-    EXPECT_GT(actions, 12);
+    EXPECT_GT(twins.actions(), 12);
     int ended = 0;
     for (int32_t i = 0; i < keeper.state().job_id_limit(); ++i) {
       const JobId id(i);

@@ -37,6 +37,14 @@ void Add(MetricFamily& f, double value,
   f.metric.push_back(std::move(m));
 }
 
+// A family of one unlabelled value.
+MetricFamily One(std::string name, std::string help, MetricType type,
+                 double value) {
+  MetricFamily f = Family(std::move(name), std::move(help), type);
+  Add(f, value);
+  return f;
+}
+
 }  // namespace
 
 // The gauges and counters, computed from a sample at each scrape.
@@ -54,12 +62,10 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
       Add(jobs, static_cast<double>(n), {{"state", state}});
     }
     out.push_back(std::move(jobs));
-    auto archived = Family("gandiva_jobs_archived",
-                           "Ended jobs the daemon forgot (--keep-ended-jobs), "
-                           "archived in its store.",
-                           MetricType::Gauge);
-    Add(archived, static_cast<double>(s.jobs_archived));
-    out.push_back(std::move(archived));
+    out.push_back(One("gandiva_jobs_archived",
+                      "Ended jobs the daemon forgot (--keep-ended-jobs), "
+                      "archived in its store.",
+                      MetricType::Gauge, static_cast<double>(s.jobs_archived)));
 
     auto gpus =
         Family("gandiva_gpus",
@@ -104,46 +110,35 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     }
     out.push_back(std::move(actions));
 
-    auto events =
-        Family("gandiva_core_events_total",
-               "Events the scheduling core handled.", MetricType::Counter);
-    Add(events, static_cast<double>(c.events));
-    out.push_back(std::move(events));
+    out.push_back(One("gandiva_core_events_total",
+                      "Events the scheduling core handled.",
+                      MetricType::Counter, static_cast<double>(c.events)));
 
-    auto log = Family("gandiva_event_log_events",
+    out.push_back(One("gandiva_event_log_events",
                       "Events logged since the last snapshot: what a "
                       "recovery would replay.",
-                      MetricType::Gauge);
-    Add(log, static_cast<double>(s.log_events));
-    out.push_back(std::move(log));
+                      MetricType::Gauge, static_cast<double>(s.log_events)));
 
-    auto seq =
-        Family("gandiva_event_log_last_seq",
-               "Sequence number of the last event logged.", MetricType::Gauge);
-    Add(seq, static_cast<double>(s.last_event_seq));
-    out.push_back(std::move(seq));
+    out.push_back(One("gandiva_event_log_last_seq",
+                      "Sequence number of the last event logged.",
+                      MetricType::Gauge,
+                      static_cast<double>(s.last_event_seq)));
 
-    auto appends =
-        Family("gandiva_event_log_appends_total",
-               "Appends to the event log by this process: events logged "
-               "together (the profile reports of a loop pass, with the next "
-               "event) share one.",
-               MetricType::Counter);
-    Add(appends, static_cast<double>(s.log_appends));
-    out.push_back(std::move(appends));
+    out.push_back(
+        One("gandiva_event_log_appends_total",
+            "Appends to the event log by this process: events logged "
+            "together (the profile reports of a loop pass, with the next "
+            "event) share one.",
+            MetricType::Counter, static_cast<double>(s.log_appends)));
 
-    auto compactions = Family("gandiva_event_log_compactions_total",
-                              "Compactions of the event log by this process.",
-                              MetricType::Counter);
-    Add(compactions, static_cast<double>(s.compactions));
-    out.push_back(std::move(compactions));
+    out.push_back(One("gandiva_event_log_compactions_total",
+                      "Compactions of the event log by this process.",
+                      MetricType::Counter, static_cast<double>(s.compactions)));
 
-    auto compaction = Family("gandiva_event_log_last_compaction_seconds",
-                             "How long the last compaction held the event "
-                             "loop.",
-                             MetricType::Gauge);
-    Add(compaction, s.last_compaction_seconds);
-    out.push_back(std::move(compaction));
+    out.push_back(One("gandiva_event_log_last_compaction_seconds",
+                      "How long the last compaction held the event "
+                      "loop.",
+                      MetricType::Gauge, s.last_compaction_seconds));
 
     auto rate = Family("gandiva_job_minibatches_per_second",
                        "Each running job's smoothed mini-batch rate.",

@@ -1158,20 +1158,29 @@ TEST_F(DaemonTest, AServersGpuMemoryIsItsSmallestGpus) {
   EXPECT_EQ(memory.size(), 2u);
 }
 
-TEST(DaemonOptionsTest, ANegativeProfileIntervalIsRefused) {
-  for (const char* flag :
-       {"--profile-interval-s", "--progress-write-interval-s"}) {
+TEST(DaemonOptionsTest, NegativeValuesAreRefusedNamingTheFlag) {
+  const std::vector<std::pair<const char*,
+                              std::function<void(SchedulerOptions&)>>>
+      cases = {
+          {"--profile-interval-s",
+           [](SchedulerOptions& o) { o.profile_interval_s = -1; }},
+          {"--progress-write-interval-s",
+           [](SchedulerOptions& o) { o.progress_write_interval_s = -1; }},
+          {"--snapshot-every",
+           [](SchedulerOptions& o) { o.snapshot_every_events = -1; }},
+          {"--keep-ended-jobs",
+           [](SchedulerOptions& o) { o.keep_ended_jobs = -1; }},
+      };
+  for (const auto& [flag, set] : cases) {
     SCOPED_TRACE(flag);
     SchedulerOptions o;
     o.listen = "127.0.0.1:0";
     o.db_path = "/nonexistent/never-opened.db";
-    (std::string(flag) == "--profile-interval-s"
-         ? o.profile_interval_s
-         : o.progress_write_interval_s) = -1;
+    set(o);
     auto s = SchedulerServer::Start(o);
     ASSERT_FALSE(s.ok());
     EXPECT_NE(s.status().message().find(flag), std::string::npos)
-        << s.status().ToString();
+        << s.status().message();
   }
 }
 
@@ -2922,16 +2931,6 @@ TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
   EXPECT_EQ(agent.start_calls(a), 1);
 }
 
-TEST(DaemonOptionsTest, ANegativeSnapshotIntervalIsRefused) {
-  SchedulerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.db_path = "/nonexistent/never-opened.db";
-  o.snapshot_every_events = -1;
-  auto s = SchedulerServer::Start(o);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("--snapshot-every"), std::string::npos);
-}
-
 // A snapshot this build cannot read stops the start with the reason: the
 // events it replaced are gone, so replaying the log alone would be wrong.
 TEST_F(DaemonTest, AnUnreadableSnapshotStopsTheStart) {
@@ -3135,16 +3134,6 @@ TEST_F(DaemonTest, KeepEndedJobsZeroKeepsThemAll) {
   server_->Sync();
   EXPECT_EQ(ListedIds(c), ids);
   EXPECT_FALSE(c.Get(ids[0]).archived());
-}
-
-TEST(DaemonOptionsTest, ANegativeKeepEndedJobsIsRefused) {
-  SchedulerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.db_path = "/nonexistent/never-opened.db";
-  o.keep_ended_jobs = -1;
-  auto s = SchedulerServer::Start(o);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("--keep-ended-jobs"), std::string::npos);
 }
 
 // `o` for counting the event log's appends from the metrics: served on a
