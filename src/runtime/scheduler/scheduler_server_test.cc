@@ -1159,8 +1159,8 @@ TEST_F(DaemonTest, AServersGpuMemoryIsItsSmallestGpus) {
 }
 
 TEST(DaemonOptionsTest, NegativeValuesAreRefusedNamingTheFlag) {
-  const std::vector<std::pair<const char*,
-                              std::function<void(SchedulerOptions&)>>>
+  const std::vector<
+      std::pair<const char*, std::function<void(SchedulerOptions&)>>>
       cases = {
           {"--profile-interval-s",
            [](SchedulerOptions& o) { o.profile_interval_s = -1; }},
@@ -1293,10 +1293,14 @@ class AgentStopTest : public DaemonTest {
     cl_ = &StartDaemon(o);
     ASSERT_TRUE(agent_.Register(server_->address()).ok());
   }
-  // Submits a one-GPU job and waits until the agent has started it.
+  // Submits a one-GPU job and waits until the agent has started it and
+  // the daemon has its reply (the start is no longer under way: a test
+  // whose agent stops and registers again without reporting relies on it).
   int64_t Started(const std::string& name = "job") {
     const int64_t j = cl_->MustSubmit(1, name);
     EXPECT_TRUE(WaitFor([&] { return agent_.start_calls(j) == 1; }));
+    EXPECT_TRUE(
+        WaitFor([&] { return HistoryOf(*cl_, j, "start").size() == 1; }));
     return j;
   }
   FakeAgent agent_{"node", 2, Mode::kOk};
