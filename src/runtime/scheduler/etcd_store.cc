@@ -1,5 +1,6 @@
 #include "runtime/scheduler/etcd_store.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -158,6 +159,8 @@ core::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(
     s->snapshot_seq_ = h->first;
     s->snapshot_gen_ = h->second;
   }
+  // Archives from before archive-ended/ existed get their keys there.
+  GANDIVA_RETURN_IF_ERROR(s->IndexArchive());
   return s;
 }
 
@@ -331,27 +334,102 @@ core::StatusOr<std::vector<JobRow>> EtcdStore::LoadArchivedJobs(
   return out;
 }
 
+std::string EtcdStore::EndedKey(int64_t ended_us, int64_t id) const {
+  return p_ + "archive-ended/" + Pad(ended_us) + "/" + Pad(id);
+}
+
 core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
   std::lock_guard lock(mu_);
-  // Each job's row moves from jobs/ to archive/ in one transaction.
+  // Each job's row moves from jobs/ to archive/, with its key in
+  // archive-ended/, in one transaction.
   std::vector<ep::RequestOp> ops;
   size_t bytes = 0;
   for (const JobRow& r : rows) {
     if (r.id <= 0 || r.id > last_job_) continue;  // never stored: ids are dense
     const std::string value = JobJson(r).dump();
     const std::string key = Key("jobs", r.id);
-    if (static_cast<int>(ops.size()) + 2 > kMaxOps ||
-        bytes + 2 * key.size() + value.size() > kMaxBytes) {
+    const std::string ended = EndedKey(r.ended_us, r.id);
+    const size_t size = 2 * key.size() + ended.size() + value.size();
+    if (static_cast<int>(ops.size()) + 3 > kMaxOps ||
+        bytes + size > kMaxBytes) {
       GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
       ops.clear();
       bytes = 0;
     }
-    bytes += 2 * key.size() + value.size();
+    bytes += size;
     ops.push_back(PutOp(Key("archive", r.id), value));
+    ops.push_back(PutOp(ended, ""));
     ops.push_back(DeleteOp(key, ""));
   }
   if (ops.empty()) return core::Status::Ok();
   return Fenced(std::move(ops)).status();
+}
+
+core::Status EtcdStore::IndexArchive() {
+  const std::string marker = p_ + "counters/archive-ended";
+  ep::RangeRequest r;
+  r.set_key(marker);
+  auto rep = etcd_.Range(r);
+  if (!rep.ok()) return rep.status();
+  if (!rep->kvs().empty()) return core::Status::Ok();
+  std::vector<ep::RequestOp> ops;
+  core::Status scanned =
+      Scan(p_ + "archive/", EtcdClient::PrefixEnd(p_ + "archive/"), 1000,
+           [&](const ep::KeyValue& kv) -> core::Status {
+             auto row = Parse<JobRow>(kv, JobOf);
+             if (!row.ok()) return row.status();
+             if (static_cast<int>(ops.size()) + 1 > kMaxOps) {
+               GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+               ops.clear();
+             }
+             ops.push_back(PutOp(EndedKey(row->ended_us, row->id), ""));
+             return core::Status::Ok();
+           });
+  if (!scanned.ok()) return scanned;
+  if (static_cast<int>(ops.size()) + 1 > kMaxOps) {
+    GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+    ops.clear();
+  }
+  ops.push_back(PutOp(marker, "1"));
+  return Fenced(std::move(ops)).status();
+}
+
+core::StatusOr<int64_t> EtcdStore::PruneArchive(int64_t ended_before_us,
+                                                int64_t limit) {
+  std::lock_guard lock(mu_);
+  const std::string from = p_ + "archive-ended/";
+  const std::string end = from + Pad(std::max<int64_t>(ended_before_us, 0));
+  int64_t deleted = 0;
+  while (deleted < limit) {
+    const int64_t want = std::min<int64_t>(limit - deleted, kMaxOps / 3);
+    ep::RangeRequest r;
+    r.set_key(from);
+    r.set_range_end(end);
+    r.set_limit(want);
+    r.set_keys_only(true);
+    auto rep = etcd_.Range(r);
+    if (!rep.ok()) return rep.status();
+    std::vector<ep::RequestOp> ops;
+    for (const ep::KeyValue& kv : rep->kvs()) {
+      // archive-ended/ENDED/ID
+      const std::string& key = kv.key();
+      int64_t id = 0;
+      try {
+        id = std::stoll(key.substr(key.rfind('/') + 1));
+      } catch (const std::exception&) {
+        return core::IoError("etcd key '" + key + "': no job id at its end");
+      }
+      const std::string history = Key("history", id) + "/";
+      ops.push_back(DeleteOp(Key("archive", id), ""));
+      ops.push_back(DeleteOp(history, EtcdClient::PrefixEnd(history)));
+      ops.push_back(DeleteOp(key, ""));
+    }
+    if (ops.empty()) break;
+    GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+    deleted += rep->kvs_size();
+    if (rep->kvs_size() < want) break;
+  }
+  return deleted;
 }
 
 core::StatusOr<std::vector<ServerRow>> EtcdStore::LoadServers() {

@@ -7,6 +7,10 @@
 //   P/meta/KEY                    the meta table's rows (raw values)
 //   P/jobs/ID                     one job row; P/counters/job: the last id
 //   P/archive/ID                  an archived job's row (moved from jobs/)
+//   P/archive-ended/ENDED/ID      empty, one per archived job, by the time
+//                                 it ended (PruneArchive's order);
+//                                 P/counters/archive-ended: "1" once every
+//                                 archived job has its key here
 //   P/servers/ID                  one server row
 //   P/history/JOB/N               a job's history, N from 1 across jobs;
 //                                 P/counters/history: the last N
@@ -64,6 +68,8 @@ class EtcdStore final : public Store {
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
   core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
                                                        int limit) override;
+  core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
+                                       int64_t limit) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
@@ -86,6 +92,12 @@ class EtcdStore final : public Store {
  private:
   explicit EtcdStore(std::shared_ptr<Leadership> leadership);
   std::string Key(const std::string& table, int64_t n) const;
+  // archive-ended/ENDED_US/ID.
+  std::string EndedKey(int64_t ended_us, int64_t id) const;
+  // Puts the archive-ended/ key of every archived job, unless
+  // counters/archive-ended says it was done (a store archived to before
+  // those keys existed); at Open.
+  core::Status IndexArchive();
   // One fenced transaction of `ops`.
   core::StatusOr<etcdserverpb::TxnResponse> Fenced(
       std::vector<etcdserverpb::RequestOp> ops);

@@ -153,6 +153,8 @@ class SqliteStore final : public Store {
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
   core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
                                                        int limit) override;
+  core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
+                                       int64_t limit) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
@@ -235,7 +237,9 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
       "ALTER TABLE jobs ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;"));
   GANDIVA_RETURN_IF_ERROR(
       store->Exec("CREATE INDEX IF NOT EXISTS jobs_not_archived ON jobs(id) "
-                  "WHERE archived = 0"));
+                  "WHERE archived = 0;"
+                  "CREATE INDEX IF NOT EXISTS jobs_archived_by_end ON "
+                  "jobs(ended_us) WHERE archived = 1"));
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
          "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
@@ -396,6 +400,41 @@ core::Status SqliteStore::ArchiveJobs(std::span<const JobRow> rows) {
     }
     return core::Status::Ok();
   });
+}
+
+core::StatusOr<int64_t> SqliteStore::PruneArchive(int64_t ended_before_us,
+                                                  int64_t limit) {
+  std::lock_guard lock(mu_);
+  int64_t deleted = 0;
+  core::Status done = InTransaction([&]() -> core::Status {
+    // A new row's id is one past the highest: that row stays, so that no
+    // id is handed out twice.
+    Stmt pick(db_,
+              "SELECT id FROM jobs WHERE archived = 1 AND ended_us < ? AND "
+              "id < (SELECT MAX(id) FROM jobs) ORDER BY ended_us LIMIT ?");
+    GANDIVA_RETURN_IF_ERROR(pick.prepared());
+    pick.Bind(1, ended_before_us).Bind(2, limit);
+    std::vector<int64_t> ids;
+    int rc;
+    while ((rc = pick.Step()) == SQLITE_ROW) ids.push_back(pick.Int(0));
+    if (rc != SQLITE_DONE) return pick.StepError();
+    Stmt history(db_, "DELETE FROM history WHERE job = ?");
+    GANDIVA_RETURN_IF_ERROR(history.prepared());
+    Stmt job(db_, "DELETE FROM jobs WHERE id = ?");
+    GANDIVA_RETURN_IF_ERROR(job.prepared());
+    for (int64_t id : ids) {
+      history.Reset();
+      history.Bind(1, id);
+      if (history.Step() != SQLITE_DONE) return history.StepError();
+      job.Reset();
+      job.Bind(1, id);
+      if (job.Step() != SQLITE_DONE) return job.StepError();
+    }
+    deleted = static_cast<int64_t>(ids.size());
+    return core::Status::Ok();
+  });
+  if (!done.ok()) return done;
+  return deleted;
 }
 
 core::StatusOr<std::vector<ServerRow>> SqliteStore::LoadServers() {

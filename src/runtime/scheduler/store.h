@@ -8,7 +8,8 @@
 //                         last reported metric; ids are dense from 1
 //                         (SQLite rowids, never deleted). An ended job the
 //                         daemon forgot is archived: its row stays (LoadJob)
-//                         but is no longer loaded at a start (LoadJobs)
+//                         but is no longer loaded at a start (LoadJobs),
+//                         until PruneArchive deletes it with its history
 //   servers               one row per registered agent: id (registration
 //                         order, from 0), name, address, GPUs (JSON)
 //   history               per job: action, ok, took_us, detail, time
@@ -153,6 +154,14 @@ class Store {
   // Archived jobs with ids above `after_id`, in id order, at most `limit`.
   virtual core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
                                                                int limit) = 0;
+  // Deletes up to `limit` archived jobs that ended before `ended_before_us`
+  // (those that ended first, first), their rows and their history, in one
+  // transaction where the store allows (etcd: EtcdStore::kMaxOps / 3 jobs
+  // each); returns how many it deleted (fewer than `limit`: none such is
+  // left). Ids stay unique: a job stored later never gets a deleted one's
+  // (SQLite keeps the row of the highest id for this, archived or not).
+  virtual core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
+                                               int64_t limit) = 0;
   virtual core::StatusOr<std::vector<ServerRow>> LoadServers() = 0;
   virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;
   virtual core::Status Write(const WriteBatch& batch) = 0;

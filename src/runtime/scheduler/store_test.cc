@@ -451,6 +451,99 @@ TEST_P(StoreTest, ArchivedJobsAreLeftOutOfLoadJobsButStillRead) {
   EXPECT_EQ(*st.InsertJob("{}", 12), 151);
 }
 
+// PruneArchive deletes archived jobs that ended before a time, those that
+// ended first first, with their history; not jobs that are not archived.
+// On etcd also the archives from before archive-ended/ existed.
+TEST_P(StoreTest, PruneArchiveDeletesTheArchivedJobsThatEndedFirst) {
+  // Job k ended at 1000 - 10k: the later the id, the earlier it ended.
+  auto ended = [](int64_t id) { return 1000 - 10 * id; };
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    std::vector<std::string> specs(10, "{}");
+    ASSERT_EQ(st.InsertJobs(specs, 10).count, 10u);
+    WriteBatch batch;
+    for (int64_t id = 1; id <= 10; ++id) {
+      JobRow r;
+      r.id = id;
+      r.spec_json = "{}";
+      r.state = 7;
+      r.ended_us = ended(id);
+      batch.jobs.push_back(r);
+      for (int h = 0; h < 2; ++h) {
+        batch.history.push_back(HistoryRow{id, 5 + h, "start", true, 1, "d"});
+      }
+    }
+    ASSERT_TRUE(st.Write(batch).ok());
+    // 9 and 10 ended too but are not archived.
+    std::vector<JobRow> rows(batch.jobs.begin(), batch.jobs.begin() + 8);
+    ASSERT_TRUE(st.ArchiveJobs(rows).ok());
+  }
+  if (GetParam() == "etcd") {
+    // As archived before archive-ended/ existed: Open puts its keys.
+    const std::pair<std::string, std::string> ranges[] = {
+        {"/t/archive-ended/", EtcdClient::PrefixEnd("/t/archive-ended/")},
+        {"/t/counters/archive-ended", ""}};
+    for (const auto& [key, end] : ranges) {
+      etcdserverpb::DeleteRangeRequest d;
+      d.set_key(key);
+      d.set_range_end(end);
+      auto rep = etcd_->Client()->DeleteRange(d);
+      ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+      EXPECT_GT(rep->deleted(), 0) << key;
+    }
+  }
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  // Ended before 955: 5 to 10; archived of them: 5 to 8, 8 first.
+  auto n = st.PruneArchive(955, 3);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 3);
+  for (int64_t id : {int64_t{5}, int64_t{6}}) {
+    auto one = st.LoadJob(id);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(one->has_value(), id == 5) << id;
+  }
+  n = st.PruneArchive(955, 3);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 1);
+  n = st.PruneArchive(955, 3);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0);
+  for (int64_t id = 1; id <= 10; ++id) {
+    const bool kept = id <= 4 || id >= 9;
+    auto one = st.LoadJob(id);
+    ASSERT_TRUE(one.ok()) << one.status().ToString();
+    EXPECT_EQ(one->has_value(), kept) << id;
+    auto h = st.History(id);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->size(), kept ? 2u : 0u) << id;
+  }
+  auto archived = st.LoadArchivedJobs(0, 100);
+  ASSERT_TRUE(archived.ok());
+  ASSERT_EQ(archived->size(), 4u);
+  EXPECT_EQ(archived->back().id, 4);
+  auto jobs = st.LoadJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ(jobs->front().id, 9);
+
+  // Everything archived and pruned: SQLite keeps the row of the highest
+  // id (10); either way the next job's id is new.
+  auto all = st.LoadJobs();
+  ASSERT_TRUE(all.ok());
+  ASSERT_TRUE(st.ArchiveJobs(*all).ok());
+  n = st.PruneArchive(2000, 100);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, GetParam() == "sqlite" ? 5 : 6);
+  EXPECT_EQ(*st.InsertJob("{}", 12), 11);
+  s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(*(*s)->InsertJob("{}", 12), 12);
+}
+
 // A batch of jobs that fails says how many were stored, as for events
 // (AnEventsBatchThatFailsLogsAPrefix): on etcd those before the
 // transaction that failed, on SQLite none; the ids go on from there.
