@@ -6,10 +6,13 @@
 // event fed alone pays; then 10 and 100 in one AppendEvents, as the daemon
 // logs the profile reports of a loop pass together), writing a batch of
 // job rows and history (what the daemon writes after each loop
-// iteration), reading the log back (what a recovery reads), and writing
-// and reading a snapshot.
+// iteration), reading the log back (what a recovery reads), writing
+// and reading a snapshot, and archiving ended jobs and deleting them from
+// the archive (--keep-ended-jobs, --keep-archived-for: 500 at a time, as
+// the daemon does, each chunk holding its event loop).
 //
 //   gandiva_bench_store [--events N] [--read N] [--snapshot-mb M]
+//                       [--archive N]
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -59,14 +63,19 @@ struct Figures {
   double batch_p50 = 0;
   double read_per_s = 0;
   double snap_write_ms = 0, snap_read_ms = 0;
+  // Per chunk of kChunk jobs: archived, and deleted from the archive.
+  double archive_p50 = 0, prune_p50 = 0, prune_max = 0;
 };
+
+constexpr int kChunk = 500;  // as the daemon deletes them
 
 // A profile event as the daemon logs it.
 const std::string kEvent =
     "{\"kind\":\"ProfileReport\",\"job\":123,\"minibatch_rate\":12.5,"
     "\"minibatches\":4567,\"gpu_utilization\":0.8,\"memory_gb\":3.25}";
 
-Figures Measure(Store& st, int events, int read, size_t snapshot_bytes) {
+Figures Measure(Store& st, int events, int read, size_t snapshot_bytes,
+                int archive) {
   Figures f;
   std::vector<double> lat;
   for (int i = 0; i < events; ++i) {
@@ -148,6 +157,51 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes) {
   Check(back.status(), "load snapshot");
   f.snap_read_ms = Ms(t2);
   if (!back->has_value() || (*back)->core != snap) Die("snapshot differs");
+
+  // `archive` ended jobs with 4 history lines each, archived and pruned.
+  std::vector<double> archived, pruned;
+  const std::string spec =
+      "{\"name\":\"sweep-lr-0.001-7\",\"gpus\":1,\"command\":[\"python3\","
+      "\"train.py\",\"--lr\",\"0.001\"]}";
+  for (int done = 0; done < archive; done += kChunk) {
+    const int chunk = std::min(kChunk, archive - done);
+    const std::vector<std::string> specs(static_cast<size_t>(chunk), spec);
+    Store::Inserted in = st.InsertJobs(specs, done);
+    Check(in.status, "insert jobs");
+    WriteBatch b;
+    for (int i = 0; i < chunk; ++i) {
+      JobRow r;
+      r.id = in.first_id + i;
+      r.spec_json = spec;
+      r.state = 7;
+      r.submitted_us = done;
+      r.started_us = done + 1;
+      r.ended_us = done + i + 2;
+      r.exit_code = 0;
+      r.minibatches = 12345;
+      r.server = "server-17";
+      r.gpus_json = "[3]";
+      for (const char* action : {"start", "suspend", "resume", "exit"}) {
+        b.history.push_back(HistoryRow{r.id, done, action, true, 1234, ""});
+      }
+      b.jobs.push_back(std::move(r));
+    }
+    Check(st.Write(b), "write jobs");
+    const auto t3 = Clock::now();
+    Check(st.ArchiveJobs(b.jobs), "archive");
+    archived.push_back(Ms(t3));
+  }
+  for (;;) {
+    const auto t3 = Clock::now();
+    auto gone = st.PruneArchive(std::numeric_limits<int64_t>::max(), kChunk);
+    Check(gone.status(), "prune");
+    if (*gone == 0) break;
+    pruned.push_back(Ms(t3));
+    if (*gone < kChunk) break;
+  }
+  f.archive_p50 = Quantile(archived, 0.5);
+  f.prune_p50 = Quantile(pruned, 0.5);
+  f.prune_max = pruned.empty() ? 0 : Quantile(pruned, 1);
   return f;
 }
 
@@ -156,6 +210,7 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes) {
 int main(int argc, char** argv) {
   int events = 2000, read = 50'000;
   double snapshot_mb = 2;
+  int archive = 20'000;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) Die(std::string(argv[i]) + ": needs a value");
@@ -167,13 +222,16 @@ int main(int argc, char** argv) {
       read = std::atoi(next());
     } else if (!std::strcmp(argv[i], "--snapshot-mb")) {
       snapshot_mb = std::atof(next());
+    } else if (!std::strcmp(argv[i], "--archive")) {
+      archive = std::atoi(next());
     } else {
       Die(std::string("unknown flag ") + argv[i] +
-          " (flags: --events N --read N --snapshot-mb M)");
+          " (flags: --events N --read N --snapshot-mb M --archive N)");
     }
   }
-  if (events < 1 || read < events || snapshot_mb <= 0) {
-    Die("need --events >= 1, --read >= --events, --snapshot-mb > 0");
+  if (events < 1 || read < events || snapshot_mb <= 0 || archive < 0) {
+    Die("need --events >= 1, --read >= --events, --snapshot-mb > 0, "
+        "--archive >= 0");
   }
   const size_t snap_bytes = static_cast<size_t>(snapshot_mb * (1 << 20));
   const fs::path dir = fs::temp_directory_path() /
@@ -183,10 +241,10 @@ int main(int argc, char** argv) {
 
   auto sqlite = Store::Open((dir / "normal.db").string());
   Check(sqlite.status(), "sqlite");
-  const Figures n = Measure(**sqlite, events, read, snap_bytes);
+  const Figures n = Measure(**sqlite, events, read, snap_bytes, archive);
   auto durable = Store::Open((dir / "full.db").string(), /*durable_sync=*/true);
   Check(durable.status(), "sqlite");
-  const Figures d = Measure(**durable, events, read, snap_bytes);
+  const Figures d = Measure(**durable, events, read, snap_bytes, archive);
 
   std::string error;
   auto etcd = EtcdForTest::Start(&error);
@@ -196,13 +254,14 @@ int main(int argc, char** argv) {
   Check((*lead)->Campaign([](const std::string&) {}), "campaign");
   auto es = EtcdStore::Open(*lead);
   Check(es.status(), "etcd store");
-  const Figures e = Measure(**es, events, read, snap_bytes);
+  const Figures e = Measure(**es, events, read, snap_bytes, archive);
   fs::remove_all(dir);
 
   std::printf(
       "gandiva_bench_store: %d appends, a 100-row batch x20, %d "
-      "events read back, a %.1f MB snapshot\n\n",
-      events, read, snapshot_mb);
+      "events read back, a %.1f MB snapshot, %d jobs archived and "
+      "deleted\n\n",
+      events, read, snapshot_mb, archive);
   std::printf(
       "| | SQLite (synchronous=NORMAL, the default) | SQLite "
       "(--durable-sync) | etcd (1 member, loopback, fsync per write) |\n"
@@ -234,5 +293,11 @@ int main(int argc, char** argv) {
       "ms");
   row("read the snapshot", n.snap_read_ms, d.snap_read_ms, e.snap_read_ms,
       "ms");
+  row("archive 500 ended jobs, median", n.archive_p50, d.archive_p50,
+      e.archive_p50, "ms");
+  row("delete 500 archived jobs (4 history lines each), median", n.prune_p50,
+      d.prune_p50, e.prune_p50, "ms");
+  row("delete 500 archived jobs, the longest", n.prune_max, d.prune_max,
+      e.prune_max, "ms");
   return 0;
 }

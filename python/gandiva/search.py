@@ -334,7 +334,10 @@ def _halve(cluster: Cluster, name: str, trials: List[Trial],
     for r, budget in enumerate(rungs):
         last = r == len(rungs) - 1
         while True:
-            update(trials, cluster.jobs(name, [t.job_id for t in trials]))
+            # A trial seen ended is final: never read again (its record
+            # may be deleted: gandiva-scheduler --keep-archived-for).
+            update(trials, cluster.jobs(
+                name, [t.job_id for t in trials if t.state not in ENDED]))
             for t in live:
                 if t.out or t.state not in ENDED:
                     continue

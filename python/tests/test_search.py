@@ -89,8 +89,10 @@ def test_jobs_the_scheduler_archived_are_read_with_show(cluster, tmp_path,
     # matched as themselves), and the ended ones were shown.
     lists = [c for c in calls if c[0] == "ls"]
     assert lists and all(c[c.index("--name") + 1] == "s[[]1]-*" for c in lists)
-    shown = {c[1] for c in calls if c[0] == "show"}
+    shown = [c[1] for c in calls if c[0] == "show"]
     assert "2" in shown and "1" not in shown
+    # Each once: a trial seen ended is not read again.
+    assert sorted(shown) == sorted(set(shown)), shown
 
 
 def test_a_job_without_a_metric_leaves_the_search(cluster, tmp_path, capsys):

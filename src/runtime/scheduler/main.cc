@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -147,9 +148,35 @@ int main(int argc, char** argv) {
                  "(0: never)")
       ->capture_default_str();
   app.add_option("--keep-ended-jobs", o.keep_ended_jobs,
-                 "at each compaction, forget the ended jobs beyond the N "
-                 "that ended last: archived in the store, where `gandiva "
+                 "forget the ended jobs beyond the N that ended last (at "
+                 "compactions, and at --retention-check when they exceed "
+                 "N by a tenth): archived in the store, where `gandiva "
                  "show` and `ls --archived` read them (0: keep all)")
+      ->capture_default_str();
+  // Durations: a number of seconds, or with a unit (90m, 12h, 30d, 2w).
+  CLI::AsNumberWithUnit duration(
+      std::map<std::string, double>{
+          {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 604800}},
+      CLI::AsNumberWithUnit::CASE_SENSITIVE, "UNIT");
+  duration.description("");
+  app.add_option("--keep-ended-for", o.keep_ended_for_s,
+                 "forget ended jobs (as --keep-ended-jobs does) once this "
+                 "long has passed since they ended, however few; seconds, "
+                 "or with a unit: 90m, 12h, 30d, 2w (default 0: no limit)")
+      ->transform(duration)
+      ->type_name("DURATION");
+  app.add_option("--keep-archived-for", o.keep_archived_for_s,
+                 "delete an archived job's record and history from the "
+                 "store this long after it ended; seconds, or with a unit "
+                 "(default 0: kept for ever)")
+      ->transform(duration)
+      ->type_name("DURATION");
+  app.add_option("--retention-check", o.retention_check_s,
+                 "how often the limits of --keep-ended-jobs, "
+                 "--keep-ended-for and --keep-archived-for are applied "
+                 "between compactions; seconds, or with a unit")
+      ->transform(duration)
+      ->type_name("DURATION")
       ->capture_default_str();
   app.add_option("--probe-delay-s", o.probe_delay_s,
                  "measure a mechanism's effect on the rate this long after")

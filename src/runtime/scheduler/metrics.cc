@@ -63,9 +63,15 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     }
     out.push_back(std::move(jobs));
     out.push_back(One("gandiva_jobs_archived",
-                      "Ended jobs the daemon forgot (--keep-ended-jobs), "
-                      "archived in its store.",
+                      "Ended jobs the daemon forgot (--keep-ended-jobs, "
+                      "--keep-ended-for), archived in its store (those "
+                      "since deleted from it included).",
                       MetricType::Gauge, static_cast<double>(s.jobs_archived)));
+    out.push_back(One("gandiva_archive_deleted_total",
+                      "Archived jobs this daemon process deleted from its "
+                      "store (--keep-archived-for).",
+                      MetricType::Counter,
+                      static_cast<double>(s.archive_deleted)));
 
     auto gpus =
         Family("gandiva_gpus",

@@ -36,9 +36,11 @@ namespace gandiva::runtime {
 struct MetricsSample {
   // Jobs by state name ("queued", "running", ...); every state is present.
   std::map<std::string, int64_t> jobs_by_state;
-  // Ended jobs forgotten and archived (--keep-ended-jobs): in no state
-  // above.
+  // Ended jobs forgotten and archived (--keep-ended-jobs, --keep-ended-for):
+  // in no state above (those since deleted from the archive included).
   int64_t jobs_archived = 0;
+  // Archived jobs this daemon process deleted (--keep-archived-for).
+  int64_t archive_deleted = 0;
   int64_t gpus = 0;           // on registered servers
   int64_t gpus_up = 0;        // on servers up
   int64_t gpus_free = 0;      // up, with no job placed on them

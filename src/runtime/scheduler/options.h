@@ -91,10 +91,24 @@ struct SchedulerOptions {
   int64_t snapshot_every_events = 50'000;
   // At each compaction, ended jobs beyond the this many that ended last are
   // forgotten: dropped from memory (the core's and the daemon's) and
-  // archived in the store, where GetJob still finds them (ListJobs no
-  // longer lists them). A job is forgotten only once nothing of it is left
-  // on any agent. 0: keep every ended job. Default 10,000.
+  // archived in the store, where GetJob still finds them (ListJobs lists
+  // them on request only). A job is forgotten only once nothing of it is
+  // left on any agent. 0: keep every ended job. Default 10,000.
   int64_t keep_ended_jobs = 10'000;
+  // Ended jobs that ended longer ago than this are forgotten too (however
+  // few). 0: no limit of age. Needs snapshot_every_events > 0. Default 0.
+  double keep_ended_for_s = 0;
+  // An archived job's row and history are deleted from the store this long
+  // after the job ended (Store::PruneArchive); GetJob no longer finds it.
+  // 0: kept for ever. Default 0.
+  double keep_archived_for_s = 0;
+  // How often the loop checks the two limits above and --keep-ended-jobs:
+  // a compaction is made then, rather than at the next --snapshot-every
+  // events, when some ended job is past keep_ended_for_s or the ended jobs
+  // exceed keep_ended_jobs by a tenth; archived jobs past
+  // keep_archived_for_s are deleted, 500 a pass of the loop. Default
+  // 60 s.
+  double retention_check_s = 60;
   // Serve Prometheus metrics (GET /metrics) at this HOST:PORT (port 0:
   // any free one); empty: none. Default none.
   std::string metrics_listen;

@@ -406,6 +406,21 @@ std::string QueueWaitingReason(int need, int ahead, const QueueView& v) {
   return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
 }
 
+// A duration as flags take it: "30d", "12h", "90m", "45s", "0.5s".
+std::string DurationText(double seconds) {
+  for (const auto& [unit, n] :
+       {std::pair{"w", 604800.0}, std::pair{"d", 86400.0},
+        std::pair{"h", 3600.0}, std::pair{"m", 60.0}}) {
+    const double q = seconds / n;
+    if (q >= 1 && q == std::floor(q)) {
+      return std::to_string(static_cast<int64_t>(q)) + unit;
+    }
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gs", seconds);
+  return buf;
+}
+
 struct Snapshot {
   // The jobs not settled (JobExtra::settled) when it was published, in id
   // order; the others are in Impl::settled_jobs. Without their specs, which
@@ -433,6 +448,9 @@ struct Snapshot {
   int64_t compactions = 0;
   double last_compaction_s = 0;
   int64_t jobs_archived = 0;
+  int64_t archive_deleted = 0;
+  // Every job id ever handed out is below it (core::ClusterState).
+  int32_t job_id_limit = 1;
 };
 
 // A hash of what a published info is built from (the daemon's
@@ -529,6 +547,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Events a snapshot includes are still in the log: deleted a chunk per
   // loop iteration, so that no iteration holds the loop long.
   bool compacted_events_left = false;
+  // When the loop next applies the retention limits (CheckRetention).
+  std::chrono::steady_clock::time_point next_retention_check;
+  // Archived jobs past --keep-archived-for may be left to delete, a chunk
+  // per loop iteration; those deleted this round, and since the start.
+  bool archive_prune_left = false;
+  int64_t archive_pruned_round = 0;
+  int64_t archive_pruned = 0;
   // An event Feed could not log since this was last cleared.
   bool unlogged = false;
   // Events to log and handle together (Defer), each with its time.
@@ -3967,6 +3992,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     next->log_appends = log_appends;
     next->compactions = compactions;
     next->jobs_archived = st().forgotten_jobs();
+    next->archive_deleted = archive_pruned;
+    next->job_id_limit = st().job_id_limit();
     next->last_compaction_s = last_compaction_s;
     std::lock_guard lock(snap_mu);
     snap = std::move(next);
@@ -4025,6 +4052,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     s.log_appends = sn->log_appends;
     s.compactions = sn->compactions;
     s.jobs_archived = sn->jobs_archived;
+    s.archive_deleted = sn->archive_deleted;
     s.last_compaction_seconds = sn->last_compaction_s;
     return s;
   }
@@ -4039,11 +4067,17 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void LoopMain() {
     const auto tick = std::chrono::milliseconds(std::max(1, opts.tick_ms));
     auto next_tick = std::chrono::steady_clock::now() + tick;
+    const auto retention =
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(opts.retention_check_s));
+    next_retention_check = std::chrono::steady_clock::now() + retention;
     while (true) {
       std::deque<std::function<void()>> work;
       {
         std::unique_lock lock(mu);
-        cv.wait_until(lock, next_tick,
+        // Events or archived jobs left to delete: on without waiting.
+        const bool more = compacted_events_left || archive_prune_left;
+        cv.wait_until(lock, more ? std::chrono::steady_clock::now() : next_tick,
                       [&] { return stopping || !queue.empty(); });
         if (stopping) break;
         work.swap(queue);
@@ -4062,6 +4096,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         CompactLog();
       }
       if (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
+      if (std::chrono::steady_clock::now() >= next_retention_check) {
+        CheckRetention();
+        next_retention_check = std::chrono::steady_clock::now() + retention;
+      }
+      if (archive_prune_left) PruneArchive(kPruneChunk);
     }
     // A clean stop leaves nothing to replay, nor a row behind.
     PersistAndPublish(/*all_progress=*/true);
@@ -4070,6 +4109,46 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   static constexpr int64_t kCompactionChunk = 5000;
+  static constexpr int64_t kPruneChunk = 500;
+
+  // Applies the limits on ended jobs between compactions: compacts (which
+  // forgets them) when some ended job is past --keep-ended-for, or the
+  // ended jobs exceed --keep-ended-jobs by a tenth (fewer wait for the next
+  // compaction); starts deleting the archived jobs past
+  // --keep-archived-for.
+  void CheckRetention() {
+    if (opts.snapshot_every_events > 0 && ForgetsEndedJobs()) {
+      const std::vector<std::pair<int64_t, int32_t>> ended = Forgettable();
+      const size_t keep = static_cast<size_t>(opts.keep_ended_jobs);
+      const size_t excess =
+          keep > 0 && ended.size() > keep ? ended.size() - keep : 0;
+      if (excess >= std::max<size_t>(1, keep / 10) || PastAge(ended) > 0) {
+        CompactLog();
+      }
+    }
+    if (opts.keep_archived_for_s > 0) archive_prune_left = true;
+  }
+
+  void PruneArchive(int64_t limit) {
+    const int64_t cutoff =
+        Now() - static_cast<int64_t>(opts.keep_archived_for_s * 1e6);
+    auto n = store->PruneArchive(cutoff, limit);
+    if (!n.ok()) {
+      Warn("cannot delete archived jobs: " + n.status().ToString());
+      archive_prune_left = false;  // tried again at the next check
+      archive_pruned_round = 0;
+      return;
+    }
+    archive_pruned += *n;
+    archive_pruned_round += *n;
+    archive_prune_left = *n == limit;
+    if (!archive_prune_left && archive_pruned_round > 0) {
+      Log("deleted " + std::to_string(archive_pruned_round) +
+          " archived jobs that ended more than " +
+          DurationText(opts.keep_archived_for_s) + " ago");
+      archive_pruned_round = 0;
+    }
+  }
 
   void DeleteCompactedEvents(int64_t limit) {
     auto n = store->DeleteCompactedEvents(limit);
@@ -4227,17 +4306,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         std::to_string(static_cast<int64_t>(last_compaction_s * 1000)) + " ms");
   }
 
-  // The ended jobs beyond --keep-ended-jobs that ended last, forgotten by
-  // the core (Scheduler::Forget), in no particular order: settled ones only
-  // (nothing of them left on any agent, their rows written), with no
-  // action or exit of theirs still awaited. The daemon drops its records
-  // of them once the snapshot is written (DropForgotten).
-  std::vector<int32_t> ForgetEndedJobs() {
-    if (opts.keep_ended_jobs <= 0) return {};
+  bool ForgetsEndedJobs() const {
+    return opts.keep_ended_jobs > 0 || opts.keep_ended_for_s > 0;
+  }
+
+  // The ended jobs that may be forgotten, as (ended_us, id): settled ones
+  // only (nothing of them left on any agent, their rows written), with no
+  // action or exit of theirs still awaited.
+  std::vector<std::pair<int64_t, int32_t>> Forgettable() const {
     std::set<int32_t> busy(restarting.begin(), restarting.end());
     busy.insert(leave_saving.begin(), leave_saving.end());
     for (const auto& [aid, p] : pending) busy.insert(p.action.job.value);
-    std::vector<std::pair<int64_t, int32_t>> ended;  // (ended_us, id)
+    std::vector<std::pair<int64_t, int32_t>> ended;
     for (const auto& [id, x] : extras) {
       if (!x.settled || !x.has_written || !x.ignore_exits.empty() ||
           busy.contains(id) || !st().has_job(JobId(id))) {
@@ -4245,10 +4325,34 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       ended.emplace_back(x.written.ended_us, id);
     }
+    return ended;
+  }
+
+  // How many of `ended` ended longer than --keep-ended-for ago.
+  int64_t PastAge(std::span<const std::pair<int64_t, int32_t>> ended) const {
+    if (opts.keep_ended_for_s <= 0) return 0;
+    const int64_t cutoff =
+        clock_us - static_cast<int64_t>(opts.keep_ended_for_s * 1e6);
+    return std::count_if(ended.begin(), ended.end(),
+                         [&](const auto& e) { return e.first < cutoff; });
+  }
+
+  // The Forgettable jobs beyond --keep-ended-jobs that ended last, and
+  // those that ended longer than --keep-ended-for ago, forgotten by the
+  // core (Scheduler::Forget), in no particular order. The daemon drops its
+  // records of them once the snapshot is written (DropForgotten).
+  std::vector<int32_t> ForgetEndedJobs() {
+    if (!ForgetsEndedJobs()) return {};
+    (void)Now();  // clock_us, for PastAge
+    std::vector<std::pair<int64_t, int32_t>> ended = Forgettable();
     const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
-    if (ended.size() <= keep) return {};
-    const auto forget = static_cast<std::ptrdiff_t>(ended.size() - keep);
-    std::nth_element(ended.begin(), ended.begin() + forget, ended.end());
+    const size_t excess =
+        keep > 0 && ended.size() > keep ? ended.size() - keep : 0;
+    // Both pick those that ended first.
+    const auto forget = static_cast<std::ptrdiff_t>(
+        std::max<size_t>(excess, static_cast<size_t>(PastAge(ended))));
+    if (forget == 0) return {};
+    std::nth_element(ended.begin(), ended.begin() + forget - 1, ended.end());
     std::vector<core::JobId> ids;
     std::vector<int32_t> out;
     for (auto it = ended.begin(); it != ended.begin() + forget; ++it) {
@@ -4878,8 +4982,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       auto row = store->LoadJob(req->job_id());
       if (!row.ok()) return ToGrpc(row.status());
       if (!row->has_value()) {
+        // Ids are dense: one handed out and no longer stored was deleted.
+        const bool deleted =
+            req->job_id() > 0 && req->job_id() < s->job_id_limit;
         return {grpc::StatusCode::NOT_FOUND,
-                "no job " + std::to_string(req->job_id())};
+                deleted ? "job " + std::to_string(req->job_id()) +
+                              " ended and its record was deleted "
+                              "(--keep-archived-for)"
+                        : "no job " + std::to_string(req->job_id())};
       }
       *rep = InfoOfArchived(**row);
     }
@@ -5062,6 +5172,20 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   }
   if (options.keep_ended_jobs < 0) {
     return core::InvalidArgument("--keep-ended-jobs: must not be negative");
+  }
+  if (!(options.keep_ended_for_s >= 0)) {
+    return core::InvalidArgument("--keep-ended-for: must not be negative");
+  }
+  if (options.keep_ended_for_s > 0 && options.snapshot_every_events == 0) {
+    return core::InvalidArgument(
+        "--keep-ended-for: ended jobs are forgotten at compactions, which "
+        "--snapshot-every 0 turns off");
+  }
+  if (!(options.keep_archived_for_s >= 0)) {
+    return core::InvalidArgument("--keep-archived-for: must not be negative");
+  }
+  if (!(options.retention_check_s > 0)) {
+    return core::InvalidArgument("--retention-check: must be positive");
   }
   if (!(options.agent_away_s >= 0)) {
     return core::InvalidArgument("--agent-away-s: must not be negative");

@@ -1170,6 +1170,18 @@ TEST(DaemonOptionsTest, NegativeValuesAreRefusedNamingTheFlag) {
            [](SchedulerOptions& o) { o.snapshot_every_events = -1; }},
           {"--keep-ended-jobs",
            [](SchedulerOptions& o) { o.keep_ended_jobs = -1; }},
+          {"--keep-ended-for",
+           [](SchedulerOptions& o) { o.keep_ended_for_s = -1; }},
+          {"--keep-archived-for",
+           [](SchedulerOptions& o) { o.keep_archived_for_s = -1; }},
+          {"--retention-check",
+           [](SchedulerOptions& o) { o.retention_check_s = 0; }},
+          // Jobs are forgotten at compactions.
+          {"--snapshot-every 0 turns off",
+           [](SchedulerOptions& o) {
+             o.keep_ended_for_s = 60;
+             o.snapshot_every_events = 0;
+           }},
       };
   for (const auto& [flag, set] : cases) {
     SCOPED_TRACE(flag);
@@ -3138,6 +3150,77 @@ TEST_F(DaemonTest, KeepEndedJobsZeroKeepsThemAll) {
   server_->Sync();
   EXPECT_EQ(ListedIds(c), ids);
   EXPECT_FALSE(c.Get(ids[0]).archived());
+}
+
+// --keep-ended-for forgets ended jobs by age, however few, at a compaction
+// the retention check makes (not at --snapshot-every events), and
+// --keep-archived-for deletes their records later: GetJob says so, a
+// request about one still says it ended, and a restart brings none back.
+TEST_F(DaemonTest, EndedJobsAreForgottenByAgeAndTheirRecordsDeletedLater) {
+  SchedulerOptions o = Options();
+  o.keep_ended_jobs = 0;
+  o.keep_ended_for_s = 0.2;
+  o.keep_archived_for_s = 1;
+  o.retention_check_s = 0.05;
+  o.snapshot_every_events = 1'000'000;
+  o.metrics_listen = "127.0.0.1:0";
+  Client& c1 = StartDaemon(o);
+  const int64_t a = c1.MustSubmit(1, "a");
+  const int64_t b = c1.MustSubmit(1, "b");
+  const int64_t live = c1.MustSubmit(1, "live");  // queued: no agent
+  ASSERT_TRUE(c1.Kill(a).ok());
+  ASSERT_TRUE(c1.Kill(b).ok());
+  ASSERT_TRUE(WaitFor([&] { return c1.Get(a).archived(); }));
+  ASSERT_TRUE(WaitFor([&] { return c1.Get(b).archived(); }));
+  EXPECT_EQ(ListedIds(c1), (std::vector<int64_t>{live}));
+  EXPECT_EQ(c1.Get(a).state(), rpc::KILLED);
+  // Deleted a second after they ended.
+  for (int64_t id : {a, b}) {
+    grpc::Status st;
+    ASSERT_TRUE(WaitFor([&] {
+      c1.Get(id, &st);
+      return !st.ok();
+    }));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(st.error_message(), "job " + std::to_string(id) +
+                                      " ended and its record was deleted "
+                                      "(--keep-archived-for)");
+  }
+  EXPECT_NE(c1.Kill(a).error_message().find("already ended"),
+            std::string::npos);
+  grpc::Status none;
+  c1.Get(live + 1, &none);
+  EXPECT_EQ(none.error_message(), "no job " + std::to_string(live + 1));
+  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_EQ(Sample(page, "gandiva_jobs_archived"), 2) << page;
+  EXPECT_EQ(Sample(page, "gandiva_archive_deleted_total"), 2) << page;
+  o.metrics_listen.clear();
+  server_.reset();
+  client_.reset();
+
+  Client& c2 = StartDaemon(o);
+  EXPECT_EQ(ListedIds(c2), (std::vector<int64_t>{live}));
+  grpc::Status st;
+  c2.Get(a, &st);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(c2.State(live), rpc::QUEUED);
+  EXPECT_EQ(c2.MustSubmit(1), live + 1);  // ids are never used again
+}
+
+// The retention check forgets the ended jobs beyond --keep-ended-jobs
+// between compactions, once they exceed it by a tenth (here: by one).
+TEST_F(DaemonTest, TheRetentionCheckForgetsJobsBeyondTheKeptOnes) {
+  SchedulerOptions o = Options();
+  o.keep_ended_jobs = 2;
+  o.retention_check_s = 0.05;
+  o.snapshot_every_events = 1'000'000;
+  Client& c = StartDaemon(o);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(c.MustSubmit(1));
+  for (int64_t id : ids) ASSERT_TRUE(c.Kill(id).ok());
+  ASSERT_TRUE(WaitFor([&] { return ListedIds(c).size() == 2; }));
+  EXPECT_EQ(ListedIds(c), (std::vector<int64_t>{ids[3], ids[4]}));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(c.Get(ids[i]).archived());
 }
 
 // `o` for counting the event log's appends from the metrics: served on a
