@@ -317,21 +317,33 @@ core::StatusOr<std::optional<JobRow>> EtcdStore::LoadJob(int64_t id) {
 }
 
 core::StatusOr<std::vector<JobRow>> EtcdStore::LoadArchivedJobs(
-    int64_t after_id, int limit) {
+    int64_t after_id, int limit, const std::optional<std::string>& name) {
   std::lock_guard lock(mu_);
   ep::RangeRequest r;
   r.set_key(Key("archive", std::max<int64_t>(after_id, 0) + 1));
   r.set_range_end(EtcdClient::PrefixEnd(p_ + "archive/"));
-  r.set_limit(limit);
-  auto rep = etcd_.Range(r);
-  if (!rep.ok()) return rep.status();
+  // With a name, pages of the archive until `limit` have it.
+  r.set_limit(name ? std::max(limit, 1000) : limit);
   std::vector<JobRow> out;
-  for (const ep::KeyValue& kv : rep->kvs()) {
-    auto row = Parse<JobRow>(kv, JobOf);
-    if (!row.ok()) return row.status();
-    out.push_back(std::move(*row));
+  for (;;) {
+    auto rep = etcd_.Range(r);
+    if (!rep.ok()) return rep.status();
+    for (const ep::KeyValue& kv : rep->kvs()) {
+      auto row = Parse<JobRow>(kv, JobOf);
+      if (!row.ok()) return row.status();
+      if (name) {
+        const json spec = json::parse(row->spec_json, nullptr, false);
+        if (!spec.is_object() || !spec.contains("name") ||
+            spec["name"] != *name) {
+          continue;
+        }
+      }
+      out.push_back(std::move(*row));
+      if (static_cast<int>(out.size()) == limit) return out;
+    }
+    if (!name || !rep->more() || rep->kvs().empty()) return out;
+    r.set_key(rep->kvs(rep->kvs_size() - 1).key() + std::string(1, '\0'));
   }
-  return out;
 }
 
 std::string EtcdStore::EndedKey(int64_t ended_us, int64_t id) const {

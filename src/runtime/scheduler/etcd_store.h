@@ -66,8 +66,9 @@ class EtcdStore final : public Store {
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
-  core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
-                                                       int limit) override;
+  core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(
+      int64_t after_id, int limit,
+      const std::optional<std::string>& name) override;
   core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
                                        int64_t limit) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;

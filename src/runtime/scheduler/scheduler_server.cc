@@ -406,6 +406,24 @@ std::string QueueWaitingReason(int need, int ahead, const QueueView& v) {
   return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
 }
 
+// The one name an fnmatch pattern matches, if it has no wildcard (`\`
+// quotes the next character); none for an empty pattern.
+std::optional<std::string> LiteralPattern(const std::string& pattern) {
+  if (pattern.empty()) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '*' || c == '?' || c == '[') return std::nullopt;
+    if (c == '\\') {
+      if (i + 1 == pattern.size()) return std::nullopt;  // fnmatch's to say
+      out.push_back(pattern[++i]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // A duration as flags take it: "30d", "12h", "90m", "45s", "0.5s".
 std::string DurationText(double seconds) {
   for (const auto& [unit, n] :
@@ -4890,10 +4908,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     std::vector<rpc::JobInfo> archived;
     int64_t bound = std::numeric_limits<int64_t>::max();
     if (req->archived() && ended_too) {
+      // A name without wildcards is looked up (SQLite: by an index).
+      const std::optional<std::string> exact = LiteralPattern(req->name());
       int64_t cursor = req->after_id();
       int64_t read = 0;
       for (bool more = true; more;) {
-        auto rows = store->LoadArchivedJobs(cursor, kArchivedReadChunk);
+        auto rows = store->LoadArchivedJobs(cursor, kArchivedReadChunk, exact);
         if (!rows.ok()) return ToGrpc(rows.status());
         for (const JobRow& row : *rows) {
           cursor = row.id;

@@ -3081,6 +3081,11 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
     }
     r.set_name("j[12]");
     EXPECT_EQ(PagedIds(c, r, 1), (std::vector<int64_t>{ids[1], ids[2]}));
+    // A name without wildcards is looked up by name in the store.
+    for (const char* name : {"j1", "\\j\\1"}) {
+      r.set_name(name);
+      EXPECT_EQ(PagedIds(c, r, 1), (std::vector<int64_t>{ids[1]})) << name;
+    }
     r.clear_name();
     r.set_all(false);
     r.add_states(rpc::QUEUED);

@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS snapshots(
   daemon TEXT NOT NULL);
 )sql";
 
+// A job's name, from its spec (JSON), as the index of archived jobs by
+// name has it: queries must spell it the same to use the index.
+constexpr const char* kSpecName =
+    "(CASE WHEN json_valid(spec) THEN json_extract(spec, '$.name') END)";
+
 // A prepared statement, finalized on scope exit.
 class Stmt {
  public:
@@ -151,8 +156,9 @@ class SqliteStore final : public Store {
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
-  core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
-                                                       int limit) override;
+  core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(
+      int64_t after_id, int limit,
+      const std::optional<std::string>& name) override;
   core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
                                        int64_t limit) override;
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
@@ -235,11 +241,14 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
   GANDIVA_RETURN_IF_ERROR(AddColumnsIfMissing(
       db, *store, "jobs", "archived",
       "ALTER TABLE jobs ADD COLUMN archived INTEGER NOT NULL DEFAULT 0;"));
-  GANDIVA_RETURN_IF_ERROR(
-      store->Exec("CREATE INDEX IF NOT EXISTS jobs_not_archived ON jobs(id) "
-                  "WHERE archived = 0;"
-                  "CREATE INDEX IF NOT EXISTS jobs_archived_by_end ON "
-                  "jobs(ended_us) WHERE archived = 1"));
+  const std::string indexes =
+      "CREATE INDEX IF NOT EXISTS jobs_not_archived ON jobs(id) "
+      "WHERE archived = 0;"
+      "CREATE INDEX IF NOT EXISTS jobs_archived_by_end ON jobs(ended_us) "
+      "WHERE archived = 1;"
+      "CREATE INDEX IF NOT EXISTS jobs_archived_by_name ON jobs(" +
+      std::string(kSpecName) + ", id) WHERE archived = 1";
+  GANDIVA_RETURN_IF_ERROR(store->Exec(indexes.c_str()));
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
          "SELECT MAX(IFNULL((SELECT MAX(seq) FROM events), 0), "
@@ -373,14 +382,17 @@ core::StatusOr<std::optional<JobRow>> SqliteStore::LoadJob(int64_t id) {
 }
 
 core::StatusOr<std::vector<JobRow>> SqliteStore::LoadArchivedJobs(
-    int64_t after_id, int limit) {
+    int64_t after_id, int limit, const std::optional<std::string>& name) {
   std::lock_guard lock(mu_);
-  Stmt s(db_, (std::string(kJobColumns) +
-               "WHERE id > ? AND archived = 1 ORDER BY id LIMIT ?")
+  Stmt s(db_, (std::string(kJobColumns) + "WHERE id > ? AND archived = 1 " +
+               (name ? "AND " + std::string(kSpecName) + " = ? " : "") +
+               "ORDER BY id LIMIT ?")
                   .c_str());
   GANDIVA_RETURN_IF_ERROR(s.prepared());
-  s.Bind(1, after_id);
-  s.Bind(2, static_cast<int64_t>(limit));
+  int i = 1;
+  s.Bind(i++, after_id);
+  if (name) s.Bind(i++, *name);
+  s.Bind(i, static_cast<int64_t>(limit));
   std::vector<JobRow> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) out.push_back(JobRowOf(s));

@@ -151,9 +151,11 @@ class Store {
   // stored, are passed by. etcd moves them in transactions of
   // EtcdStore::kMaxOps / 2.
   virtual core::Status ArchiveJobs(std::span<const JobRow> rows) = 0;
-  // Archived jobs with ids above `after_id`, in id order, at most `limit`.
-  virtual core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(int64_t after_id,
-                                                               int limit) = 0;
+  // Archived jobs with ids above `after_id`, in id order, at most `limit`;
+  // with `name`, only those whose spec has that name (SQLite through an
+  // index; etcd reads the archive and keeps those).
+  virtual core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(
+      int64_t after_id, int limit, const std::optional<std::string>& name) = 0;
   // Deletes up to `limit` archived jobs that ended before `ended_before_us`
   // (those that ended first, first), their rows and their history, in one
   // transaction where the store allows (etcd: EtcdStore::kMaxOps / 3 jobs

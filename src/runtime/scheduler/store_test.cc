@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <tuple>
 
 #include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/etcd_test_util.h"
@@ -434,7 +435,7 @@ TEST_P(StoreTest, ArchivedJobsAreLeftOutOfLoadJobsButStillRead) {
   // The archived ones by pages, in id order.
   std::vector<int64_t> archived;
   for (int64_t after = 0;;) {
-    auto page = st.LoadArchivedJobs(after, 50);
+    auto page = st.LoadArchivedJobs(after, 50, std::nullopt);
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     for (const JobRow& r : *page) archived.push_back(r.id);
     if (page->size() < 50) break;
@@ -444,11 +445,52 @@ TEST_P(StoreTest, ArchivedJobsAreLeftOutOfLoadJobsButStillRead) {
   for (size_t i = 0; i < archived.size(); ++i) {
     EXPECT_EQ(archived[i], static_cast<int64_t>(i + 1));
   }
-  auto tail = st.LoadArchivedJobs(118, 10);
+  auto tail = st.LoadArchivedJobs(118, 10, std::nullopt);
   ASSERT_TRUE(tail.ok());
   ASSERT_EQ(tail->size(), 2u);
   EXPECT_EQ(tail->back().spec_json, "{\"name\":\"j119\"}");
-  EXPECT_EQ(*st.InsertJob("{}", 12), 151);
+  // By name: archived ones only, after the id given.
+  for (const auto& [name, after, want] :
+       std::vector<std::tuple<std::string, int64_t, std::vector<int64_t>>>{
+           {"j7", 0, {8}},
+           {"j7", 8, {}},
+           {"j130", 0, {}},  // not archived
+           {"j", 0, {}},
+           {"j1*", 0, {}}}) {  // a name, not a pattern
+    auto named = st.LoadArchivedJobs(after, 10, name);
+    ASSERT_TRUE(named.ok()) << named.status().ToString();
+    std::vector<int64_t> got;
+    for (const JobRow& r : *named) got.push_back(r.id);
+    EXPECT_EQ(got, want) << name;
+  }
+  // Several of one name, a page of one at a time.
+  const std::vector<std::string> same(3, "{\"name\":\"same\"}");
+  Store::Inserted in = st.InsertJobs(same, 12);
+  ASSERT_EQ(in.count, 3u);
+  std::vector<JobRow> rows_same;
+  for (int64_t id = in.first_id; id < in.first_id + 3; ++id) {
+    JobRow r;
+    r.id = id;
+    r.spec_json = same[0];
+    r.state = 7;
+    r.ended_us = 500;
+    rows_same.push_back(r);
+  }
+  WriteBatch b;
+  b.jobs = rows_same;
+  ASSERT_TRUE(st.Write(b).ok());
+  rows_same.erase(rows_same.begin() + 1);  // the middle one stays
+  ASSERT_TRUE(st.ArchiveJobs(rows_same).ok());
+  std::vector<int64_t> paged;
+  for (int64_t after = 0;;) {
+    auto page = st.LoadArchivedJobs(after, 1, std::string("same"));
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    if (page->empty()) break;
+    paged.push_back(page->front().id);
+    after = page->front().id;
+  }
+  EXPECT_EQ(paged, (std::vector<int64_t>{in.first_id, in.first_id + 2}));
+  EXPECT_EQ(*st.InsertJob("{}", 12), 154);
 }
 
 // PruneArchive deletes archived jobs that ended before a time, those that
@@ -521,7 +563,7 @@ TEST_P(StoreTest, PruneArchiveDeletesTheArchivedJobsThatEndedFirst) {
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     EXPECT_EQ(h->size(), kept ? 2u : 0u) << id;
   }
-  auto archived = st.LoadArchivedJobs(0, 100);
+  auto archived = st.LoadArchivedJobs(0, 100, std::nullopt);
   ASSERT_TRUE(archived.ok());
   ASSERT_EQ(archived->size(), 4u);
   EXPECT_EQ(archived->back().id, 4);
