@@ -1259,7 +1259,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     req.set_sockets(inventory->sockets());
     req.set_switches_per_socket(inventory->switches_per_socket());
     for (const JobView& v : supervisor->Jobs()) *req.add_jobs() = ToAgentJob(v);
-    for (int64_t id : supervisor->HeldCheckpoints()) req.add_checkpoints(id);
+    for (int64_t id : supervisor->HeldCheckpoints()) {
+      req.add_checkpoints(id);
+      req.add_checkpoint_clusters(supervisor->HeldCheckpointCluster(id));
+    }
     *req.mutable_capabilities() = ToCapabilities();
     rpc::RegisterAgentReply reply;
     auto ctx = CallContext();
@@ -1271,6 +1274,15 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       Log("registered with " + schedulers[sched_at] + " as server " +
           std::to_string(reply.server_id()) + " (" +
           std::to_string(req.jobs_size()) + " jobs running)");
+      // A daemon from before cluster ids sends none: nothing is dropped.
+      if (!reply.cluster_id().empty()) {
+        for (int64_t id : supervisor->SetCluster(reply.cluster_id())) {
+          Log("job " + std::to_string(id) +
+              ": dropped the checkpoint held here, saved in another "
+              "cluster (not this cluster's job " +
+              std::to_string(id) + ")");
+        }
+      }
     }
     return s;
   }

@@ -73,6 +73,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
     registrations_.push_back(*req);
     known_.insert(req->name());
     reply->set_server_id(7);
+    reply->set_cluster_id(cluster_);
     return grpc::Status::OK;
   }
   grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
@@ -98,6 +99,11 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   void Forget() {
     std::lock_guard<std::mutex> lock(mu_);
     known_.clear();
+  }
+  // The cluster id registrations are answered with from now on.
+  void SetCluster(const std::string& cluster) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cluster_ = cluster;
   }
   // Each Leave: the agent's name and how many reports had come before it.
   std::vector<std::pair<std::string, size_t>> leaves() {
@@ -136,6 +142,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   std::set<std::string> known_;
   std::vector<std::pair<std::string, size_t>> leaves_;
   int unknown_reports_ = 0;
+  std::string cluster_ = "cluster-a";
 };
 
 class AgentServerTest : public ::testing::Test {
@@ -443,6 +450,41 @@ TEST_F(AgentServerTest, ReRegistersAfterTheDaemonRestartsAndKeepsExits) {
   ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
   EXPECT_GE(daemon_->unknown_reports(), 1);
   EXPECT_EQ(daemon_->registrations().back().jobs_size(), 1);
+}
+
+// A checkpoint held here is listed at registration with the cluster it was
+// saved in; registered with another cluster (its database made anew), the
+// agent drops it: that cluster's job of the same id is another job.
+TEST_F(AgentServerTest, ACheckpointOfAnotherClusterIsDroppedAtRegistration) {
+  StartAgent();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  Supervisor& sup = agent_->supervisor();
+  const std::string dir = sup.CheckpointDir(5);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/state") << "minibatches 5";
+  sup.HoldCheckpoint(5, dir);
+  EXPECT_EQ(sup.HeldCheckpointCluster(5), "cluster-a");
+
+  int before = agent_->registrations();
+  daemon_->Forget();  // the same cluster: kept
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
+  rpc::RegisterAgentRequest reg = daemon_->registrations().back();
+  ASSERT_EQ(reg.checkpoints_size(), 1);
+  EXPECT_EQ(reg.checkpoints(0), 5);
+  ASSERT_EQ(reg.checkpoint_clusters_size(), 1);
+  EXPECT_EQ(reg.checkpoint_clusters(0), "cluster-a");
+  EXPECT_EQ(sup.HeldCheckpoint(5), dir);
+
+  daemon_->SetCluster("cluster-b");
+  before = agent_->registrations();
+  daemon_->Forget();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
+  ASSERT_TRUE(WaitUntil([&] { return sup.HeldCheckpoint(5).empty(); }));
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  before = agent_->registrations();
+  daemon_->Forget();
+  ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
+  EXPECT_EQ(daemon_->registrations().back().checkpoints_size(), 0);
 }
 
 TEST_F(AgentServerTest, ProfilesAndSuspendOfAPythonJob) {

@@ -1511,6 +1511,7 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     had = held_.erase(job_id) > 0;
+    held_cluster_.erase(job_id);
     unlink(HeldRecordPath(job_id).c_str());
   }
   // The checkpoint and incoming directories; their parent too when that
@@ -1526,9 +1527,10 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
 
 void Supervisor::HoldLocked(int64_t job_id, const std::string& dir) {
   held_[job_id] = dir;
+  held_cluster_[job_id] = cluster_;
   // On disk too, for the next agent on this checkpoint root
   // (RecoverCheckpoints).
-  (void)WriteWhole(HeldRecordPath(job_id), dir + "\n");
+  (void)WriteWhole(HeldRecordPath(job_id), dir + "\n" + cluster_ + "\n");
 }
 
 std::vector<int64_t> Supervisor::RecoverCheckpoints() {
@@ -1542,8 +1544,9 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
     const int64_t id = *parsed;
     const std::string record = HeldRecordPath(id);
     std::ifstream f(record);
-    std::string dir;
+    std::string dir, cluster;
     if (!f || !std::getline(f, dir)) continue;
+    (void)std::getline(f, cluster);  // none in a record from before it
     int64_t bytes = 0;
     int files = 0;
     DirStats(dir, &bytes, &files);
@@ -1557,6 +1560,7 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
     auto job = jobs_.find(id);
     if (job != jobs_.end() && !job->second->exited.load()) continue;
     held_.emplace(id, dir);
+    held_cluster_.emplace(id, cluster);
     found.push_back(id);
   }
   std::sort(found.begin(), found.end());
@@ -1568,6 +1572,25 @@ std::vector<int64_t> Supervisor::HeldCheckpoints() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [id, dir] : held_) ids.push_back(id);
   return ids;
+}
+
+std::string Supervisor::HeldCheckpointCluster(int64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = held_cluster_.find(job_id);
+  return it == held_cluster_.end() ? std::string() : it->second;
+}
+
+std::vector<int64_t> Supervisor::SetCluster(const std::string& cluster) {
+  std::vector<int64_t> foreign;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cluster_ = cluster;
+    for (const auto& [id, c] : held_cluster_) {
+      if (!c.empty() && c != cluster) foreign.push_back(id);
+    }
+  }
+  for (int64_t id : foreign) DropCheckpoint(id);
+  return foreign;
 }
 
 std::vector<int64_t> Supervisor::CheckpointForStop(

@@ -310,6 +310,13 @@ class Supervisor {
   std::vector<int64_t> RecoverCheckpoints();
   // The jobs whose checkpoint is held here, by id.
   std::vector<int64_t> HeldCheckpoints() const;
+  // The cluster a held checkpoint was saved in ("" unknown, or none held).
+  std::string HeldCheckpointCluster(int64_t job_id) const;
+  // The cluster the agent is registered with (RegisterAgentReply
+  // .cluster_id): recorded with every checkpoint held from now on (on disk
+  // too: the record's second line). Drops the held checkpoints recorded for
+  // another cluster (another job of the same id) and returns their ids.
+  std::vector<int64_t> SetCluster(const std::string& cluster);
 
   // Found in the background at agent start; used for the refusal reason of
   // Checkpoint(), MPS env of packed jobs and JobView::sharing.
@@ -395,7 +402,7 @@ class Supervisor {
   // options.checkpoint_root, else work_dir.
   const std::string& CheckpointRoot() const;
   // CHECKPOINT_ROOT/jobs/<id>/held-checkpoint: the held checkpoint's
-  // directory.
+  // directory, and on a second line the cluster it was saved in.
   std::string HeldRecordPath(int64_t job_id) const;
 
   const SupervisorOptions options_;
@@ -409,6 +416,8 @@ class Supervisor {
   uint64_t next_exit_seq_ = 1;                       // guarded by mu_
   std::vector<std::thread> old_waiters_;             // guarded by mu_
   std::map<int64_t, std::string> held_;              // guarded by mu_
+  std::map<int64_t, std::string> held_cluster_;      // guarded by mu_
+  std::string cluster_;                              // guarded by mu_
   Capabilities caps_;                                // guarded by mu_
 };
 

@@ -565,6 +565,45 @@ TEST_F(SupervisorTest, HeldCheckpointsOutliveTheSupervisor) {
   EXPECT_TRUE(last.RecoverCheckpoints().empty());
 }
 
+// A held checkpoint records the cluster it was saved in (the one the agent
+// was registered with), which the next supervisor reads back; registering
+// with another cluster drops it (it is another job of that id there). One
+// saved before a cluster was known, or by an agent from before clusters
+// (a record of one line), is never taken for another cluster's.
+TEST_F(SupervisorTest, HeldCheckpointsOfAnotherClusterAreDropped) {
+  namespace fs = std::filesystem;
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  auto hold = [](Supervisor& sup, int64_t id) {
+    const std::string dir = sup.CheckpointDir(id);
+    fs::create_directories(dir);
+    std::ofstream(dir + "/state") << "minibatches " << id;
+    sup.HoldCheckpoint(id, dir);
+  };
+  {
+    Supervisor sup(o);
+    hold(sup, 1);  // no cluster yet
+    EXPECT_TRUE(sup.SetCluster("c1").empty());
+    hold(sup, 2);
+    hold(sup, 3);
+    EXPECT_EQ(sup.HeldCheckpointCluster(1), "");
+    EXPECT_EQ(sup.HeldCheckpointCluster(2), "c1");
+  }
+  // Job 3's record as an agent from before clusters wrote it.
+  std::ofstream(o.checkpoint_root + "/jobs/3/held-checkpoint")
+      << o.checkpoint_root + "/jobs/3/checkpoint\n";
+  Supervisor next(o);
+  EXPECT_EQ(next.RecoverCheckpoints(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(next.HeldCheckpointCluster(2), "c1");
+  EXPECT_EQ(next.HeldCheckpointCluster(3), "");
+  EXPECT_TRUE(next.SetCluster("c1").empty());  // the same cluster again
+  EXPECT_EQ(next.SetCluster("c2"), std::vector<int64_t>{2});
+  EXPECT_EQ(next.HeldCheckpoints(), (std::vector<int64_t>{1, 3}));
+  EXPECT_FALSE(fs::exists(o.checkpoint_root + "/jobs/2"));
+  hold(next, 4);
+  EXPECT_EQ(next.HeldCheckpointCluster(4), "c2");
+}
+
 // Before an agent stops: a restartable job is stopped with SIGTERM (it
 // saves its own checkpoint) and its exit marked checkpoint_kept; a job
 // without the library that is not restartable is left as it was, with the

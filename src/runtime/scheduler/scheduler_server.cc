@@ -27,6 +27,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -523,6 +524,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // --- Owned by the loop thread (and by Start before it runs). ---
   int64_t clock_us = 0;
+  // This cluster's id (RegisterAgentReply.cluster_id): set by Open, before
+  // the service starts, and never changed.
+  std::string cluster_id;
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
   // The jobs of `extras` not settled (those PersistAndPublish publishes),
@@ -2624,9 +2628,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // never) is not taken for theirs.
   void AdoptKeptCheckpoints(const AgentConn& a,
                             const rpc::RegisterAgentRequest& r) {
-    for (int64_t id64 : r.checkpoints()) {
+    for (int i = 0; i < r.checkpoints_size(); ++i) {
+      const int64_t id64 = r.checkpoints(i);
       const auto id = static_cast<int32_t>(id64);
-      if (id64 != id || !LiveJob(id64) || IsEnded(id)) continue;
+      if (id64 != id || ForeignCheckpoint(r, i) || !LiveJob(id64) ||
+          IsEnded(id)) {
+        continue;
+      }
       JobExtra* x = Extra(id);
       if (x == nullptr || x->proc.exists || x->proc.checkpoint) continue;
       const core::Job& j = st().job(JobId(id));
@@ -2694,9 +2702,17 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     a.missing.clear();
     a.held.clear();
-    for (int64_t id64 : r.checkpoints()) {
+    for (int i = 0; i < r.checkpoints_size(); ++i) {
+      const int64_t id64 = r.checkpoints(i);
       const auto id = static_cast<int32_t>(id64);
       if (id64 != id) continue;
+      if (ForeignCheckpoint(r, i)) {
+        // The agent drops it itself once it has this cluster's id.
+        Log("job " + std::to_string(id64) + ": agent '" + a.name +
+            "' holds a checkpoint saved in another cluster (" +
+            r.checkpoint_clusters(i) + "): not this job's, ignored");
+        continue;
+      }
       if (LiveJob(id64) && !IsEnded(id)) {
         a.held.insert(id);
         continue;
@@ -4482,7 +4498,32 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       store = std::move(*s);
     }
     GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
+    GANDIVA_RETURN_IF_ERROR(ResolveClusterId());
     return Recover();
+  }
+
+  // The cluster's id: made at the first start on a store, and stored.
+  core::Status ResolveClusterId() {
+    auto stored = store->GetMeta("cluster_id");
+    if (!stored.ok()) return stored.status();
+    if (stored->has_value() && !(*stored)->empty()) {
+      cluster_id = **stored;
+      return core::Status::Ok();
+    }
+    std::random_device rd;
+    char buf[33];
+    std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+    cluster_id = buf;
+    return store->SetMeta("cluster_id", cluster_id);
+  }
+
+  // A checkpoint a registering agent lists that was saved in another
+  // cluster (RegisterAgentRequest.checkpoint_clusters): of another job that
+  // has the same id.
+  bool ForeignCheckpoint(const rpc::RegisterAgentRequest& r, int i) const {
+    return i < r.checkpoint_clusters_size() &&
+           !r.checkpoint_clusters(i).empty() &&
+           r.checkpoint_clusters(i) != cluster_id;
   }
 
   core::Status ResolvePolicy() {
@@ -4796,6 +4837,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     if (!r) return Unavailable();
     if (!r->ok()) return ToGrpc(r->status());
     rep->set_server_id(**r);
+    rep->set_cluster_id(cluster_id);
     return grpc::Status::OK;
   }
 

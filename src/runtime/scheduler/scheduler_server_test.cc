@@ -297,10 +297,17 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     resume_local_error_ = code;
   }
-  // Lists a checkpoint of the job at the next registrations.
-  void Keep(int64_t job) {
+  // Lists a checkpoint of the job at the next registrations, saved in
+  // `cluster` ("": not said, as an agent from before cluster ids).
+  void Keep(int64_t job, const std::string& cluster = "") {
     std::lock_guard lock(mu_);
     kept_.insert(job);
+    kept_cluster_[job] = cluster;
+  }
+  // The cluster id of the last registration's reply.
+  std::string cluster_id() {
+    std::lock_guard lock(mu_);
+    return cluster_id_;
   }
   // The kept checkpoints are gone (a ramdisk emptied).
   void ForgetCheckpoints() {
@@ -485,12 +492,17 @@ class FakeAgent final : public rpc::Agent::Service {
       j->set_state(p.state);
       for (int32_t g : p.gpus) j->add_gpus(g);
     }
-    for (int64_t id : kept_) r.add_checkpoints(id);
+    for (int64_t id : kept_) {
+      r.add_checkpoints(id);
+      r.add_checkpoint_clusters(kept_cluster_[id]);
+    }
     rpc::RegisterAgentReply rep;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));
-    return stub_->RegisterAgent(&ctx, r, &rep);
+    grpc::Status s = stub_->RegisterAgent(&ctx, r, &rep);
+    if (s.ok()) cluster_id_ = rep.cluster_id();
+    return s;
   }
 
   std::string name_;
@@ -509,6 +521,9 @@ class FakeAgent final : public rpc::Agent::Service {
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
   std::set<int64_t> kept_;  // checkpoints held
+  std::map<int64_t, std::string>
+      kept_cluster_;  // the cluster each was saved in
+  std::string cluster_id_;
   std::map<int64_t, rpc::Progress> progress_;
   std::vector<int64_t> gpu_memory_;
   std::vector<rpc::JobExit> outbox_;
@@ -709,6 +724,10 @@ class Client {
 int64_t StartSpanningJob(Client& cl, FakeAgent& a, FakeAgent& b,
                          bool elastic = false);
 
+// The history lines of a job with this action (below).
+std::vector<rpc::HistoryEntry> HistoryOf(Client& cl, int64_t job,
+                                         const std::string& action);
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -765,6 +784,38 @@ class DaemonTest : public ::testing::Test {
       return -1;
     }
     return StartSpanningJob(cl, a, b, elastic);
+  }
+  // A gang (rank 0 on b) requeued with its checkpoint kept on b (a left),
+  // then the daemon restarted (replaying its log, which does not say where
+  // the checkpoint is kept); b not registered again yet. The job's id.
+  int64_t RequeueGangKeepingItsCheckpointAndRestart(SchedulerOptions& o,
+                                                    FakeAgent& a,
+                                                    FakeAgent& b) {
+    o.agent_timeout_s = 1.5;
+    o.agent_away_s = 0.2;
+    o.snapshot_every_events = 0;  // the restart replays every event
+    const int64_t j = StartDaemonAndSpanningJob(o, a, b);
+    if (j <= 0) return j;
+    Client& cl = *client_;
+    if (!a.Leave().ok() ||
+        !WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); })) {
+      ADD_FAILURE() << "a did not leave";
+      return -1;
+    }
+    b.Keep(j);
+    if (!WaitFor(
+            [&] {
+              (void)b.Report();
+              return HistoryOf(cl, j, "requeue").size() == 1;
+            },
+            20)) {
+      ADD_FAILURE() << cl.Get(j).DebugString();
+      return -1;
+    }
+    EXPECT_EQ(cl.State(j), rpc::QUEUED);
+    server_.reset();
+    StartDaemon(o);
+    return j;
   }
   fs::path dir_;
   std::unique_ptr<SchedulerServer> server_;
@@ -1964,28 +2015,11 @@ TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
 // there, not from the beginning.
 TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
   SchedulerOptions o = Options();
-  o.agent_timeout_s = 1.5;
-  o.agent_away_s = 0.2;
-  o.snapshot_every_events = 0;  // the restart replays every event
   FakeAgent a("node-a", 1, Mode::kOk);
   FakeAgent b("node-b", 1, Mode::kOk);
-  const int64_t j = StartDaemonAndSpanningJob(o, a, b);  // rank 0 on b
-  Client& cl = *client_;
+  const int64_t j = RequeueGangKeepingItsCheckpointAndRestart(o, a, b);
   ASSERT_GT(j, 0);
-  ASSERT_TRUE(a.Leave().ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }));
-  b.Keep(j);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        (void)b.Report();
-        return HistoryOf(cl, j, "requeue").size() == 1;
-      },
-      20))
-      << cl.Get(j).DebugString();
-  EXPECT_EQ(cl.State(j), rpc::QUEUED);
-
-  server_.reset();
-  Client& again = StartDaemon(o);
+  Client& again = *client_;
   ASSERT_TRUE(b.Register(server_->address()).ok());
   ASSERT_TRUE(WaitFor([&] { return HasEntry(again.Get(j), "reconcile"); }))
       << again.Get(j).DebugString();
@@ -2015,6 +2049,41 @@ TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
   EXPECT_EQ(starts[1].detail().find("from scratch"), std::string::npos)
       << starts[1].detail();
   EXPECT_EQ(again.State(j), rpc::RUNNING);
+}
+
+// The same, the checkpoint listed as saved in another cluster (another job
+// of that id: the database made anew, or the agent moved between
+// clusters): the daemon does not take it; the job starts from scratch. The
+// cluster's id is the same across the restart.
+TEST_F(DaemonTest, ACheckpointSavedInAnotherClusterIsNotTaken) {
+  SchedulerOptions o = Options();
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  const std::string before = a.cluster_id();
+  EXPECT_EQ(before, "");
+  const int64_t j = RequeueGangKeepingItsCheckpointAndRestart(o, a, b);
+  ASSERT_GT(j, 0);
+  Client& again = *client_;
+  const std::string cluster = b.cluster_id();
+  EXPECT_EQ(cluster.size(), 32u) << cluster;
+  b.Keep(j, "another-cluster");
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  EXPECT_EQ(b.cluster_id(), cluster);  // the store's, kept
+  server_->Sync();
+  EXPECT_FALSE(HasEntry(again.Get(j), "reconcile"))
+      << again.Get(j).DebugString();
+  FakeAgent c("node-c", 1, Mode::kOk);
+  ASSERT_TRUE(c.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)b.Report();
+        (void)c.Report();
+        return again.State(j) == rpc::RUNNING;
+      },
+      20))
+      << again.Get(j).DebugString();
+  EXPECT_EQ(b.resume_local_starts(j) + c.resume_local_starts(j), 0);
+  EXPECT_EQ(c.received_from(j), std::vector<std::string>{});
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.
