@@ -141,6 +141,12 @@ struct SchedulerOptions {
   // to the event log, with the next event fed (Store::AppendEvents). false:
   // each in its own append, as a baseline for benchmarks. Default true.
   bool log_profile_reports_together = true;
+  // Likewise the successful outcomes of actions (ActionDone): the agents'
+  // replies handled in a loop pass are logged together, with the next
+  // event fed, and handled then (a request in the same pass sees the core
+  // as it was before them). false: each in its own append, as a baseline
+  // for benchmarks. Default true.
+  bool log_action_outcomes_together = true;
   // Tests: each reused JobInfo and ServerInfo is also built again and
   // compared, and a difference aborts the daemon. Default false.
   bool verify_reused_job_info = false;

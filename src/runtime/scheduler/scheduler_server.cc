@@ -852,11 +852,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         each.begin() + static_cast<std::ptrdiff_t>(before + n));
   }
   // Logs and handles `body` with the next event fed, or at the end of the
-  // loop's pass: profile reports, which come by the thousand a second on a
-  // large cluster, share their transactions (a store's commit costs the
-  // same for one event or for a hundred).
-  void Defer(core::EventBody body) {
-    if (!opts.log_profile_reports_together) {
+  // loop's pass (fed at once when not `together`): profile reports, which
+  // come by the thousand a second on a large cluster, and the outcomes of
+  // actions, by the thousand at a quantum's switch, share their
+  // transactions (a store's commit costs the same for one event or for a
+  // hundred).
+  void Defer(core::EventBody body, bool together) {
+    if (!together) {
       (void)Feed(std::move(body));
       return;
     }
@@ -1111,7 +1113,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     History(job, what, ok, took_us, line);
     if (current && ok) {
       StartProbe(job, what, action);
-      (void)Feed(core::ActionDone{core::ActionId(action), JobId(job), took});
+      Defer(core::ActionDone{core::ActionId(action), JobId(job), took},
+            opts.log_action_outcomes_together);
     }
   }
 
@@ -3087,7 +3090,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
                          (1024.0 * 1024.0 * 1024.0);
       pr.gpu_utilization = p.progress().gpu_utilization();
-      Defer(pr);
+      Defer(pr, opts.log_profile_reports_together);
     }
     if (a.reconcile_pending) {
       a.reconcile_pending = false;
