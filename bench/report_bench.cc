@@ -33,53 +33,30 @@
 //                         [--stores sqlite,durable,etcd] [--compare-rebuild]
 //                         [--compare-row-writes] [--compare-submit]
 //                         [--submit-batch B] [--ended-jobs N]
-#include <grpcpp/grpcpp.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "proto/gandiva.grpc.pb.h"
-#include "runtime/scheduler/etcd_test_util.h"
-#include "runtime/scheduler/leadership.h"
-#include "runtime/scheduler/scheduler_server.h"
+#include "daemon_bench.h"
 
-namespace {
-
-namespace fs = std::filesystem;
-using namespace gandiva;
-using Clock = std::chrono::steady_clock;
+namespace gandiva::bench {
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "gandiva_bench_reports: %s\n", what.c_str());
   std::exit(1);
 }
 
-// Every agent's RPCs: a start succeeds (no process), and so does a kill.
-class NullAgent final : public rpc::Agent::Service {
- public:
-  grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
-                        rpc::StartJobReply* rep) override {
-    rep->set_pid(static_cast<int32_t>(100000 + r->job_id()));
-    rep->set_took_us(1);
-    return grpc::Status::OK;
-  }
-  grpc::Status KillJob(grpc::ServerContext*, const rpc::JobRequest*,
-                       rpc::KillReply*) override {
-    return grpc::Status::OK;
-  }
-};
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 struct Run {
   // Jobs submitted a second at setup: one Submit each (the first half,
@@ -103,13 +80,6 @@ struct Config {
   bool compare_submit = false;
   int ended_jobs = 0;
 };
-
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(seconds));
-  return ctx;
-}
 
 Run Measure(const Config& c, runtime::SchedulerOptions o,
             const std::string& agent_address) {
@@ -144,22 +114,7 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
   }
 
   const auto t_register = Clock::now();
-  for (int a = 0; a < c.agents; ++a) {
-    rpc::RegisterAgentRequest r;
-    r.set_name("node-" + std::to_string(a));
-    r.set_address(agent_address);
-    r.set_sockets(1);
-    r.set_switches_per_socket(1);
-    for (int g = 0; g < c.gpus; ++g) {
-      rpc::Gpu* gpu = r.add_gpus();
-      gpu->set_local(g);
-      gpu->set_uuid("virtual-" + std::to_string(a) + "-" + std::to_string(g));
-      gpu->set_name("virtual");
-    }
-    rpc::RegisterAgentReply rep;
-    grpc::Status s = stub->RegisterAgent(Ctx().get(), r, &rep);
-    if (!s.ok()) Die("RegisterAgent: " + s.error_message());
-  }
+  RegisterAgents(*stub, c.agents, c.gpus, agent_address);
   const double register_s =
       std::chrono::duration<double>(Clock::now() - t_register).count();
   const int jobs = c.agents * c.gpus;
@@ -292,8 +247,11 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
 }
 
 }  // namespace
+}  // namespace gandiva::bench
 
 int main(int argc, char** argv) {
+  using namespace gandiva;
+  using namespace gandiva::bench;
   Config c;
   std::string stores = "sqlite,durable,etcd";
   bool compare_rebuild = false;
@@ -340,32 +298,12 @@ int main(int argc, char** argv) {
     Die("--submit-batch: between 1 and " +
         std::to_string(runtime::kMaxJobsPerSubmit));
   }
-  std::vector<std::string> kinds;
-  {
-    std::stringstream in(stores);
-    std::string k;
-    while (std::getline(in, k, ',')) {
-      if (k != "sqlite" && k != "durable" && k != "etcd") {
-        Die("--stores: '" + k + "' is not one of sqlite, durable, etcd");
-      }
-      kinds.push_back(k);
-    }
-  }
-
+  const std::vector<std::string> kinds = ParseStores(stores);
   NullAgent agent;
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  b.RegisterService(&agent);
-  std::unique_ptr<grpc::Server> agent_server = b.BuildAndStart();
-  if (agent_server == nullptr) Die("cannot start the fake agent service");
-  const std::string agent_address = "127.0.0.1:" + std::to_string(port);
-
-  const fs::path dir = fs::temp_directory_path() /
-                       ("gandiva-bench-reports-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::unique_ptr<runtime::EtcdForTest> etcd;
+  std::string agent_address;
+  std::unique_ptr<grpc::Server> agent_server =
+      ServeAgent(&agent, &agent_address);
+  Stores store("bench-reports");
 
   std::printf(
       "gandiva_bench_reports: %d agents x %d GPUs, a one-GPU job on each "
@@ -384,9 +322,7 @@ int main(int argc, char** argv) {
   // Per store, the default run's submissions (--compare-submit).
   std::vector<std::pair<std::string, Run>> submits;
   for (const std::string& kind : kinds) {
-    const char* label = kind == "sqlite"    ? "SQLite"
-                        : kind == "durable" ? "SQLite --durable-sync"
-                                            : "etcd (1 member, loopback)";
+    const char* label = StoreLabel(kind);
     double per_s[4] = {0, 0, 0, 0};
     for (const int variant : {0, 1, 2, 3}) {
       if (variant == 2 && !compare_rebuild) continue;
@@ -397,24 +333,7 @@ int main(int argc, char** argv) {
       o.reuse_unchanged_job_info = variant != 2;
       if (variant == 3) o.progress_write_interval_s = 0;
       const std::string name = kind + "-" + std::to_string(run++);
-      std::shared_ptr<runtime::Leadership> lead;
-      if (kind == "etcd") {
-        if (etcd == nullptr) {
-          std::string error;
-          etcd = runtime::EtcdForTest::Start(&error);
-          if (etcd == nullptr) Die(error);
-        }
-        auto l = runtime::Leadership::Create(etcd->Client(),
-                                             {"/" + name + "/", 10, name});
-        if (!l.ok()) Die("leadership: " + l.status().ToString());
-        lead = *l;
-        core::Status s = lead->Campaign([](const std::string&) {});
-        if (!s.ok()) Die("campaign: " + s.ToString());
-        o.leadership = lead;
-      } else {
-        o.db_path = (dir / (name + ".db")).string();
-        o.durable_sync = kind == "durable";
-      }
+      auto lead = store.Use(kind, name, o);
       Run r = Measure(c, o, agent_address);
       if (variant == 0) submits.emplace_back(label, r);
       per_s[variant] = r.events_per_s;
@@ -461,6 +380,5 @@ int main(int argc, char** argv) {
     }
   }
   agent_server->Shutdown();
-  fs::remove_all(dir);
   return 0;
 }

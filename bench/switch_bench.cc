@@ -16,61 +16,28 @@
 //
 //   gandiva_bench_switch [--agents N] [--gpus-per-agent G] [--quantum-s Q]
 //                        [--seconds S] [--stores sqlite,durable,etcd]
-#include <grpcpp/grpcpp.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "proto/gandiva.grpc.pb.h"
-#include "runtime/scheduler/etcd_test_util.h"
-#include "runtime/scheduler/leadership.h"
-#include "runtime/scheduler/scheduler_server.h"
+#include "daemon_bench.h"
 
-namespace {
-
-namespace fs = std::filesystem;
-using namespace gandiva;
-using Clock = std::chrono::steady_clock;
+namespace gandiva::bench {
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "gandiva_bench_switch: %s\n", what.c_str());
   std::exit(1);
 }
 
-// Every agent's RPCs succeed at once (no process).
-class NullAgent final : public rpc::Agent::Service {
- public:
-  grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
-                        rpc::StartJobReply* rep) override {
-    rep->set_pid(static_cast<int32_t>(100000 + r->job_id()));
-    rep->set_took_us(1);
-    return grpc::Status::OK;
-  }
-  grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest*,
-                          rpc::SuspendReply* rep) override {
-    rep->set_took_us(1);
-    return grpc::Status::OK;
-  }
-  grpc::Status ResumeJob(grpc::ServerContext*, const rpc::JobRequest*,
-                         rpc::ResumeReply* rep) override {
-    rep->set_took_us(1);
-    return grpc::Status::OK;
-  }
-  grpc::Status KillJob(grpc::ServerContext*, const rpc::JobRequest*,
-                       rpc::KillReply*) override {
-    return grpc::Status::OK;
-  }
-};
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 struct Config {
   int agents = 50;
@@ -83,13 +50,6 @@ struct Run {
   double switches_per_s = 0;  // suspends + resumes concluded
   double get_median_ms = 0, get_p99_ms = 0;
 };
-
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() +
-                    std::chrono::seconds(seconds));
-  return ctx;
-}
 
 // Suspends + resumes of all jobs so far.
 int64_t Switches(rpc::Scheduler::Stub& stub) {
@@ -118,22 +78,7 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
   if (!server.ok()) Die("daemon: " + server.status().ToString());
   auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
       (*server)->address(), grpc::InsecureChannelCredentials()));
-  for (int a = 0; a < c.agents; ++a) {
-    rpc::RegisterAgentRequest r;
-    r.set_name("node-" + std::to_string(a));
-    r.set_address(agent_address);
-    r.set_sockets(1);
-    r.set_switches_per_socket(1);
-    for (int g = 0; g < c.gpus; ++g) {
-      rpc::Gpu* gpu = r.add_gpus();
-      gpu->set_local(g);
-      gpu->set_uuid("virtual-" + std::to_string(a) + "-" + std::to_string(g));
-      gpu->set_name("virtual");
-    }
-    rpc::RegisterAgentReply rep;
-    grpc::Status s = stub->RegisterAgent(Ctx().get(), r, &rep);
-    if (!s.ok()) Die("RegisterAgent: " + s.error_message());
-  }
+  RegisterAgents(*stub, c.agents, c.gpus, agent_address);
   const int jobs = 2 * c.agents * c.gpus;
   for (int j = 0; j < jobs; j += 1000) {
     rpc::SubmitJobsRequest sub;
@@ -185,8 +130,11 @@ Run Measure(const Config& c, runtime::SchedulerOptions o,
 }
 
 }  // namespace
+}  // namespace gandiva::bench
 
 int main(int argc, char** argv) {
+  using namespace gandiva;
+  using namespace gandiva::bench;
   Config c;
   std::string stores = "sqlite,durable,etcd";
   for (int i = 1; i < argc; ++i) {
@@ -213,32 +161,12 @@ int main(int argc, char** argv) {
   if (c.agents < 1 || c.gpus < 1 || c.quantum_s <= 0 || c.seconds <= 0) {
     Die("need --agents, --gpus-per-agent >= 1, --quantum-s, --seconds > 0");
   }
-  std::vector<std::string> kinds;
-  {
-    std::stringstream in(stores);
-    std::string k;
-    while (std::getline(in, k, ',')) {
-      if (k != "sqlite" && k != "durable" && k != "etcd") {
-        Die("--stores: '" + k + "' is not one of sqlite, durable, etcd");
-      }
-      kinds.push_back(k);
-    }
-  }
-
+  const std::vector<std::string> kinds = ParseStores(stores);
   NullAgent agent;
-  grpc::ServerBuilder b;
-  int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  b.RegisterService(&agent);
-  std::unique_ptr<grpc::Server> agent_server = b.BuildAndStart();
-  if (agent_server == nullptr) Die("cannot start the fake agent service");
-  const std::string agent_address = "127.0.0.1:" + std::to_string(port);
-
-  const fs::path dir = fs::temp_directory_path() /
-                       ("gandiva-bench-switch-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::unique_ptr<runtime::EtcdForTest> etcd;
+  std::string agent_address;
+  std::unique_ptr<grpc::Server> agent_server =
+      ServeAgent(&agent, &agent_address);
+  Stores store("bench-switch");
 
   const int gpus = c.agents * c.gpus;
   std::printf(
@@ -252,37 +180,18 @@ int main(int argc, char** argv) {
   std::fflush(stdout);  // before etcd's start forks
   int run = 0;
   for (const std::string& kind : kinds) {
-    const char* label = kind == "sqlite"    ? "SQLite"
-                        : kind == "durable" ? "SQLite --durable-sync"
-                                            : "etcd (1 member, loopback)";
     for (const bool together : {true, false}) {
       runtime::SchedulerOptions o;
       o.log_action_outcomes_together = together;
-      const std::string name = kind + "-" + std::to_string(run++);
-      if (kind == "etcd") {
-        if (etcd == nullptr) {
-          std::string error;
-          etcd = runtime::EtcdForTest::Start(&error);
-          if (etcd == nullptr) Die(error);
-        }
-        auto l = runtime::Leadership::Create(etcd->Client(),
-                                             {"/" + name + "/", 10, name});
-        if (!l.ok()) Die("leadership: " + l.status().ToString());
-        core::Status s = (*l)->Campaign([](const std::string&) {});
-        if (!s.ok()) Die("campaign: " + s.ToString());
-        o.leadership = *l;
-      } else {
-        o.db_path = (dir / (name + ".db")).string();
-        o.durable_sync = kind == "durable";
-      }
+      auto lead = store.Use(kind, kind + "-" + std::to_string(run++), o);
       const Run r = Measure(c, o, agent_address);
-      std::printf("| %s | %s | %.0f | %.2f ms | %.2f ms |\n", label,
+      if (lead != nullptr) lead->Resign();
+      std::printf("| %s | %s | %.0f | %.2f ms | %.2f ms |\n", StoreLabel(kind),
                   together ? "a pass's together (default)" : "one append each",
                   r.switches_per_s, r.get_median_ms, r.get_p99_ms);
       std::fflush(stdout);
     }
   }
   agent_server->Shutdown();
-  fs::remove_all(dir);
   return 0;
 }
