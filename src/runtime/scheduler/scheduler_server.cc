@@ -4156,10 +4156,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void CheckRetention() {
     if (opts.snapshot_every_events > 0 && ForgetsEndedJobs()) {
       const std::vector<std::pair<int64_t, int32_t>> ended = Forgettable();
-      const size_t keep = static_cast<size_t>(opts.keep_ended_jobs);
-      const size_t excess =
-          keep > 0 && ended.size() > keep ? ended.size() - keep : 0;
-      if (excess >= std::max<size_t>(1, keep / 10) || PastAge(ended) > 0) {
+      const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
+      if (BeyondKept(ended.size()) >= std::max<size_t>(1, keep / 10) ||
+          PastAge(ended, Now()) > 0) {
         CompactLog();
       }
     }
@@ -4365,11 +4364,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return ended;
   }
 
-  // How many of `ended` ended longer than --keep-ended-for ago.
-  int64_t PastAge(std::span<const std::pair<int64_t, int32_t>> ended) const {
+  // Of `ended` ended jobs, how many are beyond --keep-ended-jobs.
+  size_t BeyondKept(size_t ended) const {
+    const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
+    return keep > 0 && ended > keep ? ended - keep : 0;
+  }
+
+  // How many of `ended` ended longer than --keep-ended-for before `now`.
+  int64_t PastAge(std::span<const std::pair<int64_t, int32_t>> ended,
+                  int64_t now) const {
     if (opts.keep_ended_for_s <= 0) return 0;
     const int64_t cutoff =
-        clock_us - static_cast<int64_t>(opts.keep_ended_for_s * 1e6);
+        now - static_cast<int64_t>(opts.keep_ended_for_s * 1e6);
     return std::count_if(ended.begin(), ended.end(),
                          [&](const auto& e) { return e.first < cutoff; });
   }
@@ -4380,14 +4386,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // records of them once the snapshot is written (DropForgotten).
   std::vector<int32_t> ForgetEndedJobs() {
     if (!ForgetsEndedJobs()) return {};
-    (void)Now();  // clock_us, for PastAge
     std::vector<std::pair<int64_t, int32_t>> ended = Forgettable();
-    const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
-    const size_t excess =
-        keep > 0 && ended.size() > keep ? ended.size() - keep : 0;
     // Both pick those that ended first.
-    const auto forget = static_cast<std::ptrdiff_t>(
-        std::max<size_t>(excess, static_cast<size_t>(PastAge(ended))));
+    const auto forget = static_cast<std::ptrdiff_t>(std::max<size_t>(
+        BeyondKept(ended.size()), static_cast<size_t>(PastAge(ended, Now()))));
     if (forget == 0) return {};
     std::nth_element(ended.begin(), ended.begin() + forget - 1, ended.end());
     std::vector<core::JobId> ids;
