@@ -133,8 +133,8 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     out.push_back(
         One("gandiva_event_log_appends_total",
             "Appends to the event log by this process: events logged "
-            "together (the profile reports of a loop pass, with the next "
-            "event) share one.",
+            "together (the profile reports and action outcomes of a loop "
+            "pass, with the next event) share one.",
             MetricType::Counter, static_cast<double>(s.log_appends)));
 
     out.push_back(One("gandiva_event_log_compactions_total",
