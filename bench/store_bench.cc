@@ -7,9 +7,10 @@
 // logs the profile reports of a loop pass together), writing a batch of
 // job rows and history (what the daemon writes after each loop
 // iteration), reading the log back (what a recovery reads), writing
-// and reading a snapshot, and archiving ended jobs and deleting them from
-// the archive (--keep-ended-jobs, --keep-archived-for: 500 at a time, as
-// the daemon does, each chunk holding its event loop).
+// and reading a snapshot, and archiving ended jobs (500 at a time, as a
+// compaction does) and deleting them from the archive (--keep-archived-for:
+// Store::PruneChunk() at a time, as the daemon does, each chunk holding its
+// event loop).
 //
 //   gandiva_bench_store [--events N] [--read N] [--snapshot-mb M]
 //                       [--archive N]
@@ -63,11 +64,19 @@ struct Figures {
   double batch_p50 = 0;
   double read_per_s = 0;
   double snap_write_ms = 0, snap_read_ms = 0;
-  // Per chunk of kChunk jobs: archived, and deleted from the archive.
-  double archive_p50 = 0, prune_p50 = 0, prune_max = 0;
+  // Per chunk of kChunk jobs archived.
+  double archive_p50 = 0;
+  // Deleting from the archive, `chunk` jobs a call: the median and the
+  // longest call, and the time per 1,000 jobs in all.
+  struct Prune {
+    int64_t chunk = 0;
+    double p50 = 0, max = 0, per_1000 = 0;
+  };
+  Prune prune_500;   // the first half of the archive, 500 a call
+  Prune prune_pass;  // the second half, Store::PruneChunk() a call
 };
 
-constexpr int kChunk = 500;  // as the daemon deletes them
+constexpr int kChunk = 500;  // as a compaction archives them
 
 // A profile event as the daemon logs it.
 const std::string kEvent =
@@ -159,7 +168,7 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes,
   if (!back->has_value() || (*back)->core != snap) Die("snapshot differs");
 
   // `archive` ended jobs with 4 history lines each, archived and pruned.
-  std::vector<double> archived, pruned;
+  std::vector<double> archived;
   const std::string spec =
       "{\"name\":\"sweep-lr-0.001-7\",\"gpus\":1,\"command\":[\"python3\","
       "\"train.py\",\"--lr\",\"0.001\"]}";
@@ -191,17 +200,33 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes,
     Check(st.ArchiveJobs(b.jobs), "archive");
     archived.push_back(Ms(t3));
   }
-  for (;;) {
-    const auto t3 = Clock::now();
-    auto gone = st.PruneArchive(std::numeric_limits<int64_t>::max(), kChunk);
-    Check(gone.status(), "prune");
-    if (*gone == 0) break;
-    pruned.push_back(Ms(t3));
-    if (*gone < kChunk) break;
-  }
+  // The first half 500 a call, the rest PruneChunk() a call (the jobs
+  // ended in id order: the k-th, from 0, at k + 2).
+  auto prune = [&](int64_t ended_before, int64_t chunk) {
+    Figures::Prune p;
+    p.chunk = chunk;
+    std::vector<double> ms;
+    int64_t deleted = 0;
+    double total_ms = 0;
+    for (;;) {
+      const auto t3 = Clock::now();
+      auto gone = st.PruneArchive(ended_before, chunk);
+      Check(gone.status(), "prune");
+      if (*gone == 0) break;
+      ms.push_back(Ms(t3));
+      total_ms += ms.back();
+      deleted += *gone;
+      if (*gone < chunk) break;
+    }
+    p.p50 = Quantile(ms, 0.5);
+    p.max = ms.empty() ? 0 : Quantile(ms, 1);
+    p.per_1000 =
+        deleted > 0 ? total_ms * 1000 / static_cast<double>(deleted) : 0;
+    return p;
+  };
+  f.prune_500 = prune(archive / 2 + 2, kChunk);
+  f.prune_pass = prune(std::numeric_limits<int64_t>::max(), st.PruneChunk());
   f.archive_p50 = Quantile(archived, 0.5);
-  f.prune_p50 = Quantile(pruned, 0.5);
-  f.prune_max = pruned.empty() ? 0 : Quantile(pruned, 1);
   return f;
 }
 
@@ -295,9 +320,19 @@ int main(int argc, char** argv) {
       "ms");
   row("archive 500 ended jobs, median", n.archive_p50, d.archive_p50,
       e.archive_p50, "ms");
-  row("delete 500 archived jobs (4 history lines each), median", n.prune_p50,
-      d.prune_p50, e.prune_p50, "ms");
-  row("delete 500 archived jobs, the longest", n.prune_max, d.prune_max,
-      e.prune_max, "ms");
+  for (const auto& [label, which] :
+       {std::pair{"500 a call", &Figures::prune_500},
+        std::pair{"Store::PruneChunk() a call, as a pass of the loop",
+                  &Figures::prune_pass}}) {
+    const Figures::Prune &a = n.*which, &b = d.*which, &c = e.*which;
+    std::printf(
+        "| delete archived jobs (4 history lines each), %s: jobs a call | "
+        "%lld | %lld | %lld |\n",
+        label, static_cast<long long>(a.chunk), static_cast<long long>(b.chunk),
+        static_cast<long long>(c.chunk));
+    row("... a call, median", a.p50, b.p50, c.p50, "ms");
+    row("... a call, the longest", a.max, b.max, c.max, "ms");
+    row("... in all, per 1,000 jobs", a.per_1000, b.per_1000, c.per_1000, "ms");
+  }
   return 0;
 }

@@ -71,6 +71,8 @@ class EtcdStore final : public Store {
       const std::optional<std::string>& name) override;
   core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
                                        int64_t limit) override;
+  // Three deletes a job (its row, its history, its archive-ended key).
+  int64_t PruneChunk() const override { return kMaxOps / 3; }
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;

@@ -4137,7 +4137,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         CheckRetention();
         next_retention_check = std::chrono::steady_clock::now() + retention;
       }
-      if (archive_prune_left) PruneArchive(kPruneChunk);
+      if (archive_prune_left) PruneArchive(store->PruneChunk());
     }
     // A clean stop leaves nothing to replay, nor a row behind.
     PersistAndPublish(/*all_progress=*/true);
@@ -4146,7 +4146,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   static constexpr int64_t kCompactionChunk = 5000;
-  static constexpr int64_t kPruneChunk = 500;
 
   // Applies the limits on ended jobs between compactions: compacts (which
   // forgets them) when some ended job is past --keep-ended-for, or the

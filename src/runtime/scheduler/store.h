@@ -164,6 +164,10 @@ class Store {
   // (SQLite keeps the row of the highest id for this, archived or not).
   virtual core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
                                                int64_t limit) = 0;
+  // How many archived jobs PruneArchive deletes in one transaction, at
+  // most: the daemon deletes this many a pass of its loop, so that deleting
+  // a large archive holds the loop for one transaction at a time.
+  virtual int64_t PruneChunk() const = 0;
   virtual core::StatusOr<std::vector<ServerRow>> LoadServers() = 0;
   virtual core::StatusOr<std::vector<HistoryRow>> History(int64_t job) = 0;
   virtual core::Status Write(const WriteBatch& batch) = 0;
