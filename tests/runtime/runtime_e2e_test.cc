@@ -6,6 +6,7 @@
 // assertion depends on how fast anything ran.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -411,6 +412,75 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   EXPECT_EQ(p.exit_code(), 0);
   // Started three times: at first, and after each stop.
   EXPECT_EQ(c.History(plain, "restart").size(), 2u) << Describe(c, plain);
+}
+
+// An operator backs up the store of a daemon that serves (its SQLite file,
+// with `gandiva-scheduler --backup-to`), and later restores it as
+// src/runtime/scheduler/README.md says: the daemon stopped, the backup
+// copied over --db and the database's -wal and -shm files removed. The
+// daemon comes back with the jobs of the backup, not those submitted after
+// it. An etcd store is refused, with what to use instead.
+TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
+  TestCluster c({.agents = 0});
+  std::string error;
+  ASSERT_TRUE(c.StartScheduler(0, &error)) << error;
+  rpc::JobSpec spec;
+  spec.set_command("true");
+  spec.set_gpus(1);
+  std::set<int64_t> before;
+  for (const char* name : {"a", "b"}) {
+    spec.set_name(name);
+    before.insert(c.Submit(spec, &error));
+  }
+  ASSERT_EQ(before, (std::set<int64_t>{1, 2})) << error;
+
+  const fs::path db = c.dir() / "scheduler.db";
+  const fs::path backup = c.dir() / "backup.db";
+  auto run = [&](const std::vector<std::string>& args, std::string* out) {
+    std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const fs::path log = c.dir() / "backup.log";
+    auto p = Process::Start(argv, log);
+    if (p == nullptr || !p->Wait(seconds(60))) return -1;
+    *out = Slurp(log);
+    return WIFEXITED(p->status()) ? WEXITSTATUS(p->status()) : -1;
+  };
+  std::string out;
+  ASSERT_EQ(run({"--db", db.string(), "--backup-to", backup.string()}, &out), 0)
+      << out;
+  EXPECT_NE(out.find("backed up '" + db.string() + "' to '" + backup.string() +
+                     "': 2 jobs (ids up to 2)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(
+      run({"--etcd", "127.0.0.1:1", "--backup-to", backup.string()}, &out), 1);
+  EXPECT_NE(out.find("an etcd store is backed up with etcd's own `etcdctl "
+                     "snapshot save`"),
+            std::string::npos)
+      << out;
+
+  spec.set_name("after");
+  const int64_t after = c.Submit(spec, &error);
+  ASSERT_EQ(after, 3) << error;
+  ASSERT_EQ(c.Jobs().size(), 3u);
+
+  const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
+  c.scheduler()->Stop();
+  fs::copy_file(backup, db, fs::copy_options::overwrite_existing);
+  for (const char* suffix : {"-wal", "-shm"}) {
+    fs::remove(db.string() + suffix);
+  }
+  ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
+  bool ok = false;
+  const std::map<int64_t, rpc::JobInfo> jobs = c.Jobs(&ok);
+  ASSERT_TRUE(ok);
+  std::set<int64_t> ids;
+  for (const auto& [id, j] : jobs) {
+    ids.insert(id);
+    EXPECT_EQ(j.state(), rpc::QUEUED) << id;
+  }
+  EXPECT_EQ(ids, before);
+  EXPECT_EQ(jobs.at(2).spec().name(), "b");
 }
 
 }  // namespace

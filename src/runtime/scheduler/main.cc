@@ -14,6 +14,7 @@
 #include "runtime/scheduler/etcd_client.h"
 #include "runtime/scheduler/leadership.h"
 #include "runtime/scheduler/scheduler_server.h"
+#include "runtime/scheduler/store.h"
 #include "runtime/tls/tls_flags.h"
 
 namespace {
@@ -65,6 +66,11 @@ int main(int argc, char** argv) {
   auto* db_opt =
       app.add_option("--db", o.db_path, "SQLite database (state, event log)")
           ->capture_default_str();
+  std::string backup_to;
+  app.add_option("--backup-to", backup_to,
+                 "copy the --db store, as it is now, to this file and exit "
+                 "(while a daemon uses it too); restoring: README.md")
+      ->type_name("FILE");
   std::string etcd;
   gandiva::runtime::Leadership::Options lead_opts;
   gandiva::runtime::TlsFiles etcd_tls;
@@ -208,6 +214,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gandiva-scheduler: %s\n", s.ToString().c_str());
     return 1;
   };
+
+  if (!backup_to.empty()) {
+    if (!etcd.empty()) {
+      return fail(gandiva::core::InvalidArgument(
+          "--backup-to copies a --db store; an etcd store is backed up with "
+          "etcd's own `etcdctl snapshot save`"));
+    }
+    auto b = gandiva::runtime::BackupDatabase(o.db_path, backup_to);
+    if (!b.ok()) return fail(b.status());
+    std::printf(
+        "gandiva-scheduler: backed up '%s' to '%s': %lld jobs (ids up to "
+        "%lld), %lld events in the log, %lld bytes\n",
+        o.db_path.c_str(), backup_to.c_str(), static_cast<long long>(b->jobs),
+        static_cast<long long>(b->last_job_id),
+        static_cast<long long>(b->events), static_cast<long long>(b->bytes));
+    return 0;
+  }
 
   std::shared_ptr<gandiva::runtime::Leadership> lead;
   if (!etcd.empty()) {

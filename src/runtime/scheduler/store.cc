@@ -1,7 +1,13 @@
 #include "runtime/scheduler/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <utility>
 
@@ -656,6 +662,133 @@ core::StatusOr<int64_t> SqliteStore::EventCount() {
   GANDIVA_RETURN_IF_ERROR(s.prepared());
   if (s.Step() != SQLITE_ROW) return s.StepError();
   return s.Int(0);
+}
+
+namespace {
+
+// Closes a connection (and a backup) when it goes out of scope.
+struct Db {
+  sqlite3* db = nullptr;
+  Db() = default;
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+  ~Db() { sqlite3_close(db); }
+};
+
+// One row of integers from `sql` (a single-row query).
+core::StatusOr<std::vector<int64_t>> IntRow(sqlite3* db, const char* sql,
+                                            int columns) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK) {
+    return core::IoError(std::string("sqlite: ") + sqlite3_errmsg(db));
+  }
+  std::vector<int64_t> out;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    for (int i = 0; i < columns; ++i)
+      out.push_back(sqlite3_column_int64(st, i));
+  }
+  const std::string err = sqlite3_errmsg(db);
+  sqlite3_finalize(st);
+  if (static_cast<int>(out.size()) != columns) {
+    return core::IoError("sqlite: " + err);
+  }
+  return out;
+}
+
+// Syncs a file or directory to disk.
+core::Status SyncPath(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string err = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return core::IoError("cannot sync '" + path + "': " + err);
+  }
+  ::close(fd);
+  return core::Status::Ok();
+}
+
+}  // namespace
+
+core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
+                                           const std::string& to_path) {
+  struct stat info {};
+  if (::stat(db_path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return core::NotFound("no database at '" + db_path + "'");
+  }
+  Db src;
+  if (sqlite3_open_v2(db_path.c_str(), &src.db, SQLITE_OPEN_READONLY,
+                      nullptr) != SQLITE_OK) {
+    return core::IoError("cannot open database '" + db_path +
+                         "': " + sqlite3_errmsg(src.db));
+  }
+  sqlite3_busy_timeout(src.db, 5000);
+  auto tables = IntRow(src.db,
+                       "SELECT COUNT(*) FROM sqlite_master WHERE type = "
+                       "'table' AND name IN ('meta', 'jobs', 'events')",
+                       1);
+  if (!tables.ok()) {
+    return core::InvalidArgument("'" + db_path + "' is not a gandiva store (" +
+                                 tables.status().message() + ")");
+  }
+  if ((*tables)[0] != 3) {
+    return core::InvalidArgument(
+        "'" + db_path +
+        "' is not a gandiva store (no meta, jobs and events tables)");
+  }
+
+  // Written beside the target, then renamed onto it.
+  const std::string partial =
+      to_path + ".partial-" + std::to_string(::getpid());
+  ::unlink(partial.c_str());
+  auto fail = [&](const std::string& what) {
+    std::error_code ec;
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+      std::filesystem::remove(partial + suffix, ec);
+    }
+    return core::IoError("cannot write the backup '" + to_path + "': " + what);
+  };
+  BackupStats stats;
+  {
+    Db dst;
+    if (sqlite3_open_v2(partial.c_str(), &dst.db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                        nullptr) != SQLITE_OK) {
+      return fail(dst.db != nullptr ? sqlite3_errmsg(dst.db) : "out of memory");
+    }
+    sqlite3_backup* b = sqlite3_backup_init(dst.db, "main", src.db, "main");
+    if (b == nullptr) return fail(sqlite3_errmsg(dst.db));
+    // All pages in one step: one read transaction, so one moment's state.
+    const int rc = sqlite3_backup_step(b, -1);
+    sqlite3_backup_finish(b);
+    if (rc != SQLITE_DONE) {
+      return fail(rc == SQLITE_BUSY || rc == SQLITE_LOCKED
+                      ? "the database stayed locked"
+                      : sqlite3_errstr(rc));
+    }
+    // One self-contained file (no -wal beside it), synced.
+    if (sqlite3_exec(dst.db,
+                     "PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL",
+                     nullptr, nullptr, nullptr) != SQLITE_OK) {
+      return fail(sqlite3_errmsg(dst.db));
+    }
+    auto jobs =
+        IntRow(dst.db, "SELECT COUNT(*), IFNULL(MAX(id), 0) FROM jobs", 2);
+    auto events = IntRow(dst.db, "SELECT COUNT(*) FROM events", 1);
+    if (!jobs.ok()) return fail(jobs.status().message());
+    if (!events.ok()) return fail(events.status().message());
+    stats.jobs = (*jobs)[0];
+    stats.last_job_id = (*jobs)[1];
+    stats.events = (*events)[0];
+  }
+  if (core::Status s = SyncPath(partial); !s.ok()) return fail(s.message());
+  if (::rename(partial.c_str(), to_path.c_str()) != 0) {
+    return fail(std::strerror(errno));
+  }
+  const std::filesystem::path parent =
+      std::filesystem::path(to_path).parent_path();
+  GANDIVA_RETURN_IF_ERROR(SyncPath(parent.empty() ? "." : parent.string()));
+  if (::stat(to_path.c_str(), &info) == 0) stats.bytes = info.st_size;
+  return stats;
 }
 
 }  // namespace gandiva::runtime

@@ -213,4 +213,21 @@ class Store {
   Store& operator=(const Store&) = delete;
 };
 
+// What BackupDatabase copied.
+struct BackupStats {
+  int64_t bytes = 0;        // the backup file's size
+  int64_t jobs = 0;         // job rows, archived ones included
+  int64_t last_job_id = 0;  // the highest job id (0: none)
+  int64_t events = 0;       // events in the log (not yet compacted)
+};
+
+// Copies the SQLite store at `db_path` into a new file at `to_path`, as it
+// was at one moment (SQLite's online backup), while a daemon may be using
+// it: the daemon goes on writing meanwhile (WAL). The copy is written
+// beside `to_path` and renamed onto it once complete and synced, so a file
+// already at `to_path` is replaced whole or not at all. Errors name the
+// path: no database there, not a gandiva store, cannot write.
+core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
+                                           const std::string& to_path);
+
 }  // namespace gandiva::runtime

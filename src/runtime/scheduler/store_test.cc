@@ -4,7 +4,9 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <tuple>
 
@@ -712,6 +714,121 @@ TEST(SqliteStoreTest, AnOlderDatabaseGetsTheServersAwayColumns) {
   ASSERT_TRUE(servers.ok());
   EXPECT_EQ((*servers)[0].away_since_us, 42);
   EXPECT_TRUE((*servers)[0].away_cordon);
+  std::filesystem::remove_all(dir);
+}
+
+// A backup taken while the store is open and written to (its latest
+// transactions still in the WAL) holds everything committed before it, in
+// one file that opens as a store; a later backup to the same path replaces
+// it.
+TEST(SqliteStoreTest, ABackupOfAStoreInUseHoldsWhatWasCommitted) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("gandiva-store-backup-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "g.db").string();
+  const std::string to = (dir / "backup.db").string();
+  auto s = Store::Open(db);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  ASSERT_TRUE(st.SetMeta("cluster_id", "c0ffee").ok());
+  const std::vector<std::string> specs(3, "{\"name\":\"a\"}");
+  ASSERT_EQ(st.InsertJobs(specs, 10).count, 3u);
+  std::vector<EventRow> events(5, EventRow{0, 11, "Tick", "{}"});
+  ASSERT_EQ(st.AppendEvents(events).count, 5u);
+  ASSERT_TRUE(std::filesystem::exists(db + "-wal"));
+
+  auto b = BackupDatabase(db, to);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->jobs, 3);
+  EXPECT_EQ(b->last_job_id, 3);
+  EXPECT_EQ(b->events, 5);
+  EXPECT_EQ(b->bytes, static_cast<int64_t>(std::filesystem::file_size(to)));
+  // One file: no journal, WAL or partial copy beside it.
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    files.push_back(e.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"backup.db", "g.db", "g.db-shm",
+                                             "g.db-wal"}));
+
+  ASSERT_TRUE(st.InsertJob("{\"name\":\"after\"}", 20).ok());
+  {
+    auto copy = Store::Open(to);
+    ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+    auto jobs = (*copy)->LoadJobs();
+    ASSERT_TRUE(jobs.ok());
+    EXPECT_EQ(jobs->size(), 3u);  // not the one submitted after it
+    EXPECT_EQ((*copy)->EventCount().value(), 5);
+    EXPECT_EQ((*copy)->GetMeta("cluster_id").value(),
+              std::optional<std::string>("c0ffee"));
+  }
+  b = BackupDatabase(db, to);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->jobs, 4);
+  auto again = Store::Open(to);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->LoadJobs()->size(), 4u);
+  std::filesystem::remove_all(dir);
+}
+
+// What cannot be backed up is refused, naming the path, and leaves no
+// partial file behind.
+TEST(SqliteStoreTest, ABackupThatCannotBeMadeNamesThePath) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("gandiva-store-backup-bad-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "g.db").string();
+  const std::string to = (dir / "backup.db").string();
+
+  auto none = BackupDatabase(db, to);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(), "no database at '" + db + "'");
+
+  const std::string text = (dir / "notes.txt").string();
+  {
+    std::ofstream f(text);
+    f << "not a database, but long enough to be read as one's header......"
+         "..............................................................\n";
+  }
+  auto junk = BackupDatabase(text, to);
+  ASSERT_FALSE(junk.ok());
+  EXPECT_EQ(junk.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      junk.status().message().rfind("'" + text + "' is not a gandiva store", 0),
+      0u)
+      << junk.status().message();
+
+  const std::string other = (dir / "other.db").string();
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(other.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "CREATE TABLE t(x)", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  auto foreign = BackupDatabase(other, to);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_EQ(foreign.status().message(),
+            "'" + other +
+                "' is not a gandiva store (no meta, jobs and events tables)");
+
+  ASSERT_TRUE(Store::Open(db).ok());
+  const std::string nowhere = (dir / "missing-dir" / "backup.db").string();
+  auto unwritable = BackupDatabase(db, nowhere);
+  ASSERT_FALSE(unwritable.ok());
+  EXPECT_EQ(unwritable.status().message().rfind(
+                "cannot write the backup '" + nowhere + "': ", 0),
+            0u)
+      << unwritable.status().message();
+  EXPECT_FALSE(std::filesystem::exists(to));
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos)
+        << e.path();
+  }
   std::filesystem::remove_all(dir);
 }
 
