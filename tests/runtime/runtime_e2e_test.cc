@@ -415,11 +415,11 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
 }
 
 // An operator backs up the store of a daemon that serves (its SQLite file,
-// with `gandiva-scheduler --backup-to`), and later restores it as
-// src/runtime/scheduler/README.md says: the daemon stopped, the backup
-// copied over --db and the database's -wal and -shm files removed. The
-// daemon comes back with the jobs of the backup, not those submitted after
-// it. An etcd store is refused, with what to use instead.
+// with `gandiva-scheduler --backup-to`), and later restores it
+// (`--restore-from`, refused while the daemon runs). The daemon comes back
+// with the jobs of the backup; the one submitted after it is lost, and its
+// id is not given again. An etcd store is refused, with what to use
+// instead.
 TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
   TestCluster c({.agents = 0});
   std::string error;
@@ -464,12 +464,24 @@ TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
   ASSERT_EQ(after, 3) << error;
   ASSERT_EQ(c.Jobs().size(), 3u);
 
+  const std::vector<std::string> restore = {"--db", db.string(),
+                                            "--restore-from", backup.string()};
+  EXPECT_EQ(run(restore, &out), 1);
+  EXPECT_NE(out.find("is in use by another gandiva-scheduler (pid " +
+                     std::to_string(c.scheduler()->pid()) + "): stop it first"),
+            std::string::npos)
+      << out;
   const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
   c.scheduler()->Stop();
-  fs::copy_file(backup, db, fs::copy_options::overwrite_existing);
-  for (const char* suffix : {"-wal", "-shm"}) {
-    fs::remove(db.string() + suffix);
-  }
+  ASSERT_EQ(run(restore, &out), 0) << out;
+  EXPECT_NE(out.find("restored '" + db.string() + "' from '" + backup.string() +
+                     "': 2 jobs (ids up to 2)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("job 3, submitted after the backup, is lost; its id "
+                     "is not given again"),
+            std::string::npos)
+      << out;
   ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
   bool ok = false;
   const std::map<int64_t, rpc::JobInfo> jobs = c.Jobs(&ok);
@@ -481,6 +493,14 @@ TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
   }
   EXPECT_EQ(ids, before);
   EXPECT_EQ(jobs.at(2).spec().name(), "b");
+  std::string shown;
+  EXPECT_EQ(c.Cli({"show", "3"}, &shown), 1);
+  EXPECT_NE(shown.find("job 3 is not in this store: it was submitted after "
+                       "the backup the store was restored from"),
+            std::string::npos)
+      << shown;
+  spec.set_name("next");
+  EXPECT_EQ(c.Submit(spec, &error), 4) << error;
 }
 
 }  // namespace

@@ -71,6 +71,12 @@ int main(int argc, char** argv) {
                  "copy the --db store, as it is now, to this file and exit "
                  "(while a daemon uses it too); restoring: README.md")
       ->type_name("FILE");
+  std::string restore_from;
+  app.add_option("--restore-from", restore_from,
+                 "replace the --db store with this backup (--backup-to) and "
+                 "exit; refused while a daemon uses the store")
+      ->type_name("FILE")
+      ->excludes("--backup-to");
   std::string etcd;
   gandiva::runtime::Leadership::Options lead_opts;
   gandiva::runtime::TlsFiles etcd_tls;
@@ -229,6 +235,34 @@ int main(int argc, char** argv) {
         o.db_path.c_str(), backup_to.c_str(), static_cast<long long>(b->jobs),
         static_cast<long long>(b->last_job_id),
         static_cast<long long>(b->events), static_cast<long long>(b->bytes));
+    return 0;
+  }
+
+  if (!restore_from.empty()) {
+    if (!etcd.empty()) {
+      return fail(gandiva::core::InvalidArgument(
+          "--restore-from restores a --db store; an etcd store is restored "
+          "with etcd's own `etcdctl snapshot restore`"));
+    }
+    auto r = gandiva::runtime::RestoreDatabase(o.db_path, restore_from);
+    if (!r.ok()) return fail(r.status());
+    std::printf(
+        "gandiva-scheduler: restored '%s' from '%s': %lld jobs (ids up to "
+        "%lld)\n",
+        o.db_path.c_str(), restore_from.c_str(),
+        static_cast<long long>(r->jobs),
+        static_cast<long long>(r->last_job_id));
+    if (r->lost_last > 0) {
+      const std::string lost =
+          r->lost_first == r->lost_last
+              ? "job " + std::to_string(r->lost_first) +
+                    ", submitted after "
+                    "the backup, is lost; its id is"
+              : "jobs " + std::to_string(r->lost_first) + "-" +
+                    std::to_string(r->lost_last) +
+                    ", submitted after the backup, are lost; their ids are";
+      std::printf("gandiva-scheduler: %s not given again\n", lost.c_str());
+    }
     return 0;
   }
 

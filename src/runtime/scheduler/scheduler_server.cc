@@ -527,6 +527,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // This cluster's id (RegisterAgentReply.cluster_id): set by Open, before
   // the service starts, and never changed.
   std::string cluster_id;
+  // The ids of the jobs a restore from a backup lost (RestoreDatabase;
+  // first > second: none): set by Open, before serving.
+  std::pair<int64_t, int64_t> restore_lost{1, 0};
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
   // The jobs of `extras` not settled (those PersistAndPublish publishes),
@@ -4443,37 +4446,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // One daemon per database: a second one would interleave its events with
   // the first's. The kernel drops the lock when the process dies.
   core::Status LockDatabase() {
-    const std::string path = opts.db_path + ".lock";
-    lock_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd < 0) {
-      return core::IoError("cannot open '" + path +
-                           "': " + std::strerror(errno));
-    }
-    if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      char buf[32] = {};
-      const ssize_t n = ::pread(lock_fd, buf, sizeof buf - 1, 0);
-      std::string holder =
-          n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' '))
-        holder.pop_back();
-      ::close(lock_fd);
-      lock_fd = -1;
-      if (err != EWOULDBLOCK) {
-        return core::IoError("cannot lock '" + path +
-                             "': " + std::strerror(err));
-      }
-      return core::FailedPrecondition(
-          "database '" + opts.db_path +
-          "' is in use by another gandiva-scheduler" +
-          (holder.empty() ? std::string() : " (pid " + holder + ")") +
-          ": stop it first, or use another --db");
-    }
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(lock_fd, 0) != 0 ||
-        ::pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) {
-      Warn("cannot write the pid into '" + path + "': " + std::strerror(errno));
-    }
+    auto fd = LockDatabaseFile(opts.db_path);
+    if (!fd.ok()) return fd.status();
+    lock_fd = *fd;
     return core::Status::Ok();
   }
 
@@ -4503,6 +4478,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
     GANDIVA_RETURN_IF_ERROR(ResolveClusterId());
+    GANDIVA_RETURN_IF_ERROR(ResolveRestoreLost());
     return Recover();
   }
 
@@ -4519,6 +4495,24 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
     cluster_id = buf;
     return store->SetMeta("cluster_id", cluster_id);
+  }
+
+  core::Status ResolveRestoreLost() {
+    auto lost = store->GetMeta(kRestoreLostJobsMeta);
+    if (!lost.ok()) return lost.status();
+    if (!lost->has_value()) return core::Status::Ok();
+    long long first = 0, last = 0;
+    if (std::sscanf((*lost)->c_str(), "%lld-%lld", &first, &last) != 2) {
+      return core::InvalidArgument(StoreName() + ": meta '" +
+                                   kRestoreLostJobsMeta + "' is '" + **lost +
+                                   "', not FIRST-LAST");
+    }
+    restore_lost = {first, last};
+    Log("this store was restored from a backup: jobs " + std::to_string(first) +
+        "-" + std::to_string(last) +
+        " were submitted after it and are lost; their ids are not given "
+        "again");
+    return core::Status::Ok();
   }
 
   // A checkpoint a registering agent lists that was saved in another
@@ -5048,14 +5042,24 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       auto row = store->LoadJob(req->job_id());
       if (!row.ok()) return ToGrpc(row.status());
       if (!row->has_value()) {
-        // Ids are dense: one handed out and no longer stored was deleted.
-        const bool deleted =
-            req->job_id() > 0 && req->job_id() < s->job_id_limit;
+        const int64_t id = req->job_id();
+        if (id >= restore_lost.first && id <= restore_lost.second) {
+          return {grpc::StatusCode::NOT_FOUND,
+                  "job " + std::to_string(id) +
+                      " is not in this store: it was submitted after the "
+                      "backup the store was restored from (ids " +
+                      std::to_string(restore_lost.first) + "-" +
+                      std::to_string(restore_lost.second) +
+                      " are not given again)"};
+        }
+        // Ids are dense (but for those a restore lost, above): one handed
+        // out and no longer stored was deleted.
+        const bool deleted = id > 0 && id < s->job_id_limit;
         return {grpc::StatusCode::NOT_FOUND,
-                deleted ? "job " + std::to_string(req->job_id()) +
+                deleted ? "job " + std::to_string(id) +
                               " ended and its record was deleted "
                               "(--keep-archived-for)"
-                        : "no job " + std::to_string(req->job_id())};
+                        : "no job " + std::to_string(id)};
       }
       *rep = InfoOfArchived(**row);
     }

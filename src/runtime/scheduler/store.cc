@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +16,8 @@
 namespace gandiva::runtime {
 
 namespace {
+
+constexpr const char* kJobIdFloor = "job_id_floor";
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(
@@ -186,6 +190,9 @@ class SqliteStore final : public Store {
   core::StatusOr<std::optional<SnapshotRow>> LoadSnapshot() override;
 
   int64_t last_seq_ = 0;  // set by Open
+  // Job ids up to this one are not given (meta kJobIdFloor: the ids of
+  // jobs a restore lost); set by Open.
+  int64_t job_id_floor_ = 0;
 
  private:
   core::Status WriteLocked(const WriteBatch& batch);
@@ -264,6 +271,16 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
   GANDIVA_RETURN_IF_ERROR(s.prepared());
   if (s.Step() != SQLITE_ROW) return s.StepError();
   store->last_seq_ = s.Int(0);
+  auto floor = store->GetMeta(kJobIdFloor);
+  if (!floor.ok()) return floor.status();
+  if (floor->has_value()) {
+    try {
+      store->job_id_floor_ = std::stoll(**floor);
+    } catch (const std::exception&) {
+      return core::IoError("database '" + path + "': meta '" + kJobIdFloor +
+                           "' is not a number: '" + **floor + "'");
+    }
+  }
   return std::unique_ptr<Store>(std::move(store));
 }
 
@@ -311,9 +328,28 @@ Store::Inserted SqliteStore::InsertJobs(std::span<const std::string> specs_json,
   std::lock_guard lock(mu_);
   int64_t first = 0;
   auto insert = [&]() -> core::Status {
+    if (job_id_floor_ > 0) {
+      // The first id past the floor, then on from it as usual.
+      Stmt max(db_, "SELECT IFNULL(MAX(id), 0) FROM jobs");
+      GANDIVA_RETURN_IF_ERROR(max.prepared());
+      if (max.Step() != SQLITE_ROW) return max.StepError();
+      if (max.Int(0) >= job_id_floor_) {
+        job_id_floor_ = 0;  // passed for good: rows past it stay
+      } else {
+        Stmt s(db_,
+               "INSERT INTO jobs(id, spec, state, submitted_us) "
+               "VALUES(?, ?, 1, ?)");
+        s.Bind(1, job_id_floor_ + 1)
+            .Bind(2, specs_json.front())
+            .Bind(3, submitted_us);
+        GANDIVA_RETURN_IF_ERROR(s.Run());
+        first = job_id_floor_ + 1;
+      }
+    }
     Stmt s(db_, "INSERT INTO jobs(spec, state, submitted_us) VALUES(?, 1, ?)");
     GANDIVA_RETURN_IF_ERROR(s.prepared());
     for (const std::string& spec : specs_json) {
+      if (first != 0 && &spec == specs_json.data()) continue;  // past the floor
       s.Bind(1, spec).Bind(2, submitted_us);
       GANDIVA_RETURN_IF_ERROR(s.Run());
       s.Reset();
@@ -707,34 +743,42 @@ core::Status SyncPath(const std::string& path) {
   return core::Status::Ok();
 }
 
-}  // namespace
-
-core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
-                                           const std::string& to_path) {
+// Opens the gandiva store at `path` read-only into `*db` (closed by the
+// caller, even on an error).
+core::Status OpenGandivaStore(const std::string& path, sqlite3** db) {
   struct stat info {};
-  if (::stat(db_path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
-    return core::NotFound("no database at '" + db_path + "'");
+  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return core::NotFound("no database at '" + path + "'");
   }
-  Db src;
-  if (sqlite3_open_v2(db_path.c_str(), &src.db, SQLITE_OPEN_READONLY,
-                      nullptr) != SQLITE_OK) {
-    return core::IoError("cannot open database '" + db_path +
-                         "': " + sqlite3_errmsg(src.db));
+  if (sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READONLY, nullptr) !=
+      SQLITE_OK) {
+    return core::IoError("cannot open database '" + path +
+                         "': " + sqlite3_errmsg(*db));
   }
-  sqlite3_busy_timeout(src.db, 5000);
-  auto tables = IntRow(src.db,
+  sqlite3_busy_timeout(*db, 5000);
+  auto tables = IntRow(*db,
                        "SELECT COUNT(*) FROM sqlite_master WHERE type = "
                        "'table' AND name IN ('meta', 'jobs', 'events')",
                        1);
   if (!tables.ok()) {
-    return core::InvalidArgument("'" + db_path + "' is not a gandiva store (" +
+    return core::InvalidArgument("'" + path + "' is not a gandiva store (" +
                                  tables.status().message() + ")");
   }
   if ((*tables)[0] != 3) {
     return core::InvalidArgument(
-        "'" + db_path +
-        "' is not a gandiva store (no meta, jobs and events tables)");
+        "'" + path +
+        "' is not a gandiva store (no meta, jobs and events "
+        "tables)");
   }
+  return core::Status::Ok();
+}
+
+}  // namespace
+
+core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
+                                           const std::string& to_path) {
+  Db src;
+  GANDIVA_RETURN_IF_ERROR(OpenGandivaStore(db_path, &src.db));
 
   // Written beside the target, then renamed onto it.
   const std::string partial =
@@ -787,7 +831,129 @@ core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
   const std::filesystem::path parent =
       std::filesystem::path(to_path).parent_path();
   GANDIVA_RETURN_IF_ERROR(SyncPath(parent.empty() ? "." : parent.string()));
+  struct stat info {};
   if (::stat(to_path.c_str(), &info) == 0) stats.bytes = info.st_size;
+  return stats;
+}
+
+core::StatusOr<int> LockDatabaseFile(const std::string& db_path) {
+  const std::string path = db_path + ".lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return core::IoError("cannot open '" + path + "': " + std::strerror(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) {
+      holder.pop_back();
+    }
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      return core::IoError("cannot lock '" + path + "': " + std::strerror(err));
+    }
+    return core::FailedPrecondition(
+        "database '" + db_path + "' is in use by another gandiva-scheduler" +
+        (holder.empty() ? std::string() : " (pid " + holder + ")") +
+        ": stop it first, or use another --db");
+  }
+  // Who holds it, for the message above (best effort).
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  }
+  return fd;
+}
+
+core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
+                                             const std::string& from_path) {
+  auto lock = LockDatabaseFile(db_path);
+  if (!lock.ok()) return lock.status();
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }
+  } unlock{*lock};
+  Db src;
+  GANDIVA_RETURN_IF_ERROR(OpenGandivaStore(from_path, &src.db));
+  RestoreStats stats;
+  auto from_jobs =
+      IntRow(src.db, "SELECT COUNT(*), IFNULL(MAX(id), 0) FROM jobs", 2);
+  if (!from_jobs.ok()) return from_jobs.status();
+  stats.jobs = (*from_jobs)[0];
+  stats.last_job_id = (*from_jobs)[1];
+  auto from_floor = IntRow(
+      src.db,
+      ("SELECT IFNULL((SELECT CAST(value AS INTEGER) FROM meta WHERE key = '" +
+       std::string(kJobIdFloor) + "'), 0)")
+          .c_str(),
+      1);
+  if (!from_floor.ok()) return from_floor.status();
+
+  // The ids the database being replaced gave: those past the backup's are
+  // never given again.
+  int64_t replaced_last = 0;
+  struct stat info {};
+  if (::stat(db_path.c_str(), &info) == 0) {
+    Db old;
+    if (!OpenGandivaStore(db_path, &old.db).ok()) {
+      return core::FailedPrecondition(
+          "database '" + db_path +
+          "' is not a gandiva store: it is not replaced (move it away first)");
+    }
+    auto last = IntRow(old.db,
+                       ("SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), "
+                        "IFNULL((SELECT CAST(value AS INTEGER) FROM meta "
+                        "WHERE key = '" +
+                        std::string(kJobIdFloor) + "'), 0))")
+                           .c_str(),
+                       1);
+    if (!last.ok()) return last.status();
+    replaced_last = (*last)[0];
+  }
+  const int64_t given = std::max(stats.last_job_id, (*from_floor)[0]);
+  if (replaced_last > given) {
+    stats.lost_first = given + 1;
+    stats.lost_last = replaced_last;
+  }
+
+  Db dst;
+  if (sqlite3_open_v2(db_path.c_str(), &dst.db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
+    return core::IoError("cannot open database '" + db_path +
+                         "': " + sqlite3_errmsg(dst.db));
+  }
+  sqlite3_busy_timeout(dst.db, 5000);
+  sqlite3_backup* b = sqlite3_backup_init(dst.db, "main", src.db, "main");
+  if (b == nullptr) {
+    return core::IoError("cannot restore into '" + db_path +
+                         "': " + sqlite3_errmsg(dst.db));
+  }
+  const int rc = sqlite3_backup_step(b, -1);
+  sqlite3_backup_finish(b);
+  if (rc != SQLITE_DONE) {
+    return core::IoError("cannot restore into '" + db_path +
+                         "': " + sqlite3_errstr(rc));
+  }
+  if (stats.lost_last > 0) {
+    const std::string sql = "INSERT OR REPLACE INTO meta(key, value) VALUES('" +
+                            std::string(kJobIdFloor) + "', '" +
+                            std::to_string(stats.lost_last) + "'), ('" +
+                            kRestoreLostJobsMeta + "', '" +
+                            std::to_string(stats.lost_first) + "-" +
+                            std::to_string(stats.lost_last) + "')";
+    char* err = nullptr;
+    if (sqlite3_exec(dst.db, sql.c_str(), nullptr, nullptr, &err) !=
+        SQLITE_OK) {
+      const std::string msg = err != nullptr ? err : "unknown error";
+      sqlite3_free(err);
+      return core::IoError(
+          "restored '" + db_path +
+          "' but cannot keep the ids of the jobs it lost: " + msg);
+    }
+  }
   return stats;
 }
 

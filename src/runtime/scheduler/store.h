@@ -6,10 +6,12 @@
 //   jobs                  one row per submitted job: its spec (JSON), state,
 //                         timestamps, exit code, progress and the job's
 //                         last reported metric; ids are dense from 1
-//                         (SQLite rowids, never deleted). An ended job the
-//                         daemon forgot is archived: its row stays (LoadJob)
-//                         but is no longer loaded at a start (LoadJobs),
-//                         until PruneArchive deletes it with its history
+//                         (SQLite rowids, never deleted), but for those a
+//                         restore lost (RestoreDatabase: never given). An
+//                         ended job the daemon forgot is archived: its row
+//                         stays (LoadJob) but is no longer loaded at a
+//                         start (LoadJobs), until PruneArchive deletes it
+//                         with its history
 //   servers               one row per registered agent: id (registration
 //                         order, from 0), name, address, GPUs (JSON)
 //   history               per job: action, ok, took_us, detail, time
@@ -213,6 +215,18 @@ class Store {
   Store& operator=(const Store&) = delete;
 };
 
+// Takes the lock that keeps a second gandiva-scheduler (or a restore) off
+// the SQLite database at `db_path`: an exclusive flock of `db_path.lock`,
+// which holds the holder's pid for the message another gets ("in use by
+// another gandiva-scheduler (pid N)"). Returns the descriptor holding it;
+// closing it (or the process ending) lets go.
+core::StatusOr<int> LockDatabaseFile(const std::string& db_path);
+
+// The meta key a restore leaves in the database when the database it
+// replaced had given ids past the backup's: "FIRST-LAST", the ids of the
+// jobs the restore lost (never given again).
+inline constexpr const char* kRestoreLostJobsMeta = "restore_lost_jobs";
+
 // What BackupDatabase copied.
 struct BackupStats {
   int64_t bytes = 0;        // the backup file's size
@@ -229,5 +243,25 @@ struct BackupStats {
 // path: no database there, not a gandiva store, cannot write.
 core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
                                            const std::string& to_path);
+
+// What RestoreDatabase restored.
+struct RestoreStats {
+  int64_t jobs = 0;         // job rows of the backup
+  int64_t last_job_id = 0;  // the backup's highest job id
+  // The ids the replaced database had given past the backup's (0, 0: none):
+  // those jobs are lost, and their ids are not given again.
+  int64_t lost_first = 0, lost_last = 0;
+};
+
+// Replaces the SQLite store at `db_path` (if there is one) with the backup
+// at `from_path` (a BackupDatabase copy), through SQLite's backup API, so
+// that the database's own WAL is dealt with. Takes the database's lock
+// first: refused while a daemon uses it. The jobs the replaced database
+// had stored past the backup's last id are lost; their ids are recorded
+// (kRestoreLostJobsMeta) and never given again (Store::InsertJobs goes on
+// after them). A `from_path` that is not a gandiva store, or a `db_path`
+// that is something else, is refused, naming it, and nothing changes.
+core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
+                                             const std::string& from_path);
 
 }  // namespace gandiva::runtime

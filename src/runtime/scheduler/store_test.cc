@@ -774,6 +774,76 @@ TEST(SqliteStoreTest, ABackupOfAStoreInUseHoldsWhatWasCommitted) {
   std::filesystem::remove_all(dir);
 }
 
+// A restore replaces the store with the backup; the jobs stored after the
+// backup are lost, and their ids are not given again, even by a store
+// opened later. Refused while the database's lock is held, and for a file
+// that is not a store, the database then unchanged.
+TEST(SqliteStoreTest, ARestoreReplacesTheStoreAndKeepsTheIdsItLost) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("gandiva-store-restore-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string db = (dir / "g.db").string();
+  const std::string backup = (dir / "backup.db").string();
+  {
+    auto s = Store::Open(db);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_EQ((*s)->InsertJobs(std::vector<std::string>(2, "{}"), 1).count, 2u);
+    ASSERT_TRUE(BackupDatabase(db, backup).ok());
+    ASSERT_EQ((*s)->InsertJobs(std::vector<std::string>(3, "{}"), 2).count, 3u);
+  }
+  {
+    auto held = LockDatabaseFile(db);
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    auto busy = RestoreDatabase(db, backup);
+    ::close(*held);
+    ASSERT_FALSE(busy.ok());
+    EXPECT_EQ(
+        busy.status().message(),
+        "database '" + db + "' is in use by another gandiva-scheduler (pid " +
+            std::to_string(getpid()) + "): stop it first, or use another --db");
+  }
+  const std::string junk = (dir / "junk.db").string();
+  std::ofstream(junk) << "no";
+  auto bad = RestoreDatabase(db, junk);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(
+      bad.status().message().rfind("'" + junk + "' is not a gandiva store", 0),
+      0u)
+      << bad.status().message();
+  EXPECT_EQ(Store::Open(db).value()->LoadJobs()->size(), 5u);  // unchanged
+
+  auto r = RestoreDatabase(db, backup);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs, 2);
+  EXPECT_EQ(r->last_job_id, 2);
+  EXPECT_EQ(r->lost_first, 3);
+  EXPECT_EQ(r->lost_last, 5);
+  {
+    auto s = Store::Open(db);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->LoadJobs()->size(), 2u);
+    EXPECT_EQ((*s)->GetMeta(kRestoreLostJobsMeta).value(),
+              std::optional<std::string>("3-5"));
+    EXPECT_FALSE((*s)->LoadJob(4).value().has_value());
+    Store::Inserted in = (*s)->InsertJobs(std::vector<std::string>(2, "{}"), 3);
+    ASSERT_TRUE(in.status.ok()) << in.status.ToString();
+    EXPECT_EQ(in.first_id, 6);  // past the lost ones
+    EXPECT_EQ((*s)->InsertJob("{}", 4).value(), 8);
+  }
+  EXPECT_EQ(Store::Open(db).value()->InsertJob("{}", 5).value(), 9);
+
+  // Restored again from the same backup: the ids given since are lost too,
+  // and none of them is given again.
+  r = RestoreDatabase(db, backup);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lost_first, 3);
+  EXPECT_EQ(r->lost_last, 9);
+  EXPECT_EQ(Store::Open(db).value()->InsertJob("{}", 6).value(), 10);
+  std::filesystem::remove_all(dir);
+}
+
 // What cannot be backed up is refused, naming the path, and leaves no
 // partial file behind.
 TEST(SqliteStoreTest, ABackupThatCannotBeMadeNamesThePath) {
