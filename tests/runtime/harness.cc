@@ -160,23 +160,14 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
   std::ostringstream q;
   q << options_.quantum_s;
   ++scheduler_starts_;
-  std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN,
-                                   "--listen",
-                                   "127.0.0.1:" + std::to_string(port),
-                                   "--address-file",
-                                   addr_file.string(),
-                                   "--db",
-                                   (dir_ / "scheduler.db").string(),
-                                   "--policy",
-                                   options_.policy,
-                                   "--quantum-s",
-                                   q.str(),
-                                   "--tick-ms",
-                                   std::to_string(options_.tick_ms),
-                                   "--profile-interval-s",
-                                   std::to_string(options_.profile_interval_s),
-                                   // Aborts on a stale reused job info.
-                                   "--verify-reused-job-info"};
+  std::vector<std::string> argv = {
+      GANDIVA_SCHEDULER_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
+      "--address-file", addr_file.string(), "--db",
+      (dir_ / "scheduler.db").string(), "--policy", options_.policy,
+      "--quantum-s", q.str(), "--tick-ms", std::to_string(options_.tick_ms),
+      "--profile-interval-s", std::to_string(options_.profile_interval_s),
+      // Aborts on a stale reused job info.
+      "--verify-reused-job-info"};
   const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
   argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), options_.scheduler_args.begin(),
