@@ -1,11 +1,9 @@
 #include "runtime/scheduler/scheduler_server.h"
 
-#include <fcntl.h>
 #include <fnmatch.h>
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <malloc.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -328,29 +328,30 @@ Store::Inserted SqliteStore::InsertJobs(std::span<const std::string> specs_json,
   std::lock_guard lock(mu_);
   int64_t first = 0;
   auto insert = [&]() -> core::Status {
+    // The first job goes past the floor, if ids have not already; the
+    // others (and all of them without a floor) take the next rowid.
+    int64_t past_floor = 0;
     if (job_id_floor_ > 0) {
-      // The first id past the floor, then on from it as usual.
       Stmt max(db_, "SELECT IFNULL(MAX(id), 0) FROM jobs");
       GANDIVA_RETURN_IF_ERROR(max.prepared());
       if (max.Step() != SQLITE_ROW) return max.StepError();
       if (max.Int(0) >= job_id_floor_) {
         job_id_floor_ = 0;  // passed for good: rows past it stay
       } else {
-        Stmt s(db_,
-               "INSERT INTO jobs(id, spec, state, submitted_us) "
-               "VALUES(?, ?, 1, ?)");
-        s.Bind(1, job_id_floor_ + 1)
-            .Bind(2, specs_json.front())
-            .Bind(3, submitted_us);
-        GANDIVA_RETURN_IF_ERROR(s.Run());
-        first = job_id_floor_ + 1;
+        past_floor = job_id_floor_ + 1;
       }
     }
-    Stmt s(db_, "INSERT INTO jobs(spec, state, submitted_us) VALUES(?, 1, ?)");
+    Stmt s(
+        db_,
+        "INSERT INTO jobs(id, spec, state, submitted_us) VALUES(?, ?, 1, ?)");
     GANDIVA_RETURN_IF_ERROR(s.prepared());
     for (const std::string& spec : specs_json) {
-      if (first != 0 && &spec == specs_json.data()) continue;  // past the floor
-      s.Bind(1, spec).Bind(2, submitted_us);
+      if (past_floor > 0 && &spec == specs_json.data()) {
+        s.Bind(1, past_floor);
+      } else {
+        s.BindNull(1);
+      }
+      s.Bind(2, spec).Bind(3, submitted_us);
       GANDIVA_RETURN_IF_ERROR(s.Run());
       s.Reset();
       const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
@@ -743,6 +744,18 @@ core::Status SyncPath(const std::string& path) {
   return core::Status::Ok();
 }
 
+// The highest job id a gandiva store has given: its last job's, or the
+// floor a restore left past the jobs it lost, whichever is higher.
+core::StatusOr<int64_t> IdsGiven(sqlite3* db) {
+  const std::string sql =
+      "SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), IFNULL((SELECT "
+      "CAST(value AS INTEGER) FROM meta WHERE key = '" +
+      std::string(kJobIdFloor) + "'), 0))";
+  auto row = IntRow(db, sql.c_str(), 1);
+  if (!row.ok()) return row.status();
+  return (*row)[0];
+}
+
 // Opens the gandiva store at `path` read-only into `*db` (closed by the
 // caller, even on an error).
 core::Status OpenGandivaStore(const std::string& path, sqlite3** db) {
@@ -883,13 +896,8 @@ core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
   if (!from_jobs.ok()) return from_jobs.status();
   stats.jobs = (*from_jobs)[0];
   stats.last_job_id = (*from_jobs)[1];
-  auto from_floor = IntRow(
-      src.db,
-      ("SELECT IFNULL((SELECT CAST(value AS INTEGER) FROM meta WHERE key = '" +
-       std::string(kJobIdFloor) + "'), 0)")
-          .c_str(),
-      1);
-  if (!from_floor.ok()) return from_floor.status();
+  auto given = IdsGiven(src.db);
+  if (!given.ok()) return given.status();
 
   // The ids the database being replaced gave: those past the backup's are
   // never given again.
@@ -902,19 +910,12 @@ core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
           "database '" + db_path +
           "' is not a gandiva store: it is not replaced (move it away first)");
     }
-    auto last = IntRow(old.db,
-                       ("SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), "
-                        "IFNULL((SELECT CAST(value AS INTEGER) FROM meta "
-                        "WHERE key = '" +
-                        std::string(kJobIdFloor) + "'), 0))")
-                           .c_str(),
-                       1);
+    auto last = IdsGiven(old.db);
     if (!last.ok()) return last.status();
-    replaced_last = (*last)[0];
+    replaced_last = *last;
   }
-  const int64_t given = std::max(stats.last_job_id, (*from_floor)[0]);
-  if (replaced_last > given) {
-    stats.lost_first = given + 1;
+  if (replaced_last > *given) {
+    stats.lost_first = *given + 1;
     stats.lost_last = replaced_last;
   }
 
