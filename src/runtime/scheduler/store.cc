@@ -756,6 +756,20 @@ core::StatusOr<int64_t> IdsGiven(sqlite3* db) {
   return (*row)[0];
 }
 
+// Copies every page of `src` into `dst` (SQLite's backup API) in one step:
+// one read transaction of `src`, so one moment's state, and one write
+// transaction of `dst`, so `dst` is its old self or the copy, never part.
+core::Status CopyPages(sqlite3* src, sqlite3* dst) {
+  sqlite3_backup* b = sqlite3_backup_init(dst, "main", src, "main");
+  if (b == nullptr) return core::IoError(sqlite3_errmsg(dst));
+  const int rc = sqlite3_backup_step(b, -1);
+  sqlite3_backup_finish(b);
+  if (rc == SQLITE_DONE) return core::Status::Ok();
+  return core::IoError(rc == SQLITE_BUSY || rc == SQLITE_LOCKED
+                           ? "the database stayed locked"
+                           : sqlite3_errstr(rc));
+}
+
 // Opens the gandiva store at `path` read-only into `*db` (closed by the
 // caller, even on an error).
 core::Status OpenGandivaStore(const std::string& path, sqlite3** db) {
@@ -812,15 +826,8 @@ core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
                         nullptr) != SQLITE_OK) {
       return fail(dst.db != nullptr ? sqlite3_errmsg(dst.db) : "out of memory");
     }
-    sqlite3_backup* b = sqlite3_backup_init(dst.db, "main", src.db, "main");
-    if (b == nullptr) return fail(sqlite3_errmsg(dst.db));
-    // All pages in one step: one read transaction, so one moment's state.
-    const int rc = sqlite3_backup_step(b, -1);
-    sqlite3_backup_finish(b);
-    if (rc != SQLITE_DONE) {
-      return fail(rc == SQLITE_BUSY || rc == SQLITE_LOCKED
-                      ? "the database stayed locked"
-                      : sqlite3_errstr(rc));
+    if (core::Status s = CopyPages(src.db, dst.db); !s.ok()) {
+      return fail(s.message());
     }
     // One self-contained file (no -wal beside it), synced.
     if (sqlite3_exec(dst.db,
@@ -919,24 +926,37 @@ core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
     stats.lost_last = replaced_last;
   }
 
-  Db dst;
-  if (sqlite3_open_v2(db_path.c_str(), &dst.db,
+  // The backup and the ids it must not give again are first made into one
+  // file beside the database, which is then copied into it in one write
+  // transaction: the database is left as it was or restored whole, never
+  // restored without the ids it lost.
+  const std::string staged = db_path + ".restore-" + std::to_string(::getpid());
+  auto remove_staged = [&] {
+    std::error_code ec;
+    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+      std::filesystem::remove(staged + suffix, ec);
+    }
+  };
+  struct Cleanup {
+    std::function<void()> f;
+    ~Cleanup() { f(); }
+  } cleanup{remove_staged};
+  remove_staged();
+  auto fail = [&](const std::string& what) {
+    return core::IoError("cannot restore into '" + db_path + "': " + what);
+  };
+  Db stage;
+  if (sqlite3_open_v2(staged.c_str(), &stage.db,
                       SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                       nullptr) != SQLITE_OK) {
-    return core::IoError("cannot open database '" + db_path +
-                         "': " + sqlite3_errmsg(dst.db));
+    return fail(
+        "cannot make '" + staged + "': " +
+        (stage.db != nullptr ? sqlite3_errmsg(stage.db) : "out of memory"));
   }
-  sqlite3_busy_timeout(dst.db, 5000);
-  sqlite3_backup* b = sqlite3_backup_init(dst.db, "main", src.db, "main");
-  if (b == nullptr) {
-    return core::IoError("cannot restore into '" + db_path +
-                         "': " + sqlite3_errmsg(dst.db));
-  }
-  const int rc = sqlite3_backup_step(b, -1);
-  sqlite3_backup_finish(b);
-  if (rc != SQLITE_DONE) {
-    return core::IoError("cannot restore into '" + db_path +
-                         "': " + sqlite3_errstr(rc));
+  // A scratch copy: what matters is synced when it is copied on.
+  sqlite3_exec(stage.db, "PRAGMA synchronous=OFF", nullptr, nullptr, nullptr);
+  if (core::Status s = CopyPages(src.db, stage.db); !s.ok()) {
+    return fail("copying '" + from_path + "': " + s.message());
   }
   if (stats.lost_last > 0) {
     const std::string sql = "INSERT OR REPLACE INTO meta(key, value) VALUES('" +
@@ -946,14 +966,24 @@ core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
                             std::to_string(stats.lost_first) + "-" +
                             std::to_string(stats.lost_last) + "')";
     char* err = nullptr;
-    if (sqlite3_exec(dst.db, sql.c_str(), nullptr, nullptr, &err) !=
+    if (sqlite3_exec(stage.db, sql.c_str(), nullptr, nullptr, &err) !=
         SQLITE_OK) {
       const std::string msg = err != nullptr ? err : "unknown error";
       sqlite3_free(err);
-      return core::IoError(
-          "restored '" + db_path +
-          "' but cannot keep the ids of the jobs it lost: " + msg);
+      return fail("recording the ids of the jobs it loses: " + msg);
     }
+  }
+
+  Db dst;
+  if (sqlite3_open_v2(db_path.c_str(), &dst.db,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
+    return core::IoError("cannot open database '" + db_path +
+                         "': " + sqlite3_errmsg(dst.db));
+  }
+  sqlite3_busy_timeout(dst.db, 5000);
+  if (core::Status s = CopyPages(stage.db, dst.db); !s.ok()) {
+    return fail(s.message());
   }
   return stats;
 }

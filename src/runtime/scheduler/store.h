@@ -259,8 +259,12 @@ struct RestoreStats {
 // first: refused while a daemon uses it. The jobs the replaced database
 // had stored past the backup's last id are lost; their ids are recorded
 // (kRestoreLostJobsMeta) and never given again (Store::InsertJobs goes on
-// after them). A `from_path` that is not a gandiva store, or a `db_path`
-// that is something else, is refused, naming it, and nothing changes.
+// after them). The backup and those ids are put together in a file beside
+// the database (`db_path`.restore-PID, removed after), then copied into
+// the database in one write transaction: it is restored whole, with its
+// lost ids, or left as it was. A `from_path` that is not a gandiva store,
+// or a `db_path` that is something else, is refused, naming it, and
+// nothing changes.
 core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
                                              const std::string& from_path);
 

@@ -814,12 +814,27 @@ TEST(SqliteStoreTest, ARestoreReplacesTheStoreAndKeepsTheIdsItLost) {
       << bad.status().message();
   EXPECT_EQ(Store::Open(db).value()->LoadJobs()->size(), 5u);  // unchanged
 
+  // Where the restore cannot be staged, the database stays as it was.
+  const std::string staged = db + ".restore-" + std::to_string(getpid());
+  std::filesystem::create_directories(staged + "/in-the-way");
+  auto blocked = RestoreDatabase(db, backup);
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(
+      blocked.status().message().rfind(
+          "cannot restore into '" + db + "': cannot make '" + staged + "': ",
+          0),
+      0u)
+      << blocked.status().message();
+  EXPECT_EQ(Store::Open(db).value()->LoadJobs()->size(), 5u);
+  std::filesystem::remove_all(staged);
+
   auto r = RestoreDatabase(db, backup);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->jobs, 2);
   EXPECT_EQ(r->last_job_id, 2);
   EXPECT_EQ(r->lost_first, 3);
   EXPECT_EQ(r->lost_last, 5);
+  EXPECT_FALSE(std::filesystem::exists(staged));
   {
     auto s = Store::Open(db);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
