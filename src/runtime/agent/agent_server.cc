@@ -1263,6 +1263,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       req.add_checkpoints(id);
       req.add_checkpoint_clusters(supervisor->HeldCheckpointCluster(id));
     }
+    req.set_cluster_id(supervisor->Cluster());
     *req.mutable_capabilities() = ToCapabilities();
     rpc::RegisterAgentReply reply;
     auto ctx = CallContext();

@@ -454,10 +454,13 @@ TEST_F(AgentServerTest, ReRegistersAfterTheDaemonRestartsAndKeepsExits) {
 
 // A checkpoint held here is listed at registration with the cluster it was
 // saved in; registered with another cluster (its database made anew), the
-// agent drops it: that cluster's job of the same id is another job.
+// agent drops it: that cluster's job of the same id is another job. Each
+// registration says the cluster the agent last registered with (none at
+// the first).
 TEST_F(AgentServerTest, ACheckpointOfAnotherClusterIsDroppedAtRegistration) {
   StartAgent();
   ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
+  EXPECT_EQ(daemon_->registrations().front().cluster_id(), "");
   Supervisor& sup = agent_->supervisor();
   const std::string dir = sup.CheckpointDir(5);
   std::filesystem::create_directories(dir);
@@ -473,6 +476,7 @@ TEST_F(AgentServerTest, ACheckpointOfAnotherClusterIsDroppedAtRegistration) {
   EXPECT_EQ(reg.checkpoints(0), 5);
   ASSERT_EQ(reg.checkpoint_clusters_size(), 1);
   EXPECT_EQ(reg.checkpoint_clusters(0), "cluster-a");
+  EXPECT_EQ(reg.cluster_id(), "cluster-a");
   EXPECT_EQ(sup.HeldCheckpoint(5), dir);
 
   daemon_->SetCluster("cluster-b");
@@ -485,6 +489,7 @@ TEST_F(AgentServerTest, ACheckpointOfAnotherClusterIsDroppedAtRegistration) {
   daemon_->Forget();
   ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
   EXPECT_EQ(daemon_->registrations().back().checkpoints_size(), 0);
+  EXPECT_EQ(daemon_->registrations().back().cluster_id(), "cluster-b");
 }
 
 TEST_F(AgentServerTest, ProfilesAndSuspendOfAPythonJob) {

@@ -1580,6 +1580,11 @@ std::string Supervisor::HeldCheckpointCluster(int64_t job_id) const {
   return it == held_cluster_.end() ? std::string() : it->second;
 }
 
+std::string Supervisor::Cluster() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cluster_;
+}
+
 std::vector<int64_t> Supervisor::SetCluster(const std::string& cluster) {
   std::vector<int64_t> foreign;
   {

@@ -317,6 +317,8 @@ class Supervisor {
   // too: the record's second line). Drops the held checkpoints recorded for
   // another cluster (another job of the same id) and returns their ids.
   std::vector<int64_t> SetCluster(const std::string& cluster);
+  // The cluster SetCluster last set ("" none yet).
+  std::string Cluster() const;
 
   // Found in the background at agent start; used for the refusal reason of
   // Checkpoint(), MPS env of packed jobs and JobView::sharing.

@@ -287,6 +287,35 @@ Store::Inserted EtcdStore::InsertJobs(std::span<const std::string> specs_json,
   return {count, count > 0 ? first : 0, std::move(status)};
 }
 
+core::StatusOr<std::pair<int64_t, int64_t>> EtcdStore::MarkJobIdsLost(
+    int64_t id) {
+  std::lock_guard lock(mu_);
+  // The leader is the only writer: last_job_ is the counter's value.
+  if (id <= last_job_) return std::pair<int64_t, int64_t>{0, 0};
+  const std::string key = p_ + "meta/" + kRestoreLostJobsMeta;
+  ep::RangeRequest r;
+  r.set_key(key);
+  auto rep = etcd_.Range(r);
+  if (!rep.ok()) return rep.status();
+  IdRanges lost;
+  if (!rep->kvs().empty()) {
+    auto parsed = ParseIdRanges(rep->kvs(0).value());
+    if (!parsed.ok()) {
+      return core::IoError("etcd key '" + key +
+                           "': " + parsed.status().message());
+    }
+    lost = std::move(*parsed);
+  }
+  const std::pair<int64_t, int64_t> added{last_job_ + 1, id};
+  AddIdRange(&lost, added.first, added.second);
+  std::vector<ep::RequestOp> ops;
+  ops.push_back(PutOp(p_ + "counters/job", std::to_string(id)));
+  ops.push_back(PutOp(key, FormatIdRanges(lost)));
+  GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+  last_job_ = id;
+  return added;
+}
+
 core::StatusOr<std::vector<JobRow>> EtcdStore::LoadJobs() {
   std::lock_guard lock(mu_);
   std::vector<JobRow> out;

@@ -63,6 +63,8 @@ class EtcdStore final : public Store {
                        const std::string& value) override;
   Inserted InsertJobs(std::span<const std::string> specs_json,
                       int64_t submitted_us) override;
+  core::StatusOr<std::pair<int64_t, int64_t>> MarkJobIdsLost(
+      int64_t id) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;

@@ -468,6 +468,8 @@ struct Snapshot {
   int64_t archive_deleted = 0;
   // Every job id ever handed out is below it (core::ClusterState).
   int32_t job_id_limit = 1;
+  // The ids of the jobs restores lost (Impl::lost_ids).
+  std::shared_ptr<const IdRanges> lost_ids;
 };
 
 // A hash of what a published info is built from (the daemon's
@@ -525,9 +527,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // This cluster's id (RegisterAgentReply.cluster_id): set by Open, before
   // the service starts, and never changed.
   std::string cluster_id;
-  // The ids of the jobs a restore from a backup lost (RestoreDatabase;
-  // first > second: none): set by Open, before serving.
-  std::pair<int64_t, int64_t> restore_lost{1, 0};
+  // The ids of the jobs restores from backups lost (kRestoreLostJobsMeta:
+  // RestoreDatabase's, and those agents hold, MarkLostIds): read by Open,
+  // added to by MarkLostIds; published with each snapshot.
+  std::shared_ptr<const IdRanges> lost_ids = std::make_shared<IdRanges>();
   int64_t next_internal_id = 0;
   std::map<int32_t, JobExtra> extras;  // by job id
   // The jobs of `extras` not settled (those PersistAndPublish publishes),
@@ -2677,6 +2680,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
 
   // Makes the daemon's view and the agent's agree after a (re-)registration.
   void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r) {
+    MarkLostIds(a, r);
     std::map<int32_t, rpc::JobState> reported;
     for (const rpc::AgentJob& j : r.jobs()) {
       const int32_t id = static_cast<int32_t>(j.job_id());
@@ -4032,6 +4036,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     next->jobs_archived = st().forgotten_jobs();
     next->archive_deleted = archive_pruned;
     next->job_id_limit = st().job_id_limit();
+    next->lost_ids = lost_ids;
     next->last_compaction_s = last_compaction_s;
     std::lock_guard lock(snap_mu);
     snap = std::move(next);
@@ -4499,18 +4504,73 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     auto lost = store->GetMeta(kRestoreLostJobsMeta);
     if (!lost.ok()) return lost.status();
     if (!lost->has_value()) return core::Status::Ok();
-    long long first = 0, last = 0;
-    if (std::sscanf((*lost)->c_str(), "%lld-%lld", &first, &last) != 2) {
+    auto ranges = ParseIdRanges(**lost);
+    if (!ranges.ok()) {
       return core::InvalidArgument(StoreName() + ": meta '" +
-                                   kRestoreLostJobsMeta + "' is '" + **lost +
-                                   "', not FIRST-LAST");
+                                   kRestoreLostJobsMeta +
+                                   "': " + ranges.status().message());
     }
-    restore_lost = {first, last};
-    Log("this store was restored from a backup: jobs " + std::to_string(first) +
-        "-" + std::to_string(last) +
+    lost_ids = std::make_shared<const IdRanges>(std::move(*ranges));
+    Log("this store was restored from a backup: jobs " +
+        FormatIdRanges(*lost_ids) +
         " were submitted after it and are lost; their ids are not given "
         "again");
     return core::Status::Ok();
+  }
+
+  // The highest id of a job a registering agent holds, as a process or a
+  // checkpoint of this cluster, that the daemon has no record of (0: none):
+  // one the store gave and forgot (an ended job, pruned), or one it never
+  // gave.
+  int64_t HighestUnknownId(const rpc::RegisterAgentRequest& r) {
+    int64_t top = 0;
+    auto unknown = [&](int64_t id) {
+      return id > 0 && id <= std::numeric_limits<int32_t>::max() &&
+             Extra(static_cast<int32_t>(id)) == nullptr;
+    };
+    // Processes this agent started for a daemon of this cluster.
+    if (!cluster_id.empty() && r.cluster_id() == cluster_id) {
+      for (const rpc::AgentJob& j : r.jobs()) {
+        if (unknown(j.job_id())) top = std::max(top, j.job_id());
+      }
+    }
+    for (int i = 0; i < r.checkpoints_size(); ++i) {
+      if (i < r.checkpoint_clusters_size() &&
+          r.checkpoint_clusters(i) == cluster_id && unknown(r.checkpoints(i))) {
+        top = std::max(top, r.checkpoints(i));
+      }
+    }
+    return top;
+  }
+
+  // A registering agent holds jobs of this cluster that this store never
+  // gave (HighestUnknownId past its last): the store was restored from a
+  // backup older than they are (onto a new machine, where the database it
+  // replaced is gone, or an etcd snapshot), and the database that gave them
+  // is gone. Their ids are recorded as lost and never given (a job
+  // submitted now must not take on their checkpoints); Reconcile then
+  // kills their processes and drops their checkpoints, as of jobs this
+  // daemon never ran.
+  void MarkLostIds(const AgentConn& a, const rpc::RegisterAgentRequest& r) {
+    const int64_t top = HighestUnknownId(r);
+    if (top == 0) return;
+    auto added = store->MarkJobIdsLost(top);
+    if (!added.ok()) {
+      Log("agent '" + a.name + "' holds job " + std::to_string(top) +
+          ", which this store may never have given, and the store cannot "
+          "record its id as lost: " +
+          added.status().ToString());
+      return;
+    }
+    if (added->second == 0) return;  // given, and forgotten since
+    auto ranges = std::make_shared<IdRanges>(*lost_ids);
+    AddIdRange(ranges.get(), added->first, added->second);
+    lost_ids = std::move(ranges);
+    Log("agent '" + a.name + "' holds job " + std::to_string(top) +
+        ", which this store never gave: it was restored from an older "
+        "backup, and jobs " +
+        std::to_string(added->first) + "-" + std::to_string(added->second) +
+        " are lost; their ids are not given again");
   }
 
   // A checkpoint a registering agent lists that was saved in another
@@ -5041,14 +5101,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       if (!row.ok()) return ToGrpc(row.status());
       if (!row->has_value()) {
         const int64_t id = req->job_id();
-        if (id >= restore_lost.first && id <= restore_lost.second) {
+        if (auto lost =
+                s->lost_ids ? FindIdRange(*s->lost_ids, id) : std::nullopt) {
           return {grpc::StatusCode::NOT_FOUND,
                   "job " + std::to_string(id) +
                       " is not in this store: it was submitted after the "
                       "backup the store was restored from (ids " +
-                      std::to_string(restore_lost.first) + "-" +
-                      std::to_string(restore_lost.second) +
-                      " are not given again)"};
+                      std::to_string(lost->first) + "-" +
+                      std::to_string(lost->second) + " are not given again)"};
         }
         // Ids are dense (but for those a restore lost, above): one handed
         // out and no longer stored was deleted.

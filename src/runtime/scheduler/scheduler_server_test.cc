@@ -328,6 +328,13 @@ class FakeAgent final : public rpc::Agent::Service {
     e.set_agent_stopped(true);
     outbox_.push_back(e);
   }
+  // A process of `job` the next registrations list, though no daemon
+  // started it here since the fake began (one a daemon whose store was
+  // restored from a backup does not know of).
+  void Plant(int64_t job, rpc::JobState state = rpc::RUNNING) {
+    std::lock_guard lock(mu_);
+    procs_[job] = Proc{state, {0}};
+  }
   // Forgets a job without an exit (as if the node lost it).
   void Lose(int64_t job) {
     std::lock_guard lock(mu_);
@@ -496,6 +503,7 @@ class FakeAgent final : public rpc::Agent::Service {
       r.add_checkpoints(id);
       r.add_checkpoint_clusters(kept_cluster_[id]);
     }
+    r.set_cluster_id(cluster_id_);
     rpc::RegisterAgentReply rep;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
@@ -2084,6 +2092,66 @@ TEST_F(DaemonTest, ACheckpointSavedInAnotherClusterIsNotTaken) {
       << again.Get(j).DebugString();
   EXPECT_EQ(b.resume_local_starts(j) + c.resume_local_starts(j), 0);
   EXPECT_EQ(c.received_from(j), std::vector<std::string>{});
+}
+
+// A store restored from a backup older than jobs an agent still holds
+// (restored onto a new machine: the database that gave their ids is gone;
+// here, the agent's table has jobs the store never gave): the ids the
+// agent holds of this cluster, as processes or checkpoints, are recorded
+// as lost and not given again, so that a new job does not take on a lost
+// one's checkpoint; their processes are killed and checkpoints dropped.
+// Jobs of another cluster, and processes of an agent not registered with
+// this cluster, do not count.
+TEST_F(DaemonTest, IdsAnAgentHoldsThatTheStoreNeverGaveAreNotGivenAgain) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  FakeAgent a("node-a", 2, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  {
+    Client& cl = StartDaemon(o);
+    ASSERT_TRUE(a.Register(server_->address()).ok());
+    EXPECT_EQ(cl.MustSubmit(1), 1);
+    ASSERT_TRUE(WaitFor([&] { return cl.State(1) == rpc::RUNNING; }));
+    server_.reset();
+  }
+  const std::string cluster = a.cluster_id();
+  ASSERT_EQ(cluster.size(), 32u);
+  a.Plant(7);                     // started by a daemon of this cluster
+  a.Keep(5, cluster);             // saved in this cluster
+  a.Keep(40, "another-cluster");  // another job 40
+  b.Plant(30);                    // b never registered with this cluster
+
+  Client& cl = StartDaemon(o);
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  server_->Sync();
+  for (int64_t lost : {2, 5, 7}) {
+    grpc::Status st;
+    cl.Get(lost, &st);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(st.error_message(),
+              "job " + std::to_string(lost) +
+                  " is not in this store: it was submitted after the backup "
+                  "the store was restored from (ids 2-7 are not given "
+                  "again)");
+  }
+  EXPECT_TRUE(
+      WaitFor([&] { return a.kills(7) > 0 && a.kept().count(5) == 0; }));
+  EXPECT_TRUE(WaitFor([&] { return b.kills(30) > 0; }));
+  EXPECT_EQ(a.procs().count(1), 1u);  // the job the store knows runs on
+  EXPECT_EQ(cl.MustSubmit(1), 8);     // past 7; not past 30 or 40
+  grpc::Status st;
+  cl.Get(30, &st);
+  EXPECT_EQ(st.error_message(), "no job 30");
+
+  // Across a restart, the store keeps them.
+  server_.reset();
+  Client& again = StartDaemon(o);
+  again.Get(3, &st);
+  EXPECT_NE(st.error_message().find("(ids 2-7 are not given again)"),
+            std::string::npos)
+      << st.error_message();
+  EXPECT_EQ(again.MustSubmit(1), 9);
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -163,6 +164,8 @@ class SqliteStore final : public Store {
                        const std::string& value) override;
   Inserted InsertJobs(std::span<const std::string> specs_json,
                       int64_t submitted_us) override;
+  core::StatusOr<std::pair<int64_t, int64_t>> MarkJobIdsLost(
+      int64_t id) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
@@ -370,6 +373,51 @@ Store::Inserted SqliteStore::InsertJobs(std::span<const std::string> specs_json,
   core::Status st = specs_json.size() == 1 ? insert() : InTransaction(insert);
   if (!st.ok()) return {0, 0, std::move(st)};
   return {specs_json.size(), first, core::Status::Ok()};
+}
+
+core::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::MarkJobIdsLost(
+    int64_t id) {
+  std::lock_guard lock(mu_);
+  std::pair<int64_t, int64_t> added{0, 0};
+  core::Status st = InTransaction([&]() -> core::Status {
+    const std::string given_sql =
+        "SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), IFNULL((SELECT "
+        "CAST(value AS INTEGER) FROM meta WHERE key = '" +
+        std::string(kJobIdFloor) + "'), 0))";
+    Stmt given(db_, given_sql.c_str());
+    GANDIVA_RETURN_IF_ERROR(given.prepared());
+    if (given.Step() != SQLITE_ROW) return given.StepError();
+    const int64_t last = given.Int(0);
+    if (id <= last) return core::Status::Ok();
+    Stmt get(db_, "SELECT value FROM meta WHERE key = ?");
+    GANDIVA_RETURN_IF_ERROR(get.prepared());
+    get.Bind(1, std::string(kRestoreLostJobsMeta));
+    IdRanges lost;
+    if (const int rc = get.Step(); rc == SQLITE_ROW) {
+      auto parsed = ParseIdRanges(get.Text(0));
+      if (!parsed.ok()) {
+        return core::IoError(std::string("meta '") + kRestoreLostJobsMeta +
+                             "': " + parsed.status().message());
+      }
+      lost = std::move(*parsed);
+    } else if (rc != SQLITE_DONE) {
+      return get.StepError();
+    }
+    AddIdRange(&lost, last + 1, id);
+    Stmt put(db_,
+             "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?), (?, ?)");
+    GANDIVA_RETURN_IF_ERROR(put.prepared());
+    put.Bind(1, std::string(kJobIdFloor))
+        .Bind(2, std::to_string(id))
+        .Bind(3, std::string(kRestoreLostJobsMeta))
+        .Bind(4, FormatIdRanges(lost));
+    GANDIVA_RETURN_IF_ERROR(put.Run());
+    added = {last + 1, id};
+    return core::Status::Ok();
+  });
+  if (!st.ok()) return st;
+  if (added.second > 0) job_id_floor_ = id;
+  return added;
 }
 
 namespace {
@@ -802,6 +850,58 @@ core::Status OpenGandivaStore(const std::string& path, sqlite3** db) {
 
 }  // namespace
 
+core::StatusOr<IdRanges> ParseIdRanges(const std::string& text) {
+  IdRanges out;
+  if (text.empty()) return out;
+  for (size_t at = 0; at <= text.size();) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(at, end - at);
+    long long first = 0, last = 0;
+    int used = 0;
+    if (std::sscanf(part.c_str(), "%lld-%lld%n", &first, &last, &used) != 2 ||
+        used != static_cast<int>(part.size()) || first < 1 || last < first) {
+      return core::InvalidArgument("'" + text + "': '" + part +
+                                   "' is not FIRST-LAST (ids, FIRST <= LAST)");
+    }
+    AddIdRange(&out, first, last);
+    at = end + 1;  // past the text after its last part
+  }
+  return out;
+}
+
+std::string FormatIdRanges(const IdRanges& ranges) {
+  std::string out;
+  for (const auto& [first, last] : ranges) {
+    if (!out.empty()) out += ",";
+    out += std::to_string(first) + "-" + std::to_string(last);
+  }
+  return out;
+}
+
+void AddIdRange(IdRanges* ranges, int64_t first, int64_t last) {
+  IdRanges out;
+  for (const auto& r : *ranges) {
+    if (r.second + 1 < first || last + 1 < r.first) {
+      out.push_back(r);  // apart
+    } else {
+      first = std::min(first, r.first);
+      last = std::max(last, r.second);
+    }
+  }
+  out.emplace_back(first, last);
+  std::sort(out.begin(), out.end());
+  *ranges = std::move(out);
+}
+
+std::optional<std::pair<int64_t, int64_t>> FindIdRange(const IdRanges& ranges,
+                                                       int64_t id) {
+  for (const auto& r : ranges) {
+    if (id >= r.first && id <= r.second) return r;
+  }
+  return std::nullopt;
+}
+
 core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
                                            const std::string& to_path) {
   Db src;
@@ -945,33 +1045,33 @@ core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
   auto fail = [&](const std::string& what) {
     return core::IoError("cannot restore into '" + db_path + "': " + what);
   };
-  Db stage;
-  if (sqlite3_open_v2(staged.c_str(), &stage.db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                      nullptr) != SQLITE_OK) {
-    return fail(
-        "cannot make '" + staged + "': " +
-        (stage.db != nullptr ? sqlite3_errmsg(stage.db) : "out of memory"));
-  }
-  // A scratch copy: what matters is synced when it is copied on.
-  sqlite3_exec(stage.db, "PRAGMA synchronous=OFF", nullptr, nullptr, nullptr);
-  if (core::Status s = CopyPages(src.db, stage.db); !s.ok()) {
-    return fail("copying '" + from_path + "': " + s.message());
+  {
+    Db stage;
+    if (sqlite3_open_v2(staged.c_str(), &stage.db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                        nullptr) != SQLITE_OK) {
+      return fail(
+          "cannot make '" + staged + "': " +
+          (stage.db != nullptr ? sqlite3_errmsg(stage.db) : "out of memory"));
+    }
+    if (core::Status s = CopyPages(src.db, stage.db); !s.ok()) {
+      return fail("copying '" + from_path + "': " + s.message());
+    }
   }
   if (stats.lost_last > 0) {
-    const std::string sql = "INSERT OR REPLACE INTO meta(key, value) VALUES('" +
-                            std::string(kJobIdFloor) + "', '" +
-                            std::to_string(stats.lost_last) + "'), ('" +
-                            kRestoreLostJobsMeta + "', '" +
-                            std::to_string(stats.lost_first) + "-" +
-                            std::to_string(stats.lost_last) + "')";
-    char* err = nullptr;
-    if (sqlite3_exec(stage.db, sql.c_str(), nullptr, nullptr, &err) !=
-        SQLITE_OK) {
-      const std::string msg = err != nullptr ? err : "unknown error";
-      sqlite3_free(err);
-      return fail("recording the ids of the jobs it loses: " + msg);
+    // Added to those the backup's own restores lost.
+    auto store = Store::Open(staged);
+    if (!store.ok()) return fail(store.status().message());
+    auto added = (*store)->MarkJobIdsLost(stats.lost_last);
+    if (!added.ok()) {
+      return fail("recording the ids of the jobs it loses: " +
+                  added.status().message());
     }
+  }
+  Db stage;
+  if (sqlite3_open_v2(staged.c_str(), &stage.db, SQLITE_OPEN_READWRITE,
+                      nullptr) != SQLITE_OK) {
+    return fail("cannot read '" + staged + "': " + sqlite3_errmsg(stage.db));
   }
 
   Db dst;

@@ -40,6 +40,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -141,6 +142,15 @@ class Store {
   };
   virtual Inserted InsertJobs(std::span<const std::string> specs_json,
                               int64_t submitted_us) = 0;
+  // Records that job `id` was given by a store this one replaced (an agent
+  // holds a process or a checkpoint of it, and this store was restored from
+  // a backup older than the job): in one transaction, no id up to `id` is
+  // given from now on, and those past the last this store gave are added
+  // to the lost ones (kRestoreLostJobsMeta). Returns the ids newly lost
+  // (first, last), or {0, 0} when `id` is not past the last given (a job
+  // this store knows, or knew and pruned).
+  virtual core::StatusOr<std::pair<int64_t, int64_t>> MarkJobIdsLost(
+      int64_t id) = 0;
   // Stores one new job in its own transaction; returns its id.
   core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
                                     int64_t submitted_us);
@@ -223,9 +233,22 @@ class Store {
 core::StatusOr<int> LockDatabaseFile(const std::string& db_path);
 
 // The meta key a restore leaves in the database when the database it
-// replaced had given ids past the backup's: "FIRST-LAST", the ids of the
-// jobs the restore lost (never given again).
+// replaced had given ids past the backup's, and Store::MarkJobIdsLost adds
+// to: the ids of the jobs restores lost (never given again), as ranges
+// "FIRST-LAST[,FIRST-LAST...]" (FormatIdRanges).
 inline constexpr const char* kRestoreLostJobsMeta = "restore_lost_jobs";
+
+// Ranges of job ids, ascending, neither overlapping nor adjacent.
+using IdRanges = std::vector<std::pair<int64_t, int64_t>>;
+// Parses "FIRST-LAST[,FIRST-LAST...]" (positive, FIRST <= LAST); "" is
+// none. An error says what is wrong with which part.
+core::StatusOr<IdRanges> ParseIdRanges(const std::string& text);
+std::string FormatIdRanges(const IdRanges& ranges);
+// Adds first..last, merged with the ranges it overlaps or touches.
+void AddIdRange(IdRanges* ranges, int64_t first, int64_t last);
+// The range of `ranges` holding `id`, if any.
+std::optional<std::pair<int64_t, int64_t>> FindIdRange(const IdRanges& ranges,
+                                                       int64_t id);
 
 // What BackupDatabase copied.
 struct BackupStats {

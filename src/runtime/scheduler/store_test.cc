@@ -369,6 +369,45 @@ TEST_P(StoreTest, JobsInsertedTogetherGetConsecutiveIds) {
   EXPECT_EQ(*st.InsertJob("{}", 12), 252);
 }
 
+// Ids a store never gave, marked lost (an agent holds such a job: the
+// store was restored from an older backup), are not given from then on,
+// after a reopen too, and are listed with those lost before; an id the
+// store gave is not marked.
+TEST_P(StoreTest, IdsMarkedLostAreNotGiven) {
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    ASSERT_EQ(st.InsertJobs(std::vector<std::string>(3, "{}"), 1).count, 3u);
+    EXPECT_EQ(st.MarkJobIdsLost(2).value(),
+              (std::pair<int64_t, int64_t>{0, 0}));
+    EXPECT_EQ(st.MarkJobIdsLost(3).value(),
+              (std::pair<int64_t, int64_t>{0, 0}));
+    EXPECT_FALSE(st.GetMeta(kRestoreLostJobsMeta).value().has_value());
+    EXPECT_EQ(st.MarkJobIdsLost(6).value(),
+              (std::pair<int64_t, int64_t>{4, 6}));
+    EXPECT_EQ(st.MarkJobIdsLost(5).value(),
+              (std::pair<int64_t, int64_t>{0, 0}));
+    EXPECT_EQ(*st.InsertJob("{}", 2), 7);
+    EXPECT_EQ(st.MarkJobIdsLost(9).value(),
+              (std::pair<int64_t, int64_t>{8, 9}));
+    EXPECT_EQ(st.GetMeta(kRestoreLostJobsMeta).value(),
+              std::optional<std::string>("4-6,8-9"));
+  }
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  Store::Inserted in = st.InsertJobs(std::vector<std::string>(2, "{}"), 3);
+  ASSERT_TRUE(in.status.ok()) << in.status.ToString();
+  EXPECT_EQ(in.first_id, 10);
+  EXPECT_EQ(st.MarkJobIdsLost(12).value(),
+            (std::pair<int64_t, int64_t>{12, 12}));
+  EXPECT_EQ(st.GetMeta(kRestoreLostJobsMeta).value(),
+            std::optional<std::string>("4-6,8-9,12-12"));
+  EXPECT_EQ(*st.InsertJob("{}", 4), 13);
+  EXPECT_FALSE(st.LoadJob(5).value().has_value());
+}
+
 // Archived jobs are left out of LoadJobs, from then on and after a reopen,
 // and LoadJob still reads them; ids go on after them. 150 jobs: etcd moves
 // them in several transactions.
@@ -915,6 +954,30 @@ TEST(SqliteStoreTest, ABackupThatCannotBeMadeNamesThePath) {
         << e.path();
   }
   std::filesystem::remove_all(dir);
+}
+
+// Ranges of ids are read back as written, merged where they touch, and a
+// malformed one is refused, naming the part.
+TEST(IdRangesTest, ParseFormatAndMerge) {
+  auto r = ParseIdRanges("8-9,3-5,6-6");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(FormatIdRanges(*r), "3-6,8-9");
+  AddIdRange(&*r, 7, 7);
+  EXPECT_EQ(FormatIdRanges(*r), "3-9");
+  AddIdRange(&*r, 12, 20);
+  AddIdRange(&*r, 1, 1);
+  EXPECT_EQ(FormatIdRanges(*r), "1-1,3-9,12-20");
+  EXPECT_EQ(FindIdRange(*r, 15), (std::pair<int64_t, int64_t>{12, 20}));
+  EXPECT_FALSE(FindIdRange(*r, 10).has_value());
+  EXPECT_TRUE(ParseIdRanges("").value().empty());
+  for (const char* bad : {"3", "5-3", "0-2", "3-5,", "3-5x", "a-b"}) {
+    auto p = ParseIdRanges(bad);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.status().message().find("is not FIRST-LAST"), std::string::npos)
+        << p.status().message();
+  }
+  EXPECT_EQ(ParseIdRanges("1-2,5-3").status().message(),
+            "'1-2,5-3': '5-3' is not FIRST-LAST (ids, FIRST <= LAST)");
 }
 
 TEST(EventCodecTest, EveryKindRoundTrips) {
