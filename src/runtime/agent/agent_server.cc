@@ -293,6 +293,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     for (int g : v.gpus) j.add_gpus(g);
     *j.mutable_progress() = ToProgress(v);
     j.set_has_checkpoint(v.has_checkpoint);
+    j.set_submitted_us(v.submitted_us);
     return j;
   }
 
@@ -328,6 +329,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           p.restartable = req->spec().restartable();
           p.warm = req->warm();
           p.resume_local = req->resume_local();
+          p.submitted_us = req->submitted_us();
           int32_t master_port = 0;
           if (req->has_gang()) {
             auto env = GangEnv(*req, &master_port);
@@ -1039,7 +1041,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     out->set_channel(via);
     out->set_streamed(streamed);
     if (cold) {
-      supervisor->HoldCheckpoint(job_id, dir);
+      supervisor->HoldCheckpoint(job_id, dir, req.submitted_us());
       if (!req.source_address().empty() && !req.without_log()) {
         // The job starts here from the checkpoint: its log so far is the
         // source's, and what an earlier stay here left is not repeated.
@@ -1262,6 +1264,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     for (int64_t id : supervisor->HeldCheckpoints()) {
       req.add_checkpoints(id);
       req.add_checkpoint_clusters(supervisor->HeldCheckpointCluster(id));
+      req.add_checkpoint_submitted_us(supervisor->HeldCheckpointSubmitted(id));
     }
     req.set_cluster_id(supervisor->Cluster());
     *req.mutable_capabilities() = ToCapabilities();

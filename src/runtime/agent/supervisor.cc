@@ -250,7 +250,8 @@ bool ProcessGroupStopped(pid_t pgid) {
 
 struct Supervisor::JobRec {
   int64_t job_id = 0;
-  pid_t pid = 0;  // child and process group id
+  int64_t submitted_us = 0;  // StartParams::submitted_us
+  pid_t pid = 0;             // child and process group id
   std::vector<int> gpus;
   std::string log_path;
   std::string page_path;
@@ -531,6 +532,16 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
       return core::FailedPrecondition(
           what + " has no checkpoint on this agent (resume_local)");
     }
+    if (const int64_t saved_by = held_submitted_[params.job_id];
+        saved_by != 0 && params.submitted_us != 0 &&
+        saved_by != params.submitted_us) {
+      return core::FailedPrecondition(
+          what +
+          ": the checkpoint held here was saved by another job of that "
+          "id (submitted at " +
+          std::to_string(saved_by) + " us, this one at " +
+          std::to_string(params.submitted_us) + " us)");
+    }
     resume_from = held->second;
     if (HoldsCriuImages(resume_from)) {
       lock.unlock();
@@ -648,6 +659,7 @@ core::StatusOr<std::shared_ptr<Supervisor::JobRec>> Supervisor::NewJobRec(
     const StartParams& params) const {
   auto job = std::make_shared<JobRec>();
   job->job_id = params.job_id;
+  job->submitted_us = params.submitted_us;
   job->gpus = params.gpus;
   job->log_path = LogPath(params.job_id);
   job->page_path = PagePath(params.job_id);
@@ -1063,6 +1075,7 @@ std::vector<JobView> Supervisor::Jobs(bool include_exited) const {
     v.warm = job->warm;
     v.gang = job->gang;
     v.has_checkpoint = held_.contains(job->job_id);
+    v.submitted_us = job->submitted_us;
     if (job->state == RunState::kRunning) {
       const bool shared =
           std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& kv) {
@@ -1275,7 +1288,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointCriu(
     r.exit_code = -SIGKILL;
     r.exiting = true;
   }
-  HoldLocked(job->job_id, dir);
+  HoldLocked(job->job_id, dir, job->submitted_us);
   lock.unlock();
   DirStats(dir, &r.bytes, &r.files);
   r.took_us = MicrosSince(t0);
@@ -1349,7 +1362,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     r.exit_code = code;
     r.exiting = exiting;
     std::lock_guard<std::mutex> lock(mu_);
-    HoldLocked(job->job_id, dir);
+    HoldLocked(job->job_id, dir, job->submitted_us);
     return r;
   }
   // Failed or timed out: cancel the request and put the job back.
@@ -1397,7 +1410,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
   r.method = "restart";
   r.minibatches = static_cast<int64_t>(job->reader->minibatches());
   lock.lock();
-  HoldLocked(job->job_id, dir);
+  HoldLocked(job->job_id, dir, job->submitted_us);
   return r;
 }
 
@@ -1490,7 +1503,7 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
   }
   if (hold) {
     std::lock_guard<std::mutex> lock(mu_);
-    HoldLocked(job_id, IncomingDir(job_id));
+    HoldLocked(job_id, IncomingDir(job_id), job->submitted_us);
   }
   return r;
 }
@@ -1501,9 +1514,15 @@ std::string Supervisor::HeldCheckpoint(int64_t job_id) const {
   return it == held_.end() ? std::string() : it->second;
 }
 
-void Supervisor::HoldCheckpoint(int64_t job_id, const std::string& dir) {
+void Supervisor::HoldCheckpoint(int64_t job_id, const std::string& dir,
+                                int64_t submitted_us) {
   std::lock_guard<std::mutex> lock(mu_);
-  HoldLocked(job_id, dir);
+  if (submitted_us == 0) {
+    if (auto it = held_submitted_.find(job_id); it != held_submitted_.end()) {
+      submitted_us = it->second;
+    }
+  }
+  HoldLocked(job_id, dir, submitted_us);
 }
 
 bool Supervisor::DropCheckpoint(int64_t job_id) {
@@ -1512,6 +1531,7 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
     std::lock_guard<std::mutex> lock(mu_);
     had = held_.erase(job_id) > 0;
     held_cluster_.erase(job_id);
+    held_submitted_.erase(job_id);
     unlink(HeldRecordPath(job_id).c_str());
   }
   // The checkpoint and incoming directories; their parent too when that
@@ -1525,12 +1545,16 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
   return had;
 }
 
-void Supervisor::HoldLocked(int64_t job_id, const std::string& dir) {
+void Supervisor::HoldLocked(int64_t job_id, const std::string& dir,
+                            int64_t submitted_us) {
   held_[job_id] = dir;
   held_cluster_[job_id] = cluster_;
+  held_submitted_[job_id] = submitted_us;
   // On disk too, for the next agent on this checkpoint root
   // (RecoverCheckpoints).
-  (void)WriteWhole(HeldRecordPath(job_id), dir + "\n" + cluster_ + "\n");
+  (void)WriteWhole(
+      HeldRecordPath(job_id),
+      dir + "\n" + cluster_ + "\n" + std::to_string(submitted_us) + "\n");
 }
 
 std::vector<int64_t> Supervisor::RecoverCheckpoints() {
@@ -1544,9 +1568,16 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
     const int64_t id = *parsed;
     const std::string record = HeldRecordPath(id);
     std::ifstream f(record);
-    std::string dir, cluster;
+    std::string dir, cluster, submitted;
     if (!f || !std::getline(f, dir)) continue;
-    (void)std::getline(f, cluster);  // none in a record from before it
+    (void)std::getline(f, cluster);    // none in a record from before it
+    (void)std::getline(f, submitted);  // nor this
+    int64_t submitted_us = 0;
+    if (!submitted.empty()) {
+      char* end = nullptr;
+      submitted_us = std::strtoll(submitted.c_str(), &end, 10);
+      if (end == nullptr || *end != '\0') submitted_us = 0;  // unknown
+    }
     int64_t bytes = 0;
     int files = 0;
     DirStats(dir, &bytes, &files);
@@ -1561,6 +1592,7 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
     if (job != jobs_.end() && !job->second->exited.load()) continue;
     held_.emplace(id, dir);
     held_cluster_.emplace(id, cluster);
+    held_submitted_.emplace(id, submitted_us);
     found.push_back(id);
   }
   std::sort(found.begin(), found.end());
@@ -1578,6 +1610,12 @@ std::string Supervisor::HeldCheckpointCluster(int64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = held_cluster_.find(job_id);
   return it == held_cluster_.end() ? std::string() : it->second;
+}
+
+int64_t Supervisor::HeldCheckpointSubmitted(int64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = held_submitted_.find(job_id);
+  return it == held_submitted_.end() ? 0 : it->second;
 }
 
 std::string Supervisor::Cluster() const {

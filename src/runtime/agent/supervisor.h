@@ -100,6 +100,12 @@ struct StartParams {
   // A part other than the lead: its ranks do not attach to the page, so
   // Suspend stops it with SIGSTOP at once rather than waiting for them to.
   bool without_library = false;
+  // When the daemon had the job submitted (StartJobRequest.submitted_us; 0
+  // unknown): with the id, it tells this job from another of the same id.
+  // Kept with the process (JobView) and the checkpoints it saves
+  // (HeldCheckpointSubmitted); resume_local refuses a held checkpoint of
+  // another submission.
+  int64_t submitted_us = 0;
 };
 
 // The variables of a gang part, in the order the launcher documents them.
@@ -171,6 +177,7 @@ struct JobView {
   bool gang = false;  // one part of a multi-server job (StartParams.gang_env)
   bool has_checkpoint = false;  // HeldCheckpoint(job_id) is set
   client::Metric metric;        // the job's last reported one
+  int64_t submitted_us = 0;     // StartParams::submitted_us
 };
 
 struct ExitRecord {
@@ -296,8 +303,11 @@ class Supervisor {
   // The directory of the complete checkpoint held here for the job ("" if
   // none): CheckpointDir after Checkpoint(), IncomingDir after AwaitRestore.
   std::string HeldCheckpoint(int64_t job_id) const;
-  // Records `dir` as the complete checkpoint held for the job.
-  void HoldCheckpoint(int64_t job_id, const std::string& dir);
+  // Records `dir` as the complete checkpoint held for the job, saved by
+  // the job submitted at `submitted_us` (0: as the checkpoint held before,
+  // if any, says).
+  void HoldCheckpoint(int64_t job_id, const std::string& dir,
+                      int64_t submitted_us = 0);
   // Deletes CHECKPOINT_ROOT/jobs/<id> (checkpoint and incoming) and forgets
   // the held checkpoint. True if there was one.
   bool DropCheckpoint(int64_t job_id);
@@ -312,6 +322,9 @@ class Supervisor {
   std::vector<int64_t> HeldCheckpoints() const;
   // The cluster a held checkpoint was saved in ("" unknown, or none held).
   std::string HeldCheckpointCluster(int64_t job_id) const;
+  // When the job that saved a held checkpoint was submitted (0 unknown, or
+  // none held); on disk, the record's third line.
+  int64_t HeldCheckpointSubmitted(int64_t job_id) const;
   // The cluster the agent is registered with (RegisterAgentReply
   // .cluster_id): recorded with every checkpoint held from now on (on disk
   // too: the record's second line). Drops the held checkpoints recorded for
@@ -399,12 +412,14 @@ class Supervisor {
   bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
                  const std::function<bool()>& pred) const;
   std::vector<int> CpusFor(const std::vector<int>& gpus) const;
-  // held_[job_id] = dir, and its record on disk. Requires mu_.
-  void HoldLocked(int64_t job_id, const std::string& dir);
+  // held_[job_id] = dir, saved by the job submitted at `submitted_us`, and
+  // its record on disk. Requires mu_.
+  void HoldLocked(int64_t job_id, const std::string& dir, int64_t submitted_us);
   // options.checkpoint_root, else work_dir.
   const std::string& CheckpointRoot() const;
   // CHECKPOINT_ROOT/jobs/<id>/held-checkpoint: the held checkpoint's
-  // directory, and on a second line the cluster it was saved in.
+  // directory, on a second line the cluster it was saved in, and on a
+  // third when its job was submitted.
   std::string HeldRecordPath(int64_t job_id) const;
 
   const SupervisorOptions options_;
@@ -419,6 +434,7 @@ class Supervisor {
   std::vector<std::thread> old_waiters_;             // guarded by mu_
   std::map<int64_t, std::string> held_;              // guarded by mu_
   std::map<int64_t, std::string> held_cluster_;      // guarded by mu_
+  std::map<int64_t, int64_t> held_submitted_;        // guarded by mu_
   std::string cluster_;                              // guarded by mu_
   Capabilities caps_;                                // guarded by mu_
 };

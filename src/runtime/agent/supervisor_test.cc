@@ -604,6 +604,57 @@ TEST_F(SupervisorTest, HeldCheckpointsOfAnotherClusterAreDropped) {
   EXPECT_EQ(next.HeldCheckpointCluster(4), "c2");
 }
 
+// A held checkpoint records when its job was submitted, which the next
+// supervisor reads back (0 from a record of an agent from before it); a
+// start from it of another job of that id (submitted at another time) is
+// refused, naming both; a job's view says when it was submitted.
+TEST_F(SupervisorTest, AHeldCheckpointIsOnlyResumedByTheJobThatSavedIt) {
+  namespace fs = std::filesystem;
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  for (int64_t id : {7, 8}) {
+    fs::create_directories(o.checkpoint_root + "/jobs/" + std::to_string(id) +
+                           "/checkpoint");
+    std::ofstream(o.checkpoint_root + "/jobs/" + std::to_string(id) +
+                  "/checkpoint/state")
+        << "minibatches 3";
+  }
+  {
+    Supervisor sup(o);
+    sup.HoldCheckpoint(7, sup.CheckpointDir(7), 111);
+    EXPECT_EQ(sup.HeldCheckpointSubmitted(7), 111);
+    sup.HoldCheckpoint(7, sup.CheckpointDir(7));  // as it was
+    EXPECT_EQ(sup.HeldCheckpointSubmitted(7), 111);
+  }
+  // Job 8's record as an agent from before submission times wrote it.
+  std::ofstream(o.checkpoint_root + "/jobs/8/held-checkpoint")
+      << o.checkpoint_root + "/jobs/8/checkpoint\nc1\n";
+  Supervisor sup(o);
+  EXPECT_EQ(sup.RecoverCheckpoints(), (std::vector<int64_t>{7, 8}));
+  EXPECT_EQ(sup.HeldCheckpointSubmitted(7), 111);
+  EXPECT_EQ(sup.HeldCheckpointSubmitted(8), 0);
+
+  StartParams other = Job(7, "exec sleep 1000");
+  other.resume_local = true;
+  other.submitted_us = 222;
+  auto refused = sup.Start(other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "job 7: the checkpoint held here was saved by another job of that "
+            "id (submitted at 111 us, this one at 222 us)");
+  StartParams same = other;
+  same.submitted_us = 111;
+  ASSERT_TRUE(sup.Start(same).ok());
+  EXPECT_EQ(sup.Job(7)->submitted_us, 111);
+  StartParams unknown = Job(8, "exec sleep 1000");
+  unknown.resume_local = true;
+  unknown.submitted_us = 333;  // the checkpoint does not say: taken
+  ASSERT_TRUE(sup.Start(unknown).ok());
+  EXPECT_EQ(sup.Job(8)->submitted_us, 333);
+  sup.KillAll();
+}
+
 // Before an agent stops: a restartable job is stopped with SIGTERM (it
 // saves its own checkpoint) and its exit marked checkpoint_kept; a job
 // without the library that is not restartable is left as it was, with the

@@ -633,6 +633,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Every job's spec, from its submission on (guarded by settled_mu): the
   // published JobInfos leave it out, so that publishing does not copy it.
   std::map<int64_t, std::shared_ptr<const rpc::JobSpec>> specs;
+  // Every job's submission time (wall clock, us; guarded by settled_mu),
+  // sent with its starts and receives (StartJobRequest.submitted_us): with
+  // the id, what tells it from another job of that id on an agent.
+  std::unordered_map<int32_t, int64_t> submitted_at;
+  int64_t SubmittedUs(int32_t id) {
+    std::lock_guard lock(settled_mu);
+    auto it = submitted_at.find(id);
+    return it == submitted_at.end() ? 0 : it->second;
+  }
   // A published JobInfo (no spec) with its job's spec, for a reader; and
   // for a queued job whose reason is the queue's (none published: it is
   // in the core, neither held nor waiting to try its start again), that
@@ -934,7 +943,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // (the actions were carried out before the crash).
   void AfterHandle(const core::EventBody& body,
                    const std::vector<core::Action>& actions, bool live) {
-    if (const auto* f = std::get_if<core::JobFinished>(&body)) {
+    if (const auto* arrived = std::get_if<core::JobArrived>(&body)) {
+      // Before its first start goes out.
+      NoteSubmitted(std::array<int32_t, 1>{arrived->id.value});
+    } else if (const auto* f = std::get_if<core::JobFinished>(&body)) {
       if (JobExtra* x = Extra(f->job.value)) x->proc = Proc{};
     } else if (const auto* d = std::get_if<core::ActionDone>(&body)) {
       pending.erase(d->action.value);
@@ -1245,6 +1257,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       rpc::StartJobRequest req;
       req.set_job_id(job);
+      req.set_submitted_us(SubmittedUs(job));
       req.set_action_id(aid);
       *req.mutable_spec() = x.spec;
       for (int32_t g : x.proc.local) req.add_gpus(g);
@@ -1394,6 +1407,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     restarting.insert(job);
     rpc::StartJobRequest req;
     req.set_job_id(job);
+    req.set_submitted_us(SubmittedUs(job));
     req.set_action_id(InternalActionId());
     *req.mutable_spec() = x->spec;
     for (int32_t g : from.local) req.add_gpus(g);
@@ -1639,6 +1653,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const PartConn& c = parts[i];
       rpc::StartJobRequest req;
       req.set_job_id(job);
+      req.set_submitted_us(SubmittedUs(job));
       req.set_action_id(ids());
       *req.mutable_spec() = spec;
       for (int32_t g : c.part.local) req.add_gpus(g);
@@ -1713,6 +1728,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       threads.emplace_back([&, job] {
         rpc::ReceiveCheckpointRequest req;
         req.set_job_id(job);
+        req.set_submitted_us(SubmittedUs(job));
         req.set_action_id(p.id);
         req.set_source_address(source.address);
         // The job's log so far goes to its new lead only.
@@ -2244,6 +2260,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                        std::string* err) {
         rpc::StartJobRequest req;
         req.set_job_id(job);
+        req.set_submitted_us(SubmittedUs(job));
         req.set_action_id(warm_start     ? warm_id
                           : &at == &from ? back_id
                                          : start_id);
@@ -2405,6 +2422,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       rpc::ReceiveCheckpointRequest rreq;
       rreq.set_job_id(job);
+      rreq.set_submitted_us(SubmittedUs(job));
       rreq.set_action_id(receive_id);
       rreq.set_source_address(src_address);
       rreq.set_await_first_minibatch(warm);
@@ -2638,8 +2656,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (int i = 0; i < r.checkpoints_size(); ++i) {
       const int64_t id64 = r.checkpoints(i);
       const auto id = static_cast<int32_t>(id64);
-      if (id64 != id || ForeignCheckpoint(r, i) || !LiveJob(id64) ||
-          IsEnded(id)) {
+      if (id64 != id || ForeignCheckpoint(r, i) ||
+          CheckpointOfOtherSubmission(r, i) || !LiveJob(id64) || IsEnded(id)) {
         continue;
       }
       JobExtra* x = Extra(id);
@@ -2685,13 +2703,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     for (const rpc::AgentJob& j : r.jobs()) {
       const int32_t id = static_cast<int32_t>(j.job_id());
       JobExtra* x = Extra(id);
-      const bool ours =
-          x != nullptr && !IsEnded(id) && x->proc.exists && x->proc.On(a.id);
+      const bool other = OtherSubmission(id, j.submitted_us());
+      const bool ours = !other && x != nullptr && !IsEnded(id) &&
+                        x->proc.exists && x->proc.On(a.id);
       if (ours) {
         reported[id] = j.state();
         continue;
       }
-      if (x != nullptr && Adoptable(id, *x, a.id, j.state())) {
+      if (!other && x != nullptr && Adoptable(id, *x, a.id, j.state())) {
         x->proc = Proc::At(Parts(st().job(JobId(id)).gpus));
         History(id, "reconcile", true, 0,
                 "kept its process on " + a.name +
@@ -2700,12 +2719,29 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         reported[id] = j.state();
         continue;
       }
+      if (other && x != nullptr && !IsEnded(id) && x->proc.exists &&
+          x->proc.On(a.id)) {
+        // This job's start there is under way (placed as the server came
+        // up): it replaces the process (a start finding one kills it
+        // first), which a kill sent now would reach after it.
+        History(id, "reconcile", true, 0,
+                "a process on " + a.name +
+                    " of another job of this id (submitted before the store "
+                    "was restored from a backup): this job's start there "
+                    "replaces it");
+        continue;
+      }
       // A process the daemon does not want there (killed, requeued, or
       // moved while the daemon or the agent was away).
       Proc stray{a.id, {}, true};
       if (x != nullptr) ++x->ignore_exits[a.id.value];
-      if (x != nullptr)
-        History(id, "kill", true, 0, "stray process on " + a.name);
+      if (x != nullptr) {
+        History(id, "kill", true, 0,
+                "stray process on " + a.name +
+                    (other ? " (of another job of this id, submitted before "
+                             "the store was restored from a backup)"
+                           : ""));
+      }
       KillAt(id, stray, InternalActionId());
     }
     a.missing.clear();
@@ -2719,6 +2755,26 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         Log("job " + std::to_string(id64) + ": agent '" + a.name +
             "' holds a checkpoint saved in another cluster (" +
             r.checkpoint_clusters(i) + "): not this job's, ignored");
+        continue;
+      }
+      if (CheckpointOfOtherSubmission(r, i)) {
+        // Dropped, unless the job itself is there or on its way (a kill
+        // would reach its process too): its own save replaces it, and the
+        // agent refuses to start it from one of another job.
+        const JobExtra* x = Extra(id);
+        const bool there = x != nullptr &&
+                           (x->proc.exists || x->proc.checkpoint) &&
+                           x->proc.On(a.id);
+        const bool dropped = x != nullptr && !there &&
+                             (IsEnded(id) || !st().job(JobId(id)).busy());
+        Log("job " + std::to_string(id64) + ": agent '" + a.name +
+            "' holds a checkpoint of another job of this id (submitted at " +
+            std::to_string(r.checkpoint_submitted_us(i)) +
+            " us, before the store was restored from a backup; this one at " +
+            std::to_string(SubmittedUs(id)) + " us): not this job's, " +
+            (dropped ? "dropped" : "ignored"));
+        if (dropped)
+          KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
         continue;
       }
       if (LiveJob(id64) && !IsEnded(id)) {
@@ -2895,6 +2951,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     restarting.insert(id);
     rpc::StartJobRequest req;
     req.set_job_id(id);
+    req.set_submitted_us(SubmittedUs(id));
     req.set_action_id(InternalActionId());
     *req.mutable_spec() = x.spec;
     for (int32_t g : x.proc.local) req.add_gpus(g);
@@ -3291,6 +3348,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     unsettling.emplace_back(id, &x);
     std::lock_guard lock(settled_mu);
     specs[id] = std::make_shared<const rpc::JobSpec>(spec);
+  }
+  // Records the jobs' submission times as the core has them (SubmittedUs):
+  // as each arrives (AfterHandle), and after a recovery (a snapshot
+  // restores jobs without their arrival).
+  template <typename Ids>
+  void NoteSubmitted(const Ids& ids) {
+    std::lock_guard lock(settled_mu);
+    for (const auto id : ids) {
+      const auto job = static_cast<int32_t>(id);
+      if (!st().has_job(JobId(job))) continue;  // not arrived yet
+      submitted_at[job] = st().job(JobId(job)).submitted.micros();
+    }
   }
 
   core::Status CheckLiveJob(int64_t id) const {
@@ -4428,6 +4497,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       for (int32_t id : ids) {
         settled_jobs.erase(id);
         specs.erase(id);
+        submitted_at.erase(id);
       }
     }
     {
@@ -4571,6 +4641,26 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         "backup, and jobs " +
         std::to_string(added->first) + "-" + std::to_string(added->second) +
         " are lost; their ids are not given again");
+  }
+
+  // A process or a checkpoint an agent lists for job `id`, of the job
+  // submitted at `submitted_us` (0: the agent does not say): another job
+  // of that id where both times are known and differ (this cluster gave
+  // the id twice: its store was restored from a backup older than the
+  // other job, and the agent registered after the id was given again).
+  bool OtherSubmission(int32_t id, int64_t submitted_us) {
+    if (submitted_us == 0) return false;
+    const int64_t ours = SubmittedUs(id);
+    return ours != 0 && ours != submitted_us;
+  }
+  // The same, for a checkpoint a registering agent lists
+  // (RegisterAgentRequest.checkpoint_submitted_us).
+  bool CheckpointOfOtherSubmission(const rpc::RegisterAgentRequest& r, int i) {
+    const int64_t id64 = r.checkpoints(i);
+    return i < r.checkpoint_submitted_us_size() &&
+           id64 == static_cast<int32_t>(id64) &&
+           OtherSubmission(static_cast<int32_t>(id64),
+                           r.checkpoint_submitted_us(i));
   }
 
   // A checkpoint a registering agent lists that was saved in another
@@ -4817,6 +4907,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       });
       DropForgotten(forgotten, /*archive=*/true);
     }
+    std::vector<int32_t> ids;
+    ids.reserve(extras.size());
+    for (const auto& [id, x] : extras) ids.push_back(id);
+    NoteSubmitted(ids);  // those the snapshot held
     // Every job is dirty (new records): from here on the core says which
     // it changes.
     sched->TrackChangedJobs();

@@ -81,6 +81,7 @@ class FakeAgent final : public rpc::Agent::Service {
   struct Proc {
     rpc::JobState state;
     std::vector<int32_t> gpus;
+    int64_t submitted_us = 0;  // StartJobRequest.submitted_us
   };
 
   grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
@@ -106,10 +107,19 @@ class FakeAgent final : public rpc::Agent::Service {
     if (r->resume_local() && resume_local_error_ != grpc::StatusCode::OK) {
       return {resume_local_error_, "cannot resume from the checkpoint here"};
     }
+    if (auto it = procs_.find(r->job_id());
+        it != procs_.end() && it->second.submitted_us != 0 &&
+        r->submitted_us() != 0 &&
+        it->second.submitted_us != r->submitted_us()) {
+      // Another job of that id (as an agent refuses it).
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "job " + std::to_string(r->job_id()) + " already runs here"};
+    }
     if (procs_.count(r->job_id())) ++duplicate_starts_;
     if (r->resume_local()) ++resume_local_starts_[r->job_id()];
     procs_[r->job_id()] = Proc{
-        rpc::RUNNING, std::vector<int32_t>(r->gpus().begin(), r->gpus().end())};
+        rpc::RUNNING, std::vector<int32_t>(r->gpus().begin(), r->gpus().end()),
+        r->submitted_us()};
     start_gpus_[r->job_id()] = procs_[r->job_id()].gpus;
     ever_ran_.insert(r->job_id());
     rep->set_pid(1000 + r->job_id());
@@ -298,11 +308,14 @@ class FakeAgent final : public rpc::Agent::Service {
     resume_local_error_ = code;
   }
   // Lists a checkpoint of the job at the next registrations, saved in
-  // `cluster` ("": not said, as an agent from before cluster ids).
-  void Keep(int64_t job, const std::string& cluster = "") {
+  // `cluster` ("": not said, as an agent from before cluster ids) by the
+  // job submitted at `submitted_us` (0: not said).
+  void Keep(int64_t job, const std::string& cluster = "",
+            int64_t submitted_us = 0) {
     std::lock_guard lock(mu_);
     kept_.insert(job);
     kept_cluster_[job] = cluster;
+    kept_submitted_[job] = submitted_us;
   }
   // The cluster id of the last registration's reply.
   std::string cluster_id() {
@@ -331,9 +344,10 @@ class FakeAgent final : public rpc::Agent::Service {
   // A process of `job` the next registrations list, though no daemon
   // started it here since the fake began (one a daemon whose store was
   // restored from a backup does not know of).
-  void Plant(int64_t job, rpc::JobState state = rpc::RUNNING) {
+  void Plant(int64_t job, int64_t submitted_us = 0,
+             rpc::JobState state = rpc::RUNNING) {
     std::lock_guard lock(mu_);
-    procs_[job] = Proc{state, {0}};
+    procs_[job] = Proc{state, {0}, submitted_us};
   }
   // Forgets a job without an exit (as if the node lost it).
   void Lose(int64_t job) {
@@ -498,10 +512,12 @@ class FakeAgent final : public rpc::Agent::Service {
       j->set_job_id(id);
       j->set_state(p.state);
       for (int32_t g : p.gpus) j->add_gpus(g);
+      j->set_submitted_us(p.submitted_us);
     }
     for (int64_t id : kept_) {
       r.add_checkpoints(id);
       r.add_checkpoint_clusters(kept_cluster_[id]);
+      r.add_checkpoint_submitted_us(kept_submitted_[id]);
     }
     r.set_cluster_id(cluster_id_);
     rpc::RegisterAgentReply rep;
@@ -530,7 +546,8 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, Proc> procs_;
   std::set<int64_t> kept_;  // checkpoints held
   std::map<int64_t, std::string>
-      kept_cluster_;  // the cluster each was saved in
+      kept_cluster_;                           // the cluster each was saved in
+  std::map<int64_t, int64_t> kept_submitted_;  // when its job was submitted
   std::string cluster_id_;
   std::map<int64_t, rpc::Progress> progress_;
   std::vector<int64_t> gpu_memory_;
@@ -2152,6 +2169,72 @@ TEST_F(DaemonTest, IdsAnAgentHoldsThatTheStoreNeverGaveAreNotGivenAgain) {
             std::string::npos)
       << st.error_message();
   EXPECT_EQ(again.MustSubmit(1), 9);
+}
+
+// The same restore, where jobs were submitted before the agents holding
+// the lost ones registered again, and were given their ids: the agents'
+// process and checkpoint of those ids were saved by other jobs (submitted
+// at another time). A process where the new job is being started is
+// replaced by its start; a checkpoint is dropped, and the new job starts
+// from scratch, not from it. The job the store knows keeps its process.
+TEST_F(DaemonTest, AJobGivenALostJobsIdDoesNotTakeOnItsProcessOrCheckpoint) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  int64_t first_submitted = 0;
+  {
+    Client& cl = StartDaemon(o);
+    ASSERT_TRUE(a.Register(server_->address()).ok());
+    EXPECT_EQ(cl.MustSubmit(1), 1);
+    ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
+    ASSERT_TRUE(b.Register(server_->address()).ok());
+    first_submitted = cl.Get(1).submitted_us();
+    server_.reset();
+  }
+  ASSERT_EQ(a.procs().at(1).submitted_us, first_submitted);  // the core's
+  const int64_t lost_at = first_submitted + 1;  // the lost jobs' time
+  b.Plant(2, lost_at);
+  a.Keep(3, a.cluster_id(), lost_at);
+
+  Client& cl = StartDaemon(o);
+  EXPECT_EQ(cl.MustSubmit(1), 2);  // before the agents are back
+  EXPECT_EQ(cl.MustSubmit(1), 3);
+  // Job 2 is placed on b as it comes up: its start finds the lost job's
+  // process, kills it and starts again.
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(2), "start", true); }))
+      << cl.Get(2).DebugString();
+  EXPECT_EQ(b.kills(2), 1);
+  const rpc::JobInfo two = cl.Get(2);
+  ASSERT_EQ(b.procs().count(2), 1u) << two.DebugString();
+  EXPECT_EQ(b.procs().at(2).submitted_us, two.submitted_us());
+  EXPECT_NE(two.submitted_us(), lost_at);
+  bool said = false, replaced = false;
+  for (const rpc::HistoryEntry& h : two.history()) {
+    said = said ||
+           h.detail().find("of another job of this id") != std::string::npos;
+    replaced = replaced || (h.action() == "start" && h.ok() &&
+                            h.detail().find("replaced a stray process") !=
+                                std::string::npos);
+  }
+  EXPECT_TRUE(said) << two.DebugString();
+  EXPECT_TRUE(replaced) << two.DebugString();
+
+  // Job 3 waits for a's GPU: the checkpoint a holds of the lost job 3 is
+  // dropped, and job 3 starts from scratch once job 1 ends.
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return a.kept().count(3) == 0; }));
+  EXPECT_EQ(cl.State(3), rpc::QUEUED);
+  EXPECT_EQ(a.kills(1), 0);
+  EXPECT_EQ(cl.State(1), rpc::RUNNING);
+  a.Exit(1, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    (void)a.Report();
+    return HasEntry(cl.Get(3), "start", true);
+  })) << cl.Get(3).DebugString();
+  EXPECT_EQ(a.resume_local_starts(3), 0);
+  EXPECT_EQ(a.procs().at(3).submitted_us, cl.Get(3).submitted_us());
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.
