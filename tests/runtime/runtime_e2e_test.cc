@@ -503,5 +503,73 @@ TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
   EXPECT_EQ(c.Submit(spec, &error), 4) << error;
 }
 
+// A store restored onto a new machine (the database it replaced is gone
+// with the old one): the daemon learns from its agent, whose process of a
+// job submitted after the backup still runs, that the job's id was given;
+// it kills that process and never gives the id again. The job the backup
+// holds runs on.
+TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
+  TestCluster c({.policy = "fifo", .agents = 1});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  auto running = [&](int64_t id) {
+    return WaitUntil([&] { return c.Job(id).state() == rpc::RUNNING; },
+                     seconds(30));
+  };
+  auto run = [&](const std::vector<std::string>& args, std::string* out) {
+    std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const fs::path log = c.dir() / "backup.log";
+    auto p = Process::Start(argv, log);
+    if (p == nullptr || !p->Wait(seconds(60))) return -1;
+    *out = Slurp(log);
+    return WIFEXITED(p->status()) ? WEXITSTATUS(p->status()) : -1;
+  };
+  rpc::JobSpec spec;
+  spec.set_gpus(1);
+  spec.set_name("kept");
+  spec.set_command("exec sleep 7117");
+  ASSERT_EQ(c.Submit(spec, &error), 1) << error;
+  ASSERT_TRUE(running(1)) << Describe(c, 1);
+  const fs::path db = c.dir() / "scheduler.db";
+  const fs::path backup = c.dir() / "backup.db";
+  std::string out;
+  ASSERT_EQ(run({"--db", db.string(), "--backup-to", backup.string()}, &out), 0)
+      << out;
+  spec.set_name("lost");
+  spec.set_command("exec sleep 7119");
+  ASSERT_EQ(c.Submit(spec, &error), 2) << error;
+  ASSERT_TRUE(running(2)) << Describe(c, 2);
+  ASSERT_TRUE(WaitUntil([] { return ProcessesRunning("sleep 7119") == 1; },
+                        seconds(10)));
+
+  const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
+  c.scheduler()->Stop();
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    fs::remove(db.string() + suffix);
+  }
+  ASSERT_EQ(run({"--db", db.string(), "--restore-from", backup.string()}, &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("(ids up to 1)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("lost"), std::string::npos) << out;  // not known yet
+  ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
+
+  ASSERT_TRUE(WaitUntil([] { return ProcessesRunning("sleep 7119") == 0; },
+                        seconds(30)))
+      << c.Logs();
+  EXPECT_EQ(ProcessesRunning("sleep 7117"), 1);
+  EXPECT_EQ(c.Job(1).state(), rpc::RUNNING) << Describe(c, 1);
+  std::string shown;
+  EXPECT_EQ(c.Cli({"show", "2"}, &shown), 1);
+  EXPECT_NE(shown.find("job 2 is not in this store: it was submitted after "
+                       "the backup the store was restored from (ids 2-2 are "
+                       "not given again)"),
+            std::string::npos)
+      << shown;
+  spec.set_name("next");
+  EXPECT_EQ(c.Submit(spec, &error), 3) << error;
+}
+
 }  // namespace
 }  // namespace gandiva::e2e
