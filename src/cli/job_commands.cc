@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,7 @@ class Session {
       for (rpc::JobInfo& j : *page.mutable_jobs()) {
         *out->add_jobs() = std::move(j);
       }
+      if (!page.lost_jobs().empty()) out->set_lost_jobs(page.lost_jobs());
       if (page.next_after_id() == 0) return true;
       req.set_after_id(page.next_after_id());
     }
@@ -339,6 +341,25 @@ int RunLs(const LsFlags& f) {
                 : f.all
                     ? "(no jobs)\n"
                     : "(no live jobs; `gandiva ls --all` shows ended ones)\n");
+  }
+  if ((f.all || f.archived) && !reply.lost_jobs().empty()) {
+    // Where the listing of every job has gaps that are not deleted jobs:
+    // "2-2,5-7" as "2, 5-7".
+    std::string lost;
+    std::stringstream ranges(reply.lost_jobs());
+    for (std::string r; std::getline(ranges, r, ',');) {
+      const size_t dash = r.find('-');
+      if (dash != std::string::npos &&
+          r.substr(0, dash) == r.substr(dash + 1)) {
+        r = r.substr(0, dash);
+      }
+      lost += (lost.empty() ? "" : ", ") + r;
+    }
+    std::printf(
+        "(lost: %s %s, submitted after the backup the store was restored "
+        "from)\n",
+        lost.find_first_of(",-") == std::string::npos ? "job" : "jobs",
+        lost.c_str());
   }
   return 0;
 }

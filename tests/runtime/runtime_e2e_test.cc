@@ -563,10 +563,18 @@ TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
   std::string shown;
   EXPECT_EQ(c.Cli({"show", "2"}, &shown), 1);
   EXPECT_NE(shown.find("job 2 is not in this store: it was submitted after "
-                       "the backup the store was restored from (ids 2-2 are "
+                       "the backup the store was restored from (its id is "
                        "not given again)"),
             std::string::npos)
       << shown;
+  std::string listed;
+  EXPECT_EQ(c.Cli({"ls", "--all"}, &listed), 0) << listed;
+  EXPECT_NE(listed.find("(lost: job 2, submitted after the backup the store "
+                        "was restored from)"),
+            std::string::npos)
+      << listed;
+  EXPECT_EQ(c.Cli({"ls"}, &listed), 0) << listed;
+  EXPECT_EQ(listed.find("lost"), std::string::npos) << listed;
   spec.set_name("next");
   EXPECT_EQ(c.Submit(spec, &error), 3) << error;
 }

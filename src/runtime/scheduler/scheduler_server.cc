@@ -5081,6 +5081,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
               "field 'max_jobs': " + std::to_string(req->max_jobs()) +
                   " is not between 0 and " + std::to_string(kMaxJobsPerPage)};
     }
+    if (req->after_id() == 0) {
+      const std::shared_ptr<const Snapshot> sn = Snap();
+      if (sn->lost_ids) rep->set_lost_jobs(FormatIdRanges(*sn->lost_ids));
+    }
     const std::set<int> states(req->states().begin(), req->states().end());
     const bool ended_too =
         req->all() || std::any_of(states.begin(), states.end(), EndState);
@@ -5200,9 +5204,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           return {grpc::StatusCode::NOT_FOUND,
                   "job " + std::to_string(id) +
                       " is not in this store: it was submitted after the "
-                      "backup the store was restored from (ids " +
-                      std::to_string(lost->first) + "-" +
-                      std::to_string(lost->second) + " are not given again)"};
+                      "backup the store was restored from (" +
+                      (lost->first == lost->second
+                           ? std::string("its id is")
+                           : "ids " + std::to_string(lost->first) + "-" +
+                                 std::to_string(lost->second) + " are") +
+                      " not given again)"};
         }
         // Ids are dense (but for those a restore lost, above): one handed
         // out and no longer stored was deleted.
