@@ -551,7 +551,7 @@ TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
   ASSERT_EQ(run({"--db", db.string(), "--restore-from", backup.string()}, &out),
             0)
       << out;
-  EXPECT_NE(out.find("(ids up to 1)"), std::string::npos) << out;
+  EXPECT_NE(out.find("': 1 job (ids up to 1)"), std::string::npos) << out;
   EXPECT_EQ(out.find("lost"), std::string::npos) << out;  // not known yet
   ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
 

@@ -47,6 +47,11 @@ void OnStop(std::function<void()> f) {
   if (signalled && stop_fn) stop_fn();
 }
 
+// "1 job", "2 jobs".
+std::string Count(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string Hostname() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
@@ -230,11 +235,11 @@ int main(int argc, char** argv) {
     auto b = gandiva::runtime::BackupDatabase(o.db_path, backup_to);
     if (!b.ok()) return fail(b.status());
     std::printf(
-        "gandiva-scheduler: backed up '%s' to '%s': %lld jobs (ids up to "
-        "%lld), %lld events in the log, %lld bytes\n",
-        o.db_path.c_str(), backup_to.c_str(), static_cast<long long>(b->jobs),
+        "gandiva-scheduler: backed up '%s' to '%s': %s (ids up to %lld), "
+        "%s in the log, %lld bytes\n",
+        o.db_path.c_str(), backup_to.c_str(), Count(b->jobs, "job").c_str(),
         static_cast<long long>(b->last_job_id),
-        static_cast<long long>(b->events), static_cast<long long>(b->bytes));
+        Count(b->events, "event").c_str(), static_cast<long long>(b->bytes));
     return 0;
   }
 
@@ -247,10 +252,8 @@ int main(int argc, char** argv) {
     auto r = gandiva::runtime::RestoreDatabase(o.db_path, restore_from);
     if (!r.ok()) return fail(r.status());
     std::printf(
-        "gandiva-scheduler: restored '%s' from '%s': %lld jobs (ids up to "
-        "%lld)\n",
-        o.db_path.c_str(), restore_from.c_str(),
-        static_cast<long long>(r->jobs),
+        "gandiva-scheduler: restored '%s' from '%s': %s (ids up to %lld)\n",
+        o.db_path.c_str(), restore_from.c_str(), Count(r->jobs, "job").c_str(),
         static_cast<long long>(r->last_job_id));
     if (r->lost_last > 0) {
       const std::string lost =
