@@ -66,6 +66,10 @@ struct Figures {
   double snap_write_ms = 0, snap_read_ms = 0;
   // Per chunk of kChunk jobs archived.
   double archive_p50 = 0;
+  // The archived jobs of one name (kNames names; median of the names
+  // looked up), and the whole archive read kChunk rows a call (what a
+  // lookup without an index reads).
+  double lookup_p50 = 0, read_archive_ms = 0;
   // Deleting from the archive, `chunk` jobs a call: the median and the
   // longest call, and the time per 1,000 jobs in all.
   struct Prune {
@@ -76,7 +80,8 @@ struct Figures {
   Prune prune_pass;  // the second half, Store::PruneChunk() a call
 };
 
-constexpr int kChunk = 500;  // as a compaction archives them
+constexpr int kChunk = 500;   // as a compaction archives them
+constexpr int kNames = 1000;  // the archived jobs' names: sweep-0 ...
 
 // A profile event as the daemon logs it.
 const std::string kEvent =
@@ -167,21 +172,25 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes,
   f.snap_read_ms = Ms(t2);
   if (!back->has_value() || (*back)->core != snap) Die("snapshot differs");
 
-  // `archive` ended jobs with 4 history lines each, archived and pruned.
+  // `archive` ended jobs with 4 history lines each, archived, looked up
+  // by name and pruned.
   std::vector<double> archived;
-  const std::string spec =
-      "{\"name\":\"sweep-lr-0.001-7\",\"gpus\":1,\"command\":[\"python3\","
-      "\"train.py\",\"--lr\",\"0.001\"]}";
+  auto spec_of = [](int k) {
+    return "{\"name\":\"sweep-" + std::to_string(k % kNames) +
+           "\",\"gpus\":1,\"command\":[\"python3\",\"train.py\",\"--lr\","
+           "\"0.001\"]}";
+  };
   for (int done = 0; done < archive; done += kChunk) {
     const int chunk = std::min(kChunk, archive - done);
-    const std::vector<std::string> specs(static_cast<size_t>(chunk), spec);
+    std::vector<std::string> specs;
+    for (int i = 0; i < chunk; ++i) specs.push_back(spec_of(done + i));
     Store::Inserted in = st.InsertJobs(specs, done);
     Check(in.status, "insert jobs");
     WriteBatch b;
     for (int i = 0; i < chunk; ++i) {
       JobRow r;
       r.id = in.first_id + i;
-      r.spec_json = spec;
+      r.spec_json = specs[static_cast<size_t>(i)];
       r.state = 7;
       r.submitted_us = done;
       r.started_us = done + 1;
@@ -200,6 +209,28 @@ Figures Measure(Store& st, int events, int read, size_t snapshot_bytes,
     Check(st.ArchiveJobs(b.jobs), "archive");
     archived.push_back(Ms(t3));
   }
+  std::vector<double> lookups;
+  for (int k = 0; k < 21 && archive > 0; ++k) {
+    const int name = k * 37 % std::min(kNames, archive);
+    const auto t = Clock::now();
+    auto rows = st.LoadArchivedJobs(0, 1000, "sweep-" + std::to_string(name));
+    Check(rows.status(), "look up a name");
+    lookups.push_back(Ms(t));
+    const size_t want = static_cast<size_t>((archive - 1 - name) / kNames + 1);
+    if (rows->size() != want) Die("a name's lookup found the wrong jobs");
+  }
+  f.lookup_p50 = lookups.empty() ? 0 : Quantile(lookups, 0.5);
+  const auto t4 = Clock::now();
+  int64_t read_back = 0;
+  for (int64_t after = 0;;) {
+    auto rows = st.LoadArchivedJobs(after, kChunk, std::nullopt);
+    Check(rows.status(), "read the archive");
+    if (rows->empty()) break;
+    read_back += static_cast<int64_t>(rows->size());
+    after = rows->back().id;
+  }
+  f.read_archive_ms = Ms(t4);
+  if (read_back != archive) Die("the archive read back is not all of it");
   // The first half 500 a call, the rest PruneChunk() a call (the jobs
   // ended in id order: the k-th, from 0, at k + 2).
   auto prune = [&](int64_t ended_before, int64_t chunk) {
@@ -320,6 +351,10 @@ int main(int argc, char** argv) {
       "ms");
   row("archive 500 ended jobs, median", n.archive_p50, d.archive_p50,
       e.archive_p50, "ms");
+  row("look up the archived jobs of one name (of 1,000), median", n.lookup_p50,
+      d.lookup_p50, e.lookup_p50, "ms");
+  row("read the whole archive, 500 a call", n.read_archive_ms,
+      d.read_archive_ms, e.read_archive_ms, "ms");
   for (const auto& [label, which] :
        {std::pair{"500 a call", &Figures::prune_500},
         std::pair{"Store::PruneChunk() a call, as a pass of the loop",

@@ -122,6 +122,14 @@ core::StatusOr<T> Parse(const ep::KeyValue& kv, F&& of) {
   }
 }
 
+// The name in a job's spec JSON ("" none, or not JSON).
+std::string SpecName(const std::string& spec_json) {
+  const json spec = json::parse(spec_json, nullptr, false);
+  if (!spec.is_object()) return "";
+  auto it = spec.find("name");
+  return it != spec.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 }  // namespace
 
 EtcdStore::EtcdStore(std::shared_ptr<Leadership> leadership)
@@ -348,41 +356,78 @@ core::StatusOr<std::optional<JobRow>> EtcdStore::LoadJob(int64_t id) {
 core::StatusOr<std::vector<JobRow>> EtcdStore::LoadArchivedJobs(
     int64_t after_id, int limit, const std::optional<std::string>& name) {
   std::lock_guard lock(mu_);
-  ep::RangeRequest r;
-  r.set_key(Key("archive", std::max<int64_t>(after_id, 0) + 1));
-  r.set_range_end(EtcdClient::PrefixEnd(p_ + "archive/"));
-  // With a name, pages of the archive until `limit` have it.
-  r.set_limit(name ? std::max(limit, 1000) : limit);
   std::vector<JobRow> out;
-  for (;;) {
+  if (!name) {
+    ep::RangeRequest r;
+    r.set_key(Key("archive", std::max<int64_t>(after_id, 0) + 1));
+    r.set_range_end(EtcdClient::PrefixEnd(p_ + "archive/"));
+    r.set_limit(limit);
     auto rep = etcd_.Range(r);
     if (!rep.ok()) return rep.status();
     for (const ep::KeyValue& kv : rep->kvs()) {
       auto row = Parse<JobRow>(kv, JobOf);
       if (!row.ok()) return row.status();
-      if (name) {
-        const json spec = json::parse(row->spec_json, nullptr, false);
-        if (!spec.is_object() || !spec.contains("name") ||
-            spec["name"] != *name) {
-          continue;
-        }
-      }
       out.push_back(std::move(*row));
-      if (static_cast<int>(out.size()) == limit) return out;
     }
-    if (!name || !rep->more() || rep->kvs().empty()) return out;
-    r.set_key(rep->kvs(rep->kvs_size() - 1).key() + std::string(1, '\0'));
+    return out;
   }
+  // The ids from the name's index, then their rows, kMaxOps reads a
+  // transaction (a row pruned meanwhile is passed by).
+  ep::RangeRequest r;
+  r.set_key(NameKey(*name, std::max<int64_t>(after_id, 0) + 1));
+  r.set_range_end(EtcdClient::PrefixEnd(NamePrefix(*name)));
+  r.set_limit(limit);
+  r.set_keys_only(true);
+  auto keys = etcd_.Range(r);
+  if (!keys.ok()) return keys.status();
+  for (int at = 0; at < keys->kvs_size(); at += kMaxOps) {
+    ep::TxnRequest t;
+    for (int i = at; i < std::min(keys->kvs_size(), at + kMaxOps); ++i) {
+      const std::string& key = keys->kvs(i).key();
+      int64_t id = 0;
+      try {
+        id = std::stoll(key.substr(key.rfind('/') + 1));
+      } catch (const std::exception&) {
+        return core::IoError("etcd key '" + key + "': no job id at its end");
+      }
+      t.add_success()->mutable_request_range()->set_key(Key("archive", id));
+    }
+    auto rep = etcd_.Txn(t);
+    if (!rep.ok()) return rep.status();
+    for (const ep::ResponseOp& op : rep->responses()) {
+      for (const ep::KeyValue& kv : op.response_range().kvs()) {
+        auto row = Parse<JobRow>(kv, JobOf);
+        if (!row.ok()) return row.status();
+        out.push_back(std::move(*row));
+      }
+    }
+  }
+  return out;
 }
 
 std::string EtcdStore::EndedKey(int64_t ended_us, int64_t id) const {
   return p_ + "archive-ended/" + Pad(ended_us) + "/" + Pad(id);
 }
 
+std::string EtcdStore::NamePrefix(const std::string& name) const {
+  // In hex: a name holding '/' is not a prefix of another's keys.
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string key = p_ + "archive-name/";
+  for (unsigned char c : name) {
+    key += kDigits[c >> 4];
+    key += kDigits[c & 15];
+  }
+  return key + "/";
+}
+
+std::string EtcdStore::NameKey(const std::string& name, int64_t id) const {
+  return NamePrefix(name) + Pad(id);
+}
+
 core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
   std::lock_guard lock(mu_);
-  // Each job's row moves from jobs/ to archive/, with its key in
-  // archive-ended/, in one transaction.
+  // Each job's row moves from jobs/ to archive/, with its keys in
+  // archive-ended/ and archive-name/, in one transaction.
   std::vector<ep::RequestOp> ops;
   size_t bytes = 0;
   for (const JobRow& r : rows) {
@@ -390,8 +435,10 @@ core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
     const std::string value = JobJson(r).dump();
     const std::string key = Key("jobs", r.id);
     const std::string ended = EndedKey(r.ended_us, r.id);
-    const size_t size = 2 * key.size() + ended.size() + value.size();
-    if (static_cast<int>(ops.size()) + 3 > kMaxOps ||
+    const std::string named = NameKey(SpecName(r.spec_json), r.id);
+    const size_t size =
+        2 * key.size() + ended.size() + 2 * named.size() + value.size();
+    if (static_cast<int>(ops.size()) + 4 > kMaxOps ||
         bytes + size > kMaxBytes) {
       GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
       ops.clear();
@@ -399,7 +446,8 @@ core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
     }
     bytes += size;
     ops.push_back(PutOp(Key("archive", r.id), value));
-    ops.push_back(PutOp(ended, ""));
+    ops.push_back(PutOp(ended, named));
+    ops.push_back(PutOp(named, ""));
     ops.push_back(DeleteOp(key, ""));
   }
   if (ops.empty()) return core::Status::Ok();
@@ -407,31 +455,38 @@ core::Status EtcdStore::ArchiveJobs(std::span<const JobRow> rows) {
 }
 
 core::Status EtcdStore::IndexArchive() {
-  const std::string marker = p_ + "counters/archive-ended";
-  ep::RangeRequest r;
-  r.set_key(marker);
-  auto rep = etcd_.Range(r);
-  if (!rep.ok()) return rep.status();
-  if (!rep->kvs().empty()) return core::Status::Ok();
+  const std::string markers[] = {p_ + "counters/archive-ended",
+                                 p_ + "counters/archive-name"};
+  bool done = true;
+  for (const std::string& marker : markers) {
+    ep::RangeRequest r;
+    r.set_key(marker);
+    auto rep = etcd_.Range(r);
+    if (!rep.ok()) return rep.status();
+    done = done && !rep->kvs().empty();
+  }
+  if (done) return core::Status::Ok();
   std::vector<ep::RequestOp> ops;
-  core::Status scanned =
-      Scan(p_ + "archive/", EtcdClient::PrefixEnd(p_ + "archive/"), 1000,
-           [&](const ep::KeyValue& kv) -> core::Status {
-             auto row = Parse<JobRow>(kv, JobOf);
-             if (!row.ok()) return row.status();
-             if (static_cast<int>(ops.size()) + 1 > kMaxOps) {
-               GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
-               ops.clear();
-             }
-             ops.push_back(PutOp(EndedKey(row->ended_us, row->id), ""));
-             return core::Status::Ok();
-           });
+  core::Status scanned = Scan(
+      p_ + "archive/", EtcdClient::PrefixEnd(p_ + "archive/"), 1000,
+      [&](const ep::KeyValue& kv) -> core::Status {
+        auto row = Parse<JobRow>(kv, JobOf);
+        if (!row.ok()) return row.status();
+        if (static_cast<int>(ops.size()) + 2 > kMaxOps) {
+          GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+          ops.clear();
+        }
+        const std::string named = NameKey(SpecName(row->spec_json), row->id);
+        ops.push_back(PutOp(EndedKey(row->ended_us, row->id), named));
+        ops.push_back(PutOp(named, ""));
+        return core::Status::Ok();
+      });
   if (!scanned.ok()) return scanned;
-  if (static_cast<int>(ops.size()) + 1 > kMaxOps) {
+  if (static_cast<int>(ops.size()) + 2 > kMaxOps) {
     GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
     ops.clear();
   }
-  ops.push_back(PutOp(marker, "1"));
+  for (const std::string& marker : markers) ops.push_back(PutOp(marker, "1"));
   return Fenced(std::move(ops)).status();
 }
 
@@ -442,12 +497,11 @@ core::StatusOr<int64_t> EtcdStore::PruneArchive(int64_t ended_before_us,
   const std::string end = from + Pad(std::max<int64_t>(ended_before_us, 0));
   int64_t deleted = 0;
   while (deleted < limit) {
-    const int64_t want = std::min<int64_t>(limit - deleted, kMaxOps / 3);
+    const int64_t want = std::min<int64_t>(limit - deleted, kMaxOps / 4);
     ep::RangeRequest r;
     r.set_key(from);
     r.set_range_end(end);
     r.set_limit(want);
-    r.set_keys_only(true);
     auto rep = etcd_.Range(r);
     if (!rep.ok()) return rep.status();
     std::vector<ep::RequestOp> ops;
@@ -464,6 +518,9 @@ core::StatusOr<int64_t> EtcdStore::PruneArchive(int64_t ended_before_us,
       ops.push_back(DeleteOp(Key("archive", id), ""));
       ops.push_back(DeleteOp(history, EtcdClient::PrefixEnd(history)));
       ops.push_back(DeleteOp(key, ""));
+      // Its archive-name/ key (none from before those keys: IndexArchive
+      // puts them at Open).
+      if (!kv.value().empty()) ops.push_back(DeleteOp(kv.value(), ""));
     }
     if (ops.empty()) break;
     GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());

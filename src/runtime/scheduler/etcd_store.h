@@ -7,10 +7,15 @@
 //   P/meta/KEY                    the meta table's rows (raw values)
 //   P/jobs/ID                     one job row; P/counters/job: the last id
 //   P/archive/ID                  an archived job's row (moved from jobs/)
-//   P/archive-ended/ENDED/ID      empty, one per archived job, by the time
-//                                 it ended (PruneArchive's order);
-//                                 P/counters/archive-ended: "1" once every
-//                                 archived job has its key here
+//   P/archive-ended/ENDED/ID      one per archived job, by the time it
+//                                 ended (PruneArchive's order); its value:
+//                                 the job's archive-name/ key (raw)
+//   P/archive-name/NAME/ID        empty, one per archived job, by its
+//                                 spec's name (hex; "" none): the archived
+//                                 jobs of a name without reading the rest;
+//                                 P/counters/archive-ended and
+//                                 P/counters/archive-name: "1" once every
+//                                 archived job has its keys in both
 //   P/servers/ID                  one server row
 //   P/history/JOB/N               a job's history, N from 1 across jobs;
 //                                 P/counters/history: the last N
@@ -74,7 +79,7 @@ class EtcdStore final : public Store {
   core::StatusOr<int64_t> PruneArchive(int64_t ended_before_us,
                                        int64_t limit) override;
   // Three deletes a job (its row, its history, its archive-ended key).
-  int64_t PruneChunk() const override { return kMaxOps / 3; }
+  int64_t PruneChunk() const override { return kMaxOps / 4; }
   core::StatusOr<std::vector<ServerRow>> LoadServers() override;
   core::StatusOr<std::vector<HistoryRow>> History(int64_t job) override;
   core::Status Write(const WriteBatch& batch) override;
@@ -99,9 +104,12 @@ class EtcdStore final : public Store {
   std::string Key(const std::string& table, int64_t n) const;
   // archive-ended/ENDED_US/ID.
   std::string EndedKey(int64_t ended_us, int64_t id) const;
-  // Puts the archive-ended/ key of every archived job, unless
-  // counters/archive-ended says it was done (a store archived to before
-  // those keys existed); at Open.
+  // archive-name/HEX(name)/ID, and its prefix for every id.
+  std::string NameKey(const std::string& name, int64_t id) const;
+  std::string NamePrefix(const std::string& name) const;
+  // Puts the archive-ended/ and archive-name/ keys of every archived job,
+  // unless counters/archive-ended and counters/archive-name say it was
+  // done (a store archived to before those keys existed); at Open.
   core::Status IndexArchive();
   // One fenced transaction of `ops`.
   core::StatusOr<etcdserverpb::TxnResponse> Fenced(

@@ -161,16 +161,16 @@ class Store {
   // Archives these jobs, whose rows are as given (as last written): LoadJobs
   // leaves them out from now on. Rows of jobs already archived, or never
   // stored, are passed by. etcd moves them in transactions of
-  // EtcdStore::kMaxOps / 2.
+  // EtcdStore::kMaxOps / 4.
   virtual core::Status ArchiveJobs(std::span<const JobRow> rows) = 0;
   // Archived jobs with ids above `after_id`, in id order, at most `limit`;
-  // with `name`, only those whose spec has that name (SQLite through an
-  // index; etcd reads the archive and keeps those).
+  // with `name`, only those whose spec has that name, through an index
+  // (SQLite's on the spec's name; etcd's archive-name/ keys).
   virtual core::StatusOr<std::vector<JobRow>> LoadArchivedJobs(
       int64_t after_id, int limit, const std::optional<std::string>& name) = 0;
   // Deletes up to `limit` archived jobs that ended before `ended_before_us`
   // (those that ended first, first), their rows and their history, in one
-  // transaction where the store allows (etcd: EtcdStore::kMaxOps / 3 jobs
+  // transaction where the store allows (etcd: EtcdStore::kMaxOps / 4 jobs
   // each); returns how many it deleted (fewer than `limit`: none such is
   // left). Ids stay unique: a job stored later never gets a deleted one's
   // (SQLite keeps the row of the highest id for this, archived or not).

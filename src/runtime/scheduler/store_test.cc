@@ -535,22 +535,28 @@ TEST_P(StoreTest, ArchivedJobsAreLeftOutOfLoadJobsButStillRead) {
 }
 
 // PruneArchive deletes archived jobs that ended before a time, those that
-// ended first first, with their history; not jobs that are not archived.
-// On etcd also the archives from before archive-ended/ existed.
+// ended first first, with their history (and, on etcd, their keys in the
+// indexes by end and by name); not jobs that are not archived. On etcd
+// also the archives from before archive-ended/ and archive-name/ existed.
 TEST_P(StoreTest, PruneArchiveDeletesTheArchivedJobsThatEndedFirst) {
   // Job k ended at 1000 - 10k: the later the id, the earlier it ended.
   auto ended = [](int64_t id) { return 1000 - 10 * id; };
+  // Named "p0" (even ids) and "p1" (odd ones).
+  auto spec = [](int64_t id) {
+    return "{\"name\":\"p" + std::to_string(id % 2) + "\"}";
+  };
   {
     auto s = Open();
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     Store& st = **s;
-    std::vector<std::string> specs(10, "{}");
+    std::vector<std::string> specs;
+    for (int64_t id = 1; id <= 10; ++id) specs.push_back(spec(id));
     ASSERT_EQ(st.InsertJobs(specs, 10).count, 10u);
     WriteBatch batch;
     for (int64_t id = 1; id <= 10; ++id) {
       JobRow r;
       r.id = id;
-      r.spec_json = "{}";
+      r.spec_json = spec(id);
       r.state = 7;
       r.ended_us = ended(id);
       batch.jobs.push_back(r);
@@ -564,10 +570,13 @@ TEST_P(StoreTest, PruneArchiveDeletesTheArchivedJobsThatEndedFirst) {
     ASSERT_TRUE(st.ArchiveJobs(rows).ok());
   }
   if (GetParam() == "etcd") {
-    // As archived before archive-ended/ existed: Open puts its keys.
+    // As archived before archive-ended/ and archive-name/ existed: Open
+    // puts their keys.
     const std::pair<std::string, std::string> ranges[] = {
         {"/t/archive-ended/", EtcdClient::PrefixEnd("/t/archive-ended/")},
-        {"/t/counters/archive-ended", ""}};
+        {"/t/counters/archive-ended", ""},
+        {"/t/archive-name/", EtcdClient::PrefixEnd("/t/archive-name/")},
+        {"/t/counters/archive-name", ""}};
     for (const auto& [key, end] : ranges) {
       etcdserverpb::DeleteRangeRequest d;
       d.set_key(key);
@@ -608,6 +617,25 @@ TEST_P(StoreTest, PruneArchiveDeletesTheArchivedJobsThatEndedFirst) {
   ASSERT_TRUE(archived.ok());
   ASSERT_EQ(archived->size(), 4u);
   EXPECT_EQ(archived->back().id, 4);
+  for (const auto& [name, want] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"p0", {2, 4}}, {"p1", {1, 3}}, {"p", {}}}) {
+    auto named = st.LoadArchivedJobs(0, 100, name);
+    ASSERT_TRUE(named.ok()) << named.status().ToString();
+    std::vector<int64_t> got;
+    for (const JobRow& r : *named) got.push_back(r.id);
+    EXPECT_EQ(got, want) << name;
+  }
+  if (GetParam() == "etcd") {
+    // The index holds the archived jobs only.
+    etcdserverpb::RangeRequest r;
+    r.set_key("/t/archive-name/");
+    r.set_range_end(EtcdClient::PrefixEnd("/t/archive-name/"));
+    r.set_count_only(true);
+    auto rep = etcd_->Client()->Range(r);
+    ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+    EXPECT_EQ(rep->count(), 4);
+  }
   auto jobs = st.LoadJobs();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 2u);
