@@ -414,6 +414,20 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   EXPECT_EQ(c.History(plain, "restart").size(), 2u) << Describe(c, plain);
 }
 
+// Runs gandiva-scheduler with `args` (a backup or a restore) to its end;
+// its exit status (-1: it did not end within a minute), its output in
+// *out.
+int RunScheduler(TestCluster& c, const std::vector<std::string>& args,
+                 std::string* out) {
+  std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const fs::path log = c.dir() / "backup.log";
+  auto p = Process::Start(argv, log);
+  if (p == nullptr || !p->Wait(seconds(60))) return -1;
+  *out = Slurp(log);
+  return WIFEXITED(p->status()) ? WEXITSTATUS(p->status()) : -1;
+}
+
 // An operator backs up the store of a daemon that serves (its SQLite file,
 // with `gandiva-scheduler --backup-to`), and later restores it
 // (`--restore-from`, refused while the daemon runs). The daemon comes back
@@ -437,13 +451,7 @@ TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
   const fs::path db = c.dir() / "scheduler.db";
   const fs::path backup = c.dir() / "backup.db";
   auto run = [&](const std::vector<std::string>& args, std::string* out) {
-    std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const fs::path log = c.dir() / "backup.log";
-    auto p = Process::Start(argv, log);
-    if (p == nullptr || !p->Wait(seconds(60))) return -1;
-    *out = Slurp(log);
-    return WIFEXITED(p->status()) ? WEXITSTATUS(p->status()) : -1;
+    return RunScheduler(c, args, out);
   };
   std::string out;
   ASSERT_EQ(run({"--db", db.string(), "--backup-to", backup.string()}, &out), 0)
@@ -517,13 +525,7 @@ TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
                      seconds(30));
   };
   auto run = [&](const std::vector<std::string>& args, std::string* out) {
-    std::vector<std::string> argv = {GANDIVA_SCHEDULER_BIN};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const fs::path log = c.dir() / "backup.log";
-    auto p = Process::Start(argv, log);
-    if (p == nullptr || !p->Wait(seconds(60))) return -1;
-    *out = Slurp(log);
-    return WIFEXITED(p->status()) ? WEXITSTATUS(p->status()) : -1;
+    return RunScheduler(c, args, out);
   };
   rpc::JobSpec spec;
   spec.set_gpus(1);
