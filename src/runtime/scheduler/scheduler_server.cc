@@ -4594,9 +4594,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // gave.
   int64_t HighestUnknownId(const rpc::RegisterAgentRequest& r) {
     int64_t top = 0;
-    auto unknown = [&](int64_t id) {
+    auto unknown = [&](int64_t id) {  // looked up without Extra's marks
       return id > 0 && id <= std::numeric_limits<int32_t>::max() &&
-             Extra(static_cast<int32_t>(id)) == nullptr;
+             !extras.contains(static_cast<int32_t>(id));
     };
     // Processes this agent started for a daemon of this cluster.
     if (!cluster_id.empty() && r.cluster_id() == cluster_id) {
