@@ -20,6 +20,9 @@ namespace {
 
 constexpr const char* kJobIdFloor = "job_id_floor";
 
+// The highest job id a gandiva store has given (below).
+core::StatusOr<int64_t> IdsGiven(sqlite3* db);
+
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(
   key TEXT PRIMARY KEY,
@@ -380,14 +383,9 @@ core::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::MarkJobIdsLost(
   std::lock_guard lock(mu_);
   std::pair<int64_t, int64_t> added{0, 0};
   core::Status st = InTransaction([&]() -> core::Status {
-    const std::string given_sql =
-        "SELECT MAX(IFNULL((SELECT MAX(id) FROM jobs), 0), IFNULL((SELECT "
-        "CAST(value AS INTEGER) FROM meta WHERE key = '" +
-        std::string(kJobIdFloor) + "'), 0))";
-    Stmt given(db_, given_sql.c_str());
-    GANDIVA_RETURN_IF_ERROR(given.prepared());
-    if (given.Step() != SQLITE_ROW) return given.StepError();
-    const int64_t last = given.Int(0);
+    auto given = IdsGiven(db_);
+    if (!given.ok()) return given.status();
+    const int64_t last = *given;
     if (id <= last) return core::Status::Ok();
     Stmt get(db_, "SELECT value FROM meta WHERE key = ?");
     GANDIVA_RETURN_IF_ERROR(get.prepared());
@@ -792,6 +790,14 @@ core::Status SyncPath(const std::string& path) {
   return core::Status::Ok();
 }
 
+// Removes an SQLite database file and what SQLite keeps beside it.
+void RemoveDatabaseFiles(const std::string& path) {
+  std::error_code ec;
+  for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
+    std::filesystem::remove(path + suffix, ec);
+  }
+}
+
 // The highest job id a gandiva store has given: its last job's, or the
 // floor a restore left past the jobs it lost, whichever is higher.
 core::StatusOr<int64_t> IdsGiven(sqlite3* db) {
@@ -912,10 +918,7 @@ core::StatusOr<BackupStats> BackupDatabase(const std::string& db_path,
       to_path + ".partial-" + std::to_string(::getpid());
   ::unlink(partial.c_str());
   auto fail = [&](const std::string& what) {
-    std::error_code ec;
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
-      std::filesystem::remove(partial + suffix, ec);
-    }
+    RemoveDatabaseFiles(partial);
     return core::IoError("cannot write the backup '" + to_path + "': " + what);
   };
   BackupStats stats;
@@ -1031,17 +1034,11 @@ core::StatusOr<RestoreStats> RestoreDatabase(const std::string& db_path,
   // transaction: the database is left as it was or restored whole, never
   // restored without the ids it lost.
   const std::string staged = db_path + ".restore-" + std::to_string(::getpid());
-  auto remove_staged = [&] {
-    std::error_code ec;
-    for (const char* suffix : {"", "-journal", "-wal", "-shm"}) {
-      std::filesystem::remove(staged + suffix, ec);
-    }
-  };
   struct Cleanup {
-    std::function<void()> f;
-    ~Cleanup() { f(); }
-  } cleanup{remove_staged};
-  remove_staged();
+    const std::string& path;
+    ~Cleanup() { RemoveDatabaseFiles(path); }
+  } cleanup{staged};
+  RemoveDatabaseFiles(staged);
   auto fail = [&](const std::string& what) {
     return core::IoError("cannot restore into '" + db_path + "': " + what);
   };
