@@ -532,7 +532,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
       return core::FailedPrecondition(
           what + " has no checkpoint on this agent (resume_local)");
     }
-    if (const int64_t saved_by = held_submitted_[params.job_id];
+    if (const int64_t saved_by = held->second.submitted_us;
         saved_by != 0 && params.submitted_us != 0 &&
         saved_by != params.submitted_us) {
       return core::FailedPrecondition(
@@ -542,7 +542,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
           std::to_string(saved_by) + " us, this one at " +
           std::to_string(params.submitted_us) + " us)");
     }
-    resume_from = held->second;
+    resume_from = held->second.dir;
     if (HoldsCriuImages(resume_from)) {
       lock.unlock();
       return StartFromCriu(params, resume_from, t0);
@@ -551,12 +551,12 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   if (params.warm) {
     // A checkpoint received here earlier moves aside for the new one.
     if (auto held = held_.find(params.job_id);
-        held != held_.end() && held->second == incoming_dir) {
+        held != held_.end() && held->second.dir == incoming_dir) {
       std::filesystem::remove_all(checkpoint_dir, ec);
       std::filesystem::create_directories(
           std::filesystem::path(checkpoint_dir).parent_path(), ec);
       std::filesystem::rename(incoming_dir, checkpoint_dir, ec);
-      held->second = checkpoint_dir;
+      held->second.dir = checkpoint_dir;
     }
     std::filesystem::remove_all(incoming_dir, ec);
     std::filesystem::create_directories(incoming_dir, ec);
@@ -1511,15 +1511,15 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
 std::string Supervisor::HeldCheckpoint(int64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = held_.find(job_id);
-  return it == held_.end() ? std::string() : it->second;
+  return it == held_.end() ? std::string() : it->second.dir;
 }
 
 void Supervisor::HoldCheckpoint(int64_t job_id, const std::string& dir,
                                 int64_t submitted_us) {
   std::lock_guard<std::mutex> lock(mu_);
   if (submitted_us == 0) {
-    if (auto it = held_submitted_.find(job_id); it != held_submitted_.end()) {
-      submitted_us = it->second;
+    if (auto it = held_.find(job_id); it != held_.end()) {
+      submitted_us = it->second.submitted_us;
     }
   }
   HoldLocked(job_id, dir, submitted_us);
@@ -1530,8 +1530,6 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     had = held_.erase(job_id) > 0;
-    held_cluster_.erase(job_id);
-    held_submitted_.erase(job_id);
     unlink(HeldRecordPath(job_id).c_str());
   }
   // The checkpoint and incoming directories; their parent too when that
@@ -1547,9 +1545,7 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
 
 void Supervisor::HoldLocked(int64_t job_id, const std::string& dir,
                             int64_t submitted_us) {
-  held_[job_id] = dir;
-  held_cluster_[job_id] = cluster_;
-  held_submitted_[job_id] = submitted_us;
+  held_[job_id] = Held{dir, cluster_, submitted_us};
   // On disk too, for the next agent on this checkpoint root
   // (RecoverCheckpoints).
   (void)WriteWhole(
@@ -1590,9 +1586,7 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
     }
     auto job = jobs_.find(id);
     if (job != jobs_.end() && !job->second->exited.load()) continue;
-    held_.emplace(id, dir);
-    held_cluster_.emplace(id, cluster);
-    held_submitted_.emplace(id, submitted_us);
+    held_.emplace(id, Held{dir, cluster, submitted_us});
     found.push_back(id);
   }
   std::sort(found.begin(), found.end());
@@ -1602,20 +1596,20 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
 std::vector<int64_t> Supervisor::HeldCheckpoints() const {
   std::vector<int64_t> ids;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [id, dir] : held_) ids.push_back(id);
+  for (const auto& [id, held] : held_) ids.push_back(id);
   return ids;
 }
 
 std::string Supervisor::HeldCheckpointCluster(int64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = held_cluster_.find(job_id);
-  return it == held_cluster_.end() ? std::string() : it->second;
+  auto it = held_.find(job_id);
+  return it == held_.end() ? std::string() : it->second.cluster;
 }
 
 int64_t Supervisor::HeldCheckpointSubmitted(int64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = held_submitted_.find(job_id);
-  return it == held_submitted_.end() ? 0 : it->second;
+  auto it = held_.find(job_id);
+  return it == held_.end() ? 0 : it->second.submitted_us;
 }
 
 std::string Supervisor::Cluster() const {
@@ -1628,8 +1622,10 @@ std::vector<int64_t> Supervisor::SetCluster(const std::string& cluster) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     cluster_ = cluster;
-    for (const auto& [id, c] : held_cluster_) {
-      if (!c.empty() && c != cluster) foreign.push_back(id);
+    for (const auto& [id, held] : held_) {
+      if (!held.cluster.empty() && held.cluster != cluster) {
+        foreign.push_back(id);
+      }
     }
   }
   for (int64_t id : foreign) DropCheckpoint(id);

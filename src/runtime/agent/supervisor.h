@@ -412,8 +412,8 @@ class Supervisor {
   bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
                  const std::function<bool()>& pred) const;
   std::vector<int> CpusFor(const std::vector<int>& gpus) const;
-  // held_[job_id] = dir, saved by the job submitted at `submitted_us`, and
-  // its record on disk. Requires mu_.
+  // held_[job_id]: `dir`, saved in this cluster by the job submitted at
+  // `submitted_us`, and its record on disk. Requires mu_.
   void HoldLocked(int64_t job_id, const std::string& dir, int64_t submitted_us);
   // options.checkpoint_root, else work_dir.
   const std::string& CheckpointRoot() const;
@@ -432,11 +432,17 @@ class Supervisor {
   std::vector<ExitRecord> exits_;                    // guarded by mu_
   uint64_t next_exit_seq_ = 1;                       // guarded by mu_
   std::vector<std::thread> old_waiters_;             // guarded by mu_
-  std::map<int64_t, std::string> held_;              // guarded by mu_
-  std::map<int64_t, std::string> held_cluster_;      // guarded by mu_
-  std::map<int64_t, int64_t> held_submitted_;        // guarded by mu_
-  std::string cluster_;                              // guarded by mu_
-  Capabilities caps_;                                // guarded by mu_
+  // A checkpoint this agent holds for a job: where it is, the cluster it
+  // was saved in ("" when the record predates clusters) and when the job
+  // that saved it was submitted (0 when unknown).
+  struct Held {
+    std::string dir;
+    std::string cluster;
+    int64_t submitted_us = 0;
+  };
+  std::map<int64_t, Held> held_;  // guarded by mu_
+  std::string cluster_;           // guarded by mu_
+  Capabilities caps_;             // guarded by mu_
 };
 
 // Processes whose process group is `pgid` (scans /proc).
