@@ -5,7 +5,9 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "core/cluster.h"
 #include "core/ids.h"
@@ -15,9 +17,27 @@
 namespace gandiva::core {
 
 // A job was submitted. `id` is fresh, chosen by the world (dense small ints).
+//
+// With `placed_on`, the job is one the world found already running (or
+// suspended, `suspended`) on those GPUs, which it adopts there rather than
+// queueing it: a runtime whose state was restored from a backup older than
+// the job. The GPUs must be the job's count, on one server that is up, and
+// hold no job; else the event is refused. Its start is not counted.
 struct JobArrived {
+  JobArrived() = default;
+  JobArrived(JobId job, JobSpec job_spec)
+      : id(job), spec(std::move(job_spec)) {}
+  JobArrived(JobId job, JobSpec job_spec, std::vector<GpuId> gpus,
+             bool is_suspended)
+      : id(job),
+        spec(std::move(job_spec)),
+        placed_on(std::move(gpus)),
+        suspended(is_suspended) {}
+
   JobId id;
   JobSpec spec;
+  std::vector<GpuId> placed_on;
+  bool suspended = false;
 };
 // The job's process ended by itself: `success` when it completed its work.
 struct JobFinished {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdio>
 #include <iterator>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -354,6 +355,9 @@ Status Scheduler::Apply(const Event& event) {
             if (std::string err = ValidateJobSpec(e.spec); !err.empty()) {
               return InvalidArgument(JobRef(e.id) + ": " + err);
             }
+            if (!e.placed_on.empty()) {
+              GANDIVA_RETURN_IF_ERROR(CheckAdoptable(e));
+            }
             if (static_cast<size_t>(e.id.value) >= state_.jobs_.size()) {
               state_.jobs_.resize(static_cast<size_t>(e.id.value) + 1);
             }
@@ -364,7 +368,11 @@ Status Scheduler::Apply(const Event& event) {
             job.spec = e.spec;
             job.submitted = event.time;
             job.waiting_since = event.time;
-            state_.Enqueue(job);
+            if (e.placed_on.empty()) {
+              state_.Enqueue(job);
+            } else {
+              Adopt(job, e.placed_on, e.suspended);
+            }
             return Status::Ok();
           },
           [&](const JobFinished& e) -> Status {
@@ -756,6 +764,57 @@ void Scheduler::CarryOut(const MechanismRequest& m, Actions& actions) {
     case MechanismRequest::Kind::kResize:
       actions.Resize(m.job, std::move(gpus));
       return;
+  }
+}
+
+Status Scheduler::CheckAdoptable(const JobArrived& e) const {
+  const Cluster& cluster = state_.cluster_;
+  const std::string what = JobRef(e.id) + ": field 'placed_on': ";
+  if (static_cast<int>(e.placed_on.size()) != e.spec.gpus) {
+    return InvalidArgument(what + std::to_string(e.placed_on.size()) +
+                           " GPUs for a job of " + std::to_string(e.spec.gpus));
+  }
+  std::set<int32_t> seen;
+  for (GpuId g : e.placed_on) {
+    if (!g.valid() || g.value >= cluster.num_gpus()) {
+      return InvalidArgument(what + "no GPU " + std::to_string(g.value));
+    }
+    if (!seen.insert(g.value).second) {
+      return InvalidArgument(what + "GPU " + std::to_string(g.value) +
+                             " named twice");
+    }
+    const Gpu& gpu = cluster.gpu(g);
+    if (gpu.server != cluster.gpu(e.placed_on.front()).server) {
+      return InvalidArgument(what + "the GPUs are on more than one server");
+    }
+    if (!cluster.server(gpu.server).up) {
+      return Status(StatusCode::kFailedPrecondition,
+                    what + "GPU " + std::to_string(g.value) +
+                        " is on a server that is down");
+    }
+    if (!gpu.jobs.empty()) {
+      return Status(StatusCode::kFailedPrecondition,
+                    what + "GPU " + std::to_string(g.value) + " holds " +
+                        JobRef(gpu.jobs.front()));
+    }
+  }
+  return Status::Ok();
+}
+
+void Scheduler::Adopt(Job& job, const std::vector<GpuId>& gpus,
+                      bool suspended) {
+  state_.cluster_.Place(job.id, job.spec.gpus, gpus);
+  job.gpus = gpus;
+  ++state_.placed_;
+  job.launched = true;
+  job.first_started = state_.now_;
+  if (suspended) {
+    job.state = JobState::kSuspended;
+    SetWaiting(job, true);
+  } else {
+    state_.cluster_.Activate(job.gpus);
+    job.state = JobState::kRunning;
+    job.run_since = state_.now_;
   }
 }
 

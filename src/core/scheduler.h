@@ -116,6 +116,11 @@ class Scheduler {
   // Ends a pack when one of its jobs stops running there.
   void Unlink(Job& job);
 
+  // A JobArrived with `placed_on`: whether it can be adopted there, and
+  // adopting it (placed, running or suspended, launched).
+  Status CheckAdoptable(const JobArrived& e) const;
+  void Adopt(Job& job, const std::vector<GpuId>& gpus, bool suspended);
+
   // Bookkeeping helpers, shared with Actions.
   void SetWaiting(Job& job, bool waiting);
   void Unplace(Job& job);

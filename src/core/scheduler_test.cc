@@ -377,5 +377,111 @@ TEST(SchedulerTest, ServerDownRequeuesItsJobs) {
   EXPECT_EQ(h.job(a).state, JobState::kRunning);
 }
 
+// A job the world finds already running (a runtime restored from an older
+// backup) is adopted where it runs: placed and running, with no start.
+TEST(SchedulerTest, AJobArrivingPlacedIsAdoptedWhereItRuns) {
+  Harness h(std::make_unique<FifoPolicy>(), 2);
+  JobSpec two;
+  two.gpus = 2;
+  const auto out =
+      h.Send(JobArrived{JobId(7), two, {GpuId(5), GpuId(6)}, false});
+  EXPECT_EQ(CountKind(out, ActionKind::kStart), 0);
+  const Job& j = h.job(JobId(7));
+  EXPECT_EQ(j.state, JobState::kRunning);
+  EXPECT_TRUE(j.launched);
+  EXPECT_EQ(j.gpus, (std::vector<GpuId>{GpuId(5), GpuId(6)}));
+  EXPECT_EQ(j.run_since, h.now());
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(5)).active, 1);
+  EXPECT_EQ(h.state().placed_jobs(), 1);
+  EXPECT_EQ(h.state().counters().starts, 0);
+  EXPECT_TRUE(h.state().queue().empty());
+
+  // The others fill around it; a 4-GPU job waits for its server to empty.
+  const JobId a = h.Submit(2);
+  const JobId b = h.Submit(4);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_EQ(h.state().cluster().gpu(h.job(a).gpus[0]).server,
+            h.state().cluster().gpu(GpuId(5)).server);
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  // Its end frees its GPUs like any job's.
+  h.Send(JobFinished{JobId(7), true});
+  EXPECT_EQ(h.job(JobId(7)).state, JobState::kFinished);
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(5)).active, 0);
+  EXPECT_TRUE(h.state().cluster().gpu(GpuId(5)).jobs.empty());
+}
+
+TEST(SchedulerTest, AJobArrivingSuspendedIsAdoptedWaitingForATimeSlice) {
+  Harness h(std::make_unique<IdlePolicy>(), 1);
+  JobSpec one;
+  const auto out = h.Send(JobArrived{JobId(0), one, {GpuId(2)}, true});
+  EXPECT_TRUE(out.empty());
+  const Job& j = h.job(JobId(0));
+  EXPECT_EQ(j.state, JobState::kSuspended);
+  EXPECT_TRUE(j.launched);
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(2)).active, 0);
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(2)).jobs,
+            std::vector<JobId>{JobId(0)});
+  ASSERT_EQ(h.state().waiting().size(), 1u);
+  EXPECT_EQ(h.state().waiting().begin()->id, JobId(0));
+}
+
+TEST(SchedulerTest, AJobArrivingPlacedWhereItCannotBeIsRefusedAndNotKept) {
+  Harness h(std::make_unique<FifoPolicy>(), 2);
+  const JobId taken = h.Submit(1);
+  h.CompleteAll();
+  const GpuId busy = h.job(taken).gpus[0];
+  h.Send(ServerDown{ServerId(1)});
+  JobSpec one, two;
+  two.gpus = 2;
+  struct Case {
+    JobSpec spec;
+    std::vector<GpuId> gpus;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {one, {GpuId(1), GpuId(2)}, "2 GPUs for a job of 1"},
+      {one, {GpuId(99)}, "no GPU 99"},
+      {two, {GpuId(1), GpuId(1)}, "GPU 1 named twice"},
+      {two, {GpuId(3), GpuId(4)}, "more than one server"},
+      {one, {GpuId(5)}, "GPU 5 is on a server that is down"},
+      {one, {busy}, "holds job " + std::to_string(taken.value)},
+  };
+  for (const Case& c : cases) {
+    const Status st = h.TrySend(JobArrived{JobId(9), c.spec, c.gpus, false});
+    EXPECT_FALSE(st.ok()) << c.says;
+    EXPECT_NE(st.message().find("field 'placed_on'"), std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.message();
+    EXPECT_FALSE(h.state().has_job(JobId(9)));
+  }
+  EXPECT_EQ(h.state().placed_jobs(), 1);
+  // The id is still free: the job arrives to the queue.
+  h.Send(JobArrived{JobId(9), one});
+  EXPECT_TRUE(h.state().has_job(JobId(9)));
+}
+
+// The gandiva policy time-slices an adopted job with the others.
+TEST(SchedulerTest, TheGandivaPolicyTimeSlicesAnAdoptedJob) {
+  auto policy = MakePolicy("gandiva");
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  ServerSpec spec;
+  spec.gpus = 1;
+  Harness h(std::move(*policy), 1, spec);
+  h.Send(JobArrived{JobId(5), JobSpec{}, {GpuId(0)}, false});
+  h.Submit(1);
+  h.CompleteAll();
+  int suspends = 0;
+  for (int i = 0; i < 20; ++i) {
+    h.Advance(Duration::Seconds(60));
+    const auto out = h.Tick();
+    suspends += CountKind(out, ActionKind::kSuspend);
+    h.CompleteAll();
+  }
+  EXPECT_GT(suspends, 0);
+  EXPECT_GT(h.job(JobId(5)).suspends, 0);
+  EXPECT_NE(h.job(JobId(0)).first_started, Time::Never());
+}
+
 }  // namespace
 }  // namespace gandiva::core

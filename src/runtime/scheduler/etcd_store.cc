@@ -300,28 +300,57 @@ core::StatusOr<std::pair<int64_t, int64_t>> EtcdStore::MarkJobIdsLost(
   std::lock_guard lock(mu_);
   // The leader is the only writer: last_job_ is the counter's value.
   if (id <= last_job_) return std::pair<int64_t, int64_t>{0, 0};
+  auto read = LostIdsLocked();
+  if (!read.ok()) return read.status();
+  IdRanges lost = std::move(*read);
+  const std::pair<int64_t, int64_t> added{last_job_ + 1, id};
+  AddIdRange(&lost, added.first, added.second);
+  std::vector<ep::RequestOp> ops;
+  ops.push_back(PutOp(p_ + "counters/job", std::to_string(id)));
+  ops.push_back(
+      PutOp(p_ + "meta/" + kRestoreLostJobsMeta, FormatIdRanges(lost)));
+  GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
+  last_job_ = id;
+  return added;
+}
+
+core::Status EtcdStore::AdoptJob(int64_t id, const std::string& spec_json,
+                                 int64_t submitted_us) {
+  std::lock_guard lock(mu_);
+  auto read = LostIdsLocked();
+  if (!read.ok()) return read.status();
+  IdRanges lost = std::move(*read);
+  if (!FindIdRange(lost, id)) {
+    return core::FailedPrecondition("job " + std::to_string(id) +
+                                    " is not one a restore lost");
+  }
+  RemoveIdFromRanges(&lost, id);
+  JobRow row;
+  row.id = id;
+  row.spec_json = spec_json;
+  row.state = 1;  // QUEUED
+  row.submitted_us = submitted_us;
+  row.gpus_json = "[]";
+  std::vector<ep::RequestOp> ops;
+  ops.push_back(PutOp(Key("jobs", id), JobJson(row).dump()));
+  ops.push_back(
+      PutOp(p_ + "meta/" + kRestoreLostJobsMeta, FormatIdRanges(lost)));
+  return Fenced(std::move(ops)).status();
+}
+
+core::StatusOr<IdRanges> EtcdStore::LostIdsLocked() {
   const std::string key = p_ + "meta/" + kRestoreLostJobsMeta;
   ep::RangeRequest r;
   r.set_key(key);
   auto rep = etcd_.Range(r);
   if (!rep.ok()) return rep.status();
-  IdRanges lost;
-  if (!rep->kvs().empty()) {
-    auto parsed = ParseIdRanges(rep->kvs(0).value());
-    if (!parsed.ok()) {
-      return core::IoError("etcd key '" + key +
-                           "': " + parsed.status().message());
-    }
-    lost = std::move(*parsed);
+  if (rep->kvs().empty()) return IdRanges{};
+  auto parsed = ParseIdRanges(rep->kvs(0).value());
+  if (!parsed.ok()) {
+    return core::IoError("etcd key '" + key +
+                         "': " + parsed.status().message());
   }
-  const std::pair<int64_t, int64_t> added{last_job_ + 1, id};
-  AddIdRange(&lost, added.first, added.second);
-  std::vector<ep::RequestOp> ops;
-  ops.push_back(PutOp(p_ + "counters/job", std::to_string(id)));
-  ops.push_back(PutOp(key, FormatIdRanges(lost)));
-  GANDIVA_RETURN_IF_ERROR(Fenced(std::move(ops)).status());
-  last_job_ = id;
-  return added;
+  return parsed;
 }
 
 core::StatusOr<std::vector<JobRow>> EtcdStore::LoadJobs() {

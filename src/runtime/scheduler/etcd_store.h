@@ -70,6 +70,8 @@ class EtcdStore final : public Store {
                       int64_t submitted_us) override;
   core::StatusOr<std::pair<int64_t, int64_t>> MarkJobIdsLost(
       int64_t id) override;
+  core::Status AdoptJob(int64_t id, const std::string& spec_json,
+                        int64_t submitted_us) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
@@ -111,6 +113,8 @@ class EtcdStore final : public Store {
   // unless counters/archive-ended and counters/archive-name say it was
   // done (a store archived to before those keys existed); at Open.
   core::Status IndexArchive();
+  // The ids restores lost (meta/restore_lost_jobs). Requires mu_.
+  core::StatusOr<IdRanges> LostIdsLocked();
   // One fenced transaction of `ops`.
   core::StatusOr<etcdserverpb::TxnResponse> Fenced(
       std::vector<etcdserverpb::RequestOp> ops);

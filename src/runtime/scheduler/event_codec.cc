@@ -53,7 +53,14 @@ std::string EncodeEvent(const core::EventBody& body) {
   json j = std::visit(
       Overloaded{
           [](const core::JobArrived& e) {
-            return json{{"id", e.id.value}, {"spec", SpecToJson(e.spec)}};
+            json out{{"id", e.id.value}, {"spec", SpecToJson(e.spec)}};
+            if (!e.placed_on.empty()) {  // an adopted job only
+              json gpus = json::array();
+              for (core::GpuId g : e.placed_on) gpus.push_back(g.value);
+              out["placed_on"] = std::move(gpus);
+              out["suspended"] = e.suspended;
+            }
+            return out;
           },
           [](const core::JobFinished& e) {
             return json{{"job", e.job.value}, {"success", e.success}};
@@ -123,8 +130,15 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       return core::Duration::Micros(j.at("took_us").get<int64_t>());
     };
     if (kind == "JobArrived") {
-      return core::EventBody(core::JobArrived{
-          core::JobId(j.at("id").get<int32_t>()), SpecFromJson(j.at("spec"))});
+      core::JobArrived e(core::JobId(j.at("id").get<int32_t>()),
+                         SpecFromJson(j.at("spec")));
+      if (j.contains("placed_on")) {
+        for (const json& g : j.at("placed_on")) {
+          e.placed_on.emplace_back(g.get<int32_t>());
+        }
+        e.suspended = j.at("suspended").get<bool>();
+      }
+      return core::EventBody(std::move(e));
     }
     if (kind == "JobFinished") {
       return core::EventBody(

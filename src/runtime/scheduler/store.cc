@@ -20,8 +20,10 @@ namespace {
 
 constexpr const char* kJobIdFloor = "job_id_floor";
 
-// The highest job id a gandiva store has given (below).
+// The highest job id a gandiva store has given, and the ids restores lost
+// (below).
 core::StatusOr<int64_t> IdsGiven(sqlite3* db);
+core::StatusOr<IdRanges> LostIds(sqlite3* db);
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta(
@@ -169,6 +171,8 @@ class SqliteStore final : public Store {
                       int64_t submitted_us) override;
   core::StatusOr<std::pair<int64_t, int64_t>> MarkJobIdsLost(
       int64_t id) override;
+  core::Status AdoptJob(int64_t id, const std::string& spec_json,
+                        int64_t submitted_us) override;
   core::StatusOr<std::vector<JobRow>> LoadJobs() override;
   core::StatusOr<std::optional<JobRow>> LoadJob(int64_t id) override;
   core::Status ArchiveJobs(std::span<const JobRow> rows) override;
@@ -387,20 +391,9 @@ core::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::MarkJobIdsLost(
     if (!given.ok()) return given.status();
     const int64_t last = *given;
     if (id <= last) return core::Status::Ok();
-    Stmt get(db_, "SELECT value FROM meta WHERE key = ?");
-    GANDIVA_RETURN_IF_ERROR(get.prepared());
-    get.Bind(1, std::string(kRestoreLostJobsMeta));
-    IdRanges lost;
-    if (const int rc = get.Step(); rc == SQLITE_ROW) {
-      auto parsed = ParseIdRanges(get.Text(0));
-      if (!parsed.ok()) {
-        return core::IoError(std::string("meta '") + kRestoreLostJobsMeta +
-                             "': " + parsed.status().message());
-      }
-      lost = std::move(*parsed);
-    } else if (rc != SQLITE_DONE) {
-      return get.StepError();
-    }
+    auto read = LostIds(db_);
+    if (!read.ok()) return read.status();
+    IdRanges lost = std::move(*read);
     AddIdRange(&lost, last + 1, id);
     Stmt put(db_,
              "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?), (?, ?)");
@@ -416,6 +409,32 @@ core::StatusOr<std::pair<int64_t, int64_t>> SqliteStore::MarkJobIdsLost(
   if (!st.ok()) return st;
   if (added.second > 0) job_id_floor_ = id;
   return added;
+}
+
+core::Status SqliteStore::AdoptJob(int64_t id, const std::string& spec_json,
+                                   int64_t submitted_us) {
+  std::lock_guard lock(mu_);
+  return InTransaction([&]() -> core::Status {
+    auto read = LostIds(db_);
+    if (!read.ok()) return read.status();
+    IdRanges lost = std::move(*read);
+    if (!FindIdRange(lost, id)) {
+      return core::FailedPrecondition("job " + std::to_string(id) +
+                                      " is not one a restore lost");
+    }
+    RemoveIdFromRanges(&lost, id);
+    Stmt row(db_,
+             "INSERT INTO jobs(id, spec, state, submitted_us) "
+             "VALUES(?, ?, 1, ?)");
+    GANDIVA_RETURN_IF_ERROR(row.prepared());
+    row.Bind(1, id).Bind(2, spec_json).Bind(3, submitted_us);
+    GANDIVA_RETURN_IF_ERROR(row.Run());
+    Stmt put(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)");
+    GANDIVA_RETURN_IF_ERROR(put.prepared());
+    put.Bind(1, std::string(kRestoreLostJobsMeta))
+        .Bind(2, FormatIdRanges(lost));
+    return put.Run();
+  });
 }
 
 namespace {
@@ -810,6 +829,22 @@ core::StatusOr<int64_t> IdsGiven(sqlite3* db) {
   return (*row)[0];
 }
 
+// The ids restores lost (meta kRestoreLostJobsMeta; none without it).
+core::StatusOr<IdRanges> LostIds(sqlite3* db) {
+  Stmt get(db, "SELECT value FROM meta WHERE key = ?");
+  GANDIVA_RETURN_IF_ERROR(get.prepared());
+  get.Bind(1, std::string(kRestoreLostJobsMeta));
+  const int rc = get.Step();
+  if (rc == SQLITE_DONE) return IdRanges{};
+  if (rc != SQLITE_ROW) return get.StepError();
+  auto parsed = ParseIdRanges(get.Text(0));
+  if (!parsed.ok()) {
+    return core::IoError(std::string("meta '") + kRestoreLostJobsMeta +
+                         "': " + parsed.status().message());
+  }
+  return parsed;
+}
+
 // Copies every page of `src` into `dst` (SQLite's backup API) in one step:
 // one read transaction of `src`, so one moment's state, and one write
 // transaction of `dst`, so `dst` is its old self or the copy, never part.
@@ -897,6 +932,19 @@ void AddIdRange(IdRanges* ranges, int64_t first, int64_t last) {
   }
   out.emplace_back(first, last);
   std::sort(out.begin(), out.end());
+  *ranges = std::move(out);
+}
+
+void RemoveIdFromRanges(IdRanges* ranges, int64_t id) {
+  IdRanges out;
+  for (const auto& [first, last] : *ranges) {
+    if (id < first || id > last) {
+      out.emplace_back(first, last);
+      continue;
+    }
+    if (first < id) out.emplace_back(first, id - 1);
+    if (id < last) out.emplace_back(id + 1, last);
+  }
   *ranges = std::move(out);
 }
 

@@ -151,6 +151,13 @@ class Store {
   // this store knows, or knew and pruned).
   virtual core::StatusOr<std::pair<int64_t, int64_t>> MarkJobIdsLost(
       int64_t id) = 0;
+  // Stores a job that a store this one replaced gave and this one lost
+  // (MarkJobIdsLost recorded its id), adopted from the agent that still
+  // runs it: in one transaction, a row with that id (QUEUED, submitted at
+  // `submitted_us`), and the id taken out of the lost ones. Fails
+  // (kFailedPrecondition) when `id` is not a lost one.
+  virtual core::Status AdoptJob(int64_t id, const std::string& spec_json,
+                                int64_t submitted_us) = 0;
   // Stores one new job in its own transaction; returns its id.
   core::StatusOr<int64_t> InsertJob(const std::string& spec_json,
                                     int64_t submitted_us);
@@ -246,6 +253,8 @@ core::StatusOr<IdRanges> ParseIdRanges(const std::string& text);
 std::string FormatIdRanges(const IdRanges& ranges);
 // Adds first..last, merged with the ranges it overlaps or touches.
 void AddIdRange(IdRanges* ranges, int64_t first, int64_t last);
+// Takes `id` out of `ranges` (the range holding it splits in two).
+void RemoveIdFromRanges(IdRanges* ranges, int64_t id);
 // The range of `ranges` holding `id`, if any.
 std::optional<std::pair<int64_t, int64_t>> FindIdRange(const IdRanges& ranges,
                                                        int64_t id);

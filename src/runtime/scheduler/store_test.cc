@@ -408,6 +408,53 @@ TEST_P(StoreTest, IdsMarkedLostAreNotGiven) {
   EXPECT_FALSE(st.LoadJob(5).value().has_value());
 }
 
+// A lost job adopted from the agent that runs it gets a row with its own id
+// and is no longer lost, after a reopen too; ids given go on past the lost
+// ones; an id that is not lost cannot be adopted.
+TEST_P(StoreTest, ALostJobAdoptedGetsItsRowAndIsNoLongerLost) {
+  {
+    auto s = Open();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    Store& st = **s;
+    ASSERT_EQ(st.InsertJobs(std::vector<std::string>(2, "{}"), 1).count, 2u);
+    EXPECT_EQ(st.MarkJobIdsLost(6).value(),
+              (std::pair<int64_t, int64_t>{3, 6}));
+    ASSERT_TRUE(st.AdoptJob(4, "{\"name\":\"four\"}", 77).ok());
+    const auto row = st.LoadJob(4).value();
+    ASSERT_TRUE(row.has_value());
+    EXPECT_EQ(row->spec_json, "{\"name\":\"four\"}");
+    EXPECT_EQ(row->submitted_us, 77);
+    EXPECT_EQ(row->state, 1);
+    EXPECT_EQ(st.GetMeta(kRestoreLostJobsMeta).value(),
+              std::optional<std::string>("3-3,5-6"));
+    for (int64_t id : {2, 4, 7}) {
+      const core::Status again = st.AdoptJob(id, "{}", 1);
+      EXPECT_EQ(again.code(), core::StatusCode::kFailedPrecondition) << id;
+      EXPECT_NE(again.message().find("is not one a restore lost"),
+                std::string::npos)
+          << again.message();
+    }
+    ASSERT_TRUE(st.AdoptJob(6, "{}", 78).ok());
+    EXPECT_EQ(*st.InsertJob("{}", 2), 7);
+  }
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  EXPECT_EQ(st.GetMeta(kRestoreLostJobsMeta).value(),
+            std::optional<std::string>("3-3,5-5"));
+  std::vector<int64_t> ids;
+  const auto rows = st.LoadJobs();
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  for (const JobRow& r : *rows) ids.push_back(r.id);
+  EXPECT_EQ(ids, (std::vector<int64_t>{1, 2, 4, 6, 7}));
+  EXPECT_EQ(*st.InsertJob("{}", 3), 8);
+  ASSERT_TRUE(st.AdoptJob(3, "{}", 79).ok());
+  ASSERT_TRUE(st.AdoptJob(5, "{}", 80).ok());
+  EXPECT_EQ(st.GetMeta(kRestoreLostJobsMeta).value(),
+            std::optional<std::string>(""));
+  EXPECT_EQ(*st.InsertJob("{}", 4), 9);
+}
+
 // Archived jobs are left out of LoadJobs, from then on and after a reopen,
 // and LoadJob still reads them; ids go on after them. 150 jobs: etcd moves
 // them in several transactions.
@@ -997,6 +1044,11 @@ TEST(IdRangesTest, ParseFormatAndMerge) {
   EXPECT_EQ(FormatIdRanges(*r), "1-1,3-9,12-20");
   EXPECT_EQ(FindIdRange(*r, 15), (std::pair<int64_t, int64_t>{12, 20}));
   EXPECT_FALSE(FindIdRange(*r, 10).has_value());
+  RemoveIdFromRanges(&*r, 15);
+  RemoveIdFromRanges(&*r, 3);
+  RemoveIdFromRanges(&*r, 1);
+  RemoveIdFromRanges(&*r, 10);  // in none
+  EXPECT_EQ(FormatIdRanges(*r), "4-9,12-14,16-20");
   EXPECT_TRUE(ParseIdRanges("").value().empty());
   for (const char* bad : {"3", "5-3", "0-2", "3-5,", "3-5x", "a-b"}) {
     auto p = ParseIdRanges(bad);
@@ -1044,6 +1096,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
                          core::Duration::Micros(5), "no library", true},
       core::CordonRequest{core::ServerId(1), true},
       core::CordonRequest{core::ServerId(0), false},
+      core::JobArrived{
+          core::JobId(5), spec, {core::GpuId(3), core::GpuId(2)}, true},
   };
   for (const core::EventBody& e : events) {
     const std::string text = EncodeEvent(e);
@@ -1056,6 +1110,13 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       std::get<core::JobArrived>(*DecodeEvent(EncodeEvent(events[0])));
   EXPECT_EQ(arrived.spec.vc, "vc1");
   EXPECT_EQ(arrived.spec.model, 3);
+  EXPECT_TRUE(arrived.placed_on.empty());
+  EXPECT_EQ(EncodeEvent(events[0]).find("placed_on"), std::string::npos);
+  auto adopted =
+      std::get<core::JobArrived>(*DecodeEvent(EncodeEvent(events.back())));
+  EXPECT_EQ(adopted.placed_on,
+            (std::vector<core::GpuId>{core::GpuId(3), core::GpuId(2)}));
+  EXPECT_TRUE(adopted.suspended);
   auto server = std::get<core::ServerUp>(*DecodeEvent(EncodeEvent(up)));
   EXPECT_EQ(server.spec.gpu_memory_gb, 79.5);
   // A log written before servers reported their GPUs' memory.
