@@ -23,6 +23,8 @@ namespace gandiva::core {
 // queueing it: a runtime whose state was restored from a backup older than
 // the job. The GPUs must be the job's count, on one server that is up, and
 // hold no job; else the event is refused. Its start is not counted.
+// `submitted` (such a job's, before this event) is when it was submitted;
+// Never: at this event.
 struct JobArrived {
   JobArrived() = default;
   JobArrived(JobId job, JobSpec job_spec)
@@ -38,6 +40,7 @@ struct JobArrived {
   JobSpec spec;
   std::vector<GpuId> placed_on;
   bool suspended = false;
+  Time submitted = Time::Never();
 };
 // The job's process ended by itself: `success` when it completed its work.
 struct JobFinished {

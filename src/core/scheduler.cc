@@ -355,6 +355,10 @@ Status Scheduler::Apply(const Event& event) {
             if (std::string err = ValidateJobSpec(e.spec); !err.empty()) {
               return InvalidArgument(JobRef(e.id) + ": " + err);
             }
+            if (e.submitted != Time::Never() && e.submitted > event.time) {
+              return InvalidArgument(JobRef(e.id) +
+                                     ": field 'submitted': after the event");
+            }
             if (!e.placed_on.empty()) {
               GANDIVA_RETURN_IF_ERROR(CheckAdoptable(e));
             }
@@ -366,7 +370,8 @@ Status Scheduler::Apply(const Event& event) {
             if (state_.touched_ != nullptr) state_.touched_->push_back(e.id);
             job.id = e.id;
             job.spec = e.spec;
-            job.submitted = event.time;
+            job.submitted =
+                e.submitted == Time::Never() ? event.time : e.submitted;
             job.waiting_since = event.time;
             if (e.placed_on.empty()) {
               state_.Enqueue(job);

@@ -53,6 +53,10 @@ class Scheduler {
   // Applies `event` and appends the resulting actions to `out`. Time must not
   // go backwards.
   Status Handle(const Event& event, std::vector<Action>& out);
+  // Whether a JobArrived with `placed_on` could be adopted there now (what
+  // Handle checks of it besides its id and spec): the world asks before it
+  // logs one.
+  Status CheckAdoptable(const JobArrived& e) const;
 
   // Whether an operator's request could be carried out now (what Handle
   // would say of it), without carrying it out.
@@ -116,9 +120,8 @@ class Scheduler {
   // Ends a pack when one of its jobs stops running there.
   void Unlink(Job& job);
 
-  // A JobArrived with `placed_on`: whether it can be adopted there, and
-  // adopting it (placed, running or suspended, launched).
-  Status CheckAdoptable(const JobArrived& e) const;
+  // Adopts a JobArrived with `placed_on` (placed, running or suspended,
+  // launched).
   void Adopt(Job& job, const std::vector<GpuId>& gpus, bool suspended);
 
   // Bookkeeping helpers, shared with Actions.

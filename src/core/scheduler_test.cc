@@ -383,14 +383,17 @@ TEST(SchedulerTest, AJobArrivingPlacedIsAdoptedWhereItRuns) {
   Harness h(std::make_unique<FifoPolicy>(), 2);
   JobSpec two;
   two.gpus = 2;
-  const auto out =
-      h.Send(JobArrived{JobId(7), two, {GpuId(5), GpuId(6)}, false});
+  h.Advance(Duration::Seconds(100));
+  JobArrived adopted{JobId(7), two, {GpuId(5), GpuId(6)}, false};
+  adopted.submitted = Time::FromMicros(30'000'000);
+  const auto out = h.Send(adopted);
   EXPECT_EQ(CountKind(out, ActionKind::kStart), 0);
   const Job& j = h.job(JobId(7));
   EXPECT_EQ(j.state, JobState::kRunning);
   EXPECT_TRUE(j.launched);
   EXPECT_EQ(j.gpus, (std::vector<GpuId>{GpuId(5), GpuId(6)}));
   EXPECT_EQ(j.run_since, h.now());
+  EXPECT_EQ(j.submitted, Time::FromMicros(30'000'000));
   EXPECT_EQ(h.state().cluster().gpu(GpuId(5)).active, 1);
   EXPECT_EQ(h.state().placed_jobs(), 1);
   EXPECT_EQ(h.state().counters().starts, 0);
@@ -456,8 +459,15 @@ TEST(SchedulerTest, AJobArrivingPlacedWhereItCannotBeIsRefusedAndNotKept) {
     EXPECT_FALSE(h.state().has_job(JobId(9)));
   }
   EXPECT_EQ(h.state().placed_jobs(), 1);
+  JobArrived later{JobId(9), one};
+  later.submitted = h.now() + Duration::Seconds(1);
+  const Status st = h.TrySend(later);
+  EXPECT_NE(st.message().find("field 'submitted': after the event"),
+            std::string::npos)
+      << st.message();
   // The id is still free: the job arrives to the queue.
   h.Send(JobArrived{JobId(9), one});
+  EXPECT_EQ(h.job(JobId(9)).submitted, h.now());
   EXPECT_TRUE(h.state().has_job(JobId(9)));
 }
 

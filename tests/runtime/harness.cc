@@ -473,7 +473,11 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
 }
 
 int ProcessesRunning(const std::string& needle) {
-  int n = 0;
+  return static_cast<int>(PidsRunning(needle).size());
+}
+
+std::vector<int> PidsRunning(const std::string& needle) {
+  std::vector<int> pids;
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -487,9 +491,12 @@ int ProcessesRunning(const std::string& needle) {
     const bool shell =
         argv0.size() >= 2 && argv0.substr(argv0.size() - 2) == "sh";
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-    if (!shell && cmd.find(needle) != std::string::npos) ++n;
+    if (!shell && cmd.find(needle) != std::string::npos) {
+      pids.push_back(std::stoi(name));
+    }
   }
-  return n;
+  std::sort(pids.begin(), pids.end());
+  return pids;
 }
 
 }  // namespace gandiva::e2e

@@ -179,6 +179,8 @@ bool WaitEnded(TestCluster& c, int64_t id, std::chrono::seconds timeout);
 // Processes of this machine whose command line mentions `needle` (not
 // counting the shells that run them).
 int ProcessesRunning(const std::string& needle);
+// Their pids, ascending.
+std::vector<int> PidsRunning(const std::string& needle);
 
 // Lines of `text` that contain `needle`.
 int CountLines(const std::string& text, const std::string& needle);

@@ -513,10 +513,11 @@ TEST(BackupE2eTest, AStoreBackedUpWhileTheDaemonServesIsRestored) {
 
 // A store restored onto a new machine (the database it replaced is gone
 // with the old one): the daemon learns from its agent, whose process of a
-// job submitted after the backup still runs, that the job's id was given;
-// it kills that process and never gives the id again. The job the backup
-// holds runs on.
-TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
+// job submitted after the backup still runs, that the job's id was given,
+// and adopts the job from the spec the agent kept with the process: it
+// runs on, the same process, under its own id and name, and the id is not
+// lost. The job the backup holds runs on too.
+TEST(BackupE2eTest, AStoreRestoredOntoANewMachineAdoptsTheJobsItsAgentRuns) {
   TestCluster c({.policy = "fifo", .agents = 1});
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
@@ -538,12 +539,14 @@ TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
   std::string out;
   ASSERT_EQ(run({"--db", db.string(), "--backup-to", backup.string()}, &out), 0)
       << out;
-  spec.set_name("lost");
+  spec.set_name("late");
   spec.set_command("exec sleep 7119");
   ASSERT_EQ(c.Submit(spec, &error), 2) << error;
   ASSERT_TRUE(running(2)) << Describe(c, 2);
   ASSERT_TRUE(WaitUntil([] { return ProcessesRunning("sleep 7119") == 1; },
                         seconds(10)));
+  const std::vector<int> late_pid = PidsRunning("sleep 7119");
+  const int64_t late_submitted = c.Job(2).submitted_us();
 
   const int port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
   c.scheduler()->Stop();
@@ -557,26 +560,22 @@ TEST(BackupE2eTest, AStoreRestoredOntoANewMachineLearnsLostIdsFromItsAgent) {
   EXPECT_EQ(out.find("lost"), std::string::npos) << out;  // not known yet
   ASSERT_TRUE(c.StartScheduler(port, &error)) << error;
 
-  ASSERT_TRUE(WaitUntil([] { return ProcessesRunning("sleep 7119") == 0; },
-                        seconds(30)))
-      << c.Logs();
+  ASSERT_TRUE(running(2)) << Describe(c, 2) << c.Logs();
+  const rpc::JobInfo late = c.Job(2);
+  EXPECT_EQ(late.spec().name(), "late");
+  EXPECT_EQ(late.submitted_us(), late_submitted);
+  EXPECT_EQ(PidsRunning("sleep 7119"), late_pid);  // the same process
   EXPECT_EQ(ProcessesRunning("sleep 7117"), 1);
   EXPECT_EQ(c.Job(1).state(), rpc::RUNNING) << Describe(c, 1);
   std::string shown;
-  EXPECT_EQ(c.Cli({"show", "2"}, &shown), 1);
-  EXPECT_NE(shown.find("job 2 is not in this store: it was submitted after "
-                       "the backup the store was restored from (its id is "
-                       "not given again)"),
+  EXPECT_EQ(c.Cli({"show", "2"}, &shown), 0) << shown;
+  EXPECT_NE(shown.find("its process on agent-0 was kept, running"),
             std::string::npos)
       << shown;
   std::string listed;
   EXPECT_EQ(c.Cli({"ls", "--all"}, &listed), 0) << listed;
-  EXPECT_NE(listed.find("(lost: job 2, submitted after the backup the store "
-                        "was restored from)"),
-            std::string::npos)
-      << listed;
-  EXPECT_EQ(c.Cli({"ls"}, &listed), 0) << listed;
   EXPECT_EQ(listed.find("lost"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("late"), std::string::npos) << listed;
   spec.set_name("next");
   EXPECT_EQ(c.Submit(spec, &error), 3) << error;
 }

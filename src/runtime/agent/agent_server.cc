@@ -294,6 +294,9 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
     *j.mutable_progress() = ToProgress(v);
     j.set_has_checkpoint(v.has_checkpoint);
     j.set_submitted_us(v.submitted_us);
+    if (!v.spec.empty() && !j.mutable_spec()->ParseFromString(v.spec)) {
+      j.clear_spec();
+    }
     return j;
   }
 
@@ -330,6 +333,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
           p.warm = req->warm();
           p.resume_local = req->resume_local();
           p.submitted_us = req->submitted_us();
+          if (!req->has_gang()) p.spec = req->spec().SerializeAsString();
           int32_t master_port = 0;
           if (req->has_gang()) {
             auto env = GangEnv(*req, &master_port);

@@ -436,6 +436,9 @@ TEST_F(AgentServerTest, ReRegistersAfterTheDaemonRestartsAndKeepsExits) {
   ASSERT_EQ(regs[0].jobs_size(), 1);  // the job still running
   EXPECT_EQ(regs[0].jobs(0).job_id(), 1);
   EXPECT_EQ(regs[0].jobs(0).state(), rpc::RUNNING);
+  // With the spec it was started with (a daemon that lost it adopts it).
+  EXPECT_EQ(regs[0].jobs(0).spec().command(), "exec sleep 1000");
+  EXPECT_EQ(regs[0].jobs(0).spec().gpus(), 1);
   const size_t seen = daemon_->reports().size();
   ASSERT_TRUE(WaitUntil([&] { return daemon_->reports().size() >= seen + 2; }));
   ASSERT_EQ(daemon_->ExitsOf(2).size(), 1u);

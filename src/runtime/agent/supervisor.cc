@@ -251,6 +251,7 @@ bool ProcessGroupStopped(pid_t pgid) {
 struct Supervisor::JobRec {
   int64_t job_id = 0;
   int64_t submitted_us = 0;  // StartParams::submitted_us
+  std::string spec;          // StartParams::spec
   pid_t pid = 0;             // child and process group id
   std::vector<int> gpus;
   std::string log_path;
@@ -660,6 +661,7 @@ core::StatusOr<std::shared_ptr<Supervisor::JobRec>> Supervisor::NewJobRec(
   auto job = std::make_shared<JobRec>();
   job->job_id = params.job_id;
   job->submitted_us = params.submitted_us;
+  job->spec = params.spec;
   job->gpus = params.gpus;
   job->log_path = LogPath(params.job_id);
   job->page_path = PagePath(params.job_id);
@@ -1076,6 +1078,7 @@ std::vector<JobView> Supervisor::Jobs(bool include_exited) const {
     v.gang = job->gang;
     v.has_checkpoint = held_.contains(job->job_id);
     v.submitted_us = job->submitted_us;
+    v.spec = job->spec;
     if (job->state == RunState::kRunning) {
       const bool shared =
           std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& kv) {

@@ -106,6 +106,11 @@ struct StartParams {
   // (HeldCheckpointSubmitted); resume_local refuses a held checkpoint of
   // another submission.
   int64_t submitted_us = 0;
+  // The job's spec as the daemon sent it (a serialized rpc::JobSpec),
+  // kept with the process and reported back (JobView::spec): a daemon
+  // whose store lost the job (restored from an older backup) adopts it
+  // from that. The supervisor does not read it.
+  std::string spec;
 };
 
 // The variables of a gang part, in the order the launcher documents them.
@@ -178,6 +183,7 @@ struct JobView {
   bool has_checkpoint = false;  // HeldCheckpoint(job_id) is set
   client::Metric metric;        // the job's last reported one
   int64_t submitted_us = 0;     // StartParams::submitted_us
+  std::string spec;             // StartParams::spec
 };
 
 struct ExitRecord {

@@ -60,6 +60,9 @@ std::string EncodeEvent(const core::EventBody& body) {
               out["placed_on"] = std::move(gpus);
               out["suspended"] = e.suspended;
             }
+            if (e.submitted != core::Time::Never()) {
+              out["submitted_us"] = e.submitted.micros();
+            }
             return out;
           },
           [](const core::JobFinished& e) {
@@ -137,6 +140,10 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
           e.placed_on.emplace_back(g.get<int32_t>());
         }
         e.suspended = j.at("suspended").get<bool>();
+      }
+      if (j.contains("submitted_us")) {
+        e.submitted =
+            core::Time::FromMicros(j.at("submitted_us").get<int64_t>());
       }
       return core::EventBody(std::move(e));
     }

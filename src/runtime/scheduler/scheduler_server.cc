@@ -2627,6 +2627,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     } else if (!c.server(ServerId(id)).up) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId(id)}));
     }
+    // Before it opens again, which may place queued jobs on their GPUs.
+    MarkLostIds(a, r);
+    const std::set<int32_t> killed = AdoptLostJobs(a, r);
     if (open_again && c.server(ServerId(id)).cordoned) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), false}));
     }
@@ -2638,7 +2641,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     Log("agent '" + a.name + "' registered as server " + std::to_string(id) +
         " at " + a.address + " with " + std::to_string(r.jobs_size()) +
         " jobs");
-    Reconcile(a, r);
+    Reconcile(a, r, killed);
     return id;
   }
 
@@ -2697,11 +2700,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   // Makes the daemon's view and the agent's agree after a (re-)registration.
-  void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r) {
-    MarkLostIds(a, r);
+  // The processes of `killed` are already dealt with (AdoptLostJobs).
+  void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r,
+                 const std::set<int32_t>& killed) {
     std::map<int32_t, rpc::JobState> reported;
     for (const rpc::AgentJob& j : r.jobs()) {
       const int32_t id = static_cast<int32_t>(j.job_id());
+      if (killed.contains(id)) continue;
       JobExtra* x = Extra(id);
       const bool other = OtherSubmission(id, j.submitted_us());
       const bool ours = !other && x != nullptr && !IsEnded(id) &&
@@ -4581,6 +4586,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                                    "': " + ranges.status().message());
     }
     lost_ids = std::make_shared<const IdRanges>(std::move(*ranges));
+    if (lost_ids->empty()) return core::Status::Ok();  // all adopted
     Log("this store was restored from a backup: jobs " +
         FormatIdRanges(*lost_ids) +
         " were submitted after it and are lost; their ids are not given "
@@ -4641,6 +4647,107 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         "backup, and jobs " +
         std::to_string(added->first) + "-" + std::to_string(added->second) +
         " are lost; their ids are not given again");
+  }
+
+  // The processes a registering agent runs of jobs whose ids this store
+  // lost (MarkLostIds: it was restored from a backup older than they are),
+  // each listed with the spec it was started with: adopted, with their own
+  // id and submission time, rather than killed. A job is kept running (or
+  // suspended) where it is when its GPUs hold no other job; otherwise its
+  // process is killed and it is queued: it starts again from the beginning
+  // (the kill goes out before any start). A part of a multi-server job,
+  // listed without a spec, is not adopted (Reconcile kills it, its id
+  // lost, as before). Returns the jobs whose process it killed.
+  std::set<int32_t> AdoptLostJobs(const AgentConn& a,
+                                  const rpc::RegisterAgentRequest& r) {
+    std::set<int32_t> killed;
+    if (cluster_id.empty() || r.cluster_id() != cluster_id ||
+        lost_ids->empty()) {
+      return killed;
+    }
+    for (const rpc::AgentJob& j : r.jobs()) {
+      const int64_t id64 = j.job_id();
+      if (id64 <= 0 || id64 > std::numeric_limits<int32_t>::max() ||
+          extras.contains(static_cast<int32_t>(id64)) ||
+          !FindIdRange(*lost_ids, id64) || !j.has_spec()) {
+        continue;
+      }
+      const auto id = static_cast<int32_t>(id64);
+      const std::string what = "agent '" + a.name + "' runs job " +
+                               std::to_string(id) +
+                               ", which this store lost, and ";
+      const int64_t now = Now();
+      if (std::string bad = CheckSpec(j.spec()); !bad.empty()) {
+        Log(what + "its spec is refused (" + bad + "): not adopted");
+        continue;
+      }
+      if (j.submitted_us() <= 0 || j.submitted_us() > now) {
+        Log(what + "its submission time (" + std::to_string(j.submitted_us()) +
+            " us) is not before now: not adopted");
+        continue;
+      }
+      core::JobArrived e{JobId(id), ToCoreSpec(j.spec())};
+      e.submitted = core::Time::FromMicros(j.submitted_us());
+      e.suspended = j.state() == rpc::SUSPENDED;
+      const core::Server& server = st().cluster().server(a.id);
+      std::vector<int32_t> local;
+      for (int32_t g : j.gpus()) {
+        if (g < 0 || g >= server.spec.gpus) {
+          local.clear();
+          break;
+        }
+        local.push_back(g);
+        e.placed_on.emplace_back(server.first_gpu.value + g);
+      }
+      std::string not_kept;
+      if (local.empty()) {
+        not_kept = "its GPUs are not this server's";
+      } else if (core::Status fits = sched->CheckAdoptable(e); !fits.ok()) {
+        not_kept = fits.message();
+      }
+      if (!not_kept.empty()) e.placed_on.clear();
+      const std::string json = SpecToJson(j.spec());
+      if (core::Status s = store->AdoptJob(id, json, j.submitted_us());
+          !s.ok()) {
+        Log(what + "the store cannot take it: " + s.ToString() +
+            "; not adopted");
+        continue;
+      }
+      auto ranges = std::make_shared<IdRanges>(*lost_ids);
+      RemoveIdFromRanges(ranges.get(), id);
+      lost_ids = std::move(ranges);
+      AddExtra(id, j.spec(), json);
+      if (!not_kept.empty()) {
+        ++extras[id].ignore_exits[a.id.value];
+        KillAt(id, Proc{a.id, {}, true}, InternalActionId());
+        killed.insert(id);
+      }
+      if (core::Status fed = Feed(e); !fed.ok()) {
+        // Stored: a restart hands it to the core (ArriveUnarrived).
+        Log(what + "its arrival failed: " + fed.ToString());
+        continue;
+      }
+      JobExtra& x = *Extra(id);
+      x.progress = j.progress();
+      if (not_kept.empty()) {
+        x.proc = Proc::At({Part{a.id, local}});
+        History(id, "adopt", true, 0,
+                "its process on " + a.name + " was kept, " +
+                    (e.suspended ? "suspended" : "running") +
+                    " (submitted after the backup this store was restored "
+                    "from, its record lost)");
+      } else {
+        History(id, "adopt", true, 0,
+                "queued (submitted after the backup this store was restored "
+                "from, its record lost); its process on " +
+                    a.name + " could not be kept (" + not_kept +
+                    "): it starts again from the beginning");
+      }
+      Log("agent '" + a.name + "' runs job " + std::to_string(id) +
+          ", which this store lost: adopted, " +
+          (not_kept.empty() ? "its process kept" : "queued"));
+    }
+    return killed;
   }
 
   // A process or a checkpoint an agent lists for job `id`, of the job

@@ -82,6 +82,9 @@ class FakeAgent final : public rpc::Agent::Service {
     rpc::JobState state;
     std::vector<int32_t> gpus;
     int64_t submitted_us = 0;  // StartJobRequest.submitted_us
+    // StartJobRequest.spec, listed at registration (AgentJob.spec), as a
+    // real agent does for a job on its server alone.
+    std::optional<rpc::JobSpec> spec{};
   };
 
   grpc::Status StartJob(grpc::ServerContext*, const rpc::StartJobRequest* r,
@@ -119,7 +122,8 @@ class FakeAgent final : public rpc::Agent::Service {
     if (r->resume_local()) ++resume_local_starts_[r->job_id()];
     procs_[r->job_id()] = Proc{
         rpc::RUNNING, std::vector<int32_t>(r->gpus().begin(), r->gpus().end()),
-        r->submitted_us()};
+        r->submitted_us(),
+        r->has_gang() ? std::nullopt : std::optional<rpc::JobSpec>(r->spec())};
     start_gpus_[r->job_id()] = procs_[r->job_id()].gpus;
     ever_ran_.insert(r->job_id());
     rep->set_pid(1000 + r->job_id());
@@ -349,6 +353,14 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     procs_[job] = Proc{state, {0}, submitted_us};
   }
+  // The same, listed with the spec it was started with, on local GPUs
+  // `gpus` (a process a real agent started for a job on its server alone).
+  void PlantWithSpec(int64_t job, const rpc::JobSpec& spec,
+                     int64_t submitted_us, std::vector<int32_t> gpus,
+                     rpc::JobState state = rpc::RUNNING) {
+    std::lock_guard lock(mu_);
+    procs_[job] = Proc{state, std::move(gpus), submitted_us, spec};
+  }
   // Forgets a job without an exit (as if the node lost it).
   void Lose(int64_t job) {
     std::lock_guard lock(mu_);
@@ -513,6 +525,7 @@ class FakeAgent final : public rpc::Agent::Service {
       j->set_state(p.state);
       for (int32_t g : p.gpus) j->add_gpus(g);
       j->set_submitted_us(p.submitted_us);
+      if (p.spec) *j->mutable_spec() = *p.spec;
     }
     for (int64_t id : kept_) {
       r.add_checkpoints(id);
@@ -2235,6 +2248,103 @@ TEST_F(DaemonTest, AJobGivenALostJobsIdDoesNotTakeOnItsProcessOrCheckpoint) {
   })) << cl.Get(3).DebugString();
   EXPECT_EQ(a.resume_local_starts(3), 0);
   EXPECT_EQ(a.procs().at(3).submitted_us, cl.Get(3).submitted_us());
+}
+
+// The same restore, where the agent runs jobs submitted after the backup,
+// each listed with the spec it was started with: they are adopted under
+// their own ids and submission times rather than killed. A job whose GPUs
+// hold no other job keeps its process, running or suspended; one whose
+// GPU the store's own job holds is queued, its process killed, and starts
+// again from the beginning on a free GPU. A process listed without a spec
+// (a part of a multi-server job, an older agent) is killed, its id lost.
+// Across a restart the adopted jobs are as they were.
+TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  FakeAgent a("node-a", 4, Mode::kOk);
+  int64_t first_submitted = 0;
+  {
+    Client& cl = StartDaemon(o);
+    ASSERT_TRUE(a.Register(server_->address()).ok());
+    EXPECT_EQ(cl.MustSubmit(1), 1);
+    ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
+    first_submitted = cl.Get(1).submitted_us();
+    server_.reset();
+  }
+  ASSERT_EQ(a.procs().at(1).gpus, std::vector<int32_t>{0});
+  auto spec = [](const std::string& name) {
+    rpc::JobSpec s;
+    s.set_name(name);
+    s.set_command("python3 train.py --name " + name);
+    s.set_gpus(1);
+    return s;
+  };
+  const int64_t lost_at = first_submitted + 1000;
+  a.PlantWithSpec(3, spec("three"), lost_at, {3}, rpc::SUSPENDED);
+  a.PlantWithSpec(4, spec("four"), lost_at + 1, {2});
+  a.PlantWithSpec(5, spec("five"), lost_at + 2, {0});  // job 1's GPU
+  a.Plant(6, lost_at + 3);                             // no spec
+  a.SetProgress(4, 120, 3.5);
+
+  Client& cl = StartDaemon(o);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  server_->Sync();
+  auto adopted = [&](int64_t id, const std::string& says) {
+    const rpc::JobInfo info = cl.Get(id);
+    for (const rpc::HistoryEntry& h : info.history()) {
+      if (h.action() == "adopt" && h.ok() &&
+          h.detail().find(says) != std::string::npos) {
+        return true;
+      }
+    }
+    ADD_FAILURE() << info.DebugString();
+    return false;
+  };
+  const rpc::JobInfo four = cl.Get(4);
+  EXPECT_EQ(four.state(), rpc::RUNNING);
+  EXPECT_EQ(four.spec().name(), "four");
+  EXPECT_EQ(four.submitted_us(), lost_at + 1);
+  EXPECT_EQ(four.server(), "node-a");
+  EXPECT_EQ(std::vector<int32_t>(four.gpus().begin(), four.gpus().end()),
+            std::vector<int32_t>{2});
+  EXPECT_TRUE(adopted(4, "its process on node-a was kept, running"));
+  EXPECT_TRUE(adopted(3, "was kept, suspended"));
+  EXPECT_TRUE(adopted(5,
+                      "could not be kept (job 5: field 'placed_on': GPU "
+                      "0 holds job 1): it starts again from the "
+                      "beginning"));
+  // Job 5 starts afresh on the free GPU, after its old process is killed.
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(5), "start", true); }))
+      << cl.Get(5).DebugString();
+  EXPECT_EQ(a.kills(5), 1);
+  EXPECT_EQ(a.procs().at(5).gpus, std::vector<int32_t>{1});
+  EXPECT_EQ(a.procs().at(5).submitted_us, lost_at + 2);
+  EXPECT_TRUE(WaitFor([&] { return a.kills(6) > 0; }));
+  for (int64_t lost : {2, 6}) {  // none runs 2
+    grpc::Status st;
+    cl.Get(lost, &st);
+    EXPECT_EQ(st.error_message(),
+              "job " + std::to_string(lost) +
+                  " is not in this store: it was submitted after the backup "
+                  "the store was restored from (its id is not given again)");
+  }
+  EXPECT_EQ(a.kills(3) + a.kills(4) + a.kills(1), 0);
+  EXPECT_EQ(a.starts_begun(4), 0);
+  EXPECT_EQ(cl.MustSubmit(1), 7);
+
+  // The store and the event log keep them.
+  server_.reset();
+  Client& again = StartDaemon(o);
+  const rpc::JobInfo four_again = again.Get(4);
+  EXPECT_EQ(four_again.state(), rpc::RUNNING);
+  EXPECT_EQ(four_again.submitted_us(), lost_at + 1);
+  EXPECT_EQ(
+      std::vector<int32_t>(four_again.gpus().begin(), four_again.gpus().end()),
+      std::vector<int32_t>{2});
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_EQ(a.kills(4) + a.kills(3), 0);
+  EXPECT_EQ(again.State(4), rpc::RUNNING);
 }
 
 // Leave from an agent the daemon does not know is refused, naming it.

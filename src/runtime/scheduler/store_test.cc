@@ -1096,8 +1096,12 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
                          core::Duration::Micros(5), "no library", true},
       core::CordonRequest{core::ServerId(1), true},
       core::CordonRequest{core::ServerId(0), false},
-      core::JobArrived{
-          core::JobId(5), spec, {core::GpuId(3), core::GpuId(2)}, true},
+      [&] {
+        core::JobArrived e{
+            core::JobId(5), spec, {core::GpuId(3), core::GpuId(2)}, true};
+        e.submitted = core::Time::FromMicros(1234);
+        return e;
+      }(),
   };
   for (const core::EventBody& e : events) {
     const std::string text = EncodeEvent(e);
@@ -1117,6 +1121,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_EQ(adopted.placed_on,
             (std::vector<core::GpuId>{core::GpuId(3), core::GpuId(2)}));
   EXPECT_TRUE(adopted.suspended);
+  EXPECT_EQ(adopted.submitted, core::Time::FromMicros(1234));
+  EXPECT_EQ(arrived.submitted, core::Time::Never());
   auto server = std::get<core::ServerUp>(*DecodeEvent(EncodeEvent(up)));
   EXPECT_EQ(server.spec.gpu_memory_gb, 79.5);
   // A log written before servers reported their GPUs' memory.
