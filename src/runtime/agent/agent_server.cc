@@ -1269,6 +1269,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       req.add_checkpoints(id);
       req.add_checkpoint_clusters(supervisor->HeldCheckpointCluster(id));
       req.add_checkpoint_submitted_us(supervisor->HeldCheckpointSubmitted(id));
+      rpc::JobSpec* spec = req.add_checkpoint_specs();
+      if (!spec->ParseFromString(supervisor->HeldCheckpointSpec(id))) {
+        spec->Clear();
+      }
     }
     req.set_cluster_id(supervisor->Cluster());
     *req.mutable_capabilities() = ToCapabilities();

@@ -479,6 +479,8 @@ TEST_F(AgentServerTest, ACheckpointOfAnotherClusterIsDroppedAtRegistration) {
   EXPECT_EQ(reg.checkpoints(0), 5);
   ASSERT_EQ(reg.checkpoint_clusters_size(), 1);
   EXPECT_EQ(reg.checkpoint_clusters(0), "cluster-a");
+  ASSERT_EQ(reg.checkpoint_specs_size(), 1);  // held by hand: no spec
+  EXPECT_EQ(reg.checkpoint_specs(0).command(), "");
   EXPECT_EQ(reg.cluster_id(), "cluster-a");
   EXPECT_EQ(sup.HeldCheckpoint(5), dir);
 
@@ -1326,6 +1328,11 @@ TEST_F(MigrationTest, ReplyWhenSavedComesBeforeTheProcessExits) {
   }));
   EXPECT_TRUE(std::filesystem::exists(Ckpt(1) + "/state"));
   EXPECT_EQ(SavedCount(Ckpt(1)), c.minibatches());
+  // Held with the spec of the job that saved it (listed at registration).
+  rpc::JobSpec held;
+  ASSERT_TRUE(held.ParseFromString(agent_->supervisor().HeldCheckpointSpec(1)));
+  EXPECT_NE(held.command().find("--hold-exit " + release), std::string::npos)
+      << held.DebugString();
 }
 
 TEST_F(MigrationTest, AWarmStartCanReplyOnceTheProcessWaits) {

@@ -341,6 +341,9 @@ std::string Supervisor::HeldRecordPath(int64_t job_id) const {
   return CheckpointRoot() + "/jobs/" + std::to_string(job_id) +
          "/held-checkpoint";
 }
+std::string Supervisor::HeldSpecPath(int64_t job_id) const {
+  return CheckpointRoot() + "/jobs/" + std::to_string(job_id) + "/held-spec";
+}
 std::string Supervisor::ProcessRecordPath(int64_t job_id, pid_t pid) const {
   return JobDir(job_id) + "/process." + std::to_string(pid);
 }
@@ -1291,7 +1294,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointCriu(
     r.exit_code = -SIGKILL;
     r.exiting = true;
   }
-  HoldLocked(job->job_id, dir, job->submitted_us);
+  HoldLocked(job->job_id, dir, job->submitted_us, job->spec);
   lock.unlock();
   DirStats(dir, &r.bytes, &r.files);
   r.took_us = MicrosSince(t0);
@@ -1365,7 +1368,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointLibrary(
     r.exit_code = code;
     r.exiting = exiting;
     std::lock_guard<std::mutex> lock(mu_);
-    HoldLocked(job->job_id, dir, job->submitted_us);
+    HoldLocked(job->job_id, dir, job->submitted_us, job->spec);
     return r;
   }
   // Failed or timed out: cancel the request and put the job back.
@@ -1413,7 +1416,7 @@ core::StatusOr<CheckpointResult> Supervisor::CheckpointRestart(
   r.method = "restart";
   r.minibatches = static_cast<int64_t>(job->reader->minibatches());
   lock.lock();
-  HoldLocked(job->job_id, dir, job->submitted_us);
+  HoldLocked(job->job_id, dir, job->submitted_us, job->spec);
   return r;
 }
 
@@ -1506,7 +1509,7 @@ core::StatusOr<RestoreResult> Supervisor::AwaitRestore(
   }
   if (hold) {
     std::lock_guard<std::mutex> lock(mu_);
-    HoldLocked(job_id, IncomingDir(job_id), job->submitted_us);
+    HoldLocked(job_id, IncomingDir(job_id), job->submitted_us, job->spec);
   }
   return r;
 }
@@ -1520,12 +1523,15 @@ std::string Supervisor::HeldCheckpoint(int64_t job_id) const {
 void Supervisor::HoldCheckpoint(int64_t job_id, const std::string& dir,
                                 int64_t submitted_us) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (submitted_us == 0) {
-    if (auto it = held_.find(job_id); it != held_.end()) {
-      submitted_us = it->second.submitted_us;
-    }
+  std::string spec;
+  if (auto it = held_.find(job_id); it != held_.end()) {
+    if (submitted_us == 0) submitted_us = it->second.submitted_us;
+    spec = it->second.spec;
   }
-  HoldLocked(job_id, dir, submitted_us);
+  if (auto job = jobs_.find(job_id); spec.empty() && job != jobs_.end()) {
+    spec = job->second->spec;
+  }
+  HoldLocked(job_id, dir, submitted_us, spec);
 }
 
 bool Supervisor::DropCheckpoint(int64_t job_id) {
@@ -1534,6 +1540,7 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
     std::lock_guard<std::mutex> lock(mu_);
     had = held_.erase(job_id) > 0;
     unlink(HeldRecordPath(job_id).c_str());
+    unlink(HeldSpecPath(job_id).c_str());
   }
   // The checkpoint and incoming directories; their parent too when that
   // leaves it empty (it also holds the job's log when checkpoints live in
@@ -1547,8 +1554,13 @@ bool Supervisor::DropCheckpoint(int64_t job_id) {
 }
 
 void Supervisor::HoldLocked(int64_t job_id, const std::string& dir,
-                            int64_t submitted_us) {
-  held_[job_id] = Held{dir, cluster_, submitted_us};
+                            int64_t submitted_us, const std::string& spec) {
+  held_[job_id] = Held{dir, cluster_, submitted_us, spec};
+  if (spec.empty()) {
+    unlink(HeldSpecPath(job_id).c_str());
+  } else {
+    (void)WriteWhole(HeldSpecPath(job_id), spec);
+  }
   // On disk too, for the next agent on this checkpoint root
   // (RecoverCheckpoints).
   (void)WriteWhole(
@@ -1585,11 +1597,18 @@ std::vector<int64_t> Supervisor::RecoverCheckpoints() {
       // Its files are gone (a ramdisk emptied by a reboot, an operator):
       // nothing to resume from.
       unlink(record.c_str());
+      unlink(HeldSpecPath(id).c_str());
       continue;
     }
     auto job = jobs_.find(id);
     if (job != jobs_.end() && !job->second->exited.load()) continue;
-    held_.emplace(id, Held{dir, cluster, submitted_us});
+    std::string spec;
+    if (std::ifstream sf(HeldSpecPath(id), std::ios::binary); sf) {
+      std::ostringstream read;
+      read << sf.rdbuf();
+      spec = read.str();
+    }
+    held_.emplace(id, Held{dir, cluster, submitted_us, std::move(spec)});
     found.push_back(id);
   }
   std::sort(found.begin(), found.end());
@@ -1613,6 +1632,12 @@ int64_t Supervisor::HeldCheckpointSubmitted(int64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = held_.find(job_id);
   return it == held_.end() ? 0 : it->second.submitted_us;
+}
+
+std::string Supervisor::HeldCheckpointSpec(int64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = held_.find(job_id);
+  return it == held_.end() ? std::string() : it->second.spec;
 }
 
 std::string Supervisor::Cluster() const {

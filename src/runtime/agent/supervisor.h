@@ -311,7 +311,8 @@ class Supervisor {
   std::string HeldCheckpoint(int64_t job_id) const;
   // Records `dir` as the complete checkpoint held for the job, saved by
   // the job submitted at `submitted_us` (0: as the checkpoint held before,
-  // if any, says).
+  // if any, says). Its spec is the checkpoint's held before, else that of
+  // the job's process here, if any.
   void HoldCheckpoint(int64_t job_id, const std::string& dir,
                       int64_t submitted_us = 0);
   // Deletes CHECKPOINT_ROOT/jobs/<id> (checkpoint and incoming) and forgets
@@ -331,6 +332,9 @@ class Supervisor {
   // When the job that saved a held checkpoint was submitted (0 unknown, or
   // none held); on disk, the record's third line.
   int64_t HeldCheckpointSubmitted(int64_t job_id) const;
+  // The spec (StartParams::spec) of the job that saved a held checkpoint
+  // ("" unknown, or none held); on disk, CHECKPOINT_ROOT/jobs/<id>/held-spec.
+  std::string HeldCheckpointSpec(int64_t job_id) const;
   // The cluster the agent is registered with (RegisterAgentReply
   // .cluster_id): recorded with every checkpoint held from now on (on disk
   // too: the record's second line). Drops the held checkpoints recorded for
@@ -420,13 +424,17 @@ class Supervisor {
   std::vector<int> CpusFor(const std::vector<int>& gpus) const;
   // held_[job_id]: `dir`, saved in this cluster by the job submitted at
   // `submitted_us`, and its record on disk. Requires mu_.
-  void HoldLocked(int64_t job_id, const std::string& dir, int64_t submitted_us);
+  void HoldLocked(int64_t job_id, const std::string& dir, int64_t submitted_us,
+                  const std::string& spec);
   // options.checkpoint_root, else work_dir.
   const std::string& CheckpointRoot() const;
   // CHECKPOINT_ROOT/jobs/<id>/held-checkpoint: the held checkpoint's
   // directory, on a second line the cluster it was saved in, and on a
   // third when its job was submitted.
   std::string HeldRecordPath(int64_t job_id) const;
+  // CHECKPOINT_ROOT/jobs/<id>/held-spec: the held checkpoint's spec, as
+  // StartParams::spec (none when unknown).
+  std::string HeldSpecPath(int64_t job_id) const;
 
   const SupervisorOptions options_;
   const std::function<void(const ExitRecord&)> on_exit_;
@@ -445,6 +453,7 @@ class Supervisor {
     std::string dir;
     std::string cluster;
     int64_t submitted_us = 0;
+    std::string spec;  // StartParams::spec ("" unknown)
   };
   std::map<int64_t, Held> held_;  // guarded by mu_
   std::string cluster_;           // guarded by mu_

@@ -655,6 +655,43 @@ TEST_F(SupervisorTest, AHeldCheckpointIsOnlyResumedByTheJobThatSavedIt) {
   sup.KillAll();
 }
 
+// The spec a job was started with is kept with its process (JobView) and
+// with a checkpoint held of it, on disk too: the next supervisor reads it
+// back; a held checkpoint keeps it when held again, and it goes with the
+// checkpoint when dropped.
+TEST_F(SupervisorTest, AJobsSpecIsKeptWithItsProcessAndItsHeldCheckpoint) {
+  namespace fs = std::filesystem;
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  const std::string spec("\x0a\x04name\x00 bytes", 13);
+  {
+    Supervisor sup(o);
+    StartParams p = Job(4, "exec sleep 1000");
+    p.spec = spec;
+    ASSERT_TRUE(sup.Start(p).ok());
+    EXPECT_EQ(sup.Job(4)->spec, spec);
+    sup.KillAll();
+    // Exited to be moved (75): its checkpoint stays, with its spec.
+    p.command = "exit 75";
+    ASSERT_TRUE(sup.Start(p).ok());
+    ASSERT_TRUE(sup.WaitForExit(4, std::chrono::seconds(10)));
+    fs::create_directories(sup.CheckpointDir(4));
+    std::ofstream(sup.CheckpointDir(4) + "/state") << "x";
+    sup.HoldCheckpoint(4, sup.CheckpointDir(4), 5);  // the process's spec
+    EXPECT_EQ(sup.HeldCheckpointSpec(4), spec);
+  }
+  Supervisor sup(o);
+  EXPECT_EQ(sup.RecoverCheckpoints(), std::vector<int64_t>{4});
+  EXPECT_EQ(sup.HeldCheckpointSpec(4), spec);
+  sup.HoldCheckpoint(4, sup.CheckpointDir(4));  // as it was
+  EXPECT_EQ(sup.HeldCheckpointSpec(4), spec);
+  EXPECT_TRUE(fs::exists(o.checkpoint_root + "/jobs/4/held-spec"));
+  EXPECT_TRUE(sup.DropCheckpoint(4));
+  EXPECT_EQ(sup.HeldCheckpointSpec(4), "");
+  EXPECT_FALSE(fs::exists(o.checkpoint_root + "/jobs/4/held-spec"));
+  EXPECT_EQ(sup.HeldCheckpointSpec(9), "");  // none held
+}
+
 // Before an agent stops: a restartable job is stopped with SIGTERM (it
 // saves its own checkpoint) and its exit marked checkpoint_kept; a job
 // without the library that is not restartable is left as it was, with the

@@ -4649,14 +4649,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         " are lost; their ids are not given again");
   }
 
-  // The processes a registering agent runs of jobs whose ids this store
-  // lost (MarkLostIds: it was restored from a backup older than they are),
-  // each listed with the spec it was started with: adopted, with their own
-  // id and submission time, rather than killed. A job is kept running (or
-  // suspended) where it is when its GPUs hold no other job; otherwise its
-  // process is killed and it is queued: it starts again from the beginning
-  // (the kill goes out before any start). A part of a multi-server job,
-  // listed without a spec, is not adopted (Reconcile kills it, its id
+  // The processes a registering agent runs, and the checkpoints it holds,
+  // of jobs whose ids this store lost (MarkLostIds: it was restored from a
+  // backup older than they are), each listed with the spec of the job:
+  // adopted, with their own id and submission time, rather than killed or
+  // dropped. A running (or suspended) job is kept where it is when its
+  // GPUs hold no other job; otherwise its process is killed and it is
+  // queued: it starts again from the beginning (the kill goes out before
+  // any start). A job of which the agent holds only a checkpoint is queued
+  // and goes on from it wherever it is placed. A part of a multi-server
+  // job, listed without a spec, is not adopted (Reconcile kills it, its id
   // lost, as before). Returns the jobs whose process it killed.
   std::set<int32_t> AdoptLostJobs(const AgentConn& a,
                                   const rpc::RegisterAgentRequest& r) {
@@ -4665,27 +4667,67 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         lost_ids->empty()) {
       return killed;
     }
-    for (const rpc::AgentJob& j : r.jobs()) {
-      const int64_t id64 = j.job_id();
+    const std::string lost_note =
+        "submitted after the backup this store was restored from, its "
+        "record lost";
+    // Whether job `id64`, listed with `spec` and `submitted_us`, is a lost
+    // one that can be adopted (a refusal is logged).
+    auto adoptable = [&](int64_t id64, const rpc::JobSpec& spec,
+                         int64_t submitted_us) {
       if (id64 <= 0 || id64 > std::numeric_limits<int32_t>::max() ||
           extras.contains(static_cast<int32_t>(id64)) ||
-          !FindIdRange(*lost_ids, id64) || !j.has_spec()) {
-        continue;
+          !FindIdRange(*lost_ids, id64) || spec.command().empty()) {
+        return false;
       }
-      const auto id = static_cast<int32_t>(id64);
-      const std::string what = "agent '" + a.name + "' runs job " +
-                               std::to_string(id) +
-                               ", which this store lost, and ";
-      const int64_t now = Now();
-      if (std::string bad = CheckSpec(j.spec()); !bad.empty()) {
+      const std::string what = "agent '" + a.name + "' holds job " +
+                               std::to_string(id64) +
+                               ", which this store lost, but ";
+      if (std::string bad = CheckSpec(spec); !bad.empty()) {
         Log(what + "its spec is refused (" + bad + "): not adopted");
-        continue;
+        return false;
       }
-      if (j.submitted_us() <= 0 || j.submitted_us() > now) {
-        Log(what + "its submission time (" + std::to_string(j.submitted_us()) +
+      if (submitted_us <= 0 || submitted_us > Now()) {
+        Log(what + "its submission time (" + std::to_string(submitted_us) +
             " us) is not before now: not adopted");
-        continue;
+        return false;
       }
+      return true;
+    };
+    // Stores it, and feeds its arrival `e` with its process (or
+    // checkpoint) at `where`; its old process killed first with `kill`.
+    auto adopt = [&](const rpc::JobSpec& spec, core::JobArrived e,
+                     const Proc& where, bool kill) {
+      const int32_t id = e.id.value;
+      const std::string json = SpecToJson(spec);
+      if (core::Status s = store->AdoptJob(id, json, e.submitted.micros());
+          !s.ok()) {
+        Log("agent '" + a.name + "' holds job " + std::to_string(id) +
+            ", which this store lost, but the store cannot take it: " +
+            s.ToString() + "; not adopted");
+        return false;
+      }
+      auto ranges = std::make_shared<IdRanges>(*lost_ids);
+      RemoveIdFromRanges(ranges.get(), id);
+      lost_ids = std::move(ranges);
+      AddExtra(id, spec, json);
+      JobExtra& x = extras[id];
+      x.proc = where;
+      if (kill) {
+        ++x.ignore_exits[a.id.value];
+        KillAt(id, Proc{a.id, {}, true}, InternalActionId());
+        killed.insert(id);
+      }
+      if (core::Status fed = Feed(std::move(e)); !fed.ok()) {
+        // Stored: a restart hands it to the core (ArriveUnarrived).
+        Log("job " + std::to_string(id) +
+            ": its arrival failed: " + fed.ToString());
+        return false;
+      }
+      return true;
+    };
+    for (const rpc::AgentJob& j : r.jobs()) {
+      if (!adoptable(j.job_id(), j.spec(), j.submitted_us())) continue;
+      const auto id = static_cast<int32_t>(j.job_id());
       core::JobArrived e{JobId(id), ToCoreSpec(j.spec())};
       e.submitted = core::Time::FromMicros(j.submitted_us());
       e.suspended = j.state() == rpc::SUSPENDED;
@@ -4706,46 +4748,43 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         not_kept = fits.message();
       }
       if (!not_kept.empty()) e.placed_on.clear();
-      const std::string json = SpecToJson(j.spec());
-      if (core::Status s = store->AdoptJob(id, json, j.submitted_us());
-          !s.ok()) {
-        Log(what + "the store cannot take it: " + s.ToString() +
-            "; not adopted");
-        continue;
-      }
-      auto ranges = std::make_shared<IdRanges>(*lost_ids);
-      RemoveIdFromRanges(ranges.get(), id);
-      lost_ids = std::move(ranges);
-      AddExtra(id, j.spec(), json);
-      if (!not_kept.empty()) {
-        ++extras[id].ignore_exits[a.id.value];
-        KillAt(id, Proc{a.id, {}, true}, InternalActionId());
-        killed.insert(id);
-      }
-      if (core::Status fed = Feed(e); !fed.ok()) {
-        // Stored: a restart hands it to the core (ArriveUnarrived).
-        Log(what + "its arrival failed: " + fed.ToString());
-        continue;
-      }
-      JobExtra& x = *Extra(id);
-      x.progress = j.progress();
-      if (not_kept.empty()) {
-        x.proc = Proc::At({Part{a.id, local}});
-        History(id, "adopt", true, 0,
-                "its process on " + a.name + " was kept, " +
-                    (e.suspended ? "suspended" : "running") +
-                    " (submitted after the backup this store was restored "
-                    "from, its record lost)");
-      } else {
-        History(id, "adopt", true, 0,
-                "queued (submitted after the backup this store was restored "
-                "from, its record lost); its process on " +
-                    a.name + " could not be kept (" + not_kept +
-                    "): it starts again from the beginning");
-      }
+      const bool suspended = e.suspended;
+      const Proc where =
+          not_kept.empty() ? Proc::At({Part{a.id, local}}) : Proc{};
+      if (!adopt(j.spec(), std::move(e), where, !not_kept.empty())) continue;
+      Extra(id)->progress = j.progress();
+      History(id, "adopt", true, 0,
+              not_kept.empty()
+                  ? "its process on " + a.name + " was kept, " +
+                        (suspended ? "suspended" : "running") + " (" +
+                        lost_note + ")"
+                  : "queued (" + lost_note + "); its process on " + a.name +
+                        " could not be kept (" + not_kept +
+                        "): it starts again from the beginning");
       Log("agent '" + a.name + "' runs job " + std::to_string(id) +
           ", which this store lost: adopted, " +
           (not_kept.empty() ? "its process kept" : "queued"));
+    }
+    for (int i = 0; i < r.checkpoints_size(); ++i) {
+      if (ForeignCheckpoint(r, i) || i >= r.checkpoint_specs_size() ||
+          i >= r.checkpoint_submitted_us_size() ||
+          !adoptable(r.checkpoints(i), r.checkpoint_specs(i),
+                     r.checkpoint_submitted_us(i))) {
+        continue;
+      }
+      const auto id = static_cast<int32_t>(r.checkpoints(i));
+      core::JobArrived e{JobId(id), ToCoreSpec(r.checkpoint_specs(i))};
+      e.submitted = core::Time::FromMicros(r.checkpoint_submitted_us(i));
+      if (!adopt(r.checkpoint_specs(i), std::move(e),
+                 Proc{a.id, {}, false, true}, false)) {
+        continue;
+      }
+      History(id, "adopt", true, 0,
+              "queued (" + lost_note + "); it goes on from the checkpoint " +
+                  a.name + " holds");
+      Log("agent '" + a.name + "' holds a checkpoint of job " +
+          std::to_string(id) +
+          ", which this store lost: adopted, to go on from it");
     }
     return killed;
   }

@@ -321,6 +321,13 @@ class FakeAgent final : public rpc::Agent::Service {
     kept_cluster_[job] = cluster;
     kept_submitted_[job] = submitted_us;
   }
+  // The same, listed with the spec of the job that saved it.
+  void KeepWithSpec(int64_t job, const std::string& cluster,
+                    int64_t submitted_us, const rpc::JobSpec& spec) {
+    Keep(job, cluster, submitted_us);
+    std::lock_guard lock(mu_);
+    kept_spec_[job] = spec;
+  }
   // The cluster id of the last registration's reply.
   std::string cluster_id() {
     std::lock_guard lock(mu_);
@@ -531,6 +538,7 @@ class FakeAgent final : public rpc::Agent::Service {
       r.add_checkpoints(id);
       r.add_checkpoint_clusters(kept_cluster_[id]);
       r.add_checkpoint_submitted_us(kept_submitted_[id]);
+      *r.add_checkpoint_specs() = kept_spec_[id];
     }
     r.set_cluster_id(cluster_id_);
     rpc::RegisterAgentReply rep;
@@ -561,6 +569,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, std::string>
       kept_cluster_;                           // the cluster each was saved in
   std::map<int64_t, int64_t> kept_submitted_;  // when its job was submitted
+  std::map<int64_t, rpc::JobSpec> kept_spec_;  // its job's spec (none: empty)
   std::string cluster_id_;
   std::map<int64_t, rpc::Progress> progress_;
   std::vector<int64_t> gpu_memory_;
@@ -2261,7 +2270,7 @@ TEST_F(DaemonTest, AJobGivenALostJobsIdDoesNotTakeOnItsProcessOrCheckpoint) {
 TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
-  FakeAgent a("node-a", 4, Mode::kOk);
+  FakeAgent a("node-a", 5, Mode::kOk);
   int64_t first_submitted = 0;
   {
     Client& cl = StartDaemon(o);
@@ -2271,6 +2280,7 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
     first_submitted = cl.Get(1).submitted_us();
     server_.reset();
   }
+  const std::string cluster = a.cluster_id();
   ASSERT_EQ(a.procs().at(1).gpus, std::vector<int32_t>{0});
   auto spec = [](const std::string& name) {
     rpc::JobSpec s;
@@ -2284,6 +2294,7 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   a.PlantWithSpec(4, spec("four"), lost_at + 1, {2});
   a.PlantWithSpec(5, spec("five"), lost_at + 2, {0});  // job 1's GPU
   a.Plant(6, lost_at + 3);                             // no spec
+  a.KeepWithSpec(8, cluster, lost_at + 4, spec("eight"));
   a.SetProgress(4, 120, 3.5);
 
   Client& cl = StartDaemon(o);
@@ -2319,18 +2330,26 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   EXPECT_EQ(a.kills(5), 1);
   EXPECT_EQ(a.procs().at(5).gpus, std::vector<int32_t>{1});
   EXPECT_EQ(a.procs().at(5).submitted_us, lost_at + 2);
+  // Job 8 goes on from the checkpoint node-a holds, on the GPU left.
+  EXPECT_TRUE(adopted(8, "it goes on from the checkpoint node-a holds"));
+  ASSERT_TRUE(WaitFor([&] { return a.resume_local_starts(8) == 1; }))
+      << cl.Get(8).DebugString();
+  EXPECT_EQ(a.procs().at(8).gpus, std::vector<int32_t>{4});
+  EXPECT_EQ(a.procs().at(8).submitted_us, lost_at + 4);
   EXPECT_TRUE(WaitFor([&] { return a.kills(6) > 0; }));
-  for (int64_t lost : {2, 6}) {  // none runs 2
-    grpc::Status st;
+  for (const auto& [lost, says] :
+       std::map<int64_t, std::string>{{2, "its id is"}, {6, "ids 6-7 are"}}) {
+    grpc::Status st;  // none runs 2 or 7
     cl.Get(lost, &st);
     EXPECT_EQ(st.error_message(),
               "job " + std::to_string(lost) +
                   " is not in this store: it was submitted after the backup "
-                  "the store was restored from (its id is not given again)");
+                  "the store was restored from (" +
+                  says + " not given again)");
   }
   EXPECT_EQ(a.kills(3) + a.kills(4) + a.kills(1), 0);
   EXPECT_EQ(a.starts_begun(4), 0);
-  EXPECT_EQ(cl.MustSubmit(1), 7);
+  EXPECT_EQ(cl.MustSubmit(1), 9);
 
   // The store and the event log keep them.
   server_.reset();
