@@ -42,6 +42,16 @@ struct JobArrived {
   bool suspended = false;
   Time submitted = Time::Never();
 };
+// A queued job the world found already running (or suspended,
+// `suspended`) on those GPUs, which it adopts there (placed, launched,
+// with no start): a runtime whose state was restored from a backup taken
+// before the job started. Refused unless the job is queued and not held,
+// and the GPUs are as JobArrived.placed_on's must be.
+struct JobFound {
+  JobId job;
+  std::vector<GpuId> placed_on;
+  bool suspended = false;
+};
 // The job's process ended by itself: `success` when it completed its work.
 struct JobFinished {
   JobId job;
@@ -123,10 +133,10 @@ struct MechanismRequest {
 };
 const char* MechanismKindName(MechanismRequest::Kind kind);
 
-using EventBody =
-    std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
-                 ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
-                 PriorityRequest, HoldRequest, MechanismRequest, CordonRequest>;
+using EventBody = std::variant<JobArrived, JobFinished, ProfileReport,
+                               ActionDone, ActionFailed, ServerUp, ServerDown,
+                               Tick, KillRequest, PriorityRequest, HoldRequest,
+                               MechanismRequest, CordonRequest, JobFound>;
 
 struct Event {
   Time time;

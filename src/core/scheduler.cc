@@ -32,10 +32,10 @@ std::string FormatGib(double gib) {
 
 const char* EventName(const EventBody& body) {
   static constexpr const char* kNames[] = {
-      "JobArrived",   "JobFinished",     "ProfileReport", "ActionDone",
-      "ActionFailed", "ServerUp",        "ServerDown",    "Tick",
-      "KillRequest",  "PriorityRequest", "HoldRequest",   "MechanismRequest",
-      "CordonRequest"};
+      "JobArrived",    "JobFinished",     "ProfileReport", "ActionDone",
+      "ActionFailed",  "ServerUp",        "ServerDown",    "Tick",
+      "KillRequest",   "PriorityRequest", "HoldRequest",   "MechanismRequest",
+      "CordonRequest", "JobFound"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -360,7 +360,8 @@ Status Scheduler::Apply(const Event& event) {
                                      ": field 'submitted': after the event");
             }
             if (!e.placed_on.empty()) {
-              GANDIVA_RETURN_IF_ERROR(CheckAdoptable(e));
+              GANDIVA_RETURN_IF_ERROR(
+                  CheckAdoptable(e.id, e.spec.gpus, e.placed_on));
             }
             if (static_cast<size_t>(e.id.value) >= state_.jobs_.size()) {
               state_.jobs_.resize(static_cast<size_t>(e.id.value) + 1);
@@ -471,6 +472,23 @@ Status Scheduler::Apply(const Event& event) {
           [&](const MechanismRequest& e) -> Status {
             std::vector<GpuId> gpus;
             return PlanMechanism(e, &gpus);
+          },
+          [&](const JobFound& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Job& job = state_.mutable_job(e.job);
+            if (job.state != JobState::kQueued || job.held) {
+              return FailedPrecondition(
+                  JobRef(e.job) + " is " +
+                  (job.held ? std::string("held")
+                            : std::string(JobStateName(job.state))) +
+                  ", not queued");
+            }
+            GANDIVA_RETURN_IF_ERROR(
+                CheckAdoptable(e.job, job.spec.gpus, e.placed_on));
+            state_.Dequeue(job);
+            job.waiting_since = event.time;
+            Adopt(job, e.placed_on, e.suspended);
+            return Status::Ok();
           },
           [&](const CordonRequest& e) -> Status {
             if (!e.server.valid() ||
@@ -772,15 +790,16 @@ void Scheduler::CarryOut(const MechanismRequest& m, Actions& actions) {
   }
 }
 
-Status Scheduler::CheckAdoptable(const JobArrived& e) const {
+Status Scheduler::CheckAdoptable(JobId id, int gpus,
+                                 const std::vector<GpuId>& placed_on) const {
   const Cluster& cluster = state_.cluster_;
-  const std::string what = JobRef(e.id) + ": field 'placed_on': ";
-  if (static_cast<int>(e.placed_on.size()) != e.spec.gpus) {
-    return InvalidArgument(what + std::to_string(e.placed_on.size()) +
-                           " GPUs for a job of " + std::to_string(e.spec.gpus));
+  const std::string what = JobRef(id) + ": field 'placed_on': ";
+  if (static_cast<int>(placed_on.size()) != gpus) {
+    return InvalidArgument(what + std::to_string(placed_on.size()) +
+                           " GPUs for a job of " + std::to_string(gpus));
   }
   std::set<int32_t> seen;
-  for (GpuId g : e.placed_on) {
+  for (GpuId g : placed_on) {
     if (!g.valid() || g.value >= cluster.num_gpus()) {
       return InvalidArgument(what + "no GPU " + std::to_string(g.value));
     }
@@ -789,7 +808,7 @@ Status Scheduler::CheckAdoptable(const JobArrived& e) const {
                              " named twice");
     }
     const Gpu& gpu = cluster.gpu(g);
-    if (gpu.server != cluster.gpu(e.placed_on.front()).server) {
+    if (gpu.server != cluster.gpu(placed_on.front()).server) {
       return InvalidArgument(what + "the GPUs are on more than one server");
     }
     if (!cluster.server(gpu.server).up) {

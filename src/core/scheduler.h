@@ -53,10 +53,11 @@ class Scheduler {
   // Applies `event` and appends the resulting actions to `out`. Time must not
   // go backwards.
   Status Handle(const Event& event, std::vector<Action>& out);
-  // Whether a JobArrived with `placed_on` could be adopted there now (what
-  // Handle checks of it besides its id and spec): the world asks before it
-  // logs one.
-  Status CheckAdoptable(const JobArrived& e) const;
+  // Whether job `id`, of `gpus` GPUs, could be adopted on `placed_on` now
+  // (what Handle checks of a JobArrived or JobFound's GPUs): the world
+  // asks before it logs one.
+  Status CheckAdoptable(JobId id, int gpus,
+                        const std::vector<GpuId>& placed_on) const;
 
   // Whether an operator's request could be carried out now (what Handle
   // would say of it), without carrying it out.
@@ -120,8 +121,8 @@ class Scheduler {
   // Ends a pack when one of its jobs stops running there.
   void Unlink(Job& job);
 
-  // Adopts a JobArrived with `placed_on` (placed, running or suspended,
-  // launched).
+  // Adopts a job of a JobArrived or JobFound with `placed_on` (placed,
+  // running or suspended, launched).
   void Adopt(Job& job, const std::vector<GpuId>& gpus, bool suspended);
 
   // Bookkeeping helpers, shared with Actions.

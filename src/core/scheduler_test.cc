@@ -471,6 +471,41 @@ TEST(SchedulerTest, AJobArrivingPlacedWhereItCannotBeIsRefusedAndNotKept) {
   EXPECT_TRUE(h.state().has_job(JobId(9)));
 }
 
+// A queued job the world finds running is adopted where it runs; one that
+// is not queued, or held, or whose GPUs are taken, is refused and left as
+// it was.
+TEST(SchedulerTest, AQueuedJobFoundRunningIsAdoptedWhereItRuns) {
+  Harness h(std::make_unique<IdlePolicy>(), 1);
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(2);
+  const JobId held = h.Submit(1);
+  h.Send(HoldRequest{held, true});
+  ASSERT_EQ(h.state().queue().size(), 2u);
+  const auto out = h.Send(JobFound{b, {GpuId(2), GpuId(3)}, false});
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  EXPECT_TRUE(h.job(b).launched);
+  EXPECT_EQ(h.job(b).gpus, (std::vector<GpuId>{GpuId(2), GpuId(3)}));
+  EXPECT_EQ(h.state().queue().size(), 1u);
+  EXPECT_EQ(h.state().cluster().gpu(GpuId(3)).active, 1);
+
+  Status st = h.TrySend(JobFound{b, {GpuId(0), GpuId(1)}, false});
+  EXPECT_EQ(st.message(), "job 1 is running, not queued");
+  st = h.TrySend(JobFound{held, {GpuId(0)}, false});
+  EXPECT_EQ(st.message(), "job 2 is held, not queued");
+  st = h.TrySend(JobFound{a, {GpuId(2)}, false});
+  EXPECT_NE(st.message().find("field 'placed_on': GPU 2 holds job 1"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(h.job(a).state, JobState::kQueued);
+  EXPECT_EQ(h.state().queue().size(), 1u);
+  h.Send(JobFound{a, {GpuId(0)}, true});
+  EXPECT_EQ(h.job(a).state, JobState::kSuspended);
+  EXPECT_TRUE(h.state().queue().empty());
+  ASSERT_EQ(h.state().waiting().size(), 1u);
+  EXPECT_FALSE(h.TrySend(JobFound{JobId(9), {GpuId(1)}, false}).ok());
+}
+
 // The gandiva policy time-slices an adopted job with the others.
 TEST(SchedulerTest, TheGandivaPolicyTimeSlicesAnAdoptedJob) {
   auto policy = MakePolicy("gandiva");

@@ -25,7 +25,8 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
         if constexpr (std::is_same_v<E, JobArrived> ||
                       std::is_same_v<E, ServerUp> ||
                       std::is_same_v<E, ServerDown> ||
-                      std::is_same_v<E, CordonRequest>) {
+                      std::is_same_v<E, CordonRequest> ||
+                      std::is_same_v<E, JobFound>) {
           place = true;
         } else if constexpr (std::is_same_v<E, JobFinished> ||
                              std::is_same_v<E, KillRequest> ||

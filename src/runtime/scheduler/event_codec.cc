@@ -115,6 +115,13 @@ std::string EncodeEvent(const core::EventBody& body) {
                         {"with", e.with.value},
                         {"gpus", e.gpus}};
           },
+          [](const core::JobFound& e) {
+            json gpus = json::array();
+            for (core::GpuId g : e.placed_on) gpus.push_back(g.value);
+            return json{{"job", e.job.value},
+                        {"placed_on", std::move(gpus)},
+                        {"suspended", e.suspended}};
+          },
           [](const core::CordonRequest& e) {
             return json{{"server", e.server.value}, {"cordon", e.cordon}};
           },
@@ -216,6 +223,13 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       m.with = core::JobId(j.at("with").get<int32_t>());
       m.gpus = j.at("gpus").get<int>();
       return core::EventBody(m);
+    }
+    if (kind == "JobFound") {
+      core::JobFound e{job(), {}, j.at("suspended").get<bool>()};
+      for (const json& g : j.at("placed_on")) {
+        e.placed_on.emplace_back(g.get<int32_t>());
+      }
+      return core::EventBody(std::move(e));
     }
     if (kind == "CordonRequest") {
       return core::EventBody(

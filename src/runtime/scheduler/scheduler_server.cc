@@ -4649,6 +4649,65 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         " are lost; their ids are not given again");
   }
 
+  // The GPUs of cluster server `server` that the local indices `local`
+  // name, or none when one is not the server's.
+  std::vector<core::GpuId> ClusterGpus(
+      ServerId server, const std::vector<int32_t>& local) const {
+    const core::Server& s = st().cluster().server(server);
+    std::vector<core::GpuId> gpus;
+    for (int32_t g : local) {
+      if (g < 0 || g >= s.spec.gpus) return {};
+      gpus.emplace_back(s.first_gpu.value + g);
+    }
+    return gpus;
+  }
+
+  // The processes a registering agent of this cluster runs of jobs the
+  // core has queued, started by this job's submission (the same
+  // submission time) on this server alone: a store restored from a backup
+  // taken before they started, or a job requeued while its agent was out
+  // of reach and still running there. Each is kept where it runs, running
+  // or suspended (JobFound), when its GPUs hold no other job; otherwise
+  // Reconcile kills it as a stray, and the job starts when it is placed.
+  void AdoptQueuedJobsFound(const AgentConn& a,
+                            const rpc::RegisterAgentRequest& r) {
+    for (const rpc::AgentJob& j : r.jobs()) {
+      const int64_t id64 = j.job_id();
+      if (!LiveJob(id64) || !j.has_spec() || j.submitted_us() == 0) continue;
+      const auto id = static_cast<int32_t>(id64);
+      const core::Job& cj = st().job(JobId(id));
+      JobExtra* x = Extra(id);
+      if (x == nullptr || cj.state != JobState::kQueued || cj.held ||
+          cj.busy() || x->proc.exists || x->proc.checkpoint ||
+          j.submitted_us() != SubmittedUs(id)) {
+        continue;
+      }
+      const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
+      core::JobFound e{JobId(id), ClusterGpus(a.id, local),
+                       j.state() == rpc::SUSPENDED};
+      if (e.placed_on.empty() ||
+          !sched->CheckAdoptable(e.job, cj.spec.gpus, e.placed_on).ok()) {
+        continue;
+      }
+      const bool suspended = e.suspended;
+      x->proc = Proc::At({Part{a.id, local}});
+      if (core::Status fed = Feed(std::move(e)); !fed.ok()) {
+        Log("job " + std::to_string(id) + ": its process on " + a.name +
+            " could not be kept: " + fed.ToString());
+        Extra(id)->proc = Proc{};
+        continue;
+      }
+      x = Extra(id);
+      x->progress = j.progress();
+      History(id, "adopt", true, 0,
+              "its process on " + a.name + " was kept, " +
+                  (suspended ? "suspended" : "running") +
+                  " (the store had it queued: it started after the backup "
+                  "this store was restored from, or was requeued while its "
+                  "agent was out of reach)");
+    }
+  }
+
   // The processes a registering agent runs, and the checkpoints it holds,
   // of jobs whose ids this store lost (MarkLostIds: it was restored from a
   // backup older than they are), each listed with the spec of the job:
@@ -4663,10 +4722,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::set<int32_t> AdoptLostJobs(const AgentConn& a,
                                   const rpc::RegisterAgentRequest& r) {
     std::set<int32_t> killed;
-    if (cluster_id.empty() || r.cluster_id() != cluster_id ||
-        lost_ids->empty()) {
-      return killed;
-    }
+    if (cluster_id.empty() || r.cluster_id() != cluster_id) return killed;
+    AdoptQueuedJobsFound(a, r);
+    if (lost_ids->empty()) return killed;
     const std::string lost_note =
         "submitted after the backup this store was restored from, its "
         "record lost";
@@ -4731,20 +4789,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       core::JobArrived e{JobId(id), ToCoreSpec(j.spec())};
       e.submitted = core::Time::FromMicros(j.submitted_us());
       e.suspended = j.state() == rpc::SUSPENDED;
-      const core::Server& server = st().cluster().server(a.id);
-      std::vector<int32_t> local;
-      for (int32_t g : j.gpus()) {
-        if (g < 0 || g >= server.spec.gpus) {
-          local.clear();
-          break;
-        }
-        local.push_back(g);
-        e.placed_on.emplace_back(server.first_gpu.value + g);
-      }
+      const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
+      e.placed_on = ClusterGpus(a.id, local);
       std::string not_kept;
-      if (local.empty()) {
+      if (e.placed_on.empty()) {
         not_kept = "its GPUs are not this server's";
-      } else if (core::Status fits = sched->CheckAdoptable(e); !fits.ok()) {
+      } else if (core::Status fits =
+                     sched->CheckAdoptable(e.id, e.spec.gpus, e.placed_on);
+                 !fits.ok()) {
         not_kept = fits.message();
       }
       if (!not_kept.empty()) e.placed_on.clear();

@@ -2366,6 +2366,47 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   EXPECT_EQ(again.State(4), rpc::RUNNING);
 }
 
+// A job the store has queued that its agent runs, started by the same
+// submission (here: it started after the state the restarted daemon has,
+// on the GPU the store's other job held until it was killed while the
+// agent was away) is kept where it runs: no start, no kill. The job is
+// then as any running job (a kill reaches its process).
+TEST_F(DaemonTest, AQueuedJobItsAgentRunsIsKeptWhereItRuns) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  FakeAgent a("node-a", 1, Mode::kOk);
+  int64_t submitted = 0;
+  {
+    Client& cl = StartDaemon(o);
+    ASSERT_TRUE(a.Register(server_->address()).ok());
+    EXPECT_EQ(cl.MustSubmit(1), 1);
+    ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
+    EXPECT_EQ(cl.MustSubmit(1, "two"), 2);
+    submitted = cl.Get(2).submitted_us();
+    server_.reset();
+  }
+  Client& cl = StartDaemon(o);  // node-a cordoned until it is back
+  ASSERT_TRUE(cl.Kill(1).ok());
+  EXPECT_EQ(cl.State(2), rpc::QUEUED);
+  rpc::JobSpec spec;
+  spec.set_name("two");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  a.Lose(1);
+  a.PlantWithSpec(2, spec, submitted, {0});
+  a.SetProgress(2, 40, 2.5);
+  ASSERT_TRUE(a.Register(server_->address()).ok());
+  server_->Sync();
+  const rpc::JobInfo two = cl.Get(2);
+  EXPECT_EQ(two.state(), rpc::RUNNING) << two.DebugString();
+  EXPECT_EQ(two.server(), "node-a");
+  EXPECT_TRUE(HasEntry(two, "adopt", true)) << two.DebugString();
+  EXPECT_EQ(a.starts_begun(2), 0);
+  EXPECT_EQ(a.kills(2), 0);
+  ASSERT_TRUE(cl.Kill(2).ok());
+  EXPECT_TRUE(WaitFor([&] { return a.kills(2) == 1; }));
+}
+
 // Leave from an agent the daemon does not know is refused, naming it.
 TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
   StartDaemon(Options());

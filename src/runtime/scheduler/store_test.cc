@@ -1102,6 +1102,7 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
         e.submitted = core::Time::FromMicros(1234);
         return e;
       }(),
+      core::JobFound{core::JobId(6), {core::GpuId(1)}, false},
   };
   for (const core::EventBody& e : events) {
     const std::string text = EncodeEvent(e);
@@ -1116,13 +1117,18 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_EQ(arrived.spec.model, 3);
   EXPECT_TRUE(arrived.placed_on.empty());
   EXPECT_EQ(EncodeEvent(events[0]).find("placed_on"), std::string::npos);
-  auto adopted =
-      std::get<core::JobArrived>(*DecodeEvent(EncodeEvent(events.back())));
+  auto adopted = std::get<core::JobArrived>(
+      *DecodeEvent(EncodeEvent(events[events.size() - 2])));
   EXPECT_EQ(adopted.placed_on,
             (std::vector<core::GpuId>{core::GpuId(3), core::GpuId(2)}));
   EXPECT_TRUE(adopted.suspended);
   EXPECT_EQ(adopted.submitted, core::Time::FromMicros(1234));
   EXPECT_EQ(arrived.submitted, core::Time::Never());
+  auto found =
+      std::get<core::JobFound>(*DecodeEvent(EncodeEvent(events.back())));
+  EXPECT_EQ(found.job, core::JobId(6));
+  EXPECT_EQ(found.placed_on, std::vector<core::GpuId>{core::GpuId(1)});
+  EXPECT_FALSE(found.suspended);
   auto server = std::get<core::ServerUp>(*DecodeEvent(EncodeEvent(up)));
   EXPECT_EQ(server.spec.gpu_memory_gb, 79.5);
   // A log written before servers reported their GPUs' memory.
