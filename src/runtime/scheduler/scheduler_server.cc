@@ -2618,6 +2618,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     // Before the server is up or open again, which may place them.
     AdoptKeptCheckpoints(a, r);
     const core::Cluster& c = st().cluster();
+    // A server back up with processes the daemon may keep where they run
+    // (AdoptLostJobs) is cordoned meanwhile: coming up would place queued
+    // jobs on their GPUs first.
+    const bool hold_closed = id < c.num_servers() &&
+                             !c.server(ServerId(id)).up &&
+                             !c.server(ServerId(id)).cordoned && MayAdopt(r);
+    if (hold_closed) {
+      GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), true}));
+    }
     if (id >= c.num_servers()) {
       if (id != c.num_servers()) {
         return core::Status(core::StatusCode::kInternal,
@@ -2630,7 +2639,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     // Before it opens again, which may place queued jobs on their GPUs.
     MarkLostIds(a, r);
     const std::set<int32_t> killed = AdoptLostJobs(a, r);
-    if (open_again && c.server(ServerId(id)).cordoned) {
+    if ((open_again || hold_closed) && c.server(ServerId(id)).cordoned) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), false}));
     }
     if (was_away) {
@@ -4647,6 +4656,25 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         "backup, and jobs " +
         std::to_string(added->first) + "-" + std::to_string(added->second) +
         " are lost; their ids are not given again");
+  }
+
+  // Whether a registering agent lists a process AdoptLostJobs may keep:
+  // of this cluster, with its spec, of a job the core has queued or one
+  // the daemon has no record of.
+  bool MayAdopt(const rpc::RegisterAgentRequest& r) const {
+    if (cluster_id.empty() || r.cluster_id() != cluster_id) return false;
+    for (const rpc::AgentJob& j : r.jobs()) {
+      if (!j.has_spec() || j.job_id() <= 0 ||
+          j.job_id() > std::numeric_limits<int32_t>::max()) {
+        continue;
+      }
+      const auto id = static_cast<int32_t>(j.job_id());
+      if (!extras.contains(id) ||
+          (LiveJob(id) && st().job(JobId(id)).state == JobState::kQueued)) {
+        return true;
+      }
+    }
+    return false;
   }
 
   // The GPUs of cluster server `server` that the local indices `local`

@@ -2407,6 +2407,37 @@ TEST_F(DaemonTest, AQueuedJobItsAgentRunsIsKeptWhereItRuns) {
   EXPECT_TRUE(WaitFor([&] { return a.kills(2) == 1; }));
 }
 
+// An agent out of reach past --agent-timeout-s: its server is declared
+// down and its job requeued (no other server has room). Back, still
+// running the job, the process is kept where it runs rather than killed
+// and started again: no second start, no kill.
+TEST_F(DaemonTest, AJobRequeuedWhileItsAgentWasOutOfReachKeepsItsProcess) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 0.3;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", true); }));
+  // No report: declared down, the job requeued.
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }, 20))
+      << cl.Get(j).DebugString();
+  EXPECT_FALSE(cl.Servers().servers(0).up());
+  agent.SetProgress(j, 50, 4.0);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  server_->Sync();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING) << cl.Get(j).DebugString();
+  EXPECT_TRUE(HasEntry(cl.Get(j), "adopt", true)) << cl.Get(j).DebugString();
+  EXPECT_TRUE(cl.Servers().servers(0).up());
+  EXPECT_FALSE(cl.Servers().servers(0).cordoned());
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(agent.start_calls(j), 1);
+  EXPECT_EQ(agent.kills(j), 0);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+}
+
 // Leave from an agent the daemon does not know is refused, naming it.
 TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
   StartDaemon(Options());
