@@ -5154,13 +5154,21 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   }
 
   // Jobs stored but never handed to the core (the daemon died in between:
-  // as many as a SubmitJobs request holds), in id order, logged in one
-  // append.
+  // as many as a SubmitJobs request holds, or a job adopted from an
+  // agent), in id order, logged in one append, each submitted when its
+  // row says (so that an adopted job keeps its submission time, by which
+  // its agent tells its process from another job's of that id).
   void ArriveUnarrived() {
     std::vector<core::EventBody> arrived;
+    const int64_t now = Now();
     for (auto& [id, x] : extras) {
       if (!st().has_job(JobId(id))) {
-        arrived.push_back(core::JobArrived{JobId(id), ToCoreSpec(x.spec)});
+        core::JobArrived e{JobId(id), ToCoreSpec(x.spec)};
+        if (x.has_written && x.written.submitted_us > 0 &&
+            x.written.submitted_us <= now) {
+          e.submitted = core::Time::FromMicros(x.written.submitted_us);
+        }
+        arrived.push_back(std::move(e));
       }
     }
     (void)FeedTogether(std::move(arrived));

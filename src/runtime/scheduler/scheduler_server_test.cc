@@ -2438,6 +2438,37 @@ TEST_F(DaemonTest, AJobRequeuedWhileItsAgentWasOutOfReachKeepsItsProcess) {
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
 }
 
+// A job stored but never handed to the core (the daemon died in between)
+// arrives at the next start, queued, submitted when its row says.
+TEST_F(DaemonTest, AJobStoredButNotArrivedArrivesWithItsSubmissionTime) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  {
+    Client& cl = StartDaemon(o);
+    EXPECT_EQ(cl.MustSubmit(1), 1);
+    server_.reset();
+  }
+  const int64_t when =  // an hour ago
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count() -
+      3'600'000'000;
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto id = (*store)->InsertJob(
+        R"({"name":"late","command":"python3 train.py","gpus":1})", when);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_EQ(*id, 2);
+  }
+  Client& cl = StartDaemon(o);
+  server_->Sync();
+  const rpc::JobInfo late = cl.Get(2);
+  EXPECT_EQ(late.state(), rpc::QUEUED);
+  EXPECT_EQ(late.spec().name(), "late");
+  EXPECT_EQ(late.submitted_us(), when);
+}
+
 // Leave from an agent the daemon does not know is refused, naming it.
 TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
   StartDaemon(Options());
