@@ -320,11 +320,7 @@ core::Status EtcdStore::AdoptJob(int64_t id, const std::string& spec_json,
   auto read = LostIdsLocked();
   if (!read.ok()) return read.status();
   IdRanges lost = std::move(*read);
-  if (!FindIdRange(lost, id)) {
-    return core::FailedPrecondition("job " + std::to_string(id) +
-                                    " is not one a restore lost");
-  }
-  RemoveIdFromRanges(&lost, id);
+  GANDIVA_RETURN_IF_ERROR(TakeLostId(&lost, id));
   JobRow row;
   row.id = id;
   row.spec_json = spec_json;

@@ -832,6 +832,20 @@ class DaemonTest : public ::testing::Test {
     }
     return StartSpanningJob(cl, a, b, elastic);
   }
+  // Starts a daemon, registers `a` with it, runs job 1 (one GPU) there and
+  // stops the daemon. When job 1 was submitted; 0, with a test failure, if
+  // it did not start.
+  int64_t RunOneJobAndStop(const SchedulerOptions& o, FakeAgent& a) {
+    Client& cl = StartDaemon(o);
+    if (!a.Register(server_->address()).ok() || cl.MustSubmit(1) != 1 ||
+        !WaitFor([&] { return HasEntry(cl.Get(1), "start", true); })) {
+      ADD_FAILURE() << cl.Get(1).DebugString();
+      return 0;
+    }
+    const int64_t submitted = cl.Get(1).submitted_us();
+    server_.reset();
+    return submitted;
+  }
   // A gang (rank 0 on b) requeued with its checkpoint kept on b (a left),
   // then the daemon restarted (replaying its log, which does not say where
   // the checkpoint is kept); b not registered again yet. The job's id.
@@ -2271,15 +2285,8 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
   FakeAgent a("node-a", 5, Mode::kOk);
-  int64_t first_submitted = 0;
-  {
-    Client& cl = StartDaemon(o);
-    ASSERT_TRUE(a.Register(server_->address()).ok());
-    EXPECT_EQ(cl.MustSubmit(1), 1);
-    ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
-    first_submitted = cl.Get(1).submitted_us();
-    server_.reset();
-  }
+  const int64_t first_submitted = RunOneJobAndStop(o, a);
+  ASSERT_GT(first_submitted, 0);
   const std::string cluster = a.cluster_id();
   ASSERT_EQ(a.procs().at(1).gpus, std::vector<int32_t>{0});
   auto spec = [](const std::string& name) {
@@ -2375,18 +2382,12 @@ TEST_F(DaemonTest, AQueuedJobItsAgentRunsIsKeptWhereItRuns) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
   FakeAgent a("node-a", 1, Mode::kOk);
-  int64_t submitted = 0;
-  {
-    Client& cl = StartDaemon(o);
-    ASSERT_TRUE(a.Register(server_->address()).ok());
-    EXPECT_EQ(cl.MustSubmit(1), 1);
-    ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
-    EXPECT_EQ(cl.MustSubmit(1, "two"), 2);
-    submitted = cl.Get(2).submitted_us();
-    server_.reset();
-  }
+  ASSERT_GT(RunOneJobAndStop(o, a), 0);
   Client& cl = StartDaemon(o);  // node-a cordoned until it is back
+  EXPECT_EQ(cl.MustSubmit(1, "two"), 2);
+  const int64_t submitted = cl.Get(2).submitted_us();
   ASSERT_TRUE(cl.Kill(1).ok());
+  server_->Sync();
   EXPECT_EQ(cl.State(2), rpc::QUEUED);
   rpc::JobSpec spec;
   spec.set_name("two");

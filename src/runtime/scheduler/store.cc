@@ -418,11 +418,7 @@ core::Status SqliteStore::AdoptJob(int64_t id, const std::string& spec_json,
     auto read = LostIds(db_);
     if (!read.ok()) return read.status();
     IdRanges lost = std::move(*read);
-    if (!FindIdRange(lost, id)) {
-      return core::FailedPrecondition("job " + std::to_string(id) +
-                                      " is not one a restore lost");
-    }
-    RemoveIdFromRanges(&lost, id);
+    GANDIVA_RETURN_IF_ERROR(TakeLostId(&lost, id));
     Stmt row(db_,
              "INSERT INTO jobs(id, spec, state, submitted_us) "
              "VALUES(?, ?, 1, ?)");
@@ -946,6 +942,15 @@ void RemoveIdFromRanges(IdRanges* ranges, int64_t id) {
     if (id < last) out.emplace_back(id + 1, last);
   }
   *ranges = std::move(out);
+}
+
+core::Status TakeLostId(IdRanges* ranges, int64_t id) {
+  if (!FindIdRange(*ranges, id)) {
+    return core::FailedPrecondition("job " + std::to_string(id) +
+                                    " is not one a restore lost");
+  }
+  RemoveIdFromRanges(ranges, id);
+  return core::Status::Ok();
 }
 
 std::optional<std::pair<int64_t, int64_t>> FindIdRange(const IdRanges& ranges,

@@ -255,6 +255,9 @@ std::string FormatIdRanges(const IdRanges& ranges);
 void AddIdRange(IdRanges* ranges, int64_t first, int64_t last);
 // Takes `id` out of `ranges` (the range holding it splits in two).
 void RemoveIdFromRanges(IdRanges* ranges, int64_t id);
+// The same for a job Store::AdoptJob stores: kFailedPrecondition, naming
+// it, when `id` is in none of the ranges (not one a restore lost).
+core::Status TakeLostId(IdRanges* ranges, int64_t id);
 // The range of `ranges` holding `id`, if any.
 std::optional<std::pair<int64_t, int64_t>> FindIdRange(const IdRanges& ranges,
                                                        int64_t id);
