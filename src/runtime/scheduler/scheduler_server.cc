@@ -2609,7 +2609,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const bool was_away = a.away_since_us > 0;
     const bool open_again = a.away_cordon;
     a.away_since_us = 0;
-    a.away_cordon = false;
+    const core::Cluster& c = st().cluster();
+    // A server back up with processes the daemon may keep where they run
+    // (AdoptLostJobs) is cordoned meanwhile: coming up would place queued
+    // jobs on their GPUs first. Recorded as the daemon's cordon (in the
+    // row, before it is logged), which the next registration lifts should
+    // this one not get that far.
+    const bool hold_closed = id < c.num_servers() &&
+                             !c.server(ServerId(id)).up &&
+                             !c.server(ServerId(id)).cordoned && MayAdopt(r);
+    a.away_cordon = hold_closed;
     // The row first: a ServerUp in the log always has its row.
     WriteBatch rows;
     rows.servers.push_back(ServerRowOf(a));
@@ -2617,13 +2626,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     a.row_dirty = false;
     // Before the server is up or open again, which may place them.
     AdoptKeptCheckpoints(a, r);
-    const core::Cluster& c = st().cluster();
-    // A server back up with processes the daemon may keep where they run
-    // (AdoptLostJobs) is cordoned meanwhile: coming up would place queued
-    // jobs on their GPUs first.
-    const bool hold_closed = id < c.num_servers() &&
-                             !c.server(ServerId(id)).up &&
-                             !c.server(ServerId(id)).cordoned && MayAdopt(r);
     if (hold_closed) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), true}));
     }
@@ -2641,6 +2643,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const std::set<int32_t> killed = AdoptLostJobs(a, r);
     if ((open_again || hold_closed) && c.server(ServerId(id)).cordoned) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), false}));
+    }
+    if (hold_closed) {
+      a.away_cordon = false;
+      a.row_dirty = true;
     }
     if (was_away) {
       Log("agent '" + a.name + "' is back" +
