@@ -2611,10 +2611,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     a.away_since_us = 0;
     const core::Cluster& c = st().cluster();
     // A server back up with processes the daemon may keep where they run
-    // (AdoptLostJobs) is cordoned meanwhile: coming up would place queued
-    // jobs on their GPUs first. Recorded as the daemon's cordon (in the
-    // row, before it is logged), which the next registration lifts should
-    // this one not get that far.
+    // (AdoptQueuedJobsFound, AdoptLostJobs) is cordoned meanwhile: coming up
+    // would place queued jobs on their GPUs first. Recorded as the daemon's
+    // cordon (in the row, before it is logged), which the next registration
+    // lifts should this one not get that far.
     const bool hold_closed = id < c.num_servers() &&
                              !c.server(ServerId(id)).up &&
                              !c.server(ServerId(id)).cordoned && MayAdopt(r);
@@ -2640,6 +2640,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     }
     // Before it opens again, which may place queued jobs on their GPUs.
     MarkLostIds(a, r);
+    AdoptQueuedJobsFound(a, r);
     const std::set<int32_t> killed = AdoptLostJobs(a, r);
     if ((open_again || hold_closed) && c.server(ServerId(id)).cordoned) {
       GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), false}));
@@ -4664,7 +4665,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         " are lost; their ids are not given again");
   }
 
-  // Whether a registering agent lists a process AdoptLostJobs may keep:
+  // Whether a registering agent lists a process the daemon may keep
+  // (AdoptQueuedJobsFound, AdoptLostJobs):
   // of this cluster, with its spec, of a job the core has queued or one
   // the daemon has no record of.
   bool MayAdopt(const rpc::RegisterAgentRequest& r) const {
@@ -4705,6 +4707,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Reconcile kills it as a stray, and the job starts when it is placed.
   void AdoptQueuedJobsFound(const AgentConn& a,
                             const rpc::RegisterAgentRequest& r) {
+    if (cluster_id.empty() || r.cluster_id() != cluster_id) return;
     for (const rpc::AgentJob& j : r.jobs()) {
       const int64_t id64 = j.job_id();
       if (!LiveJob(id64) || !j.has_spec() || j.submitted_us() == 0) continue;
@@ -4756,9 +4759,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::set<int32_t> AdoptLostJobs(const AgentConn& a,
                                   const rpc::RegisterAgentRequest& r) {
     std::set<int32_t> killed;
-    if (cluster_id.empty() || r.cluster_id() != cluster_id) return killed;
-    AdoptQueuedJobsFound(a, r);
-    if (lost_ids->empty()) return killed;
+    if (cluster_id.empty() || r.cluster_id() != cluster_id ||
+        lost_ids->empty()) {
+      return killed;
+    }
     const std::string lost_note =
         "submitted after the backup this store was restored from, its "
         "record lost";
