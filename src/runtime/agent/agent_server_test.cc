@@ -488,8 +488,10 @@ TEST_F(AgentServerTest, ACheckpointOfAnotherClusterIsDroppedAtRegistration) {
   before = agent_->registrations();
   daemon_->Forget();
   ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
+  // The agent forgets the checkpoint before it removes its files: wait for
+  // both.
   ASSERT_TRUE(WaitUntil([&] { return sup.HeldCheckpoint(5).empty(); }));
-  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_TRUE(WaitUntil([&] { return !std::filesystem::exists(dir); }));
   before = agent_->registrations();
   daemon_->Forget();
   ASSERT_TRUE(WaitUntil([&] { return agent_->registrations() > before; }));
