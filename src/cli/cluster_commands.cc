@@ -525,7 +525,8 @@ core::StatusOr<ClusterShape> ResolveShape(const UpFlags& f,
       std::printf(
           "gandiva up: agent-%d%s of this cluster %s not started: the "
           "scheduler declares %s down when it has waited for %s "
-          "(--agent-timeout-s), and places %s jobs again\n",
+          "(--agent-timeout-s, then --agent-grace-s), and places %s jobs "
+          "again\n",
           *f.agents,
           shape.agents - *f.agents > 1
               ? (" to agent-" + std::to_string(shape.agents - 1)).c_str()

@@ -999,6 +999,9 @@ int RunServers(const ServersFlags& f) {
     if (srv.away_since_us() > 0) {
       // Its agent stopped; declared down unless it is back in time.
       up = "away (" + left(srv.away_until_us());
+    } else if (srv.silent_since_us() > 0) {
+      // Its agent is not heard of; declared down unless it is back in time.
+      up = "out of reach (" + left(srv.silent_until_us());
     } else if (srv.awaiting_until_us() > 0) {
       // The daemon restarted; its agent has not registered since.
       up = "awaiting agent (" + left(srv.awaiting_until_us());

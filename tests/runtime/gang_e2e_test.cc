@@ -251,10 +251,11 @@ TEST_F(GangE2eTest, SchedulerCrashKeepsAGangRunning) {
 // the lead's part is stopped too (it cannot train alone) and the job waits
 // for room again.
 TEST_F(GangE2eTest, AServerOfTheGangGoingDownStopsItsOtherParts) {
-  TestCluster c({.policy = "fifo",
-                 .agents = 2,
-                 .gpus_per_agent = 1,
-                 .scheduler_args = {"--agent-timeout-s", "2"}});
+  TestCluster c(
+      {.policy = "fifo",
+       .agents = 2,
+       .gpus_per_agent = 1,
+       .scheduler_args = {"--agent-timeout-s", "2", "--agent-grace-s", "1"}});
   const int64_t id = StartTraining(c, 2, 10'000'000, 2, 50);
   ASSERT_GT(id, 0);
   const std::string follower = c.Job(id).parts(1).server();

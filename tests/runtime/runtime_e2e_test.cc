@@ -580,5 +580,63 @@ TEST(BackupE2eTest, AStoreRestoredOntoANewMachineAdoptsTheJobsItsAgentRuns) {
   EXPECT_EQ(c.Submit(spec, &error), 3) << error;
 }
 
+// An agent paused (SIGSTOP: a machine that stalls, or a network that parts,
+// for a while) past --agent-timeout-s is out of reach: the daemon cordons
+// its server and keeps its job there, saying so. Let go within
+// --agent-grace-s, the agent registers again and the job runs on in the
+// same process: started once, never placed again.
+TEST(AgentOutOfReachE2eTest, AJobOfAnAgentPausedForAWhileRunsOnInItsProcess) {
+  TestCluster c(
+      {.policy = "fifo",
+       .agents = 1,
+       .scheduler_args = {"--agent-timeout-s", "2", "--agent-grace-s", "120"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec;
+  spec.set_gpus(1);
+  spec.set_name("stays");
+  spec.set_command("exec sleep 7121");
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil([&] { return ProcessesRunning("sleep 7121") == 1; },
+                        seconds(30)))
+      << Describe(c, id);
+  const std::vector<int> pid = PidsRunning("sleep 7121");
+  auto server = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + seconds(5));
+    rpc::ListServersReply reply;
+    (void)c.stub().ListServers(&ctx, rpc::Empty(), &reply);
+    return reply.servers_size() == 1 ? reply.servers(0) : rpc::ServerInfo();
+  };
+  Process* agent = c.agent("agent-0");
+  ASSERT_NE(agent, nullptr);
+  agent->Signal(SIGSTOP);
+  const bool silent =
+      WaitUntil([&] { return server().silent_since_us() > 0; }, seconds(30));
+  std::string listed;
+  const int listed_rc = c.Cli({"servers"}, &listed);
+  const rpc::JobInfo during = c.Job(id);
+  agent->Signal(SIGCONT);
+  ASSERT_TRUE(silent) << c.Logs();
+  EXPECT_EQ(listed_rc, 0) << listed;
+  EXPECT_NE(listed.find("out of reach ("), std::string::npos) << listed;
+  EXPECT_EQ(during.state(), rpc::RUNNING);
+  EXPECT_NE(during.waiting_reason().find("agent 'agent-0' is out of reach"),
+            std::string::npos)
+      << during.waiting_reason();
+
+  ASSERT_TRUE(WaitUntil([&] { return server().up(); }, seconds(30)))
+      << c.Logs();
+  EXPECT_FALSE(server().cordoned());
+  EXPECT_EQ(PidsRunning("sleep 7121"), pid);  // the same process
+  const rpc::JobInfo after = c.Job(id);
+  EXPECT_EQ(after.state(), rpc::RUNNING);
+  EXPECT_EQ(after.waiting_reason(), "");
+  EXPECT_EQ(c.History(id, "start").size(), 1u) << Describe(c, id);
+  EXPECT_TRUE(c.History(id, "requeue").empty()) << Describe(c, id);
+  EXPECT_TRUE(c.History(id, "kill").empty()) << Describe(c, id);
+}
+
 }  // namespace
 }  // namespace gandiva::e2e

@@ -1331,7 +1331,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
   // waits for the agent to be back (its jobs go on from the checkpoints
   // they save now) longer than for one gone silent. Best effort, within
   // the stop's first seconds: a daemon that is not told declares the
-  // server down after --agent-timeout-s, as for any silent agent.
+  // server down after --agent-timeout-s and --agent-grace-s, as for any
+  // silent agent.
   std::vector<int64_t> Leave() {
     rpc::LeaveRequest req;
     req.set_name(name);

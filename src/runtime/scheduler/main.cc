@@ -116,7 +116,12 @@ int main(int argc, char** argv) {
   app.add_option("--tick-ms", o.tick_ms, "event-loop tick period")
       ->capture_default_str();
   app.add_option("--agent-timeout-s", o.agent_timeout_s,
-                 "declare an agent down after this long without a report")
+                 "an agent not heard of for this long is out of reach: its "
+                 "server is cordoned, its jobs kept there")
+      ->capture_default_str();
+  app.add_option("--agent-grace-s", o.agent_grace_s,
+                 "declare an agent out of reach down this much later, its "
+                 "jobs placed again (0: at once)")
       ->capture_default_str();
   app.add_option("--agent-away-s", o.agent_away_s,
                  "wait this long for an agent that said it was stopping "

@@ -86,14 +86,19 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     out.push_back(std::move(gpus));
 
     auto servers = Family("gandiva_servers",
-                          "Registered servers: up (those awaiting registration "
-                          "after a restart included), or down; cordoned: up "
-                          "and taking no new jobs (counted in up too).",
+                          "Registered servers: up, or down (those away, out of "
+                          "reach or awaiting registration after a restart "
+                          "included); cordoned: up and taking no new jobs "
+                          "(counted in up too); out_of_reach: its agent not "
+                          "heard of for --agent-timeout-s, its jobs kept "
+                          "there (counted in down too).",
                           MetricType::Gauge);
     Add(servers, static_cast<double>(s.servers_up), {{"state", "up"}});
     Add(servers, static_cast<double>(s.servers_down), {{"state", "down"}});
     Add(servers, static_cast<double>(s.servers_cordoned),
         {{"state", "cordoned"}});
+    Add(servers, static_cast<double>(s.servers_out_of_reach),
+        {{"state", "out_of_reach"}});
     out.push_back(std::move(servers));
 
     auto actions = Family("gandiva_actions_total",

@@ -48,8 +48,10 @@ struct MetricsSample {
   int64_t servers_up = 0;
   int64_t servers_down = 0;      // down
   int64_t servers_cordoned = 0;  // up and cordoned (counted in up too)
-  core::Counters actions;        // the core's counters (events included)
-  int64_t log_events = 0;        // events logged since the last snapshot
+  // Whose agent is out of reach, within --agent-grace-s (in down too).
+  int64_t servers_out_of_reach = 0;
+  core::Counters actions;  // the core's counters (events included)
+  int64_t log_events = 0;  // events logged since the last snapshot
   int64_t last_event_seq = 0;
   int64_t log_appends = 0;  // appends to the log by this daemon process
   int64_t compactions = 0;  // by this daemon process

@@ -49,9 +49,15 @@ struct SchedulerOptions {
 
   // How often the event loop sends the core a Tick. Default 1000 ms.
   int tick_ms = 1000;
-  // An agent that has not reported for this long is declared down (its
-  // jobs go back to the queue). Default 30 s.
+  // An agent that has not reported for this long is out of reach: its
+  // server is cordoned and calls to it fail at once, its jobs kept placed
+  // there. Default 30 s.
   double agent_timeout_s = 30;
+  // An agent out of reach this much longer (agent_timeout_s + this since it
+  // was last heard of) is declared down and its jobs go back to the queue;
+  // back before then, its jobs go on as they were. 0: declared down at
+  // agent_timeout_s. Default 90 s.
+  double agent_grace_s = 90;
   // An agent that said it was stopping (Leave: its jobs saved a checkpoint
   // to go on from when it is back) is waited for this long from its stop,
   // its server cordoned, before it is declared down (and at least

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -301,8 +302,14 @@ struct AgentConn {
   // clock; 0: not away): calls to it fail at once, and it is declared down
   // only after --agent-away-s.
   int64_t away_since_us = 0;
-  // Its server was cordoned for that by the daemon (not by an operator):
-  // opened again when it registers.
+  // Not heard of for --agent-timeout-s (wall clock when it was found so;
+  // 0: heard of): out of reach, calls to it fail at once, its server
+  // cordoned and its jobs kept there until it registers again (its reports
+  // are refused till then) or --agent-grace-s later it is declared down.
+  int64_t silent_since_us = 0;
+  int64_t silent_until_us = 0;  // when it is declared down (wall clock)
+  // Its server was cordoned for being away, out of reach or awaited by the
+  // daemon (not by an operator): opened again when it registers.
   bool away_cordon = false;
   // Registrations with this daemon process (each may bring other GPUs and
   // capabilities).
@@ -673,6 +680,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     clock_us = std::max(clock_us, WallMicros());
     return clock_us;
   }
+  // Now() without moving the clock on.
+  int64_t NowConst() const { return std::max(clock_us, WallMicros()); }
   int64_t InternalActionId() {
     // Distinct from the core's small action ids and from earlier runs.
     next_internal_id = std::max(next_internal_id + 1, WallMicros());
@@ -986,6 +995,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                         ") wherever it is placed next");
           }
           continue;
+        }
+        if (live && !x.proc.gang() && (x.proc.exists || x.proc.checkpoint)) {
+          History(id, "requeue", true, 0,
+                  "server " + AgentName(down->id) +
+                      " is down: the job goes back to the queue, its " +
+                      (x.proc.exists ? "process" : "checkpoint") +
+                      " there lost, and starts again wherever it is placed "
+                      "next");
         }
         // A gang with a part on the lost server cannot train on: its other
         // parts are stopped (their exits are not the job's end).
@@ -2607,8 +2624,10 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     a.caps = r.capabilities();
     ++a.registrations;
     const bool was_away = a.away_since_us > 0;
+    const int64_t silent_since_us = a.silent_since_us;
     const bool open_again = a.away_cordon;
     a.away_since_us = 0;
+    a.silent_since_us = 0;
     const core::Cluster& c = st().cluster();
     // A server back up with processes the daemon may keep where they run
     // (AdoptQueuedJobsFound, AdoptLostJobs) is cordoned meanwhile: coming up
@@ -2649,8 +2668,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       a.away_cordon = false;
       a.row_dirty = true;
     }
-    if (was_away) {
-      Log("agent '" + a.name + "' is back" +
+    if (was_away || silent_since_us > 0) {
+      char out[48] = "";
+      if (silent_since_us > 0) {
+        std::snprintf(
+            out, sizeof out, " after %.1f s out of reach",
+            static_cast<double>(WallMicros() - silent_since_us) / 1e6);
+      }
+      Log("agent '" + a.name + "' is back" + out +
           (open_again ? ": server " + std::to_string(id) + " opened again"
                       : ""));
     }
@@ -3026,6 +3051,15 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                   "restarted): call RegisterAgent again"};
     }
     AgentConn& a = agents[static_cast<size_t>(it->second)];
+    if (a.silent_since_us > 0) {
+      // Back from out of reach: registering again says what it runs now
+      // (Reconcile) and opens its server.
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "agent '" + r.name() +
+                  "' was out of reach (not heard of for more than " +
+                  Seconds(opts.agent_timeout_s) +
+                  "): call RegisterAgent again"};
+    }
     a.last_seen_us = Now();
     unlogged = false;
     for (const rpc::JobExit& e : r.exits()) {
@@ -3209,6 +3243,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           "' is not registered (new, timed out, or the scheduler restarted)");
     }
     AgentConn& a = agents[static_cast<size_t>(it->second)];
+    if (a.silent_since_us > 0) {
+      // Its jobs' saves would be calls to an agent out of reach: it says
+      // what it holds when it registers again.
+      return core::FailedPrecondition(
+          "field 'name': agent '" + r.name() +
+          "' was out of reach (not heard of for more than " +
+          Seconds(opts.agent_timeout_s) + "): register again first");
+    }
     rpc::LeaveReply reply;
     reply.set_away_s(opts.agent_away_s);
     if (a.away_since_us == 0) {
@@ -3256,13 +3298,39 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   int64_t AwayUntilUs(const AgentConn& a) const {
     return a.away_since_us + static_cast<int64_t>(opts.agent_away_s * 1e6);
   }
-  // When CheckAgents declares the server of an agent that has not
-  // registered with this daemon down (wall clock).
-  int64_t AwaitingUntilUs(const AgentConn& a) {
-    const int64_t silent = WallMicros() + a.last_seen_us +
-                           static_cast<int64_t>(opts.agent_timeout_s * 1e6) -
-                           Now();
+  // How long an agent may go unheard of before it is declared down: an
+  // away one --agent-timeout-s (and --agent-away-s from its stop), any
+  // other out of reach --agent-grace-s longer.
+  int64_t SilenceAllowedUs(const AgentConn& a) const {
+    return static_cast<int64_t>(
+        (opts.agent_timeout_s +
+         (a.away_since_us > 0 ? 0 : opts.agent_grace_s)) *
+        1e6);
+  }
+  // When CheckAgents declares the server of an agent out of reach, or one
+  // that has not registered with this daemon, down (wall clock).
+  int64_t SilentUntilUs(const AgentConn& a) const {
+    return WallMicros() + a.last_seen_us + SilenceAllowedUs(a) - NowConst();
+  }
+  int64_t AwaitingUntilUs(const AgentConn& a) const {
+    const int64_t silent = SilentUntilUs(a);
     return a.away_since_us > 0 ? std::max(silent, AwayUntilUs(a)) : silent;
+  }
+  // The out-of-reach agent of a server the job's process is on, if any.
+  const AgentConn* OutOfReachAgentOf(const Proc& p) const {
+    if (!p.exists) return nullptr;
+    auto silent = [this](ServerId s) -> const AgentConn* {
+      if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) {
+        return nullptr;
+      }
+      const AgentConn& a = agents[static_cast<size_t>(s.value)];
+      return a.silent_since_us > 0 ? &a : nullptr;
+    };
+    if (const AgentConn* a = silent(p.server)) return a;
+    for (const Part& f : p.followers) {
+      if (const AgentConn* a = silent(f.server)) return a;
+    }
+    return nullptr;
   }
   // Some part of the job is on a server whose agent is away.
   bool AnyPartAway(const Proc& p) const {
@@ -3277,6 +3345,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::string Away(ServerId s) const {
     if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) return "";
     const AgentConn& a = agents[static_cast<size_t>(s.value)];
+    if (a.silent_since_us > 0) {
+      char ago[32];
+      std::snprintf(ago, sizeof ago, "%.1f s",
+                    static_cast<double>(NowConst() - a.last_seen_us) / 1e6);
+      return "agent '" + a.name + "' is out of reach: not heard of for " + ago;
+    }
     if (a.away_since_us == 0) return "";
     char ago[32];
     std::snprintf(ago, sizeof ago, "%.1f s",
@@ -3298,6 +3372,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           (a.away_since_us > 0 && wall < AwayUntilUs(a))) {
         continue;
       }
+      if (now - a.last_seen_us <= SilenceAllowedUs(a)) {
+        // Out of reach, within its grace (one awaited is cordoned already).
+        if (a.link == AgentConn::Link::kUp && a.silent_since_us == 0) {
+          OutOfReach(a);
+        }
+        continue;
+      }
       a.link = AgentConn::Link::kDown;
       a.reconcile_pending = false;
       a.missing.clear();
@@ -3305,18 +3386,63 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       // Down now (its cordon, if the daemon's, still lifts when it is
       // back).
       a.away_since_us = 0;
+      a.silent_since_us = 0;
       Warn(was_away
                ? "agent '" + a.name + "' not back within " +
                      Seconds(opts.agent_away_s) +
                      " of its stop (--agent-away-s): server down"
-               : "agent '" + a.name + "' silent for more than " +
-                     std::to_string(opts.agent_timeout_s) + " s: server down");
+               : "agent '" + a.name + "' not heard of for more than " +
+                     Seconds(static_cast<double>(SilenceAllowedUs(a)) / 1e6) +
+                     " (--agent-timeout-s and --agent-grace-s): server down");
       a.row_dirty = true;
       if (a.id.value < st().cluster().num_servers() &&
           st().cluster().server(a.id).up) {
         (void)Feed(core::ServerDown{a.id});
       }
     }
+  }
+
+  // An agent not heard of for --agent-timeout-s: its server is cordoned
+  // (the daemon's cordon, in its row before it is logged, lifted when it
+  // registers again), calls to it fail at once, and its jobs stay placed
+  // there, as they were: a network that parts for a while costs them
+  // nothing. Declared down --agent-grace-s later (CheckAgents).
+  void OutOfReach(AgentConn& a) {
+    a.silent_since_us = WallMicros();
+    a.silent_until_us = SilentUntilUs(a);
+    a.row_dirty = true;
+    const core::Cluster& c = st().cluster();
+    const bool placed = a.id.value < c.num_servers() && c.server(a.id).up;
+    bool cordoned = false;
+    if (placed && !c.server(a.id).cordoned) {
+      a.away_cordon = true;
+      WriteBatch rows;
+      rows.servers.push_back(ServerRowOf(a));
+      if (store->Write(rows).ok()) {
+        a.row_dirty = false;
+        cordoned = Feed(core::CordonRequest{a.id, true}).ok();
+      }
+      if (!cordoned) {
+        a.away_cordon = false;
+        a.row_dirty = true;
+      }
+    }
+    int jobs = 0;
+    for (auto [id, xp] : UnsettledJobs()) {
+      if (!xp->proc.On(a.id)) continue;
+      xp->dirty = true;
+      ++jobs;
+    }
+    Warn("agent '" + a.name + "' not heard of for more than " +
+         Seconds(opts.agent_timeout_s) + ": out of reach, server " +
+         std::to_string(a.id.value) +
+         (cordoned                            ? " cordoned"
+          : placed && c.server(a.id).cordoned ? " (cordoned already)"
+                                              : " (not cordoned)") +
+         "; its " + std::to_string(jobs) +
+         (jobs == 1 ? " job stays" : " jobs stay") +
+         " there until it is back, or it is declared down in " +
+         Seconds(opts.agent_grace_s) + " (--agent-grace-s)");
   }
 
   // ------------------------------------------------------- user requests
@@ -3708,6 +3834,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         x.proc.checkpoint) {
       return 0;
     }
+    if (OutOfReachAgentOf(x.proc) != nullptr) return 0;  // counts down
     mix(static_cast<uint64_t>(j.state));
     mix((j.launched ? 1 : 0) | (j.busy() ? 2 : 0) | (j.held ? 4 : 0));
     mix(static_cast<uint64_t>(static_cast<int64_t>(j.spec.priority)));
@@ -3778,7 +3905,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                       std::max(0.0, left));
         within = b;
       } else {
-        within = "after " + Seconds(opts.agent_timeout_s) + " without it";
+        within = "after " +
+                 Seconds(static_cast<double>(SilenceAllowedUs(a)) / 1e6) +
+                 " without it";
       }
       info.set_waiting_reason(
           "agent '" + a.name +
@@ -3787,6 +3916,20 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           within +
           " the server is declared down and the job placed again, from the "
           "beginning)");
+    }
+    if (const AgentConn* a = OutOfReachAgentOf(x.proc);
+        a != nullptr && !core::IsTerminal(j.state)) {
+      char b[160];
+      std::snprintf(
+          b, sizeof b,
+          " is out of reach (not heard of for %.0f s): the job is kept there "
+          "as it was until the agent is back (if it is not within %.0f s, ",
+          static_cast<double>(NowConst() - a->last_seen_us) / 1e6,
+          std::max(0.0, static_cast<double>(a->silent_until_us - WallMicros()) /
+                            1e6));
+      info.set_waiting_reason(
+          "agent '" + a->name + "'" + b +
+          "the server is declared down and the job placed again)");
     }
     // Where it is placed, or last ran once it ended. A queued job: where
     // its process (or checkpoint) was left, requeued by the policy; none
@@ -3934,11 +4077,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     const core::Server& s = c.server(a.id);
     // Away, or not registered with this daemon yet: no agent serves it
     // (as far as the daemon knows), though its jobs stay placed there.
-    info.set_up(s.up && a.link == AgentConn::Link::kUp && a.away_since_us == 0);
+    info.set_up(s.up && a.link == AgentConn::Link::kUp &&
+                a.away_since_us == 0 && a.silent_since_us == 0);
     info.set_cordoned(s.cordoned);
     if (a.away_since_us > 0) {
       info.set_away_since_us(a.away_since_us);
       info.set_away_until_us(AwayUntilUs(a));
+    }
+    if (a.silent_since_us > 0) {
+      info.set_silent_since_us(a.silent_since_us);
+      info.set_silent_until_us(a.silent_until_us);
     }
     if (a.link == AgentConn::Link::kAwaiting) {
       info.set_awaiting_until_us(AwaitingUntilUs(a));
@@ -3974,6 +4122,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     mix(a.gpus.size());
     mix(static_cast<uint64_t>(a.link));
     mix(static_cast<uint64_t>(a.away_since_us));
+    mix(static_cast<uint64_t>(a.silent_since_us));
+    mix(static_cast<uint64_t>(a.silent_until_us));
     const core::Cluster& c = st().cluster();
     mix(a.id.value < c.num_servers() ? 1 : 0);
     if (a.id.value < c.num_servers()) {
@@ -4174,6 +4324,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         if (!si.cordoned()) s.gpus_free += si.free_gpus();
       } else {
         ++s.servers_down;
+        if (si.silent_since_us() > 0) ++s.servers_out_of_reach;
       }
       for (const rpc::GpuJobs& g : si.gpu_jobs()) {
         if (g.running_size() > 0) ++s.gpus_training;
@@ -5217,7 +5368,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       Log("cordoned the servers of " + names +
           " until their agents register with this daemon (declared down if "
           "not within " +
-          Seconds(opts.agent_timeout_s) + ")");
+          Seconds(opts.agent_timeout_s + opts.agent_grace_s) + ")");
     }
   }
 
@@ -5640,8 +5791,13 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (options.tick_ms <= 0) {
     return core::InvalidArgument("--tick-ms: must be positive");
   }
-  if (options.agent_timeout_s <= 0) {
+  if (!(options.agent_timeout_s > 0) ||
+      !std::isfinite(options.agent_timeout_s)) {
     return core::InvalidArgument("--agent-timeout-s: must be positive");
+  }
+  if (!(options.agent_grace_s >= 0) || !std::isfinite(options.agent_grace_s)) {
+    return core::InvalidArgument(
+        "--agent-grace-s: must be a number of seconds, 0 or more");
   }
   if (options.keep_ended_jobs < 0) {
     return core::InvalidArgument("--keep-ended-jobs: must not be negative");

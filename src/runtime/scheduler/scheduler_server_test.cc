@@ -456,6 +456,10 @@ class FakeAgent final : public rpc::Agent::Service {
     std::lock_guard lock(mu_);
     return resumes_;
   }
+  int registrations() {
+    std::lock_guard lock(mu_);
+    return registrations_;
+  }
   int kills(int64_t job) {
     std::lock_guard lock(mu_);
     return kills_[job];
@@ -546,7 +550,10 @@ class FakeAgent final : public rpc::Agent::Service {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::seconds(10));
     grpc::Status s = stub_->RegisterAgent(&ctx, r, &rep);
-    if (s.ok()) cluster_id_ = rep.cluster_id();
+    if (s.ok()) {
+      cluster_id_ = rep.cluster_id();
+      ++registrations_;
+    }
     return s;
   }
 
@@ -578,6 +585,7 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> starts_begun_;
   std::map<int64_t, std::vector<int32_t>> start_gpus_;
   std::map<int64_t, int> kills_;
+  int registrations_ = 0;  // that succeeded
   std::map<int64_t, int> resume_local_starts_;
   std::map<int64_t, std::vector<std::string>> received_from_;
   std::map<int64_t, int> reported_exits_;
@@ -1288,6 +1296,14 @@ TEST(DaemonOptionsTest, NegativeValuesAreRefusedNamingTheFlag) {
            [](SchedulerOptions& o) { o.keep_archived_for_s = -1; }},
           {"--retention-check",
            [](SchedulerOptions& o) { o.retention_check_s = 0; }},
+          {"--agent-timeout-s",
+           [](SchedulerOptions& o) { o.agent_timeout_s = 0; }},
+          {"--agent-grace-s",
+           [](SchedulerOptions& o) { o.agent_grace_s = -1; }},
+          {"--agent-grace-s",
+           [](SchedulerOptions& o) {
+             o.agent_grace_s = std::numeric_limits<double>::quiet_NaN();
+           }},
           // Jobs are forgotten at compactions.
           {"--snapshot-every 0 turns off",
            [](SchedulerOptions& o) {
@@ -1453,7 +1469,7 @@ TEST_F(AgentStopTest,
   EXPECT_EQ(cl.Get(j).progress().minibatches(), 40);
   EXPECT_EQ(cl.Get(j).waiting_reason(),
             "agent 'node' stopped: the job goes on from the checkpoint kept "
-            "there when the agent is back (after 600 s without it the server "
+            "there when the agent is back (after 690 s without it the server "
             "is declared down and the job placed again, from the beginning)");
   EXPECT_EQ(agent.start_calls(j), 1);
 
@@ -1757,8 +1773,11 @@ TEST_F(AgentStopTest,
         std::chrono::duration_cast<std::chrono::microseconds>(
             std::chrono::system_clock::now().time_since_epoch())
             .count();
-    EXPECT_GT(left_us, 0);
-    EXPECT_LE(left_us, static_cast<int64_t>(o.agent_timeout_s * 1e6));
+    // Awaited as long as an agent out of reach: --agent-timeout-s, then
+    // --agent-grace-s.
+    EXPECT_GT(left_us, static_cast<int64_t>(o.agent_timeout_s * 1e6));
+    EXPECT_LE(left_us, static_cast<int64_t>(
+                           (o.agent_timeout_s + o.agent_grace_s) * 1e6));
   }
   EXPECT_EQ(cl.State(other), rpc::QUEUED);
   EXPECT_EQ(agent_.start_calls(other), 0);
@@ -2408,14 +2427,15 @@ TEST_F(DaemonTest, AQueuedJobItsAgentRunsIsKeptWhereItRuns) {
   EXPECT_TRUE(WaitFor([&] { return a.kills(2) == 1; }));
 }
 
-// An agent out of reach past --agent-timeout-s: its server is declared
-// down and its job requeued (no other server has room). Back, still
-// running the job, the process is kept where it runs rather than killed
-// and started again: no second start, no kill.
+// An agent out of reach past --agent-timeout-s and --agent-grace-s (0
+// here): its server is declared down and its job requeued (no other server
+// has room). Back, still running the job, the process is kept where it runs
+// rather than killed and started again: no second start, no kill.
 TEST_F(DaemonTest, AJobRequeuedWhileItsAgentWasOutOfReachKeepsItsProcess) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
   o.agent_timeout_s = 0.3;
+  o.agent_grace_s = 0;
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
   ASSERT_TRUE(agent.Register(server_->address()).ok());
@@ -2437,6 +2457,126 @@ TEST_F(DaemonTest, AJobRequeuedWhileItsAgentWasOutOfReachKeepsItsProcess) {
   EXPECT_EQ(agent.start_calls(j), 1);
   EXPECT_EQ(agent.kills(j), 0);
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
+}
+
+std::string HttpGet(int port, const std::string& path);  // below
+double Sample(const std::string& page, const std::string& series);
+
+// An agent not heard of for --agent-timeout-s is out of reach: its server
+// is cordoned (nothing new goes there) and shown so, its job stays placed
+// there as it was and says why, and its reports are refused until it
+// registers again. Back within --agent-grace-s, the job goes on where it
+// ran (no second start, no kill, no requeue) and the server opens again.
+TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 1;
+  o.agent_grace_s = 600;
+  o.metrics_listen = "127.0.0.1:0";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", true); }));
+  ASSERT_TRUE(
+      WaitFor([&] { return cl.Servers().servers(0).silent_since_us() > 0; }));
+  const rpc::ServerInfo s = cl.Servers().servers(0);
+  EXPECT_FALSE(s.up());
+  EXPECT_TRUE(s.cordoned());
+  EXPECT_GT(s.silent_until_us() - s.silent_since_us(), 599'000'000);
+  EXPECT_LE(s.silent_until_us() - s.silent_since_us(), 601'000'000);
+  const rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_NE(info.waiting_reason().find("agent 'node' is out of reach (not "
+                                       "heard of for "),
+            std::string::npos)
+      << info.waiting_reason();
+  // Nothing new is placed on its free GPU.
+  const int64_t other = cl.MustSubmit(1, "other");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 ticks
+  server_->Sync();
+  EXPECT_EQ(cl.State(other), rpc::QUEUED);
+  EXPECT_EQ(agent.starts_begun(other), 0);
+  const std::string state = "gandiva_servers{state=\"out_of_reach\"}";
+  std::string page;
+  EXPECT_TRUE(WaitFor([&] {
+    page = HttpGet(server_->metrics_port(), "/metrics");
+    return Sample(page, state) == 1;
+  })) << page;
+  EXPECT_EQ(Sample(page, "gandiva_servers{state=\"down\"}"), 1) << page;
+  // A stop it asks for is refused till it registers again.
+  EXPECT_EQ(agent.Leave().error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  // Back: its report is refused, it registers again (as an agent does).
+  agent.SetProgress(j, 50, 4.0);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(agent.registrations(), 2);
+  const rpc::ServerInfo back = cl.Servers().servers(0);
+  EXPECT_TRUE(back.up());
+  EXPECT_FALSE(back.cordoned());
+  EXPECT_EQ(back.silent_since_us(), 0);
+  // Heard of from now on (each wait reports).
+  ASSERT_TRUE(WaitFor([&] {
+    (void)agent.Report();
+    return agent.start_calls(other) == 1;
+  }));
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  const rpc::JobInfo after = cl.Get(j);
+  EXPECT_EQ(after.state(), rpc::RUNNING);
+  EXPECT_EQ(after.waiting_reason(), "");
+  EXPECT_EQ(after.progress().minibatches(), 50);
+  EXPECT_EQ(agent.start_calls(j), 1);
+  EXPECT_EQ(agent.kills(j), 0);
+  EXPECT_TRUE(HistoryOf(cl, j, "requeue").empty()) << after.DebugString();
+  EXPECT_TRUE(HistoryOf(cl, j, "lost").empty()) << after.DebugString();
+  EXPECT_TRUE(WaitFor([&] {
+    (void)agent.Report();
+    page = HttpGet(server_->metrics_port(), "/metrics");
+    return Sample(page, state) == 0 &&
+           Sample(page, "gandiva_servers{state=\"up\"}") == 1;
+  })) << page;
+  EXPECT_EQ(agent.registrations(), 2);  // not out of reach again
+}
+
+// An agent out of reach past --agent-grace-s as well is declared down, not
+// before: its job is placed again elsewhere.
+TEST_F(DaemonTest, AnAgentOutOfReachPastItsGraceIsDeclaredDown) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 0.3;
+  o.agent_grace_s = 1;
+  Client& cl = StartDaemon(o);
+  FakeAgent node("node", 1, Mode::kOk);
+  ASSERT_TRUE(node.Register(server_->address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return node.start_calls(j) == 1; }));
+  FakeAgent spare("spare", 1, Mode::kOk);
+  ASSERT_TRUE(spare.Register(server_->address()).ok());
+  int64_t until_us = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    (void)spare.Report();
+    until_us = cl.Servers().servers(0).silent_until_us();
+    return until_us > 0;
+  }));
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(spare.starts_begun(j), 0);  // kept where it ran
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)spare.Report();
+        return spare.start_calls(j) == 1;
+      },
+      20))
+      << cl.Get(j).DebugString();
+  EXPECT_GE(std::chrono::duration_cast<std::chrono::microseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count(),
+            until_us);
+  const rpc::ServerInfo down = cl.Servers().servers(0);
+  EXPECT_FALSE(down.up());
+  EXPECT_EQ(down.silent_since_us(), 0);
+  EXPECT_FALSE(HistoryOf(cl, j, "requeue").empty()) << cl.Get(j).DebugString();
 }
 
 // A job stored but never handed to the core (the daemon died in between)
