@@ -2540,6 +2540,43 @@ TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
   EXPECT_EQ(agent.registrations(), 2);  // not out of reach again
 }
 
+// The agent of one part of a job spanning servers is out of reach: the
+// job keeps both parts (the other is not stopped) through the grace, and
+// goes on as it was when the agent is back.
+TEST_F(DaemonTest, AJobSpanningServersKeepsItsPartsThroughAnAgentsGrace) {
+  SchedulerOptions o = Options();
+  o.agent_timeout_s = 1;
+  o.agent_grace_s = 600;
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  const int64_t j = StartDaemonAndSpanningJob(o, a, b);  // rank 0 on b
+  ASSERT_GT(j, 0);
+  Client& cl = *client_;
+  ASSERT_TRUE(WaitFor([&] {
+    (void)b.Report();
+    return cl.Servers().servers(0).silent_since_us() > 0;
+  }));
+  const rpc::JobInfo during = cl.Get(j);
+  EXPECT_EQ(during.state(), rpc::RUNNING);
+  EXPECT_NE(during.waiting_reason().find("agent 'node-a' is out of reach"),
+            std::string::npos)
+      << during.waiting_reason();
+  EXPECT_TRUE(cl.Servers().servers(1).up());
+  ASSERT_TRUE(a.Report().ok());  // back: registers again
+  ASSERT_TRUE(b.Report().ok());
+  server_->Sync();
+  EXPECT_TRUE(cl.Servers().servers(0).up());
+  const rpc::JobInfo after = cl.Get(j);
+  EXPECT_EQ(after.state(), rpc::RUNNING);
+  EXPECT_EQ(after.waiting_reason(), "");
+  for (FakeAgent* agent : {&a, &b}) {
+    EXPECT_EQ(agent->start_calls(j), 1);
+    EXPECT_EQ(agent->kills(j), 0);
+  }
+  EXPECT_TRUE(HistoryOf(cl, j, "kill").empty()) << after.DebugString();
+  EXPECT_TRUE(HistoryOf(cl, j, "requeue").empty()) << after.DebugString();
+}
+
 // An agent out of reach past --agent-grace-s as well is declared down, not
 // before: its job is placed again elsewhere.
 TEST_F(DaemonTest, AnAgentOutOfReachPastItsGraceIsDeclaredDown) {
