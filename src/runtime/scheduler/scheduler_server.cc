@@ -1075,6 +1075,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       case ActionKind::kUnpack:
         pending[a.id.value] =
             PendingAction{a, Now(), false, x->progress.minibatch_rate()};
+        pending[a.id.value].sent = live;
         if (live) Dispatch(pending[a.id.value]);
         return;
       case ActionKind::kKill: {
@@ -2844,7 +2845,11 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         const core::Job& cj = st().job(JobId(id));
         auto pit =
             cj.busy() ? pending.find(cj.in_flight_id.value) : pending.end();
-        if (pit != pending.end() && pit->second.sent) continue;
+        if (pit != pending.end() && pit->second.sent &&
+            cj.in_flight != ActionKind::kSuspend &&
+            cj.in_flight != ActionKind::kUnpack) {
+          continue;
+        }
         if (restarting.contains(id)) continue;
         a.missing.insert(id);
         continue;
@@ -2852,6 +2857,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       const core::Job& j = st().job(JobId(id));
       // A gang's action is settled by its lead's state.
       if (!j.busy() || x.proc.server != a.id) continue;
+      // One this daemon process sent may be under way in the agent still
+      // (a call that waited in it while it was out of reach): what it
+      // lists may be from before the call, whose reply settles it (every
+      // call has a deadline). One replayed from the log is settled here.
+      if (auto pit = pending.find(j.in_flight_id.value);
+          pit != pending.end() && pit->second.sent) {
+        continue;
+      }
       bool ok = false;
       switch (j.in_flight) {
         case ActionKind::kStart:

@@ -136,6 +136,12 @@ class FakeAgent final : public rpc::Agent::Service {
   }
   grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* r,
                           rpc::SuspendReply* rep) override {
+    {
+      // HoldSuspends(): a suspend waits until released.
+      std::unique_lock lock(hold_mu_);
+      ++suspends_held_;
+      hold_cv_.wait(lock, [&] { return !hold_suspends_; });
+    }
     std::lock_guard lock(mu_);
     ++suspend_calls_;
     if (fail_suspends_) {
@@ -487,6 +493,19 @@ class FakeAgent final : public rpc::Agent::Service {
     }
     hold_cv_.notify_all();
   }
+  // While on, a SuspendJob waits (SuspendsHeld() counts them) until it is
+  // turned off.
+  void HoldSuspends(bool on) {
+    {
+      std::lock_guard lock(hold_mu_);
+      hold_suspends_ = on;
+    }
+    hold_cv_.notify_all();
+  }
+  int SuspendsHeld() {
+    std::lock_guard lock(hold_mu_);
+    return suspends_held_;
+  }
   // While on, a CheckpointJob waits (CheckpointsHeld() counts them) until
   // it is turned off.
   void HoldCheckpoints(bool on) {
@@ -569,6 +588,8 @@ class FakeAgent final : public rpc::Agent::Service {
   int held_ = 0;                   // guarded by hold_mu_
   bool hold_checkpoints_ = false;  // guarded by hold_mu_
   int checkpoints_held_ = 0;       // guarded by hold_mu_
+  bool hold_suspends_ = false;     // guarded by hold_mu_
+  int suspends_held_ = 0;          // guarded by hold_mu_
   std::string sched_addr_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::map<int64_t, Proc> procs_;
@@ -2538,6 +2559,34 @@ TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
            Sample(page, "gandiva_servers{state=\"up\"}") == 1;
   })) << page;
   EXPECT_EQ(agent.registrations(), 2);  // not out of reach again
+}
+
+// An agent that registers again while a suspend the daemon sent it is
+// under way (it was out of reach, say, the call waiting in it) lists the
+// job running: the suspend is not settled as failed from that list, but by
+// its reply, which comes after. Before, the daemon took the job for
+// running while its process stayed suspended, for good.
+TEST_F(DaemonTest,
+       ASuspendUnderWayAsItsAgentRegistersAgainIsSettledByItsReply) {
+  FakeAgent agent("node", 1, Mode::kOk);
+  Client& cl = StartFifoDaemonWith(agent);
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", true); }));
+  agent.HoldSuspends(true);
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.SuspendsHeld() == 1; }));
+  ASSERT_TRUE(agent.Register(server_->address()).ok());  // lists it running
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_FALSE(HasEntry(cl.Get(j), "suspend", false))
+      << cl.Get(j).DebugString();
+  agent.HoldSuspends(false);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }))
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(agent.procs().at(j).state, rpc::SUSPENDED);
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  EXPECT_EQ(agent.procs().at(j).state, rpc::RUNNING);
 }
 
 // The agent of one part of a job spanning servers is out of reach: the
