@@ -2684,7 +2684,31 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         " at " + a.address + " with " + std::to_string(r.jobs_size()) +
         " jobs");
     Reconcile(a, r, killed);
+    if (silent_since_us > 0) KeptThroughSilence(a, r, silent_since_us);
     return id;
+  }
+
+  // After an agent out of reach registers again: each job it still runs
+  // that the daemon kept there says so in its history, with how long.
+  void KeptThroughSilence(const AgentConn& a,
+                          const rpc::RegisterAgentRequest& r,
+                          int64_t silent_since_us) {
+    char detail[160];
+    std::snprintf(detail, sizeof detail,
+                  "agent '%s' was out of reach for %.1f s (not heard of for "
+                  "%.1f s); the job was kept there and goes on",
+                  a.name.c_str(),
+                  static_cast<double>(WallMicros() - silent_since_us) / 1e6,
+                  static_cast<double>(WallMicros() - silent_since_us) / 1e6 +
+                      opts.agent_timeout_s);
+    for (const rpc::AgentJob& listed : r.jobs()) {
+      const auto id = static_cast<int32_t>(listed.job_id());
+      const JobExtra* x = Extra(id);
+      if (x == nullptr || IsEnded(id) || !x->proc.exists || !x->proc.On(a.id)) {
+        continue;
+      }
+      History(id, "reach", true, 0, detail);
+    }
   }
 
   // The checkpoints a registering agent holds of queued jobs that last ran

@@ -2552,6 +2552,15 @@ TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
   EXPECT_EQ(agent.kills(j), 0);
   EXPECT_TRUE(HistoryOf(cl, j, "requeue").empty()) << after.DebugString();
   EXPECT_TRUE(HistoryOf(cl, j, "lost").empty()) << after.DebugString();
+  const auto reach = HistoryOf(cl, j, "reach");
+  ASSERT_EQ(reach.size(), 1u) << after.DebugString();
+  EXPECT_NE(reach[0].detail().find("agent 'node' was out of reach for "),
+            std::string::npos)
+      << reach[0].detail();
+  EXPECT_NE(reach[0].detail().find("; the job was kept there and goes on"),
+            std::string::npos)
+      << reach[0].detail();
+  EXPECT_TRUE(HistoryOf(cl, other, "reach").empty());  // started after
   EXPECT_TRUE(WaitFor([&] {
     (void)agent.Report();
     page = HttpGet(server_->metrics_port(), "/metrics");
