@@ -1319,6 +1319,10 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       rpc::JobProfile* p = req.add_profiles();
       p->set_job_id(v.job_id);
       *p->mutable_progress() = ToProgress(v);
+      if (v.state != RunState::kExited) {
+        p->set_state(v.state == RunState::kRunning ? rpc::RUNNING
+                                                   : rpc::SUSPENDED);
+      }
     }
     rpc::AgentReportReply reply;
     auto ctx = CallContext();

@@ -534,8 +534,21 @@ TEST_F(AgentServerTest, ProfilesAndSuspendOfAPythonJob) {
   EXPECT_TRUE(s.at_boundary());
   const int64_t at = Status().jobs(0).progress().minibatches();
   EXPECT_LT(at, 100);
+  // Its reports say so (the daemon checks the process's state by them).
+  auto reported = [&](rpc::JobState want) {
+    return WaitUntil([&] {
+      const auto reports = daemon_->reports();
+      if (reports.empty()) return false;
+      for (const auto& p : reports.back().profiles()) {
+        if (p.job_id() == 3) return p.state() == want;
+      }
+      return false;
+    });
+  };
+  EXPECT_TRUE(reported(rpc::SUSPENDED));
   rpc::ResumeReply r;
   ASSERT_TRUE(Resume(3, 3, &r).ok());
+  EXPECT_TRUE(reported(rpc::RUNNING));
   std::printf(
       "[ python via gRPC ] suspend %lld us (at boundary), resume %lld us\n",
       static_cast<long long>(s.took_us()), static_cast<long long>(r.took_us()));

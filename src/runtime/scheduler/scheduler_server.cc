@@ -243,6 +243,15 @@ struct Probe {
   int64_t due_us = 0;
 };
 
+// Reports in a row that found a job's process in the other state than
+// the scheduler has the job in (StateCheck), while no suspend or resume of
+// it happened.
+struct StateMismatch {
+  int reports = 0;
+  int64_t suspends = 0;  // the job's counts at the first of them
+  int64_t resumes = 0;
+};
+
 struct JobExtra {
   rpc::JobSpec spec;
   std::string spec_json;
@@ -254,6 +263,7 @@ struct JobExtra {
   std::map<int32_t, int> ignore_exits;
   JobRow written;  // the row as last written to the store
   bool has_written = false;
+  StateMismatch mismatch;
   std::optional<Probe> probe;
   // When its next ProfileReport is due at the core (0: the next report).
   int64_t profile_due_us = 0;
@@ -3228,6 +3238,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
       x->progress = std::move(next);
       CheckProbe(id, *x);
+      StateCheck(a, id, *x, p.state());
       // Due on a grid of the interval, not an interval after the last one
       // fed: reports come at the agent's pace, a little early or late, and
       // the cadence must not fall to every other report.
@@ -3265,6 +3276,68 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       }
     }
     return grpc::Status::OK;
+  }
+
+  // A job's process that its agent reports in the other state than the
+  // core has the job in (suspended while the core has it running, or
+  // running while suspended), with no action of it under way, in two
+  // reports in a row with no suspend or resume of it between: the daemon
+  // and the agent parted ways (an action's outcome seen wrong, a call that
+  // got there after its reply), and the job would stay so for good: shown
+  // running with no progress, or training unseen on GPUs the core gives
+  // others in their turn. The agent is told to set it right: to resume or
+  // suspend the process, as the core has the job (history `reconcile`).
+  // The second report is built after the first was handled: one that
+  // predates an action's reply does not count twice.
+  void StateCheck(const AgentConn& a, int32_t id, JobExtra& x,
+                  rpc::JobState reported) {
+    const core::Job& j = st().job(JobId(id));
+    const bool wants_running = j.state == JobState::kRunning;
+    const bool checkable =
+        (reported == rpc::RUNNING || reported == rpc::SUSPENDED) &&
+        (wants_running || j.state == JobState::kSuspended) && !j.busy() &&
+        x.proc.exists && !x.proc.leaving && !x.proc.gang() &&
+        x.proc.server == a.id && !restarting.contains(id) && Away(a.id).empty();
+    if (!checkable || (reported == rpc::RUNNING) == wants_running) {
+      x.mismatch = {};
+      return;
+    }
+    if (x.mismatch.reports == 0 || x.mismatch.suspends != j.suspends ||
+        x.mismatch.resumes != j.resumes) {
+      x.mismatch = {1, j.suspends, j.resumes};
+      return;
+    }
+    x.mismatch = {};
+    auto stub = StubOf(a.id);
+    if (stub == nullptr) return;
+    const std::string detail =
+        "agent '" + a.name + "' has its process " +
+        (wants_running ? "suspended" : "running") +
+        " while the scheduler has it " +
+        (wants_running ? "running" : "suspended") +
+        ", in two reports: " + (wants_running ? "resumed" : "suspended") +
+        " it";
+    Warn("job " + std::to_string(id) + ": " + detail);
+    rpc::JobRequest req;
+    req.set_job_id(id);
+    req.set_action_id(InternalActionId());
+    executor->Run(id, [=, this] {
+      auto ctx = Ctx();
+      grpc::Status s;
+      int64_t took_us = 0;
+      if (wants_running) {
+        rpc::ResumeReply rep;
+        s = stub->ResumeJob(ctx.get(), req, &rep);
+        took_us = rep.took_us();
+      } else {
+        rpc::SuspendReply rep;
+        s = stub->SuspendJob(ctx.get(), req, &rep);
+        took_us = rep.took_us();
+      }
+      const std::string what = detail + (s.ok() ? "" : " failed: ") +
+                               (s.ok() ? "" : s.error_message());
+      Post([=, this] { History(id, "reconcile", s.ok(), took_us, what); });
+    });
   }
 
   // An agent that stops says so first (its jobs are saving a checkpoint to

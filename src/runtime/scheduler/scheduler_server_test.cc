@@ -407,6 +407,10 @@ class FakeAgent final : public rpc::Agent::Service {
       rpc::JobProfile* jp = r.add_profiles();
       jp->set_job_id(id);
       *jp->mutable_progress() = p;
+      // Its process's state, as an agent reports it.
+      if (auto it = procs_.find(id); it != procs_.end()) {
+        jp->set_state(it->second.state);
+      }
     }
     rpc::AgentReportReply rep;
     grpc::ClientContext ctx;
@@ -492,6 +496,11 @@ class FakeAgent final : public rpc::Agent::Service {
       hold_ = on;
     }
     hold_cv_.notify_all();
+  }
+  // Sets the state of the job's process behind the daemon's back.
+  void SetProcState(int64_t job, rpc::JobState state) {
+    std::lock_guard lock(mu_);
+    procs_.at(job).state = state;
   }
   // While on, a SuspendJob waits (SuspendsHeld() counts them) until it is
   // turned off.
@@ -2596,6 +2605,53 @@ TEST_F(DaemonTest,
   ASSERT_TRUE(cl.Resume(j).ok());
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
   EXPECT_EQ(agent.procs().at(j).state, rpc::RUNNING);
+}
+
+// A process its agent reports in the other state than the scheduler has
+// the job in, in two reports in a row, is set right (a single report may
+// predate an action's reply): resumed when the job runs, suspended when it
+// waits for its turn.
+TEST_F(DaemonTest, AProcessInTheOtherStateThanItsJobIsSetRight) {
+  FakeAgent agent("node", 1, Mode::kOk);
+  Client& cl = StartFifoDaemonWith(agent);
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", true); }));
+  agent.SetProgress(j, 10, 2.0);
+  ASSERT_TRUE(agent.Report().ok());
+  agent.SetProcState(j, rpc::SUSPENDED);
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(agent.resumes(), 0);  // one report: not yet
+  EXPECT_TRUE(HistoryOf(cl, j, "reconcile").empty());
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.resumes() == 1; }));
+  EXPECT_EQ(agent.procs().at(j).state, rpc::RUNNING);
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "reconcile").empty(); }));
+  const auto fixed = HistoryOf(cl, j, "reconcile");
+  EXPECT_TRUE(fixed[0].ok());
+  EXPECT_EQ(fixed[0].detail(),
+            "agent 'node' has its process suspended while the scheduler has "
+            "it running, in two reports: resumed it");
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+
+  // Suspended (held), its process found running: suspended again.
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }));
+  const int suspends = agent.suspend_calls();
+  agent.SetProcState(j, rpc::RUNNING);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.suspend_calls() == suspends + 1; }));
+  EXPECT_EQ(agent.procs().at(j).state, rpc::SUSPENDED);
+  EXPECT_EQ(cl.State(j), rpc::SUSPENDED);
+  EXPECT_TRUE(
+      WaitFor([&] { return HistoryOf(cl, j, "reconcile").size() == 2; }));
+  // Agreeing reports set nothing more right.
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(agent.Report().ok());
+  server_->Sync();
+  EXPECT_EQ(agent.suspend_calls(), suspends + 1);
+  EXPECT_EQ(agent.resumes(), 1);
 }
 
 // The agent of one part of a job spanning servers is out of reach: the
