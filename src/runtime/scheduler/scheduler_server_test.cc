@@ -97,10 +97,7 @@ class FakeAgent final : public rpc::Agent::Service {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     }
     if (r->resume_local()) {
-      // HoldResumeLocal(): such a start waits until released.
-      std::unique_lock lock(hold_mu_);
-      ++held_;
-      hold_cv_.wait(lock, [&] { return !hold_; });
+      WaitWhileHeld(held_, hold_);  // HoldResumeLocal()
     }
     std::lock_guard lock(mu_);
     ++start_calls_[r->job_id()];
@@ -136,12 +133,7 @@ class FakeAgent final : public rpc::Agent::Service {
   }
   grpc::Status SuspendJob(grpc::ServerContext*, const rpc::JobRequest* r,
                           rpc::SuspendReply* rep) override {
-    {
-      // HoldSuspends(): a suspend waits until released.
-      std::unique_lock lock(hold_mu_);
-      ++suspends_held_;
-      hold_cv_.wait(lock, [&] { return !hold_suspends_; });
-    }
+    WaitWhileHeld(suspends_held_, hold_suspends_);  // HoldSuspends()
     std::lock_guard lock(mu_);
     ++suspend_calls_;
     if (fail_suspends_) {
@@ -167,12 +159,7 @@ class FakeAgent final : public rpc::Agent::Service {
   grpc::Status CheckpointJob(grpc::ServerContext*,
                              const rpc::CheckpointRequest* r,
                              rpc::CheckpointReply* rep) override {
-    {
-      // HoldCheckpoints(): a save waits until released.
-      std::unique_lock lock(hold_mu_);
-      ++checkpoints_held_;
-      hold_cv_.wait(lock, [&] { return !hold_checkpoints_; });
-    }
+    WaitWhileHeld(checkpoints_held_, hold_checkpoints_);  // HoldCheckpoints()
     std::lock_guard lock(mu_);
     if (fail_checkpoints_) {
       // The job could not save (its process stays as it was).
@@ -490,13 +477,7 @@ class FakeAgent final : public rpc::Agent::Service {
   const std::string& address() const { return address_; }
   // While on, a StartJob(resume_local) waits (ResumeLocalHeld() counts
   // them) until it is turned off.
-  void HoldResumeLocal(bool on) {
-    {
-      std::lock_guard lock(hold_mu_);
-      hold_ = on;
-    }
-    hold_cv_.notify_all();
-  }
+  void HoldResumeLocal(bool on) { SetHold(hold_, on); }
   // Sets the state of the job's process behind the daemon's back.
   void SetProcState(int64_t job, rpc::JobState state) {
     std::lock_guard lock(mu_);
@@ -504,34 +485,13 @@ class FakeAgent final : public rpc::Agent::Service {
   }
   // While on, a SuspendJob waits (SuspendsHeld() counts them) until it is
   // turned off.
-  void HoldSuspends(bool on) {
-    {
-      std::lock_guard lock(hold_mu_);
-      hold_suspends_ = on;
-    }
-    hold_cv_.notify_all();
-  }
-  int SuspendsHeld() {
-    std::lock_guard lock(hold_mu_);
-    return suspends_held_;
-  }
+  void HoldSuspends(bool on) { SetHold(hold_suspends_, on); }
+  int SuspendsHeld() { return HeldCount(suspends_held_); }
   // While on, a CheckpointJob waits (CheckpointsHeld() counts them) until
   // it is turned off.
-  void HoldCheckpoints(bool on) {
-    {
-      std::lock_guard lock(hold_mu_);
-      hold_checkpoints_ = on;
-    }
-    hold_cv_.notify_all();
-  }
-  int CheckpointsHeld() {
-    std::lock_guard lock(hold_mu_);
-    return checkpoints_held_;
-  }
-  int ResumeLocalHeld() {
-    std::lock_guard lock(hold_mu_);
-    return held_;
-  }
+  void HoldCheckpoints(bool on) { SetHold(hold_checkpoints_, on); }
+  int CheckpointsHeld() { return HeldCount(checkpoints_held_); }
+  int ResumeLocalHeld() { return HeldCount(held_); }
   const std::string& name() const { return name_; }
   std::set<int64_t> ever_ran() {
     std::lock_guard lock(mu_);
@@ -543,6 +503,24 @@ class FakeAgent final : public rpc::Agent::Service {
   }
 
  private:
+  // A call held by Hold*(): counted in `count`, it waits while `hold`.
+  void WaitWhileHeld(int& count, const bool& hold) {
+    std::unique_lock lock(hold_mu_);
+    ++count;
+    hold_cv_.wait(lock, [&] { return !hold; });
+  }
+  void SetHold(bool& hold, bool on) {
+    {
+      std::lock_guard lock(hold_mu_);
+      hold = on;
+    }
+    hold_cv_.notify_all();
+  }
+  int HeldCount(const int& count) {
+    std::lock_guard lock(hold_mu_);
+    return count;
+  }
+
   grpc::Status RegisterLocked() {
     rpc::RegisterAgentRequest r;
     r.set_name(name_);
