@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -316,11 +317,33 @@ int RunLs(const LsFlags& f) {
   std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "GPUS",
                                                  "SERVER", "PROGRESS", "RATE",
                                                  "METRIC", "SUSPENDS", "AGE"}};
+  // The servers whose agent is away or out of reach: what their jobs show
+  // is as last heard (no list of them: none marked).
+  std::set<std::string> unheard;
+  rpc::ListServersReply servers;
+  if (s.stub().ListServers(Context().get(), rpc::Empty(), &servers).ok()) {
+    for (const auto& srv : servers.servers()) {
+      if (srv.silent_since_us() > 0 || srv.away_since_us() > 0) {
+        unheard.insert(srv.name());
+      }
+    }
+  }
+  auto on_unheard = [&](const rpc::JobInfo& j) {
+    if (IsEnded(j.state()) || j.state() == rpc::QUEUED) return false;
+    if (unheard.contains(j.server())) return true;
+    return std::any_of(
+        j.parts().begin(), j.parts().end(),
+        [&](const rpc::JobPart& p) { return unheard.contains(p.server()); });
+  };
+  bool marked = false;
   const int64_t now = NowUs();
   for (const auto* j : jobs) {
     const std::string server = Placement(*j);
+    const bool unknown = on_unheard(*j);
+    marked = marked || unknown;
     char rate[32] = "-";
-    if (j->progress().minibatch_rate() > 0 && !IsEnded(j->state())) {
+    if (j->progress().minibatch_rate() > 0 && !IsEnded(j->state()) &&
+        !unknown) {
       std::snprintf(rate, sizeof rate, "%.1f", j->progress().minibatch_rate());
     }
     char metric[32] = "-";
@@ -328,7 +351,8 @@ int RunLs(const LsFlags& f) {
       std::snprintf(metric, sizeof metric, "%.4g", j->progress().metric());
     }
     rows.push_back(
-        {std::to_string(j->id()), j->spec().name(), StateName(j->state()),
+        {std::to_string(j->id()), j->spec().name(),
+         StateName(j->state()) + (unknown ? "?" : ""),
          std::to_string(j->spec().gpus()), server,
          FormatProgress(j->progress().minibatches(),
                         j->spec().total_minibatches()),
@@ -336,6 +360,11 @@ int RunLs(const LsFlags& f) {
          j->submitted_us() > 0 ? FormatAge(now - j->submitted_us()) : "-"});
   }
   std::fputs(FormatTable(rows).c_str(), stdout);
+  if (marked) {
+    std::printf(
+        "(?: its agent is out of reach or away; the job is shown as last "
+        "heard of: `gandiva show JOB` says what it waits for)\n");
+  }
   if (jobs.empty()) {
     std::printf(!filter.empty() ? "(no jobs match)\n"
                 : f.all

@@ -616,11 +616,19 @@ TEST(AgentOutOfReachE2eTest, AJobOfAnAgentPausedForAWhileRunsOnInItsProcess) {
       WaitUntil([&] { return server().silent_since_us() > 0; }, seconds(30));
   std::string listed;
   const int listed_rc = c.Cli({"servers"}, &listed);
+  std::string jobs;
+  const int jobs_rc = c.Cli({"ls"}, &jobs);
   const rpc::JobInfo during = c.Job(id);
   agent->Signal(SIGCONT);
   ASSERT_TRUE(silent) << c.Logs();
   EXPECT_EQ(listed_rc, 0) << listed;
   EXPECT_NE(listed.find("out of reach ("), std::string::npos) << listed;
+  // ls marks the job as shown from what was last heard.
+  EXPECT_EQ(jobs_rc, 0) << jobs;
+  EXPECT_NE(jobs.find("running?"), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("(?: its agent is out of reach or away"),
+            std::string::npos)
+      << jobs;
   EXPECT_EQ(during.state(), rpc::RUNNING);
   EXPECT_NE(during.waiting_reason().find("agent 'agent-0' is out of reach"),
             std::string::npos)
@@ -636,6 +644,9 @@ TEST(AgentOutOfReachE2eTest, AJobOfAnAgentPausedForAWhileRunsOnInItsProcess) {
   EXPECT_EQ(c.History(id, "start").size(), 1u) << Describe(c, id);
   EXPECT_TRUE(c.History(id, "requeue").empty()) << Describe(c, id);
   EXPECT_TRUE(c.History(id, "kill").empty()) << Describe(c, id);
+  EXPECT_EQ(c.Cli({"ls"}, &jobs), 0) << jobs;
+  EXPECT_EQ(jobs.find("running?"), std::string::npos) << jobs;
+  EXPECT_EQ(jobs.find("(?:"), std::string::npos) << jobs;
 }
 
 }  // namespace
