@@ -284,12 +284,17 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
 
   // ------------------------------------------------------------ service
 
+  // A process's state as the daemon is told it (one that exited and is
+  // not reaped yet: RUNNING).
+  static rpc::JobState ToRpcState(RunState s) {
+    return s == RunState::kSuspended ? rpc::SUSPENDED : rpc::RUNNING;
+  }
+
   rpc::AgentJob ToAgentJob(const JobView& v) {
     rpc::AgentJob j;
     j.set_job_id(v.job_id);
     j.set_pid(v.pid);
-    j.set_state(v.state == RunState::kSuspended ? rpc::SUSPENDED
-                                                : rpc::RUNNING);
+    j.set_state(ToRpcState(v.state));
     for (int g : v.gpus) j.add_gpus(g);
     *j.mutable_progress() = ToProgress(v);
     j.set_has_checkpoint(v.has_checkpoint);
@@ -1319,10 +1324,7 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
       rpc::JobProfile* p = req.add_profiles();
       p->set_job_id(v.job_id);
       *p->mutable_progress() = ToProgress(v);
-      if (v.state != RunState::kExited) {
-        p->set_state(v.state == RunState::kRunning ? rpc::RUNNING
-                                                   : rpc::SUSPENDED);
-      }
+      if (v.state != RunState::kExited) p->set_state(ToRpcState(v.state));
     }
     rpc::AgentReportReply reply;
     auto ctx = CallContext();

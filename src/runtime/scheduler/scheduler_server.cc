@@ -1082,12 +1082,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return;
       }
       case ActionKind::kSuspend:
-      case ActionKind::kUnpack:
-        pending[a.id.value] =
+      case ActionKind::kUnpack: {
+        PendingAction& p = pending[a.id.value] =
             PendingAction{a, Now(), false, x->progress.minibatch_rate()};
-        pending[a.id.value].sent = live;
-        if (live) Dispatch(pending[a.id.value]);
+        p.sent = live;
+        if (live) Dispatch(p);
         return;
+      }
       case ActionKind::kKill: {
         const Proc old = x->proc;
         x->proc = Proc{};
@@ -1192,6 +1193,26 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                       std::chrono::microseconds(static_cast<int64_t>(
                           opts.agent_rpc_timeout_s * 1e6)));
     return ctx;
+  }
+  // Suspends (or resumes) the job's process at an agent: the agent's time
+  // in *took_us and, for a suspend, in *at_boundary whether the job
+  // stopped at a mini-batch boundary (not: SIGSTOP wherever it was).
+  static grpc::Status SuspendOrResume(rpc::Agent::Stub& stub,
+                                      grpc::ClientContext* ctx,
+                                      const rpc::JobRequest& req, bool suspend,
+                                      int64_t* took_us,
+                                      bool* at_boundary = nullptr) {
+    if (suspend) {
+      rpc::SuspendReply rep;
+      grpc::Status s = stub.SuspendJob(ctx, req, &rep);
+      *took_us = rep.took_us();
+      if (at_boundary != nullptr) *at_boundary = rep.at_boundary();
+      return s;
+    }
+    rpc::ResumeReply rep;
+    grpc::Status s = stub.ResumeJob(ctx, req, &rep);
+    *took_us = rep.took_us();
+    return s;
   }
   static std::string RpcError(const char* call, const grpc::Status& s) {
     return std::string(call) + ": " + s.error_message() + " (code " +
@@ -1320,21 +1341,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     req.set_action_id(aid);
     executor->Run(job, [=, this] {
       auto ctx = Ctx();
-      grpc::Status s;
       int64_t agent_took = 0;
       std::string detail;
-      if (suspends) {
-        rpc::SuspendReply rep;
-        s = stub->SuspendJob(ctx.get(), req, &rep);
-        agent_took = rep.took_us();
-        // Jobs with the library stop at a mini-batch boundary; others are
-        // stopped wherever they are (SIGSTOP).
-        detail = rep.at_boundary() ? "at boundary" : "not at boundary";
-      } else {
-        rpc::ResumeReply rep;
-        s = stub->ResumeJob(ctx.get(), req, &rep);
-        agent_took = rep.took_us();
-      }
+      bool at_boundary = false;
+      grpc::Status s = SuspendOrResume(*stub, ctx.get(), req, suspends,
+                                       &agent_took, &at_boundary);
+      // Jobs with the library stop at a mini-batch boundary; others are
+      // stopped wherever they are (SIGSTOP).
+      if (suspends) detail = at_boundary ? "at boundary" : "not at boundary";
       // The process is already where the action wants it (a call of an
       // earlier daemon life got there first): done.
       if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
@@ -2703,14 +2717,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   void KeptThroughSilence(const AgentConn& a,
                           const rpc::RegisterAgentRequest& r,
                           int64_t silent_since_us) {
+    const double out_s =
+        static_cast<double>(WallMicros() - silent_since_us) / 1e6;
     char detail[160];
     std::snprintf(detail, sizeof detail,
                   "agent '%s' was out of reach for %.1f s (not heard of for "
                   "%.1f s); the job was kept there and goes on",
-                  a.name.c_str(),
-                  static_cast<double>(WallMicros() - silent_since_us) / 1e6,
-                  static_cast<double>(WallMicros() - silent_since_us) / 1e6 +
-                      opts.agent_timeout_s);
+                  a.name.c_str(), out_s, out_s + opts.agent_timeout_s);
     for (const rpc::AgentJob& listed : r.jobs()) {
       const auto id = static_cast<int32_t>(listed.job_id());
       const JobExtra* x = Extra(id);
@@ -3323,17 +3336,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     req.set_action_id(InternalActionId());
     executor->Run(id, [=, this] {
       auto ctx = Ctx();
-      grpc::Status s;
       int64_t took_us = 0;
-      if (wants_running) {
-        rpc::ResumeReply rep;
-        s = stub->ResumeJob(ctx.get(), req, &rep);
-        took_us = rep.took_us();
-      } else {
-        rpc::SuspendReply rep;
-        s = stub->SuspendJob(ctx.get(), req, &rep);
-        took_us = rep.took_us();
-      }
+      const grpc::Status s =
+          SuspendOrResume(*stub, ctx.get(), req, !wants_running, &took_us);
       const std::string what = detail + (s.ok() ? "" : " failed: ") +
                                (s.ok() ? "" : s.error_message());
       Post([=, this] { History(id, "reconcile", s.ok(), took_us, what); });
@@ -4882,7 +4887,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
              !extras.contains(static_cast<int32_t>(id));
     };
     // Processes this agent started for a daemon of this cluster.
-    if (!cluster_id.empty() && r.cluster_id() == cluster_id) {
+    if (OfThisCluster(r)) {
       for (const rpc::AgentJob& j : r.jobs()) {
         if (unknown(j.job_id())) top = std::max(top, j.job_id());
       }
@@ -4926,12 +4931,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         " are lost; their ids are not given again");
   }
 
+  // A registering agent of this cluster (its processes and checkpoints
+  // may be this store's jobs'): none is before the store has an id.
+  bool OfThisCluster(const rpc::RegisterAgentRequest& r) const {
+    return !cluster_id.empty() && r.cluster_id() == cluster_id;
+  }
+
   // Whether a registering agent lists a process the daemon may keep
   // (AdoptQueuedJobsFound, AdoptLostJobs):
   // of this cluster, with its spec, of a job the core has queued or one
   // the daemon has no record of.
   bool MayAdopt(const rpc::RegisterAgentRequest& r) const {
-    if (cluster_id.empty() || r.cluster_id() != cluster_id) return false;
+    if (!OfThisCluster(r)) return false;
     for (const rpc::AgentJob& j : r.jobs()) {
       if (!j.has_spec() || j.job_id() <= 0 ||
           j.job_id() > std::numeric_limits<int32_t>::max()) {
@@ -4968,7 +4979,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Reconcile kills it as a stray, and the job starts when it is placed.
   void AdoptQueuedJobsFound(const AgentConn& a,
                             const rpc::RegisterAgentRequest& r) {
-    if (cluster_id.empty() || r.cluster_id() != cluster_id) return;
+    if (!OfThisCluster(r)) return;
     for (const rpc::AgentJob& j : r.jobs()) {
       const int64_t id64 = j.job_id();
       if (!LiveJob(id64) || !j.has_spec() || j.submitted_us() == 0) continue;
@@ -5020,8 +5031,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::set<int32_t> AdoptLostJobs(const AgentConn& a,
                                   const rpc::RegisterAgentRequest& r) {
     std::set<int32_t> killed;
-    if (cluster_id.empty() || r.cluster_id() != cluster_id ||
-        lost_ids->empty()) {
+    if (!OfThisCluster(r) || lost_ids->empty()) {
       return killed;
     }
     const std::string lost_note =
