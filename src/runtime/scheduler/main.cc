@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
                  "deadline of each call to an agent")
       ->capture_default_str();
   app.add_option("--executor-threads", o.executor_threads,
-                 "threads calling agents")
+                 "the most threads calling agents at once")
       ->capture_default_str();
   double pack_settle_s = 30;
   auto* settle_opt = app.add_option(

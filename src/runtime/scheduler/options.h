@@ -67,8 +67,9 @@ struct SchedulerOptions {
   // Deadline of each call to an agent (suspend waits for a mini-batch
   // boundary). Default 120 s.
   double agent_rpc_timeout_s = 120;
-  // Threads executing actions against agents. The actions of one job run
-  // in order on one of them. Default 8.
+  // The most threads calling agents at once (started as needed). One job's
+  // calls run in order, one at a time; a job never waits behind another's
+  // while fewer calls than this are under way (dispatcher.h). Default 8.
   int executor_threads = 8;
   // How long a new pack runs before the policy judges it from the measured
   // rates (gandiva policy; stored with the policy options). Default 30 s.

@@ -36,6 +36,8 @@
 #include "core/policies/registry.h"
 #include "core/scheduler.h"
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/agent_liveness.h"
+#include "runtime/scheduler/dispatcher.h"
 #include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/event_codec.h"
 #include "runtime/scheduler/metrics.h"
@@ -118,55 +120,6 @@ core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   c.total_minibatches = s.total_minibatches();
   return c;
 }
-
-// A small pool; tasks with the same key run in order on one thread.
-class Executor {
- public:
-  explicit Executor(int threads) : workers_(static_cast<size_t>(threads)) {
-    for (Worker& w : workers_) w.thread = std::thread([&w] { w.Main(); });
-  }
-  ~Executor() { Stop(); }
-  void Run(int64_t key, std::function<void()> task) {
-    Worker& w = workers_[static_cast<size_t>(key) % workers_.size()];
-    std::lock_guard lock(w.mu);
-    if (w.stop) return;
-    w.tasks.push_back(std::move(task));
-    w.cv.notify_one();
-  }
-  void Stop() {
-    for (Worker& w : workers_) {
-      std::lock_guard lock(w.mu);
-      w.stop = true;
-      w.cv.notify_one();
-    }
-    for (Worker& w : workers_) {
-      if (w.thread.joinable()) w.thread.join();
-    }
-  }
-
- private:
-  struct Worker {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::function<void()>> tasks;
-    bool stop = false;
-    std::thread thread;
-    void Main() {
-      while (true) {
-        std::function<void()> t;
-        {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return stop || !tasks.empty(); });
-          if (stop) return;
-          t = std::move(tasks.front());
-          tasks.pop_front();
-        }
-        t();
-      }
-    }
-  };
-  std::vector<Worker> workers_;
-};
 
 // One server's share of a job's GPUs.
 struct Part {
@@ -291,7 +244,9 @@ struct JobExtra {
   bool volatile_info = false;
 };
 
-struct AgentConn {
+// An agent as the daemon knows it; whether it can be reached is its
+// Liveness (agent_liveness.h).
+struct AgentConn : Liveness {
   ServerId id;
   std::string name;
   std::string address;
@@ -299,8 +254,6 @@ struct AgentConn {
   int32_t sockets = 1;
   int32_t switches_per_socket = 1;
   std::shared_ptr<rpc::Agent::Stub> stub;
-  enum class Link { kAwaiting, kUp, kDown } link = Link::kAwaiting;
-  int64_t last_seen_us = 0;
   // Set at registration: jobs the daemon placed here that the agent did not
   // list; decided at its first report (their exits may still come).
   bool reconcile_pending = false;
@@ -308,16 +261,6 @@ struct AgentConn {
   // The jobs whose checkpoint it said it holds at registration.
   std::set<int32_t> held;
   rpc::AgentCapabilities caps;
-  // It said it was stopping (Leave) and has not registered since (wall
-  // clock; 0: not away): calls to it fail at once, and it is declared down
-  // only after --agent-away-s.
-  int64_t away_since_us = 0;
-  // Not heard of for --agent-timeout-s (wall clock when it was found so;
-  // 0: heard of): out of reach, calls to it fail at once, its server
-  // cordoned and its jobs kept there until it registers again (its reports
-  // are refused till then) or --agent-grace-s later it is declared down.
-  int64_t silent_since_us = 0;
-  int64_t silent_until_us = 0;  // when it is declared down (wall clock)
   // Its server was cordoned for being away, out of reach or awaited by the
   // daemon (not by an operator): opened again when it registers.
   bool away_cordon = false;
@@ -626,7 +569,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::condition_variable stopped_cv;
   std::thread loop;
 
-  std::unique_ptr<Executor> executor;
+  std::unique_ptr<Dispatcher> executor;
   std::unique_ptr<grpc::Server> grpc_server;
 
   std::mutex snap_mu;
@@ -2644,15 +2587,12 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       a.address = r.address();
       a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
     }
-    a.link = AgentConn::Link::kUp;
-    a.last_seen_us = Now();
+    const WasUnreachable was = Registered(a, Now());
+    const bool was_away = was.away;
+    const int64_t silent_since_us = was.silent_since_us;
     a.caps = r.capabilities();
     ++a.registrations;
-    const bool was_away = a.away_since_us > 0;
-    const int64_t silent_since_us = a.silent_since_us;
     const bool open_again = a.away_cordon;
-    a.away_since_us = 0;
-    a.silent_since_us = 0;
     const core::Cluster& c = st().cluster();
     // A server back up with processes the daemon may keep where they run
     // (AdoptQueuedJobsFound, AdoptLostJobs) is cordoned meanwhile: coming up
@@ -3120,7 +3060,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
                   Seconds(opts.agent_timeout_s) +
                   "): call RegisterAgent again"};
     }
-    a.last_seen_us = Now();
+    Heard(a, Now());
     unlogged = false;
     for (const rpc::JobExit& e : r.exits()) {
       const int32_t id = static_cast<int32_t>(e.job_id());
@@ -3380,8 +3320,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
           reply.add_saving(id);
         }
       }
-      a.away_since_us = WallMicros();
-      a.last_seen_us = Now();
+      Leaving(a, Now());
       const core::Cluster& c = st().cluster();
       if (a.id.value < c.num_servers() && !c.server(a.id).cordoned) {
         GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{a.id, true}));
@@ -3407,29 +3346,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return b;
   }
 
-  // When an away agent is declared down if it has not registered again by
-  // then (wall clock; --agent-timeout-s since it was last heard of may
-  // still hold it off: CheckAgents).
-  int64_t AwayUntilUs(const AgentConn& a) const {
-    return a.away_since_us + static_cast<int64_t>(opts.agent_away_s * 1e6);
-  }
-  // How long an agent may go unheard of before it is declared down: an
-  // away one --agent-timeout-s (and --agent-away-s from its stop), any
-  // other out of reach --agent-grace-s longer.
-  int64_t SilenceAllowedUs(const AgentConn& a) const {
-    return static_cast<int64_t>(
-        (opts.agent_timeout_s +
-         (a.away_since_us > 0 ? 0 : opts.agent_grace_s)) *
-        1e6);
-  }
-  // When CheckAgents declares the server of an agent out of reach, or one
-  // that has not registered with this daemon, down (wall clock).
-  int64_t SilentUntilUs(const AgentConn& a) const {
-    return WallMicros() + a.last_seen_us + SilenceAllowedUs(a) - NowConst();
-  }
-  int64_t AwaitingUntilUs(const AgentConn& a) const {
-    const int64_t silent = SilentUntilUs(a);
-    return a.away_since_us > 0 ? std::max(silent, AwayUntilUs(a)) : silent;
+  LivenessLimits lim() const {
+    return LivenessLimits::FromSeconds(opts.agent_timeout_s, opts.agent_grace_s,
+                                       opts.agent_away_s);
   }
   // The out-of-reach agent of a server the job's process is on, if any.
   const AgentConn* OutOfReachAgentOf(const Proc& p) const {
@@ -3460,54 +3379,34 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::string Away(ServerId s) const {
     if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) return "";
     const AgentConn& a = agents[static_cast<size_t>(s.value)];
-    if (a.silent_since_us > 0) {
-      char ago[32];
-      std::snprintf(ago, sizeof ago, "%.1f s",
-                    static_cast<double>(NowConst() - a.last_seen_us) / 1e6);
-      return "agent '" + a.name + "' is out of reach: not heard of for " + ago;
-    }
-    if (a.away_since_us == 0) return "";
-    char ago[32];
-    std::snprintf(ago, sizeof ago, "%.1f s",
-                  static_cast<double>(WallMicros() - a.away_since_us) / 1e6);
-    return "agent '" + a.name + "' is away: it stopped " + ago +
-           " ago and has not registered since";
+    return UnreachableReason(a.name, a, NowConst());
   }
 
   void CheckAgents() {
     const int64_t now = Now();
-    const auto timeout = static_cast<int64_t>(opts.agent_timeout_s * 1e6);
-    const int64_t wall = WallMicros();
     for (AgentConn& a : agents) {
-      if (a.link == AgentConn::Link::kDown) continue;
-      // Away: --agent-away-s from its stop, and as for any agent at least
-      // --agent-timeout-s since it was last heard of (or since this daemon
-      // started, which may be long after the stop).
-      if (now - a.last_seen_us <= timeout ||
-          (a.away_since_us > 0 && wall < AwayUntilUs(a))) {
-        continue;
-      }
-      if (now - a.last_seen_us <= SilenceAllowedUs(a)) {
-        // Out of reach, within its grace (one awaited is cordoned already).
-        if (a.link == AgentConn::Link::kUp && a.silent_since_us == 0) {
+      switch (CheckLiveness(a, lim(), now)) {
+        case LivenessChange::kNone:
+          continue;
+        case LivenessChange::kOutOfReach:
           OutOfReach(a);
-        }
-        continue;
+          continue;
+        case LivenessChange::kDown:
+          break;
       }
-      a.link = AgentConn::Link::kDown;
       a.reconcile_pending = false;
       a.missing.clear();
-      const bool was_away = a.away_since_us > 0;
+      const bool was_away = a.away();
       // Down now (its cordon, if the daemon's, still lifts when it is
       // back).
-      a.away_since_us = 0;
-      a.silent_since_us = 0;
+      MarkDown(a);
       Warn(was_away
                ? "agent '" + a.name + "' not back within " +
                      Seconds(opts.agent_away_s) +
                      " of its stop (--agent-away-s): server down"
                : "agent '" + a.name + "' not heard of for more than " +
-                     Seconds(static_cast<double>(SilenceAllowedUs(a)) / 1e6) +
+                     Seconds(static_cast<double>(SilenceAllowedUs(a, lim())) /
+                             1e6) +
                      " (--agent-timeout-s and --agent-grace-s): server down");
       a.row_dirty = true;
       if (a.id.value < st().cluster().num_servers() &&
@@ -3523,8 +3422,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // there, as they were: a network that parts for a while costs them
   // nothing. Declared down --agent-grace-s later (CheckAgents).
   void OutOfReach(AgentConn& a) {
-    a.silent_since_us = WallMicros();
-    a.silent_until_us = SilentUntilUs(a);
+    MarkOutOfReach(a, lim(), Now());
     a.row_dirty = true;
     const core::Cluster& c = st().cluster();
     const bool placed = a.id.value < c.num_servers() && c.server(a.id).up;
@@ -4014,15 +3912,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
       std::string within;
       if (a.away_since_us > 0) {
         const double left =
-            static_cast<double>(AwayUntilUs(a) - WallMicros()) / 1e6;
+            static_cast<double>(AwayUntilUs(a, lim()) - WallMicros()) / 1e6;
         char b[64];
         std::snprintf(b, sizeof b, "if it is not back within %.0f s,",
                       std::max(0.0, left));
         within = b;
       } else {
-        within = "after " +
-                 Seconds(static_cast<double>(SilenceAllowedUs(a)) / 1e6) +
-                 " without it";
+        within =
+            "after " +
+            Seconds(static_cast<double>(SilenceAllowedUs(a, lim())) / 1e6) +
+            " without it";
       }
       info.set_waiting_reason(
           "agent '" + a.name +
@@ -4197,14 +4096,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     info.set_cordoned(s.cordoned);
     if (a.away_since_us > 0) {
       info.set_away_since_us(a.away_since_us);
-      info.set_away_until_us(AwayUntilUs(a));
+      info.set_away_until_us(AwayUntilUs(a, lim()));
     }
     if (a.silent_since_us > 0) {
       info.set_silent_since_us(a.silent_since_us);
       info.set_silent_until_us(a.silent_until_us);
     }
     if (a.link == AgentConn::Link::kAwaiting) {
-      info.set_awaiting_until_us(AwaitingUntilUs(a));
+      info.set_awaiting_until_us(AwaitingUntilUs(a, lim()));
     }
     info.set_height(s.height());
     info.set_affinity(s.affinity);
@@ -5339,9 +5238,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
         return core::IoError("server '" + row.name + "': " + e.what());
       }
       a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
-      a.link = AgentConn::Link::kAwaiting;
-      a.last_seen_us = now;
-      a.away_since_us = row.away_since_us;
+      Await(a, now, row.away_since_us);
       a.away_cordon = row.away_cordon;
       agent_by_name[a.name] = row.id;
       agents.push_back(std::move(a));
@@ -5972,7 +5869,7 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (!tls.ok()) return tls.status();
   impl->tls = std::move(*tls);
   GANDIVA_RETURN_IF_ERROR(impl->Open());
-  impl->executor = std::make_unique<Executor>(impl->opts.executor_threads);
+  impl->executor = std::make_unique<Dispatcher>(impl->opts.executor_threads);
 
   grpc::ServerBuilder builder;
   int port = 0;
