@@ -1,0 +1,852 @@
+// Agents: registration (reconciling what the agent runs and holds with the
+// daemon's records, adopting what it may keep), reports (exits, progress,
+// the state check), Leave, and liveness (out of reach, away, down:
+// agent_liveness.h decides, this part acts on it).
+
+#include "runtime/scheduler/daemon_impl.h"
+
+namespace gandiva::runtime {
+
+core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
+    const rpc::RegisterAgentRequest& r) {
+  if (r.name().empty()) return core::InvalidArgument("field 'name': empty");
+  if (r.address().empty()) {
+    return core::InvalidArgument("field 'address': empty");
+  }
+  core::ServerSpec spec;
+  spec.name = r.name();
+  spec.gpus = r.gpus_size();
+  spec.sockets = std::max(1, r.sockets());
+  spec.switches_per_socket = std::max(1, r.switches_per_socket());
+  // The smallest GPU's memory, for packing; unknown (0) if any GPU's is
+  // (virtual GPUs).
+  for (const rpc::Gpu& g : r.gpus()) {
+    const double gib =
+        static_cast<double>(g.memory_bytes()) / (1024.0 * 1024.0 * 1024.0);
+    if (gib <= 0) {
+      spec.gpu_memory_gb = 0;
+      break;
+    }
+    if (spec.gpu_memory_gb == 0 || gib < spec.gpu_memory_gb) {
+      spec.gpu_memory_gb = gib;
+    }
+  }
+  if (std::string err = core::ValidateServerSpec(spec); !err.empty()) {
+    return core::InvalidArgument(err);
+  }
+  int32_t id;
+  auto it = agent_by_name.find(r.name());
+  if (it == agent_by_name.end()) {
+    id = static_cast<int32_t>(agents.size());
+    agents.push_back(AgentConn{});
+    agent_by_name[r.name()] = id;
+  } else {
+    id = it->second;
+    const AgentConn& a = agents[static_cast<size_t>(id)];
+    if (static_cast<int>(a.gpus.size()) != spec.gpus) {
+      return core::FailedPrecondition(
+          "agent '" + r.name() + "' registered before with " +
+          std::to_string(a.gpus.size()) +
+          (a.gpus.size() == 1 ? " GPU" : " GPUs") + ", now " +
+          std::to_string(spec.gpus) +
+          "; a server's GPUs cannot change (use another name)");
+    }
+  }
+  AgentConn& a = agents[static_cast<size_t>(id)];
+  a.id = ServerId(id);
+  a.name = r.name();
+  a.gpus.assign(r.gpus().begin(), r.gpus().end());
+  a.sockets = spec.sockets;
+  a.switches_per_socket = spec.switches_per_socket;
+  if (a.address != r.address() || a.stub == nullptr) {
+    a.address = r.address();
+    a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
+  }
+  const WasUnreachable was = Registered(a, Now());
+  const bool was_away = was.away;
+  const int64_t silent_since_us = was.silent_since_us;
+  a.caps = r.capabilities();
+  ++a.registrations;
+  const bool open_again = a.away_cordon;
+  const core::Cluster& c = st().cluster();
+  // A server back up with processes the daemon may keep where they run
+  // (AdoptQueuedJobsFound, AdoptLostJobs) is cordoned meanwhile: coming up
+  // would place queued jobs on their GPUs first. Recorded as the daemon's
+  // cordon (in the row, before it is logged), which the next registration
+  // lifts should this one not get that far.
+  const bool hold_closed = id < c.num_servers() && !c.server(ServerId(id)).up &&
+                           !c.server(ServerId(id)).cordoned && MayAdopt(r);
+  a.away_cordon = hold_closed;
+  // The row first: a ServerUp in the log always has its row.
+  WriteBatch rows;
+  rows.servers.push_back(ServerRowOf(a));
+  GANDIVA_RETURN_IF_ERROR(store->Write(rows));
+  a.row_dirty = false;
+  // Before the server is up or open again, which may place them.
+  AdoptKeptCheckpoints(a, r);
+  if (hold_closed) {
+    GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), true}));
+  }
+  if (id >= c.num_servers()) {
+    if (id != c.num_servers()) {
+      return core::Status(core::StatusCode::kInternal,
+                          "server ids out of step with the core");
+    }
+    GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId()}));
+  } else if (!c.server(ServerId(id)).up) {
+    GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId(id)}));
+  }
+  // Before it opens again, which may place queued jobs on their GPUs.
+  MarkLostIds(a, r);
+  AdoptQueuedJobsFound(a, r);
+  const std::set<int32_t> killed = AdoptLostJobs(a, r);
+  if ((open_again || hold_closed) && c.server(ServerId(id)).cordoned) {
+    GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), false}));
+  }
+  if (hold_closed) {
+    a.away_cordon = false;
+    a.row_dirty = true;
+  }
+  if (was_away || silent_since_us > 0) {
+    char out[48] = "";
+    if (silent_since_us > 0) {
+      std::snprintf(out, sizeof out, " after %.1f s out of reach",
+                    static_cast<double>(WallMicros() - silent_since_us) / 1e6);
+    }
+    Log("agent '" + a.name + "' is back" + out +
+        (open_again ? ": server " + std::to_string(id) + " opened again" : ""));
+  }
+  Log("agent '" + a.name + "' registered as server " + std::to_string(id) +
+      " at " + a.address + " with " + std::to_string(r.jobs_size()) + " jobs");
+  Reconcile(a, r, killed);
+  if (silent_since_us > 0) KeptThroughSilence(a, r, silent_since_us);
+  return id;
+}
+
+void SchedulerServer::Impl::KeptThroughSilence(
+    const AgentConn& a, const rpc::RegisterAgentRequest& r,
+    int64_t silent_since_us) {
+  const double out_s =
+      static_cast<double>(WallMicros() - silent_since_us) / 1e6;
+  char detail[160];
+  std::snprintf(detail, sizeof detail,
+                "agent '%s' was out of reach for %.1f s (not heard of for "
+                "%.1f s); the job was kept there and goes on",
+                a.name.c_str(), out_s, out_s + opts.agent_timeout_s);
+  for (const rpc::AgentJob& listed : r.jobs()) {
+    const auto id = static_cast<int32_t>(listed.job_id());
+    const JobExtra* x = Extra(id);
+    if (x == nullptr || IsEnded(id) || !x->proc.exists || !x->proc.On(a.id)) {
+      continue;
+    }
+    History(id, "reach", true, 0, detail);
+  }
+}
+
+void SchedulerServer::Impl::AdoptKeptCheckpoints(
+    const AgentConn& a, const rpc::RegisterAgentRequest& r) {
+  for (int i = 0; i < r.checkpoints_size(); ++i) {
+    const int64_t id64 = r.checkpoints(i);
+    const auto id = static_cast<int32_t>(id64);
+    if (id64 != id || ForeignCheckpoint(r, i) ||
+        CheckpointOfOtherSubmission(r, i) || !LiveJob(id64) || IsEnded(id)) {
+      continue;
+    }
+    JobExtra* x = Extra(id);
+    if (x == nullptr || x->proc.exists || x->proc.checkpoint) continue;
+    const core::Job& j = st().job(JobId(id));
+    // Queued, its last placement (which the core keeps) with rank 0
+    // here.
+    if (j.state != JobState::kQueued || j.busy() || j.gpus.empty()) {
+      continue;
+    }
+    const Part lead = Parts(j.gpus)[0];
+    if (lead.server != a.id) continue;
+    x->proc = Proc{a.id, lead.local, false, true};
+    History(id, "reconcile", true, 0,
+            "agent '" + a.name +
+                "' holds a checkpoint of it, saved where its rank 0 last "
+                "ran: its next start goes on from it");
+  }
+}
+
+bool SchedulerServer::Impl::Adoptable(int32_t id, const JobExtra& x,
+                                      ServerId server,
+                                      rpc::JobState reported) const {
+  if (IsEnded(id) || x.proc.exists || x.proc.checkpoint) return false;
+  const core::Job& j = st().job(JobId(id));
+  if (j.busy() || j.gpus.empty()) return false;
+  const bool same_state =
+      (j.state == JobState::kRunning && reported == rpc::RUNNING) ||
+      (j.state == JobState::kSuspended && reported == rpc::SUSPENDED);
+  const std::vector<Part> parts = Parts(j.gpus);
+  return same_state && parts.size() == 1 && parts[0].server == server;
+}
+
+void SchedulerServer::Impl::Reconcile(AgentConn& a,
+                                      const rpc::RegisterAgentRequest& r,
+                                      const std::set<int32_t>& killed) {
+  std::map<int32_t, rpc::JobState> reported;
+  for (const rpc::AgentJob& j : r.jobs()) {
+    const int32_t id = static_cast<int32_t>(j.job_id());
+    if (killed.contains(id)) continue;
+    JobExtra* x = Extra(id);
+    const bool other = OtherSubmission(id, j.submitted_us());
+    const bool ours = !other && x != nullptr && !IsEnded(id) &&
+                      x->proc.exists && x->proc.On(a.id);
+    if (ours) {
+      reported[id] = j.state();
+      continue;
+    }
+    if (!other && x != nullptr && Adoptable(id, *x, a.id, j.state())) {
+      x->proc = Proc::At(Parts(st().job(JobId(id)).gpus));
+      History(id, "reconcile", true, 0,
+              "kept its process on " + a.name +
+                  ", where the job is placed (the daemon had lost track "
+                  "of it)");
+      reported[id] = j.state();
+      continue;
+    }
+    if (other && x != nullptr && !IsEnded(id) && x->proc.exists &&
+        x->proc.On(a.id)) {
+      // This job's start there is under way (placed as the server came
+      // up): it replaces the process (a start finding one kills it
+      // first), which a kill sent now would reach after it.
+      History(id, "reconcile", true, 0,
+              "a process on " + a.name +
+                  " of another job of this id (submitted before the store "
+                  "was restored from a backup): this job's start there "
+                  "replaces it");
+      continue;
+    }
+    // A process the daemon does not want there (killed, requeued, or
+    // moved while the daemon or the agent was away).
+    Proc stray{a.id, {}, true};
+    if (x != nullptr) ++x->ignore_exits[a.id.value];
+    if (x != nullptr) {
+      History(id, "kill", true, 0,
+              "stray process on " + a.name +
+                  (other ? " (of another job of this id, submitted before "
+                           "the store was restored from a backup)"
+                         : ""));
+    }
+    KillAt(id, stray, InternalActionId());
+  }
+  a.missing.clear();
+  a.held.clear();
+  for (int i = 0; i < r.checkpoints_size(); ++i) {
+    const int64_t id64 = r.checkpoints(i);
+    const auto id = static_cast<int32_t>(id64);
+    if (id64 != id) continue;
+    if (ForeignCheckpoint(r, i)) {
+      // The agent drops it itself once it has this cluster's id.
+      Log("job " + std::to_string(id64) + ": agent '" + a.name +
+          "' holds a checkpoint saved in another cluster (" +
+          r.checkpoint_clusters(i) + "): not this job's, ignored");
+      continue;
+    }
+    if (CheckpointOfOtherSubmission(r, i)) {
+      // Dropped, unless the job itself is there or on its way (a kill
+      // would reach its process too): its own save replaces it, and the
+      // agent refuses to start it from one of another job.
+      const JobExtra* x = Extra(id);
+      const bool there = x != nullptr &&
+                         (x->proc.exists || x->proc.checkpoint) &&
+                         x->proc.On(a.id);
+      const bool dropped = x != nullptr && !there &&
+                           (IsEnded(id) || !st().job(JobId(id)).busy());
+      Log("job " + std::to_string(id64) + ": agent '" + a.name +
+          "' holds a checkpoint of another job of this id (submitted at " +
+          std::to_string(r.checkpoint_submitted_us(i)) +
+          " us, before the store was restored from a backup; this one at " +
+          std::to_string(SubmittedUs(id)) + " us): not this job's, " +
+          (dropped ? "dropped" : "ignored"));
+      if (dropped) KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
+      continue;
+    }
+    if (LiveJob(id64) && !IsEnded(id)) {
+      a.held.insert(id);
+      continue;
+    }
+    // The checkpoint of a job that has ended (or that this daemon never
+    // ran): nothing will start from it.
+    Log("job " + std::to_string(id64) + ": dropping the checkpoint agent '" +
+        a.name + "' keeps (the job has ended)");
+    KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
+  }
+  for (auto [id, xp] : UnsettledJobs()) {
+    JobExtra& x = *xp;
+    if (!x.proc.exists || !x.proc.On(a.id) || IsEnded(id)) continue;
+    x.dirty = true;
+    auto rep = reported.find(id);
+    if (rep == reported.end()) {
+      // A start sent in this daemon's life may not have reached the
+      // agent when it listed its jobs: its reply says what happened.
+      const core::Job& cj = st().job(JobId(id));
+      auto pit =
+          cj.busy() ? pending.find(cj.in_flight_id.value) : pending.end();
+      if (pit != pending.end() && pit->second.sent &&
+          cj.in_flight != ActionKind::kSuspend &&
+          cj.in_flight != ActionKind::kUnpack) {
+        continue;
+      }
+      if (restarting.contains(id)) continue;
+      a.missing.insert(id);
+      continue;
+    }
+    const core::Job& j = st().job(JobId(id));
+    // A gang's action is settled by its lead's state.
+    if (!j.busy() || x.proc.server != a.id) continue;
+    // One this daemon process sent may be under way in the agent still
+    // (a call that waited in it while it was out of reach): what it
+    // lists may be from before the call, whose reply settles it (every
+    // call has a deadline). One replayed from the log is settled here.
+    if (auto pit = pending.find(j.in_flight_id.value);
+        pit != pending.end() && pit->second.sent) {
+      continue;
+    }
+    bool ok = false;
+    switch (j.in_flight) {
+      case ActionKind::kStart:
+        ok = true;
+        break;
+      case ActionKind::kResume:
+      case ActionKind::kPack:
+        ok = rep->second == rpc::RUNNING;
+        break;
+      case ActionKind::kSuspend:
+      case ActionKind::kUnpack:
+        ok = rep->second == rpc::SUSPENDED;
+        break;
+      default:
+        continue;  // Migrate and others fail through their own reply
+    }
+    const std::string what(core::ActionKindName(j.in_flight));
+    const std::string detail = "reconciled: agent reports it " +
+                               std::string(rpc::JobState_Name(rep->second));
+    History(id, what, ok, 0, detail);
+    if (ok) {
+      (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
+    } else {
+      (void)Feed(core::ActionFailed{j.in_flight_id, JobId(id), {}, detail});
+    }
+  }
+  for (auto [id, xp] : UnsettledJobs()) {
+    JobExtra& x = *xp;
+    // Waiting for this agent, without processes, to go on from the
+    // checkpoint it saved when the agent stopped (after the loop above:
+    // a restart here makes it exist). A job spanning servers: from the
+    // checkpoint at its lead's agent, every part, once none of its
+    // agents is away.
+    const bool gang = x.proc.gang();
+    if (IsEnded(id) || x.proc.exists || !x.proc.checkpoint ||
+        !(gang ? x.proc.On(a.id) : x.proc.server == a.id)) {
+      continue;
+    }
+    x.dirty = true;
+    const core::Job& j = st().job(JobId(id));
+    const bool runs = j.state == JobState::kRunning && !j.busy();
+    if (x.proc.server == a.id && !a.held.contains(id)) {
+      x.proc.checkpoint = false;
+      History(id, "lost", false, 0,
+              "agent '" + a.name + "' is back without the checkpoint it " +
+                  "kept; " + (gang ? "every part starts" : "the job starts") +
+                  " again from the beginning");
+      if (runs) gang ? RelaunchGang(id) : Relaunch(id);
+      continue;
+    }
+    if (runs && !AnyPartAway(x.proc)) {
+      const std::string why = "agent '" + a.name + "' is back";
+      if (gang) {
+        RestartGangAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
+      } else {
+        RestartAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
+      }
+      x.kept_at = -1;
+      x.stopped_us = 0;
+    }
+  }
+  a.reconcile_pending = true;
+}
+
+void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
+  JobExtra& x = *Extra(id);
+  x.proc.exists = false;
+  const core::Job& j = st().job(JobId(id));
+  // Its agent keeps a checkpoint of it (saved as the agent stopped, its
+  // exit not heard of; or one a move left there): it goes on from that.
+  const bool held =
+      !x.proc.gang() && x.proc.server == a.id && a.held.contains(id);
+  if (held) {
+    x.proc.checkpoint = true;
+    History(id, "stop", true, 0,
+            "agent '" + a.name +
+                "' no longer runs it but holds a checkpoint of it (the "
+                "agent stopped or restarted)");
+  } else {
+    History(id, "lost", false, 0, "agent '" + a.name + "' no longer runs it");
+  }
+  if (x.proc.gang()) {
+    // Its other parts cannot train on without this one: they go too, and
+    // the job starts afresh as a whole (their exits are not its end).
+    KillAt(id, x.proc, InternalActionId());
+  }
+  if (j.busy()) {
+    auto it = pending.find(j.in_flight_id.value);
+    switch (j.in_flight) {
+      case ActionKind::kResume:
+        if (it != pending.end()) {
+          if (held && !it->second.relocate) {
+            it->second.relocate = true;
+            // From the checkpoint, where the core resumes it.
+            Proc from = x.proc;
+            from.checkpoint = true;
+            x.proc.exists = x.proc.leaving = true;
+            x.proc.checkpoint = false;
+            Move(it->second, from);
+            return;
+          }
+          // Start it afresh where the core resumes it.
+          it->second.relocate = true;
+          x.proc.exists = true;
+          Dispatch(it->second);
+          return;
+        }
+        break;
+      case ActionKind::kSuspend:
+      case ActionKind::kUnpack:
+        (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
+        return;
+      default:
+        break;
+    }
+    (void)Feed(
+        core::ActionFailed{j.in_flight_id, JobId(id), {}, "process lost"});
+    return;
+  }
+  // Suspended: it resumes from the checkpoint if there is one, else
+  // afresh.
+  if (j.state != JobState::kRunning) return;
+  if (held) {
+    RestartAtSource(id, x.proc, "agent '" + a.name + "' kept it");
+    return;
+  }
+  Relaunch(id);
+}
+
+void SchedulerServer::Impl::Relaunch(int32_t id) {
+  JobExtra& x = *Extra(id);
+  if (x.proc.gang()) {
+    RelaunchGang(id);
+    return;
+  }
+  auto stub = StubOf(x.proc.server);
+  if (stub == nullptr) return;
+  x.proc.exists = true;
+  restarting.insert(id);
+  rpc::StartJobRequest req;
+  req.set_job_id(id);
+  req.set_submitted_us(SubmittedUs(id));
+  req.set_action_id(InternalActionId());
+  *req.mutable_spec() = x.spec;
+  for (int32_t g : x.proc.local) req.add_gpus(g);
+  executor->Run(id, [=, this] {
+    rpc::StartJobReply rep;
+    auto ctx = Ctx();
+    grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+    Post([=, this] {
+      restarting.erase(id);
+      History(id, "restart", s.ok(), rep.took_us(),
+              s.ok() ? "relaunched a lost process" : RpcError("StartJob", s));
+      if (!s.ok() && !IsEnded(id)) {
+        Extra(id)->proc.exists = false;
+        (void)Feed(core::JobFinished{JobId(id), false});
+      }
+    });
+  });
+}
+
+bool SchedulerServer::Impl::EndOnExit(int32_t id, JobExtra& x, const Proc& was,
+                                      std::optional<int32_t> was_code, bool ok,
+                                      const std::string& detail) {
+  History(id, "exit", ok, 0, detail);
+  (void)Feed(core::JobFinished{JobId(id), ok});
+  if (!unlogged) return true;
+  x.proc = was;
+  x.exit_code = was_code;
+  batch.history.pop_back();
+  // Nor is the line a failure streak would count the next report against.
+  std::lock_guard lock(streak_mu);
+  streaks.erase(id);
+  return false;
+}
+
+grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
+  auto it = agent_by_name.find(r.name());
+  if (it == agent_by_name.end() ||
+      agents[static_cast<size_t>(it->second)].link != AgentConn::Link::kUp) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "agent '" + r.name() +
+                "' is not registered (new, timed out, or the scheduler "
+                "restarted): call RegisterAgent again"};
+  }
+  AgentConn& a = agents[static_cast<size_t>(it->second)];
+  if (a.silent_since_us > 0) {
+    // Back from out of reach: registering again says what it runs now
+    // (Reconcile) and opens its server.
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "agent '" + r.name() +
+                "' was out of reach (not heard of for more than " +
+                Seconds(opts.agent_timeout_s) + "): call RegisterAgent again"};
+  }
+  Heard(a, Now());
+  unlogged = false;
+  for (const rpc::JobExit& e : r.exits()) {
+    const int32_t id = static_cast<int32_t>(e.job_id());
+    JobExtra* x = Extra(id);
+    if (x == nullptr) continue;
+    if (auto ig = x->ignore_exits.find(a.id.value);
+        ig != x->ignore_exits.end() && ig->second > 0) {
+      --ig->second;
+      continue;
+    }
+    // The agent started it again since (a move within that server, whose
+    // process left with 75 or 76 and whose report came late): the job is
+    // in its new process.
+    if (e.superseded()) continue;
+    if (x->proc.leaving &&
+        (e.exit_code() == 75 || e.exit_code() == 76 || e.exit_code() < 0)) {
+      // It left to be moved or resized, as asked, or a process of the
+      // move was stopped (a warm start abandoned): the move's outcome
+      // says where the job is.
+      continue;
+    }
+    if (x->proc.exists && x->proc.server != a.id && x->proc.FollowerOn(a.id)) {
+      // A gang's other part: the lead's exit is the job's; a part that
+      // ends in failure (a rank crashed) ends the job with it.
+      // (Killed as its agent stopped: the lead's agent decides, or the
+      // server is declared down.)
+      if (e.killed() || e.agent_stopped() || e.exit_code() == 0 ||
+          IsEnded(id)) {
+        continue;
+      }
+      const Proc was = x->proc;
+      const std::optional<int32_t> was_code = x->exit_code;
+      x->proc = Proc{};
+      x->exit_code = e.exit_code();
+      if (!EndOnExit(id, *x, was, was_code, false,
+                     "exit code " + std::to_string(e.exit_code()) +
+                         " of its part on " + a.name +
+                         "; its other parts are stopped")) {
+        return ReportAgain(id);
+      }
+      KillAt(id, was, InternalActionId());
+      continue;
+    }
+    if (!x->proc.exists || x->proc.server != a.id) continue;
+    if (e.checkpoint_kept() && !x->proc.gang()) {
+      // The agent stopped; the job saved its state there first, and
+      // waits for the agent to be back to go on from it (or, should it
+      // stay away, for the server to be declared down and the job
+      // placed again).
+      if (IsEnded(id)) continue;
+      const std::string& method = e.checkpoint_method();
+      x->proc.exists = false;
+      x->proc.checkpoint = true;
+      // The mini-batch it goes on from: known for a library checkpoint
+      // (the restart's history line waits for the one after it), not for
+      // a CRIU dump or a job's own checkpoint.
+      x->kept_at =
+          method == "criu" || method == "restart" ? -1 : e.minibatches();
+      x->stopped_us = Now();
+      if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+      CopyMetric(e, &x->progress);
+      x->progress.set_minibatch_rate(0);
+      History(id, "stop", true, 0,
+              "agent '" + a.name + "' stopped; " +
+                  (method == "criu" ? std::string("the job was dumped by CRIU")
+                   : method == "restart"
+                       ? std::string("the job saved its own checkpoint")
+                       : "the job saved a checkpoint at mini-batch " +
+                             std::to_string(e.minibatches())) +
+                  ", kept there: it goes on from it when the agent is back");
+      continue;
+    }
+    if (e.agent_stopped() && !IsEnded(id)) {
+      // Its agent stopped and killed it, unsaved: the job stays placed
+      // there, as if its process ran on, until the agent registers again
+      // without it (then Lost() starts it again) or is declared down.
+      if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+      x->progress.set_minibatch_rate(0);
+      History(id, "stop", true, 0,
+              "agent '" + a.name + "' stopped and killed its process (exit " +
+                  std::to_string(e.exit_code()) +
+                  ") without a checkpoint: the job starts again when the "
+                  "agent is back, from the beginning unless it keeps its "
+                  "own checkpoints");
+      continue;
+    }
+    // Killed at a daemon's request while the job goes on: that process
+    // was being replaced (a restart, a move's fallback), the exit to
+    // ignore perhaps counted by a daemon that has died since. Whatever
+    // the daemon then did (or its successor decides at reconciliation)
+    // says where the job runs.
+    if (e.killed() && !IsEnded(id)) continue;
+    const Proc was = x->proc;
+    const std::optional<int32_t> was_code = x->exit_code;
+    x->proc = Proc{};
+    x->exit_code = e.exit_code();
+    if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+    CopyMetric(e, &x->progress);
+    if (IsEnded(id)) continue;
+    if (!EndOnExit(id, *x, was, was_code, e.exit_code() == 0,
+                   "exit code " + std::to_string(e.exit_code()))) {
+      return ReportAgain(id);
+    }
+    // A gang's other parts end with their lead; any still running (a rank
+    // hung) are stopped.
+    if (was.gang()) {
+      Proc rest = was;
+      rest.server = ServerId();
+      KillAt(id, rest, InternalActionId());
+    }
+  }
+  const int64_t profile_now = Now();
+  const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);
+  for (const rpc::JobProfile& p : r.profiles()) {
+    const int32_t id = static_cast<int32_t>(p.job_id());
+    JobExtra* x = Extra(id);
+    if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
+    // A new process (after a move, a restart) has reported no metric
+    // yet: the job's last one stands.
+    rpc::Progress next = p.progress();
+    if (next.metric_reports() == 0) CopyMetric(x->progress, &next);
+    // Nor has it counted a mini-batch before it has loaded its
+    // checkpoint: the job's count stands until then.
+    if (next.minibatches() == 0) {
+      next.set_minibatches(x->progress.minibatches());
+    }
+    x->progress = std::move(next);
+    CheckProbe(id, *x);
+    StateCheck(a, id, *x, p.state());
+    // Due on a grid of the interval, not an interval after the last one
+    // fed: reports come at the agent's pace, a little early or late, and
+    // the cadence must not fall to every other report.
+    if (every > 0) {
+      if (x->profile_due_us > profile_now) continue;  // shown by `ls`
+      if (x->profile_due_us == 0) x->profile_due_us = profile_now;
+      x->profile_due_us +=
+          ((profile_now - x->profile_due_us) / every + 1) * every;
+    }
+    core::ProfileReport pr;
+    pr.job = JobId(id);
+    pr.minibatch_rate = p.progress().minibatch_rate();
+    pr.minibatches = x->progress.minibatches();
+    pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
+                       (1024.0 * 1024.0 * 1024.0);
+    pr.gpu_utilization = p.progress().gpu_utilization();
+    Defer(pr, opts.log_profile_reports_together);
+  }
+  if (a.reconcile_pending) {
+    a.reconcile_pending = false;
+    std::set<int32_t> missing;
+    missing.swap(a.missing);
+    // Its list at registration may predate a start that got there since:
+    // a job this report shows running there is not lost.
+    std::set<int32_t> running;
+    for (const rpc::JobProfile& p : r.profiles()) {
+      running.insert(static_cast<int32_t>(p.job_id()));
+    }
+    for (int32_t id : missing) {
+      JobExtra* x = Extra(id);
+      if (x != nullptr && x->proc.exists && x->proc.On(a.id) && !IsEnded(id) &&
+          !running.contains(id) && !restarting.contains(id)) {
+        Lost(a, id);
+      }
+    }
+  }
+  return grpc::Status::OK;
+}
+
+void SchedulerServer::Impl::StateCheck(const AgentConn& a, int32_t id,
+                                       JobExtra& x, rpc::JobState reported) {
+  const core::Job& j = st().job(JobId(id));
+  const bool wants_running = j.state == JobState::kRunning;
+  const bool checkable =
+      (reported == rpc::RUNNING || reported == rpc::SUSPENDED) &&
+      (wants_running || j.state == JobState::kSuspended) && !j.busy() &&
+      x.proc.exists && !x.proc.leaving && !x.proc.gang() &&
+      x.proc.server == a.id && !restarting.contains(id) && Away(a.id).empty();
+  if (!checkable || (reported == rpc::RUNNING) == wants_running) {
+    x.mismatch = {};
+    return;
+  }
+  if (x.mismatch.reports == 0 || x.mismatch.suspends != j.suspends ||
+      x.mismatch.resumes != j.resumes) {
+    x.mismatch = {1, j.suspends, j.resumes};
+    return;
+  }
+  x.mismatch = {};
+  auto stub = StubOf(a.id);
+  if (stub == nullptr) return;
+  const std::string detail =
+      "agent '" + a.name + "' has its process " +
+      (wants_running ? "suspended" : "running") +
+      " while the scheduler has it " +
+      (wants_running ? "running" : "suspended") +
+      ", in two reports: " + (wants_running ? "resumed" : "suspended") + " it";
+  Warn("job " + std::to_string(id) + ": " + detail);
+  rpc::JobRequest req;
+  req.set_job_id(id);
+  req.set_action_id(InternalActionId());
+  executor->Run(id, [=, this] {
+    auto ctx = Ctx();
+    int64_t took_us = 0;
+    const grpc::Status s =
+        SuspendOrResume(*stub, ctx.get(), req, !wants_running, &took_us);
+    const std::string what = detail + (s.ok() ? "" : " failed: ") +
+                             (s.ok() ? "" : s.error_message());
+    Post([=, this] { History(id, "reconcile", s.ok(), took_us, what); });
+  });
+}
+
+core::StatusOr<rpc::LeaveReply> SchedulerServer::Impl::Leave(
+    const rpc::LeaveRequest& r) {
+  auto it = agent_by_name.find(r.name());
+  if (it == agent_by_name.end() ||
+      agents[static_cast<size_t>(it->second)].link != AgentConn::Link::kUp) {
+    return core::FailedPrecondition(
+        "field 'name': agent '" + r.name() +
+        "' is not registered (new, timed out, or the scheduler restarted)");
+  }
+  AgentConn& a = agents[static_cast<size_t>(it->second)];
+  if (a.silent_since_us > 0) {
+    // Its jobs' saves would be calls to an agent out of reach: it says
+    // what it holds when it registers again.
+    return core::FailedPrecondition(
+        "field 'name': agent '" + r.name() +
+        "' was out of reach (not heard of for more than " +
+        Seconds(opts.agent_timeout_s) + "): register again first");
+  }
+  rpc::LeaveReply reply;
+  reply.set_away_s(opts.agent_away_s);
+  if (a.away_since_us == 0) {
+    // Before it is away (calls to it then fail at once).
+    for (auto [id, xp] : UnsettledJobs()) {
+      JobExtra& x = *xp;
+      if (x.proc.On(a.id)) x.dirty = true;
+      // One being saved already (another of its agents stops too): this
+      // agent waits for its part as well.
+      if ((leave_saving.contains(id) && x.proc.On(a.id)) ||
+          SaveGangForLeave(id, x, a)) {
+        reply.add_saving(id);
+      }
+    }
+    Leaving(a, Now());
+    const core::Cluster& c = st().cluster();
+    if (a.id.value < c.num_servers() && !c.server(a.id).cordoned) {
+      GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{a.id, true}));
+      a.away_cordon = true;
+    }
+    a.row_dirty = true;
+    Log("agent '" + a.name + "' is stopping: server " +
+        std::to_string(a.id.value) +
+        (a.away_cordon ? " cordoned" : " (cordoned already)") +
+        " until it is back, declared down if it is not within " +
+        Seconds(opts.agent_away_s) +
+        (reply.saving_size() > 0
+             ? "; saving " + std::to_string(reply.saving_size()) +
+                   " jobs spanning servers"
+             : ""));
+  }
+  return reply;
+}
+
+const AgentConn* SchedulerServer::Impl::OutOfReachAgentOf(const Proc& p) const {
+  if (!p.exists) return nullptr;
+  auto silent = [this](ServerId s) -> const AgentConn* {
+    if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) {
+      return nullptr;
+    }
+    const AgentConn& a = agents[static_cast<size_t>(s.value)];
+    return a.silent_since_us > 0 ? &a : nullptr;
+  };
+  if (const AgentConn* a = silent(p.server)) return a;
+  for (const Part& f : p.followers) {
+    if (const AgentConn* a = silent(f.server)) return a;
+  }
+  return nullptr;
+}
+
+void SchedulerServer::Impl::CheckAgents() {
+  const int64_t now = Now();
+  for (AgentConn& a : agents) {
+    switch (CheckLiveness(a, lim(), now)) {
+      case LivenessChange::kNone:
+        continue;
+      case LivenessChange::kOutOfReach:
+        OutOfReach(a);
+        continue;
+      case LivenessChange::kDown:
+        break;
+    }
+    a.reconcile_pending = false;
+    a.missing.clear();
+    const bool was_away = a.away();
+    // Down now (its cordon, if the daemon's, still lifts when it is
+    // back).
+    MarkDown(a);
+    Warn(was_away
+             ? "agent '" + a.name + "' not back within " +
+                   Seconds(opts.agent_away_s) +
+                   " of its stop (--agent-away-s): server down"
+             : "agent '" + a.name + "' not heard of for more than " +
+                   Seconds(static_cast<double>(SilenceAllowedUs(a, lim())) /
+                           1e6) +
+                   " (--agent-timeout-s and --agent-grace-s): server down");
+    a.row_dirty = true;
+    if (a.id.value < st().cluster().num_servers() &&
+        st().cluster().server(a.id).up) {
+      (void)Feed(core::ServerDown{a.id});
+    }
+  }
+}
+
+void SchedulerServer::Impl::OutOfReach(AgentConn& a) {
+  MarkOutOfReach(a, lim(), Now());
+  a.row_dirty = true;
+  const core::Cluster& c = st().cluster();
+  const bool placed = a.id.value < c.num_servers() && c.server(a.id).up;
+  bool cordoned = false;
+  if (placed && !c.server(a.id).cordoned) {
+    a.away_cordon = true;
+    WriteBatch rows;
+    rows.servers.push_back(ServerRowOf(a));
+    if (store->Write(rows).ok()) {
+      a.row_dirty = false;
+      cordoned = Feed(core::CordonRequest{a.id, true}).ok();
+    }
+    if (!cordoned) {
+      a.away_cordon = false;
+      a.row_dirty = true;
+    }
+  }
+  int jobs = 0;
+  for (auto [id, xp] : UnsettledJobs()) {
+    if (!xp->proc.On(a.id)) continue;
+    xp->dirty = true;
+    ++jobs;
+  }
+  Warn("agent '" + a.name + "' not heard of for more than " +
+       Seconds(opts.agent_timeout_s) + ": out of reach, server " +
+       std::to_string(a.id.value) +
+       (cordoned                            ? " cordoned"
+        : placed && c.server(a.id).cordoned ? " (cordoned already)"
+                                            : " (not cordoned)") +
+       "; its " + std::to_string(jobs) +
+       (jobs == 1 ? " job stays" : " jobs stay") +
+       " there until it is back, or it is declared down in " +
+       Seconds(opts.agent_grace_s) + " (--agent-grace-s)");
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,601 @@
+// The daemon's part that feeds the core and carries out its actions:
+// every event logged before it is handled (Feed, Defer, FlushDeferred),
+// each action sent to its agent through the dispatcher (Execute, Dispatch),
+// and each outcome taken back to the core (Conclude, FinishMove).
+
+#include "runtime/scheduler/daemon_impl.h"
+
+namespace gandiva::runtime {
+
+core::Status SchedulerServer::Impl::Feed(core::EventBody body) {
+  if (handling_left > 0) {
+    // It would be logged after the rest of the batch but handled before
+    // it: a recovery would replay another order.
+    Warn(std::string("event ") + EventKindName(body) +
+         " fed while a batch of logged events is handled");
+  }
+  deferred.push_back(Deferred{Now(), std::move(body)});
+  return FlushDeferred();
+}
+
+std::vector<core::Status> SchedulerServer::Impl::FeedTogether(
+    std::vector<core::EventBody> bodies) {
+  const size_t n = bodies.size();
+  const size_t before = deferred.size();
+  for (core::EventBody& b : bodies) {
+    deferred.push_back(Deferred{Now(), std::move(b)});
+  }
+  std::vector<core::Status> each;
+  (void)FlushDeferred(&each);
+  return std::vector<core::Status>(
+      each.begin() + static_cast<std::ptrdiff_t>(before),
+      each.begin() + static_cast<std::ptrdiff_t>(before + n));
+}
+
+core::Status SchedulerServer::Impl::FlushDeferred(
+    std::vector<core::Status>* each) {
+  if (deferred.empty()) return core::Status::Ok();
+  std::vector<Deferred> todo;
+  todo.swap(deferred);
+  std::vector<EventRow> rows;
+  rows.reserve(todo.size());
+  for (const Deferred& d : todo) {
+    rows.push_back(
+        EventRow{0, d.time_us, EventKindName(d.body), EncodeEvent(d.body)});
+  }
+  size_t logged = 0;
+  core::Status error;
+  while (logged < rows.size()) {
+    Store::Appended a =
+        store->AppendEvents(std::span<const EventRow>(rows).subspan(logged));
+    logged += a.count;
+    if (a.status.ok()) break;
+    // etcd out of reach for a moment (electing its own leader, say): the
+    // loop waits while this daemon still leads, which it stops doing 2/3
+    // of its lease's TTL after its last renewal.
+    if (a.status.code() == core::StatusCode::kUnavailable && opts.leadership &&
+        opts.leadership->leading()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    error = a.status;
+    break;
+  }
+  if (logged > 0) ++log_appends;
+  if (!error.ok()) {
+    Warn("cannot log " +
+         (todo.size() - logged == 1
+              ? std::string("event ") + EventKindName(todo.back().body)
+              : std::to_string(todo.size() - logged) + " events") +
+         ", not handled: " + error.ToString());
+    unlogged = true;
+  }
+  core::Status last = error;
+  if (each != nullptr) each->assign(todo.size(), error);
+  for (size_t i = 0; i < logged; ++i) {
+    const core::EventBody& body = todo[i].body;
+    handling_left = logged - i - 1;
+    ++events_since_compaction;
+    std::vector<core::Action> actions;
+    core::Status s = sched->Handle(
+        core::Event{core::Time::FromMicros(todo[i].time_us), body}, actions);
+    for (JobId changed : sched->TakeChangedJobs()) (void)Extra(changed.value);
+    if (!s.ok())
+      Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
+    AfterHandle(body, actions, /*live=*/true);
+    if (i + 1 == todo.size()) last = s;
+    if (each != nullptr) (*each)[i] = s;
+  }
+  handling_left = 0;
+  return last;
+}
+
+void SchedulerServer::Impl::AfterHandle(
+    const core::EventBody& body, const std::vector<core::Action>& actions,
+    bool live) {
+  if (const auto* arrived = std::get_if<core::JobArrived>(&body)) {
+    // Before its first start goes out.
+    NoteSubmitted(std::array<int32_t, 1>{arrived->id.value});
+  } else if (const auto* f = std::get_if<core::JobFinished>(&body)) {
+    if (JobExtra* x = Extra(f->job.value)) x->proc = Proc{};
+  } else if (const auto* d = std::get_if<core::ActionDone>(&body)) {
+    pending.erase(d->action.value);
+  } else if (const auto* fl = std::get_if<core::ActionFailed>(&body)) {
+    auto it = pending.find(fl->action.value);
+    if (it != pending.end()) {
+      const ActionKind k = it->second.action.kind;
+      JobExtra* x = Extra(fl->job.value);
+      // A failed start leaves no process; a move that failed says
+      // itself where it left it (FinishMove), e.g. running where it was
+      // when it could not checkpoint.
+      if (x != nullptr && !it->second.settled &&
+          (k == ActionKind::kStart || it->second.relocate ||
+           (k == ActionKind::kPack && it->second.action.launch))) {
+        x->proc.exists = false;
+      }
+      pending.erase(it);
+    }
+  } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
+    for (auto& [id, x] : extras) {
+      if (!x.proc.On(down->id)) continue;
+      x.dirty = true;
+      if (x.proc.gang() && x.proc.checkpoint && !x.proc.exists &&
+          x.proc.server != down->id) {
+        // A gang waiting, without processes, for the agent of a part
+        // (it saved as that agent stopped): its lead's agent, not the
+        // one down, keeps the checkpoint, and the job's next start goes
+        // on from it wherever the core places it (Execute).
+        x.proc.followers.clear();
+        if (live) {
+          History(id, "requeue", true, 0,
+                  "server " + AgentName(down->id) +
+                      ", which it waited for, is down: the job goes back "
+                      "to the queue and on from the checkpoint kept on " +
+                      AgentName(x.proc.server) + " (mini-batch " +
+                      std::to_string(x.kept_at) +
+                      ") wherever it is placed next");
+        }
+        continue;
+      }
+      if (live && !x.proc.gang() && (x.proc.exists || x.proc.checkpoint)) {
+        History(id, "requeue", true, 0,
+                "server " + AgentName(down->id) +
+                    " is down: the job goes back to the queue, its " +
+                    (x.proc.exists ? "process" : "checkpoint") +
+                    " there lost, and starts again wherever it is placed "
+                    "next");
+      }
+      // A gang with a part on the lost server cannot train on: its other
+      // parts are stopped (their exits are not the job's end).
+      if (live && x.proc.gang() && x.proc.exists) {
+        History(id, "kill", true, 0,
+                "the parts of a job spanning server " +
+                    std::to_string(down->id.value) + ", which is down");
+        KillAt(id, x.proc, InternalActionId());
+      }
+      x.proc = Proc{};
+      x.kept_at = -1;
+      x.stopped_us = 0;
+    }
+  }
+  for (const core::Action& a : actions) Execute(a, live);
+}
+
+void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
+  JobExtra* x = Extra(a.job.value);
+  if (x == nullptr) {
+    Warn("action for a job without a record: " + std::to_string(a.job.value));
+    return;
+  }
+  const bool resume_like = a.kind == ActionKind::kResume ||
+                           (a.kind == ActionKind::kPack && !a.launch);
+  switch (a.kind) {
+    case ActionKind::kStart:
+    case ActionKind::kResume:
+    case ActionKind::kPack:
+    case ActionKind::kMigrate:
+    case ActionKind::kGrow:
+    case ActionKind::kShrink: {
+      PendingAction p{a, Now(), false, x->progress.minibatch_rate()};
+      const Proc old = x->proc;
+      const bool moves = a.kind == ActionKind::kMigrate ||
+                         a.kind == ActionKind::kGrow ||
+                         a.kind == ActionKind::kShrink;
+      const std::vector<Part> parts = Parts(a.gpus);
+      if (parts.empty()) {
+        // No GPUs: the core never asks for that.
+        Warn("action without GPUs for job " + std::to_string(a.job.value));
+        return;
+      }
+      // A gang, or a job that becomes one or stops being one, moves as
+      // one (MoveGang).
+      const bool gang = parts.size() > 1 || old.gang();
+      // A start of a job whose checkpoint an agent keeps (a gang's after
+      // a server of it went down) moves that checkpoint to the new
+      // place and starts from it.
+      const bool from_checkpoint =
+          a.kind == ActionKind::kStart && old.checkpoint && !old.exists;
+      p.relocate = moves || from_checkpoint ||
+                   (resume_like && !(old.exists && old.parts() == parts));
+      x->proc = Proc::At(parts);
+      x->proc.leaving = p.relocate;
+      p.sent = live;
+      pending[a.id.value] = p;
+      if (live) {
+        if (!p.relocate) {
+          Dispatch(p);
+        } else if (gang) {
+          MoveGang(p, old);
+        } else {
+          Move(p, old);
+        }
+      }
+      return;
+    }
+    case ActionKind::kSuspend:
+    case ActionKind::kUnpack: {
+      PendingAction& p = pending[a.id.value] =
+          PendingAction{a, Now(), false, x->progress.minibatch_rate()};
+      p.sent = live;
+      if (live) Dispatch(p);
+      return;
+    }
+    case ActionKind::kKill: {
+      const Proc old = x->proc;
+      x->proc = Proc{};
+      if (live) {
+        {
+          // A move waiting for its warm process gives up now; what it
+          // leaves is killed when it concludes (FinishMove).
+          std::lock_guard<std::mutex> lock(warm_mu);
+          if (auto it = warm_calls.find(a.job.value); it != warm_calls.end()) {
+            it->second->TryCancel();
+          }
+          if (auto it = first_minibatch_waits.find(a.job.value);
+              it != first_minibatch_waits.end()) {
+            it->second = true;
+          }
+        }
+        History(a.job.value, "kill", true, 0, a.reason);
+        if (old.exists || old.checkpoint) KillAt(a.job.value, old, a.id.value);
+      }
+      return;
+    }
+    case ActionKind::kSetPriority:
+    case ActionKind::kNone:
+      return;
+  }
+}
+
+void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
+                                     const std::string& what, bool ok,
+                                     int64_t took_us, const std::string& detail,
+                                     bool permanent) {
+  if (metrics) metrics->ObserveMechanism(what, ok, took_us / 1e6);
+  const bool current = LiveJob(job) && [&] {
+    const core::Job& j = st().job(JobId(job));
+    return j.busy() && j.in_flight_id.value == action;
+  }();
+  const auto took = core::Duration::Micros(took_us);
+  std::string line = detail;
+  if (current && !ok) {
+    (void)Feed(core::ActionFailed{core::ActionId(action), JobId(job), took,
+                                  detail, permanent});
+    // What the core made of a failed start: a wait, or the job's end.
+    const core::Job& after = st().job(JobId(job));
+    if (after.state == core::JobState::kFailed && after.start_failures > 0) {
+      line += "; the job failed: " + std::to_string(after.start_failures) +
+              " starts failed in a row (--start-attempts)";
+    } else if (after.awaits_start_retry(st().now())) {
+      char wait[32];
+      std::snprintf(wait, sizeof wait, "%g s",
+                    (after.start_retry_at - st().now()).seconds());
+      line += "; start " + std::to_string(after.start_failures) +
+              " failed in a row, tried again in " + wait;
+      // Where it is not tried first (core: Job::start_failed_on).
+      const std::string avoid = StartFailedOn(after, st().cluster());
+      if (!avoid.empty()) {
+        line += " (away from " + avoid + " if another server has room)";
+      }
+    }
+  }
+  History(job, what, ok, took_us, line);
+  if (current && ok) {
+    StartProbe(job, what, action);
+    Defer(core::ActionDone{core::ActionId(action), JobId(job), took},
+          opts.log_action_outcomes_together);
+  }
+}
+
+grpc::Status SchedulerServer::Impl::SuspendOrResume(rpc::Agent::Stub& stub,
+                                                    grpc::ClientContext* ctx,
+                                                    const rpc::JobRequest& req,
+                                                    bool suspend,
+                                                    int64_t* took_us,
+                                                    bool* at_boundary) {
+  if (suspend) {
+    rpc::SuspendReply rep;
+    grpc::Status s = stub.SuspendJob(ctx, req, &rep);
+    *took_us = rep.took_us();
+    if (at_boundary != nullptr) *at_boundary = rep.at_boundary();
+    return s;
+  }
+  rpc::ResumeReply rep;
+  grpc::Status s = stub.ResumeJob(ctx, req, &rep);
+  *took_us = rep.took_us();
+  return s;
+}
+
+void SchedulerServer::Impl::KillIgnoringExit(int32_t job, ServerId server,
+                                             rpc::Agent::Stub& stub,
+                                             int64_t action_id) {
+  Post([this, job, server] {
+    if (JobExtra* x = Extra(job)) ++x->ignore_exits[server.value];
+  });
+  rpc::JobRequest req;
+  req.set_job_id(job);
+  req.set_action_id(action_id);
+  rpc::KillReply rep;
+  auto ctx = Ctx();
+  (void)stub.KillJob(ctx.get(), req, &rep);
+}
+
+void SchedulerServer::Impl::KillAt(int32_t job, const Proc& where,
+                                   int64_t action_id) {
+  for (const Part& f : where.followers) {
+    KillAt(job, Proc{f.server, f.local, true}, InternalActionId());
+  }
+  auto stub = StubOf(where.server);
+  if (stub == nullptr) return;
+  executor->Run(job, [this, stub, job, action_id] {
+    rpc::JobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(action_id);
+    rpc::KillReply rep;
+    auto ctx = Ctx();
+    grpc::Status s = stub->KillJob(ctx.get(), req, &rep);
+    if (!s.ok())
+      Log("job " + std::to_string(job) + ": " + RpcError("KillJob", s));
+  });
+}
+
+void SchedulerServer::Impl::Dispatch(const PendingAction& p) {
+  const core::Action& a = p.action;
+  JobExtra& x = *Extra(a.job.value);
+  const int32_t job = a.job.value;
+  const int64_t aid = a.id.value;
+  const std::string what(core::ActionKindName(a.kind));
+  const bool starts = a.kind == ActionKind::kStart || p.relocate ||
+                      (a.kind == ActionKind::kPack && a.launch);
+  const bool suspends =
+      a.kind == ActionKind::kSuspend || a.kind == ActionKind::kUnpack;
+  if (suspends && !x.proc.exists) {
+    Reply(job, aid, what, true, 0,
+          x.proc.checkpoint
+              ? "no process to stop; it resumes from the checkpoint kept "
+                "on " +
+                    AgentName(x.proc.server)
+              : "no process to stop; it restarts afresh");
+    return;
+  }
+  if (x.proc.gang()) {
+    DispatchGang(p, starts, suspends);
+    return;
+  }
+  if (std::string away = Away(x.proc.server); !away.empty()) {
+    Reply(job, aid, what, false, 0, away);
+    return;
+  }
+  auto stub = StubOf(x.proc.server);
+  if (stub == nullptr) {
+    Reply(
+        job, aid, what, false, 0,
+        "no agent connected for server " + std::to_string(x.proc.server.value));
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto took = [t0] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now() - t0)
+        .count();
+  };
+  if (starts) {
+    // A relocation reaches here only for a lost process (Lost()); the
+    // others are moves (Move()).
+    std::string detail = "gpus " + json(x.proc.local).dump();
+    if (p.relocate) {
+      detail += "; restarted from scratch (its process was lost)";
+    }
+    rpc::StartJobRequest req;
+    req.set_job_id(job);
+    req.set_submitted_us(SubmittedUs(job));
+    req.set_action_id(aid);
+    *req.mutable_spec() = x.spec;
+    for (int32_t g : x.proc.local) req.add_gpus(g);
+    const int64_t stray_kill_id = InternalActionId();
+    const int64_t retry_id = InternalActionId();
+    const ServerId start_server = x.proc.server;
+    executor->Run(job, [=, this]() mutable {
+      rpc::StartJobReply rep;
+      auto ctx = Ctx();
+      grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+      if (AlreadyRunsThere(s)) {
+        // A process of this job the daemon lost track of (a start whose
+        // reply was lost in a crash): the daemon wants a new one here.
+        KillIgnoringExit(job, start_server, *stub, stray_kill_id);
+        rep.Clear();
+        auto ctx2 = Ctx();
+        req.set_action_id(retry_id);
+        s = stub->StartJob(ctx2.get(), req, &rep);
+        detail += "; replaced a stray process of the job";
+      }
+      if (s.ok()) {
+        Reply(job, aid, what, true, rep.took_us() > 0 ? rep.took_us() : took(),
+              detail);
+      } else {
+        Reply(job, aid, what, false, took(), RpcError("StartJob", s));
+      }
+    });
+    return;
+  }
+  rpc::JobRequest req;
+  req.set_job_id(job);
+  req.set_action_id(aid);
+  executor->Run(job, [=, this] {
+    auto ctx = Ctx();
+    int64_t agent_took = 0;
+    std::string detail;
+    bool at_boundary = false;
+    grpc::Status s = SuspendOrResume(*stub, ctx.get(), req, suspends,
+                                     &agent_took, &at_boundary);
+    // Jobs with the library stop at a mini-batch boundary; others are
+    // stopped wherever they are (SIGSTOP).
+    if (suspends) detail = at_boundary ? "at boundary" : "not at boundary";
+    // The process is already where the action wants it (a call of an
+    // earlier daemon life got there first): done.
+    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+        s.error_message().find(suspends
+                                   ? "already suspended"
+                                   : "is not suspended") != std::string::npos) {
+      s = grpc::Status::OK;
+      agent_took = 0;
+      detail = suspends ? "already suspended" : "already running";
+    }
+    if (s.ok()) {
+      Reply(job, aid, what, true, agent_took > 0 ? agent_took : took(), detail);
+    } else {
+      Reply(job, aid, what, false, took(),
+            RpcError(suspends ? "SuspendJob" : "ResumeJob", s));
+    }
+  });
+}
+
+void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
+                                       const std::string& what, bool ok,
+                                       bool permanent, int64_t took_us,
+                                       const std::string& detail, MovedTo moved,
+                                       Proc from) {
+  Post([=, this]() mutable {
+    JobExtra* x = Extra(job);
+    if (x == nullptr) return;
+    const auto pit = pending.find(action);
+    const bool current = pit != pending.end();
+    if (current) {
+      pit->second.settled = true;
+      switch (moved) {
+        case MovedTo::kDestination:
+          x->proc.exists = true;
+          x->proc.leaving = false;
+          x->proc.checkpoint = false;
+          break;
+        case MovedTo::kAsBefore:
+          x->proc = from;
+          x->proc.exists = true;
+          x->proc.checkpoint = x->proc.leaving = false;
+          break;
+        case MovedTo::kCheckpointAtSource:
+          x->proc = from.CheckpointOnly();
+          break;
+        case MovedTo::kNowhere:
+          x->proc = Proc{};
+          break;
+      }
+    }
+    // Killed while it moved: the kill went to the destination; what the
+    // move left at the source goes too.
+    if (IsEnded(job) && (moved == MovedTo::kAsBefore ||
+                         moved == MovedTo::kCheckpointAtSource)) {
+      x->proc = Proc{};
+      KillAt(job, from, InternalActionId());
+    }
+    Conclude(job, action, what, ok, took_us, detail, permanent);
+    // The core takes a failed migrate (grow, shrink) back to the GPUs the
+    // job had, running; its process is gone and its checkpoint is at the
+    // source: it restarts there from it.
+    if (current && moved == MovedTo::kCheckpointAtSource && LiveJob(job) &&
+        st().job(JobId(job)).state == core::JobState::kRunning &&
+        !x->proc.exists && x->proc.checkpoint &&
+        x->proc.server == from.server) {
+      RestartAtSource(job, from, "the move failed");
+    }
+  });
+}
+
+void SchedulerServer::Impl::RestartAtSource(int32_t job, const Proc& from,
+                                            const std::string& why,
+                                            int64_t saved,
+                                            int64_t paused_since_us) {
+  JobExtra* x = Extra(job);
+  if (from.gang()) {
+    RestartGangAtSource(job, from);
+    return;
+  }
+  auto stub = StubOf(from.server);
+  if (x == nullptr || stub == nullptr) return;
+  if (!Away(from.server).empty()) {
+    // Its agent is away: the job waits for it there, and Reconcile
+    // restarts it from the checkpoint when it is back.
+    x->proc = from.CheckpointOnly();
+    return;
+  }
+  x->proc = Proc{from.server, from.local, true, false, false};
+  restarting.insert(job);
+  rpc::StartJobRequest req;
+  req.set_job_id(job);
+  req.set_submitted_us(SubmittedUs(job));
+  req.set_action_id(InternalActionId());
+  *req.mutable_spec() = x->spec;
+  for (int32_t g : from.local) req.add_gpus(g);
+  req.set_resume_local(true);
+  const std::string name = AgentName(from.server);
+  executor->Run(job, [=, this] {
+    const auto t0 = std::chrono::steady_clock::now();
+    rpc::StartJobReply rep;
+    auto ctx = Ctx();
+    grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
+    const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - t0)
+                             .count();
+    // A start of this daemon's that the agent's list had not shown yet
+    // got there first: the job runs there.
+    const bool already = AlreadyRunsThere(s);
+    if (already) s = grpc::Status::OK;
+    std::string cost;
+    if (s.ok() && saved >= 0) {
+      const int64_t first = AwaitFirstMinibatch(
+          job, PartConn{Part{from.server, from.local}, stub, name, ""}, saved,
+          t0);
+      cost = first >= 0 ? "; first mini-batch " + Ms(first) + " after the start"
+                        : "; no mini-batch within a minute of the start";
+      if (first >= 0 && paused_since_us > 0) {
+        cost += "; training paused " + Ms(WallMicros() - paused_since_us) +
+                " since its agent reported its stop";
+      }
+    }
+    Post([=, this] {
+      restarting.erase(job);
+      JobExtra* y = Extra(job);
+      if (y == nullptr) return;
+      if (!s.ok()) {
+        const bool ours =
+            y->proc.exists && y->proc.server == from.server && !y->proc.gang();
+        if (ours) y->proc.exists = false;
+        const core::Job* j = LiveJob(job) ? &st().job(JobId(job)) : nullptr;
+        const bool can_wait = ours && !IsEnded(job) && j != nullptr &&
+                              j->state == JobState::kRunning && !j->busy();
+        const bool unreachable =
+            s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+            s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+        std::string then;
+        if (can_wait && unreachable) {
+          // The agent went away again: the job waits for it with its
+          // checkpoint (restarted from it at its next registration, or
+          // placed again if its server is declared down).
+          y->proc.checkpoint = true;
+          then = "; it waits for the agent, with its checkpoint";
+        } else if (can_wait) {
+          // The agent could not start it from its checkpoint (gone,
+          // unreadable): it starts afresh there rather than fail.
+          y->proc.checkpoint = false;
+          then = "; it starts again from the beginning";
+        }
+        History(job, "restart", false, took,
+                "on " + name + " from the checkpoint kept there: " +
+                    RpcError("StartJob", s) + then);
+        if (can_wait && !unreachable) {
+          Relaunch(job);
+        } else if (!can_wait && !IsEnded(job)) {
+          (void)Feed(core::JobFinished{JobId(job), false});
+        }
+        return;
+      }
+      // Killed or moved on meanwhile: that action, queued behind this
+      // start, dealt with the process.
+      History(job, "restart", true, took,
+              "on " + name + " from the checkpoint kept there (" + why + ")" +
+                  (already ? "; it was already running there" : "") + cost);
+    });
+  });
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,1116 @@
+// SchedulerServer::Impl: the daemon's state, and the methods of its parts,
+// defined by part in daemon_*.cc and scheduler_server.cc; not for use
+// outside the daemon. The loop thread owns everything not marked as
+// guarded by a mutex.
+#pragma once
+
+#include "runtime/scheduler/daemon_types.h"
+#include "runtime/scheduler/scheduler_server.h"
+
+namespace gandiva::runtime {
+
+struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
+  SchedulerOptions opts;
+  std::string policy_name;
+  std::string address;
+  // Mutual TLS (--tls-*), if configured.
+  std::optional<TlsConfig> tls;
+  // `<db>.lock`, locked (flock) while this daemon uses the database.
+  int lock_fd = -1;
+
+  ~Impl() override {
+    if (lock_fd >= 0) ::close(lock_fd);
+  }
+  std::unique_ptr<Store> store;
+  std::unique_ptr<core::Scheduler> sched;
+
+  // --- Owned by the loop thread (and by Start before it runs). ---
+  int64_t clock_us = 0;
+  // This cluster's id (RegisterAgentReply.cluster_id): set by Open, before
+  // the service starts, and never changed.
+  std::string cluster_id;
+  // The ids of the jobs restores from backups lost (kRestoreLostJobsMeta:
+  // RestoreDatabase's, and those agents hold, MarkLostIds): read by Open,
+  // added to by MarkLostIds; published with each snapshot.
+  std::shared_ptr<const IdRanges> lost_ids = std::make_shared<IdRanges>();
+  int64_t next_internal_id = 0;
+  std::map<int32_t, JobExtra> extras;  // by job id
+  // The jobs of `extras` not settled (those PersistAndPublish publishes),
+  // in id order, with their records (extras never drops one, so the
+  // pointers hold); and those that became so since the last publication,
+  // which merges them in.
+  std::vector<std::pair<int32_t, JobExtra*>> unsettled;
+  // The queue's order as last published (ViewQueue): built again only when
+  // the core's queue changed.
+  std::shared_ptr<const QueueView::Order> queue_order;
+  std::vector<std::pair<int32_t, JobExtra*>> unsettling;
+  // Answers to Call()s, given once what they did is published.
+  std::vector<std::function<void()>> answers;
+  // The warm StartJob calls of moves under way, by job: a kill cancels the
+  // wait for the new process (it may take a minute) instead of queueing
+  // behind it. Guarded by warm_mu (executor threads and the loop).
+  std::mutex warm_mu;
+  std::map<int32_t, grpc::ClientContext*> warm_calls;
+  // Moves waiting for the job's first mini-batch after a restart, by job:
+  // true once the job was killed (AwaitFirstMinibatch gives up). Guarded
+  // by warm_mu.
+  std::map<int32_t, bool> first_minibatch_waits;
+  std::vector<AgentConn> agents;  // by server id
+  std::map<std::string, int32_t> agent_by_name;
+  std::map<int64_t, PendingAction> pending;  // by action id
+  // Jobs whose StartJob of the daemon's own (RestartAtSource, Relaunch) is
+  // under way: an agent's list of jobs may not show it yet.
+  std::set<int32_t> restarting;
+  // Jobs spanning servers that SaveGangForLeave is saving.
+  std::set<int32_t> leave_saving;
+  WriteBatch batch;
+  // Every server's row is written at the end of the first pass (then only
+  // those of AgentConn::row_dirty).
+  bool all_server_rows_dirty = true;
+  // The last event a snapshot includes (0: none); events logged since.
+  int64_t compacted_seq = 0;
+  int64_t events_since_compaction = 0;
+  int64_t compactions = 0;
+  double last_compaction_s = 0;
+  // Events a snapshot includes are still in the log: deleted a chunk per
+  // loop iteration, so that no iteration holds the loop long.
+  bool compacted_events_left = false;
+  // When the loop next applies the retention limits (CheckRetention).
+  std::chrono::steady_clock::time_point next_retention_check;
+  // Archived jobs past --keep-archived-for may be left to delete, a chunk
+  // per loop iteration; those deleted this round, and since the start.
+  bool archive_prune_left = false;
+  int64_t archive_pruned_round = 0;
+  int64_t archive_pruned = 0;
+  // An event Feed could not log since this was last cleared.
+  bool unlogged = false;
+  // Events to log and handle together (Defer), each with its time.
+  struct Deferred {
+    int64_t time_us = 0;
+    core::EventBody body;
+  };
+  std::vector<Deferred> deferred;
+  // Events of the batch FlushDeferred hands to the core still to come.
+  size_t handling_left = 0;
+  // Appends of events to the log by this process (one per batch).
+  int64_t log_appends = 0;
+  // Jobs whose row is behind in progress alone (PersistAndPublish), and
+  // when those rows are written next (Now()).
+  std::set<int32_t> progress_behind;
+  int64_t progress_write_due_us = 0;
+  // The Prometheus endpoint (--metrics-listen), if any.
+  std::unique_ptr<MetricsExporter> metrics;
+
+  // --- The queue into the loop. ---
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> queue;
+  bool stopping = false;
+  bool shutdown_started = false;
+  bool stopped = false;
+  std::condition_variable stopped_cv;
+  std::thread loop;
+
+  std::unique_ptr<Dispatcher> executor;
+  std::unique_ptr<grpc::Server> grpc_server;
+
+  std::mutex snap_mu;
+  std::shared_ptr<const Snapshot> snap = std::make_shared<Snapshot>();
+  // Jobs that ended for good, as last published: a job is added (or
+  // updated) here before a snapshot without it is published, and its entry
+  // stays when it is looked up again (a snapshot's own entry wins), so a
+  // reader finds every job in one of the two. Kept out of the snapshot so
+  // that publishing costs the live jobs, not every job ever run.
+  std::mutex settled_mu;
+  std::map<int64_t, rpc::JobInfo> settled_jobs;  // guarded by settled_mu
+  // Per job, its last history line when that was a failure, and how many
+  // like it came since (not written: History). GetJob shows the count.
+  struct FailureStreak {
+    std::string action, detail;
+    int64_t first_us = 0, last_us = 0;
+    int repeats = 0;
+  };
+  std::mutex streak_mu;
+  std::unordered_map<int32_t, FailureStreak> streaks;  // guarded by streak_mu
+  // Every job's spec, from its submission on (guarded by settled_mu): the
+  // published JobInfos leave it out, so that publishing does not copy it.
+  std::map<int64_t, std::shared_ptr<const rpc::JobSpec>> specs;
+  // Every job's submission time (wall clock, us; guarded by settled_mu),
+  // sent with its starts and receives (StartJobRequest.submitted_us): with
+  // the id, what tells it from another job of that id on an agent.
+  std::unordered_map<int32_t, int64_t> submitted_at;
+  int64_t SubmittedUs(int32_t id) {
+    std::lock_guard lock(settled_mu);
+    auto it = submitted_at.find(id);
+    return it == submitted_at.end() ? 0 : it->second;
+  }
+  // A published JobInfo (no spec) with its job's spec, for a reader; and
+  // for a queued job whose reason is the queue's (none published: it is
+  // in the core, neither held nor waiting to try its start again), that
+  // reason as the queue was (`view`).
+  rpc::JobInfo WithSpec(const rpc::JobInfo& info,
+                        const QueueView* view = nullptr) const;
+
+  // ------------------------------------------------------------ helpers
+
+  void Log(const std::string& s) const {
+    if (opts.verbose)
+      std::fprintf(stderr, "gandiva-scheduler: %s\n", s.c_str());
+  }
+  void Warn(const std::string& s) const {
+    std::fprintf(stderr, "gandiva-scheduler: %s\n", s.c_str());
+  }
+
+  int64_t Now() {
+    clock_us = std::max(clock_us, WallMicros());
+    return clock_us;
+  }
+  // Now() without moving the clock on.
+  int64_t NowConst() const { return std::max(clock_us, WallMicros()); }
+  int64_t InternalActionId() {
+    // Distinct from the core's small action ids and from earlier runs.
+    next_internal_id = std::max(next_internal_id + 1, WallMicros());
+    return (int64_t{1} << 62) | next_internal_id;
+  }
+
+  void Post(std::function<void()> f) {
+    std::lock_guard lock(mu);
+    if (stopping) return;
+    queue.push_back(std::move(f));
+    cv.notify_one();
+  }
+
+  // Runs `f` on the loop and waits for its answer (nullopt when the daemon
+  // shuts down first, or after 60 s).
+  template <typename T>
+  std::optional<T> Call(std::function<T()> f) {
+    auto p = std::make_shared<std::promise<T>>();
+    auto fut = p->get_future();
+    // Answered once published (LoopMain, after the work at hand): a client
+    // reads its own writes, and requests that come together share one
+    // publication.
+    Post([this, p, f = std::move(f)] {
+      auto result = std::make_shared<T>(f());
+      answers.push_back([p, result] { p->set_value(std::move(*result)); });
+    });
+    if (fut.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      return std::nullopt;
+    }
+    try {
+      return fut.get();
+    } catch (const std::future_error&) {
+      return std::nullopt;  // dropped at shutdown
+    }
+  }
+  static grpc::Status Unavailable() {
+    return {grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"};
+  }
+
+  // The loop's record of a job; whoever looks it up may change it, so it
+  // is published again (no longer settled).
+  JobExtra* Extra(int32_t job);
+  // The records of the jobs not settled (the only ones with a process or a
+  // checkpoint anywhere), in id order: what a loop over jobs that may have
+  // them visits, rather than every job ever run. A copy, so that the loop
+  // may look jobs up (Extra) as it goes.
+  std::vector<std::pair<int32_t, JobExtra*>> UnsettledJobs() const;
+  const core::ClusterState& st() const { return sched->state(); }
+  bool LiveJob(int64_t id) const {
+    return id > 0 && id < (int64_t{1} << 31) &&
+           st().has_job(JobId(static_cast<int32_t>(id)));
+  }
+
+  // The servers a set of cluster GPUs is on, with their local indices, in
+  // the order the GPUs first name them (rank order).
+  std::vector<Part> Parts(const std::vector<core::GpuId>& gpus) const;
+
+  // The agents of a job's parts, for an executor thread; nullopt (and the
+  // server in *missing) when one has no connection.
+  std::optional<std::vector<PartConn>> Conns(const std::vector<Part>& parts,
+                                             std::string* missing) const;
+
+  void History(int32_t job, const std::string& action, bool ok, int64_t took_us,
+               const std::string& detail);
+  // Writes how often the job's last failure repeated, if it did, and
+  // forgets it.
+  void EndStreak(int32_t job) {
+    std::lock_guard lock(streak_mu);
+    EndStreakLocked(job);
+  }
+  void EndStreakLocked(int32_t job);
+  static std::string StreakLine(const FailureStreak& f) {
+    char over[64];
+    std::snprintf(over, sizeof over, "%.1f s", (f.last_us - f.first_us) / 1e6);
+    return "failed the same way " + std::to_string(f.repeats) + " more time" +
+           (f.repeats == 1 ? "" : "s") + " in a row, the last " + over +
+           " after the first";
+  }
+
+  // ---------------------------------------------------------- the core
+
+  // Logs `body`, hands it to the core and carries out the actions; the
+  // events deferred before it are logged in the same transaction and
+  // handled first, in the order they came.
+  core::Status Feed(core::EventBody body);
+  // Feeds `bodies`, in order, logged in one append (with any deferred
+  // before them); each one's outcome: the core's, or the store's error for
+  // one that could not be logged (and was not handled).
+  std::vector<core::Status> FeedTogether(std::vector<core::EventBody> bodies);
+  // Logs and handles `body` with the next event fed, or at the end of the
+  // loop's pass (fed at once when not `together`): profile reports, which
+  // come by the thousand a second on a large cluster, and the outcomes of
+  // actions, by the thousand at a quantum's switch, share their
+  // transactions (a store's commit costs the same for one event or for a
+  // hundred).
+  void Defer(core::EventBody body, bool together) {
+    if (!together) {
+      (void)Feed(std::move(body));
+      return;
+    }
+    deferred.push_back(Deferred{Now(), std::move(body)});
+  }
+
+  // Logs the deferred events together (see Store::AppendEvents), then
+  // hands them to the core in order; returns the last one's outcome (and
+  // each one's into `each`). Those that cannot be logged are dropped, not
+  // handled.
+  core::Status FlushDeferred(std::vector<core::Status>* each = nullptr);
+
+  // Daemon bookkeeping after an event; `live` false while replaying the log
+  // (the actions were carried out before the crash).
+  void AfterHandle(const core::EventBody& body,
+                   const std::vector<core::Action>& actions, bool live);
+
+  void Execute(const core::Action& a, bool live);
+
+  bool IsEnded(int32_t job) const {
+    return !st().has_job(JobId(job)) ||
+           core::IsTerminal(st().job(JobId(job)).state);
+  }
+
+  // On the loop: the outcome of an action goes into the job's history, and
+  // to the core unless it is stale (the job ended or moved on).
+  void Conclude(int32_t job, int64_t action, const std::string& what, bool ok,
+                int64_t took_us, const std::string& detail, bool permanent);
+
+  // Posts the outcome of an action back to the loop.
+  void Reply(int32_t job, int64_t action, const std::string& what, bool ok,
+             int64_t took_us, const std::string& detail) {
+    Post([=, this] {
+      Conclude(job, action, what, ok, took_us, detail, /*permanent=*/false);
+    });
+  }
+
+  std::shared_ptr<rpc::Agent::Stub> StubOf(ServerId s) const {
+    if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) {
+      return nullptr;
+    }
+    return agents[static_cast<size_t>(s.value)].stub;
+  }
+  // The name of the agent of a server that has registered.
+  const std::string& AgentName(ServerId s) const {
+    return agents[static_cast<size_t>(s.value)].name;
+  }
+  // A StartJob refused because a process of the job already runs there.
+  static bool AlreadyRunsThere(const grpc::Status& s) {
+    return s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+           s.error_message().find("already runs here") != std::string::npos;
+  }
+
+  std::unique_ptr<grpc::ClientContext> Ctx() const {
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::microseconds(static_cast<int64_t>(
+                          opts.agent_rpc_timeout_s * 1e6)));
+    return ctx;
+  }
+  // Suspends (or resumes) the job's process at an agent: the agent's time
+  // in *took_us and, for a suspend, in *at_boundary whether the job
+  // stopped at a mini-batch boundary (not: SIGSTOP wherever it was).
+  static grpc::Status SuspendOrResume(rpc::Agent::Stub& stub,
+                                      grpc::ClientContext* ctx,
+                                      const rpc::JobRequest& req, bool suspend,
+                                      int64_t* took_us,
+                                      bool* at_boundary = nullptr);
+  static std::string RpcError(const char* call, const grpc::Status& s) {
+    return std::string(call) + ": " + s.error_message() + " (code " +
+           std::to_string(static_cast<int>(s.error_code())) + ")";
+  }
+
+  // From an executor thread: kills the job's process at `server` and has
+  // its exit ignored (the daemon stopped it; it is not the job's end). The
+  // loop counts the exit to ignore before the agent can report it.
+  void KillIgnoringExit(int32_t job, ServerId server, rpc::Agent::Stub& stub,
+                        int64_t action_id);
+
+  // Kills a process the daemon no longer wants (fire and forget); a gang's
+  // parts on every server.
+  void KillAt(int32_t job, const Proc& where, int64_t action_id);
+
+  // Carries out a start, a resume or a suspend at the agent where x.proc
+  // says the job's process is (moves are Move()'s).
+  void Dispatch(const PendingAction& p);
+
+  // Posts the outcome of a move back to the loop: where the process is now,
+  // the history line, and the event for the core.
+  void FinishMove(int32_t job, int64_t action, const std::string& what, bool ok,
+                  bool permanent, int64_t took_us, const std::string& detail,
+                  MovedTo moved, Proc from);
+
+  // After a move failed once the job had checkpointed, or when an agent
+  // that kept a job's checkpoint is back (`why`, for the history): starts
+  // it again where it was, from the checkpoint its agent kept
+  // (resume_local). The process counts as there from now on: an action
+  // that comes meanwhile (a suspend, a kill, another move) is queued behind
+  // the start (the executor runs one job's calls in order) and acts on it.
+  // With `saved` (the mini-batch of the checkpoint; -1: unknown) the
+  // history line also says when the job trained its first mini-batch past
+  // it, and with `paused_since_us` (wall clock) how long it had not
+  // trained.
+  void RestartAtSource(int32_t job, const Proc& from, const std::string& why,
+                       int64_t saved = -1, int64_t paused_since_us = 0);
+
+  // ------------------------------------------------------------ gangs
+  //
+  // A job whose GPUs span servers runs one part per server, each a
+  // launcher of the ranks on that server's GPUs (StartJobRequest.gang). The
+  // lead's part holds rank 0, which alone talks to its agent: a suspend
+  // stops it at a mini-batch boundary (the other ranks then wait in their
+  // next collective) and then stops the other parts where they wait; a
+  // resume continues them first. A gang moves (migrate, resize, a resume
+  // or pack elsewhere, and into or out of being a gang) by restarting
+  // every part from the one checkpoint rank 0 saves at the lead's agent,
+  // copied to each other part's agent first.
+
+  // Action ids for the agent calls of one piece of executor work, drawn on
+  // the loop: agents answer a repeated id with the first call's result.
+  struct Ids {
+    std::vector<int64_t> ids;
+    size_t next = 0;
+    int64_t operator()() {
+      // Sized for the most calls the work makes; past that, ids beyond the
+      // last one drawn (still above every id of an earlier daemon).
+      if (next < ids.size()) return ids[next++];
+      return ids.back() + static_cast<int64_t>(++next - ids.size());
+    }
+  };
+  Ids TakeIds(size_t n) {
+    Ids r;
+    for (size_t i = 0; i < n; ++i) r.ids.push_back(InternalActionId());
+    // The fallback above must not reach the next id drawn.
+    next_internal_id += static_cast<int64_t>(n) + 64;
+    return r;
+  }
+
+  static int64_t UsSince(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now() - t)
+        .count();
+  }
+
+  static std::string Placement(const std::vector<PartConn>& parts) {
+    std::string s = "gpus ";
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (i > 0) s += " + ";
+      s += json(parts[i].part.local).dump() + " on " + parts[i].name;
+    }
+    return s;
+  }
+
+  // Executor thread: continues (`resume`) or stops again every part of a
+  // suspended gang but its lead's, for the lead's checkpoint (which needs
+  // all its ranks) or after it failed.
+  void ContinueOrStopFollowers(int32_t job, const std::vector<PartConn>& parts,
+                               Ids& ids, bool resume);
+
+  // Executor thread: stops the job's process at a part (its exit comes
+  // marked killed, not the job's end); keep_checkpoint leaves the
+  // checkpoint that agent holds, else it goes too.
+  void KillPart(int32_t job, const PartConn& c, int64_t id,
+                bool keep_checkpoint);
+
+  // Executor thread: after a restart from a checkpoint taken at mini-batch
+  // `saved`, polls the agent of the job's rank 0 until its process there
+  // has trained past it. Returns the time since `since`, or -1 when that
+  // did not happen within a minute, the process went away, or the job was
+  // killed meanwhile.
+  int64_t AwaitFirstMinibatch(int32_t job, const PartConn& lead, int64_t saved,
+                              std::chrono::steady_clock::time_point since);
+
+  // The host part of an agent's address ("host:port", "[v6]:port").
+  static std::string HostOf(const std::string& address) {
+    return address.substr(0, address.rfind(':'));
+  }
+  static bool IsLoopback(const std::string& host) {
+    return host.rfind("127.", 0) == 0 || host == "localhost" ||
+           host == "[::1]" || host == "::1";
+  }
+  // Why the other parts could not reach the ranks' meeting point at the
+  // lead ("" if they can, as far as the addresses say): a lead agent
+  // registered with a loopback address while a part's agent is elsewhere.
+  static std::string UnreachableLead(const std::vector<PartConn>& parts);
+
+  // Executor thread: starts the job's parts in rank order, the lead first
+  // (its agent picks the port the ranks meet at); resume_local: each from
+  // the checkpoint its agent holds. One part alone is a plain start. On a
+  // failure the parts started are stopped again, their checkpoints kept.
+  bool StartParts(int32_t job, const rpc::JobSpec& spec,
+                  const std::vector<PartConn>& parts, bool resume_local,
+                  Ids& ids, std::string* err);
+
+  // Executor thread: each part not on the source's server receives the
+  // checkpoint the source holds (held there for StartParts(resume_local)),
+  // all at once (each pull is its own offer at the source). *summary: the
+  // slowest transfer, bytes and channel ("" if none); *err: the first part
+  // that failed.
+  bool Distribute(int32_t job, const PartConn& source,
+                  const std::vector<PartConn>& parts, Ids& ids,
+                  std::string* err, std::string* summary);
+
+  // A start, suspend or resume of a gang where x.proc says its parts are.
+  void DispatchGang(const PendingAction& p, bool starts, bool suspends);
+
+  // A gang whose part was lost while the core believes it runs: every
+  // part starts afresh where it is placed.
+  void RelaunchGang(int32_t id);
+
+  // An agent with a part of this job spanning servers stops (Leave; it
+  // serves on until its own jobs have saved): rank 0 saves the job's
+  // checkpoint at the lead's agent and every rank exits, as for a move;
+  // the job then waits, placed where it was, for the agent to be back
+  // (Reconcile restarts every part from that checkpoint) or to be declared
+  // down. Without this the ranks left on the other servers fail when
+  // their peers go, and the job with them. True when the save is under way
+  // (the agent waits for its part to exit).
+  bool SaveGangForLeave(int32_t id, JobExtra& x, const AgentConn& a);
+
+  // After a gang's move failed once it had checkpointed: every part starts
+  // again where it was, from the checkpoint the lead's agent kept.
+  // With `saved` and `paused_since_us`, as RestartAtSource's.
+  void RestartGangAtSource(int32_t job, const Proc& from,
+                           const std::string& why = "the move failed",
+                           int64_t saved = -1, int64_t paused_since_us = 0);
+
+  // Carries out a move of a gang, or of a job that becomes one or stops
+  // being one, from `from` to where x.proc now says: rank 0 saves at a
+  // mini-batch boundary and every rank exits (CheckpointJob at the lead;
+  // a suspended gang's other parts are continued first so that they can
+  // take part); the other parts that remain are stopped; each new part's
+  // agent receives the checkpoint from the lead's; every part starts from
+  // it. No warm start: the parts must meet afresh at the new lead anyway.
+  void MoveGang(const PendingAction& p, const Proc& from);
+
+  // Moves a job's process, or the checkpoint an agent holds for it, from
+  // `from` to where x.proc now says, carrying out a Migrate, a Grow or a
+  // Shrink, a Resume or Pack on other GPUs than its process is on, or the
+  // Start of a job whose checkpoint an agent kept (Execute):
+  //   1. the destination starts the job warm (another server only, for a
+  //      job running at the source; a kept checkpoint is received cold): the
+  //      interpreter starts and the model is built while the job trains on
+  //      at the source, until the new process waits for its checkpoint;
+  //   2. the source has the job save its training state and exit
+  //      (CheckpointJob: at a mini-batch boundary, to a ramdisk; to another
+  //      server the call returns once the checkpoint is saved);
+  //   3. the destination pulls the checkpoint (bulk TCP channel, else the
+  //      gRPC stream) and hands it to the warm process, which loads it and
+  //      trains its first mini-batch (ReceiveCheckpoint); on the same server
+  //      it restarts from the checkpoint there instead.
+  // A job that cannot be checkpointed fails a Migrate for good; a resume
+  // elsewhere restarts it from scratch (it has nothing else to go on).
+  void Move(const PendingAction& p, const Proc& from);
+
+  static std::string Ms(int64_t us) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(us) / 1e3);
+    return b;
+  }
+  static std::string Mb(int64_t bytes);
+  static std::string Rate(int64_t bytes, int64_t us) {
+    if (us <= 0) return "";
+    char b[48];
+    std::snprintf(b, sizeof b, " at %.2f GB/s",
+                  static_cast<double>(bytes) / static_cast<double>(us) / 1e3);
+    return b;
+  }
+
+  // After a decision that changes how fast the job (and its partner)
+  // trains, the next reports say by how much.
+  void StartProbe(int32_t job, const std::string& what, int64_t action);
+
+  void CheckProbe(int32_t job, JobExtra& x);
+
+  // ----------------------------------------------------------- agents
+
+  core::StatusOr<int32_t> RegisterAgent(const rpc::RegisterAgentRequest& r);
+
+  // After an agent out of reach registers again: each job it still runs
+  // that the daemon kept there says so in its history, with how long.
+  void KeptThroughSilence(const AgentConn& a,
+                          const rpc::RegisterAgentRequest& r,
+                          int64_t silent_since_us);
+
+  // The checkpoints a registering agent holds of queued jobs that last ran
+  // with their rank 0 on its server, which the daemon did not know of: a
+  // job requeued when its server, or a server of its gang, was declared
+  // down, its checkpoint kept here (by a gang's lead, or by an agent that
+  // is back after all), and the daemon restarted since (where a checkpoint
+  // is kept is not in the event log) or the agent was declared down
+  // meanwhile. The job's next start goes on from it rather than from the
+  // beginning. Only such jobs: a checkpoint of a job placed elsewhere (or
+  // never) is not taken for theirs.
+  void AdoptKeptCheckpoints(const AgentConn& a,
+                            const rpc::RegisterAgentRequest& r);
+
+  // A process an agent lists for a job the daemon believes has none, on the
+  // one server where the core places the job and in the state the core
+  // has it in: the job's own, which the daemon lost track of (a move that
+  // failed before its checkpoint, replayed after a crash: the log does not
+  // say how far it got). Not for a gang (every part would have to be
+  // listed) nor while an action is under way (its outcome decides).
+  bool Adoptable(int32_t id, const JobExtra& x, ServerId server,
+                 rpc::JobState reported) const;
+
+  // Makes the daemon's view and the agent's agree after a (re-)registration.
+  // The processes of `killed` are already dealt with (AdoptLostJobs).
+  void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r,
+                 const std::set<int32_t>& killed);
+
+  // A job the daemon placed on `a` that the agent no longer runs and whose
+  // exit never came: its process is lost.
+  void Lost(AgentConn& a, int32_t id);
+
+  // A job the core believes runs, whose process is gone and of which no
+  // checkpoint is kept: launched again from scratch where it is placed.
+  void Relaunch(int32_t id);
+
+  // The job ends with its process's exit: the history line and the event.
+  // False when the event could not be logged: then, as if the exit had not
+  // come, x is as it was (`was`, `was_code`) and the agent, which keeps the
+  // exits it was not answered for, must report it again (ReportAgain).
+  bool EndOnExit(int32_t id, JobExtra& x, const Proc& was,
+                 std::optional<int32_t> was_code, bool ok,
+                 const std::string& detail);
+  static grpc::Status ReportAgain(int32_t id) {
+    return {grpc::StatusCode::ABORTED,
+            "the scheduler cannot log the exit of job " + std::to_string(id) +
+                " now: report it again"};
+  }
+
+  grpc::Status DoReport(const rpc::AgentReport& r);
+
+  // A job's process that its agent reports in the other state than the
+  // core has the job in (suspended while the core has it running, or
+  // running while suspended), with no action of it under way, in two
+  // reports in a row with no suspend or resume of it between: the daemon
+  // and the agent parted ways (an action's outcome seen wrong, a call that
+  // got there after its reply), and the job would stay so for good: shown
+  // running with no progress, or training unseen on GPUs the core gives
+  // others in their turn. The agent is told to set it right: to resume or
+  // suspend the process, as the core has the job (history `reconcile`).
+  // The second report is built after the first was handled: one that
+  // predates an action's reply does not count twice.
+  void StateCheck(const AgentConn& a, int32_t id, JobExtra& x,
+                  rpc::JobState reported);
+
+  // An agent that stops says so first (its jobs are saving a checkpoint to
+  // go on from when it is back): its server is cordoned, so that nothing
+  // new is placed on GPUs no agent serves, and it is waited for
+  // --agent-away-s before it is declared down.
+  core::StatusOr<rpc::LeaveReply> Leave(const rpc::LeaveRequest& r);
+
+  static std::string Seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g s", s);
+    return b;
+  }
+
+  LivenessLimits lim() const {
+    return LivenessLimits::FromSeconds(opts.agent_timeout_s, opts.agent_grace_s,
+                                       opts.agent_away_s);
+  }
+  // The out-of-reach agent of a server the job's process is on, if any.
+  const AgentConn* OutOfReachAgentOf(const Proc& p) const;
+  // Some part of the job is on a server whose agent is away.
+  bool AnyPartAway(const Proc& p) const {
+    const std::vector<Part> parts = p.parts();
+    return std::any_of(parts.begin(), parts.end(), [&](const Part& part) {
+      return !Away(part.server).empty();
+    });
+  }
+
+  // Why calls to the agent of `s` would fail now ("": they may not): it
+  // said it was stopping.
+  std::string Away(ServerId s) const {
+    if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) return "";
+    const AgentConn& a = agents[static_cast<size_t>(s.value)];
+    return UnreachableReason(a.name, a, NowConst());
+  }
+
+  void CheckAgents();
+
+  // An agent not heard of for --agent-timeout-s: its server is cordoned
+  // (the daemon's cordon, in its row before it is logged, lifted when it
+  // registers again), calls to it fail at once, and its jobs stay placed
+  // there, as they were: a network that parts for a while costs them
+  // nothing. Declared down --agent-grace-s later (CheckAgents).
+  void OutOfReach(AgentConn& a);
+
+  // ------------------------------------------------------- user requests
+
+  // Stores the jobs (durable before anything else), in order, then hands
+  // them to the core, their arrivals logged in one append. When the store
+  // fails part way (etcd writes a transaction per 99 jobs) the ones stored
+  // go on, and the error names them.
+  core::StatusOr<std::vector<int64_t>> Submit(
+      std::span<const rpc::JobSpec* const> jobs);
+
+  void AddExtra(int32_t id, const rpc::JobSpec& spec,
+                const std::string& spec_json) {
+    JobExtra& x = extras[id];
+    x.spec = spec;
+    x.spec_json = spec_json;
+    unsettling.emplace_back(id, &x);
+    std::lock_guard lock(settled_mu);
+    specs[id] = std::make_shared<const rpc::JobSpec>(spec);
+  }
+  // Records the jobs' submission times as the core has them (SubmittedUs):
+  // as each arrives (AfterHandle), and after a recovery (a snapshot
+  // restores jobs without their arrival).
+  template <typename Ids>
+  void NoteSubmitted(const Ids& ids) {
+    std::lock_guard lock(settled_mu);
+    for (const auto id : ids) {
+      const auto job = static_cast<int32_t>(id);
+      if (!st().has_job(JobId(job))) continue;  // not arrived yet
+      submitted_at[job] = st().job(JobId(job)).submitted.micros();
+    }
+  }
+
+  core::Status CheckLiveJob(int64_t id) const;
+
+  // Kills (`kill`), or holds or releases (`hold`), the jobs `ids`, their
+  // requests logged in one append: each one's outcome, in order (a job
+  // named twice: the outcome of its first).
+  std::vector<core::Status> ActOnJobs(std::span<const int64_t> ids, bool kill,
+                                      bool hold, const std::string& reason);
+
+  // An operator's request for a mechanism: refused with the reason when the
+  // job cannot be checkpointed or the core says it cannot be done now.
+  core::Status Mechanism(const core::MechanismRequest& m,
+                         const std::string& label);
+
+  // Cordons a server and migrates what is placed there to the open servers
+  // with the most room first (each move as an operator's migrate: refused
+  // with the reason when it cannot be done now); a packed pair is unpacked
+  // first (a packed job cannot move), for a later drain to move; or opens
+  // the server again.
+  core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r);
+
+  // An operator's change of a live job's priority (history `priority`);
+  // its priority before.
+  core::StatusOr<int32_t> SetPriority(int64_t id, int32_t priority);
+
+  // --------------------------------------------- persistence and snapshot
+
+  ServerRow ServerRowOf(const AgentConn& a) const;
+
+  QueueView ViewQueue();
+  // The names of the servers `j`'s failed starts were on, "" if none.
+  static std::string StartFailedOn(const core::Job& j,
+                                   const core::Cluster& cluster) {
+    std::string names;
+    for (core::ServerId s : j.start_failed_on) {
+      names += (names.empty() ? "" : ", ") + cluster.server(s).spec.name;
+    }
+    return names;
+  }
+  static constexpr const char* kHeldReason =
+      "held by an operator (gandiva resume releases it)";
+  // Why a queued job does not run yet when that is its own doing (held,
+  // or waiting to try its start again); "" otherwise: its reason is then
+  // the queue's (QueueWaitingReason), which readers compose.
+  static std::string OwnWaitingReason(const core::Job& j,
+                                      const core::Cluster& cluster,
+                                      core::Time now);
+
+  // A hash of everything InfoOf(id, x) reads, so that a job whose
+  // inputs are unchanged keeps its published info (at 10,000 queued jobs,
+  // building every one's again for each request cost the daemon tens of
+  // milliseconds a request). 0 (build it again): its waiting reason counts
+  // down the time its agent has left.
+  uint64_t PublishInputs(int32_t id, const JobExtra& x) const;
+
+  // What is published of the job (without its spec: see Snapshot::jobs).
+  rpc::JobInfo InfoOf(int32_t id, const JobExtra& x) const;
+
+  // A forgotten job's info, from its row (RowOf's inverse, as far as the
+  // row goes).
+  static rpc::JobInfo InfoOfArchived(const JobRow& r);
+
+  static JobRow RowOf(const rpc::JobInfo& i, const JobExtra& x);
+  // Whether the row RowOf(i, x) would be is the one last written (without
+  // building it).
+  // Whether the row written last for the job is RowOf(i, x); with
+  // `but_progress`, apart from the progress (mini-batches, rate, metric).
+  static bool SameAsWritten(const rpc::JobInfo& i, const JobExtra& x,
+                            bool but_progress = false);
+
+  // verify_reused_job_info: the info a publication reuses is the one
+  // InfoOf (ServerInfoOf) would build now; the daemon aborts if not.
+  template <typename Info>
+  void AbortUnlessSame(const std::string& what, const Info& reused,
+                       const Info& fresh) {
+    if (fresh.SerializeAsString() == reused.SerializeAsString()) return;
+    Warn(what +
+         ": the published info was reused, but its inputs changed: "
+         "published " +
+         reused.ShortDebugString() + ", now " + fresh.ShortDebugString());
+    std::abort();
+  }
+  void VerifyReused(int32_t id, const JobExtra& x) {
+    AbortUnlessSame("job " + std::to_string(id), *x.published, InfoOf(id, x));
+  }
+
+  // What ListServers shows of the server of `a`.
+  rpc::ServerInfo ServerInfoOf(const AgentConn& a);
+
+  // A hash of everything ServerInfoOf(a) reads (its GPUs and capabilities
+  // through the count of registrations), so that an unchanged server keeps
+  // its published info: at 1,250 servers of 8 GPUs, building them all again
+  // on each pass of the loop was most of the pass. 0 (build it again): an
+  // agent awaited, whose deadline is computed from the clocks each time.
+  uint64_t ServerInputs(const AgentConn& a) const;
+
+  void VerifyReused(const AgentConn& a) {
+    AbortUnlessSame("server " + std::to_string(a.id.value), *a.published,
+                    ServerInfoOf(a));
+  }
+
+  // The job's row, as `info` shows it, goes into this pass's batch.
+  void WriteRow(const rpc::JobInfo& info, JobExtra& x) {
+    JobRow row = RowOf(info, x);
+    batch.jobs.push_back(row);
+    x.written = std::move(row);
+    x.has_written = true;
+  }
+
+  // `all_progress`: the rows of jobs whose progress alone changed are
+  // written now, whenever they were last (a clean stop).
+  void PersistAndPublish(bool all_progress = false);
+
+  // What the metrics export, from the last published snapshot.
+  MetricsSample SampleMetrics();
+
+  std::shared_ptr<const Snapshot> Snap() {
+    std::lock_guard lock(snap_mu);
+    return snap;
+  }
+
+  // ------------------------------------------------------------ the loop
+
+  void LoopMain();
+
+  static constexpr int64_t kCompactionChunk = 5000;
+
+  // Applies the limits on ended jobs between compactions: compacts (which
+  // forgets them) when some ended job is past --keep-ended-for, or the
+  // ended jobs exceed --keep-ended-jobs by a tenth (fewer wait for the next
+  // compaction); starts deleting the archived jobs past
+  // --keep-archived-for.
+  void CheckRetention();
+
+  void PruneArchive(int64_t limit);
+
+  void DeleteCompactedEvents(int64_t limit);
+
+  // ------------------------------------------------------ log compaction
+
+  // The daemon's bookkeeping that replaying events rebuilds (where each
+  // job's process is, actions under way) and the exits it ignores, as JSON.
+  json DaemonState() const;
+
+  core::Status RestoreDaemonState(const std::string& text);
+
+  // Snapshots the core and the bookkeeping after the last event logged, and
+  // deletes the events it includes. On the loop, between events.
+  void CompactLog();
+
+  bool ForgetsEndedJobs() const {
+    return opts.keep_ended_jobs > 0 || opts.keep_ended_for_s > 0;
+  }
+
+  // The ended jobs that may be forgotten, as (ended_us, id): settled ones
+  // only (nothing of them left on any agent, their rows written), with no
+  // action or exit of theirs still awaited.
+  std::vector<std::pair<int64_t, int32_t>> Forgettable() const;
+
+  // Of `ended` ended jobs, how many are beyond --keep-ended-jobs.
+  size_t BeyondKept(size_t ended) const {
+    const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
+    return keep > 0 && ended > keep ? ended - keep : 0;
+  }
+
+  // How many of `ended` ended longer than --keep-ended-for before `now`.
+  int64_t PastAge(std::span<const std::pair<int64_t, int32_t>> ended,
+                  int64_t now) const {
+    if (opts.keep_ended_for_s <= 0) return 0;
+    const int64_t cutoff =
+        now - static_cast<int64_t>(opts.keep_ended_for_s * 1e6);
+    return std::count_if(ended.begin(), ended.end(),
+                         [&](const auto& e) { return e.first < cutoff; });
+  }
+
+  // The Forgettable jobs beyond --keep-ended-jobs that ended last, and
+  // those that ended longer than --keep-ended-for ago, forgotten by the
+  // core (Scheduler::Forget), in no particular order. The daemon drops its
+  // records of them once the snapshot is written (DropForgotten).
+  std::vector<int32_t> ForgetEndedJobs();
+
+  // Drops the daemon's records of jobs the core forgot and, with
+  // `archive`, archives their rows in the store (a failure is warned of:
+  // the next start archives them).
+  void DropForgotten(std::span<const int32_t> ids, bool archive);
+
+  // ----------------------------------------------------------- startup
+
+  // One daemon per database: a second one would interleave its events with
+  // the first's. The kernel drops the lock when the process dies.
+  core::Status LockDatabase() {
+    auto fd = LockDatabaseFile(opts.db_path);
+    if (!fd.ok()) return fd.status();
+    lock_fd = *fd;
+    return core::Status::Ok();
+  }
+
+  // The store, named in messages.
+  std::string StoreName() const {
+    if (opts.leadership) {
+      return "etcd prefix '" + opts.leadership->prefix() + "'";
+    }
+    return "database '" + opts.db_path + "'";
+  }
+
+  core::Status Open();
+
+  // The cluster's id: made at the first start on a store, and stored.
+  core::Status ResolveClusterId();
+
+  core::Status ResolveRestoreLost();
+
+  // The highest id of a job a registering agent holds, as a process or a
+  // checkpoint of this cluster, that the daemon has no record of (0: none):
+  // one the store gave and forgot (an ended job, pruned), or one it never
+  // gave.
+  int64_t HighestUnknownId(const rpc::RegisterAgentRequest& r);
+
+  // A registering agent holds jobs of this cluster that this store never
+  // gave (HighestUnknownId past its last): the store was restored from a
+  // backup older than they are (onto a new machine, where the database it
+  // replaced is gone, or an etcd snapshot), and the database that gave them
+  // is gone. Their ids are recorded as lost and never given (a job
+  // submitted now must not take on their checkpoints); Reconcile then
+  // kills their processes and drops their checkpoints, as of jobs this
+  // daemon never ran.
+  void MarkLostIds(const AgentConn& a, const rpc::RegisterAgentRequest& r);
+
+  // A registering agent of this cluster (its processes and checkpoints
+  // may be this store's jobs'): none is before the store has an id.
+  bool OfThisCluster(const rpc::RegisterAgentRequest& r) const {
+    return !cluster_id.empty() && r.cluster_id() == cluster_id;
+  }
+
+  // Whether a registering agent lists a process the daemon may keep
+  // (AdoptQueuedJobsFound, AdoptLostJobs):
+  // of this cluster, with its spec, of a job the core has queued or one
+  // the daemon has no record of.
+  bool MayAdopt(const rpc::RegisterAgentRequest& r) const;
+
+  // The GPUs of cluster server `server` that the local indices `local`
+  // name, or none when one is not the server's.
+  std::vector<core::GpuId> ClusterGpus(ServerId server,
+                                       const std::vector<int32_t>& local) const;
+
+  // The processes a registering agent of this cluster runs of jobs the
+  // core has queued, started by this job's submission (the same
+  // submission time) on this server alone: a store restored from a backup
+  // taken before they started, or a job requeued while its agent was out
+  // of reach and still running there. Each is kept where it runs, running
+  // or suspended (JobFound), when its GPUs hold no other job; otherwise
+  // Reconcile kills it as a stray, and the job starts when it is placed.
+  void AdoptQueuedJobsFound(const AgentConn& a,
+                            const rpc::RegisterAgentRequest& r);
+
+  // The processes a registering agent runs, and the checkpoints it holds,
+  // of jobs whose ids this store lost (MarkLostIds: it was restored from a
+  // backup older than they are), each listed with the spec of the job:
+  // adopted, with their own id and submission time, rather than killed or
+  // dropped. A running (or suspended) job is kept where it is when its
+  // GPUs hold no other job; otherwise its process is killed and it is
+  // queued: it starts again from the beginning (the kill goes out before
+  // any start). A job of which the agent holds only a checkpoint is queued
+  // and goes on from it wherever it is placed. A part of a multi-server
+  // job, listed without a spec, is not adopted (Reconcile kills it, its id
+  // lost, as before). Returns the jobs whose process it killed.
+  std::set<int32_t> AdoptLostJobs(const AgentConn& a,
+                                  const rpc::RegisterAgentRequest& r);
+
+  // A process or a checkpoint an agent lists for job `id`, of the job
+  // submitted at `submitted_us` (0: the agent does not say): another job
+  // of that id where both times are known and differ (this cluster gave
+  // the id twice: its store was restored from a backup older than the
+  // other job, and the agent registered after the id was given again).
+  bool OtherSubmission(int32_t id, int64_t submitted_us) {
+    if (submitted_us == 0) return false;
+    const int64_t ours = SubmittedUs(id);
+    return ours != 0 && ours != submitted_us;
+  }
+  // The same, for a checkpoint a registering agent lists
+  // (RegisterAgentRequest.checkpoint_submitted_us).
+  bool CheckpointOfOtherSubmission(const rpc::RegisterAgentRequest& r, int i) {
+    const int64_t id64 = r.checkpoints(i);
+    return i < r.checkpoint_submitted_us_size() &&
+           id64 == static_cast<int32_t>(id64) &&
+           OtherSubmission(static_cast<int32_t>(id64),
+                           r.checkpoint_submitted_us(i));
+  }
+
+  // A checkpoint a registering agent lists that was saved in another
+  // cluster (RegisterAgentRequest.checkpoint_clusters): of another job that
+  // has the same id.
+  bool ForeignCheckpoint(const rpc::RegisterAgentRequest& r, int i) const {
+    return i < r.checkpoint_clusters_size() &&
+           !r.checkpoint_clusters(i).empty() &&
+           r.checkpoint_clusters(i) != cluster_id;
+  }
+
+  core::Status ResolvePolicy();
+
+  core::Status Recover();
+
+  // Jobs stored but never handed to the core (the daemon died in between:
+  // as many as a SubmitJobs request holds, or a job adopted from an
+  // agent), in id order, logged in one append, each submitted when its
+  // row says (so that an adopted job keeps its submission time, by which
+  // its agent tells its process from another job's of that id).
+  void ArriveUnarrived();
+
+  // After a restart (or a takeover) the servers whose agent has not
+  // registered with this daemon yet are cordoned by it, as for an away
+  // agent: a job placed there would be started through an address the
+  // agent may no longer serve. Registration opens each again.
+  // The cordons are logged in one append (a large cluster's 1,250 servers
+  // would otherwise cost 1,250 transactions of etcd's at each start).
+  void CordonAwaiting();
+
+  // ------------------------------------------------------ gRPC handlers
+
+  grpc::Status RegisterAgent(grpc::ServerContext*,
+                             const rpc::RegisterAgentRequest* req,
+                             rpc::RegisterAgentReply* rep) override;
+
+  grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
+                      rpc::AgentReportReply*) override {
+    auto r = Call<grpc::Status>([this, req] { return DoReport(*req); });
+    return r ? *r : Unavailable();
+  }
+
+  grpc::Status Leave(grpc::ServerContext*, const rpc::LeaveRequest* req,
+                     rpc::LeaveReply* rep) override {
+    auto r = Call<core::StatusOr<rpc::LeaveReply>>(
+        [this, req] { return Leave(*req); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    *rep = **r;
+    return grpc::Status::OK;
+  }
+
+  // Why a submitted spec is refused (empty: it is not).
+  static std::string CheckSpec(const rpc::JobSpec& spec);
+
+  grpc::Status Submit(grpc::ServerContext*, const rpc::SubmitRequest* req,
+                      rpc::SubmitReply* rep) override;
+
+  grpc::Status SubmitJobs(grpc::ServerContext*,
+                          const rpc::SubmitJobsRequest* req,
+                          rpc::SubmitJobsReply* rep) override;
+
+  grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest* req,
+                        rpc::ListJobsReply* rep) override;
+
+  grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                      rpc::JobInfo* rep) override;
+
+  // Kill, Suspend and Resume: ActOnJobs of one job.
+  grpc::Status ActOnJob(int64_t id, bool kill, bool hold,
+                        const std::string& reason) {
+    auto r = Call<core::Status>([this, id, kill, hold, &reason] {
+      return ActOnJobs(std::span<const int64_t>(&id, 1), kill, hold, reason)[0];
+    });
+    return r ? ToGrpc(*r) : Unavailable();
+  }
+  grpc::Status Kill(grpc::ServerContext*, const rpc::KillRequest* req,
+                    rpc::Empty*) override {
+    return ActOnJob(req->job_id(), /*kill=*/true, false, req->reason());
+  }
+  grpc::Status Suspend(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                       rpc::Empty*) override {
+    return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/true, "");
+  }
+  grpc::Status Resume(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                      rpc::Empty*) override {
+    return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/false, "");
+  }
+  grpc::Status KillJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
+                        rpc::JobsReply* rep) override {
+    return ActOnJobsRpc(*req, rep, /*kill=*/true, false);
+  }
+  grpc::Status SuspendJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
+                           rpc::JobsReply* rep) override {
+    return ActOnJobsRpc(*req, rep, /*kill=*/false, /*hold=*/true);
+  }
+  grpc::Status ResumeJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
+                          rpc::JobsReply* rep) override {
+    return ActOnJobsRpc(*req, rep, /*kill=*/false, /*hold=*/false);
+  }
+  grpc::Status ActOnJobsRpc(const rpc::JobsRequest& req, rpc::JobsReply* rep,
+                            bool kill, bool hold);
+  grpc::Status SetPriority(grpc::ServerContext*,
+                           const rpc::SetPriorityRequest* req,
+                           rpc::SetPriorityReply* rep) override {
+    auto r = Call<core::StatusOr<int32_t>>(
+        [this, req] { return SetPriority(req->job_id(), req->priority()); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    rep->set_was(**r);
+    return grpc::Status::OK;
+  }
+  grpc::Status Migrate(grpc::ServerContext*, const rpc::MigrateRequest* req,
+                       rpc::Empty*) override;
+  grpc::Status Drain(grpc::ServerContext*, const rpc::DrainRequest* req,
+                     rpc::DrainReply* rep) override {
+    auto r = Call<core::StatusOr<rpc::DrainReply>>(
+        [this, req] { return Drain(*req); });
+    if (!r) return Unavailable();
+    if (!r->ok()) return ToGrpc(r->status());
+    *rep = std::move(**r);
+    return grpc::Status::OK;
+  }
+  grpc::Status Pack(grpc::ServerContext*, const rpc::PackRequest* req,
+                    rpc::Empty*) override;
+  grpc::Status Unpack(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                      rpc::Empty*) override;
+  grpc::Status Resize(grpc::ServerContext*, const rpc::ResizeRequest* req,
+                      rpc::Empty*) override;
+  grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
+                           rpc::ListServersReply* rep) override {
+    auto s = Snap();
+    for (const auto& server : s->servers) *rep->add_servers() = *server;
+    return grpc::Status::OK;
+  }
+  grpc::Status Ping(grpc::ServerContext*, const rpc::Empty*,
+                    rpc::Empty*) override {
+    return grpc::Status::OK;
+  }
+};
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,945 @@
+// Moves (migrate, grow, shrink, a resume or pack on other GPUs) and jobs
+// spanning servers (gangs): checkpoint at the source, transfer, warm start
+// at the destination, each as calls from a dispatcher thread; and the
+// probes that measure a decision's effect on a job's rate.
+
+#include "runtime/scheduler/daemon_impl.h"
+
+namespace gandiva::runtime {
+
+void SchedulerServer::Impl::ContinueOrStopFollowers(
+    int32_t job, const std::vector<PartConn>& parts, Ids& ids, bool resume) {
+  for (size_t i = 1; i < parts.size(); ++i) {
+    rpc::JobRequest req;
+    req.set_job_id(job);
+    req.set_action_id(ids());
+    auto ctx = Ctx();
+    if (resume) {
+      rpc::ResumeReply rep;
+      (void)parts[i].stub->ResumeJob(ctx.get(), req, &rep);
+    } else {
+      rpc::SuspendReply rep;
+      (void)parts[i].stub->SuspendJob(ctx.get(), req, &rep);
+    }
+  }
+}
+
+void SchedulerServer::Impl::KillPart(int32_t job, const PartConn& c, int64_t id,
+                                     bool keep_checkpoint) {
+  rpc::JobRequest req;
+  req.set_job_id(job);
+  req.set_action_id(id);
+  req.set_keep_checkpoint(keep_checkpoint);
+  rpc::KillReply rep;
+  auto ctx = Ctx();
+  (void)c.stub->KillJob(ctx.get(), req, &rep);
+}
+
+int64_t SchedulerServer::Impl::AwaitFirstMinibatch(
+    int32_t job, const PartConn& lead, int64_t saved,
+    std::chrono::steady_clock::time_point since) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  {
+    std::lock_guard<std::mutex> lock(warm_mu);
+    first_minibatch_waits[job] = false;
+  }
+  int64_t result = -1;
+  while (std::chrono::steady_clock::now() < end) {
+    {
+      std::lock_guard<std::mutex> lock(warm_mu);
+      if (first_minibatch_waits[job]) break;
+    }
+    rpc::AgentStatusReply rep;
+    auto ctx = Ctx();
+    if (lead.stub->Status(ctx.get(), rpc::AgentStatusRequest(), &rep).ok()) {
+      const auto it = std::find_if(
+          rep.jobs().begin(), rep.jobs().end(),
+          [job](const rpc::AgentJob& j) { return j.job_id() == job; });
+      if (it == rep.jobs().end()) break;  // it exited
+      if (it->progress().minibatches() > saved) {
+        result = UsSince(since);
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> lock(warm_mu);
+  first_minibatch_waits.erase(job);
+  return result;
+}
+
+std::string SchedulerServer::Impl::UnreachableLead(
+    const std::vector<PartConn>& parts) {
+  const std::string lead = HostOf(parts[0].address);
+  if (!IsLoopback(lead)) return "";
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!IsLoopback(HostOf(parts[i].address))) {
+      return "the job spans servers and its rank 0 would be on " +
+             parts[0].name +
+             ", whose agent registered with the loopback "
+             "address " +
+             parts[0].address + ": the ranks on " + parts[i].name + " (" +
+             parts[i].address +
+             ") could not reach it; start that agent with --advertise-host";
+    }
+  }
+  return "";
+}
+
+bool SchedulerServer::Impl::StartParts(int32_t job, const rpc::JobSpec& spec,
+                                       const std::vector<PartConn>& parts,
+                                       bool resume_local, Ids& ids,
+                                       std::string* err) {
+  if (std::string why = UnreachableLead(parts); !why.empty()) {
+    *err = why;
+    return false;
+  }
+  int32_t world = 0;
+  for (const PartConn& c : parts) {
+    world += static_cast<int32_t>(c.part.local.size());
+  }
+  const std::string host = HostOf(parts[0].address);
+  int32_t port = 0;
+  int32_t offset = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PartConn& c = parts[i];
+    rpc::StartJobRequest req;
+    req.set_job_id(job);
+    req.set_submitted_us(SubmittedUs(job));
+    req.set_action_id(ids());
+    *req.mutable_spec() = spec;
+    for (int32_t g : c.part.local) req.add_gpus(g);
+    req.set_resume_local(resume_local);
+    if (parts.size() > 1) {
+      rpc::Gang* g = req.mutable_gang();
+      g->set_nodes(static_cast<int32_t>(parts.size()));
+      g->set_node_rank(static_cast<int32_t>(i));
+      g->set_world_size(world);
+      g->set_rank_offset(offset);
+      g->set_master_addr(host);
+      g->set_master_port(port);
+    }
+    offset += static_cast<int32_t>(c.part.local.size());
+    rpc::StartJobReply rep;
+    auto ctx = Ctx();
+    grpc::Status s = c.stub->StartJob(ctx.get(), req, &rep);
+    if (AlreadyRunsThere(s)) {
+      // A process of the job that lingers there (a part that was being
+      // stopped, a start whose reply was lost): the new one replaces it.
+      KillPart(job, c, ids(), /*keep_checkpoint=*/true);
+      rep.Clear();
+      auto ctx2 = Ctx();
+      req.set_action_id(ids());
+      s = c.stub->StartJob(ctx2.get(), req, &rep);
+    }
+    if (s.ok() && i == 0 && parts.size() > 1) {
+      port = rep.master_port();
+      if (port <= 0) {
+        s = grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                         "the agent did not say which port the ranks "
+                         "meet at (it does not run multi-server jobs)");
+        KillPart(job, c, ids(), /*keep_checkpoint=*/true);
+      }
+    }
+    if (!s.ok()) {
+      *err = (parts.size() > 1
+                  ? "part " + std::to_string(i) + " on " + c.name + ": "
+                  : std::string()) +
+             RpcError("StartJob", s);
+      for (size_t k = 0; k < i; ++k) {
+        KillPart(job, parts[k], ids(), /*keep_checkpoint=*/true);
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SchedulerServer::Impl::Distribute(int32_t job, const PartConn& source,
+                                       const std::vector<PartConn>& parts,
+                                       Ids& ids, std::string* err,
+                                       std::string* summary) {
+  struct Pull {
+    const PartConn* to;
+    int64_t id;
+    bool lead;
+    grpc::Status status;
+    rpc::ReceiveCheckpointReply reply;
+  };
+  std::vector<Pull> pulls;
+  for (const PartConn& c : parts) {
+    if (c.part.server == source.part.server) continue;
+    pulls.push_back(Pull{&c, ids(), &c == &parts[0], {}, {}});
+  }
+  std::vector<std::thread> threads;
+  for (Pull& p : pulls) {
+    threads.emplace_back([&, job] {
+      rpc::ReceiveCheckpointRequest req;
+      req.set_job_id(job);
+      req.set_submitted_us(SubmittedUs(job));
+      req.set_action_id(p.id);
+      req.set_source_address(source.address);
+      // The job's log so far goes to its new lead only.
+      req.set_without_log(!p.lead);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(300));
+      p.status = p.to->stub->ReceiveCheckpoint(&ctx, req, &p.reply);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int64_t slowest = -1;
+  int64_t bytes = 0;
+  std::string channel;
+  for (const Pull& p : pulls) {
+    if (!p.status.ok()) {
+      *err =
+          "to " + p.to->name + ": " + RpcError("ReceiveCheckpoint", p.status);
+      return false;
+    }
+    bytes = p.reply.bytes();
+    if (p.reply.transfer_us() > slowest) {
+      slowest = p.reply.transfer_us();
+      channel = p.reply.channel();
+    }
+  }
+  summary->clear();
+  const size_t n = pulls.size();
+  if (n > 0) {
+    *summary = "transfer to " + std::to_string(n) +
+               (n == 1 ? " server " : " servers at once, the slowest ") +
+               Ms(slowest) + " (" + Mb(bytes) + Rate(bytes, slowest) +
+               (channel.empty() ? "" : " over " + channel) + ")";
+  }
+  return true;
+}
+
+void SchedulerServer::Impl::DispatchGang(const PendingAction& p, bool starts,
+                                         bool suspends) {
+  const core::Action& a = p.action;
+  JobExtra& x = *Extra(a.job.value);
+  const int32_t job = a.job.value;
+  const int64_t aid = a.id.value;
+  const std::string what(core::ActionKindName(a.kind));
+  std::string missing;
+  auto conns = Conns(x.proc.parts(), &missing);
+  if (!conns) {
+    Reply(job, aid, what, false, 0, missing);
+    return;
+  }
+  const rpc::JobSpec spec = x.spec;
+  const bool relocated = p.relocate;
+  Ids ids = TakeIds(4 * conns->size() + 4);
+  executor->Run(job, [=, this]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (starts) {
+      std::string err;
+      const bool ok = StartParts(job, spec, *conns, false, ids, &err);
+      Reply(job, aid, what, ok, UsSince(t0),
+            ok ? Placement(*conns) +
+                     (relocated
+                          ? "; restarted from scratch (its process was lost)"
+                          : "")
+               : err);
+      return;
+    }
+    std::vector<PartConn> order = *conns;
+    if (!suspends) std::reverse(order.begin(), order.end());
+    bool at_boundary = false;
+    for (const PartConn& c : order) {
+      rpc::JobRequest req;
+      req.set_job_id(job);
+      req.set_action_id(ids());
+      auto ctx = Ctx();
+      grpc::Status s;
+      if (suspends) {
+        rpc::SuspendReply rep;
+        s = c.stub->SuspendJob(ctx.get(), req, &rep);
+        if (c.part.server == (*conns)[0].part.server) {
+          at_boundary = rep.at_boundary();
+        }
+      } else {
+        rpc::ResumeReply rep;
+        s = c.stub->ResumeJob(ctx.get(), req, &rep);
+      }
+      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          s.error_message().find(suspends ? "already suspended"
+                                          : "is not suspended") !=
+              std::string::npos) {
+        s = grpc::Status::OK;
+      }
+      if (!s.ok()) {
+        Reply(job, aid, what, false, UsSince(t0),
+              "part on " + c.name + ": " +
+                  RpcError(suspends ? "SuspendJob" : "ResumeJob", s));
+        return;
+      }
+    }
+    const std::string n = std::to_string(conns->size()) + " parts";
+    Reply(job, aid, what, true, UsSince(t0),
+          suspends ? (at_boundary ? "at boundary, " : "not at boundary, ") + n
+                   : n);
+  });
+}
+
+void SchedulerServer::Impl::RelaunchGang(int32_t id) {
+  JobExtra& x = *Extra(id);
+  std::string missing;
+  auto conns = Conns(x.proc.parts(), &missing);
+  if (!conns) return;  // its agent's return settles it
+  x.proc.exists = true;
+  const rpc::JobSpec spec = x.spec;
+  Ids ids = TakeIds(4 * conns->size() + 4);
+  executor->Run(id, [=, this]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string err;
+    const bool ok = StartParts(id, spec, *conns, false, ids, &err);
+    const int64_t took = UsSince(t0);
+    Post([=, this] {
+      History(id, "restart", ok, took,
+              ok ? "relaunched every part afresh (" + Placement(*conns) +
+                       ") after one was lost"
+                 : err);
+      if (!ok && !IsEnded(id)) {
+        Extra(id)->proc.exists = false;
+        (void)Feed(core::JobFinished{JobId(id), false});
+      }
+    });
+  });
+}
+
+bool SchedulerServer::Impl::SaveGangForLeave(int32_t id, JobExtra& x,
+                                             const AgentConn& a) {
+  if (!x.proc.gang() || !x.proc.exists || x.proc.leaving || !x.proc.On(a.id) ||
+      IsEnded(id) || !x.progress.uses_library()) {
+    return false;
+  }
+  const core::Job& j = st().job(JobId(id));
+  if (j.busy()) return false;  // that action's outcome decides
+  std::string missing;
+  auto conns = Conns(x.proc.parts(), &missing);
+  if (!conns) return false;
+  const Proc from = x.proc;
+  x.proc.leaving = true;
+  leave_saving.insert(id);
+  const bool was_suspended = j.state == JobState::kSuspended;
+  const std::string name = a.name;
+  Ids ids = TakeIds(4 * conns->size() + 4);
+  executor->Run(id, [=, this]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto each_follower = [&](bool resume) {
+      ContinueOrStopFollowers(id, *conns, ids, resume);
+    };
+    // A suspended gang's other parts take part in the save.
+    if (was_suspended) each_follower(/*resume=*/true);
+    rpc::CheckpointRequest req;
+    req.set_job_id(id);
+    req.set_action_id(ids());
+    rpc::CheckpointReply rep;
+    auto ctx = Ctx();
+    const grpc::Status s =
+        (*conns)[0].stub->CheckpointJob(ctx.get(), req, &rep);
+    if (s.ok()) {
+      // The other parts left with rank 0; any that lingers is stopped.
+      for (size_t i = 1; i < conns->size(); ++i) {
+        KillPart(id, (*conns)[i], ids(), /*keep_checkpoint=*/false);
+      }
+    } else if (was_suspended) {
+      each_follower(/*resume=*/false);
+    }
+    const int64_t took = UsSince(t0);
+    Post([=, this] {
+      leave_saving.erase(id);
+      JobExtra* y = Extra(id);
+      if (y == nullptr) return;
+      y->proc.leaving = false;
+      if (!s.ok()) {
+        History(id, "stop", false, took,
+                "agent '" + name +
+                    "' stops, and the job, spanning servers, could not "
+                    "save a checkpoint: " +
+                    RpcError("CheckpointJob", s));
+        return;
+      }
+      if (IsEnded(id)) {
+        y->proc = Proc{};
+        KillAt(id, from, InternalActionId());
+        return;
+      }
+      y->proc = from.CheckpointOnly();
+      y->kept_at = rep.minibatches();
+      y->stopped_us = Now();
+      if (rep.minibatches() > 0) {
+        y->progress.set_minibatches(rep.minibatches());
+      }
+      y->progress.set_minibatch_rate(0);
+      History(id, "stop", true, took,
+              "agent '" + name +
+                  "' stopped; the job, spanning servers, saved a "
+                  "checkpoint at mini-batch " +
+                  std::to_string(rep.minibatches()) + " (" + rep.method() +
+                  ", " + Mb(rep.bytes()) + "), kept on " + (*conns)[0].name +
+                  ": every part goes on from it when the agent is back");
+    });
+  });
+  return true;
+}
+
+void SchedulerServer::Impl::RestartGangAtSource(int32_t job, const Proc& from,
+                                                const std::string& why,
+                                                int64_t saved,
+                                                int64_t paused_since_us) {
+  JobExtra* x = Extra(job);
+  if (x == nullptr) return;
+  if (AnyPartAway(from)) {
+    // A part's agent is away: the job waits for it, and Reconcile
+    // restarts every part when the last of them is back.
+    x->proc = from.CheckpointOnly();
+    return;
+  }
+  std::string missing;
+  auto conns = Conns(from.parts(), &missing);
+  if (!conns) {
+    History(job, "restart", false, 0, missing);
+    if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+    return;
+  }
+  x->proc = from;
+  x->proc.exists = true;
+  x->proc.checkpoint = x->proc.leaving = false;
+  const rpc::JobSpec spec = x->spec;
+  Ids ids = TakeIds(6 * conns->size() + 4);
+  executor->Run(job, [=, this]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string err, transfer;
+    const bool ok =
+        Distribute(job, (*conns)[0], *conns, ids, &err, &transfer) &&
+        StartParts(job, spec, *conns, true, ids, &err);
+    const int64_t took = UsSince(t0);
+    std::string cost;
+    if (ok && saved >= 0) {
+      const int64_t first = AwaitFirstMinibatch(job, (*conns)[0], saved, t0);
+      cost = first >= 0
+                 ? "; first mini-batch " + Ms(first) + " after the restart"
+                 : "; no mini-batch within a minute of the restart";
+      if (first >= 0 && paused_since_us > 0) {
+        cost += "; training paused " + Ms(WallMicros() - paused_since_us) +
+                " since it saved";
+      }
+    }
+    Post([=, this] {
+      JobExtra* y = Extra(job);
+      if (y == nullptr) return;
+      if (!ok) {
+        History(job, "restart", false, took,
+                Placement(*conns) + " from the checkpoint kept on " +
+                    (*conns)[0].name + ": " + err);
+        if (y->proc.exists && y->proc.server == from.server) {
+          y->proc.exists = false;
+        }
+        if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+        return;
+      }
+      History(job, "restart", true, took,
+              Placement(*conns) + " from the checkpoint kept on " +
+                  (*conns)[0].name + " (" + why + ")" +
+                  (transfer.empty() ? "" : "; " + transfer) + cost);
+    });
+  });
+}
+
+void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
+  const core::Action& a = p.action;
+  JobExtra& x = *Extra(a.job.value);
+  const int32_t job = a.job.value;
+  const int64_t aid = a.id.value;
+  const std::string what(core::ActionKindName(a.kind));
+  const bool resize =
+      a.kind == ActionKind::kGrow || a.kind == ActionKind::kShrink;
+  const bool was_suspended = a.kind == ActionKind::kResume ||
+                             (a.kind == ActionKind::kPack && !a.launch);
+  const bool fresh_fallback = was_suspended;
+  const bool has_source = from.exists || from.checkpoint;
+  std::string missing;
+  auto dst = Conns(x.proc.parts(), &missing);
+  std::optional<std::vector<PartConn>> src =
+      has_source
+          ? Conns(from.parts(), &missing)
+          : std::optional<std::vector<PartConn>>(std::vector<PartConn>{});
+  if (!dst || !src) {
+    FinishMove(job, aid, what, false, false, 0, missing,
+               from.exists ? MovedTo::kAsBefore : MovedTo::kNowhere, from);
+    return;
+  }
+  const bool library = x.progress.uses_library();
+  // A checkpoint kept without a process: the mini-batch it was saved at.
+  const int64_t kept_at = from.exists ? -1 : x.kept_at;
+  int32_t world = 0;
+  for (const PartConn& c : *dst) {
+    world += static_cast<int32_t>(c.part.local.size());
+  }
+  const rpc::JobSpec spec = x.spec;
+  const std::string where =
+      has_source ? "from " + Placement(*src) + " to " + Placement(*dst)
+                 : Placement(*dst);
+  Ids ids = TakeIds(8 * (dst->size() + src->size()) + 8);
+  executor->Run(job, [=, this]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string err;
+    // Nothing to carry over: every part starts afresh.
+    auto fresh = [&](const std::string& why) {
+      for (const PartConn& c : *src) KillPart(job, c, ids(), false);
+      const bool ok = StartParts(job, spec, *dst, false, ids, &err);
+      FinishMove(job, aid, what, ok, false, UsSince(t0),
+                 ok ? where + "; restarted from scratch (" + why + ")" : err,
+                 ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+    };
+    if (!has_source) {
+      fresh("its process was lost");
+      return;
+    }
+    if (from.exists && !library) {
+      const std::string why =
+          "a job that spans servers moves only with the gandiva job-side "
+          "library (its parts restart from the checkpoint rank 0 saves)";
+      if (fresh_fallback) {
+        fresh(why);
+        return;
+      }
+      FinishMove(job, aid, what, false, /*permanent=*/true, UsSince(t0), why,
+                 MovedTo::kAsBefore, from);
+      return;
+    }
+    const PartConn& source = (*src)[0];
+    std::string phases;
+    const auto t_ckpt = std::chrono::steady_clock::now();
+    // The mini-batch the checkpoint was taken at (-1: unknown).
+    int64_t saved = kept_at > 0 ? kept_at : -1;
+    if (from.exists) {
+      auto each_follower = [&](bool resume) {
+        ContinueOrStopFollowers(job, *src, ids, resume);
+      };
+      if (was_suspended) each_follower(/*resume=*/true);
+      rpc::CheckpointRequest req;
+      req.set_job_id(job);
+      req.set_action_id(aid);
+      if (resize) req.set_resize_to(world);
+      rpc::CheckpointReply rep;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(120));
+      const grpc::Status s = source.stub->CheckpointJob(&ctx, req, &rep);
+      if (!s.ok()) {
+        const bool cannot =
+            s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+            s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+        if (cannot && fresh_fallback) {
+          fresh(s.error_message());
+          return;
+        }
+        // As it was: a suspended gang's other parts stop again.
+        if (was_suspended) each_follower(/*resume=*/false);
+        FinishMove(job, aid, what, false, cannot, UsSince(t0),
+                   RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
+        return;
+      }
+      phases = "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() + ", " +
+               Mb(rep.bytes()) +
+               (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") + ")";
+      saved = rep.minibatches();
+    }
+    // The other parts left with the lead; any that lingers is stopped,
+    // so that its agent can take the checkpoint in.
+    for (size_t i = 1; i < src->size(); ++i) {
+      KillPart(job, (*src)[i], ids(), /*keep_checkpoint=*/false);
+    }
+    std::string transfer;
+    auto drop_copies = [&] {
+      for (const PartConn& c : *dst) {
+        if (c.part.server != source.part.server) {
+          KillPart(job, c, ids(), /*keep_checkpoint=*/false);
+        }
+      }
+    };
+    if (!Distribute(job, source, *dst, ids, &err, &transfer)) {
+      drop_copies();
+      FinishMove(job, aid, what, false, false, UsSince(t0),
+                 err + "; the checkpoint stays on " + source.name,
+                 MovedTo::kCheckpointAtSource, from);
+      return;
+    }
+    const auto t_start = std::chrono::steady_clock::now();
+    if (!StartParts(job, spec, *dst, true, ids, &err)) {
+      drop_copies();
+      FinishMove(job, aid, what, false, false, UsSince(t0),
+                 "start from the checkpoint: " + err,
+                 MovedTo::kCheckpointAtSource, from);
+      return;
+    }
+    const int64_t restart_us = UsSince(t_start);
+    // The parts meet, rank 0 loads and they train: until then the job
+    // trains nowhere.
+    const int64_t first_us =
+        saved >= 0 ? AwaitFirstMinibatch(job, (*dst)[0], saved, t_start) : -1;
+    const bool source_kept = std::any_of(
+        dst->begin(), dst->end(),
+        [&](const PartConn& c) { return c.part.server == source.part.server; });
+    if (!source_kept) KillPart(job, source, ids(), false);  // its copy
+    std::string detail = where;
+    if (!phases.empty()) detail += "; " + phases;
+    if (!transfer.empty()) detail += ", " + transfer;
+    detail += ", restart " + Ms(restart_us);
+    if (saved >= 0) {
+      detail += first_us >= 0
+                    ? ", first mini-batch " + Ms(first_us) + " after it"
+                    : ", no mini-batch within a minute of it";
+    }
+    if (from.exists && first_us >= 0) {
+      detail += "; training paused " + Ms(UsSince(t_ckpt));
+    }
+    FinishMove(job, aid, what, true, false, UsSince(t0), detail,
+               MovedTo::kDestination, from);
+  });
+}
+
+void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
+  const core::Action& a = p.action;
+  JobExtra& x = *Extra(a.job.value);
+  const int32_t job = a.job.value;
+  const int64_t aid = a.id.value;
+  const std::string what(core::ActionKindName(a.kind));
+  const Proc to = x.proc;
+  const bool resize =
+      a.kind == ActionKind::kGrow || a.kind == ActionKind::kShrink;
+  const bool fresh_fallback =
+      a.kind == ActionKind::kResume || a.kind == ActionKind::kPack;
+  auto dst = StubOf(to.server);
+  const bool has_source = from.exists || from.checkpoint;
+  auto src = has_source ? StubOf(from.server) : nullptr;
+  std::string away = Away(to.server);
+  if (away.empty() && has_source) away = Away(from.server);
+  if (!away.empty()) {
+    // Its process, or the checkpoint it saved as its agent stopped, stays
+    // where it is.
+    FinishMove(job, aid, what, false, false, 0, away,
+               from.exists       ? MovedTo::kAsBefore
+               : from.checkpoint ? MovedTo::kCheckpointAtSource
+                                 : MovedTo::kNowhere,
+               from);
+    return;
+  }
+  if (dst == nullptr || (has_source && src == nullptr)) {
+    FinishMove(job, aid, what, false, false, 0,
+               "no agent connected for server " +
+                   std::to_string((dst == nullptr ? to : from).server.value),
+               from.exists ? MovedTo::kAsBefore : MovedTo::kNowhere, from);
+    return;
+  }
+  const bool same_server = has_source && from.server == to.server;
+  const std::string src_address =
+      has_source ? agents[static_cast<size_t>(from.server.value)].address : "";
+  std::string where =
+      "gpus " + json(to.local).dump() + " on " + AgentName(to.server);
+  if (has_source && !same_server) {
+    where = "from " + AgentName(from.server) + " to " + where;
+  }
+  // Only a job that attached the library can wait for its checkpoint, and
+  // only a running one needs to: a checkpoint kept without a process is
+  // received and held, and the job started from it.
+  const bool warm = x.progress.uses_library() && !same_server && from.exists;
+  // A checkpoint kept without a process: the mini-batch it was saved at.
+  const int64_t kept_at = from.exists ? -1 : x.kept_at;
+  const rpc::JobSpec spec = x.spec;
+  const int32_t world = static_cast<int32_t>(to.local.size());
+  // Agents answer a repeated action id with the first call's result:
+  // each call of the move gets its own.
+  const int64_t warm_id = InternalActionId();
+  const int64_t start_id = InternalActionId();
+  const int64_t receive_id = InternalActionId();
+  const int64_t back_id = InternalActionId();
+  const int64_t kill_src_id = InternalActionId();
+  const int64_t kill_dst_id = InternalActionId();
+  executor->Run(job, [=, this] {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto us_since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::microseconds>(
+                 std::chrono::steady_clock::now() - t)
+          .count();
+    };
+    rpc::StartJobReply warm_rep;
+    auto start = [&](bool warm_start, bool local, const Proc& at,
+                     std::string* err) {
+      rpc::StartJobRequest req;
+      req.set_job_id(job);
+      req.set_submitted_us(SubmittedUs(job));
+      req.set_action_id(warm_start     ? warm_id
+                        : &at == &from ? back_id
+                                       : start_id);
+      *req.mutable_spec() = spec;
+      for (int32_t g : at.local) req.add_gpus(g);
+      req.set_warm(warm_start);
+      req.set_resume_local(local);
+      // A warm start replies once the process waits for its checkpoint:
+      // the source trains until then.
+      const int32_t ready_ms =
+          warm_start ? static_cast<int32_t>(opts.warm_ready_timeout_s * 1e3)
+                     : 0;
+      req.set_await_ready_ms(ready_ms);
+      rpc::StartJobReply rep;
+      auto ctx = Ctx();
+      if (ready_ms > 0) {
+        ctx->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(ready_ms) +
+                          std::chrono::microseconds(static_cast<int64_t>(
+                              opts.agent_rpc_timeout_s * 1e6)));
+      }
+      if (warm_start) {
+        std::lock_guard<std::mutex> lock(warm_mu);
+        warm_calls[job] = ctx.get();
+      }
+      grpc::Status s = StubOf(at.server)->StartJob(ctx.get(), req, &rep);
+      if (warm_start) {
+        std::lock_guard<std::mutex> lock(warm_mu);
+        warm_calls.erase(job);
+        warm_rep = rep;
+      }
+      if (!s.ok()) *err = RpcError("StartJob", s);
+      return s.ok();
+    };
+    auto kill = [&](const std::shared_ptr<rpc::Agent::Stub>& stub) {
+      rpc::JobRequest req;
+      req.set_job_id(job);
+      req.set_action_id(stub == src ? kill_src_id : kill_dst_id);
+      rpc::KillReply rep;
+      auto ctx = Ctx();
+      (void)stub->KillJob(ctx.get(), req, &rep);
+    };
+    std::string err;
+    if (!has_source) {
+      const bool ok = start(false, false, to, &err);
+      FinishMove(job, aid, what, ok, false, us_since(t0),
+                 ok ? where +
+                          "; restarted from scratch (its process was "
+                          "lost)"
+                    : err,
+                 ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+      return;
+    }
+    if (warm && from.exists && !start(true, false, to, &err)) {
+      // The new process may have started (a call cancelled by a kill, or
+      // one whose reply was lost): it goes.
+      kill(dst);
+      FinishMove(job, aid, what, false, false, us_since(t0),
+                 "warm start: " + err, MovedTo::kAsBefore, from);
+      return;
+    }
+    std::string phases;
+    std::string method;  // how the source checkpointed it
+    // Starting from the checkpoint: a CRIU dump is restored.
+    auto restart_phase = [&method](int64_t us) {
+      return (method == "criu" ? ", restore " : ", restart ") + Ms(us);
+    };
+    // From the checkpoint request on, the job trains nowhere.
+    const auto t_ckpt = std::chrono::steady_clock::now();
+    // The mini-batch a library checkpoint was taken at (-1: none).
+    int64_t saved = -1;
+    if (from.exists) {
+      rpc::CheckpointRequest req;
+      req.set_job_id(job);
+      req.set_action_id(aid);
+      if (resize) req.set_resize_to(world);
+      // To another server: the destination needs only the files, not the
+      // source's GPUs, so the source's exit need not be awaited.
+      req.set_reply_when_saved(!resize && !same_server);
+      rpc::CheckpointReply rep;
+      auto ctx = std::make_unique<grpc::ClientContext>();
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(120));
+      grpc::Status s = src->CheckpointJob(ctx.get(), req, &rep);
+      if (!s.ok()) {
+        if (warm) kill(dst);
+        // The job cannot be checkpointed (or the agent cannot do it).
+        const bool cannot =
+            s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+            s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+        if (cannot && fresh_fallback) {
+          // Nothing to carry over: start afresh where the core wants it.
+          KillIgnoringExit(job, from.server, *src, kill_src_id);
+          const bool ok = start(false, false, to, &err);
+          FinishMove(job, aid, what, ok, false, us_since(t0),
+                     ok ? where + "; restarted from scratch (" +
+                              s.error_message() + ")"
+                        : err,
+                     ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
+          return;
+        }
+        FinishMove(job, aid, what, false, cannot, us_since(t0),
+                   RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
+        return;
+      }
+      // took_us runs from the request to the process's exit; save_us is
+      // the job's own save (from its progress page).
+      if (warm) {
+        phases = "warm start " +
+                 (warm_rep.ready()
+                      ? Ms(warm_rep.ready_us()) +
+                            " (before the checkpoint; the job trained on)"
+                      : std::string("not ready after ") +
+                            Ms(static_cast<int64_t>(opts.warm_ready_timeout_s *
+                                                    1e6)) +
+                            " (checkpointed anyway)") +
+                 ", ";
+      }
+      method = rep.method();
+      if (method == "library") saved = rep.minibatches();
+      phases +=
+          "checkpoint " + Ms(rep.took_us()) + " (" + method + ", " +
+          Mb(rep.bytes()) +
+          (rep.save_us() > 0
+               ? (method == "criu" ? ", dump " : ", save ") + Ms(rep.save_us())
+               : "") +
+          ")";
+    }
+    if (same_server) {
+      const auto t_start = std::chrono::steady_clock::now();
+      if (!start(false, true, to, &err)) {
+        // Back as it was, from the checkpoint, if it can.
+        std::string err2;
+        const bool back = resize && start(false, true, from, &err2);
+        FinishMove(job, aid, what, false, false, us_since(t0),
+                   "restart: " + err + (back ? "; restarted as it was" : ""),
+                   back ? MovedTo::kAsBefore : MovedTo::kCheckpointAtSource,
+                   from);
+        return;
+      }
+      std::string detail =
+          where + "; " + phases + restart_phase(us_since(t_start));
+      // Until its first mini-batch from the checkpoint the job trains
+      // nowhere (a job without the library: until its restart).
+      if (saved >= 0) {
+        const int64_t first = AwaitFirstMinibatch(
+            job, PartConn{Part{to.server, to.local}, dst, "", ""}, saved,
+            t_start);
+        detail += first >= 0
+                      ? ", first mini-batch " + Ms(first) +
+                            " after it; training paused " + Ms(us_since(t_ckpt))
+                      : ", no mini-batch within a minute of it";
+      } else {
+        detail += "; training paused " + Ms(us_since(t_ckpt));
+      }
+      FinishMove(job, aid, what, true, false, us_since(t0), detail,
+                 MovedTo::kDestination, from);
+      return;
+    }
+    rpc::ReceiveCheckpointRequest rreq;
+    rreq.set_job_id(job);
+    rreq.set_submitted_us(SubmittedUs(job));
+    rreq.set_action_id(receive_id);
+    rreq.set_source_address(src_address);
+    rreq.set_await_first_minibatch(warm);
+    rpc::ReceiveCheckpointReply rrep;
+    auto ctx = std::make_unique<grpc::ClientContext>();
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(300));
+    grpc::Status s = dst->ReceiveCheckpoint(ctx.get(), rreq, &rrep);
+    if (!s.ok()) {
+      kill(dst);
+      FinishMove(job, aid, what, false, false, us_since(t0),
+                 RpcError("ReceiveCheckpoint", s) +
+                     "; the checkpoint stays on the source",
+                 MovedTo::kCheckpointAtSource, from);
+      return;
+    }
+    const auto t_start = std::chrono::steady_clock::now();
+    if (!warm && !start(false, true, to, &err)) {
+      // Received but not started: the copy at the source stays the one
+      // the job resumes from.
+      kill(dst);
+      FinishMove(job, aid, what, false, false, us_since(t0),
+                 "start from the received checkpoint: " + err,
+                 MovedTo::kCheckpointAtSource, from);
+      return;
+    }
+    const int64_t restart_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::steady_clock::now() - t_start)
+            .count();
+    kill(src);  // drops the source's copy of the checkpoint
+    std::string detail = where;
+    if (!phases.empty()) detail += "; " + phases;
+    detail += ", transfer " + Ms(rrep.transfer_us()) + " (" + Mb(rrep.bytes()) +
+              Rate(rrep.bytes(), rrep.transfer_us()) +
+              (rrep.channel().empty() ? "" : " over " + rrep.channel()) +
+              (rrep.streamed() ? ", straight into the job's memory" : "") + ")";
+    if (!warm) detail += restart_phase(restart_us);
+    if (!warm && kept_at > 0) {
+      const int64_t first = AwaitFirstMinibatch(
+          job, PartConn{Part{to.server, to.local}, dst, "", ""}, kept_at,
+          t_start);
+      detail += first >= 0 ? ", first mini-batch " + Ms(first) + " after it"
+                           : ", no mini-batch within a minute of it";
+    }
+    if (warm) {
+      if (!warm_rep.ready()) {
+        detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
+      }
+      detail += ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
+                Ms(rrep.first_minibatch_us());
+    }
+    if (from.exists) detail += "; training paused " + Ms(us_since(t_ckpt));
+    FinishMove(job, aid, what, true, false, us_since(t0), detail,
+               MovedTo::kDestination, from);
+  });
+}
+
+std::string SchedulerServer::Impl::Mb(int64_t bytes) {
+  char b[32];
+  if (bytes < 1'000'000) {
+    std::snprintf(b, sizeof b, "%.1f kB", static_cast<double>(bytes) / 1e3);
+  } else {
+    std::snprintf(b, sizeof b, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  }
+  return b;
+}
+
+void SchedulerServer::Impl::StartProbe(int32_t job, const std::string& what,
+                                       int64_t action) {
+  auto it = pending.find(action);
+  if (it == pending.end()) return;
+  const core::ActionKind k = it->second.action.kind;
+  if (k == ActionKind::kStart || k == ActionKind::kResume ||
+      k == ActionKind::kSuspend || k == ActionKind::kKill) {
+    if (!it->second.relocate) return;
+  }
+  const int64_t due = Now() + static_cast<int64_t>(opts.probe_delay_s * 1e6);
+  JobExtra* x = Extra(job);
+  if (x == nullptr) return;
+  x->probe = Probe{what, it->second.rate_before, due};
+  // A pack or unpack changes the partner's rate too.
+  const core::JobId peer = it->second.action.peer;
+  if (peer.valid() && (k == ActionKind::kPack || k == ActionKind::kUnpack)) {
+    if (JobExtra* px = Extra(peer.value)) {
+      px->probe = Probe{what + " of job " + std::to_string(job),
+                        px->progress.minibatch_rate(), due};
+    }
+  }
+}
+
+void SchedulerServer::Impl::CheckProbe(int32_t job, JobExtra& x) {
+  if (!x.probe || Now() < x.probe->due_us) return;
+  const double after = x.progress.minibatch_rate();
+  if (after <= 0) return;
+  char b[160];
+  if (x.probe->before > 0) {
+    std::snprintf(
+        b, sizeof b, "after %s: %.2f mini-batches/s, before %.2f (x%.2f)",
+        x.probe->what.c_str(), after, x.probe->before, after / x.probe->before);
+  } else {
+    std::snprintf(b, sizeof b, "after %s: %.2f mini-batches/s",
+                  x.probe->what.c_str(), after);
+  }
+  History(job, "profile", true, 0, b);
+  x.probe.reset();
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,593 @@
+// Startup and recovery: opening and locking the store, the cluster id and
+// the ids restores lost, the policy, replaying the log, and awaiting the
+// agents.
+
+#include "runtime/scheduler/daemon_impl.h"
+
+namespace gandiva::runtime {
+
+core::Status SchedulerServer::Impl::Open() {
+  if (opts.leadership) {
+    // etcd: the election decided who writes (leadership.h).
+    if (!opts.leadership->leading()) {
+      return core::FailedPrecondition(
+          "this daemon does not lead (Leadership::Campaign first)");
+    }
+    auto s = EtcdStore::Open(opts.leadership);
+    if (!s.ok()) return s.status();
+    store = std::move(*s);
+  } else {
+    GANDIVA_RETURN_IF_ERROR(LockDatabase());
+    auto s = Store::Open(opts.db_path, opts.durable_sync);
+    if (!s.ok()) return s.status();
+    store = std::move(*s);
+  }
+  GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
+  GANDIVA_RETURN_IF_ERROR(ResolveClusterId());
+  GANDIVA_RETURN_IF_ERROR(ResolveRestoreLost());
+  return Recover();
+}
+
+core::Status SchedulerServer::Impl::ResolveClusterId() {
+  auto stored = store->GetMeta("cluster_id");
+  if (!stored.ok()) return stored.status();
+  if (stored->has_value() && !(*stored)->empty()) {
+    cluster_id = **stored;
+    return core::Status::Ok();
+  }
+  std::random_device rd;
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  cluster_id = buf;
+  return store->SetMeta("cluster_id", cluster_id);
+}
+
+core::Status SchedulerServer::Impl::ResolveRestoreLost() {
+  auto lost = store->GetMeta(kRestoreLostJobsMeta);
+  if (!lost.ok()) return lost.status();
+  if (!lost->has_value()) return core::Status::Ok();
+  auto ranges = ParseIdRanges(**lost);
+  if (!ranges.ok()) {
+    return core::InvalidArgument(StoreName() + ": meta '" +
+                                 kRestoreLostJobsMeta +
+                                 "': " + ranges.status().message());
+  }
+  lost_ids = std::make_shared<const IdRanges>(std::move(*ranges));
+  if (lost_ids->empty()) return core::Status::Ok();  // all adopted
+  Log("this store was restored from a backup: jobs " +
+      FormatIdRanges(*lost_ids) +
+      " were submitted after it and are lost; their ids are not given "
+      "again");
+  return core::Status::Ok();
+}
+
+int64_t SchedulerServer::Impl::HighestUnknownId(
+    const rpc::RegisterAgentRequest& r) {
+  int64_t top = 0;
+  auto unknown = [&](int64_t id) {  // looked up without Extra's marks
+    return id > 0 && id <= std::numeric_limits<int32_t>::max() &&
+           !extras.contains(static_cast<int32_t>(id));
+  };
+  // Processes this agent started for a daemon of this cluster.
+  if (OfThisCluster(r)) {
+    for (const rpc::AgentJob& j : r.jobs()) {
+      if (unknown(j.job_id())) top = std::max(top, j.job_id());
+    }
+  }
+  for (int i = 0; i < r.checkpoints_size(); ++i) {
+    if (i < r.checkpoint_clusters_size() &&
+        r.checkpoint_clusters(i) == cluster_id && unknown(r.checkpoints(i))) {
+      top = std::max(top, r.checkpoints(i));
+    }
+  }
+  return top;
+}
+
+void SchedulerServer::Impl::MarkLostIds(const AgentConn& a,
+                                        const rpc::RegisterAgentRequest& r) {
+  const int64_t top = HighestUnknownId(r);
+  if (top == 0) return;
+  auto added = store->MarkJobIdsLost(top);
+  if (!added.ok()) {
+    Log("agent '" + a.name + "' holds job " + std::to_string(top) +
+        ", which this store may never have given, and the store cannot "
+        "record its id as lost: " +
+        added.status().ToString());
+    return;
+  }
+  if (added->second == 0) return;  // given, and forgotten since
+  auto ranges = std::make_shared<IdRanges>(*lost_ids);
+  AddIdRange(ranges.get(), added->first, added->second);
+  lost_ids = std::move(ranges);
+  Log("agent '" + a.name + "' holds job " + std::to_string(top) +
+      ", which this store never gave: it was restored from an older "
+      "backup, and jobs " +
+      std::to_string(added->first) + "-" + std::to_string(added->second) +
+      " are lost; their ids are not given again");
+}
+
+bool SchedulerServer::Impl::MayAdopt(const rpc::RegisterAgentRequest& r) const {
+  if (!OfThisCluster(r)) return false;
+  for (const rpc::AgentJob& j : r.jobs()) {
+    if (!j.has_spec() || j.job_id() <= 0 ||
+        j.job_id() > std::numeric_limits<int32_t>::max()) {
+      continue;
+    }
+    const auto id = static_cast<int32_t>(j.job_id());
+    if (!extras.contains(id) ||
+        (LiveJob(id) && st().job(JobId(id)).state == JobState::kQueued)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<core::GpuId> SchedulerServer::Impl::ClusterGpus(
+    ServerId server, const std::vector<int32_t>& local) const {
+  const core::Server& s = st().cluster().server(server);
+  std::vector<core::GpuId> gpus;
+  for (int32_t g : local) {
+    if (g < 0 || g >= s.spec.gpus) return {};
+    gpus.emplace_back(s.first_gpu.value + g);
+  }
+  return gpus;
+}
+
+void SchedulerServer::Impl::AdoptQueuedJobsFound(
+    const AgentConn& a, const rpc::RegisterAgentRequest& r) {
+  if (!OfThisCluster(r)) return;
+  for (const rpc::AgentJob& j : r.jobs()) {
+    const int64_t id64 = j.job_id();
+    if (!LiveJob(id64) || !j.has_spec() || j.submitted_us() == 0) continue;
+    const auto id = static_cast<int32_t>(id64);
+    const core::Job& cj = st().job(JobId(id));
+    JobExtra* x = Extra(id);
+    if (x == nullptr || cj.state != JobState::kQueued || cj.held || cj.busy() ||
+        x->proc.exists || x->proc.checkpoint ||
+        j.submitted_us() != SubmittedUs(id)) {
+      continue;
+    }
+    const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
+    core::JobFound e{JobId(id), ClusterGpus(a.id, local),
+                     j.state() == rpc::SUSPENDED};
+    if (e.placed_on.empty() ||
+        !sched->CheckAdoptable(e.job, cj.spec.gpus, e.placed_on).ok()) {
+      continue;
+    }
+    const bool suspended = e.suspended;
+    x->proc = Proc::At({Part{a.id, local}});
+    if (core::Status fed = Feed(std::move(e)); !fed.ok()) {
+      Log("job " + std::to_string(id) + ": its process on " + a.name +
+          " could not be kept: " + fed.ToString());
+      Extra(id)->proc = Proc{};
+      continue;
+    }
+    x = Extra(id);
+    x->progress = j.progress();
+    History(id, "adopt", true, 0,
+            "its process on " + a.name + " was kept, " +
+                (suspended ? "suspended" : "running") +
+                " (the store had it queued: it started after the backup "
+                "this store was restored from, or was requeued while its "
+                "agent was out of reach)");
+  }
+}
+
+std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
+    const AgentConn& a, const rpc::RegisterAgentRequest& r) {
+  std::set<int32_t> killed;
+  if (!OfThisCluster(r) || lost_ids->empty()) {
+    return killed;
+  }
+  const std::string lost_note =
+      "submitted after the backup this store was restored from, its "
+      "record lost";
+  // Whether job `id64`, listed with `spec` and `submitted_us`, is a lost
+  // one that can be adopted (a refusal is logged).
+  auto adoptable = [&](int64_t id64, const rpc::JobSpec& spec,
+                       int64_t submitted_us) {
+    if (id64 <= 0 || id64 > std::numeric_limits<int32_t>::max() ||
+        extras.contains(static_cast<int32_t>(id64)) ||
+        !FindIdRange(*lost_ids, id64) || spec.command().empty()) {
+      return false;
+    }
+    const std::string what = "agent '" + a.name + "' holds job " +
+                             std::to_string(id64) +
+                             ", which this store lost, but ";
+    if (std::string bad = CheckSpec(spec); !bad.empty()) {
+      Log(what + "its spec is refused (" + bad + "): not adopted");
+      return false;
+    }
+    if (submitted_us <= 0 || submitted_us > Now()) {
+      Log(what + "its submission time (" + std::to_string(submitted_us) +
+          " us) is not before now: not adopted");
+      return false;
+    }
+    return true;
+  };
+  // Stores it, and feeds its arrival `e` with its process (or
+  // checkpoint) at `where`; its old process killed first with `kill`.
+  auto adopt = [&](const rpc::JobSpec& spec, core::JobArrived e,
+                   const Proc& where, bool kill) {
+    const int32_t id = e.id.value;
+    const std::string spec_json = SpecToJson(spec);
+    if (core::Status s = store->AdoptJob(id, spec_json, e.submitted.micros());
+        !s.ok()) {
+      Log("agent '" + a.name + "' holds job " + std::to_string(id) +
+          ", which this store lost, but the store cannot take it: " +
+          s.ToString() + "; not adopted");
+      return false;
+    }
+    auto ranges = std::make_shared<IdRanges>(*lost_ids);
+    RemoveIdFromRanges(ranges.get(), id);
+    lost_ids = std::move(ranges);
+    AddExtra(id, spec, spec_json);
+    JobExtra& x = extras[id];
+    x.proc = where;
+    if (kill) {
+      ++x.ignore_exits[a.id.value];
+      KillAt(id, Proc{a.id, {}, true}, InternalActionId());
+      killed.insert(id);
+    }
+    if (core::Status fed = Feed(std::move(e)); !fed.ok()) {
+      // Stored: a restart hands it to the core (ArriveUnarrived).
+      Log("job " + std::to_string(id) +
+          ": its arrival failed: " + fed.ToString());
+      return false;
+    }
+    return true;
+  };
+  for (const rpc::AgentJob& j : r.jobs()) {
+    if (!adoptable(j.job_id(), j.spec(), j.submitted_us())) continue;
+    const auto id = static_cast<int32_t>(j.job_id());
+    core::JobArrived e{JobId(id), ToCoreSpec(j.spec())};
+    e.submitted = core::Time::FromMicros(j.submitted_us());
+    e.suspended = j.state() == rpc::SUSPENDED;
+    const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
+    e.placed_on = ClusterGpus(a.id, local);
+    std::string not_kept;
+    if (e.placed_on.empty()) {
+      not_kept = "its GPUs are not this server's";
+    } else if (core::Status fits =
+                   sched->CheckAdoptable(e.id, e.spec.gpus, e.placed_on);
+               !fits.ok()) {
+      not_kept = fits.message();
+    }
+    if (!not_kept.empty()) e.placed_on.clear();
+    const bool suspended = e.suspended;
+    const Proc where =
+        not_kept.empty() ? Proc::At({Part{a.id, local}}) : Proc{};
+    if (!adopt(j.spec(), std::move(e), where, !not_kept.empty())) continue;
+    Extra(id)->progress = j.progress();
+    History(id, "adopt", true, 0,
+            not_kept.empty() ? "its process on " + a.name + " was kept, " +
+                                   (suspended ? "suspended" : "running") +
+                                   " (" + lost_note + ")"
+                             : "queued (" + lost_note + "); its process on " +
+                                   a.name + " could not be kept (" + not_kept +
+                                   "): it starts again from the beginning");
+    Log("agent '" + a.name + "' runs job " + std::to_string(id) +
+        ", which this store lost: adopted, " +
+        (not_kept.empty() ? "its process kept" : "queued"));
+  }
+  for (int i = 0; i < r.checkpoints_size(); ++i) {
+    if (ForeignCheckpoint(r, i) || i >= r.checkpoint_specs_size() ||
+        i >= r.checkpoint_submitted_us_size() ||
+        !adoptable(r.checkpoints(i), r.checkpoint_specs(i),
+                   r.checkpoint_submitted_us(i))) {
+      continue;
+    }
+    const auto id = static_cast<int32_t>(r.checkpoints(i));
+    core::JobArrived e{JobId(id), ToCoreSpec(r.checkpoint_specs(i))};
+    e.submitted = core::Time::FromMicros(r.checkpoint_submitted_us(i));
+    if (!adopt(r.checkpoint_specs(i), std::move(e), Proc{a.id, {}, false, true},
+               false)) {
+      continue;
+    }
+    History(id, "adopt", true, 0,
+            "queued (" + lost_note + "); it goes on from the checkpoint " +
+                a.name + " holds");
+    Log("agent '" + a.name + "' holds a checkpoint of job " +
+        std::to_string(id) +
+        ", which this store lost: adopted, to go on from it");
+  }
+  return killed;
+}
+
+core::Status SchedulerServer::Impl::ResolvePolicy() {
+  auto stored = store->GetMeta("policy");
+  if (!stored.ok()) return stored.status();
+  json want = {{"policy", "gandiva"},
+               {"quantum_us", int64_t{60'000'000}},
+               {"max_height", 4}};
+  if (stored->has_value()) {
+    try {
+      want = json::parse(**stored);
+    } catch (const json::exception& e) {
+      return core::IoError(std::string("stored policy options: ") + e.what());
+    }
+  }
+  const json stored_options = want;
+  std::string diff;
+  auto check = [&](const char* flag, const char* key, const json& given) {
+    if (stored->has_value() && want.at(key) != given) {
+      diff += std::string(diff.empty() ? "" : "; ") + flag + " " +
+              given.dump() + " (the database has " + want.at(key).dump() + ")";
+    }
+    want[key] = given;
+  };
+  if (opts.policy) check("--policy", "policy", *opts.policy);
+  if (opts.quantum_s) {
+    if (*opts.quantum_s <= 0) {
+      return core::InvalidArgument("--quantum-s: must be positive");
+    }
+    check("--quantum-s", "quantum_us",
+          core::Duration::FromSeconds(*opts.quantum_s).micros());
+  }
+  if (opts.max_height) {
+    if (*opts.max_height < 0) {
+      return core::InvalidArgument("--max-height: must not be negative");
+    }
+    check("--max-height", "max_height", *opts.max_height);
+  }
+  if (opts.pack_keep_above) {
+    if (*opts.pack_keep_above <= 0) {
+      return core::InvalidArgument("--pack-keep-above: must be positive");
+    }
+    if (stored->has_value() && !want.contains("pack_keep_above")) {
+      want["pack_keep_above"] = 1.0;
+    }
+    check("--pack-keep-above", "pack_keep_above", *opts.pack_keep_above);
+  }
+  if (opts.pack_settle_s) {
+    if (*opts.pack_settle_s <= 0) {
+      return core::InvalidArgument("--pack-settle-s: must be positive");
+    }
+    if (stored->has_value() && !want.contains("pack_settle_us")) {
+      want["pack_settle_us"] = core::Duration::Seconds(30).micros();
+    }
+    check("--pack-settle-s", "pack_settle_us",
+          core::Duration::FromSeconds(*opts.pack_settle_s).micros());
+  }
+  // Options added after a database was made: the defaults, unless given.
+  const json defaults = {
+      {"start_attempts", core::SchedulerOptions().start_attempts},
+      {"start_retry_us", core::SchedulerOptions().start_retry_delay.micros()}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (!want.contains(key)) want[key] = value;
+  }
+  if (opts.start_attempts) {
+    if (*opts.start_attempts < 0) {
+      return core::InvalidArgument("--start-attempts: must not be negative");
+    }
+    check("--start-attempts", "start_attempts", *opts.start_attempts);
+  }
+  if (opts.start_retry_s) {
+    if (!(*opts.start_retry_s > 0)) {
+      return core::InvalidArgument("--start-retry-s: must be positive");
+    }
+    check("--start-retry-s", "start_retry_us",
+          core::Duration::FromSeconds(*opts.start_retry_s).micros());
+  }
+  if (!diff.empty()) {
+    return core::FailedPrecondition(
+        StoreName() + " was created with other policy options: " + diff +
+        ". Omit these flags to use the stored ones, or use a new " +
+        (opts.leadership ? "--etcd-prefix" : "--db"));
+  }
+  core::PolicyOptions po;
+  po.gandiva.quantum =
+      core::Duration::Micros(want.at("quantum_us").get<int64_t>());
+  po.gandiva.max_height = want.at("max_height").get<int>();
+  if (want.contains("pack_keep_above")) {
+    po.gandiva.pack_keep_above = want.at("pack_keep_above").get<double>();
+  }
+  if (want.contains("pack_settle_us")) {
+    po.gandiva.pack_settle =
+        core::Duration::Micros(want.at("pack_settle_us").get<int64_t>());
+  }
+  // Rates come every --profile-interval-s (2 s): judge them past a job's
+  // warm-up.
+  po.gandiva.pack_min_alone_reports = 5;
+  // What agents cannot do: run one job across servers.
+  po.gandiva.allow_split = false;
+  po.fifo.relax_locality = false;
+  policy_name = want.at("policy").get<std::string>();
+  auto policy = core::MakePolicy(policy_name, po);
+  if (!policy.ok()) return policy.status();
+  core::SchedulerOptions so;
+  so.start_attempts = want.at("start_attempts").get<int>();
+  so.start_retry_delay =
+      core::Duration::Micros(want.at("start_retry_us").get<int64_t>());
+  sched = std::make_unique<core::Scheduler>(std::move(*policy), so);
+  if (!stored->has_value() || stored_options != want) {
+    GANDIVA_RETURN_IF_ERROR(store->SetMeta("policy", want.dump()));
+  }
+  return core::Status::Ok();
+}
+
+core::Status SchedulerServer::Impl::Recover() {
+  auto jobs = store->LoadJobs();
+  if (!jobs.ok()) return jobs.status();
+  for (const JobRow& row : *jobs) {
+    rpc::JobSpec spec;
+    if (!google::protobuf::util::JsonStringToMessage(row.spec_json, &spec)
+             .ok()) {
+      return core::IoError("job " + std::to_string(row.id) +
+                           ": stored spec is not valid JSON");
+    }
+    AddExtra(static_cast<int32_t>(row.id), spec, row.spec_json);
+    JobExtra& x = extras[static_cast<int32_t>(row.id)];
+    x.exit_code = row.exit_code;
+    x.progress.set_minibatches(row.minibatches);
+    x.progress.set_minibatch_rate(row.minibatch_rate);
+    x.progress.set_metric(row.metric);
+    x.progress.set_metric_minibatches(row.metric_minibatches);
+    x.progress.set_metric_reports(row.metric_reports);
+    x.progress.set_uses_library(row.uses_library);
+    x.written = row;
+    x.has_written = true;
+    clock_us = std::max(clock_us, row.submitted_us);
+  }
+  auto servers = store->LoadServers();
+  if (!servers.ok()) return servers.status();
+  const int64_t now = WallMicros();
+  for (const ServerRow& row : *servers) {
+    if (row.id != static_cast<int32_t>(agents.size())) {
+      return core::IoError("servers table: ids are not dense");
+    }
+    AgentConn a;
+    a.id = ServerId(row.id);
+    a.name = row.name;
+    a.address = row.address;
+    a.sockets = row.sockets;
+    a.switches_per_socket = row.switches_per_socket;
+    try {
+      for (const json& g : json::parse(row.gpus_json)) {
+        rpc::Gpu gpu;
+        (void)google::protobuf::util::JsonStringToMessage(g.dump(), &gpu);
+        a.gpus.push_back(gpu);
+      }
+    } catch (const json::exception& e) {
+      return core::IoError("server '" + row.name + "': " + e.what());
+    }
+    a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
+    Await(a, now, row.away_since_us);
+    a.away_cordon = row.away_cordon;
+    agent_by_name[a.name] = row.id;
+    agents.push_back(std::move(a));
+  }
+  // The snapshot, if the log was compacted: the state after event
+  // `compacted_seq`, whose events are gone.
+  auto snapshot = store->LoadSnapshot();
+  if (!snapshot.ok()) return snapshot.status();
+  if (snapshot->has_value()) {
+    const SnapshotRow& row = **snapshot;
+    core::Status s = sched->Restore(row.core);
+    if (s.ok()) s = RestoreDaemonState(row.daemon);
+    if (!s.ok()) {
+      return core::IoError(
+          StoreName() + ": its snapshot (of events 1-" +
+          std::to_string(row.seq) +
+          ", which are no longer logged) cannot be restored: " + s.message() +
+          ". A gandiva-scheduler that reads it is needed");
+    }
+    core::Status missing;
+    st().ForEachJob([&](const core::Job& j) {
+      if (missing.ok() && Extra(j.id.value) == nullptr) {
+        missing = core::IoError(StoreName() + ": its snapshot holds job " +
+                                std::to_string(j.id.value) +
+                                ", which is not in the jobs table");
+      }
+    });
+    GANDIVA_RETURN_IF_ERROR(missing);
+    compacted_seq = row.seq;
+    compacted_events_left = true;  // a crash may have left some
+    clock_us = std::max(clock_us, row.time_us);
+  }
+  // Replay: the same events give the same state; the actions were carried
+  // out (or were under way) before the restart.
+  int64_t replayed = 0;
+  GANDIVA_RETURN_IF_ERROR(store->ForEachEvent(
+      [&](const EventRow& e) {
+        auto body = DecodeEvent(e.json);
+        if (!body.ok()) {
+          return core::IoError("event log entry " + std::to_string(e.seq) +
+                               ": " + body.status().message());
+        }
+        if (const auto* arrived = std::get_if<core::JobArrived>(&*body)) {
+          if (Extra(arrived->id.value) == nullptr) {
+            return core::IoError("event log entry " + std::to_string(e.seq) +
+                                 ": job " + std::to_string(arrived->id.value) +
+                                 " is not in the jobs table");
+          }
+        }
+        clock_us = std::max(clock_us, e.time_us);
+        std::vector<core::Action> actions;
+        (void)sched->Handle(
+            core::Event{core::Time::FromMicros(e.time_us), *body}, actions);
+        AfterHandle(*body, actions, /*live=*/false);
+        ++replayed;
+        return core::Status::Ok();
+      },
+      compacted_seq));
+  events_since_compaction = replayed;
+  // Jobs the core forgot whose rows are not archived yet (the daemon
+  // stopped between writing the snapshot and archiving them).
+  std::vector<int32_t> forgotten;
+  for (const auto& [id, x] : extras) {
+    if (st().forgotten(JobId(id))) forgotten.push_back(id);
+  }
+  if (!forgotten.empty()) {
+    std::erase_if(unsettling, [&](const auto& e) {
+      return st().forgotten(JobId(e.first));
+    });
+    DropForgotten(forgotten, /*archive=*/true);
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(extras.size());
+  for (const auto& [id, x] : extras) ids.push_back(id);
+  NoteSubmitted(ids);  // those the snapshot held
+  // Every job is dirty (new records): from here on the core says which
+  // it changes.
+  sched->TrackChangedJobs();
+  if (replayed > 0 || compacted_seq > 0) {
+    Warn("recovered from " + StoreName() + ": " +
+         (compacted_seq > 0 ? "a snapshot of events 1-" +
+                                  std::to_string(compacted_seq) + ", then "
+                            : std::string()) +
+         "replayed " + std::to_string(replayed) + " events, " +
+         std::to_string(extras.size()) + " jobs, " +
+         std::to_string(agents.size()) +
+         " servers; waiting for agents to register again");
+  }
+  return core::Status::Ok();
+}
+
+void SchedulerServer::Impl::ArriveUnarrived() {
+  std::vector<core::EventBody> arrived;
+  const int64_t now = Now();
+  for (auto& [id, x] : extras) {
+    if (!st().has_job(JobId(id))) {
+      core::JobArrived e{JobId(id), ToCoreSpec(x.spec)};
+      if (x.has_written && x.written.submitted_us > 0 &&
+          x.written.submitted_us <= now) {
+        e.submitted = core::Time::FromMicros(x.written.submitted_us);
+      }
+      arrived.push_back(std::move(e));
+    }
+  }
+  (void)FeedTogether(std::move(arrived));
+}
+
+void SchedulerServer::Impl::CordonAwaiting() {
+  const core::Cluster& c = st().cluster();
+  std::vector<AgentConn*> awaited;
+  std::vector<core::EventBody> cordons;
+  for (AgentConn& a : agents) {
+    if (a.link != AgentConn::Link::kAwaiting || a.id.value >= c.num_servers()) {
+      continue;
+    }
+    const core::Server& s = c.server(a.id);
+    if (!s.up || s.cordoned) continue;
+    cordons.push_back(core::CordonRequest{a.id, true});
+    awaited.push_back(&a);
+  }
+  (void)FeedTogether(std::move(cordons));
+  std::string names;
+  for (AgentConn* a : awaited) {
+    // Not cordoned: its event could not be logged (and was not handled).
+    if (!c.server(a->id).cordoned) continue;
+    a->away_cordon = true;
+    a->row_dirty = true;
+    names += (names.empty() ? "'" : ", '") + a->name + "'";
+  }
+  if (!names.empty()) {
+    Log("cordoned the servers of " + names +
+        " until their agents register with this daemon (declared down if "
+        "not within " +
+        Seconds(opts.agent_timeout_s + opts.agent_grace_s) + ")");
+  }
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,588 @@
+// Users' requests (submit, kill, suspend, resume, priority, mechanisms,
+// drain), and the gRPC service adapters, which check a request, run it on
+// the loop (Call) or read the published snapshot, and map the outcome to
+// a gRPC status.
+
+#include "runtime/scheduler/daemon_impl.h"
+
+namespace gandiva::runtime {
+
+core::StatusOr<std::vector<int64_t>> SchedulerServer::Impl::Submit(
+    std::span<const rpc::JobSpec* const> jobs) {
+  std::vector<std::string> jsons;
+  jsons.reserve(jobs.size());
+  for (const rpc::JobSpec* spec : jobs) jsons.push_back(SpecToJson(*spec));
+  const int64_t now = Now();
+  const Store::Inserted in = store->InsertJobs(jsons, now);
+  if (in.count == 0) {
+    return in.status.ok() ? core::InvalidArgument("no jobs to submit")
+                          : in.status;
+  }
+  const int64_t last = in.first_id + static_cast<int64_t>(in.count) - 1;
+  if (last >= (int64_t{1} << 31)) {
+    return core::Status(core::StatusCode::kInternal, "job ids exhausted");
+  }
+  std::vector<int64_t> ids;
+  std::vector<core::EventBody> arrived;
+  ids.reserve(in.count);
+  arrived.reserve(in.count);
+  for (size_t i = 0; i < in.count; ++i) {
+    const auto id = static_cast<int32_t>(in.first_id + i);
+    ids.push_back(id);
+    AddExtra(id, *jobs[i], jsons[i]);
+    arrived.push_back(core::JobArrived{JobId(id), ToCoreSpec(*jobs[i])});
+  }
+  (void)FeedTogether(std::move(arrived));
+  if (!in.status.ok()) {
+    return core::Status(
+        in.status.code(),
+        "stored " + std::to_string(in.count) + " of the " +
+            std::to_string(jobs.size()) + " jobs (ids " +
+            std::to_string(in.first_id) + "-" + std::to_string(last) +
+            ", submitted), not the others: " + in.status.message());
+  }
+  return ids;
+}
+
+core::Status SchedulerServer::Impl::CheckLiveJob(int64_t id) const {
+  if (id > 0 && id < (int64_t{1} << 31) &&
+      st().forgotten(JobId(static_cast<int32_t>(id)))) {
+    return core::FailedPrecondition("job " + std::to_string(id) +
+                                    " already ended (archived)");
+  }
+  if (!LiveJob(id)) return core::NotFound("no job " + std::to_string(id));
+  const core::Job& j = st().job(JobId(static_cast<int32_t>(id)));
+  if (core::IsTerminal(j.state)) {
+    return core::FailedPrecondition(
+        "job " + std::to_string(id) + " already ended (" +
+        std::string(core::JobStateName(j.state)) + ")");
+  }
+  return core::Status::Ok();
+}
+
+std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
+    std::span<const int64_t> ids, bool kill, bool hold,
+    const std::string& reason) {
+  std::vector<core::Status> out(ids.size());
+  std::vector<core::EventBody> events;
+  std::vector<size_t> fed;          // the index in `ids` of each event's job
+  std::map<int64_t, size_t> first;  // by job id: its first index
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    if (!first.emplace(id, i).second) continue;
+    core::Status& result = out[i];
+    result = CheckLiveJob(id);
+    if (!result.ok()) continue;
+    const JobId job(static_cast<int32_t>(id));
+    if (kill) {
+      events.push_back(
+          core::KillRequest{job, reason.empty() ? "killed by user" : reason});
+    } else {
+      const core::Job& j = st().job(job);
+      if (!hold && !j.held) {
+        result = core::FailedPrecondition("job " + std::to_string(id) +
+                                          " is not suspended by an operator");
+        continue;
+      }
+      if (hold && j.held) continue;
+      History(job.value, hold ? "hold" : "release", true, 0,
+              hold ? "suspended by operator" : "resumed by operator");
+      events.push_back(core::HoldRequest{job, hold});
+    }
+    fed.push_back(i);
+  }
+  const std::vector<core::Status> handled = FeedTogether(std::move(events));
+  for (size_t k = 0; k < fed.size(); ++k) out[fed[k]] = handled[k];
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = out[first.at(ids[i])];
+  return out;
+}
+
+core::Status SchedulerServer::Impl::Mechanism(const core::MechanismRequest& m,
+                                              const std::string& label) {
+  GANDIVA_RETURN_IF_ERROR(CheckLiveJob(m.job.value));
+  GANDIVA_RETURN_IF_ERROR(sched->Check(m));
+  using K = core::MechanismRequest::Kind;
+  const int32_t id = m.job.value;
+  const JobExtra& x = *Extra(id);
+  const core::Job& j = st().job(m.job);
+  bool moves = m.kind == K::kMigrate || m.kind == K::kResize;
+  if (m.kind == K::kPack && LiveJob(m.with.value)) {
+    moves = j.gpus != st().job(m.with).gpus;
+  }
+  if (moves && j.launched && x.proc.gang() && !x.progress.uses_library()) {
+    return core::FailedPrecondition(
+        "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
+        std::to_string(id) +
+        ": it spans servers and does not use the gandiva job-side "
+        "library (a multi-server job moves by restarting every part from "
+        "the checkpoint its rank 0 saves)");
+  }
+  if (moves && j.launched && x.proc.exists && !x.progress.uses_library() &&
+      !x.spec.restartable()) {
+    // Only CRIU can move it: it must work where the job is and where it
+    // goes.
+    const std::string head =
+        "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
+        std::to_string(id) +
+        ": it does not use the gandiva job-side library, is not "
+        "declared restartable, and ";
+    if (m.kind == K::kResize) {
+      return core::FailedPrecondition(
+          head + "CRIU can move a process but not change its world size");
+    }
+    std::vector<ServerId> ends = {x.proc.server};
+    if (m.kind == K::kMigrate) ends.push_back(m.server);
+    if (m.kind == K::kPack) {
+      if (const JobExtra* w = Extra(m.with.value); w && w->proc.exists) {
+        ends.push_back(w->proc.server);
+      }
+    }
+    for (ServerId s : ends) {
+      if (s.value < 0 || static_cast<size_t>(s.value) >= agents.size()) {
+        continue;  // the core's check names a bad server
+      }
+      const AgentConn& a = agents[static_cast<size_t>(s.value)];
+      if (!a.caps.criu()) {
+        return core::FailedPrecondition(
+            head + "CRIU is not usable on " + a.name + " (" +
+            (a.caps.criu_detail().empty() ? "not checked"
+                                          : a.caps.criu_detail()) +
+            ")");
+      }
+    }
+  }
+  GANDIVA_RETURN_IF_ERROR(Feed(m));
+  History(id, "request", true, 0, "operator: " + label);
+  return core::Status::Ok();
+}
+
+core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
+    const rpc::DrainRequest& r) {
+  auto it = agent_by_name.find(r.server());
+  if (it == agent_by_name.end() || it->second >= st().cluster().num_servers()) {
+    return core::NotFound("field 'server': no server named '" + r.server() +
+                          "'");
+  }
+  const ServerId sid(it->second);
+  rpc::DrainReply reply;
+  GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{sid, !r.undo()}));
+  // The operator's from now on: it stays as they left it when an away
+  // agent comes back.
+  if (AgentConn& a = agents[static_cast<size_t>(sid.value)]; a.away_cordon) {
+    a.away_cordon = false;
+    a.row_dirty = true;
+  }
+  Log("server " + r.server() + (r.undo() ? " opened" : " cordoned"));
+  if (r.undo() || r.cordon_only()) return reply;
+  const core::Cluster& c = st().cluster();
+  std::set<int32_t> placed;
+  for (core::GpuId g : c.GpusOf(sid)) {
+    for (JobId j : c.gpu(g).jobs) placed.insert(j.value);
+  }
+  std::set<int32_t> unpacking;
+  for (int32_t id : placed) {
+    rpc::DrainedJob* d = reply.add_jobs();
+    d->set_job_id(id);
+    if (const JobId peer = st().job(JobId(id)).packed_with; peer.valid()) {
+      const std::string with = "packed with job " + std::to_string(peer.value);
+      if (unpacking.count(peer.value)) {
+        d->set_reason(with +
+                      ", which this drain unpacks: drain again to "
+                      "move it");
+        continue;
+      }
+      core::MechanismRequest m;
+      m.kind = core::MechanismRequest::Kind::kUnpack;
+      m.job = JobId(id);
+      const core::Status s = Mechanism(m, "drain " + r.server());
+      if (!s.ok()) {
+        d->set_reason(with + ": " + s.message());
+        continue;
+      }
+      unpacking.insert(id);
+      d->set_unpacking(true);
+      d->set_reason(with + ": unpacking it; drain again to move them");
+      continue;
+    }
+    // Open servers, the most room (GPUs no running job holds) first.
+    std::vector<std::pair<int, int32_t>> targets;
+    for (const core::Server& s : c.servers()) {
+      if (s.id == sid || !s.up || s.cordoned) continue;
+      int idle = 0;
+      for (core::GpuId g : c.GpusOf(s.id)) idle += c.gpu(g).active == 0;
+      targets.emplace_back(-idle, s.id.value);
+    }
+    std::sort(targets.begin(), targets.end());
+    if (targets.empty()) {
+      d->set_reason("no other server is up and open");
+      continue;
+    }
+    for (const auto& target : targets) {
+      const int32_t to = target.second;
+      core::MechanismRequest m;
+      m.kind = core::MechanismRequest::Kind::kMigrate;
+      m.job = JobId(id);
+      m.server = ServerId(to);
+      const core::Status s = Mechanism(m, "drain " + r.server());
+      if (s.ok()) {
+        d->set_moved_to(agents[static_cast<size_t>(to)].name);
+        d->clear_reason();
+        break;
+      }
+      if (d->reason().empty()) d->set_reason(s.message());
+    }
+  }
+  return reply;
+}
+
+core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
+                                                           int32_t priority) {
+  GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
+  const auto job = static_cast<int32_t>(id);
+  const int32_t was = st().job(JobId(job)).spec.priority;
+  if (was == priority) return was;
+  GANDIVA_RETURN_IF_ERROR(Feed(core::PriorityRequest{JobId(job), priority}));
+  History(job, "priority", true, 0,
+          "priority " + std::to_string(was) + " -> " +
+              std::to_string(priority) + ", set by an operator");
+  return was;
+}
+
+grpc::Status SchedulerServer::Impl::RegisterAgent(
+    grpc::ServerContext*, const rpc::RegisterAgentRequest* req,
+    rpc::RegisterAgentReply* rep) {
+  auto r = Call<core::StatusOr<int32_t>>(
+      [this, req] { return RegisterAgent(*req); });
+  if (!r) return Unavailable();
+  if (!r->ok()) return ToGrpc(r->status());
+  rep->set_server_id(**r);
+  rep->set_cluster_id(cluster_id);
+  return grpc::Status::OK;
+}
+
+std::string SchedulerServer::Impl::CheckSpec(const rpc::JobSpec& spec) {
+  std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
+  if (err.empty() && spec.command().empty()) {
+    err = "field 'command': must not be empty";
+  }
+  if (err.empty() && !spec.workdir().empty() &&
+      !std::filesystem::path(spec.workdir()).is_absolute()) {
+    err = "field 'workdir': must be an absolute path, got '" + spec.workdir() +
+          "'";
+  }
+  return err;
+}
+
+grpc::Status SchedulerServer::Impl::Submit(grpc::ServerContext*,
+                                           const rpc::SubmitRequest* req,
+                                           rpc::SubmitReply* rep) {
+  if (std::string err = CheckSpec(req->spec()); !err.empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, err};
+  }
+  auto r = Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
+    const rpc::JobSpec* spec = &req->spec();
+    return Submit(std::span<const rpc::JobSpec* const>(&spec, 1));
+  });
+  if (!r) return Unavailable();
+  if (!r->ok()) return ToGrpc(r->status());
+  rep->set_job_id((**r)[0]);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServer::Impl::SubmitJobs(
+    grpc::ServerContext*, const rpc::SubmitJobsRequest* req,
+    rpc::SubmitJobsReply* rep) {
+  const int n = req->specs_size();
+  if (n == 0) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "field 'specs': is empty"};
+  }
+  if (n > kMaxJobsPerSubmit) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'specs': at most " + std::to_string(kMaxJobsPerSubmit) +
+                " jobs in one request, got " + std::to_string(n)};
+  }
+  for (int i = 0; i < n; ++i) {
+    const rpc::JobSpec& spec = req->specs(i);
+    if (std::string err = CheckSpec(spec); !err.empty()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "spec " + std::to_string(i + 1) + " of " + std::to_string(n) +
+                  " ('" + spec.name() + "'): " + err +
+                  "; no job was submitted"};
+    }
+  }
+  auto r = Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
+    return Submit(std::span<const rpc::JobSpec* const>(
+        req->specs().data(), static_cast<size_t>(req->specs_size())));
+  });
+  if (!r) return Unavailable();
+  if (!r->ok()) return ToGrpc(r->status());
+  for (int64_t id : **r) rep->add_job_ids(id);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServer::Impl::ListJobs(grpc::ServerContext*,
+                                             const rpc::ListJobsRequest* req,
+                                             rpc::ListJobsReply* rep) {
+  for (int k = 0; k < req->states_size(); ++k) {
+    if (!rpc::JobState_IsValid(req->states(k))) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              "field 'states': " + std::to_string(req->states(k)) +
+                  " is not a job state"};
+    }
+  }
+  if (req->max_jobs() < 0 || req->max_jobs() > kMaxJobsPerPage) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'max_jobs': " + std::to_string(req->max_jobs()) +
+                " is not between 0 and " + std::to_string(kMaxJobsPerPage)};
+  }
+  if (req->after_id() == 0) {
+    const std::shared_ptr<const Snapshot> sn = Snap();
+    if (sn->lost_ids) rep->set_lost_jobs(FormatIdRanges(*sn->lost_ids));
+  }
+  const std::set<int> states(req->states().begin(), req->states().end());
+  const bool ended_too =
+      req->all() || std::any_of(states.begin(), states.end(), EndState);
+  const int max_jobs =
+      req->max_jobs() == 0 ? kDefaultJobsPerPage : req->max_jobs();
+  auto matches = [&](const rpc::JobInfo& info, const rpc::JobSpec& sp) {
+    if (EndState(info.state()) && !ended_too) return false;
+    if (!states.empty() && !states.contains(info.state())) return false;
+    if (!req->owner().empty() && sp.owner() != req->owner()) return false;
+    return req->name().empty() ||
+           ::fnmatch(req->name().c_str(), sp.name().c_str(), 0) == 0;
+  };
+  // The archived jobs that match, read first (and outside the lock): a
+  // job archived meanwhile is in memory too until the loop drops it, and
+  // the memory's wins. The page holds none past `bound`, the last id
+  // read from the archive (the largest id: all of it).
+  std::vector<rpc::JobInfo> archived;
+  int64_t bound = std::numeric_limits<int64_t>::max();
+  if (req->archived() && ended_too) {
+    // A name without wildcards is looked up (SQLite: by an index).
+    const std::optional<std::string> exact = LiteralPattern(req->name());
+    int64_t cursor = req->after_id();
+    int64_t read = 0;
+    for (bool more = true; more;) {
+      auto rows = store->LoadArchivedJobs(cursor, kArchivedReadChunk, exact);
+      if (!rows.ok()) return ToGrpc(rows.status());
+      for (const JobRow& row : *rows) {
+        cursor = row.id;
+        ++read;
+        rpc::JobInfo info = InfoOfArchived(row);
+        if (matches(info, info.spec())) archived.push_back(std::move(info));
+        if (static_cast<int>(archived.size()) >= max_jobs ||
+            read >= kMaxArchivedReadPerPage) {
+          bound = cursor;
+          more = false;
+          break;
+        }
+      }
+      if (static_cast<int>(rows->size()) < kArchivedReadChunk) more = false;
+    }
+  }
+  auto s = Snap();
+  std::lock_guard lock(settled_mu);
+  size_t bytes = 0;
+  // Adds a job that matches; false once the page is full (it is left
+  // for the next page).
+  auto put = [&](rpc::JobInfo out) {
+    const size_t size = out.ByteSizeLong();
+    if (rep->jobs_size() >= max_jobs ||
+        (rep->jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+      rep->set_next_after_id(rep->jobs(rep->jobs_size() - 1).id());
+      return false;
+    }
+    bytes += size;
+    *rep->add_jobs() = std::move(out);
+    return true;
+  };
+  // The snapshot's jobs, the settled ones and the archived ones, each in
+  // id order from after_id; a job in several is the snapshot's, else the
+  // settled one.
+  constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
+  auto a = std::upper_bound(
+      s->jobs.begin(), s->jobs.end(), req->after_id(),
+      [](int64_t key, const auto& entry) { return key < entry.first; });
+  auto b = ended_too ? settled_jobs.upper_bound(req->after_id())
+                     : settled_jobs.end();
+  auto c = archived.begin();
+  for (;;) {
+    const int64_t ia = a != s->jobs.end() ? a->first : kEnd;
+    const int64_t ib = b != settled_jobs.end() ? b->first : kEnd;
+    const int64_t ic = c != archived.end() ? c->id() : kEnd;
+    const int64_t id = std::min({ia, ib, ic});
+    if (id == kEnd || id > bound) {
+      // All read; or more of the archive is to be read from `bound` on.
+      if (bound != kEnd) rep->set_next_after_id(bound);
+      break;
+    }
+    bool more = true;
+    if (id == ia || id == ib) {
+      const rpc::JobInfo& info = id == ia ? *a->second : b->second;
+      auto spec = specs.find(id);
+      const rpc::JobSpec& sp = spec != specs.end()
+                                   ? *spec->second
+                                   : rpc::JobSpec::default_instance();
+      if (matches(info, sp)) more = put(WithSpec(info, s->queue.get()));
+    } else {
+      more = put(*c);
+    }
+    if (!more) break;
+    if (ia == id) ++a;
+    if (ib == id) ++b;
+    if (ic == id) ++c;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServer::Impl::GetJob(grpc::ServerContext*,
+                                           const rpc::JobIdRequest* req,
+                                           rpc::JobInfo* rep) {
+  auto s = Snap();
+  {
+    std::lock_guard lock(settled_mu);
+    if (const rpc::JobInfo* info = s->Find(req->job_id())) {
+      *rep = WithSpec(*info, s->queue.get());
+    } else {
+      auto st = settled_jobs.find(req->job_id());
+      if (st != settled_jobs.end()) *rep = WithSpec(st->second);
+    }
+  }
+  if (rep->id() == 0) {
+    // Forgotten (--keep-ended-jobs), or never submitted.
+    auto row = store->LoadJob(req->job_id());
+    if (!row.ok()) return ToGrpc(row.status());
+    if (!row->has_value()) {
+      const int64_t id = req->job_id();
+      if (auto lost =
+              s->lost_ids ? FindIdRange(*s->lost_ids, id) : std::nullopt) {
+        return {grpc::StatusCode::NOT_FOUND,
+                "job " + std::to_string(id) +
+                    " is not in this store: it was submitted after the "
+                    "backup the store was restored from (" +
+                    (lost->first == lost->second
+                         ? std::string("its id is")
+                         : "ids " + std::to_string(lost->first) + "-" +
+                               std::to_string(lost->second) + " are") +
+                    " not given again)"};
+      }
+      // Ids are dense (but for those a restore lost, above): one handed
+      // out and no longer stored was deleted.
+      const bool deleted = id > 0 && id < s->job_id_limit;
+      return {grpc::StatusCode::NOT_FOUND,
+              deleted ? "job " + std::to_string(id) +
+                            " ended and its record was deleted "
+                            "(--keep-archived-for)"
+                      : "no job " + std::to_string(id)};
+    }
+    *rep = InfoOfArchived(**row);
+  }
+  auto h = store->History(req->job_id());
+  if (!h.ok()) return ToGrpc(h.status());
+  for (const HistoryRow& row : *h) {
+    rpc::HistoryEntry* e = rep->add_history();
+    e->set_time_us(row.time_us);
+    e->set_action(row.action);
+    e->set_ok(row.ok);
+    e->set_took_us(row.took_us);
+    e->set_detail(row.detail);
+  }
+  {
+    // The same failure still repeating: how often so far.
+    std::lock_guard lock(streak_mu);
+    auto it = streaks.find(static_cast<int32_t>(req->job_id()));
+    if (it != streaks.end() && it->second.repeats > 0) {
+      rpc::HistoryEntry* e = rep->add_history();
+      e->set_time_us(it->second.last_us);
+      e->set_action(it->second.action);
+      e->set_ok(false);
+      e->set_detail(StreakLine(it->second) + " (so far)");
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServer::Impl::ActOnJobsRpc(const rpc::JobsRequest& req,
+                                                 rpc::JobsReply* rep, bool kill,
+                                                 bool hold) {
+  if (req.job_ids_size() > kMaxJobsPerRequest) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'job_ids': " + std::to_string(req.job_ids_size()) +
+                " jobs, at most " + std::to_string(kMaxJobsPerRequest) +
+                " a request"};
+  }
+  auto r = Call<std::vector<core::Status>>([this, &req, kill, hold] {
+    return ActOnJobs(
+        std::span<const int64_t>(req.job_ids().data(),
+                                 static_cast<size_t>(req.job_ids_size())),
+        kill, hold, req.reason());
+  });
+  if (!r) return Unavailable();
+  for (int i = 0; i < req.job_ids_size(); ++i) {
+    rpc::JobOutcome* o = rep->add_outcomes();
+    o->set_job_id(req.job_ids(i));
+    const grpc::Status g = ToGrpc((*r)[static_cast<size_t>(i)]);
+    o->set_code(static_cast<int32_t>(g.error_code()));
+    o->set_error(g.error_message());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerServer::Impl::Migrate(grpc::ServerContext*,
+                                            const rpc::MigrateRequest* req,
+                                            rpc::Empty*) {
+  auto r = Call<core::Status>([this, req] {
+    auto it = agent_by_name.find(req->server());
+    if (it == agent_by_name.end()) {
+      return core::NotFound("field 'server': no server named '" +
+                            req->server() + "'");
+    }
+    core::MechanismRequest m;
+    m.kind = core::MechanismRequest::Kind::kMigrate;
+    m.job = JobId(static_cast<int32_t>(req->job_id()));
+    m.server = ServerId(it->second);
+    return Mechanism(m, "migrate to " + req->server());
+  });
+  return r ? ToGrpc(*r) : Unavailable();
+}
+
+grpc::Status SchedulerServer::Impl::Pack(grpc::ServerContext*,
+                                         const rpc::PackRequest* req,
+                                         rpc::Empty*) {
+  auto r = Call<core::Status>([this, req] {
+    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(req->with_job_id()));
+    core::MechanismRequest m;
+    m.kind = core::MechanismRequest::Kind::kPack;
+    m.job = JobId(static_cast<int32_t>(req->job_id()));
+    m.with = JobId(static_cast<int32_t>(req->with_job_id()));
+    return Mechanism(m, "pack with job " + std::to_string(req->with_job_id()));
+  });
+  return r ? ToGrpc(*r) : Unavailable();
+}
+
+grpc::Status SchedulerServer::Impl::Unpack(grpc::ServerContext*,
+                                           const rpc::JobIdRequest* req,
+                                           rpc::Empty*) {
+  auto r = Call<core::Status>([this, req] {
+    core::MechanismRequest m;
+    m.kind = core::MechanismRequest::Kind::kUnpack;
+    m.job = JobId(static_cast<int32_t>(req->job_id()));
+    return Mechanism(m, "unpack");
+  });
+  return r ? ToGrpc(*r) : Unavailable();
+}
+
+grpc::Status SchedulerServer::Impl::Resize(grpc::ServerContext*,
+                                           const rpc::ResizeRequest* req,
+                                           rpc::Empty*) {
+  auto r = Call<core::Status>([this, req] {
+    core::MechanismRequest m;
+    m.kind = core::MechanismRequest::Kind::kResize;
+    m.job = JobId(static_cast<int32_t>(req->job_id()));
+    m.gpus = req->gpus();
+    return Mechanism(m, "resize to " + std::to_string(req->gpus()) + " GPUs");
+  });
+  return r ? ToGrpc(*r) : Unavailable();
+}
+
+}  // namespace gandiva::runtime
