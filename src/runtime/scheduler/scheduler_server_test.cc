@@ -2577,11 +2577,16 @@ TEST_F(DaemonTest,
   EXPECT_FALSE(HasEntry(cl.Get(j), "suspend", false))
       << cl.Get(j).DebugString();
   agent.HoldSuspends(false);
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }))
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "suspend", true); }))
       << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::SUSPENDED);
   EXPECT_EQ(agent.procs().at(j).state, rpc::SUSPENDED);
   ASSERT_TRUE(cl.Resume(j).ok());
-  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  // The job shows running as soon as the core decides the resume; the
+  // agent's reply (recorded as the resume's outcome) comes after.
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "resume", true); }))
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
   EXPECT_EQ(agent.procs().at(j).state, rpc::RUNNING);
 }
 
