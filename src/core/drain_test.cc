@@ -221,11 +221,17 @@ TEST(DrainTest, ADrainOfAServerTheClusterDoesNotHaveIsRefusedNamingTheField) {
   for (const Server& s : h.state().cluster().servers()) {
     EXPECT_FALSE(s.cordoned) << s.spec.name;
   }
+  // A refused drain leaves no outcome behind, not even the last one's.
+  ASSERT_TRUE(h.TrySend(DrainRequest{ServerId(1)}).ok());
+  ASSERT_EQ(h.scheduler().last_drain().size(), 1u);
+  EXPECT_FALSE(h.TrySend(DrainRequest{ServerId(3)}).ok());
+  EXPECT_TRUE(h.scheduler().last_drain().empty());
 }
 
 // What the daemon did before the core drained: a CordonRequest, then one
 // operator's request per job (an unpack, or a migrate tried on each open
-// server, most idle GPUs first). The drain takes the same actions.
+// server, most idle GPUs first). The drain takes the same actions, where
+// the policy takes none in between (ADrainMovesTheWaitingJobs... below).
 std::vector<Action> DrainByRequests(Harness& h, ServerId sid) {
   std::vector<Action> all = h.Send(CordonRequest{sid, true});
   const Cluster& c = h.state().cluster();
