@@ -120,6 +120,37 @@ TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
   EXPECT_NE(r.out.find("num_gpus"), std::string::npos) << r.out;
 }
 
+TEST_F(CliSimTest, DrainsAndLosesServersAtSetTimes) {
+  CliRun r = Gandiva(
+      "sim --policy fifo,gandiva --jobs 200 --gpus 64 --no-progress "
+      "--drain 0@3600 --server-down 1@7200,2@7200 --server-up 1@20000 "
+      "--json " +
+      (dir_ / "out.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* policy : {"fifo", "gandiva"}) {
+    const std::string j =
+        Slurp(dir_ / ("out." + std::string(policy) + ".json"));
+    EXPECT_NE(j.find("\"jobs_finished\": 200"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"jobs_lost\": "), std::string::npos) << j;
+    EXPECT_EQ(j.find("\"jobs_lost\": 0,"), std::string::npos) << j;
+  }
+
+  r = Gandiva("sim --jobs 10 --gpus 8 --no-progress --drain 2@10");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--drain: expected SERVER@SECONDS (a server 0..1 and "
+                       "a time in seconds), got '2@10'"),
+            std::string::npos)
+      << r.out;
+  for (const char* bad : {"1", "1@", "@5", "x@5", "1@-3", "1@soon"}) {
+    r = Gandiva("sim --jobs 10 --gpus 8 --no-progress --server-down " +
+                std::string(bad));
+    EXPECT_EQ(r.status, 2) << bad;
+    EXPECT_NE(r.out.find("--server-down: expected SERVER@SECONDS"),
+              std::string::npos)
+        << r.out;
+  }
+}
+
 TEST_F(CliSimTest, ReplaysShippedTraces) {
   const std::string data = GANDIVA_TEST_DATA_DIR;
   CliRun r =

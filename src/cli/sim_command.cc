@@ -2,12 +2,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli/commands.h"
@@ -48,6 +51,10 @@ struct SimFlags {
   bool allow_borrowing = false;
   std::string data_dir;
   bool progress = true;
+  // SERVER@SECONDS each (--drain, --server-down, --server-up).
+  std::vector<std::string> drains;
+  std::vector<std::string> downs;
+  std::vector<std::string> ups;
 };
 
 bool WriteFile(const std::string& path, const std::string& text) {
@@ -69,6 +76,36 @@ std::vector<std::string> Split(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
+}
+
+// `text` as SERVER@SECONDS (a server index below `servers`, a time in
+// seconds from the start): a cluster event of `kind` for flag `flag`.
+core::StatusOr<sim::ClusterEvent> ParseClusterEvent(
+    const std::string& flag, const std::string& text,
+    sim::ClusterEvent::Kind kind, int servers) {
+  const std::string what = flag + ": expected SERVER@SECONDS (a server 0.." +
+                           std::to_string(servers - 1) +
+                           " and a time in seconds), got '" + text + "'";
+  const size_t at = text.find('@');
+  if (at == std::string::npos || at == 0 || at + 1 == text.size()) {
+    return core::InvalidArgument(what);
+  }
+  const std::string server = text.substr(0, at);
+  const std::string when = text.substr(at + 1);
+  char* end = nullptr;
+  const long index = std::strtol(server.c_str(), &end, 10);
+  if (*end != '\0' || index < 0 || index >= servers) {
+    return core::InvalidArgument(what);
+  }
+  const double seconds = std::strtod(when.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(seconds) || seconds < 0) {
+    return core::InvalidArgument(what);
+  }
+  sim::ClusterEvent e;
+  e.kind = kind;
+  e.server = static_cast<int>(index);
+  e.at = core::Time::Zero() + core::Duration::FromSeconds(seconds);
+  return e;
 }
 
 // A progress bar on stderr, shown only on a terminal and only once a run has
@@ -182,6 +219,17 @@ int RunSim(const SimFlags& f) {
     return fail("server topology: " + err);
   }
   so.tick = core::Duration::FromSeconds(f.tick_s);
+  using Kind = sim::ClusterEvent::Kind;
+  for (const auto& [flag, texts, kind] :
+       {std::tuple{"--drain", &f.drains, Kind::kDrain},
+        std::tuple{"--server-down", &f.downs, Kind::kServerDown},
+        std::tuple{"--server-up", &f.ups, Kind::kServerUp}}) {
+    for (const std::string& text : *texts) {
+      auto e = ParseClusterEvent(flag, text, kind, so.servers);
+      if (!e.ok()) return fail(e.status().message());
+      so.cluster_events.push_back(*e);
+    }
+  }
   if (!f.timeline.empty()) so.timeline_every = core::Duration::Seconds(60);
 
   core::PolicyOptions po;
@@ -331,6 +379,17 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
   sim->add_flag("--allow-borrowing", flags->allow_borrowing,
                 "fifo with --vc-quotas: a VC may use idle GPUs beyond its "
                 "quota (never preempting)");
+  sim->add_option("--drain", flags->drains,
+                  "SERVER@SECONDS: drain server SERVER (0..servers-1) at "
+                  "that time: cordon it and move its jobs off (repeatable)")
+      ->delimiter(',');
+  sim->add_option("--server-down", flags->downs,
+                  "SERVER@SECONDS: lose the server then; its jobs start "
+                  "again elsewhere (repeatable)")
+      ->delimiter(',');
+  sim->add_option("--server-up", flags->ups,
+                  "SERVER@SECONDS: bring a lost server back then (repeatable)")
+      ->delimiter(',');
   sim->add_flag("!--no-progress", flags->progress, "No progress bar");
   sim->callback([flags, &exit_code] { exit_code = RunSim(*flags); });
 }

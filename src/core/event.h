@@ -118,6 +118,23 @@ struct CordonRequest {
   bool cordon = true;
 };
 
+// An operator drains a server for maintenance: cordons it (as
+// CordonRequest) and, unless `cordon_only`, moves off the jobs placed on it,
+// in job id order, as operator's requests (MechanismRequest) would: a job
+// packed with another is unpacked (its partner, when this drain unpacks it
+// already, stays: a later drain moves them); any other is migrated to the
+// first open server (up, not cordoned, not this one) that takes it, those
+// with the most idle GPUs (no running job holds them) first, ties to the
+// lower id. The policy decides once, after all of them (requests one by
+// one would let it resume a waiting job on the server between two moves).
+// Scheduler::last_drain() says what became of each job. Refused,
+// changing nothing, for a server id that is not the cluster's. Opening the
+// server again is a CordonRequest{server, false}.
+struct DrainRequest {
+  ServerId server;
+  bool cordon_only = false;
+};
+
 // An operator asks for a mechanism by hand. Refused (kFailedPrecondition,
 // with the reason) when it cannot be carried out now, and the job is left
 // as it was; otherwise the actions are taken at once. The policy may later
@@ -133,10 +150,11 @@ struct MechanismRequest {
 };
 const char* MechanismKindName(MechanismRequest::Kind kind);
 
-using EventBody = std::variant<JobArrived, JobFinished, ProfileReport,
-                               ActionDone, ActionFailed, ServerUp, ServerDown,
-                               Tick, KillRequest, PriorityRequest, HoldRequest,
-                               MechanismRequest, CordonRequest, JobFound>;
+using EventBody =
+    std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
+                 ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
+                 PriorityRequest, HoldRequest, MechanismRequest, CordonRequest,
+                 JobFound, DrainRequest>;
 
 struct Event {
   Time time;

@@ -35,7 +35,7 @@ const char* EventName(const EventBody& body) {
       "JobArrived",    "JobFinished",     "ProfileReport", "ActionDone",
       "ActionFailed",  "ServerUp",        "ServerDown",    "Tick",
       "KillRequest",   "PriorityRequest", "HoldRequest",   "MechanismRequest",
-      "CordonRequest", "JobFound"};
+      "CordonRequest", "JobFound",        "DrainRequest"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -310,6 +310,7 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
         "event time goes backwards: " + std::to_string(event.time.micros()) +
         "us < " + std::to_string(state_.now_.micros()) + "us");
   }
+  last_drain_.clear();
   state_.now_ = event.time;
   GANDIVA_RETURN_IF_ERROR(Apply(event));
   ++state_.counters_.events;
@@ -322,6 +323,8 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
     actions.SetPriority(pr->job, pr->priority);
   } else if (const auto* m = std::get_if<MechanismRequest>(&event.body)) {
     CarryOut(*m, actions);
+  } else if (const auto* d = std::get_if<DrainRequest>(&event.body)) {
+    Drain(*d, actions);
   }
   // A held job that is running with nothing under way is suspended now
   // (after the hold itself, or once its start or resume completes).
@@ -497,6 +500,11 @@ Status Scheduler::Apply(const Event& event) {
                               std::to_string(e.server.value));
             }
             state_.cluster_.SetCordoned(e.server, e.cordon);
+            return Status::Ok();
+          },
+          [&](const DrainRequest& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(CheckDrain(e));
+            state_.cluster_.SetCordoned(e.server, true);
             return Status::Ok();
           },
           [&](const HoldRequest& e) -> Status {

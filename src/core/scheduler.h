@@ -11,6 +11,7 @@
 // one thread calls Handle (the simulator's loop or the daemon's event loop).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -46,6 +47,21 @@ inline constexpr Duration kMaxStartRetryDelay = Duration::Seconds(300);
 // (Job::start_failed_on), the latest.
 inline constexpr int kMaxStartFailedServers = 8;
 
+// What a DrainRequest did with one job placed on the drained server.
+struct DrainOutcome {
+  enum class Kind : uint8_t {
+    kMoving,     // its Migrate to `to` is under way (a Start there, for a
+                 // job that never ran)
+    kUnpacking,  // packed: its Unpack is under way; a later drain moves it
+    kStays,      // left where it is; `reason` says why
+  };
+  JobId job;
+  Kind kind = Kind::kStays;
+  ServerId to;         // kMoving: the server it goes to
+  std::string reason;  // kUnpacking, kStays: why, for the operator
+};
+const char* DrainOutcomeKindName(DrainOutcome::Kind kind);
+
 class Scheduler {
  public:
   Scheduler(std::unique_ptr<Policy> policy, SchedulerOptions options = {});
@@ -67,6 +83,12 @@ class Scheduler {
   }
 
   const ClusterState& state() const { return state_; }
+
+  // What the last event Handle accepted did with each job placed on the
+  // server, if it was a DrainRequest: one outcome per job, in job id order
+  // (none for a cordon_only drain, nor for a server with no job). Empty
+  // after any other event, a refused one included, and after a Restore.
+  const std::vector<DrainOutcome>& last_drain() const { return last_drain_; }
 
   // From now on, notes every job that handling an event may change (with
   // repeats, in no particular order), for a caller that keeps something
@@ -109,6 +131,16 @@ class Scheduler {
   Status PlanMechanism(const MechanismRequest& m,
                        std::vector<GpuId>* gpus) const;
   void CarryOut(const MechanismRequest& m, Actions& actions);
+  // DrainRequest (core/drain.cc). Apply checks the server and cordons it;
+  // Drain then decides for each job placed there, into last_drain_.
+  Status CheckDrain(const DrainRequest& d) const;
+  void Drain(const DrainRequest& d, Actions& actions);
+  DrainOutcome DrainPacked(JobId id, std::vector<JobId>& unpacking,
+                           Actions& actions);
+  DrainOutcome DrainMove(JobId id, ServerId from, Actions& actions);
+  // The open servers other than `from`, most idle GPUs first, ties to the
+  // lower id: where a drain tries to move a job, in order.
+  std::vector<ServerId> DrainTargets(ServerId from) const;
   void OnJobEnded(Job& job, JobState end);
   void OnActionDone(Job& job, const ActionDone& done);
   void OnActionFailed(Job& job, const ActionFailed& failed);
@@ -134,6 +166,7 @@ class Scheduler {
   SchedulerOptions options_;
   ClusterState state_;
   std::vector<JobId> changed_;  // TrackChangedJobs
+  std::vector<DrainOutcome> last_drain_;
   int64_t next_action_ = 1;
 };
 

@@ -383,6 +383,7 @@ Status Scheduler::Restore(std::string_view bytes) {
     state_.ForEachJob([&](const Job& j) { touched->push_back(j.id); });
   }
   next_action_ = next_action;
+  last_drain_.clear();
   return Status::Ok();
 }
 

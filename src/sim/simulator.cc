@@ -27,7 +27,8 @@ enum class EvKind : uint8_t {
   kActionComplete,
   kTick,
   kSample,
-  kProfile
+  kProfile,
+  kCluster,  // arg: the index of a SimOptions::cluster_events entry
 };
 
 struct Ev {
@@ -126,6 +127,13 @@ class World final : public SimControl {
     heap_.push(Ev{t, seq_++, kind, job, arg});
   }
   core::Status Send(core::EventBody body);
+  // Checks SimOptions::cluster_events and queues them.
+  core::Status ScheduleClusterEvents();
+  // Feeds one to the core.
+  core::Status ApplyClusterEvent(const ClusterEvent& ce);
+  // Stops the jobs placed on a server about to be lost (the core requeues
+  // them when it learns of the loss; nothing is sent to the world).
+  void StopJobsOn(core::ServerId server);
   // Replaces the core by a new one restored from its snapshot.
   core::Status RestoreFromSnapshot();
   void Execute(const Action& a);
@@ -167,7 +175,66 @@ class World final : public SimControl {
   core::Rng noise_{core::Rng::Derive(options_.seed, 0x70f11e)};
   int64_t pack_failures_ = 0;
   int64_t events_since_snapshot_ = 0;
+  int64_t cluster_events_left_ = 0;  // queued, not yet fed
+  int64_t jobs_lost_ = 0;
 };
+
+core::Status World::ScheduleClusterEvents() {
+  const std::vector<ClusterEvent>& events = options_.cluster_events;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const ClusterEvent& ce = events[i];
+    const std::string field = "cluster_events[" + std::to_string(i) + "]: ";
+    if (ce.server < 0 || ce.server >= options_.servers) {
+      return core::InvalidArgument(
+          field + "field 'server': no server " + std::to_string(ce.server) +
+          " (the cluster has " + std::to_string(options_.servers) + ")");
+    }
+    if (ce.at < Time::Zero()) {
+      return core::InvalidArgument(
+          field + "field 'at': " + std::to_string(ce.at.micros()) +
+          "us is before the start");
+    }
+    Push(ce.at.micros(), EvKind::kCluster, -1, static_cast<int64_t>(i));
+  }
+  cluster_events_left_ = static_cast<int64_t>(events.size());
+  return core::Status::Ok();
+}
+
+core::Status World::ApplyClusterEvent(const ClusterEvent& ce) {
+  const core::ServerId id(ce.server);
+  switch (ce.kind) {
+    case ClusterEvent::Kind::kDrain:
+      return Send(core::DrainRequest{id, ce.cordon_only});
+    case ClusterEvent::Kind::kServerDown:
+      StopJobsOn(id);
+      return Send(core::ServerDown{id});
+    case ClusterEvent::Kind::kServerUp:
+      return Send(core::ServerUp{core::ServerSpec(), id});
+  }
+  return core::InvalidArgument("unknown cluster event");
+}
+
+void World::StopJobsOn(core::ServerId server) {
+  const core::Cluster& cluster = scheduler_.state().cluster();
+  std::vector<int32_t> lost;
+  for (core::GpuId g : cluster.GpusOf(server)) {
+    for (JobId id : cluster.gpu(g).jobs) lost.push_back(id.value);
+  }
+  std::sort(lost.begin(), lost.end());
+  lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
+  for (int32_t j : lost) {
+    SimJob& s = jobs_[j];
+    if (s.ended) continue;
+    // Training or in a mechanism: it counted as busy (as a kill).
+    if (s.rate > 0 || s.pending != ActionKind::kNone) --busy_jobs_;
+    SetRate(j, 0);
+    // What was under way there never completes.
+    s.pending = ActionKind::kNone;
+    s.pending_action = 0;
+    s.pending_fails = false;
+    ++jobs_lost_;
+  }
+}
 
 core::Status World::RestoreFromSnapshot() {
   if (!options_.snapshot_policy) {
@@ -475,6 +542,7 @@ core::StatusOr<SimResult> World::Run() {
   if (options_.tick > Duration())
     Push(options_.tick.micros(), EvKind::kTick, -1, 0);
   if (options_.timeline_every > Duration()) Push(0, EvKind::kSample, -1, 0);
+  GANDIVA_RETURN_IF_ERROR(ScheduleClusterEvents());
 
   int64_t idle_ticks = 0;
   const auto all_done = [&] {
@@ -597,7 +665,8 @@ core::StatusOr<SimResult> World::Run() {
           kills_.clear();
           priorities_.clear();
         }
-        if (AllArrived() && busy_jobs_ == 0 && !acted_) {
+        if (AllArrived() && busy_jobs_ == 0 && !acted_ &&
+            cluster_events_left_ == 0) {
           if (++idle_ticks >= options_.max_idle_ticks) break;
         } else {
           idle_ticks = 0;
@@ -619,6 +688,11 @@ core::StatusOr<SimResult> World::Run() {
             m.utilization * std::min(1.0, s.rate / s.iso_rate)}));
         break;
       }
+      case EvKind::kCluster:
+        --cluster_events_left_;
+        GANDIVA_RETURN_IF_ERROR(ApplyClusterEvent(
+            options_.cluster_events[static_cast<size_t>(ev.arg)]));
+        break;
       case EvKind::kSample:
         Sample();
         if (!all_done()) {
@@ -698,6 +772,7 @@ core::StatusOr<SimResult> World::Run() {
   r.pack_failures = pack_failures_;
   r.grows = c.grows;
   r.shrinks = c.shrinks;
+  r.jobs_lost = jobs_lost_;
   r.events = c.events;
   r.per_job = std::move(results_);
   r.timeline = std::move(timeline_);
@@ -750,6 +825,7 @@ std::string ResultJson(const SimResult& r) {
   j["pack_failures"] = r.pack_failures;
   j["grows"] = r.grows;
   j["shrinks"] = r.shrinks;
+  j["jobs_lost"] = r.jobs_lost;
   j["events"] = r.events;
   j["wall_s"] = r.wall_s;
   return j.dump(2) + "\n";

@@ -71,6 +71,22 @@ class SimControl {
   virtual void SetPriority(size_t job, int priority) = 0;
 };
 
+// A change to the cluster at a set time, fed to the core as the runtime
+// feeds it. kDrain: a DrainRequest (the core cordons the server and moves
+// its jobs off; `cordon_only`: it only cordons it). kServerDown: a
+// ServerDown (the core requeues the jobs placed there; the simulator stops
+// them and they start again where the policy places them, keeping the work
+// they had done, as if checkpointed at the loss). kServerUp: a ServerUp of
+// the server back (after a kServerDown; a drained one stays cordoned).
+struct ClusterEvent {
+  enum class Kind : uint8_t { kDrain, kServerDown, kServerUp };
+  Kind kind = Kind::kDrain;
+  // The server's index: 0 .. servers - 1 (named "server-<index>").
+  int server = 0;
+  core::Time at = core::Time::Zero();
+  bool cordon_only = false;  // kDrain only
+};
+
 struct SimOptions {
   // The cluster: `servers` identical servers. Default 45 x 4 GPUs (the
   // paper's 180-GPU experiment).
@@ -91,6 +107,10 @@ struct SimOptions {
   // running or in a mechanism and this many ticks in a row caused no action.
   // Default 10,000 ticks.
   int64_t max_idle_ticks = 10000;
+  // Drains, losses and returns of servers, in any order (at one time, in
+  // the order given); those after the last job ended are not fed. A server
+  // out of range or a time before zero refuses the run. Default none.
+  std::vector<ClusterEvent> cluster_events;
   // Record the cluster's state every `timeline_every` (0 = never).
   core::Duration timeline_every = core::Duration();
   // Called about every `progress_every_events` events with the share of
@@ -176,6 +196,9 @@ struct SimResult {
   int64_t pack_failures = 0;  // packs that did not fit in GPU memory
   int64_t grows = 0;
   int64_t shrinks = 0;
+  // Jobs placed on a server when it was lost (requeued by the core), each
+  // time it happened.
+  int64_t jobs_lost = 0;
   int64_t events = 0;  // events handled by the core
   int total_gpus = 0;
   double wall_s = 0;

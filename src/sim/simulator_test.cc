@@ -2,6 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/event.h"
 #include "core/policies/registry.h"
 #include "sim/workload/synthetic.h"
 
@@ -258,6 +265,148 @@ TEST_F(SimulatorTest, ACoreRestoredFromSnapshotsRunsTheSame) {
       EXPECT_GT(plain.suspends, 0);
     }
   }
+}
+
+// Where each job is placed, followed from the events and actions the core
+// handled and gave (SimOptions::record).
+struct Placements {
+  int gpus_per_server = 4;
+  std::map<int32_t, std::vector<core::GpuId>> where;  // placed jobs
+
+  int ServerOf(core::GpuId g) const { return g.value / gpus_per_server; }
+  bool On(const std::vector<core::GpuId>& gpus, int server) const {
+    for (core::GpuId g : gpus) {
+      if (ServerOf(g) == server) return true;
+    }
+    return false;
+  }
+  std::set<int32_t> JobsOn(int server) const {
+    std::set<int32_t> out;
+    for (const auto& [job, gpus] : where) {
+      if (On(gpus, server)) out.insert(job);
+    }
+    return out;
+  }
+  // Notes the event's effect on placements (a lost server's jobs are
+  // placed nowhere), then the actions'.
+  void Note(const core::Event& e, const std::vector<core::Action>& actions) {
+    if (const auto* f = std::get_if<core::JobFinished>(&e.body)) {
+      where.erase(f->job.value);
+    }
+    if (const auto* d = std::get_if<core::ServerDown>(&e.body)) {
+      for (int32_t j : JobsOn(d->id.value)) where.erase(j);
+    }
+    for (const core::Action& a : actions) {
+      if (a.kind == core::ActionKind::kKill) where.erase(a.job.value);
+      if (!a.gpus.empty()) where[a.job.value] = a.gpus;
+    }
+  }
+};
+
+// A drain and a server's loss at set times, fed to the core as the daemon
+// feeds them: the drained server's jobs move off it and nothing runs there
+// after; the lost server's jobs are requeued and start again elsewhere; all
+// jobs finish.
+TEST_F(SimulatorTest,
+       ADrainedServerIsEmptiedAndALostServersJobsStartElsewhere) {
+  // 5 servers of 4 GPUs and 8 GPUs of jobs: FIFO's best fit fills servers
+  // 0 and 1, gandiva spreads them; either way both hold jobs (checked).
+  Workload w;
+  w.jobs = {Job("a", 0, 3000, 2), Job("b", 0, 3000), Job("c", 0, 3000),
+            Job("d", 0, 3000, 2), Job("e", 0, 3000), Job("f", 0, 3000),
+            Job("g", 0, 3000),    Job("h", 0, 3000)};
+  SimOptions o = Small(5, 4);
+  o.cluster_events = {
+      {ClusterEvent::Kind::kServerDown, 1,
+       Time::Zero() + Duration::Seconds(1200)},
+      {ClusterEvent::Kind::kDrain, 0, Time::Zero() + Duration::Seconds(600)},
+  };
+  for (const char* policy : {"fifo", "gandiva"}) {
+    SCOPED_TRACE(policy);
+    Placements p;
+    std::set<int32_t> drained, moved, lost, restarted;
+    bool after_drain = false, after_loss = false;
+    std::vector<std::string> on_drained;  // placed on server 0 after it
+    o.record = [&](const core::Event& e,
+                   const std::vector<core::Action>& actions) {
+      if (std::holds_alternative<core::DrainRequest>(e.body)) {
+        drained = p.JobsOn(0);
+        for (const core::Action& a : actions) {
+          if ((a.kind == core::ActionKind::kMigrate ||
+               a.kind == core::ActionKind::kStart) &&
+              !p.On(a.gpus, 0)) {
+            moved.insert(a.job.value);
+          }
+        }
+        after_drain = true;
+      }
+      if (std::holds_alternative<core::ServerDown>(e.body)) {
+        lost = p.JobsOn(1);
+        after_loss = true;
+      }
+      for (const core::Action& a : actions) {
+        if (after_drain && p.On(a.gpus, 0)) {
+          on_drained.push_back(std::string(core::ActionKindName(a.kind)) +
+                               " job " + std::to_string(a.job.value));
+        }
+        if (after_loss && a.kind == core::ActionKind::kStart &&
+            lost.count(a.job.value) && !p.On(a.gpus, 1)) {
+          restarted.insert(a.job.value);
+        }
+      }
+      p.Note(e, actions);
+    };
+    SimResult r = Run(w, policy, o);
+    ASSERT_TRUE(after_drain && after_loss);
+    EXPECT_FALSE(drained.empty()) << "server 0 held nothing to drain";
+    EXPECT_EQ(moved, drained);
+    EXPECT_GE(r.migrations, static_cast<int64_t>(drained.size()));
+    EXPECT_TRUE(on_drained.empty()) << on_drained.front();
+    EXPECT_FALSE(lost.empty()) << "server 1 held nothing to lose";
+    EXPECT_EQ(r.jobs_lost, static_cast<int64_t>(lost.size()));
+    EXPECT_EQ(restarted, lost);
+    EXPECT_EQ(r.jobs_finished, r.jobs);
+    for (int32_t j : lost) {
+      // It lost the time it was not running (a start again), not its work.
+      const JobResult& jr = r.per_job[static_cast<size_t>(j)];
+      EXPECT_GT((jr.finish - jr.submit).seconds(), 3010) << jr.name;
+      EXPECT_LT((jr.finish - jr.submit).seconds(), 3100) << jr.name;
+    }
+  }
+}
+
+// A job on the one server, lost at 100 s and back at 500 s: it starts
+// again then (a new start, 10 s) with the 90 s of work it had done.
+TEST_F(SimulatorTest, AJobOfALostServerStartsAgainWhenTheServerIsBack) {
+  Workload w;
+  w.jobs = {Job("a", 0, 1000, 4)};
+  SimOptions o = Small(1, 4);
+  o.cluster_events = {
+      {ClusterEvent::Kind::kServerDown, 0,
+       Time::Zero() + Duration::Seconds(100)},
+      {ClusterEvent::Kind::kServerUp, 0, Time::Zero() + Duration::Seconds(500)},
+  };
+  for (const char* policy : {"fifo", "gandiva", "tiresias-las"}) {
+    SimResult r = Run(w, policy, o);
+    ASSERT_EQ(r.jobs_finished, 1) << policy;
+    EXPECT_EQ(r.jobs_lost, 1) << policy;
+    EXPECT_EQ(r.starts, 2) << policy;
+    EXPECT_NEAR(r.mean_jct_s, 510 + 910, 1e-3) << policy;
+  }
+}
+
+TEST_F(SimulatorTest, AClusterEventOfAServerTheClusterDoesNotHaveIsRefused) {
+  Workload w;
+  w.jobs = {Job("a", 0, 100)};
+  SimOptions o = Small(2, 4);
+  o.cluster_events = {{ClusterEvent::Kind::kDrain, 0, Time::Zero()},
+                      {ClusterEvent::Kind::kDrain, 2, Time::Zero()}};
+  auto p = core::MakePolicy("fifo");
+  auto r = Simulate(w, *catalog_, std::move(*p), o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "cluster_events[1]: field 'server': no server 2 (the cluster has "
+            "2)");
 }
 
 }  // namespace

@@ -122,6 +122,7 @@ void FifoPolicy::decide(const ClusterState& state, const Event& event,
                        std::holds_alternative<ActionFailed>(event.body) ||
                        std::holds_alternative<ServerUp>(event.body) ||
                        std::holds_alternative<CordonRequest>(event.body) ||
+                       std::holds_alternative<DrainRequest>(event.body) ||
                        std::holds_alternative<JobFound>(event.body) ||
                        std::holds_alternative<ServerDown>(event.body);
   if (!may_fit) return;

@@ -77,6 +77,19 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
             // The operator judged this pair: never re-form it by itself.
             bad_pairs_.insert(PairKey(j.id, j.packed_with));
           }
+        } else if constexpr (std::is_same_v<E, DrainRequest>) {
+          // The server is cordoned, and the core took the drain's moves and
+          // unpacks: as for the same operator's requests one by one.
+          place = true;
+          for (const Action& a : out.taken()) {
+            const Job& j = state.job(a.job);
+            if (a.kind == ActionKind::kMigrate) {
+              freed.insert(freed.end(), j.migrating_from.begin(),
+                           j.migrating_from.end());
+            } else if (a.kind == ActionKind::kUnpack && j.packed_with.valid()) {
+              bad_pairs_.insert(PairKey(j.id, j.packed_with));
+            }
+          }
         }
       },
       event.body);

@@ -125,6 +125,10 @@ std::string EncodeEvent(const core::EventBody& body) {
           [](const core::CordonRequest& e) {
             return json{{"server", e.server.value}, {"cordon", e.cordon}};
           },
+          [](const core::DrainRequest& e) {
+            return json{{"server", e.server.value},
+                        {"cordon_only", e.cordon_only}};
+          },
       },
       body);
   j["kind"] = EventKindName(body);
@@ -235,6 +239,11 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       return core::EventBody(
           core::CordonRequest{core::ServerId(j.at("server").get<int32_t>()),
                               j.at("cordon").get<bool>()});
+    }
+    if (kind == "DrainRequest") {
+      return core::EventBody(
+          core::DrainRequest{core::ServerId(j.at("server").get<int32_t>()),
+                             j.at("cordon_only").get<bool>()});
     }
     return core::InvalidArgument("event: unknown kind '" + kind + "'");
   } catch (const json::exception& e) {

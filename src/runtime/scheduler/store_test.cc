@@ -1096,6 +1096,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
                          core::Duration::Micros(5), "no library", true},
       core::CordonRequest{core::ServerId(1), true},
       core::CordonRequest{core::ServerId(0), false},
+      core::DrainRequest{core::ServerId(1), false},
+      core::DrainRequest{core::ServerId(2), true},
       [&] {
         core::JobArrived e{
             core::JobId(5), spec, {core::GpuId(3), core::GpuId(2)}, true};
@@ -1129,6 +1131,10 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_EQ(found.job, core::JobId(6));
   EXPECT_EQ(found.placed_on, std::vector<core::GpuId>{core::GpuId(1)});
   EXPECT_FALSE(found.suspended);
+  auto drain = std::get<core::DrainRequest>(
+      *DecodeEvent(EncodeEvent(core::DrainRequest{core::ServerId(2), true})));
+  EXPECT_EQ(drain.server, core::ServerId(2));
+  EXPECT_TRUE(drain.cordon_only);
   auto server = std::get<core::ServerUp>(*DecodeEvent(EncodeEvent(up)));
   EXPECT_EQ(server.spec.gpu_memory_gb, 79.5);
   // A log written before servers reported their GPUs' memory.
