@@ -223,6 +223,10 @@ void Cluster::SetUp(ServerId id, bool up) {
   }
 }
 
+void Cluster::SetProcessImagesUnusable(ServerId id, std::string why) {
+  servers_[id.value].spec.process_images_unusable = std::move(why);
+}
+
 void Cluster::SetCordoned(ServerId id, bool cordoned) {
   Server& s = servers_[id.value];
   if (s.cordoned == cordoned) return;
@@ -241,6 +245,7 @@ void Cluster::Save(SnapshotWriter& w) const {
     w.I32(s.spec.sockets);
     w.I32(s.spec.switches_per_socket);
     w.F64(s.spec.gpu_memory_gb);
+    w.Str(s.spec.process_images_unusable);
     w.Bool(s.up);
     w.Bool(s.cordoned);
     w.I32(s.affinity);
@@ -252,7 +257,7 @@ void Cluster::Save(SnapshotWriter& w) const {
   }
 }
 
-Cluster Cluster::Load(SnapshotReader& r) {
+Cluster Cluster::Load(SnapshotReader& r, int32_t version) {
   Cluster c;
   const int64_t n = r.Count(8);
   for (int64_t i = 0; i < n && r.ok(); ++i) {
@@ -262,6 +267,7 @@ Cluster Cluster::Load(SnapshotReader& r) {
     spec.sockets = r.I32();
     spec.switches_per_socket = r.I32();
     spec.gpu_memory_gb = r.F64();
+    if (version >= 5) spec.process_images_unusable = r.Str();
     const bool up = r.Bool();
     const bool cordoned = r.Bool();
     const int affinity = r.I32();

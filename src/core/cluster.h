@@ -37,6 +37,11 @@ struct ServerSpec {
   // (policies then use their own default). Packing checks jobs' measured
   // memory against it.
   double gpu_memory_gb = 0;
+  // Why an image of a process cannot be saved here (CRIU unusable, and
+  // what was found); empty: it can. Jobs carried only so
+  // (Carrier::kProcessImage) move only between servers where it can.
+  // ServerUp of a server coming back brings it up to date.
+  std::string process_images_unusable = {};
 };
 
 // Empty when valid, else names the field and the problem.
@@ -181,12 +186,14 @@ class Cluster {
   void Deactivate(std::span<const GpuId> gpus);
   void SetUp(ServerId id, bool up);
   void SetCordoned(ServerId id, bool cordoned);
+  void SetProcessImagesUnusable(ServerId id, std::string why);
 
   // Snapshots (core/snapshot.h): the servers, and the jobs on each GPU.
   // Load rebuilds the counts and indexes; on bad bytes it fails `r` (and
   // returns an empty cluster).
   void Save(SnapshotWriter& w) const;
-  static Cluster Load(SnapshotReader& r);
+  // `version`: the snapshot's (before 5, no process_images_unusable).
+  static Cluster Load(SnapshotReader& r, int32_t version);
 
  private:
   // Whether new placements may go to `s` (indexed, its free GPUs counted).

@@ -341,5 +341,36 @@ TEST(DrainTest, ADrainMovesTheWaitingJobsThatRequestsOneByOneLeaveBehind) {
                 "migrate job 3 13", "migrate job 8 10", "migrate job 10 14"}));
 }
 
+// A job only an image of its process carries stays on a server that
+// cannot save one, with the reason; the others leave.
+TEST(DrainTest, AJobThatCannotBeCarriedOffStaysWithTheReason) {
+  Harness h(std::make_unique<FifoPolicy>(), 2,
+            ServerSpec{"", 4, 1, 1, 0, "turned off"});
+  const JobId a = h.Submit(1);
+  const JobId b = h.Submit(1);
+  h.Send(CarrierKnown{b, Carrier::kProcessImage});
+  h.CompleteAll();
+  ASSERT_EQ(ServerOf(h, a), 0);
+  ASSERT_EQ(ServerOf(h, b), 0);
+  ASSERT_TRUE(h.TrySend(DrainRequest{ServerId(0)}).ok());
+  const std::vector<DrainOutcome>& out = h.scheduler().last_drain();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].job, a);
+  EXPECT_EQ(out[0].kind, Kind::kMoving);
+  EXPECT_EQ(out[0].to, ServerId(1));
+  EXPECT_EQ(out[1].job, b);
+  EXPECT_EQ(out[1].kind, Kind::kStays);
+  EXPECT_EQ(out[1].reason,
+            "cannot migrate job " + std::to_string(b.value) +
+                ": it does not use the gandiva job-side library, is not "
+                "declared restartable, and CRIU is not usable on s0 (turned "
+                "off)");
+  EXPECT_EQ(CountKind(h.last(), ActionKind::kMigrate), 1);
+  h.CompleteAll();
+  EXPECT_EQ(ServerOf(h, a), 1);
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  EXPECT_EQ(ServerOf(h, b), 0);
+}
+
 }  // namespace
 }  // namespace gandiva::core

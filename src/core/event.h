@@ -97,6 +97,13 @@ struct KillRequest {
   JobId job;
   std::string reason;
 };
+// The world learned how a job's work is carried when it moves (the
+// runtime: the job-side library attached to its process, or the process
+// it runs now has none): the job's spec.carrier from now on.
+struct CarrierKnown {
+  JobId job;
+  Carrier carrier = Carrier::kSelf;
+};
 // A user (or operator) changes a job's priority.
 struct PriorityRequest {
   JobId job;
@@ -154,7 +161,7 @@ using EventBody =
     std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
                  ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
                  PriorityRequest, HoldRequest, MechanismRequest, CordonRequest,
-                 JobFound, DrainRequest>;
+                 JobFound, DrainRequest, CarrierKnown>;
 
 struct Event {
   Time time;

@@ -67,6 +67,18 @@ bool CanTransition(JobState from, JobState to) {
   }
 }
 
+std::string_view CarrierName(Carrier c) {
+  switch (c) {
+    case Carrier::kSelf:
+      return "self";
+    case Carrier::kRestart:
+      return "restart";
+    case Carrier::kProcessImage:
+      return "process-image";
+  }
+  return "unknown";
+}
+
 std::string_view ActionKindName(ActionKind k) {
   switch (k) {
     case ActionKind::kNone:

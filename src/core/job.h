@@ -16,6 +16,24 @@
 
 namespace gandiva::core {
 
+// How a job's work is carried to other GPUs when it is migrated, resized,
+// or packed onto another job's GPUs. The checks apply to a job whose
+// process was launched (one not launched yet simply starts there).
+enum class Carrier : uint8_t {
+  // It saves and restores its own state at a mini-batch boundary (the
+  // gandiva job-side library): it may go anywhere, be resized, and span
+  // servers.
+  kSelf,
+  // It is declared restartable (it starts again from what it saved
+  // itself): it may move and be resized, but not while it spans servers.
+  kRestart,
+  // Only an image of its process carries it (CRIU): between servers that
+  // can save one (ServerSpec::process_images_unusable empty), whole (never
+  // resized), and not while it spans servers.
+  kProcessImage,
+};
+std::string_view CarrierName(Carrier c);
+
 // What a user asks for. Validated by ValidateJobSpec before it is accepted.
 struct JobSpec {
   // Human-readable name; need not be unique.
@@ -38,6 +56,10 @@ struct JobSpec {
   int64_t total_minibatches = 0;
   // The model type when known (the simulator's catalog id; -1 = unknown).
   int32_t model = -1;
+  // How its work is carried when it moves: at first from what the job
+  // declares (the runtime: restartable or not), then as the world learns
+  // more (CarrierKnown: the runtime sees the job-side library attach).
+  Carrier carrier = Carrier::kSelf;
 };
 
 // Empty when valid, else "field 'gpus': must be a power of two, got 3".

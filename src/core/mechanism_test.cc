@@ -300,5 +300,91 @@ TEST(MechanismTest, ACordonedServerTakesNoNewJobsAndIsDrainedByMigrations) {
   }
 }
 
+// A job only an image of its process carries (JobSpec::carrier) moves
+// only between servers that can save one, and is never resized; once the
+// job-side library is seen it moves like any other.
+TEST(MechanismTest, AJobCarriedByItsProcessImageMovesOnlyWhereOneCanBeSaved) {
+  ServerSpec off{"", 4, 1, 1, 0, "turned off"};
+  Harness h(std::make_unique<FifoPolicy>(), 2, off);
+  JobSpec spec;
+  spec.gpus = 1;
+  spec.elastic = true;
+  spec.carrier = Carrier::kProcessImage;
+  const JobId a(100);
+  h.Send(JobArrived{a, spec});
+  h.CompleteAll();
+  const int home = ServerOf(h, a);
+  const int other = 1 - home;
+  const std::string head =
+      "it does not use the gandiva job-side library, is not declared "
+      "restartable, and ";
+  ExpectRefused(h, Migrate(a, other),
+                head + "CRIU is not usable on s" + std::to_string(home) +
+                    " (turned off)");
+  ExpectRefused(h, Resize(a, 2),
+                head + "CRIU can move a process but not change its world size");
+  // Its server can now (its agent came back with CRIU); the other cannot.
+  off.process_images_unusable.clear();
+  h.Send(ServerUp{off, ServerId(home)});
+  ExpectRefused(
+      h, Migrate(a, other),
+      "CRIU is not usable on s" + std::to_string(other) + " (turned off)");
+  h.Send(ServerUp{off, ServerId(other)});
+  ASSERT_TRUE(h.TrySend(Migrate(a, other)).ok());
+  h.CompleteAll();
+  EXPECT_EQ(ServerOf(h, a), other);
+  ExpectRefused(h, Resize(a, 2), "CRIU can move a process");
+  // The library attached: resized like any elastic job.
+  h.Send(CarrierKnown{a, Carrier::kSelf});
+  EXPECT_EQ(h.job(a).spec.carrier, Carrier::kSelf);
+  ASSERT_TRUE(h.TrySend(Resize(a, 2)).ok());
+  EXPECT_EQ(CountKind(h.last(), ActionKind::kGrow), 1);
+  // Of unknown jobs, and carriers that are none, nothing is learned.
+  EXPECT_EQ(h.TrySend(CarrierKnown{JobId(7), Carrier::kSelf}).code(),
+            StatusCode::kNotFound);
+  const Status bad = h.TrySend(CarrierKnown{a, static_cast<Carrier>(9)});
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("field 'carrier'"), std::string::npos)
+      << bad.message();
+  EXPECT_EQ(h.job(a).spec.carrier, Carrier::kSelf);
+}
+
+// A job not launched yet is not carried anywhere: it starts where it goes.
+TEST(MechanismTest, AJobNeverLaunchedIsPackedWhateverCarriesIt) {
+  Harness h(std::make_unique<FifoPolicy>(), 1,
+            ServerSpec{"", 1, 1, 1, 0, "turned off"});
+  const JobId a = h.Submit(1);
+  JobSpec spec;
+  spec.carrier = Carrier::kProcessImage;
+  const JobId q(50);
+  h.Send(JobArrived{q, spec});
+  h.CompleteAll();
+  ASSERT_EQ(h.job(q).state, JobState::kQueued);
+  ASSERT_TRUE(h.TrySend(Pack(q, a)).ok()) << h.job(q).spec.name;
+  EXPECT_EQ(CountKind(h.last(), ActionKind::kPack), 1);
+}
+
+// A restartable job moves and is resized, but not while it spans servers
+// (its parts restart from rank 0's checkpoint: only the library saves one).
+TEST(MechanismTest, ARestartableJobIsNotMovedWhileItSpansServers) {
+  Harness h(std::make_unique<FifoPolicy>(), 3,
+            ServerSpec{"", 2, 1, 1, 0, "turned off"});
+  const JobId blocker = h.Submit(1);
+  const JobId e = h.Submit(1, 0, /*elastic=*/true);
+  h.Send(CarrierKnown{e, Carrier::kRestart});
+  h.CompleteAll();
+  ASSERT_EQ(h.job(blocker).state, JobState::kRunning);
+  ASSERT_TRUE(h.TrySend(Resize(e, 4)).ok());
+  h.CompleteAll();
+  ASSERT_EQ(h.state().cluster().SpreadOf(h.job(e).gpus),
+            Spread::kAcrossServers);
+  ExpectRefused(h, Resize(e, 2),
+                "it spans servers and does not use the gandiva job-side "
+                "library");
+  h.Send(CarrierKnown{e, Carrier::kSelf});
+  ASSERT_TRUE(h.TrySend(Resize(e, 2)).ok());
+  EXPECT_EQ(CountKind(h.last(), ActionKind::kShrink), 1);
+}
+
 }  // namespace
 }  // namespace gandiva::core

@@ -35,7 +35,7 @@ const char* EventName(const EventBody& body) {
       "JobArrived",    "JobFinished",     "ProfileReport", "ActionDone",
       "ActionFailed",  "ServerUp",        "ServerDown",    "Tick",
       "KillRequest",   "PriorityRequest", "HoldRequest",   "MechanismRequest",
-      "CordonRequest", "JobFound",        "DrainRequest"};
+      "CordonRequest", "JobFound",        "DrainRequest",  "CarrierKnown"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -446,6 +446,8 @@ Status Scheduler::Apply(const Event& event) {
                 return NotFound("unknown server " + std::to_string(e.id.value));
               }
               state_.cluster_.SetUp(e.id, true);
+              state_.cluster_.SetProcessImagesUnusable(
+                  e.id, e.spec.process_images_unusable);
               return Status::Ok();
             }
             if (std::string err = ValidateServerSpec(e.spec); !err.empty()) {
@@ -507,6 +509,17 @@ Status Scheduler::Apply(const Event& event) {
             state_.cluster_.SetCordoned(e.server, true);
             return Status::Ok();
           },
+          [&](const CarrierKnown& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            if (e.carrier > Carrier::kProcessImage) {
+              return InvalidArgument(
+                  "field 'carrier': " +
+                  std::to_string(static_cast<int>(e.carrier)) +
+                  " is not a carrier");
+            }
+            state_.mutable_job(e.job).spec.carrier = e.carrier;
+            return Status::Ok();
+          },
           [&](const HoldRequest& e) -> Status {
             GANDIVA_RETURN_IF_ERROR(need_job(e.job));
             Job& job = state_.mutable_job(e.job);
@@ -547,6 +560,59 @@ const char* MechanismKindName(MechanismRequest::Kind kind) {
 
 Status Scheduler::PlanMechanism(const MechanismRequest& m,
                                 std::vector<GpuId>* gpus) const {
+  GANDIVA_RETURN_IF_ERROR(PlanGpus(m, gpus));
+  return CheckCarried(m);
+}
+
+// Whether the job's work can be carried where the mechanism takes it
+// (JobSpec::carrier). After the plan: its reasons come first.
+Status Scheduler::CheckCarried(const MechanismRequest& m) const {
+  using Kind = MechanismRequest::Kind;
+  const Cluster& cluster = state_.cluster_;
+  const Job& job = state_.job(m.job);
+  bool moves = m.kind == Kind::kMigrate || m.kind == Kind::kResize;
+  if (m.kind == Kind::kPack) moves = job.gpus != state_.job(m.with).gpus;
+  const Carrier carrier = job.spec.carrier;
+  if (!moves || !job.launched || job.gpus.empty() ||
+      carrier == Carrier::kSelf) {
+    return Status::Ok();
+  }
+  const std::string head = "cannot " + std::string(MechanismKindName(m.kind)) +
+                           " " + JobRef(m.job) + ": ";
+  if (cluster.SpreadOf(job.gpus) == Spread::kAcrossServers) {
+    return FailedPrecondition(
+        head +
+        "it spans servers and does not use the gandiva job-side library (a "
+        "multi-server job moves by restarting every part from the "
+        "checkpoint its rank 0 saves)");
+  }
+  if (carrier == Carrier::kRestart) return Status::Ok();
+  const std::string why = head +
+                          "it does not use the gandiva job-side library, is "
+                          "not declared restartable, and ";
+  if (m.kind == Kind::kResize) {
+    return FailedPrecondition(
+        why + "CRIU can move a process but not change its world size");
+  }
+  // An image of its process is saved where it is and restored where it
+  // goes: both must be able to.
+  std::vector<ServerId> ends = {cluster.gpu(job.gpus[0]).server};
+  if (m.kind == Kind::kMigrate) ends.push_back(m.server);
+  if (m.kind == Kind::kPack) {
+    ends.push_back(cluster.gpu(state_.job(m.with).gpus[0]).server);
+  }
+  for (ServerId s : ends) {
+    const ServerSpec& spec = cluster.server(s).spec;
+    if (!spec.process_images_unusable.empty()) {
+      return FailedPrecondition(why + "CRIU is not usable on " + spec.name +
+                                " (" + spec.process_images_unusable + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Scheduler::PlanGpus(const MechanismRequest& m,
+                           std::vector<GpuId>* gpus) const {
   using Kind = MechanismRequest::Kind;
   const Cluster& cluster = state_.cluster_;
   if (!state_.has_job(m.job)) return NotFound("unknown " + JobRef(m.job));

@@ -130,6 +130,10 @@ class Scheduler {
   // goes (migrate, resize) and the request can be carried out now.
   Status PlanMechanism(const MechanismRequest& m,
                        std::vector<GpuId>* gpus) const;
+  // PlanMechanism's parts: where the mechanism takes the job, and whether
+  // its work can be carried there (JobSpec::carrier).
+  Status PlanGpus(const MechanismRequest& m, std::vector<GpuId>* gpus) const;
+  Status CheckCarried(const MechanismRequest& m) const;
   void CarryOut(const MechanismRequest& m, Actions& actions);
   // DrainRequest (core/drain.cc). Apply checks the server and cordons it;
   // Drain then decides for each job placed there, into last_drain_.

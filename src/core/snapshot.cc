@@ -16,9 +16,10 @@ namespace {
 constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // Bump when the layout changes; Restore reads this version and those
 // listed in Restore (version 1: no Job::start_retry_at; 2: no
-// Job::start_failed_on; 3: a slot per job id, none forgotten), refuses
+// Job::start_failed_on; 3: a slot per job id, none forgotten; 4: no
+// JobSpec::carrier nor ServerSpec::process_images_unusable), refuses
 // others.
-constexpr int32_t kVersion = 4;
+constexpr int32_t kVersion = 5;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -30,9 +31,10 @@ void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Bool(s.elastic);
   w.I64(s.total_minibatches);
   w.I32(s.model);
+  w.U8(static_cast<uint8_t>(s.carrier));
 }
 
-JobSpec LoadSpec(SnapshotReader& r) {
+JobSpec LoadSpec(SnapshotReader& r, int32_t version) {
   JobSpec s;
   s.name = r.Str();
   s.gpus = r.I32();
@@ -43,6 +45,14 @@ JobSpec LoadSpec(SnapshotReader& r) {
   s.elastic = r.Bool();
   s.total_minibatches = r.I64();
   s.model = r.I32();
+  if (version >= 5) {
+    const uint8_t c = r.U8();
+    if (c > static_cast<uint8_t>(Carrier::kProcessImage)) {
+      r.Fail("job '" + s.name + "': carrier " + std::to_string(c));
+    } else {
+      s.carrier = static_cast<Carrier>(c);
+    }
+  }
   return s;
 }
 
@@ -113,7 +123,7 @@ void SaveJob(SnapshotWriter& w, const Job& j) {
 Job LoadJob(SnapshotReader& r, int32_t version) {
   Job j;
   j.id = r.Id<JobId>();
-  j.spec = LoadSpec(r);
+  j.spec = LoadSpec(r, version);
   const uint8_t state = r.U8();
   if (state > static_cast<uint8_t>(JobState::kKilled)) {
     r.Fail("a job's state is " + std::to_string(state));
@@ -249,7 +259,7 @@ Status Scheduler::Restore(std::string_view bytes) {
     *v = r.I64();
   }
   st.placed_ = r.I64();
-  st.cluster_ = Cluster::Load(r);
+  st.cluster_ = Cluster::Load(r, version);
   if (version < 4) {
     // A slot per id: an unused one holds a job with an invalid id.
     const int64_t n = r.Count(100);

@@ -31,6 +31,11 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
       spec.gpu_memory_gb = gib;
     }
   }
+  if (!r.capabilities().criu()) {
+    spec.process_images_unusable = r.capabilities().criu_detail().empty()
+                                       ? "not checked"
+                                       : r.capabilities().criu_detail();
+  }
   if (std::string err = core::ValidateServerSpec(spec); !err.empty()) {
     return core::InvalidArgument(err);
   }
@@ -627,6 +632,13 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
       next.set_minibatches(x->progress.minibatches());
     }
     x->progress = std::move(next);
+    // The library attached (or the process it runs now has none): the
+    // core decides moves by it.
+    if (const core::Carrier c = CarrierOf(x->spec, x->progress.uses_library());
+        st().has_job(JobId(id)) && c != st().job(JobId(id)).spec.carrier) {
+      Defer(core::CarrierKnown{JobId(id), c},
+            opts.log_profile_reports_together);
+    }
     CheckProbe(id, *x);
     StateCheck(a, id, *x, p.state());
     // Due on a grid of the interval, not an interval after the last one

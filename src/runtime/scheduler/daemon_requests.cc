@@ -100,59 +100,11 @@ std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
 core::Status SchedulerServer::Impl::Mechanism(const core::MechanismRequest& m,
                                               const std::string& label) {
   GANDIVA_RETURN_IF_ERROR(CheckLiveJob(m.job.value));
+  // The core says whether it can be done (how the job's work is carried
+  // included: JobSpec::carrier), before anything is logged.
   GANDIVA_RETURN_IF_ERROR(sched->Check(m));
-  using K = core::MechanismRequest::Kind;
-  const int32_t id = m.job.value;
-  const JobExtra& x = *Extra(id);
-  const core::Job& j = st().job(m.job);
-  bool moves = m.kind == K::kMigrate || m.kind == K::kResize;
-  if (m.kind == K::kPack && LiveJob(m.with.value)) {
-    moves = j.gpus != st().job(m.with).gpus;
-  }
-  if (moves && j.launched && x.proc.gang() && !x.progress.uses_library()) {
-    return core::FailedPrecondition(
-        "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
-        std::to_string(id) +
-        ": it spans servers and does not use the gandiva job-side "
-        "library (a multi-server job moves by restarting every part from "
-        "the checkpoint its rank 0 saves)");
-  }
-  if (moves && j.launched && x.proc.exists && !x.progress.uses_library() &&
-      !x.spec.restartable()) {
-    // Only CRIU can move it: it must work where the job is and where it
-    // goes.
-    const std::string head =
-        "cannot " + std::string(core::MechanismKindName(m.kind)) + " job " +
-        std::to_string(id) +
-        ": it does not use the gandiva job-side library, is not "
-        "declared restartable, and ";
-    if (m.kind == K::kResize) {
-      return core::FailedPrecondition(
-          head + "CRIU can move a process but not change its world size");
-    }
-    std::vector<ServerId> ends = {x.proc.server};
-    if (m.kind == K::kMigrate) ends.push_back(m.server);
-    if (m.kind == K::kPack) {
-      if (const JobExtra* w = Extra(m.with.value); w && w->proc.exists) {
-        ends.push_back(w->proc.server);
-      }
-    }
-    for (ServerId s : ends) {
-      if (s.value < 0 || static_cast<size_t>(s.value) >= agents.size()) {
-        continue;  // the core's check names a bad server
-      }
-      const AgentConn& a = agents[static_cast<size_t>(s.value)];
-      if (!a.caps.criu()) {
-        return core::FailedPrecondition(
-            head + "CRIU is not usable on " + a.name + " (" +
-            (a.caps.criu_detail().empty() ? "not checked"
-                                          : a.caps.criu_detail()) +
-            ")");
-      }
-    }
-  }
   GANDIVA_RETURN_IF_ERROR(Feed(m));
-  History(id, "request", true, 0, "operator: " + label);
+  History(m.job.value, "request", true, 0, "operator: " + label);
   return core::Status::Ok();
 }
 
@@ -165,7 +117,12 @@ core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
   }
   const ServerId sid(it->second);
   rpc::DrainReply reply;
-  GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{sid, !r.undo()}));
+  if (r.undo()) {
+    GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{sid, false}));
+  } else {
+    // The core cordons the server and decides what leaves it and where.
+    GANDIVA_RETURN_IF_ERROR(Feed(core::DrainRequest{sid, r.cordon_only()}));
+  }
   // The operator's from now on: it stays as they left it when an away
   // agent comes back.
   if (AgentConn& a = agents[static_cast<size_t>(sid.value)]; a.away_cordon) {
@@ -173,63 +130,18 @@ core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
     a.row_dirty = true;
   }
   Log("server " + r.server() + (r.undo() ? " opened" : " cordoned"));
-  if (r.undo() || r.cordon_only()) return reply;
-  const core::Cluster& c = st().cluster();
-  std::set<int32_t> placed;
-  for (core::GpuId g : c.GpusOf(sid)) {
-    for (JobId j : c.gpu(g).jobs) placed.insert(j.value);
-  }
-  std::set<int32_t> unpacking;
-  for (int32_t id : placed) {
+  if (r.undo()) return reply;
+  for (const core::DrainOutcome& o : sched->last_drain()) {
     rpc::DrainedJob* d = reply.add_jobs();
-    d->set_job_id(id);
-    if (const JobId peer = st().job(JobId(id)).packed_with; peer.valid()) {
-      const std::string with = "packed with job " + std::to_string(peer.value);
-      if (unpacking.count(peer.value)) {
-        d->set_reason(with +
-                      ", which this drain unpacks: drain again to "
-                      "move it");
-        continue;
-      }
-      core::MechanismRequest m;
-      m.kind = core::MechanismRequest::Kind::kUnpack;
-      m.job = JobId(id);
-      const core::Status s = Mechanism(m, "drain " + r.server());
-      if (!s.ok()) {
-        d->set_reason(with + ": " + s.message());
-        continue;
-      }
-      unpacking.insert(id);
-      d->set_unpacking(true);
-      d->set_reason(with + ": unpacking it; drain again to move them");
-      continue;
+    d->set_job_id(o.job.value);
+    d->set_reason(o.reason);
+    using Kind = core::DrainOutcome::Kind;
+    if (o.kind == Kind::kMoving) {
+      d->set_moved_to(agents[static_cast<size_t>(o.to.value)].name);
     }
-    // Open servers, the most room (GPUs no running job holds) first.
-    std::vector<std::pair<int, int32_t>> targets;
-    for (const core::Server& s : c.servers()) {
-      if (s.id == sid || !s.up || s.cordoned) continue;
-      int idle = 0;
-      for (core::GpuId g : c.GpusOf(s.id)) idle += c.gpu(g).active == 0;
-      targets.emplace_back(-idle, s.id.value);
-    }
-    std::sort(targets.begin(), targets.end());
-    if (targets.empty()) {
-      d->set_reason("no other server is up and open");
-      continue;
-    }
-    for (const auto& target : targets) {
-      const int32_t to = target.second;
-      core::MechanismRequest m;
-      m.kind = core::MechanismRequest::Kind::kMigrate;
-      m.job = JobId(id);
-      m.server = ServerId(to);
-      const core::Status s = Mechanism(m, "drain " + r.server());
-      if (s.ok()) {
-        d->set_moved_to(agents[static_cast<size_t>(to)].name);
-        d->clear_reason();
-        break;
-      }
-      if (d->reason().empty()) d->set_reason(s.message());
+    d->set_unpacking(o.kind == Kind::kUnpacking);
+    if (o.kind != Kind::kStays) {
+      History(o.job.value, "request", true, 0, "operator: drain " + r.server());
     }
   }
   return reply;

@@ -110,6 +110,16 @@ inline std::string SpecToJson(const rpc::JobSpec& spec) {
   return out;
 }
 
+// How a job's work is carried when it moves, from what the daemon knows:
+// the job-side library seen in its process's reports, else what it
+// declares.
+inline core::Carrier CarrierOf(const rpc::JobSpec& s, bool uses_library) {
+  if (uses_library) return core::Carrier::kSelf;
+  return s.restartable() ? core::Carrier::kRestart
+                         : core::Carrier::kProcessImage;
+}
+
+// As submitted: no library seen yet.
 inline core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   core::JobSpec c;
   c.name = s.name();
@@ -119,6 +129,7 @@ inline core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   c.group = s.group();
   c.elastic = s.elastic();
   c.total_minibatches = s.total_minibatches();
+  c.carrier = CarrierOf(s, false);
   return c;
 }
 

@@ -22,7 +22,18 @@ json SpecToJson(const core::JobSpec& s) {
       {"priority", s.priority}, {"owner", s.owner},
       {"group", s.group},       {"vc", s.vc},
       {"elastic", s.elastic},   {"total_minibatches", s.total_minibatches},
-      {"model", s.model}};
+      {"model", s.model},       {"carrier", core::CarrierName(s.carrier)}};
+}
+
+// Throws json::type_error (reported as malformed) for a name no carrier
+// has.
+core::Carrier CarrierFromJson(const json& j) {
+  const std::string name = j.get<std::string>();
+  for (core::Carrier c : {core::Carrier::kSelf, core::Carrier::kRestart,
+                          core::Carrier::kProcessImage}) {
+    if (name == core::CarrierName(c)) return c;
+  }
+  throw json::type_error::create(302, "unknown carrier '" + name + "'", &j);
 }
 
 core::JobSpec SpecFromJson(const json& j) {
@@ -36,6 +47,9 @@ core::JobSpec SpecFromJson(const json& j) {
   s.elastic = j.at("elastic").get<bool>();
   s.total_minibatches = j.at("total_minibatches").get<int64_t>();
   s.model = j.at("model").get<int32_t>();
+  // Absent from logs written before it was logged: moves freely, until
+  // the daemon learns otherwise (CarrierKnown).
+  if (j.contains("carrier")) s.carrier = CarrierFromJson(j.at("carrier"));
   return s;
 }
 
@@ -88,12 +102,14 @@ std::string EncodeEvent(const core::EventBody& body) {
                         {"permanent", e.permanent}};
           },
           [](const core::ServerUp& e) {
-            return json{{"id", e.id.value},
-                        {"name", e.spec.name},
-                        {"gpus", e.spec.gpus},
-                        {"sockets", e.spec.sockets},
-                        {"switches_per_socket", e.spec.switches_per_socket},
-                        {"gpu_memory_gb", e.spec.gpu_memory_gb}};
+            return json{
+                {"id", e.id.value},
+                {"name", e.spec.name},
+                {"gpus", e.spec.gpus},
+                {"sockets", e.spec.sockets},
+                {"switches_per_socket", e.spec.switches_per_socket},
+                {"gpu_memory_gb", e.spec.gpu_memory_gb},
+                {"process_images_unusable", e.spec.process_images_unusable}};
           },
           [](const core::ServerDown& e) {
             return json{{"id", e.id.value}};
@@ -128,6 +144,10 @@ std::string EncodeEvent(const core::EventBody& body) {
           [](const core::DrainRequest& e) {
             return json{{"server", e.server.value},
                         {"cordon_only", e.cordon_only}};
+          },
+          [](const core::CarrierKnown& e) {
+            return json{{"job", e.job.value},
+                        {"carrier", core::CarrierName(e.carrier)}};
           },
       },
       body);
@@ -189,6 +209,9 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       e.spec.switches_per_socket = j.at("switches_per_socket").get<int>();
       // Absent from logs written before servers reported it: unknown.
       e.spec.gpu_memory_gb = j.value("gpu_memory_gb", 0.0);
+      // Absent from logs written before it was logged: usable.
+      e.spec.process_images_unusable =
+          j.value("process_images_unusable", std::string());
       return core::EventBody(e);
     }
     if (kind == "ServerDown") {
@@ -244,6 +267,10 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       return core::EventBody(
           core::DrainRequest{core::ServerId(j.at("server").get<int32_t>()),
                              j.at("cordon_only").get<bool>()});
+    }
+    if (kind == "CarrierKnown") {
+      return core::EventBody(
+          core::CarrierKnown{job(), CarrierFromJson(j.at("carrier"))});
     }
     return core::InvalidArgument("event: unknown kind '" + kind + "'");
   } catch (const json::exception& e) {

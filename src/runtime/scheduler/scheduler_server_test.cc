@@ -1594,8 +1594,11 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
   EXPECT_EQ(agent.start_calls(j), 2);  // the first start, the failed one
   agent.FailResumeLocal(grpc::StatusCode::FAILED_PRECONDITION);
   ASSERT_TRUE(agent.Register(server_->address()).ok());
-  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 4; }))
-      << cl.Get(j).DebugString();
+  // The restart's outcome is recorded once the agent's reply is in, after
+  // the agent counted the call.
+  ASSERT_TRUE(WaitFor([&] {
+    return agent.start_calls(j) == 4 && HistoryOf(cl, j, "restart").size() == 3;
+  })) << cl.Get(j).DebugString();
   const auto restarts = HistoryOf(cl, j, "restart");
   ASSERT_EQ(restarts.size(), 3u) << cl.Get(j).DebugString();
   EXPECT_NE(restarts[1].detail().find("it starts again from the beginning"),
@@ -4029,7 +4032,8 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
 
 // The profile reports of a loop pass (here one agent's report of four jobs)
 // are logged in one append, in the order they came, before the core gets
-// them.
+// them; so is what the report teaches of each job's carrier (the library
+// seen, for the first time).
 TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
   SchedulerOptions o = CountingAppends(Options());
   o.policy = "fifo";
@@ -4060,7 +4064,7 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
   page = HttpGet(server_->metrics_port(), "/metrics");
   EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
       << page;
-  EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 4) << page;
+  EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 8) << page;
 
   auto store = Store::Open(o.db_path, false);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -4073,12 +4077,17 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
                       },
                       static_cast<int64_t>(seq))
                   .ok());
-  ASSERT_EQ(logged.size(), 4u);
+  ASSERT_EQ(logged.size(), 8u);
   for (size_t i = 0; i < jobs.size(); ++i) {
-    SCOPED_TRACE(logged[i]);
-    EXPECT_EQ(logged[i].rfind("ProfileReport ", 0), 0u);
-    EXPECT_NE(logged[i].find("\"job\":" + std::to_string(jobs[i])),
-              std::string::npos);
+    const std::string job = "\"job\":" + std::to_string(jobs[i]);
+    const std::string& carrier = logged[2 * i];
+    const std::string& profile = logged[2 * i + 1];
+    EXPECT_EQ(carrier.rfind("CarrierKnown ", 0), 0u) << carrier;
+    EXPECT_NE(carrier.find("\"carrier\":\"self\""), std::string::npos)
+        << carrier;
+    EXPECT_NE(carrier.find(job), std::string::npos) << carrier;
+    EXPECT_EQ(profile.rfind("ProfileReport ", 0), 0u) << profile;
+    EXPECT_NE(profile.find(job), std::string::npos) << profile;
   }
 }
 
@@ -4476,6 +4485,49 @@ TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
     const rpc::JobInfo info = client_->Get(late);
     return info.state() == rpc::RUNNING && info.server() == from;
   }));
+}
+
+// A drain is the core's: a job only CRIU could move (no library seen, not
+// restartable) stays on a server whose agent cannot use CRIU, saying why;
+// one whose reports show the library leaves.
+TEST_F(DaemonTest, ADrainLeavesAJobOnlyCriuCouldMoveAndMovesOneWithTheLibrary) {
+  FakeAgent a("node-a", 2, Mode::kOk);  // reports no CRIU
+  Client& cl = StartFifoDaemonWith(a);
+  const int64_t lib = cl.MustSubmit(1, "lib");
+  const int64_t plain = cl.MustSubmit(1, "plain");
+  ASSERT_TRUE(WaitFor([&] {
+    return HasEntry(cl.Get(lib), "start", true) &&
+           HasEntry(cl.Get(plain), "start", true);
+  }));
+  a.SetProgress(lib, 10, 2.0);
+  ASSERT_TRUE(a.Report().ok());
+  server_->Sync();
+  ASSERT_TRUE(cl.Get(lib).uses_library());
+  FakeAgent b("node-b", 2, Mode::kOk);
+  ASSERT_TRUE(b.Register(server_->address()).ok());
+  server_->Sync();
+
+  rpc::DrainReply reply;
+  ASSERT_TRUE(cl.Drain("node-a", &reply).ok());
+  ASSERT_EQ(reply.jobs_size(), 2);
+  EXPECT_EQ(reply.jobs(0).job_id(), lib);
+  EXPECT_EQ(reply.jobs(0).moved_to(), "node-b") << reply.jobs(0).reason();
+  EXPECT_EQ(reply.jobs(1).job_id(), plain);
+  EXPECT_EQ(reply.jobs(1).moved_to(), "");
+  EXPECT_FALSE(reply.jobs(1).unpacking());
+  EXPECT_EQ(reply.jobs(1).reason(),
+            "cannot migrate job " + std::to_string(plain) +
+                ": it does not use the gandiva job-side library, is not "
+                "declared restartable, and CRIU is not usable on node-a (not "
+                "checked)");
+  EXPECT_EQ(HistoryOf(cl, lib, "request").size(), 1u);
+  EXPECT_TRUE(HistoryOf(cl, plain, "request").empty());
+  // An operator's migrate of it is refused the same way.
+  EXPECT_EQ(cl.Migrate(plain, "node-b").error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  server_->Sync();
+  EXPECT_EQ(cl.Get(plain).server(), "node-a");
+  EXPECT_EQ(cl.State(plain), rpc::RUNNING);
 }
 
 }  // namespace

@@ -1071,8 +1071,9 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   spec.elastic = true;
   spec.total_minibatches = 1000;
   spec.model = 3;
+  spec.carrier = core::Carrier::kProcessImage;
   core::ServerUp up;
-  up.spec = core::ServerSpec{"s1", 8, 2, 2, 79.5};
+  up.spec = core::ServerSpec{"s1", 8, 2, 2, 79.5, "turned off (--no-criu)"};
   up.id = core::ServerId(1);
   core::ProfileReport pr{core::JobId(4), 12.5, 100, 3.25, 0.75};
   const std::vector<core::EventBody> events = {
@@ -1098,6 +1099,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       core::CordonRequest{core::ServerId(0), false},
       core::DrainRequest{core::ServerId(1), false},
       core::DrainRequest{core::ServerId(2), true},
+      core::CarrierKnown{core::JobId(4), core::Carrier::kSelf},
+      core::CarrierKnown{core::JobId(4), core::Carrier::kRestart},
       [&] {
         core::JobArrived e{
             core::JobId(5), spec, {core::GpuId(3), core::GpuId(2)}, true};
@@ -1117,6 +1120,7 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       std::get<core::JobArrived>(*DecodeEvent(EncodeEvent(events[0])));
   EXPECT_EQ(arrived.spec.vc, "vc1");
   EXPECT_EQ(arrived.spec.model, 3);
+  EXPECT_EQ(arrived.spec.carrier, core::Carrier::kProcessImage);
   EXPECT_TRUE(arrived.placed_on.empty());
   EXPECT_EQ(EncodeEvent(events[0]).find("placed_on"), std::string::npos);
   auto adopted = std::get<core::JobArrived>(
@@ -1137,12 +1141,34 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_TRUE(drain.cordon_only);
   auto server = std::get<core::ServerUp>(*DecodeEvent(EncodeEvent(up)));
   EXPECT_EQ(server.spec.gpu_memory_gb, 79.5);
+  EXPECT_EQ(server.spec.process_images_unusable, "turned off (--no-criu)");
+  auto carrier = std::get<core::CarrierKnown>(*DecodeEvent(EncodeEvent(
+      core::CarrierKnown{core::JobId(7), core::Carrier::kRestart})));
+  EXPECT_EQ(carrier.job, core::JobId(7));
+  EXPECT_EQ(carrier.carrier, core::Carrier::kRestart);
+  auto bad_carrier = DecodeEvent(
+      "{\"kind\":\"CarrierKnown\",\"job\":7,\"carrier\":\"teleport\"}");
+  ASSERT_FALSE(bad_carrier.ok());
+  EXPECT_NE(bad_carrier.status().message().find("unknown carrier 'teleport'"),
+            std::string::npos)
+      << bad_carrier.status().ToString();
   // A log written before servers reported their GPUs' memory.
   auto older = DecodeEvent(
       "{\"kind\":\"ServerUp\",\"id\":-1,\"name\":\"s0\",\"gpus\":2,"
       "\"sockets\":1,\"switches_per_socket\":1}");
   ASSERT_TRUE(older.ok()) << older.status().ToString();
   EXPECT_EQ(std::get<core::ServerUp>(*older).spec.gpu_memory_gb, 0);
+  EXPECT_EQ(std::get<core::ServerUp>(*older).spec.process_images_unusable, "");
+  // A log written before jobs' carriers were: moves freely.
+  std::string spec_text = EncodeEvent(core::JobArrived{core::JobId(4), spec});
+  const std::string field = "\"carrier\":\"process-image\",";
+  const size_t at = spec_text.find(field);
+  ASSERT_NE(at, std::string::npos) << spec_text;
+  spec_text.erase(at, field.size());
+  auto before = DecodeEvent(spec_text);
+  ASSERT_TRUE(before.ok()) << spec_text << ": " << before.status().ToString();
+  EXPECT_EQ(std::get<core::JobArrived>(*before).spec.carrier,
+            core::Carrier::kSelf);
   EXPECT_EQ(std::string(EventKindName(core::HoldRequest{})), "HoldRequest");
   EXPECT_FALSE(DecodeEvent("{\"kind\":\"Nope\"}").ok());
   EXPECT_FALSE(DecodeEvent("not json").ok());
