@@ -19,6 +19,13 @@
 // Resume, Kill) are serialised; actions on different jobs run concurrently.
 // One waiter thread per running job blocks in waitpid(); the exit callback is
 // called from it, outside every lock.
+//
+// Its parts: the exit journal (exit_journal.h), the held checkpoints
+// (held_checkpoints.h), and every signal, spawn and /proc read through
+// ProcessOps (process_ops.h), which a test can fault. Its methods are
+// defined by part: supervisor.cc (the job table), supervisor_spawn.cc
+// (spawning, reaping), supervisor_signals.cc (suspend, resume, kill),
+// supervisor_checkpoint.cc (checkpoints, warm starts, CRIU restores).
 #pragma once
 
 #include <sys/types.h>
@@ -38,6 +45,9 @@
 #include "client/page_io.h"
 #include "core/status.h"
 #include "runtime/agent/capabilities.h"
+#include "runtime/agent/exit_journal.h"
+#include "runtime/agent/held_checkpoints.h"
+#include "runtime/agent/process_ops.h"
 
 namespace gandiva::runtime {
 
@@ -71,6 +81,10 @@ struct SupervisorOptions {
   // its container, or a sandbox's): its zombie would keep the PID, which a
   // CRIU restore needs free.
   bool reap_orphans = true;
+  // The calls that signal and spawn the jobs' processes and read /proc
+  // (process_ops.h). Null: the real ones (RealProcessOps). Tests pass one
+  // that fails some of them.
+  std::shared_ptr<ProcessOps> process_ops;
 };
 
 struct StartParams {
@@ -184,28 +198,6 @@ struct JobView {
   client::Metric metric;        // the job's last reported one
   int64_t submitted_us = 0;     // StartParams::submitted_us
   std::string spec;             // StartParams::spec
-};
-
-struct ExitRecord {
-  uint64_t seq = 0;  // increasing per supervisor; AckExits takes it
-  int64_t job_id = 0;
-  int exit_code = 0;  // -N: killed by signal N
-  int64_t minibatches = 0;
-  // The job was started here again after this process ended (a move or
-  // resize within this server, a restart): this exit is not the job's end.
-  bool superseded = false;
-  // It ended because Kill() was called while it ran (the daemon's KillJob),
-  // not by itself nor when the agent stopped (KillAll).
-  bool killed = false;
-  // It ended because the agent stopped (CheckpointForStop), having saved its
-  // checkpoint, which is held here (HeldCheckpoint): not the job's end; it
-  // goes on from there when an agent on this checkpoint root runs it again.
-  bool checkpoint_kept = false;
-  std::string checkpoint_method;  // with checkpoint_kept: CheckpointResult's
-  // It was killed by KillAll(agent_stopping) (it had not saved a
-  // checkpoint), and did not exit with 0 meanwhile: not the job's end.
-  bool agent_stopping = false;
-  client::Metric metric;  // the job's last reported one (its final one)
 };
 
 class Supervisor {
@@ -378,19 +370,36 @@ class Supervisor {
   std::string PagePath(int64_t job_id) const;
 
  private:
+  // One process of a job (supervisor_impl.h).
   struct JobRec;
+  using Clock = std::chrono::steady_clock;
 
   std::shared_ptr<JobRec> Find(int64_t job_id) const;
+  int ExitCodeOf(const JobRec& job) const;  // takes mu_
+  // Waits until pred() or the job exited or the deadline; true if pred().
+  bool PollUntil(const JobRec& job, Clock::time_point end,
+                 const std::function<bool()>& pred) const;
+
+  // Spawning and reaping (supervisor_spawn.cc).
   // work_dir/jobs/<id>/process.<pid>: "<pid> <start time> <agent pid>
   // <agent start time> <page path>" (start times from /proc/<pid>/stat).
   std::string ProcessRecordPath(int64_t job_id, pid_t pid) const;
   void WriteProcessRecord(const JobRec& job) const;
-  int ExitCodeOf(const JobRec& job) const;  // takes mu_
+  // The record of a job about to start: its dirs and page created.
+  core::StatusOr<std::shared_ptr<JobRec>> NewJobRec(
+      const StartParams& params) const;
+  std::vector<int> CpusFor(const std::vector<int>& gpus) const;
+  // The waiter thread of a job: reaps it and what it left in its group,
+  // then records its exit.
   void Wait(const std::shared_ptr<JobRec>& job);
+
+  // Signals (supervisor_signals.cc).
   core::Status KillLocked(JobRec& job);  // job.action_mu held
   core::StatusOr<SuspendResult> SuspendLocked(
       const std::shared_ptr<JobRec>& job,
-      std::chrono::steady_clock::time_point t0);  // job->action_mu held
+      Clock::time_point t0);  // job->action_mu held
+
+  // Checkpointing (supervisor_checkpoint.cc).
   // Checkpoint() bounded by `timeout`; without allow_criu a job that needs
   // CRIU is refused.
   core::StatusOr<CheckpointResult> CheckpointWithin(
@@ -399,73 +408,36 @@ class Supervisor {
   core::StatusOr<CheckpointResult> CheckpointLibrary(
       const std::shared_ptr<JobRec>& job, int resize_to, bool was_suspended,
       bool reply_when_saved, std::chrono::milliseconds timeout,
-      std::chrono::steady_clock::time_point t0);
+      Clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointRestart(
       const std::shared_ptr<JobRec>& job, bool was_suspended,
-      std::chrono::milliseconds timeout,
-      std::chrono::steady_clock::time_point t0);
+      std::chrono::milliseconds timeout, Clock::time_point t0);
   core::StatusOr<CheckpointResult> CheckpointCriu(
       const std::shared_ptr<JobRec>& job, const std::string& criu,
       bool was_suspended, std::chrono::milliseconds timeout,
-      std::chrono::steady_clock::time_point t0);
-  // The record of a job about to start: its dirs and page created.
-  core::StatusOr<std::shared_ptr<JobRec>> NewJobRec(
-      const StartParams& params) const;
+      Clock::time_point t0);
   // Start(resume_local) of a job whose held checkpoint is a CRIU dump.
-  core::StatusOr<StartResult> StartFromCriu(
-      const StartParams& params, const std::string& checkpoint,
-      std::chrono::steady_clock::time_point t0);
-  // Waits until pred() or the job exited or the deadline; true if pred().
-  // Marks the exits kept for `job_id` superseded (a new process of it
-  // starts). Requires mu_.
-  void SupersedeExits(int64_t job_id);
-  bool PollUntil(const JobRec& job, std::chrono::steady_clock::time_point end,
-                 const std::function<bool()>& pred) const;
-  std::vector<int> CpusFor(const std::vector<int>& gpus) const;
-  // held_[job_id]: `dir`, saved in this cluster by the job submitted at
-  // `submitted_us`, and its record on disk. Requires mu_.
-  void HoldLocked(int64_t job_id, const std::string& dir, int64_t submitted_us,
-                  const std::string& spec);
-  // options.checkpoint_root, else work_dir.
-  const std::string& CheckpointRoot() const;
-  // CHECKPOINT_ROOT/jobs/<id>/held-checkpoint: the held checkpoint's
-  // directory, on a second line the cluster it was saved in, and on a
-  // third when its job was submitted.
-  std::string HeldRecordPath(int64_t job_id) const;
-  // CHECKPOINT_ROOT/jobs/<id>/held-spec: the held checkpoint's spec, as
-  // StartParams::spec (none when unknown).
-  std::string HeldSpecPath(int64_t job_id) const;
+  core::StatusOr<StartResult> StartFromCriu(const StartParams& params,
+                                            const std::string& checkpoint,
+                                            Clock::time_point t0);
 
   const SupervisorOptions options_;
   const std::function<void(const ExitRecord&)> on_exit_;
+  const std::shared_ptr<ProcessOps> ops_;  // never null
   std::vector<int> cpus_;  // CPUs this process may use (for pinning)
 
+  // Lock order: mu_ (and a job's action_mu before it) before the locks of
+  // exits_ and held_, which call nothing back.
   mutable std::mutex mu_;
   mutable std::condition_variable exited_cv_;
   std::map<int64_t, std::shared_ptr<JobRec>> jobs_;  // guarded by mu_
-  std::vector<ExitRecord> exits_;                    // guarded by mu_
-  uint64_t next_exit_seq_ = 1;                       // guarded by mu_
   std::vector<std::thread> old_waiters_;             // guarded by mu_
-  // A checkpoint this agent holds for a job: where it is, the cluster it
-  // was saved in ("" when the record predates clusters) and when the job
-  // that saved it was submitted (0 when unknown).
-  struct Held {
-    std::string dir;
-    std::string cluster;
-    int64_t submitted_us = 0;
-    std::string spec;  // StartParams::spec ("" unknown)
-  };
-  std::map<int64_t, Held> held_;  // guarded by mu_
-  std::string cluster_;           // guarded by mu_
-  Capabilities caps_;             // guarded by mu_
+  Capabilities caps_;                                // guarded by mu_
+  // Thread-safe parts; called under mu_ where what they change goes with
+  // the job table (an exit recorded with its job's state, a checkpoint
+  // looked up for a start).
+  ExitJournal exits_;
+  HeldCheckpointTable held_;
 };
-
-// Processes whose process group is `pgid` (scans /proc).
-std::vector<pid_t> ProcessGroupMembers(pid_t pgid);
-// True when every process of group `pgid` is stopped (or a zombie), counting
-// a process in uninterruptible sleep with a stopped child as stopped (a
-// vfork() parent waiting for a child stopped before exec); true for an empty
-// group.
-bool ProcessGroupStopped(pid_t pgid);
 
 }  // namespace gandiva::runtime
