@@ -65,7 +65,7 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   a.switches_per_socket = spec.switches_per_socket;
   if (a.address != r.address() || a.stub == nullptr) {
     a.address = r.address();
-    a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
+    a.stub = Env().AgentStub(a.address, tls);
   }
   const WasUnreachable was = Registered(a, Now());
   const bool was_away = was.away;
@@ -115,8 +115,9 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   if (was_away || silent_since_us > 0) {
     char out[48] = "";
     if (silent_since_us > 0) {
-      std::snprintf(out, sizeof out, " after %.1f s out of reach",
-                    static_cast<double>(WallMicros() - silent_since_us) / 1e6);
+      std::snprintf(
+          out, sizeof out, " after %.1f s out of reach",
+          static_cast<double>(Env().WallMicros() - silent_since_us) / 1e6);
     }
     Log("agent '" + a.name + "' is back" + out +
         (open_again ? ": server " + std::to_string(id) + " opened again" : ""));
@@ -132,7 +133,7 @@ void SchedulerServer::Impl::KeptThroughSilence(
     const AgentConn& a, const rpc::RegisterAgentRequest& r,
     int64_t silent_since_us) {
   const double out_s =
-      static_cast<double>(WallMicros() - silent_since_us) / 1e6;
+      static_cast<double>(Env().WallMicros() - silent_since_us) / 1e6;
   char detail[160];
   std::snprintf(detail, sizeof detail,
                 "agent '%s' was out of reach for %.1f s (not heard of for "

@@ -55,7 +55,7 @@ core::Status SchedulerServer::Impl::FlushDeferred(
     // of its lease's TTL after its last renewal.
     if (a.status.code() == core::StatusCode::kUnavailable && opts.leadership &&
         opts.leadership->leading()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      Env().SleepFor(100'000);
       continue;
     }
     error = a.status;
@@ -287,12 +287,10 @@ void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
   }
 }
 
-grpc::Status SchedulerServer::Impl::SuspendOrResume(rpc::Agent::Stub& stub,
-                                                    grpc::ClientContext* ctx,
-                                                    const rpc::JobRequest& req,
-                                                    bool suspend,
-                                                    int64_t* took_us,
-                                                    bool* at_boundary) {
+grpc::Status SchedulerServer::Impl::SuspendOrResume(
+    rpc::Agent::StubInterface& stub, grpc::ClientContext* ctx,
+    const rpc::JobRequest& req, bool suspend, int64_t* took_us,
+    bool* at_boundary) {
   if (suspend) {
     rpc::SuspendReply rep;
     grpc::Status s = stub.SuspendJob(ctx, req, &rep);
@@ -307,7 +305,7 @@ grpc::Status SchedulerServer::Impl::SuspendOrResume(rpc::Agent::Stub& stub,
 }
 
 void SchedulerServer::Impl::KillIgnoringExit(int32_t job, ServerId server,
-                                             rpc::Agent::Stub& stub,
+                                             rpc::Agent::StubInterface& stub,
                                              int64_t action_id) {
   Post([this, job, server] {
     if (JobExtra* x = Extra(job)) ++x->ignore_exits[server.value];
@@ -373,12 +371,8 @@ void SchedulerServer::Impl::Dispatch(const PendingAction& p) {
         "no agent connected for server " + std::to_string(x.proc.server.value));
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto took = [t0] {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::steady_clock::now() - t0)
-        .count();
-  };
+  const int64_t t0 = Env().SteadyMicros();
+  auto took = [this, t0] { return UsSince(t0); };
   if (starts) {
     // A relocation reaches here only for a lost process (Lost()); the
     // others are moves (Move()).
@@ -529,13 +523,11 @@ void SchedulerServer::Impl::RestartAtSource(int32_t job, const Proc& from,
   req.set_resume_local(true);
   const std::string name = AgentName(from.server);
   executor->Run(job, [=, this] {
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = Env().SteadyMicros();
     rpc::StartJobReply rep;
     auto ctx = Ctx();
     grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
-    const int64_t took = std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::steady_clock::now() - t0)
-                             .count();
+    const int64_t took = UsSince(t0);
     // A start of this daemon's that the agent's list had not shown yet
     // got there first: the job runs there.
     const bool already = AlreadyRunsThere(s);
@@ -548,7 +540,8 @@ void SchedulerServer::Impl::RestartAtSource(int32_t job, const Proc& from,
       cost = first >= 0 ? "; first mini-batch " + Ms(first) + " after the start"
                         : "; no mini-batch within a minute of the start";
       if (first >= 0 && paused_since_us > 0) {
-        cost += "; training paused " + Ms(WallMicros() - paused_since_us) +
+        cost += "; training paused " +
+                Ms(Env().WallMicros() - paused_since_us) +
                 " since its agent reported its stop";
       }
     }

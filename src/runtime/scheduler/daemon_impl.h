@@ -76,7 +76,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // loop iteration, so that no iteration holds the loop long.
   bool compacted_events_left = false;
   // When the loop next applies the retention limits (CheckRetention).
-  std::chrono::steady_clock::time_point next_retention_check;
+  int64_t next_retention_check = 0;  // Env's steady clock
   // Archived jobs past --keep-archived-for may be left to delete, a chunk
   // per loop iteration; those deleted this round, and since the start.
   bool archive_prune_left = false;
@@ -106,6 +106,13 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::condition_variable cv;
   std::deque<std::function<void()>> queue;
   bool stopping = false;
+  // For SchedulerServer::activity (guarded by mu): the loop waits for
+  // work or its timer, due at loop_wake_us (Env's steady clock); how often
+  // it went to wait, and work was posted.
+  bool loop_waiting = false;
+  int64_t loop_wake_us = 0;
+  uint64_t loop_generation = 0;
+  uint64_t posts = 0;
   bool shutdown_started = false;
   bool stopped = false;
   std::condition_variable stopped_cv;
@@ -161,15 +168,18 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     std::fprintf(stderr, "gandiva-scheduler: %s\n", s.c_str());
   }
 
+  // The clock, timers and agent channels (opts.env, set by Start before
+  // anything runs; any thread).
+  DaemonEnv& Env() const { return *opts.env; }
   int64_t Now() {
-    clock_us = std::max(clock_us, WallMicros());
+    clock_us = std::max(clock_us, Env().WallMicros());
     return clock_us;
   }
   // Now() without moving the clock on.
-  int64_t NowConst() const { return std::max(clock_us, WallMicros()); }
+  int64_t NowConst() const { return std::max(clock_us, Env().WallMicros()); }
   int64_t InternalActionId() {
     // Distinct from the core's small action ids and from earlier runs.
-    next_internal_id = std::max(next_internal_id + 1, WallMicros());
+    next_internal_id = std::max(next_internal_id + 1, Env().WallMicros());
     return (int64_t{1} << 62) | next_internal_id;
   }
 
@@ -177,6 +187,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     std::lock_guard lock(mu);
     if (stopping) return;
     queue.push_back(std::move(f));
+    ++posts;
     cv.notify_one();
   }
 
@@ -301,7 +312,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     });
   }
 
-  std::shared_ptr<rpc::Agent::Stub> StubOf(ServerId s) const {
+  std::shared_ptr<rpc::Agent::StubInterface> StubOf(ServerId s) const {
     if (!s.valid() || static_cast<size_t>(s.value) >= agents.size()) {
       return nullptr;
     }
@@ -327,7 +338,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // Suspends (or resumes) the job's process at an agent: the agent's time
   // in *took_us and, for a suspend, in *at_boundary whether the job
   // stopped at a mini-batch boundary (not: SIGSTOP wherever it was).
-  static grpc::Status SuspendOrResume(rpc::Agent::Stub& stub,
+  static grpc::Status SuspendOrResume(rpc::Agent::StubInterface& stub,
                                       grpc::ClientContext* ctx,
                                       const rpc::JobRequest& req, bool suspend,
                                       int64_t* took_us,
@@ -340,8 +351,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // From an executor thread: kills the job's process at `server` and has
   // its exit ignored (the daemon stopped it; it is not the job's end). The
   // loop counts the exit to ignore before the agent can report it.
-  void KillIgnoringExit(int32_t job, ServerId server, rpc::Agent::Stub& stub,
-                        int64_t action_id);
+  void KillIgnoringExit(int32_t job, ServerId server,
+                        rpc::Agent::StubInterface& stub, int64_t action_id);
 
   // Kills a process the daemon no longer wants (fire and forget); a gang's
   // parts on every server.
@@ -402,11 +413,8 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     return r;
   }
 
-  static int64_t UsSince(std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::steady_clock::now() - t)
-        .count();
-  }
+  // Microseconds of Env()'s steady clock since `t` (SteadyMicros()).
+  int64_t UsSince(int64_t t) const { return Env().SteadyMicros() - t; }
 
   static std::string Placement(const std::vector<PartConn>& parts) {
     std::string s = "gpus ";
@@ -435,7 +443,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // did not happen within a minute, the process went away, or the job was
   // killed meanwhile.
   int64_t AwaitFirstMinibatch(int32_t job, const PartConn& lead, int64_t saved,
-                              std::chrono::steady_clock::time_point since);
+                              int64_t since);
 
   // The host part of an agent's address ("host:port", "[v6]:port").
   static std::string HostOf(const std::string& address) {

@@ -35,16 +35,17 @@ void SchedulerServer::Impl::KillPart(int32_t job, const PartConn& c, int64_t id,
   (void)c.stub->KillJob(ctx.get(), req, &rep);
 }
 
-int64_t SchedulerServer::Impl::AwaitFirstMinibatch(
-    int32_t job, const PartConn& lead, int64_t saved,
-    std::chrono::steady_clock::time_point since) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+int64_t SchedulerServer::Impl::AwaitFirstMinibatch(int32_t job,
+                                                   const PartConn& lead,
+                                                   int64_t saved,
+                                                   int64_t since) {
+  const int64_t end = Env().SteadyMicros() + 60'000'000;
   {
     std::lock_guard<std::mutex> lock(warm_mu);
     first_minibatch_waits[job] = false;
   }
   int64_t result = -1;
-  while (std::chrono::steady_clock::now() < end) {
+  while (Env().SteadyMicros() < end) {
     {
       std::lock_guard<std::mutex> lock(warm_mu);
       if (first_minibatch_waits[job]) break;
@@ -61,7 +62,7 @@ int64_t SchedulerServer::Impl::AwaitFirstMinibatch(
         break;
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Env().SleepFor(10'000);
   }
   std::lock_guard<std::mutex> lock(warm_mu);
   first_minibatch_waits.erase(job);
@@ -231,7 +232,7 @@ void SchedulerServer::Impl::DispatchGang(const PendingAction& p, bool starts,
   const bool relocated = p.relocate;
   Ids ids = TakeIds(4 * conns->size() + 4);
   executor->Run(job, [=, this]() mutable {
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = Env().SteadyMicros();
     if (starts) {
       std::string err;
       const bool ok = StartParts(job, spec, *conns, false, ids, &err);
@@ -291,7 +292,7 @@ void SchedulerServer::Impl::RelaunchGang(int32_t id) {
   const rpc::JobSpec spec = x.spec;
   Ids ids = TakeIds(4 * conns->size() + 4);
   executor->Run(id, [=, this]() mutable {
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = Env().SteadyMicros();
     std::string err;
     const bool ok = StartParts(id, spec, *conns, false, ids, &err);
     const int64_t took = UsSince(t0);
@@ -326,7 +327,7 @@ bool SchedulerServer::Impl::SaveGangForLeave(int32_t id, JobExtra& x,
   const std::string name = a.name;
   Ids ids = TakeIds(4 * conns->size() + 4);
   executor->Run(id, [=, this]() mutable {
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = Env().SteadyMicros();
     auto each_follower = [&](bool resume) {
       ContinueOrStopFollowers(id, *conns, ids, resume);
     };
@@ -410,7 +411,7 @@ void SchedulerServer::Impl::RestartGangAtSource(int32_t job, const Proc& from,
   const rpc::JobSpec spec = x->spec;
   Ids ids = TakeIds(6 * conns->size() + 4);
   executor->Run(job, [=, this]() mutable {
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = Env().SteadyMicros();
     std::string err, transfer;
     const bool ok =
         Distribute(job, (*conns)[0], *conns, ids, &err, &transfer) &&
@@ -423,8 +424,8 @@ void SchedulerServer::Impl::RestartGangAtSource(int32_t job, const Proc& from,
                  ? "; first mini-batch " + Ms(first) + " after the restart"
                  : "; no mini-batch within a minute of the restart";
       if (first >= 0 && paused_since_us > 0) {
-        cost += "; training paused " + Ms(WallMicros() - paused_since_us) +
-                " since it saved";
+        cost += "; training paused " +
+                Ms(Env().WallMicros() - paused_since_us) + " since it saved";
       }
     }
     Post([=, this] {
@@ -484,7 +485,7 @@ void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
                  : Placement(*dst);
   Ids ids = TakeIds(8 * (dst->size() + src->size()) + 8);
   executor->Run(job, [=, this]() mutable {
-    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t t0 = Env().SteadyMicros();
     std::string err;
     // Nothing to carry over: every part starts afresh.
     auto fresh = [&](const std::string& why) {
@@ -512,7 +513,7 @@ void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
     }
     const PartConn& source = (*src)[0];
     std::string phases;
-    const auto t_ckpt = std::chrono::steady_clock::now();
+    const int64_t t_ckpt = Env().SteadyMicros();
     // The mini-batch the checkpoint was taken at (-1: unknown).
     int64_t saved = kept_at > 0 ? kept_at : -1;
     if (from.exists) {
@@ -568,7 +569,7 @@ void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
                  MovedTo::kCheckpointAtSource, from);
       return;
     }
-    const auto t_start = std::chrono::steady_clock::now();
+    const int64_t t_start = Env().SteadyMicros();
     if (!StartParts(job, spec, *dst, true, ids, &err)) {
       drop_copies();
       FinishMove(job, aid, what, false, false, UsSince(t0),
@@ -660,12 +661,7 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
   const int64_t kill_src_id = InternalActionId();
   const int64_t kill_dst_id = InternalActionId();
   executor->Run(job, [=, this] {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto us_since = [](std::chrono::steady_clock::time_point t) {
-      return std::chrono::duration_cast<std::chrono::microseconds>(
-                 std::chrono::steady_clock::now() - t)
-          .count();
-    };
+    const int64_t t0 = Env().SteadyMicros();
     rpc::StartJobReply warm_rep;
     auto start = [&](bool warm_start, bool local, const Proc& at,
                      std::string* err) {
@@ -706,7 +702,7 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
       if (!s.ok()) *err = RpcError("StartJob", s);
       return s.ok();
     };
-    auto kill = [&](const std::shared_ptr<rpc::Agent::Stub>& stub) {
+    auto kill = [&](const std::shared_ptr<rpc::Agent::StubInterface>& stub) {
       rpc::JobRequest req;
       req.set_job_id(job);
       req.set_action_id(stub == src ? kill_src_id : kill_dst_id);
@@ -717,7 +713,7 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
     std::string err;
     if (!has_source) {
       const bool ok = start(false, false, to, &err);
-      FinishMove(job, aid, what, ok, false, us_since(t0),
+      FinishMove(job, aid, what, ok, false, UsSince(t0),
                  ok ? where +
                           "; restarted from scratch (its process was "
                           "lost)"
@@ -729,7 +725,7 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
       // The new process may have started (a call cancelled by a kill, or
       // one whose reply was lost): it goes.
       kill(dst);
-      FinishMove(job, aid, what, false, false, us_since(t0),
+      FinishMove(job, aid, what, false, false, UsSince(t0),
                  "warm start: " + err, MovedTo::kAsBefore, from);
       return;
     }
@@ -740,7 +736,7 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
       return (method == "criu" ? ", restore " : ", restart ") + Ms(us);
     };
     // From the checkpoint request on, the job trains nowhere.
-    const auto t_ckpt = std::chrono::steady_clock::now();
+    const int64_t t_ckpt = Env().SteadyMicros();
     // The mini-batch a library checkpoint was taken at (-1: none).
     int64_t saved = -1;
     if (from.exists) {
@@ -766,14 +762,14 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
           // Nothing to carry over: start afresh where the core wants it.
           KillIgnoringExit(job, from.server, *src, kill_src_id);
           const bool ok = start(false, false, to, &err);
-          FinishMove(job, aid, what, ok, false, us_since(t0),
+          FinishMove(job, aid, what, ok, false, UsSince(t0),
                      ok ? where + "; restarted from scratch (" +
                               s.error_message() + ")"
                         : err,
                      ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
           return;
         }
-        FinishMove(job, aid, what, false, cannot, us_since(t0),
+        FinishMove(job, aid, what, false, cannot, UsSince(t0),
                    RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
         return;
       }
@@ -801,19 +797,19 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
           ")";
     }
     if (same_server) {
-      const auto t_start = std::chrono::steady_clock::now();
+      const int64_t t_start = Env().SteadyMicros();
       if (!start(false, true, to, &err)) {
         // Back as it was, from the checkpoint, if it can.
         std::string err2;
         const bool back = resize && start(false, true, from, &err2);
-        FinishMove(job, aid, what, false, false, us_since(t0),
+        FinishMove(job, aid, what, false, false, UsSince(t0),
                    "restart: " + err + (back ? "; restarted as it was" : ""),
                    back ? MovedTo::kAsBefore : MovedTo::kCheckpointAtSource,
                    from);
         return;
       }
       std::string detail =
-          where + "; " + phases + restart_phase(us_since(t_start));
+          where + "; " + phases + restart_phase(UsSince(t_start));
       // Until its first mini-batch from the checkpoint the job trains
       // nowhere (a job without the library: until its restart).
       if (saved >= 0) {
@@ -822,12 +818,12 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
             t_start);
         detail += first >= 0
                       ? ", first mini-batch " + Ms(first) +
-                            " after it; training paused " + Ms(us_since(t_ckpt))
+                            " after it; training paused " + Ms(UsSince(t_ckpt))
                       : ", no mini-batch within a minute of it";
       } else {
-        detail += "; training paused " + Ms(us_since(t_ckpt));
+        detail += "; training paused " + Ms(UsSince(t_ckpt));
       }
-      FinishMove(job, aid, what, true, false, us_since(t0), detail,
+      FinishMove(job, aid, what, true, false, UsSince(t0), detail,
                  MovedTo::kDestination, from);
       return;
     }
@@ -844,26 +840,23 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
     grpc::Status s = dst->ReceiveCheckpoint(ctx.get(), rreq, &rrep);
     if (!s.ok()) {
       kill(dst);
-      FinishMove(job, aid, what, false, false, us_since(t0),
+      FinishMove(job, aid, what, false, false, UsSince(t0),
                  RpcError("ReceiveCheckpoint", s) +
                      "; the checkpoint stays on the source",
                  MovedTo::kCheckpointAtSource, from);
       return;
     }
-    const auto t_start = std::chrono::steady_clock::now();
+    const int64_t t_start = Env().SteadyMicros();
     if (!warm && !start(false, true, to, &err)) {
       // Received but not started: the copy at the source stays the one
       // the job resumes from.
       kill(dst);
-      FinishMove(job, aid, what, false, false, us_since(t0),
+      FinishMove(job, aid, what, false, false, UsSince(t0),
                  "start from the received checkpoint: " + err,
                  MovedTo::kCheckpointAtSource, from);
       return;
     }
-    const int64_t restart_us =
-        std::chrono::duration_cast<std::chrono::microseconds>(
-            std::chrono::steady_clock::now() - t_start)
-            .count();
+    const int64_t restart_us = UsSince(t_start);
     kill(src);  // drops the source's copy of the checkpoint
     std::string detail = where;
     if (!phases.empty()) detail += "; " + phases;
@@ -886,8 +879,8 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
       detail += ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
                 Ms(rrep.first_minibatch_us());
     }
-    if (from.exists) detail += "; training paused " + Ms(us_since(t_ckpt));
-    FinishMove(job, aid, what, true, false, us_since(t0), detail,
+    if (from.exists) detail += "; training paused " + Ms(UsSince(t_ckpt));
+    FinishMove(job, aid, what, true, false, UsSince(t0), detail,
                MovedTo::kDestination, from);
   });
 }

@@ -159,7 +159,7 @@ rpc::JobInfo SchedulerServer::Impl::InfoOf(int32_t id,
     std::string within;
     if (a.away_since_us > 0) {
       const double left =
-          static_cast<double>(AwayUntilUs(a, lim()) - WallMicros()) / 1e6;
+          static_cast<double>(AwayUntilUs(a, lim()) - Env().WallMicros()) / 1e6;
       char b[64];
       std::snprintf(b, sizeof b, "if it is not back within %.0f s,",
                     std::max(0.0, left));
@@ -186,7 +186,8 @@ rpc::JobInfo SchedulerServer::Impl::InfoOf(int32_t id,
         "as it was until the agent is back (if it is not within %.0f s, ",
         static_cast<double>(NowConst() - a->last_seen_us) / 1e6,
         std::max(0.0,
-                 static_cast<double>(a->silent_until_us - WallMicros()) / 1e6));
+                 static_cast<double>(a->silent_until_us - Env().WallMicros()) /
+                     1e6));
     info.set_waiting_reason(
         "agent '" + a->name + "'" + b +
         "the server is declared down and the job placed again)");

@@ -22,6 +22,7 @@ core::Status SchedulerServer::Impl::Open() {
     if (!s.ok()) return s.status();
     store = std::move(*s);
   }
+  if (opts.store_wrapper) store = opts.store_wrapper(std::move(store));
   GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
   GANDIVA_RETURN_IF_ERROR(ResolveClusterId());
   GANDIVA_RETURN_IF_ERROR(ResolveRestoreLost());
@@ -431,7 +432,7 @@ core::Status SchedulerServer::Impl::Recover() {
   }
   auto servers = store->LoadServers();
   if (!servers.ok()) return servers.status();
-  const int64_t now = WallMicros();
+  const int64_t now = Env().WallMicros();
   for (const ServerRow& row : *servers) {
     if (row.id != static_cast<int32_t>(agents.size())) {
       return core::IoError("servers table: ids are not dense");
@@ -451,7 +452,7 @@ core::Status SchedulerServer::Impl::Recover() {
     } catch (const json::exception& e) {
       return core::IoError("server '" + row.name + "': " + e.what());
     }
-    a.stub = rpc::Agent::NewStub(MakeChannel(a.address, tls));
+    a.stub = Env().AgentStub(a.address, tls);
     Await(a, now, row.away_since_us);
     a.away_cordon = row.away_cordon;
     agent_by_name[a.name] = row.id;

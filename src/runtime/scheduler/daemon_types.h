@@ -55,12 +55,6 @@ using core::JobState;
 using core::ServerId;
 using nlohmann::json;
 
-inline int64_t WallMicros() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 inline grpc::Status ToGrpc(const core::Status& s) {
   using core::StatusCode;
   switch (s.code()) {
@@ -194,7 +188,7 @@ struct Proc {
 // loop knew of it when the work was handed over.
 struct PartConn {
   Part part;
-  std::shared_ptr<rpc::Agent::Stub> stub;
+  std::shared_ptr<rpc::Agent::StubInterface> stub;
   std::string name;
   std::string address;  // host:port of its Agent service
 };
@@ -265,7 +259,7 @@ struct AgentConn : Liveness {
   std::vector<rpc::Gpu> gpus;
   int32_t sockets = 1;
   int32_t switches_per_socket = 1;
-  std::shared_ptr<rpc::Agent::Stub> stub;
+  std::shared_ptr<rpc::Agent::StubInterface> stub;
   // Set at registration: jobs the daemon placed here that the agent did not
   // list; decided at its first report (their exits may still come).
   bool reconcile_pending = false;

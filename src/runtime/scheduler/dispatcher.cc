@@ -38,11 +38,14 @@ void Dispatcher::WorkerMain() {
     std::function<void()> task = std::move(lane.tasks.front());
     lane.tasks.pop_front();
     lane.running = true;
+    ++running_;
     lock.unlock();
     task();
     task = nullptr;  // what it holds goes before the next task of its key
     lock.lock();
     --unfinished_;
+    --running_;
+    ++finished_;
     Lane& after = lanes_[key];  // the map may have rehashed meanwhile
     after.running = false;
     if (after.tasks.empty()) {
@@ -79,6 +82,11 @@ int Dispatcher::workers() const {
 int64_t Dispatcher::unfinished() const {
   std::lock_guard lock(mu_);
   return unfinished_;
+}
+
+Dispatcher::Load Dispatcher::load() const {
+  std::lock_guard lock(mu_);
+  return Load{running_, static_cast<int>(ready_.size()), finished_};
 }
 
 }  // namespace gandiva::runtime

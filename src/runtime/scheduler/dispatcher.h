@@ -38,6 +38,14 @@ class Dispatcher {
   // that have not finished (queued or running).
   int workers() const;
   int64_t unfinished() const;
+  // For tests that move a fake clock: tasks running now, tasks whose turn
+  // has come that wait for a worker, and tasks finished since the start.
+  struct Load {
+    int running = 0;
+    int ready = 0;
+    uint64_t finished = 0;
+  };
+  Load load() const;
 
  private:
   struct Lane {
@@ -55,6 +63,8 @@ class Dispatcher {
   std::unordered_map<int64_t, Lane> lanes_;  // guarded by mu_
   int idle_ = 0;                             // workers waiting for work; mu_
   int64_t unfinished_ = 0;                   // guarded by mu_
+  int running_ = 0;                          // guarded by mu_
+  uint64_t finished_ = 0;                    // guarded by mu_
   bool stop_ = false;                        // guarded by mu_
   std::vector<std::thread> threads_;         // guarded by mu_
 };

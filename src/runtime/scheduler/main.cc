@@ -231,6 +231,12 @@ int main(int argc, char** argv) {
     return 1;
   };
 
+  if (o.listen.empty()) {
+    // The library takes an empty address as "in this process only".
+    return fail(
+        gandiva::core::InvalidArgument("--listen: expected HOST:PORT, got ''"));
+  }
+
   if (!backup_to.empty()) {
     if (!etcd.empty()) {
       return fail(gandiva::core::InvalidArgument(

@@ -5,6 +5,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <exception>
 #include <utility>
@@ -187,18 +188,20 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
 core::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
     const std::string& listen, std::function<MetricsSample()> sample) {
   std::unique_ptr<MetricsExporter> m(new MetricsExporter());
-  try {
-    m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
-  } catch (const std::exception& e) {
-    return core::InvalidArgument("--metrics-listen: cannot listen on '" +
-                                 listen + "': " + e.what());
+  if (!listen.empty()) {
+    try {
+      m->exposer_ = std::make_unique<prometheus::Exposer>(listen, 2);
+    } catch (const std::exception& e) {
+      return core::InvalidArgument("--metrics-listen: cannot listen on '" +
+                                   listen + "': " + e.what());
+    }
+    const std::vector<int> ports = m->exposer_->GetListeningPorts();
+    if (ports.empty()) {
+      return core::InvalidArgument("--metrics-listen: cannot listen on '" +
+                                   listen + "'");
+    }
+    m->port_ = ports.front();
   }
-  const std::vector<int> ports = m->exposer_->GetListeningPorts();
-  if (ports.empty()) {
-    return core::InvalidArgument("--metrics-listen: cannot listen on '" +
-                                 listen + "'");
-  }
-  m->port_ = ports.front();
   m->registry_ = std::make_shared<prometheus::Registry>();
   m->mechanisms_ =
       &prometheus::BuildHistogram()
@@ -209,9 +212,20 @@ core::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(
                "shrink; outcome ok or failed.")
            .Register(*m->registry_);
   m->gauges_ = std::make_shared<Gauges>(std::move(sample));
-  m->exposer_->RegisterCollectable(m->gauges_);
-  m->exposer_->RegisterCollectable(m->registry_);
+  if (m->exposer_) {
+    m->exposer_->RegisterCollectable(m->gauges_);
+    m->exposer_->RegisterCollectable(m->registry_);
+  }
   return m;
+}
+
+std::string MetricsExporter::Text() const {
+  // What the exposer collects, in the order it registered them.
+  std::vector<prometheus::MetricFamily> families = gauges_->Collect();
+  for (prometheus::MetricFamily& f : registry_->Collect()) {
+    families.push_back(std::move(f));
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 MetricsExporter::~MetricsExporter() {

@@ -69,8 +69,9 @@ struct MetricsSample {
 
 class MetricsExporter {
  public:
-  // Serves /metrics at `listen` (HOST:PORT; port 0 picks a free one).
-  // `sample` is called at each scrape, from the HTTP server's threads.
+  // Serves /metrics at `listen` (HOST:PORT; port 0 picks a free one; empty:
+  // on no socket, read through Text alone). `sample` is called at each
+  // scrape, from the HTTP server's threads (and Text's caller).
   // InvalidArgument naming --metrics-listen when it cannot listen there
   // (SchedulerServer::Start has checked the HOST:PORT form already).
   static core::StatusOr<std::unique_ptr<MetricsExporter>> Start(
@@ -79,8 +80,10 @@ class MetricsExporter {
   MetricsExporter(const MetricsExporter&) = delete;
   MetricsExporter& operator=(const MetricsExporter&) = delete;
 
-  // The port it listens on.
+  // The port it listens on (0: none).
   int port() const { return port_; }
+  // The page a scrape of /metrics gets (Prometheus' text format).
+  std::string Text() const;
   // A mechanism concluded: `action` ("suspend", "migrate", ...) took
   // `seconds`, and succeeded or not.
   void ObserveMechanism(const std::string& action, bool ok, double seconds);

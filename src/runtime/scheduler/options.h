@@ -2,19 +2,24 @@
 // with its default. A value (sharing `leadership`): thread-compatible.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "runtime/scheduler/daemon_env.h"
 #include "runtime/scheduler/leadership.h"
 #include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
 
+class Store;
+
 struct SchedulerOptions {
   // Where the gRPC Scheduler service listens, "host:port". Port 0 picks a
   // free port; SchedulerServer::address() (and `address_file`) tell which.
-  // Default "0.0.0.0:7070".
+  // Empty: on no socket, only to callers in this process
+  // (SchedulerServer::service). Default "0.0.0.0:7070".
   std::string listen = "0.0.0.0:7070";
   // If non-empty, the bound address ("host:port", host 127.0.0.1 when
   // listening on all interfaces) is written to this file once the daemon
@@ -33,6 +38,12 @@ struct SchedulerOptions {
   // Ok). Whoever runs it stops it when the lead is lost (OnLost) and
   // resigns after a clean stop (gandiva-scheduler's main does both).
   std::shared_ptr<Leadership> leadership;
+  // The clock and the channels to agents (daemon_env.h). Default (unset):
+  // RealDaemonEnv().
+  std::shared_ptr<DaemonEnv> env;
+  // For tests: wraps the store the daemon opens (a FaultyStore,
+  // faulty_store.h, that fails the writes a test chooses). Default none.
+  std::function<std::unique_ptr<Store>(std::unique_ptr<Store>)> store_wrapper;
 
   // --- Policy. Stored in the database on first start. Unset: the stored
   // value (or the default for a new database). Set and different from the

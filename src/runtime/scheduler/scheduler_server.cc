@@ -119,28 +119,30 @@ void SchedulerServer::Impl::EndStreakLocked(int32_t job) {
 }
 
 void SchedulerServer::Impl::LoopMain() {
-  const auto tick = std::chrono::milliseconds(std::max(1, opts.tick_ms));
-  auto next_tick = std::chrono::steady_clock::now() + tick;
-  const auto retention =
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-          std::chrono::duration<double>(opts.retention_check_s));
-  next_retention_check = std::chrono::steady_clock::now() + retention;
+  const int64_t tick = int64_t{std::max(1, opts.tick_ms)} * 1000;
+  int64_t next_tick = Env().SteadyMicros() + tick;
+  const auto retention = static_cast<int64_t>(opts.retention_check_s * 1e6);
+  next_retention_check = Env().SteadyMicros() + retention;
   while (true) {
     std::deque<std::function<void()>> work;
     {
       std::unique_lock lock(mu);
       // Events or archived jobs left to delete: on without waiting.
       const bool more = compacted_events_left || archive_prune_left;
-      cv.wait_until(lock, more ? std::chrono::steady_clock::now() : next_tick,
-                    [&] { return stopping || !queue.empty(); });
+      loop_waiting = !more;
+      loop_wake_us = next_tick;
+      ++loop_generation;
+      Env().WaitUntil(lock, cv, more ? Env().SteadyMicros() : next_tick,
+                      [&] { return stopping || !queue.empty(); });
+      loop_waiting = false;
       if (stopping) break;
       work.swap(queue);
     }
     for (auto& f : work) f();
-    if (std::chrono::steady_clock::now() >= next_tick) {
+    if (Env().SteadyMicros() >= next_tick) {
       (void)Feed(core::Tick{});
       CheckAgents();
-      next_tick = std::chrono::steady_clock::now() + tick;
+      next_tick = Env().SteadyMicros() + tick;
     }
     PersistAndPublish();
     for (auto& answer : answers) answer();
@@ -150,9 +152,9 @@ void SchedulerServer::Impl::LoopMain() {
       CompactLog();
     }
     if (compacted_events_left) DeleteCompactedEvents(kCompactionChunk);
-    if (std::chrono::steady_clock::now() >= next_retention_check) {
+    if (Env().SteadyMicros() >= next_retention_check) {
       CheckRetention();
-      next_retention_check = std::chrono::steady_clock::now() + retention;
+      next_retention_check = Env().SteadyMicros() + retention;
     }
     if (archive_prune_left) PruneArchive(store->PruneChunk());
   }
@@ -268,35 +270,41 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (options.executor_threads < 1) {
     return core::InvalidArgument("--executor-threads: must be at least 1");
   }
-  if (options.listen.rfind(':') == std::string::npos) {
+  if (!options.listen.empty() &&
+      options.listen.rfind(':') == std::string::npos) {
     return core::InvalidArgument("--listen: expected HOST:PORT, got '" +
                                  options.listen + "'");
   }
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(options);
+  if (impl->opts.env == nullptr) impl->opts.env = RealDaemonEnv();
   auto tls = LoadTls(impl->opts.tls, "--tls-");
   if (!tls.ok()) return tls.status();
   impl->tls = std::move(*tls);
   GANDIVA_RETURN_IF_ERROR(impl->Open());
   impl->executor = std::make_unique<Dispatcher>(impl->opts.executor_threads);
 
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(impl->opts.listen, ServerCredentials(impl->tls),
-                           &port);
-  builder.RegisterService(impl.get());
-  impl->grpc_server = builder.BuildAndStart();
-  if (impl->grpc_server == nullptr || port == 0) {
-    return core::Status(core::StatusCode::kUnavailable,
-                        "cannot listen on '" + impl->opts.listen + "'");
+  if (!impl->opts.listen.empty()) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(impl->opts.listen, ServerCredentials(impl->tls),
+                             &port);
+    builder.RegisterService(impl.get());
+    impl->grpc_server = builder.BuildAndStart();
+    if (impl->grpc_server == nullptr || port == 0) {
+      return core::Status(core::StatusCode::kUnavailable,
+                          "cannot listen on '" + impl->opts.listen + "'");
+    }
+    impl->address = HostPortForClients(impl->opts.listen, port);
   }
-  impl->address = HostPortForClients(impl->opts.listen, port);
-  if (!impl->opts.metrics_listen.empty()) {
+  {
+    // Served over HTTP with --metrics-listen; read in process always
+    // (SchedulerServer::MetricsText).
     Impl* p = impl.get();
     auto m = MetricsExporter::Start(impl->opts.metrics_listen,
                                     [p] { return p->SampleMetrics(); });
     if (!m.ok()) {
-      impl->grpc_server->Shutdown();
+      if (impl->grpc_server) impl->grpc_server->Shutdown();
       return m.status();
     }
     impl->metrics = std::move(*m);
@@ -340,6 +348,28 @@ int SchedulerServer::metrics_port() const {
 
 const std::string& SchedulerServer::policy() const {
   return impl_->policy_name;
+}
+
+rpc::Scheduler::Service& SchedulerServer::service() { return *impl_; }
+
+std::string SchedulerServer::MetricsText() const {
+  return impl_->metrics ? impl_->metrics->Text() : std::string();
+}
+
+SchedulerServer::Activity SchedulerServer::activity() const {
+  Impl& m = *impl_;
+  Activity a;
+  {
+    std::lock_guard lock(m.mu);
+    a.loop_idle = m.loop_waiting && m.queue.empty();
+    a.next_timer_us = m.loop_wake_us;
+    a.generation = m.loop_generation + m.posts;
+  }
+  const Dispatcher::Load load = m.executor->load();
+  a.tasks_running = load.running;
+  a.tasks_ready = load.ready;
+  a.generation += load.finished;
+  return a;
 }
 
 void SchedulerServer::Sync() {

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "proto/gandiva.grpc.pb.h"
 #include "runtime/scheduler/limits.h"
 #include "runtime/scheduler/options.h"
 
@@ -45,10 +46,33 @@ class SchedulerServer {
   const std::string& policy() const;
   // The port of the Prometheus endpoint (--metrics-listen); 0 when off.
   int metrics_port() const;
+  // The page the Prometheus endpoint serves, read in process (with or
+  // without --metrics-listen).
+  std::string MetricsText() const;
 
   // Blocks until the event loop has handled everything posted before the
   // call (and published its snapshot). For tests.
   void Sync();
+
+  // The Scheduler service, for callers in this process (its methods take
+  // a default ServerContext); the only way in when SchedulerOptions::listen
+  // is empty. Valid while this object lives.
+  rpc::Scheduler::Service& service();
+
+  // For tests that move a fake DaemonEnv's clock: what the daemon has left
+  // to do. The loop is idle when it waits with nothing posted, until its
+  // timer at `next_timer_us` (the env's SteadyMicros); agent calls are
+  // running, or ready and waiting for a worker (Dispatcher::Load);
+  // `generation` changes whenever work is posted, the loop goes to wait,
+  // or a call finishes.
+  struct Activity {
+    bool loop_idle = false;
+    int64_t next_timer_us = 0;
+    int tasks_running = 0;
+    int tasks_ready = 0;
+    uint64_t generation = 0;
+  };
+  Activity activity() const;
 
   // Stops serving: the gRPC service, the event loop, the executor. What was
   // committed stays in the database; actions under way at the agents are
