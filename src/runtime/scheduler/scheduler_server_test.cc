@@ -29,8 +29,10 @@
 #include <thread>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/scheduler/daemon_test_world.h"
 #include "runtime/scheduler/etcd_test_util.h"
 #include "runtime/scheduler/event_codec.h"
+#include "runtime/scheduler/faulty_store.h"
 #include "runtime/scheduler/leadership.h"
 #include "runtime/scheduler/store.h"
 
@@ -38,16 +40,6 @@ namespace gandiva::runtime {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool WaitFor(const std::function<bool()>& cond, int seconds = 30) {
-  const auto end =
-      std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (cond()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return cond();
-}
 
 // kFailReceive: checkpoints (a process that exits, its files kept) but
 // cannot receive one (the transfer fails).
@@ -65,10 +57,18 @@ bool HasEntry(const rpc::JobInfo& info, const std::string& action,
 }
 
 // A fake node agent: keeps a table of "processes" and answers like one.
+// In the fake world (TestWorld) it is served in process, else on loopback.
 class FakeAgent final : public rpc::Agent::Service {
  public:
   FakeAgent(std::string name, int gpus, Mode mode)
       : name_(std::move(name)), gpus_(gpus), mode_(mode) {
+    if (TestWorld::Fake() != nullptr) {
+      endpoint_ =
+          std::make_shared<AgentEndpoint>(this, InProcess::Get().NewAddress());
+      InProcess::Get().Add(endpoint_);
+      address_ = endpoint_->address();
+      return;
+    }
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -76,7 +76,18 @@ class FakeAgent final : public rpc::Agent::Service {
     server_ = b.BuildAndStart();
     address_ = "127.0.0.1:" + std::to_string(port);
   }
-  ~FakeAgent() override { server_->Shutdown(); }
+  ~FakeAgent() override {
+    // No call may wait in it for ever.
+    SetHold(hold_, false);
+    SetHold(hold_suspends_, false);
+    SetHold(hold_checkpoints_, false);
+    if (endpoint_ != nullptr) {
+      InProcess::Get().Remove(address_);
+      endpoint_->Close();
+      return;
+    }
+    server_->Shutdown();
+  }
 
   struct Proc {
     rpc::JobState state;
@@ -218,8 +229,7 @@ class FakeAgent final : public rpc::Agent::Service {
   grpc::Status Register(const std::string& addr) {
     std::lock_guard lock(mu_);
     sched_addr_ = addr;
-    stub_ = rpc::Scheduler::NewStub(
-        grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+    stub_ = SchedulerStubFor(addr);
     return RegisterLocked();
   }
   // Registers with this address instead of its own (one the daemon may not
@@ -566,7 +576,8 @@ class FakeAgent final : public rpc::Agent::Service {
   std::string name_;
   int gpus_;
   Mode mode_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> server_;     // on loopback, or
+  std::shared_ptr<AgentEndpoint> endpoint_;  // in process
   std::string address_;
   std::mutex mu_;
   std::mutex hold_mu_;
@@ -578,7 +589,7 @@ class FakeAgent final : public rpc::Agent::Service {
   bool hold_suspends_ = false;     // guarded by hold_mu_
   int suspends_held_ = 0;          // guarded by hold_mu_
   std::string sched_addr_;
-  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+  std::unique_ptr<rpc::Scheduler::StubInterface> stub_;
   std::map<int64_t, Proc> procs_;
   std::set<int64_t> kept_;  // checkpoints held
   std::map<int64_t, std::string>
@@ -612,9 +623,7 @@ class FakeAgent final : public rpc::Agent::Service {
 // A CLI-like client.
 class Client {
  public:
-  explicit Client(const std::string& addr)
-      : stub_(rpc::Scheduler::NewStub(
-            grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()))) {}
+  explicit Client(const std::string& addr) : stub_(SchedulerStubFor(addr)) {}
   grpc::Status Submit(const rpc::JobSpec& spec, int64_t* id = nullptr) {
     rpc::SubmitRequest r;
     *r.mutable_spec() = spec;
@@ -768,7 +777,7 @@ class Client {
   }
 
  private:
-  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+  std::unique_ptr<rpc::Scheduler::StubInterface> stub_;
 };
 
 // The job's process on `agent` exits 0 and the agent reports it: the job
@@ -791,8 +800,41 @@ int64_t StartSpanningJob(Client& cl, FakeAgent& a, FakeAgent& b,
 std::vector<rpc::HistoryEntry> HistoryOf(Client& cl, int64_t job,
                                          const std::string& action);
 
+// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    if (::write(fd, req.data(), req.size()) ==
+        static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// The daemon in this process. In the fake world (the default) it serves no
+// socket and its clock moves only as the test waits (WaitFor, Pass); a
+// fixture that runs the daemon's binary, or a test that needs sockets,
+// uses the real world (RealWorld).
 class DaemonTest : public ::testing::Test {
  protected:
+  // The world is set before the fixture's members are made (a derived
+  // fixture's agents are in it).
+  DaemonTest() {
+    world_.env = std::make_shared<FakeDaemonEnv>();
+    world_.daemon = [this] { return server_.get(); };
+    TestWorld::Current() = &world_;
+  }
+  ~DaemonTest() override { TestWorld::Current() = nullptr; }
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
            ("gandiva-daemon-test-" + std::to_string(getpid()) + "-" +
@@ -804,9 +846,13 @@ class DaemonTest : public ::testing::Test {
     server_.reset();
     fs::remove_all(dir_);
   }
+  // Moves this test to the real world: before it makes agents or a daemon
+  // (a derived fixture: in its constructor).
+  void UseRealWorld() { world_.env.reset(); }
   SchedulerOptions Options() {
     SchedulerOptions o;
-    o.listen = "127.0.0.1:0";
+    o.listen = world_.env ? "" : "127.0.0.1:0";
+    o.env = world_.env;
     o.db_path = (dir_ / "gandiva.db").string();
     o.tick_ms = 50;
     o.agent_timeout_s = 600;
@@ -817,10 +863,12 @@ class DaemonTest : public ::testing::Test {
     return o;
   }
   Client& StartDaemon(SchedulerOptions o) {
+    // In the fake world the metrics page is read in process (Metrics).
+    if (world_.env) o.metrics_listen.clear();
     auto s = SchedulerServer::Start(std::move(o));
     EXPECT_TRUE(s.ok()) << s.status().ToString();
-    server_ = std::move(*s);
-    client_ = std::make_unique<Client>(server_->address());
+    server_.Set(s.ok() ? std::move(*s) : nullptr);
+    client_ = std::make_unique<Client>(server_.address());
     return *client_;
   }
   // A daemon with the test options and the fifo policy, and `agent`
@@ -829,7 +877,7 @@ class DaemonTest : public ::testing::Test {
     SchedulerOptions o = Options();
     o.policy = "fifo";
     Client& c = StartDaemon(o);
-    EXPECT_TRUE(agent.Register(server_->address()).ok());
+    EXPECT_TRUE(agent.Register(server_.address()).ok());
     return c;
   }
   // A daemon with `o` and the fifo policy, agents `a` and `b` of one GPU
@@ -841,8 +889,8 @@ class DaemonTest : public ::testing::Test {
                                     FakeAgent& b, bool elastic = false) {
     o.policy = "fifo";
     Client& cl = StartDaemon(std::move(o));
-    if (!a.Register(server_->address()).ok() ||
-        !b.Register(server_->address()).ok()) {
+    if (!a.Register(server_.address()).ok() ||
+        !b.Register(server_.address()).ok()) {
       ADD_FAILURE() << "RegisterAgent";
       return -1;
     }
@@ -853,7 +901,7 @@ class DaemonTest : public ::testing::Test {
   // it did not start.
   int64_t RunOneJobAndStop(const SchedulerOptions& o, FakeAgent& a) {
     Client& cl = StartDaemon(o);
-    if (!a.Register(server_->address()).ok() || cl.MustSubmit(1) != 1 ||
+    if (!a.Register(server_.address()).ok() || cl.MustSubmit(1) != 1 ||
         !WaitFor([&] { return HasEntry(cl.Get(1), "start", true); })) {
       ADD_FAILURE() << cl.Get(1).DebugString();
       return 0;
@@ -895,7 +943,14 @@ class DaemonTest : public ::testing::Test {
     return j;
   }
   fs::path dir_;
-  std::unique_ptr<SchedulerServer> server_;
+  // The daemon's Prometheus page: in process in the fake world, else over
+  // HTTP from --metrics-listen.
+  std::string Metrics() {
+    if (world_.env) return server_->MetricsText();
+    return HttpGet(server_->metrics_port(), "/metrics");
+  }
+  TestWorld world_;
+  DaemonHolder server_;
   std::unique_ptr<Client> client_;
 };
 
@@ -919,7 +974,7 @@ TEST_F(DaemonTest, ActionsReachAgents) {
     SetUp();
     Client& cl = StartDaemon(Options());
     FakeAgent agent(std::string("node-") + c.name, 4, c.mode);
-    ASSERT_TRUE(agent.Register(server_->address()).ok());
+    ASSERT_TRUE(agent.Register(server_.address()).ok());
     const int64_t big = cl.MustSubmit(2, "big");
     const int64_t small = cl.MustSubmit(1, "small");
     EXPECT_EQ(big, 1);
@@ -995,7 +1050,7 @@ TEST_F(DaemonTest, AFailureRepeatedEachTickIsOneHistoryLineWithACount) {
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
   agent.FailSuspends(true);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t a = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return agent.procs().count(a) == 1; }));
   const int64_t b = cl.MustSubmit(1);
@@ -1043,7 +1098,7 @@ TEST_F(DaemonTest, TimeSlicingStartsSuspendsAndResumesEveryJob) {
   o.quantum_s = 0.2;
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   std::vector<int64_t> jobs;
   for (int i = 0; i < 3; ++i) jobs.push_back(cl.MustSubmit(1));
   // More jobs than GPUs: those waiting say they wait for their turn.
@@ -1162,7 +1217,7 @@ TEST_F(DaemonTest, ARaisedPriorityPreemptsALowerPriorityJobUnderGandiva) {
   o.quantum_s = 600;  // no turn comes by the time slice
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t a = cl.MustSubmit(1, "a");
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
   const int64_t b = cl.MustSubmit(1, "b");
@@ -1182,7 +1237,7 @@ TEST_F(DaemonTest, ARaisedPriorityPreemptsALowerPriorityJobUnderGandiva) {
 TEST_F(DaemonTest, OperatorSuspendResumeKill) {
   Client& cl = StartDaemon(Options());
   FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   EXPECT_EQ(cl.Suspend(42).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(cl.Kill(42).error_code(), grpc::StatusCode::NOT_FOUND);
   grpc::Status st;
@@ -1224,7 +1279,7 @@ class ProfileIntervalTest : public DaemonTest {
     o.profile_interval_s = interval_s;
     Client& cl = StartDaemon(o);
     FakeAgent agent("node", 1, Mode::kOk);
-    EXPECT_TRUE(agent.Register(server_->address()).ok());
+    EXPECT_TRUE(agent.Register(server_.address()).ok());
     const int64_t j = cl.MustSubmit(1);
     EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
     for (int i = 1; i <= 10; ++i) {
@@ -1266,8 +1321,8 @@ TEST_F(DaemonTest, AServersGpuMemoryIsItsSmallestGpus) {
   big.SetGpuMemory({80 * kGib, 40 * kGib});
   FakeAgent mixed("mixed", 2, Mode::kOk);
   mixed.SetGpuMemory({16 * kGib});  // the second GPU's is unknown
-  ASSERT_TRUE(big.Register(server_->address()).ok());
-  ASSERT_TRUE(mixed.Register(server_->address()).ok());
+  ASSERT_TRUE(big.Register(server_.address()).ok());
+  ASSERT_TRUE(mixed.Register(server_.address()).ok());
   auto store = Store::Open(o.db_path, false);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   std::map<std::string, double> memory;
@@ -1342,7 +1397,7 @@ TEST_F(DaemonTest, AJobsProgressAloneIsWrittenAtMostEveryInterval) {
   o.progress_write_interval_s = 600;
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t a = cl.MustSubmit(1);
   const int64_t b = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] {
@@ -1399,7 +1454,7 @@ TEST_F(DaemonTest, ASupersededExitDoesNotEndTheJob) {
   agent.SupersededExit(j, 76);
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_EQ(agent.reported_exits()[j], 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Pass(std::chrono::milliseconds(200));
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   ASSERT_TRUE(FinishesOn(cl, agent, j));
 }
@@ -1439,7 +1494,7 @@ class AgentStopTest : public DaemonTest {
     SchedulerOptions o = Options();
     o.policy = "fifo";
     cl_ = &StartDaemon(o);
-    ASSERT_TRUE(agent_.Register(server_->address()).ok());
+    ASSERT_TRUE(agent_.Register(server_.address()).ok());
   }
   // Submits a one-GPU job and waits until the agent has started it and
   // the daemon has its reply (the start is no longer under way: a test
@@ -1481,7 +1536,7 @@ TEST_F(AgentStopTest,
             "is declared down and the job placed again, from the beginning)");
   EXPECT_EQ(agent.start_calls(j), 1);
 
-  ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
+  ASSERT_TRUE(agent.Register(server_.address()).ok());  // back
   ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
   // It trains past the checkpoint: the restart's line says when, and how
   // long training paused.
@@ -1513,7 +1568,7 @@ TEST_F(AgentStopTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }));
   agent.StopSaving(j, 12);
   ASSERT_TRUE(agent.Report().ok());
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_EQ(cl.State(j), rpc::SUSPENDED);
   EXPECT_EQ(agent.start_calls(j), 1);
@@ -1542,7 +1597,7 @@ TEST_F(AgentStopTest,
       << stops[0].detail();
   EXPECT_TRUE(HistoryOf(cl, j, "exit").empty());
 
-  ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
+  ASSERT_TRUE(agent.Register(server_.address()).ok());  // back
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 2; }));
   EXPECT_EQ(agent.resume_local_starts(j), 0);
@@ -1559,7 +1614,7 @@ TEST_F(AgentStopTest, AnAgentBackWithoutTheSavedCheckpointStartsTheJobAfresh) {
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
   agent.ForgetCheckpoints();
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 2; }));
   EXPECT_EQ(agent.resume_local_starts(j), 0);
   const auto lost = HistoryOf(cl, j, "lost");
@@ -1581,7 +1636,7 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
   agent.StopSaving(j, 40);
   ASSERT_TRUE(agent.Report().ok());
   agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
   {
     const auto r = HistoryOf(cl, j, "restart")[0];
@@ -1593,7 +1648,7 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   EXPECT_EQ(agent.start_calls(j), 2);  // the first start, the failed one
   agent.FailResumeLocal(grpc::StatusCode::FAILED_PRECONDITION);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   // The restart's outcome is recorded once the agent's reply is in, after
   // the agent counted the call.
   ASSERT_TRUE(WaitFor([&] {
@@ -1627,7 +1682,7 @@ TEST_F(AgentStopTest, AMissingJobWhoseCheckpointTheAgentHoldsGoesOnFromIt) {
   agent.Lose(j);
   agent.Keep(j);
   agent.Keep(ended);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   ASSERT_TRUE(agent.Report().ok());  // the first report decides the missing
   ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
   const auto stops = HistoryOf(cl, j, "stop");
@@ -1690,7 +1745,7 @@ TEST_F(AgentStopTest, AnAgentThatLeavesIsCordonedUntilItIsBack) {
   })) << cl.Get(j).DebugString();
   EXPECT_EQ(agent.start_calls(j), 1);
 
-  ASSERT_TRUE(agent.Register(server_->address()).ok());  // back
+  ASSERT_TRUE(agent.Register(server_.address()).ok());  // back
   server_->Sync();
   {
     const rpc::ServerInfo s = cl.Servers().servers(0);
@@ -1711,7 +1766,7 @@ TEST_F(AgentStopTest, AnOperatorsCordonOutlastsAnAgentsLeave) {
   rpc::DrainReply drained;
   ASSERT_TRUE(cl.Drain("node", &drained, /*cordon_only=*/true).ok());
   ASSERT_TRUE(agent.Leave().ok());
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_TRUE(cl.Servers().servers(0).cordoned());
 
@@ -1720,7 +1775,7 @@ TEST_F(AgentStopTest, AnOperatorsCordonOutlastsAnAgentsLeave) {
   server_->Sync();
   EXPECT_TRUE(cl.Servers().servers(0).cordoned());
   ASSERT_TRUE(cl.Drain("node", &drained, false, /*undo=*/true).ok());
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_FALSE(cl.Servers().servers(0).cordoned());
 }
@@ -1742,9 +1797,9 @@ TEST_F(AgentStopTest, ARestartedDaemonStillWaitsForAnAwayAgent) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
   o.agent_away_s = 0.2;
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Pass(std::chrono::milliseconds(300));
   Client& cl = StartDaemon(o);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 ticks
+  Pass(std::chrono::milliseconds(300));  // 6 ticks
   server_->Sync();
   {
     const rpc::ServerInfo s = cl.Servers().servers(0);
@@ -1752,7 +1807,7 @@ TEST_F(AgentStopTest, ARestartedDaemonStillWaitsForAnAwayAgent) {
     EXPECT_EQ(s.away_since_us(), since);
   }
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
-  ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  ASSERT_TRUE(agent_.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_FALSE(cl.Servers().servers(0).cordoned());
   EXPECT_TRUE(WaitFor([&] { return agent_.resume_local_starts(j) == 1; }))
@@ -1772,18 +1827,14 @@ TEST_F(AgentStopTest,
   o.policy = "fifo";
   Client& cl = StartDaemon(o);
   const int64_t other = cl.MustSubmit(1, "other");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 ticks
+  Pass(std::chrono::milliseconds(300));  // 6 ticks
   server_->Sync();
   {
     const rpc::ServerInfo s = cl.Servers().servers(0);
     EXPECT_FALSE(s.up());
     EXPECT_TRUE(s.cordoned());
     EXPECT_EQ(s.away_since_us(), 0);
-    const int64_t left_us =
-        s.awaiting_until_us() -
-        std::chrono::duration_cast<std::chrono::microseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count();
+    const int64_t left_us = s.awaiting_until_us() - WorldWallMicros();
     // Awaited as long as an agent out of reach: --agent-timeout-s, then
     // --agent-grace-s.
     EXPECT_GT(left_us, static_cast<int64_t>(o.agent_timeout_s * 1e6));
@@ -1794,7 +1845,7 @@ TEST_F(AgentStopTest,
   EXPECT_EQ(agent_.start_calls(other), 0);
   EXPECT_EQ(cl.State(j), rpc::RUNNING);  // still placed there
 
-  ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  ASSERT_TRUE(agent_.Register(server_.address()).ok());
   server_->Sync();
   {
     const rpc::ServerInfo s = cl.Servers().servers(0);
@@ -1818,7 +1869,7 @@ TEST_F(AgentStopTest, ARestartedDaemonKeepsAnOperatorsCordon) {
   Client& cl = StartDaemon(o);
   server_->Sync();
   EXPECT_TRUE(cl.Servers().servers(0).cordoned());
-  ASSERT_TRUE(agent_.Register(server_->address()).ok());
+  ASSERT_TRUE(agent_.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_TRUE(cl.Servers().servers(0).up());
   EXPECT_TRUE(cl.Servers().servers(0).cordoned());
@@ -1833,14 +1884,14 @@ TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
   o.agent_away_s = 4;
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 1; }));
   ASSERT_TRUE(agent.Leave().ok());
   agent.StopSaving(j, 40);
   ASSERT_TRUE(agent.Report().ok());
   // Four times --agent-timeout-s without a report: still waited for.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  Pass(std::chrono::milliseconds(1200));
   server_->Sync();
   EXPECT_GT(cl.Servers().servers(0).away_since_us(), 0);
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
@@ -1850,7 +1901,7 @@ TEST_F(DaemonTest, AnAwayAgentIsDeclaredDownAfterAgentAwayS) {
   EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }))
       << cl.Get(j).DebugString();
   // Back after all, with the checkpoint: the job goes on from it.
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] {
     (void)agent.Report();
     return agent.resume_local_starts(j) == 1;
@@ -1941,7 +1992,7 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
     // The agent stops (its part's exit comes killed) and is back, listing
     // the checkpoint if it holds the lead's part.
     if (lead_stops) b.Keep(j);
-    ASSERT_TRUE(stops.Register(server_->address()).ok());
+    ASSERT_TRUE(stops.Register(server_.address()).ok());
     ASSERT_TRUE(WaitFor([&] {
       return a.resume_local_starts(j) == 1 && b.resume_local_starts(j) == 1;
     })) << cl.Get(j).DebugString();
@@ -1986,13 +2037,13 @@ TEST_F(DaemonTest, AJobSpanningServersWaitsForTheLastOfItsAgentsToBeBack) {
   EXPECT_TRUE(HistoryOf(cl, j, "stop")[0].ok());
   EXPECT_EQ(b.CheckpointsHeld(), 1);
 
-  ASSERT_TRUE(a.Register(server_->address()).ok());  // b is still away
+  ASSERT_TRUE(a.Register(server_.address()).ok());  // b is still away
   server_->Sync();
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  Pass(std::chrono::milliseconds(200));
   EXPECT_EQ(a.resume_local_starts(j), 0);
   EXPECT_TRUE(HistoryOf(cl, j, "restart").empty());
   b.Keep(j);
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] {
     return a.resume_local_starts(j) == 1 && b.resume_local_starts(j) == 1;
   })) << cl.Get(j).DebugString();
@@ -2043,7 +2094,7 @@ TEST_F(DaemonTest, AJobSpanningServersWhoseAgentStaysAwayGoesOnElsewhere) {
     Client& cl = *client_;
     ASSERT_GT(j, 0);
     FakeAgent c("node-c", one_server ? 2 : 1, Mode::kOk);
-    ASSERT_TRUE(c.Register(server_->address()).ok());
+    ASSERT_TRUE(c.Register(server_.address()).ok());
     if (one_server) {
       rpc::DrainReply drained;
       ASSERT_TRUE(cl.Drain("node-b", &drained, /*cordon_only=*/true).ok());
@@ -2111,7 +2162,7 @@ TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
   const int64_t j = RequeueGangKeepingItsCheckpointAndRestart(o, a, b);
   ASSERT_GT(j, 0);
   Client& again = *client_;
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] { return HasEntry(again.Get(j), "reconcile"); }))
       << again.Get(j).DebugString();
   const auto reconciled = HistoryOf(again, j, "reconcile");
@@ -2122,7 +2173,7 @@ TEST_F(DaemonTest, ARequeuedGangGoesOnFromItsKeptCheckpointAfterARestart) {
       << reconciled.back().detail();
   EXPECT_EQ(again.State(j), rpc::QUEUED);  // one GPU open, two needed
   FakeAgent c("node-c", 1, Mode::kOk);
-  ASSERT_TRUE(c.Register(server_->address()).ok());
+  ASSERT_TRUE(c.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor(
       [&] {
         (void)b.Report();
@@ -2158,13 +2209,13 @@ TEST_F(DaemonTest, ACheckpointSavedInAnotherClusterIsNotTaken) {
   const std::string cluster = b.cluster_id();
   EXPECT_EQ(cluster.size(), 32u) << cluster;
   b.Keep(j, "another-cluster");
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   EXPECT_EQ(b.cluster_id(), cluster);  // the store's, kept
   server_->Sync();
   EXPECT_FALSE(HasEntry(again.Get(j), "reconcile"))
       << again.Get(j).DebugString();
   FakeAgent c("node-c", 1, Mode::kOk);
-  ASSERT_TRUE(c.Register(server_->address()).ok());
+  ASSERT_TRUE(c.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor(
       [&] {
         (void)b.Report();
@@ -2192,7 +2243,7 @@ TEST_F(DaemonTest, IdsAnAgentHoldsThatTheStoreNeverGaveAreNotGivenAgain) {
   FakeAgent b("node-b", 1, Mode::kOk);
   {
     Client& cl = StartDaemon(o);
-    ASSERT_TRUE(a.Register(server_->address()).ok());
+    ASSERT_TRUE(a.Register(server_.address()).ok());
     EXPECT_EQ(cl.MustSubmit(1), 1);
     ASSERT_TRUE(WaitFor([&] { return cl.State(1) == rpc::RUNNING; }));
     server_.reset();
@@ -2205,8 +2256,8 @@ TEST_F(DaemonTest, IdsAnAgentHoldsThatTheStoreNeverGaveAreNotGivenAgain) {
   b.Plant(30);                    // b never registered with this cluster
 
   Client& cl = StartDaemon(o);
-  ASSERT_TRUE(b.Register(server_->address()).ok());
-  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
   server_->Sync();
   for (int64_t lost : {2, 5, 7}) {
     grpc::Status st;
@@ -2251,10 +2302,10 @@ TEST_F(DaemonTest, AJobGivenALostJobsIdDoesNotTakeOnItsProcessOrCheckpoint) {
   int64_t first_submitted = 0;
   {
     Client& cl = StartDaemon(o);
-    ASSERT_TRUE(a.Register(server_->address()).ok());
+    ASSERT_TRUE(a.Register(server_.address()).ok());
     EXPECT_EQ(cl.MustSubmit(1), 1);
     ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
-    ASSERT_TRUE(b.Register(server_->address()).ok());
+    ASSERT_TRUE(b.Register(server_.address()).ok());
     first_submitted = cl.Get(1).submitted_us();
     server_.reset();
   }
@@ -2268,7 +2319,7 @@ TEST_F(DaemonTest, AJobGivenALostJobsIdDoesNotTakeOnItsProcessOrCheckpoint) {
   EXPECT_EQ(cl.MustSubmit(1), 3);
   // Job 2 is placed on b as it comes up: its start finds the lost job's
   // process, kills it and starts again.
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(2), "start", true); }))
       << cl.Get(2).DebugString();
   EXPECT_EQ(b.kills(2), 1);
@@ -2289,7 +2340,7 @@ TEST_F(DaemonTest, AJobGivenALostJobsIdDoesNotTakeOnItsProcessOrCheckpoint) {
 
   // Job 3 waits for a's GPU: the checkpoint a holds of the lost job 3 is
   // dropped, and job 3 starts from scratch once job 1 ends.
-  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] { return a.kept().count(3) == 0; }));
   EXPECT_EQ(cl.State(3), rpc::QUEUED);
   EXPECT_EQ(a.kills(1), 0);
@@ -2333,9 +2384,10 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   a.Plant(6, lost_at + 3);                             // no spec
   a.KeepWithSpec(8, cluster, lost_at + 4, spec("eight"));
   a.SetProgress(4, 120, 3.5);
+  Pass(std::chrono::milliseconds(10));  // they were submitted before now
 
   Client& cl = StartDaemon(o);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
   server_->Sync();
   auto adopted = [&](int64_t id, const std::string& says) {
     const rpc::JobInfo info = cl.Get(id);
@@ -2397,7 +2449,7 @@ TEST_F(DaemonTest, LostJobsAnAgentRunsWithTheirSpecsAreAdopted) {
   EXPECT_EQ(
       std::vector<int32_t>(four_again.gpus().begin(), four_again.gpus().end()),
       std::vector<int32_t>{2});
-  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_EQ(a.kills(4) + a.kills(3), 0);
   EXPECT_EQ(again.State(4), rpc::RUNNING);
@@ -2426,7 +2478,7 @@ TEST_F(DaemonTest, AQueuedJobItsAgentRunsIsKeptWhereItRuns) {
   a.Lose(1);
   a.PlantWithSpec(2, spec, submitted, {0});
   a.SetProgress(2, 40, 2.5);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
   server_->Sync();
   const rpc::JobInfo two = cl.Get(2);
   EXPECT_EQ(two.state(), rpc::RUNNING) << two.DebugString();
@@ -2449,7 +2501,7 @@ TEST_F(DaemonTest, AJobRequeuedWhileItsAgentWasOutOfReachKeepsItsProcess) {
   o.agent_grace_s = 0;
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", true); }));
   // No report: declared down, the job requeued.
@@ -2457,7 +2509,7 @@ TEST_F(DaemonTest, AJobRequeuedWhileItsAgentWasOutOfReachKeepsItsProcess) {
       << cl.Get(j).DebugString();
   EXPECT_FALSE(cl.Servers().servers(0).up());
   agent.SetProgress(j, 50, 4.0);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   server_->Sync();
   EXPECT_EQ(cl.State(j), rpc::RUNNING) << cl.Get(j).DebugString();
   EXPECT_TRUE(HasEntry(cl.Get(j), "adopt", true)) << cl.Get(j).DebugString();
@@ -2486,7 +2538,7 @@ TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
   o.metrics_listen = "127.0.0.1:0";
   Client& cl = StartDaemon(o);
   FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", true); }));
   ASSERT_TRUE(
@@ -2504,14 +2556,14 @@ TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
       << info.waiting_reason();
   // Nothing new is placed on its free GPU.
   const int64_t other = cl.MustSubmit(1, "other");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 6 ticks
+  Pass(std::chrono::milliseconds(300));  // 6 ticks
   server_->Sync();
   EXPECT_EQ(cl.State(other), rpc::QUEUED);
   EXPECT_EQ(agent.starts_begun(other), 0);
   const std::string state = "gandiva_servers{state=\"out_of_reach\"}";
   std::string page;
   EXPECT_TRUE(WaitFor([&] {
-    page = HttpGet(server_->metrics_port(), "/metrics");
+    page = Metrics();
     return Sample(page, state) == 1;
   })) << page;
   EXPECT_EQ(Sample(page, "gandiva_servers{state=\"down\"}"), 1) << page;
@@ -2553,7 +2605,7 @@ TEST_F(DaemonTest, AnAgentOutOfReachKeepsItsJobsThroughItsGrace) {
   EXPECT_TRUE(HistoryOf(cl, other, "reach").empty());  // started after
   EXPECT_TRUE(WaitFor([&] {
     (void)agent.Report();
-    page = HttpGet(server_->metrics_port(), "/metrics");
+    page = Metrics();
     return Sample(page, state) == 0 &&
            Sample(page, "gandiva_servers{state=\"up\"}") == 1;
   })) << page;
@@ -2574,7 +2626,7 @@ TEST_F(DaemonTest,
   agent.HoldSuspends(true);
   ASSERT_TRUE(cl.Suspend(j).ok());
   ASSERT_TRUE(WaitFor([&] { return agent.SuspendsHeld() == 1; }));
-  ASSERT_TRUE(agent.Register(server_->address()).ok());  // lists it running
+  ASSERT_TRUE(agent.Register(server_.address()).ok());  // lists it running
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
   EXPECT_FALSE(HasEntry(cl.Get(j), "suspend", false))
@@ -2686,11 +2738,11 @@ TEST_F(DaemonTest, AnAgentOutOfReachPastItsGraceIsDeclaredDown) {
   o.agent_grace_s = 1;
   Client& cl = StartDaemon(o);
   FakeAgent node("node", 1, Mode::kOk);
-  ASSERT_TRUE(node.Register(server_->address()).ok());
+  ASSERT_TRUE(node.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return node.start_calls(j) == 1; }));
   FakeAgent spare("spare", 1, Mode::kOk);
-  ASSERT_TRUE(spare.Register(server_->address()).ok());
+  ASSERT_TRUE(spare.Register(server_.address()).ok());
   int64_t until_us = 0;
   ASSERT_TRUE(WaitFor([&] {
     (void)spare.Report();
@@ -2706,10 +2758,7 @@ TEST_F(DaemonTest, AnAgentOutOfReachPastItsGraceIsDeclaredDown) {
       },
       20))
       << cl.Get(j).DebugString();
-  EXPECT_GE(std::chrono::duration_cast<std::chrono::microseconds>(
-                std::chrono::system_clock::now().time_since_epoch())
-                .count(),
-            until_us);
+  EXPECT_GE(WorldWallMicros(), until_us);
   const rpc::ServerInfo down = cl.Servers().servers(0);
   EXPECT_FALSE(down.up());
   EXPECT_EQ(down.silent_since_us(), 0);
@@ -2727,10 +2776,7 @@ TEST_F(DaemonTest, AJobStoredButNotArrivedArrivesWithItsSubmissionTime) {
     server_.reset();
   }
   const int64_t when =  // an hour ago
-      std::chrono::duration_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count() -
-      3'600'000'000;
+      WorldWallMicros() - 3'600'000'000;
   {
     auto store = Store::Open(o.db_path, false);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -2750,8 +2796,7 @@ TEST_F(DaemonTest, AJobStoredButNotArrivedArrivesWithItsSubmissionTime) {
 // Leave from an agent the daemon does not know is refused, naming it.
 TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
   StartDaemon(Options());
-  auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
-      server_->address(), grpc::InsecureChannelCredentials()));
+  auto stub = SchedulerStubFor(server_.address());
   rpc::LeaveRequest r;
   r.set_name("stranger");
   rpc::LeaveReply rep;
@@ -2768,9 +2813,9 @@ TEST_F(DaemonTest, LeaveFromAnUnknownAgentIsRefused) {
 TEST_F(DaemonTest, AnAgentBackWithOtherGpusIsRefused) {
   Client& cl = StartDaemon(Options());
   FakeAgent first("node", 1, Mode::kOk);
-  ASSERT_TRUE(first.Register(server_->address()).ok());
+  ASSERT_TRUE(first.Register(server_.address()).ok());
   FakeAgent bigger("node", 2, Mode::kOk);
-  const grpc::Status s = bigger.Register(server_->address());
+  const grpc::Status s = bigger.Register(server_.address());
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(s.error_message(),
             "agent 'node' registered before with 1 GPU, now 2; a server's "
@@ -2789,25 +2834,28 @@ TEST_F(DaemonTest, AnExitThatCannotBeLoggedIsReportedAgainAndCountsOnce) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
   o.tick_ms = 600'000;  // no Tick to log meanwhile
+  FaultyStore* faulty = nullptr;
+  o.store_wrapper = [&](std::unique_ptr<Store> inner) {
+    auto f = std::make_unique<FaultyStore>(std::move(inner));
+    faulty = f.get();
+    return f;
+  };
   Client& cl = StartDaemon(o);
+  ASSERT_NE(faulty, nullptr);
   FakeAgent agent("node", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   for (const int code : {0, 3}) {
     SCOPED_TRACE(code);
     const int64_t j = cl.MustSubmit(1);
     ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
     server_->Sync();
 
-    // Another connection holds the database's write lock: the daemon's
-    // append waits out its busy timeout (5 s), then fails; so may a write
-    // of the state before it (the report's deadline allows for both).
-    sqlite3* other = nullptr;
-    ASSERT_EQ(sqlite3_open((dir_ / "gandiva.db").c_str(), &other), SQLITE_OK);
-    sqlite3_busy_timeout(other, 10'000);  // the daemon may be writing now
-    ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr),
-              SQLITE_OK);
+    // The store refuses to log events and to write rows.
+    const core::Status busy(core::StatusCode::kIo, "database is locked");
+    faulty->Fail(FaultyStore::Op::kAppendEvents, busy);
+    faulty->Fail(FaultyStore::Op::kWrite, busy);
     agent.Exit(j, code);
-    const grpc::Status refused = agent.Report(std::chrono::seconds(60));
+    const grpc::Status refused = agent.Report();
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::ABORTED);
     EXPECT_NE(refused.error_message().find("report it again"),
               std::string::npos)
@@ -2815,9 +2863,9 @@ TEST_F(DaemonTest, AnExitThatCannotBeLoggedIsReportedAgainAndCountsOnce) {
     EXPECT_EQ(agent.reported_exits()[j], 0);  // kept
     EXPECT_EQ(cl.State(j), rpc::RUNNING);
 
-    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(other);
+    EXPECT_GE(faulty->failures(FaultyStore::Op::kAppendEvents), 1);
+    faulty->Fail(FaultyStore::Op::kAppendEvents, core::Status::Ok());
+    faulty->Fail(FaultyStore::Op::kWrite, core::Status::Ok());
     ASSERT_TRUE(agent.Report().ok());
     EXPECT_EQ(agent.reported_exits()[j], 1);
     const rpc::JobState end = code == 0 ? rpc::FINISHED : rpc::FAILED;
@@ -2846,8 +2894,8 @@ class FailingMoveTest : public DaemonTest {
     cl_ = &StartDaemon(o);
     a_ = std::make_unique<FakeAgent>("node-a", 1, Mode::kFailReceive);
     b_ = std::make_unique<FakeAgent>("node-b", 1, Mode::kFailReceive);
-    ASSERT_TRUE(a_->Register(server_->address()).ok());
-    ASSERT_TRUE(b_->Register(server_->address()).ok());
+    ASSERT_TRUE(a_->Register(server_.address()).ok());
+    ASSERT_TRUE(b_->Register(server_.address()).ok());
     rpc::JobSpec spec;
     spec.set_name("own-checkpoints");
     spec.set_command("python3 train.py");
@@ -3069,6 +3117,7 @@ class Daemon {
 // both daemons (the event log compaction).
 class CrashRecoveryTest : public DaemonTest {
  protected:
+  CrashRecoveryTest() { UseRealWorld(); }
   void Run(const std::vector<std::string>& extra);
 };
 
@@ -3161,6 +3210,7 @@ void CrashRecoveryTest::Run(const std::vector<std::string>& extra) {
 // agent lists, where the core places the job, is kept as the job's, not
 // killed as a stray, and its exit ends the job.
 TEST_F(DaemonTest, AFailedMoveReplayedAfterACrashKeepsTheProcessWhereItRuns) {
+  UseRealWorld();  // the daemon's binary, killed
   const std::vector<std::string> flags = {"--policy=fifo",
                                           "--snapshot-every=0"};
   auto d1 = std::make_unique<Daemon>(dir_, flags);
@@ -3220,8 +3270,8 @@ TEST_F(DaemonTest, AGangWhoseLeadIsOnALoopbackAddressIsNotStarted) {
   FakeAgent near("node-b", 1, Mode::kOk);
   far.AdvertiseAs("192.0.2.1:7071");  // another host (documentation range)
   // fifo places the job's first GPU (rank 0's) on the last server here.
-  ASSERT_TRUE(far.Register(server_->address()).ok());
-  ASSERT_TRUE(near.Register(server_->address()).ok());
+  ASSERT_TRUE(far.Register(server_.address()).ok());
+  ASSERT_TRUE(near.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(2);
   ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", false); }))
       << cl.Get(j).DebugString();
@@ -3247,7 +3297,7 @@ TEST_F(DaemonTest, AStartThatKeepsFailingIsRetriedAfterWaitsThenFailsTheJob) {
   Client& cl = StartDaemon(o);
   FakeAgent agent("node-a", 1, Mode::kOk);
   agent.FailStarts(true);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   std::string why;
   ASSERT_TRUE(WaitFor([&] {
@@ -3262,7 +3312,7 @@ TEST_F(DaemonTest, AStartThatKeepsFailingIsRetriedAfterWaitsThenFailsTheJob) {
       << why;
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FAILED; }))
       << cl.Get(j).DebugString();
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  Pass(std::chrono::milliseconds(1000));
   EXPECT_EQ(agent.start_calls(j), 3) << "tried again after it failed";
   const rpc::JobInfo info = cl.Get(j);
   EXPECT_EQ(info.start_failures(), 3);
@@ -3298,8 +3348,8 @@ TEST_F(DaemonTest, AStartThatFailedOnOneServerIsTriedOnAnother) {
   FakeAgent good("node-b", 1, Mode::kOk);
   bad.FailStarts(true);
   // fifo tries the first server first (both have one free GPU).
-  ASSERT_TRUE(bad.Register(server_->address()).ok());
-  ASSERT_TRUE(good.Register(server_->address()).ok());
+  ASSERT_TRUE(bad.Register(server_.address()).ok());
+  ASSERT_TRUE(good.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] {
     return good.procs().count(j) == 1 && cl.Get(j).start_failures() == 0;
@@ -3331,8 +3381,8 @@ TEST_F(DaemonTest, AGangWhosePartCannotStartStopsTheRestAndIsTriedAgain) {
   FakeAgent b("node-b", 1, Mode::kOk);
   a.FailStarts(true);
   // fifo places the job's first GPU (rank 0's) on the last server here.
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(2);
   ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "start", false); }))
       << cl.Get(j).DebugString();
@@ -3373,7 +3423,7 @@ TEST_F(DaemonTest, AGangGrowWhoseTransferFailsRestartsEveryPartWhereItWas) {
   Client& cl = *client_;
   ASSERT_GT(j, 0);
   FakeAgent c("node-c", 2, Mode::kFailReceive);
-  ASSERT_TRUE(c.Register(server_->address()).ok());
+  ASSERT_TRUE(c.Register(server_.address()).ok());
   {
     const grpc::Status r = cl.Resize(j, 4);
     ASSERT_TRUE(r.ok()) << r.error_message();
@@ -3426,7 +3476,7 @@ TEST_F(DaemonTest, AQueuedJobSaysWhyItWaits) {
   // A server joins: the big job fits on the two servers' GPUs, and would
   // run once it has them.
   FakeAgent more("node-b", 2, Mode::kOk);
-  ASSERT_TRUE(more.Register(server_->address()).ok());
+  ASSERT_TRUE(more.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor([&] {
     return reason(big) == "it needs 4 GPUs, 3 are free";
   })) << reason(big);
@@ -3609,7 +3659,7 @@ TEST_F(DaemonTest, EndedJobsAreListedOnceInOrderAmongTheLiveOnes) {
     EXPECT_EQ(ended.exit_code(), 3);
     EXPECT_GT(ended.ended_us(), 0);
     EXPECT_TRUE(HasEntry(ended, "exit", false)) << ended.DebugString();
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    Pass(std::chrono::milliseconds(200));
   }
 }
 
@@ -3619,12 +3669,17 @@ TEST_F(DaemonTest, ACleanStopLeavesASnapshotAndNoEventsToReplay) {
   SchedulerOptions o = Options();
   Client& c1 = StartDaemon(o);
   FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t a = c1.MustSubmit(1);
   const int64_t b = c1.MustSubmit(1);
+  // Started at the agent, the replies in (a job is shown running once the
+  // core decides its start).
   ASSERT_TRUE(WaitFor([&] {
-    return c1.State(a) == rpc::RUNNING && c1.State(b) == rpc::RUNNING;
+    return HasEntry(c1.Get(a), "start", true) &&
+           HasEntry(c1.Get(b), "start", true);
   }));
+  ASSERT_EQ(c1.State(a), rpc::RUNNING);
+  ASSERT_EQ(c1.State(b), rpc::RUNNING);
   server_.reset();
   client_.reset();
   {
@@ -3638,7 +3693,7 @@ TEST_F(DaemonTest, ACleanStopLeavesASnapshotAndNoEventsToReplay) {
   Client& c2 = StartDaemon(o);
   EXPECT_EQ(c2.State(a), rpc::RUNNING);
   EXPECT_EQ(c2.State(b), rpc::RUNNING);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   ASSERT_TRUE(agent.Report().ok());
   // A third job queues behind them (the restored core knows both GPUs are
   // taken), and runs when one ends.
@@ -3660,7 +3715,7 @@ TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
   SchedulerOptions o = Options();
   Client& c1 = StartDaemon(o);
   FakeAgent agent("node", 1, Mode::kSlow);  // a start takes 300 ms
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t a = c1.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return agent.starts_begun(a) == 1; }));
   server_.reset();
@@ -3668,7 +3723,7 @@ TEST_F(DaemonTest, AnActionUnderWayAtTheSnapshotIsDecidedAfterTheRestart) {
   ASSERT_TRUE(WaitFor([&] { return agent.start_calls(a) == 1; }));
 
   Client& c2 = StartDaemon(o);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   ASSERT_TRUE(agent.Report().ok());
   // Done: the job is not busy, so it can be suspended.
   const grpc::Status st = c2.Suspend(a);
@@ -3698,27 +3753,6 @@ TEST_F(DaemonTest, AnUnreadableSnapshotStopsTheStart) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("cannot be restored"), std::string::npos)
       << s.status().message();
-}
-
-// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-    if (::write(fd, req.data(), req.size()) ==
-        static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      ssize_t n;
-      while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, n);
-    }
-  }
-  ::close(fd);
-  return out;
 }
 
 // The value of the sample `series` (name and labels, as printed) in a
@@ -3824,7 +3858,7 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
     EXPECT_EQ(PagedIds(c, r, 100), every);
   };
   check_archived(c1, {live});
-  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_jobs_archived"), 3) << page;
   EXPECT_EQ(Sample(page, "gandiva_jobs{state=\"killed\"}"), 2) << page;
   o.metrics_listen.clear();  // its server takes seconds to stop
@@ -3926,7 +3960,7 @@ TEST_F(DaemonTest, EndedJobsAreForgottenByAgeAndTheirRecordsDeletedLater) {
   grpc::Status none;
   c1.Get(live + 1, &none);
   EXPECT_EQ(none.error_message(), "no job " + std::to_string(live + 1));
-  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_jobs_archived"), 2) << page;
   EXPECT_EQ(Sample(page, "gandiva_archive_deleted_total"), 2) << page;
   o.metrics_listen.clear();
@@ -3967,13 +4001,14 @@ SchedulerOptions CountingAppends(SchedulerOptions o) {
 }
 
 TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
+  UseRealWorld();  // served over HTTP
   SchedulerOptions o = Options();
   o.metrics_listen = "127.0.0.1:0";
   o.profile_interval_s = 0;
   Client& c = StartDaemon(o);
   ASSERT_GT(server_->metrics_port(), 0);
   FakeAgent agent("node", 2, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t a = c.MustSubmit(1, "alpha");
   const int64_t b = c.MustSubmit(1, "beta");
   const int64_t q = c.MustSubmit(2, "wide");  // waits for both GPUs
@@ -3991,7 +4026,7 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
   const std::string starts_ok =
       "gandiva_mechanism_seconds_count{action=\"start\",outcome=\"ok\"}";
   EXPECT_TRUE(WaitFor([&] {
-    page = HttpGet(server_->metrics_port(), "/metrics");
+    page = Metrics();
     return Sample(page, starts_ok) == 2;
   })) << page;
   ASSERT_NE(page.find("200 OK"), std::string::npos) << page;
@@ -4025,7 +4060,7 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
   ASSERT_TRUE(agent.Report().ok());
   ASSERT_TRUE(WaitFor([&] { return c.State(b) == rpc::FINISHED; }));
   server_->Sync();
-  const std::string after = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string after = Metrics();
   EXPECT_EQ(Sample(after, "gandiva_jobs{state=\"finished\"}"), 1);
   EXPECT_EQ(after.find("name=\"beta\""), std::string::npos) << after;
 }
@@ -4040,18 +4075,18 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
   o.profile_interval_s = 0;
   Client& c = StartDaemon(o);
   FakeAgent agent("node", 4, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_->address()).ok());
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
   std::vector<int64_t> jobs;
   for (int i = 0; i < 4; ++i) jobs.push_back(c.MustSubmit(1));
   std::string page;
   ASSERT_TRUE(WaitFor([&] {
-    page = HttpGet(server_->metrics_port(), "/metrics");
+    page = Metrics();
     return Sample(page,
                   "gandiva_mechanism_seconds_count{action=\"start\","
                   "outcome=\"ok\"}") == 4;
   })) << page;
   server_->Sync();
-  page = HttpGet(server_->metrics_port(), "/metrics");
+  page = Metrics();
   const double appends = Sample(page, "gandiva_event_log_appends_total");
   const double seq = Sample(page, "gandiva_event_log_last_seq");
   ASSERT_GT(appends, 0) << page;
@@ -4061,7 +4096,7 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
   }
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
-  page = HttpGet(server_->metrics_port(), "/metrics");
+  page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
       << page;
   EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 8) << page;
@@ -4108,7 +4143,7 @@ TEST_F(DaemonTest, JobsSubmittedTogetherArriveInOrderInOneAppend) {
   };
   EXPECT_EQ(c.MustSubmit(1, "alone"), 1);
   server_->Sync();
-  std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  std::string page = Metrics();
   const double appends = Sample(page, "gandiva_event_log_appends_total");
   const double seq = Sample(page, "gandiva_event_log_last_seq");
 
@@ -4121,7 +4156,7 @@ TEST_F(DaemonTest, JobsSubmittedTogetherArriveInOrderInOneAppend) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(ids, (std::vector<int64_t>{2, 3, 4, 5, 6}));
   server_->Sync();
-  page = HttpGet(server_->metrics_port(), "/metrics");
+  page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
       << page;
   EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 5) << page;
@@ -4172,7 +4207,7 @@ TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
   for (int i = 0; i < 3; ++i) {
     agents.push_back(
         std::make_unique<FakeAgent>("node-" + std::to_string(i), 1, Mode::kOk));
-    ASSERT_TRUE(agents.back()->Register(server_->address()).ok());
+    ASSERT_TRUE(agents.back()->Register(server_.address()).ok());
   }
   server_.reset();
   int64_t seq = 0;
@@ -4183,7 +4218,7 @@ TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
   }
   Client& c = StartDaemon(o);
   server_->Sync();
-  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), 1) << page;
   EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 3) << page;
   const rpc::ListServersReply servers = c.Servers();
@@ -4192,7 +4227,7 @@ TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
     EXPECT_TRUE(s.cordoned()) << s.name();
     EXPECT_GT(s.awaiting_until_us(), 0) << s.name();
   }
-  ASSERT_TRUE(agents[1]->Register(server_->address()).ok());
+  ASSERT_TRUE(agents[1]->Register(server_.address()).ok());
   server_->Sync();
   EXPECT_FALSE(c.Servers().servers(1).cordoned());
   EXPECT_TRUE(c.Servers().servers(2).cordoned());
@@ -4267,13 +4302,13 @@ TEST_F(DaemonTest, SeveralJobsAreKilledSuspendedAndResumedInOneRequest) {
   EXPECT_TRUE(HasEntry(c.Get(ids[0]), "release", true));
 
   server_->Sync();
-  std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  std::string page = Metrics();
   const double appends = Sample(page, "gandiva_event_log_appends_total");
   const double seq = Sample(page, "gandiva_event_log_last_seq");
   ASSERT_TRUE(c.Act("kill", {ids[0], ids[1], ids[3], ids[3]}, &out).ok());
   EXPECT_EQ(out, (Outcomes{{kOk, ""}, {kOk, ""}, {kOk, ""}, {kOk, ""}}));
   server_->Sync();
-  page = HttpGet(server_->metrics_port(), "/metrics");
+  page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
       << page;
   EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 3) << page;
@@ -4369,7 +4404,7 @@ TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
     return HasEntry(info, "pack", true);
   }));
   FakeAgent b("node-b", 2, Mode::kOk);
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
 
   rpc::DrainReply first;
   ASSERT_TRUE(cl.Drain("node-a", &first).ok());
@@ -4409,8 +4444,7 @@ TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
   o.policy = "fifo";
   o.metrics_listen = "127.0.0.1:0";
   StartDaemon(o);
-  auto stub = rpc::Scheduler::NewStub(grpc::CreateChannel(
-      server_->address(), grpc::InsecureChannelCredentials()));
+  auto stub = SchedulerStubFor(server_.address());
   auto drain = [&](const std::string& server, bool undo,
                    rpc::DrainReply* reply) {
     grpc::ClientContext ctx;
@@ -4421,8 +4455,8 @@ TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
   };
   FakeAgent a("node-a", 2, Mode::kOk);
   FakeAgent b("node-b", 2, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_->address()).ok());
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   std::vector<int64_t> jobs;
   for (int i = 0; i < 2; ++i) {
     rpc::JobSpec spec;
@@ -4465,7 +4499,7 @@ TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
   for (const rpc::ServerInfo& s : servers.servers()) {
     EXPECT_EQ(s.cordoned(), s.name() == from) << s.name();
   }
-  const std::string page = HttpGet(server_->metrics_port(), "/metrics");
+  const std::string page = Metrics();
   EXPECT_EQ(Sample(page, "gandiva_servers{state=\"cordoned\"}"), 1) << page;
   // A new job waits rather than go to the cordoned server.
   const int64_t late = client_->MustSubmit(1, "late");
@@ -4504,7 +4538,7 @@ TEST_F(DaemonTest, ADrainLeavesAJobOnlyCriuCouldMoveAndMovesOneWithTheLibrary) {
   server_->Sync();
   ASSERT_TRUE(cl.Get(lib).uses_library());
   FakeAgent b("node-b", 2, Mode::kOk);
-  ASSERT_TRUE(b.Register(server_->address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
   server_->Sync();
 
   rpc::DrainReply reply;
