@@ -51,6 +51,11 @@ inline Status InvalidArgument(std::string m) {
 inline Status NotFound(std::string m) {
   return Status(StatusCode::kNotFound, std::move(m));
 }
+// What a request asks for is so already (a process already runs, a job is
+// already suspended): the caller's goal holds, not an error to retry.
+inline Status AlreadyExists(std::string m) {
+  return Status(StatusCode::kAlreadyExists, std::move(m));
+}
 inline Status FailedPrecondition(std::string m) {
   return Status(StatusCode::kFailedPrecondition, std::move(m));
 }

@@ -292,7 +292,7 @@ TEST_F(AgentServerTest, JobActionsAreIdempotentPerActionId) {
   ASSERT_TRUE(Start(1, 10, "exec sleep 1000", &b).ok());  // a repeat
   EXPECT_EQ(a.pid(), b.pid());
   grpc::Status s = Start(1, 11, "exec sleep 1000");
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS)
       << s.error_message();
 
   rpc::SuspendReply s1, s2;
@@ -300,8 +300,7 @@ TEST_F(AgentServerTest, JobActionsAreIdempotentPerActionId) {
   ASSERT_TRUE(Suspend(1, 12, &s2).ok());  // the first result again
   EXPECT_EQ(s1.took_us(), s2.took_us());
   EXPECT_FALSE(s1.at_boundary());
-  EXPECT_EQ(Suspend(1, 13, &s2).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Suspend(1, 13, &s2).error_code(), grpc::StatusCode::ALREADY_EXISTS);
   rpc::AgentStatusReply st = Status();
   EXPECT_EQ(st.server_name(), agent_->name());
   ASSERT_EQ(st.jobs_size(), 1);

@@ -225,13 +225,17 @@ class Supervisor {
   std::vector<int64_t> KillLeftovers();
 
   // Launches the job; returns once the command runs (exec succeeded).
-  // kFailedPrecondition if the job already runs here; kInvalidArgument for a
+  // kAlreadyExists if the job already runs here; kInvalidArgument for a
   // bad field (job_id, spec.command, spec.workdir, spec.env, gpus); kIo when
   // a file or the process cannot be created.
   core::StatusOr<StartResult> Start(const StartParams& params);
   // Returns once the job is stopped (bounded by suspend_timeout).
+  // kAlreadyExists if it is suspended already; kFailedPrecondition if it
+  // has exited.
   core::StatusOr<SuspendResult> Suspend(int64_t job_id);
   // Returns once the job runs again (bounded by resume_timeout).
+  // kAlreadyExists if it is not suspended (it runs); kFailedPrecondition if
+  // it has exited.
   core::StatusOr<ResumeResult> Resume(int64_t job_id);
   // SIGCONT + SIGTERM to the group, SIGKILL after kill_grace; returns once the
   // job has exited. Ok for a job that already exited.

@@ -462,8 +462,8 @@ core::StatusOr<StartResult> Supervisor::StartFromCriu(
       ops_->Kill(-pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       unlink(job->page_path.c_str());
-      return core::FailedPrecondition(what + " already runs here (pid " +
-                                      std::to_string(it->second->pid) + ")");
+      return core::AlreadyExists(what + " already runs here (pid " +
+                                 std::to_string(it->second->pid) + ")");
     }
     if (it->second->waiter.joinable()) {
       old_waiters_.push_back(std::move(it->second->waiter));

@@ -154,8 +154,7 @@ TEST_F(SupervisorFaultTest,
 
   EXPECT_EQ(sup.Job(1)->state, RunState::kRunning);
   EXPECT_FALSE(ProcessGroupStopped(pid));
-  EXPECT_EQ(sup.Resume(1).status().code(),
-            core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sup.Resume(1).status().code(), core::StatusCode::kAlreadyExists);
   ASSERT_TRUE(sup.Kill(1).ok());
   ASSERT_TRUE(sup.WaitForExit(1, 10s));
   EXPECT_EQ(sup.Job(1)->exit_code, -SIGTERM);

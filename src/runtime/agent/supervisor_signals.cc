@@ -35,7 +35,7 @@ core::StatusOr<SuspendResult> Supervisor::SuspendLocked(
       return core::FailedPrecondition(what + " has exited");
     }
     if (job->state == RunState::kSuspended) {
-      return core::FailedPrecondition(what + " is already suspended");
+      return core::AlreadyExists(what + " is already suspended");
     }
   }
   const auto end = t0 + options_.suspend_timeout;
@@ -121,7 +121,7 @@ core::StatusOr<ResumeResult> Supervisor::Resume(int64_t job_id) {
       return core::FailedPrecondition(what + " has exited");
     }
     if (job->state != RunState::kSuspended) {
-      return core::FailedPrecondition(what + " is not suspended");
+      return core::AlreadyExists(what + " is not suspended");
     }
     library = job->suspended_by_library;
     library_pid = job->library_pid;

@@ -222,8 +222,8 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = jobs_.find(params.job_id); it != jobs_.end()) {
     if (it->second->state != RunState::kExited) {
-      return core::FailedPrecondition(what + " already runs here (pid " +
-                                      std::to_string(it->second->pid) + ")");
+      return core::AlreadyExists(what + " already runs here (pid " +
+                                 std::to_string(it->second->pid) + ")");
     }
     // A new run of a job that ended here (e.g. a restart after a resize).
     if (it->second->waiter.joinable()) {

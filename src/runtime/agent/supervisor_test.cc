@@ -169,12 +169,10 @@ TEST_F(SupervisorTest, BadRequestsAndWrongStates) {
 
   ASSERT_TRUE(sup.Start(Job(5, "exec sleep 1000")).ok());
   auto again = sup.Start(Job(5, "true"));
-  EXPECT_EQ(again.status().code(), core::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(sup.Resume(5).status().code(),
-            core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().code(), core::StatusCode::kAlreadyExists);
+  EXPECT_EQ(sup.Resume(5).status().code(), core::StatusCode::kAlreadyExists);
   ASSERT_TRUE(sup.Suspend(5).ok());
-  EXPECT_EQ(sup.Suspend(5).status().code(),
-            core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sup.Suspend(5).status().code(), core::StatusCode::kAlreadyExists);
   ASSERT_TRUE(sup.Kill(5).ok());
   EXPECT_EQ(Finish(sup, 5).exit_code, -SIGTERM);  // killed while suspended
   EXPECT_TRUE(sup.Kill(5).ok());                  // idempotent

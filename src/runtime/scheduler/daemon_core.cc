@@ -427,10 +427,7 @@ void SchedulerServer::Impl::Dispatch(const PendingAction& p) {
     if (suspends) detail = at_boundary ? "at boundary" : "not at boundary";
     // The process is already where the action wants it (a call of an
     // earlier daemon life got there first): done.
-    if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-        s.error_message().find(suspends
-                                   ? "already suspended"
-                                   : "is not suspended") != std::string::npos) {
+    if (OutcomeOf(s) == AgentOutcome::kAlreadySo) {
       s = grpc::Status::OK;
       agent_took = 0;
       detail = suspends ? "already suspended" : "already running";

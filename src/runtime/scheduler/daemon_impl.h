@@ -322,10 +322,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   const std::string& AgentName(ServerId s) const {
     return agents[static_cast<size_t>(s.value)].name;
   }
-  // A StartJob refused because a process of the job already runs there.
+  // A StartJob answered that a process of the job already runs there.
   static bool AlreadyRunsThere(const grpc::Status& s) {
-    return s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-           s.error_message().find("already runs here") != std::string::npos;
+    return OutcomeOf(s) == AgentOutcome::kAlreadySo;
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx() const {

@@ -263,12 +263,7 @@ void SchedulerServer::Impl::DispatchGang(const PendingAction& p, bool starts,
         rpc::ResumeReply rep;
         s = c.stub->ResumeJob(ctx.get(), req, &rep);
       }
-      if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-          s.error_message().find(suspends ? "already suspended"
-                                          : "is not suspended") !=
-              std::string::npos) {
-        s = grpc::Status::OK;
-      }
+      if (OutcomeOf(s) == AgentOutcome::kAlreadySo) s = grpc::Status::OK;
       if (!s.ok()) {
         Reply(job, aid, what, false, UsSince(t0),
               "part on " + c.name + ": " +

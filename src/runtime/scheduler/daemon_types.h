@@ -40,6 +40,7 @@
 #include "core/scheduler.h"
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/scheduler/agent_liveness.h"
+#include "runtime/scheduler/agent_outcome.h"
 #include "runtime/scheduler/dispatcher.h"
 #include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/event_codec.h"

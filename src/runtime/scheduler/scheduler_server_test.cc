@@ -123,7 +123,7 @@ class FakeAgent final : public rpc::Agent::Service {
         r->submitted_us() != 0 &&
         it->second.submitted_us != r->submitted_us()) {
       // Another job of that id (as an agent refuses it).
-      return {grpc::StatusCode::FAILED_PRECONDITION,
+      return {grpc::StatusCode::ALREADY_EXISTS,
               "job " + std::to_string(r->job_id()) + " already runs here"};
     }
     if (procs_.count(r->job_id())) ++duplicate_starts_;
