@@ -4,12 +4,13 @@
 // guarded by a mutex.
 #pragma once
 
+#include "runtime/scheduler/daemon_service.h"
 #include "runtime/scheduler/daemon_types.h"
 #include "runtime/scheduler/scheduler_server.h"
 
 namespace gandiva::runtime {
 
-struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
+struct SchedulerServer::Impl final {
   SchedulerOptions opts;
   std::string policy_name;
   std::string address;
@@ -18,7 +19,7 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // `<db>.lock`, locked (flock) while this daemon uses the database.
   int lock_fd = -1;
 
-  ~Impl() override {
+  ~Impl() {
     if (lock_fd >= 0) ::close(lock_fd);
   }
   std::unique_ptr<Store> store;
@@ -119,6 +120,9 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::thread loop;
 
   std::unique_ptr<Dispatcher> executor;
+  // The gRPC Scheduler service (daemon_service.h), and the server that
+  // serves it (none without SchedulerOptions::listen).
+  std::unique_ptr<SchedulerService> service;
   std::unique_ptr<grpc::Server> grpc_server;
 
   std::mutex snap_mu;
@@ -212,9 +216,6 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
     } catch (const std::future_error&) {
       return std::nullopt;  // dropped at shutdown
     }
-  }
-  static grpc::Status Unavailable() {
-    return {grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"};
   }
 
   // The loop's record of a job; whoever looks it up may change it, so it
@@ -701,16 +702,14 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   std::vector<core::Status> ActOnJobs(std::span<const int64_t> ids, bool kill,
                                       bool hold, const std::string& reason);
 
-  // An operator's request for a mechanism: refused with the reason when the
-  // job cannot be checkpointed or the core says it cannot be done now.
+  // An operator's request for a mechanism: refused with the core's reason
+  // (Scheduler::Check: room, state, and whether the job's work can be
+  // carried there) when it cannot be done now.
   core::Status Mechanism(const core::MechanismRequest& m,
                          const std::string& label);
 
-  // Cordons a server and migrates what is placed there to the open servers
-  // with the most room first (each move as an operator's migrate: refused
-  // with the reason when it cannot be done now); a packed pair is unpacked
-  // first (a packed job cannot move), for a later drain to move; or opens
-  // the server again.
+  // The core's DrainRequest (it picks each job's target, or says why it
+  // stays), its outcomes as the reply; or opens the server again.
   core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r);
 
   // An operator's change of a live job's priority (history `priority`);
@@ -1009,115 +1008,16 @@ struct SchedulerServer::Impl final : public rpc::Scheduler::Service {
   // would otherwise cost 1,250 transactions of etcd's at each start).
   void CordonAwaiting();
 
-  // ------------------------------------------------------ gRPC handlers
+  // -------------------------------------------- reads (SchedulerService)
 
-  grpc::Status RegisterAgent(grpc::ServerContext*,
-                             const rpc::RegisterAgentRequest* req,
-                             rpc::RegisterAgentReply* rep) override;
-
-  grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
-                      rpc::AgentReportReply*) override {
-    auto r = Call<grpc::Status>([this, req] { return DoReport(*req); });
-    return r ? *r : Unavailable();
-  }
-
-  grpc::Status Leave(grpc::ServerContext*, const rpc::LeaveRequest* req,
-                     rpc::LeaveReply* rep) override {
-    auto r = Call<core::StatusOr<rpc::LeaveReply>>(
-        [this, req] { return Leave(*req); });
-    if (!r) return Unavailable();
-    if (!r->ok()) return ToGrpc(r->status());
-    *rep = **r;
-    return grpc::Status::OK;
-  }
+  // ListJobs and GetJob over what the loop published (and the store's
+  // archive), without waiting for the loop.
+  grpc::Status ListJobs(const rpc::ListJobsRequest* req,
+                        rpc::ListJobsReply* rep);
+  grpc::Status GetJob(const rpc::JobIdRequest* req, rpc::JobInfo* rep);
 
   // Why a submitted spec is refused (empty: it is not).
   static std::string CheckSpec(const rpc::JobSpec& spec);
-
-  grpc::Status Submit(grpc::ServerContext*, const rpc::SubmitRequest* req,
-                      rpc::SubmitReply* rep) override;
-
-  grpc::Status SubmitJobs(grpc::ServerContext*,
-                          const rpc::SubmitJobsRequest* req,
-                          rpc::SubmitJobsReply* rep) override;
-
-  grpc::Status ListJobs(grpc::ServerContext*, const rpc::ListJobsRequest* req,
-                        rpc::ListJobsReply* rep) override;
-
-  grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest* req,
-                      rpc::JobInfo* rep) override;
-
-  // Kill, Suspend and Resume: ActOnJobs of one job.
-  grpc::Status ActOnJob(int64_t id, bool kill, bool hold,
-                        const std::string& reason) {
-    auto r = Call<core::Status>([this, id, kill, hold, &reason] {
-      return ActOnJobs(std::span<const int64_t>(&id, 1), kill, hold, reason)[0];
-    });
-    return r ? ToGrpc(*r) : Unavailable();
-  }
-  grpc::Status Kill(grpc::ServerContext*, const rpc::KillRequest* req,
-                    rpc::Empty*) override {
-    return ActOnJob(req->job_id(), /*kill=*/true, false, req->reason());
-  }
-  grpc::Status Suspend(grpc::ServerContext*, const rpc::JobIdRequest* req,
-                       rpc::Empty*) override {
-    return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/true, "");
-  }
-  grpc::Status Resume(grpc::ServerContext*, const rpc::JobIdRequest* req,
-                      rpc::Empty*) override {
-    return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/false, "");
-  }
-  grpc::Status KillJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
-                        rpc::JobsReply* rep) override {
-    return ActOnJobsRpc(*req, rep, /*kill=*/true, false);
-  }
-  grpc::Status SuspendJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
-                           rpc::JobsReply* rep) override {
-    return ActOnJobsRpc(*req, rep, /*kill=*/false, /*hold=*/true);
-  }
-  grpc::Status ResumeJobs(grpc::ServerContext*, const rpc::JobsRequest* req,
-                          rpc::JobsReply* rep) override {
-    return ActOnJobsRpc(*req, rep, /*kill=*/false, /*hold=*/false);
-  }
-  grpc::Status ActOnJobsRpc(const rpc::JobsRequest& req, rpc::JobsReply* rep,
-                            bool kill, bool hold);
-  grpc::Status SetPriority(grpc::ServerContext*,
-                           const rpc::SetPriorityRequest* req,
-                           rpc::SetPriorityReply* rep) override {
-    auto r = Call<core::StatusOr<int32_t>>(
-        [this, req] { return SetPriority(req->job_id(), req->priority()); });
-    if (!r) return Unavailable();
-    if (!r->ok()) return ToGrpc(r->status());
-    rep->set_was(**r);
-    return grpc::Status::OK;
-  }
-  grpc::Status Migrate(grpc::ServerContext*, const rpc::MigrateRequest* req,
-                       rpc::Empty*) override;
-  grpc::Status Drain(grpc::ServerContext*, const rpc::DrainRequest* req,
-                     rpc::DrainReply* rep) override {
-    auto r = Call<core::StatusOr<rpc::DrainReply>>(
-        [this, req] { return Drain(*req); });
-    if (!r) return Unavailable();
-    if (!r->ok()) return ToGrpc(r->status());
-    *rep = std::move(**r);
-    return grpc::Status::OK;
-  }
-  grpc::Status Pack(grpc::ServerContext*, const rpc::PackRequest* req,
-                    rpc::Empty*) override;
-  grpc::Status Unpack(grpc::ServerContext*, const rpc::JobIdRequest* req,
-                      rpc::Empty*) override;
-  grpc::Status Resize(grpc::ServerContext*, const rpc::ResizeRequest* req,
-                      rpc::Empty*) override;
-  grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
-                           rpc::ListServersReply* rep) override {
-    auto s = Snap();
-    for (const auto& server : s->servers) *rep->add_servers() = *server;
-    return grpc::Status::OK;
-  }
-  grpc::Status Ping(grpc::ServerContext*, const rpc::Empty*,
-                    rpc::Empty*) override {
-    return grpc::Status::OK;
-  }
 };
 
 }  // namespace gandiva::runtime

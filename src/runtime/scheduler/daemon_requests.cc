@@ -160,18 +160,6 @@ core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
   return was;
 }
 
-grpc::Status SchedulerServer::Impl::RegisterAgent(
-    grpc::ServerContext*, const rpc::RegisterAgentRequest* req,
-    rpc::RegisterAgentReply* rep) {
-  auto r = Call<core::StatusOr<int32_t>>(
-      [this, req] { return RegisterAgent(*req); });
-  if (!r) return Unavailable();
-  if (!r->ok()) return ToGrpc(r->status());
-  rep->set_server_id(**r);
-  rep->set_cluster_id(cluster_id);
-  return grpc::Status::OK;
-}
-
 std::string SchedulerServer::Impl::CheckSpec(const rpc::JobSpec& spec) {
   std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
   if (err.empty() && spec.command().empty()) {
@@ -185,55 +173,7 @@ std::string SchedulerServer::Impl::CheckSpec(const rpc::JobSpec& spec) {
   return err;
 }
 
-grpc::Status SchedulerServer::Impl::Submit(grpc::ServerContext*,
-                                           const rpc::SubmitRequest* req,
-                                           rpc::SubmitReply* rep) {
-  if (std::string err = CheckSpec(req->spec()); !err.empty()) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, err};
-  }
-  auto r = Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
-    const rpc::JobSpec* spec = &req->spec();
-    return Submit(std::span<const rpc::JobSpec* const>(&spec, 1));
-  });
-  if (!r) return Unavailable();
-  if (!r->ok()) return ToGrpc(r->status());
-  rep->set_job_id((**r)[0]);
-  return grpc::Status::OK;
-}
-
-grpc::Status SchedulerServer::Impl::SubmitJobs(
-    grpc::ServerContext*, const rpc::SubmitJobsRequest* req,
-    rpc::SubmitJobsReply* rep) {
-  const int n = req->specs_size();
-  if (n == 0) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, "field 'specs': is empty"};
-  }
-  if (n > kMaxJobsPerSubmit) {
-    return {grpc::StatusCode::INVALID_ARGUMENT,
-            "field 'specs': at most " + std::to_string(kMaxJobsPerSubmit) +
-                " jobs in one request, got " + std::to_string(n)};
-  }
-  for (int i = 0; i < n; ++i) {
-    const rpc::JobSpec& spec = req->specs(i);
-    if (std::string err = CheckSpec(spec); !err.empty()) {
-      return {grpc::StatusCode::INVALID_ARGUMENT,
-              "spec " + std::to_string(i + 1) + " of " + std::to_string(n) +
-                  " ('" + spec.name() + "'): " + err +
-                  "; no job was submitted"};
-    }
-  }
-  auto r = Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
-    return Submit(std::span<const rpc::JobSpec* const>(
-        req->specs().data(), static_cast<size_t>(req->specs_size())));
-  });
-  if (!r) return Unavailable();
-  if (!r->ok()) return ToGrpc(r->status());
-  for (int64_t id : **r) rep->add_job_ids(id);
-  return grpc::Status::OK;
-}
-
-grpc::Status SchedulerServer::Impl::ListJobs(grpc::ServerContext*,
-                                             const rpc::ListJobsRequest* req,
+grpc::Status SchedulerServer::Impl::ListJobs(const rpc::ListJobsRequest* req,
                                              rpc::ListJobsReply* rep) {
   for (int k = 0; k < req->states_size(); ++k) {
     if (!rpc::JobState_IsValid(req->states(k))) {
@@ -347,8 +287,7 @@ grpc::Status SchedulerServer::Impl::ListJobs(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerServer::Impl::GetJob(grpc::ServerContext*,
-                                           const rpc::JobIdRequest* req,
+grpc::Status SchedulerServer::Impl::GetJob(const rpc::JobIdRequest* req,
                                            rpc::JobInfo* rep) {
   auto s = Snap();
   {
@@ -412,89 +351,6 @@ grpc::Status SchedulerServer::Impl::GetJob(grpc::ServerContext*,
     }
   }
   return grpc::Status::OK;
-}
-
-grpc::Status SchedulerServer::Impl::ActOnJobsRpc(const rpc::JobsRequest& req,
-                                                 rpc::JobsReply* rep, bool kill,
-                                                 bool hold) {
-  if (req.job_ids_size() > kMaxJobsPerRequest) {
-    return {grpc::StatusCode::INVALID_ARGUMENT,
-            "field 'job_ids': " + std::to_string(req.job_ids_size()) +
-                " jobs, at most " + std::to_string(kMaxJobsPerRequest) +
-                " a request"};
-  }
-  auto r = Call<std::vector<core::Status>>([this, &req, kill, hold] {
-    return ActOnJobs(
-        std::span<const int64_t>(req.job_ids().data(),
-                                 static_cast<size_t>(req.job_ids_size())),
-        kill, hold, req.reason());
-  });
-  if (!r) return Unavailable();
-  for (int i = 0; i < req.job_ids_size(); ++i) {
-    rpc::JobOutcome* o = rep->add_outcomes();
-    o->set_job_id(req.job_ids(i));
-    const grpc::Status g = ToGrpc((*r)[static_cast<size_t>(i)]);
-    o->set_code(static_cast<int32_t>(g.error_code()));
-    o->set_error(g.error_message());
-  }
-  return grpc::Status::OK;
-}
-
-grpc::Status SchedulerServer::Impl::Migrate(grpc::ServerContext*,
-                                            const rpc::MigrateRequest* req,
-                                            rpc::Empty*) {
-  auto r = Call<core::Status>([this, req] {
-    auto it = agent_by_name.find(req->server());
-    if (it == agent_by_name.end()) {
-      return core::NotFound("field 'server': no server named '" +
-                            req->server() + "'");
-    }
-    core::MechanismRequest m;
-    m.kind = core::MechanismRequest::Kind::kMigrate;
-    m.job = JobId(static_cast<int32_t>(req->job_id()));
-    m.server = ServerId(it->second);
-    return Mechanism(m, "migrate to " + req->server());
-  });
-  return r ? ToGrpc(*r) : Unavailable();
-}
-
-grpc::Status SchedulerServer::Impl::Pack(grpc::ServerContext*,
-                                         const rpc::PackRequest* req,
-                                         rpc::Empty*) {
-  auto r = Call<core::Status>([this, req] {
-    GANDIVA_RETURN_IF_ERROR(CheckLiveJob(req->with_job_id()));
-    core::MechanismRequest m;
-    m.kind = core::MechanismRequest::Kind::kPack;
-    m.job = JobId(static_cast<int32_t>(req->job_id()));
-    m.with = JobId(static_cast<int32_t>(req->with_job_id()));
-    return Mechanism(m, "pack with job " + std::to_string(req->with_job_id()));
-  });
-  return r ? ToGrpc(*r) : Unavailable();
-}
-
-grpc::Status SchedulerServer::Impl::Unpack(grpc::ServerContext*,
-                                           const rpc::JobIdRequest* req,
-                                           rpc::Empty*) {
-  auto r = Call<core::Status>([this, req] {
-    core::MechanismRequest m;
-    m.kind = core::MechanismRequest::Kind::kUnpack;
-    m.job = JobId(static_cast<int32_t>(req->job_id()));
-    return Mechanism(m, "unpack");
-  });
-  return r ? ToGrpc(*r) : Unavailable();
-}
-
-grpc::Status SchedulerServer::Impl::Resize(grpc::ServerContext*,
-                                           const rpc::ResizeRequest* req,
-                                           rpc::Empty*) {
-  auto r = Call<core::Status>([this, req] {
-    core::MechanismRequest m;
-    m.kind = core::MechanismRequest::Kind::kResize;
-    m.job = JobId(static_cast<int32_t>(req->job_id()));
-    m.gpus = req->gpus();
-    return Mechanism(m, "resize to " + std::to_string(req->gpus()) + " GPUs");
-  });
-  return r ? ToGrpc(*r) : Unavailable();
 }
 
 }  // namespace gandiva::runtime

@@ -282,6 +282,7 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
   if (!tls.ok()) return tls.status();
   impl->tls = std::move(*tls);
   GANDIVA_RETURN_IF_ERROR(impl->Open());
+  impl->service = std::make_unique<SchedulerService>(*impl);
   impl->executor = std::make_unique<Dispatcher>(impl->opts.executor_threads);
 
   if (!impl->opts.listen.empty()) {
@@ -289,7 +290,7 @@ core::StatusOr<std::unique_ptr<SchedulerServer>> SchedulerServer::Start(
     int port = 0;
     builder.AddListeningPort(impl->opts.listen, ServerCredentials(impl->tls),
                              &port);
-    builder.RegisterService(impl.get());
+    builder.RegisterService(impl->service.get());
     impl->grpc_server = builder.BuildAndStart();
     if (impl->grpc_server == nullptr || port == 0) {
       return core::Status(core::StatusCode::kUnavailable,
@@ -350,7 +351,7 @@ const std::string& SchedulerServer::policy() const {
   return impl_->policy_name;
 }
 
-rpc::Scheduler::Service& SchedulerServer::service() { return *impl_; }
+rpc::Scheduler::Service& SchedulerServer::service() { return *impl_->service; }
 
 std::string SchedulerServer::MetricsText() const {
   return impl_->metrics ? impl_->metrics->Text() : std::string();
