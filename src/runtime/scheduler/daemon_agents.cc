@@ -482,8 +482,7 @@ bool SchedulerServer::Impl::EndOnExit(int32_t id, JobExtra& x, const Proc& was,
   x.exit_code = was_code;
   batch.history.pop_back();
   // Nor is the line a failure streak would count the next report against.
-  std::lock_guard lock(streak_mu);
-  streaks.erase(id);
+  streaks.Forget(id);
   return false;
 }
 

@@ -6,6 +6,7 @@
 
 #include "runtime/scheduler/daemon_service.h"
 #include "runtime/scheduler/daemon_types.h"
+#include "runtime/scheduler/published.h"
 #include "runtime/scheduler/scheduler_server.h"
 
 namespace gandiva::runtime {
@@ -125,41 +126,16 @@ struct SchedulerServer::Impl final {
   std::unique_ptr<SchedulerService> service;
   std::unique_ptr<grpc::Server> grpc_server;
 
-  std::mutex snap_mu;
-  std::shared_ptr<const Snapshot> snap = std::make_shared<Snapshot>();
-  // Jobs that ended for good, as last published: a job is added (or
-  // updated) here before a snapshot without it is published, and its entry
-  // stays when it is looked up again (a snapshot's own entry wins), so a
-  // reader finds every job in one of the two. Kept out of the snapshot so
-  // that publishing costs the live jobs, not every job ever run.
-  std::mutex settled_mu;
-  std::map<int64_t, rpc::JobInfo> settled_jobs;  // guarded by settled_mu
-  // Per job, its last history line when that was a failure, and how many
-  // like it came since (not written: History). GetJob shows the count.
-  struct FailureStreak {
-    std::string action, detail;
-    int64_t first_us = 0, last_us = 0;
-    int repeats = 0;
-  };
-  std::mutex streak_mu;
-  std::unordered_map<int32_t, FailureStreak> streaks;  // guarded by streak_mu
-  // Every job's spec, from its submission on (guarded by settled_mu): the
-  // published JobInfos leave it out, so that publishing does not copy it.
-  std::map<int64_t, std::shared_ptr<const rpc::JobSpec>> specs;
-  // Every job's submission time (wall clock, us; guarded by settled_mu),
-  // sent with its starts and receives (StartJobRequest.submitted_us): with
-  // the id, what tells it from another job of that id on an agent.
-  std::unordered_map<int32_t, int64_t> submitted_at;
-  int64_t SubmittedUs(int32_t id) {
-    std::lock_guard lock(settled_mu);
-    auto it = submitted_at.find(id);
-    return it == submitted_at.end() ? 0 : it->second;
-  }
-  // A published JobInfo (no spec) with its job's spec, for a reader; and
-  // for a queued job whose reason is the queue's (none published: it is
-  // in the core, neither held nor waiting to try its start again), that
-  // reason as the queue was (`view`).
-  rpc::JobInfo WithSpec(const rpc::JobInfo& info,
+  // What readers share without waiting for the loop, and the failure
+  // streaks of jobs' histories (published.h).
+  Published published;
+  FailureStreaks streaks;
+  int64_t SubmittedUs(int32_t id) const { return published.SubmittedUs(id); }
+  // A published JobInfo (no spec) with its job's spec (from `v`, read under
+  // its lock), for a reader; and for a queued job whose reason is the
+  // queue's (none published: it is in the core, neither held nor waiting to
+  // try its start again), that reason as the queue was (`view`).
+  rpc::JobInfo WithSpec(const Published::View& v, const rpc::JobInfo& info,
                         const QueueView* view = nullptr) const;
 
   // ------------------------------------------------------------ helpers
@@ -245,18 +221,7 @@ struct SchedulerServer::Impl final {
                const std::string& detail);
   // Writes how often the job's last failure repeated, if it did, and
   // forgets it.
-  void EndStreak(int32_t job) {
-    std::lock_guard lock(streak_mu);
-    EndStreakLocked(job);
-  }
-  void EndStreakLocked(int32_t job);
-  static std::string StreakLine(const FailureStreak& f) {
-    char over[64];
-    std::snprintf(over, sizeof over, "%.1f s", (f.last_us - f.first_us) / 1e6);
-    return "failed the same way " + std::to_string(f.repeats) + " more time" +
-           (f.repeats == 1 ? "" : "s") + " in a row, the last " + over +
-           " after the first";
-  }
+  void EndStreak(int32_t job);
 
   // ---------------------------------------------------------- the core
 
@@ -678,19 +643,17 @@ struct SchedulerServer::Impl final {
     x.spec = spec;
     x.spec_json = spec_json;
     unsettling.emplace_back(id, &x);
-    std::lock_guard lock(settled_mu);
-    specs[id] = std::make_shared<const rpc::JobSpec>(spec);
+    published.AddSpec(id, spec);
   }
   // Records the jobs' submission times as the core has them (SubmittedUs):
   // as each arrives (AfterHandle), and after a recovery (a snapshot
   // restores jobs without their arrival).
   template <typename Ids>
   void NoteSubmitted(const Ids& ids) {
-    std::lock_guard lock(settled_mu);
     for (const auto id : ids) {
       const auto job = static_cast<int32_t>(id);
       if (!st().has_job(JobId(job))) continue;  // not arrived yet
-      submitted_at[job] = st().job(JobId(job)).submitted.micros();
+      published.SetSubmitted(job, st().job(JobId(job)).submitted.micros());
     }
   }
 
@@ -807,10 +770,7 @@ struct SchedulerServer::Impl final {
   // What the metrics export, from the last published snapshot.
   MetricsSample SampleMetrics();
 
-  std::shared_ptr<const Snapshot> Snap() {
-    std::lock_guard lock(snap_mu);
-    return snap;
-  }
+  std::shared_ptr<const Snapshot> Snap() const { return published.snapshot(); }
 
   // ------------------------------------------------------------ the loop
 

@@ -443,8 +443,7 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
     if (IsEnded(id) && !x.proc.exists && !x.proc.checkpoint && x.has_written) {
       x.settled = true;
       EndStreak(id);
-      std::lock_guard lock(settled_mu);
-      settled_jobs[id] = *x.published;
+      published.Settle(id, *x.published);
       x.published.reset();
       continue;
     }
@@ -494,8 +493,7 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
   next->job_id_limit = st().job_id_limit();
   next->lost_ids = lost_ids;
   next->last_compaction_s = last_compaction_s;
-  std::lock_guard lock(snap_mu);
-  snap = std::move(next);
+  published.Publish(std::move(next));
 }
 
 MetricsSample SchedulerServer::Impl::SampleMetrics() {
@@ -511,22 +509,23 @@ MetricsSample SchedulerServer::Impl::SampleMetrics() {
         rpc::FINISHED, rpc::FAILED, rpc::KILLED}) {
     s.jobs_by_state[name(state)] = 0;
   }
-  std::lock_guard lock(settled_mu);
-  for (const auto& [id, info] : settled_jobs) {
-    if (sn->Find(id) == nullptr) ++s.jobs_by_state[name(info.state())];
-  }
-  for (const auto& [id, info_ptr] : sn->jobs) {
-    const rpc::JobInfo& info = *info_ptr;
-    ++s.jobs_by_state[name(info.state())];
-    if (info.state() == rpc::RUNNING) {
-      auto sp = specs.find(id);
-      const std::string job_name = sp != specs.end() ? sp->second->name() : "";
-      s.running.push_back({id, job_name, info.progress().minibatch_rate(),
-                           info.progress().minibatches(),
-                           info.progress().gpu_utilization(),
-                           info.progress().gpu_memory_bytes()});
+  published.Read([&](const Published::View& v) {
+    for (const auto& [id, info] : v.settled) {
+      if (sn->Find(id) == nullptr) ++s.jobs_by_state[name(info.state())];
     }
-  }
+    for (const auto& [id, info_ptr] : sn->jobs) {
+      const rpc::JobInfo& info = *info_ptr;
+      ++s.jobs_by_state[name(info.state())];
+      if (info.state() == rpc::RUNNING) {
+        const rpc::JobSpec* spec = v.Spec(id);
+        s.running.push_back({id, spec != nullptr ? spec->name() : "",
+                             info.progress().minibatch_rate(),
+                             info.progress().minibatches(),
+                             info.progress().gpu_utilization(),
+                             info.progress().gpu_memory_bytes()});
+      }
+    }
+  });
   for (const auto& server : sn->servers) {
     const rpc::ServerInfo& si = *server;
     const int64_t n = si.gpus_size();
@@ -745,16 +744,8 @@ void SchedulerServer::Impl::DropForgotten(std::span<const int32_t> ids,
     }
   }
   {
-    std::lock_guard lock(settled_mu);
-    for (int32_t id : ids) {
-      settled_jobs.erase(id);
-      specs.erase(id);
-      submitted_at.erase(id);
-    }
-  }
-  {
-    std::lock_guard lock(streak_mu);
-    for (int32_t id : ids) streaks.erase(id);
+    published.Forget(ids);
+    for (int32_t id : ids) streaks.Forget(id);
   }
   for (int32_t id : ids) {
     extras.erase(id);

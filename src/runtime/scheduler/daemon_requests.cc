@@ -233,72 +233,71 @@ grpc::Status SchedulerServer::Impl::ListJobs(const rpc::ListJobsRequest* req,
     }
   }
   auto s = Snap();
-  std::lock_guard lock(settled_mu);
-  size_t bytes = 0;
-  // Adds a job that matches; false once the page is full (it is left
-  // for the next page).
-  auto put = [&](rpc::JobInfo out) {
-    const size_t size = out.ByteSizeLong();
-    if (rep->jobs_size() >= max_jobs ||
-        (rep->jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
-      rep->set_next_after_id(rep->jobs(rep->jobs_size() - 1).id());
-      return false;
+  published.Read([&](const Published::View& v) {
+    size_t bytes = 0;
+    // Adds a job that matches; false once the page is full (it is left
+    // for the next page).
+    auto put = [&](rpc::JobInfo out) {
+      const size_t size = out.ByteSizeLong();
+      if (rep->jobs_size() >= max_jobs ||
+          (rep->jobs_size() > 0 && bytes + size > kMaxPageBytes)) {
+        rep->set_next_after_id(rep->jobs(rep->jobs_size() - 1).id());
+        return false;
+      }
+      bytes += size;
+      *rep->add_jobs() = std::move(out);
+      return true;
+    };
+    // The snapshot's jobs, the settled ones and the archived ones, each in
+    // id order from after_id; a job in several is the snapshot's, else the
+    // settled one.
+    constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
+    auto a = std::upper_bound(
+        s->jobs.begin(), s->jobs.end(), req->after_id(),
+        [](int64_t key, const auto& entry) { return key < entry.first; });
+    auto b =
+        ended_too ? v.settled.upper_bound(req->after_id()) : v.settled.end();
+    auto c = archived.begin();
+    for (;;) {
+      const int64_t ia = a != s->jobs.end() ? a->first : kEnd;
+      const int64_t ib = b != v.settled.end() ? b->first : kEnd;
+      const int64_t ic = c != archived.end() ? c->id() : kEnd;
+      const int64_t id = std::min({ia, ib, ic});
+      if (id == kEnd || id > bound) {
+        // All read; or more of the archive is to be read from `bound` on.
+        if (bound != kEnd) rep->set_next_after_id(bound);
+        break;
+      }
+      bool more = true;
+      if (id == ia || id == ib) {
+        const rpc::JobInfo& info = id == ia ? *a->second : b->second;
+        const rpc::JobSpec* spec = v.Spec(id);
+        const rpc::JobSpec& sp =
+            spec != nullptr ? *spec : rpc::JobSpec::default_instance();
+        if (matches(info, sp)) more = put(WithSpec(v, info, s->queue.get()));
+      } else {
+        more = put(*c);
+      }
+      if (!more) break;
+      if (ia == id) ++a;
+      if (ib == id) ++b;
+      if (ic == id) ++c;
     }
-    bytes += size;
-    *rep->add_jobs() = std::move(out);
-    return true;
-  };
-  // The snapshot's jobs, the settled ones and the archived ones, each in
-  // id order from after_id; a job in several is the snapshot's, else the
-  // settled one.
-  constexpr int64_t kEnd = std::numeric_limits<int64_t>::max();
-  auto a = std::upper_bound(
-      s->jobs.begin(), s->jobs.end(), req->after_id(),
-      [](int64_t key, const auto& entry) { return key < entry.first; });
-  auto b = ended_too ? settled_jobs.upper_bound(req->after_id())
-                     : settled_jobs.end();
-  auto c = archived.begin();
-  for (;;) {
-    const int64_t ia = a != s->jobs.end() ? a->first : kEnd;
-    const int64_t ib = b != settled_jobs.end() ? b->first : kEnd;
-    const int64_t ic = c != archived.end() ? c->id() : kEnd;
-    const int64_t id = std::min({ia, ib, ic});
-    if (id == kEnd || id > bound) {
-      // All read; or more of the archive is to be read from `bound` on.
-      if (bound != kEnd) rep->set_next_after_id(bound);
-      break;
-    }
-    bool more = true;
-    if (id == ia || id == ib) {
-      const rpc::JobInfo& info = id == ia ? *a->second : b->second;
-      auto spec = specs.find(id);
-      const rpc::JobSpec& sp = spec != specs.end()
-                                   ? *spec->second
-                                   : rpc::JobSpec::default_instance();
-      if (matches(info, sp)) more = put(WithSpec(info, s->queue.get()));
-    } else {
-      more = put(*c);
-    }
-    if (!more) break;
-    if (ia == id) ++a;
-    if (ib == id) ++b;
-    if (ic == id) ++c;
-  }
+  });
   return grpc::Status::OK;
 }
 
 grpc::Status SchedulerServer::Impl::GetJob(const rpc::JobIdRequest* req,
                                            rpc::JobInfo* rep) {
   auto s = Snap();
-  {
-    std::lock_guard lock(settled_mu);
+  published.Read([&](const Published::View& v) {
     if (const rpc::JobInfo* info = s->Find(req->job_id())) {
-      *rep = WithSpec(*info, s->queue.get());
+      *rep = WithSpec(v, *info, s->queue.get());
     } else {
-      auto st = settled_jobs.find(req->job_id());
-      if (st != settled_jobs.end()) *rep = WithSpec(st->second);
+      auto st = v.settled.find(req->job_id());
+      if (st != v.settled.end()) *rep = WithSpec(v, st->second);
     }
-  }
+  });
   if (rep->id() == 0) {
     // Forgotten (--keep-ended-jobs), or never submitted.
     auto row = store->LoadJob(req->job_id());
@@ -338,18 +337,8 @@ grpc::Status SchedulerServer::Impl::GetJob(const rpc::JobIdRequest* req,
     e->set_took_us(row.took_us);
     e->set_detail(row.detail);
   }
-  {
-    // The same failure still repeating: how often so far.
-    std::lock_guard lock(streak_mu);
-    auto it = streaks.find(static_cast<int32_t>(req->job_id()));
-    if (it != streaks.end() && it->second.repeats > 0) {
-      rpc::HistoryEntry* e = rep->add_history();
-      e->set_time_us(it->second.last_us);
-      e->set_action(it->second.action);
-      e->set_ok(false);
-      e->set_detail(StreakLine(it->second) + " (so far)");
-    }
-  }
+  // The same failure still repeating: how often so far.
+  if (auto e = streaks.SoFar(req->job_id())) *rep->add_history() = *e;
   return grpc::Status::OK;
 }
 

@@ -6,11 +6,11 @@
 
 namespace gandiva::runtime {
 
-rpc::JobInfo SchedulerServer::Impl::WithSpec(const rpc::JobInfo& info,
+rpc::JobInfo SchedulerServer::Impl::WithSpec(const Published::View& v,
+                                             const rpc::JobInfo& info,
                                              const QueueView* view) const {
   rpc::JobInfo out = info;
-  auto it = specs.find(info.id());
-  if (it != specs.end()) *out.mutable_spec() = *it->second;
+  if (const rpc::JobSpec* spec = v.Spec(info.id())) *out.mutable_spec() = *spec;
   if (view != nullptr && info.state() == rpc::QUEUED &&
       info.submitted_us() != 0 && info.waiting_reason().empty()) {
     out.set_waiting_reason(
@@ -84,38 +84,25 @@ std::optional<std::vector<PartConn>> SchedulerServer::Impl::Conns(
 void SchedulerServer::Impl::History(int32_t job, const std::string& action,
                                     bool ok, int64_t took_us,
                                     const std::string& detail) {
-  const int64_t now = Now();
-  {
-    // A failure just like the job's last line (a policy asking each tick
-    // for a suspend an unreachable agent cannot do, say) is counted, not
-    // written; the next other line first writes how many there were.
-    std::lock_guard lock(streak_mu);
-    auto it = streaks.find(job);
-    if (it != streaks.end() && !ok && it->second.action == action &&
-        it->second.detail == detail) {
-      ++it->second.repeats;
-      it->second.last_us = now;
-      return;
-    }
-    EndStreakLocked(job);
-    if (!ok) streaks[job] = FailureStreak{action, detail, now, now, 0};
+  FailureStreaks::Lines lines =
+      streaks.Add(HistoryRow{job, Now(), action, ok, took_us, detail});
+  if (lines.ended) {
+    Log("job " + std::to_string(job) + ": " + lines.ended->action + " " +
+        lines.ended->detail);
+    batch.history.push_back(std::move(*lines.ended));
   }
-  batch.history.push_back(HistoryRow{job, now, action, ok, took_us, detail});
+  if (!lines.line) return;  // a repeat, counted
+  batch.history.push_back(std::move(*lines.line));
   Log("job " + std::to_string(job) + ": " + action + (ok ? " ok" : " FAILED") +
       (detail.empty() ? "" : " (" + detail + ")"));
 }
 
-void SchedulerServer::Impl::EndStreakLocked(int32_t job) {
-  auto it = streaks.find(job);
-  if (it == streaks.end()) return;
-  const FailureStreak& f = it->second;
-  if (f.repeats > 0) {
-    std::string line = StreakLine(f);
-    Log("job " + std::to_string(job) + ": " + f.action + " " + line);
-    batch.history.push_back(
-        HistoryRow{job, f.last_us, f.action, false, 0, std::move(line)});
-  }
-  streaks.erase(it);
+void SchedulerServer::Impl::EndStreak(int32_t job) {
+  std::optional<HistoryRow> ended = streaks.End(job);
+  if (!ended) return;
+  Log("job " + std::to_string(job) + ": " + ended->action + " " +
+      ended->detail);
+  batch.history.push_back(std::move(*ended));
 }
 
 void SchedulerServer::Impl::LoopMain() {
