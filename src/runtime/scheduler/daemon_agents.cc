@@ -6,6 +6,16 @@
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
+namespace {
+
+// An exit that could not be logged: the agent keeps it and reports it again.
+grpc::Status ReportAgain(int32_t id) {
+  return {grpc::StatusCode::ABORTED,
+          "the scheduler cannot log the exit of job " + std::to_string(id) +
+              " now: report it again"};
+}
+
+}  // namespace
 
 core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
     const rpc::RegisterAgentRequest& r) {
@@ -80,7 +90,8 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   // cordon (in the row, before it is logged), which the next registration
   // lifts should this one not get that far.
   const bool hold_closed = id < c.num_servers() && !c.server(ServerId(id)).up &&
-                           !c.server(ServerId(id)).cordoned && MayAdopt(r);
+                           !c.server(ServerId(id)).cordoned &&
+                           Model().MayAdopt(r);
   a.away_cordon = hold_closed;
   // The row first: a ServerUp in the log always has its row.
   WriteBatch rows;
@@ -154,8 +165,9 @@ void SchedulerServer::Impl::AdoptKeptCheckpoints(
   for (int i = 0; i < r.checkpoints_size(); ++i) {
     const int64_t id64 = r.checkpoints(i);
     const auto id = static_cast<int32_t>(id64);
-    if (id64 != id || ForeignCheckpoint(r, i) ||
-        CheckpointOfOtherSubmission(r, i) || !LiveJob(id64) || IsEnded(id)) {
+    if (id64 != id || Model().ForeignCheckpoint(r, i) ||
+        Model().CheckpointOfOtherSubmission(r, i) || !LiveJob(id64) ||
+        IsEnded(id)) {
       continue;
     }
     JobExtra* x = Extra(id);
@@ -176,109 +188,92 @@ void SchedulerServer::Impl::AdoptKeptCheckpoints(
   }
 }
 
-bool SchedulerServer::Impl::Adoptable(int32_t id, const JobExtra& x,
-                                      ServerId server,
-                                      rpc::JobState reported) const {
-  if (IsEnded(id) || x.proc.exists || x.proc.checkpoint) return false;
-  const core::Job& j = st().job(JobId(id));
-  if (j.busy() || j.gpus.empty()) return false;
-  const bool same_state =
-      (j.state == JobState::kRunning && reported == rpc::RUNNING) ||
-      (j.state == JobState::kSuspended && reported == rpc::SUSPENDED);
-  const std::vector<Part> parts = Parts(j.gpus);
-  return same_state && parts.size() == 1 && parts[0].server == server;
-}
-
 void SchedulerServer::Impl::Reconcile(AgentConn& a,
                                       const rpc::RegisterAgentRequest& r,
                                       const std::set<int32_t>& killed) {
+  const AgentModel model = Model();
   std::map<int32_t, rpc::JobState> reported;
   for (const rpc::AgentJob& j : r.jobs()) {
     const int32_t id = static_cast<int32_t>(j.job_id());
     if (killed.contains(id)) continue;
-    JobExtra* x = Extra(id);
-    const bool other = OtherSubmission(id, j.submitted_us());
-    const bool ours = !other && x != nullptr && !IsEnded(id) &&
-                      x->proc.exists && x->proc.On(a.id);
-    if (ours) {
-      reported[id] = j.state();
-      continue;
+    JobExtra* x = Extra(id);  // published again, whatever is decided
+    switch (model.JudgeProcess(a.id, j)) {
+      case AgentModel::Process::kOurs:
+        reported[id] = j.state();
+        break;
+      case AgentModel::Process::kAdopt:
+        x->proc = Proc::At(Parts(st().job(JobId(id)).gpus));
+        History(id, "reconcile", true, 0,
+                "kept its process on " + a.name +
+                    ", where the job is placed (the daemon had lost track "
+                    "of it)");
+        reported[id] = j.state();
+        break;
+      case AgentModel::Process::kReplacedByStart:
+        // A kill sent now would reach the start's process after it.
+        History(id, "reconcile", true, 0,
+                "a process on " + a.name +
+                    " of another job of this id (submitted before the store "
+                    "was restored from a backup): this job's start there "
+                    "replaces it");
+        break;
+      case AgentModel::Process::kStray: {
+        const bool other = model.OtherSubmission(id, j.submitted_us());
+        if (x != nullptr) {
+          ++x->ignore_exits[a.id.value];
+          History(id, "kill", true, 0,
+                  "stray process on " + a.name +
+                      (other ? " (of another job of this id, submitted "
+                               "before the store was restored from a "
+                               "backup)"
+                             : ""));
+        }
+        KillAt(id, Proc{a.id, {}, true}, InternalActionId());
+        break;
+      }
     }
-    if (!other && x != nullptr && Adoptable(id, *x, a.id, j.state())) {
-      x->proc = Proc::At(Parts(st().job(JobId(id)).gpus));
-      History(id, "reconcile", true, 0,
-              "kept its process on " + a.name +
-                  ", where the job is placed (the daemon had lost track "
-                  "of it)");
-      reported[id] = j.state();
-      continue;
-    }
-    if (other && x != nullptr && !IsEnded(id) && x->proc.exists &&
-        x->proc.On(a.id)) {
-      // This job's start there is under way (placed as the server came
-      // up): it replaces the process (a start finding one kills it
-      // first), which a kill sent now would reach after it.
-      History(id, "reconcile", true, 0,
-              "a process on " + a.name +
-                  " of another job of this id (submitted before the store "
-                  "was restored from a backup): this job's start there "
-                  "replaces it");
-      continue;
-    }
-    // A process the daemon does not want there (killed, requeued, or
-    // moved while the daemon or the agent was away).
-    Proc stray{a.id, {}, true};
-    if (x != nullptr) ++x->ignore_exits[a.id.value];
-    if (x != nullptr) {
-      History(id, "kill", true, 0,
-              "stray process on " + a.name +
-                  (other ? " (of another job of this id, submitted before "
-                           "the store was restored from a backup)"
-                         : ""));
-    }
-    KillAt(id, stray, InternalActionId());
   }
   a.missing.clear();
   a.held.clear();
   for (int i = 0; i < r.checkpoints_size(); ++i) {
     const int64_t id64 = r.checkpoints(i);
     const auto id = static_cast<int32_t>(id64);
-    if (id64 != id) continue;
-    if (ForeignCheckpoint(r, i)) {
-      // The agent drops it itself once it has this cluster's id.
-      Log("job " + std::to_string(id64) + ": agent '" + a.name +
-          "' holds a checkpoint saved in another cluster (" +
-          r.checkpoint_clusters(i) + "): not this job's, ignored");
-      continue;
+    const std::string job = "job " + std::to_string(id64) + ": ";
+    const std::string whose = job + "agent '" + a.name + "' ";
+    const Proc here{a.id, {}, false, true};  // its checkpoint there
+    const AgentModel::Checkpoint verdict = model.JudgeCheckpoint(a.id, r, i);
+    switch (verdict) {
+      case AgentModel::Checkpoint::kBadId:
+        break;
+      case AgentModel::Checkpoint::kForeign:
+        Log(whose + "holds a checkpoint saved in another cluster (" +
+            r.checkpoint_clusters(i) + "): not this job's, ignored");
+        break;
+      case AgentModel::Checkpoint::kOtherSubmissionDropped:
+      case AgentModel::Checkpoint::kOtherSubmissionIgnored: {
+        const bool dropped =
+            verdict == AgentModel::Checkpoint::kOtherSubmissionDropped;
+        Log(whose +
+            "holds a checkpoint of another job of this id "
+            "(submitted at " +
+            std::to_string(r.checkpoint_submitted_us(i)) +
+            " us, before the store was restored from a backup; this one "
+            "at " +
+            std::to_string(SubmittedUs(id)) + " us): not this job's, " +
+            (dropped ? "dropped" : "ignored"));
+        if (dropped) KillAt(id, here, InternalActionId());
+        break;
+      }
+      case AgentModel::Checkpoint::kHeld:
+        a.held.insert(id);
+        break;
+      case AgentModel::Checkpoint::kEnded:
+        // Nothing will start from it.
+        Log(job + "dropping the checkpoint agent '" + a.name +
+            "' keeps (the job has ended)");
+        KillAt(id, here, InternalActionId());
+        break;
     }
-    if (CheckpointOfOtherSubmission(r, i)) {
-      // Dropped, unless the job itself is there or on its way (a kill
-      // would reach its process too): its own save replaces it, and the
-      // agent refuses to start it from one of another job.
-      const JobExtra* x = Extra(id);
-      const bool there = x != nullptr &&
-                         (x->proc.exists || x->proc.checkpoint) &&
-                         x->proc.On(a.id);
-      const bool dropped = x != nullptr && !there &&
-                           (IsEnded(id) || !st().job(JobId(id)).busy());
-      Log("job " + std::to_string(id64) + ": agent '" + a.name +
-          "' holds a checkpoint of another job of this id (submitted at " +
-          std::to_string(r.checkpoint_submitted_us(i)) +
-          " us, before the store was restored from a backup; this one at " +
-          std::to_string(SubmittedUs(id)) + " us): not this job's, " +
-          (dropped ? "dropped" : "ignored"));
-      if (dropped) KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
-      continue;
-    }
-    if (LiveJob(id64) && !IsEnded(id)) {
-      a.held.insert(id);
-      continue;
-    }
-    // The checkpoint of a job that has ended (or that this daemon never
-    // ran): nothing will start from it.
-    Log("job " + std::to_string(id64) + ": dropping the checkpoint agent '" +
-        a.name + "' keeps (the job has ended)");
-    KillAt(id, Proc{a.id, {}, false, true}, InternalActionId());
   }
   for (auto [id, xp] : UnsettledJobs()) {
     JobExtra& x = *xp;
@@ -302,31 +297,12 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
     }
     const core::Job& j = st().job(JobId(id));
     // A gang's action is settled by its lead's state.
-    if (!j.busy() || x.proc.server != a.id) continue;
-    // One this daemon process sent may be under way in the agent still
-    // (a call that waited in it while it was out of reach): what it
-    // lists may be from before the call, whose reply settles it (every
-    // call has a deadline). One replayed from the log is settled here.
-    if (auto pit = pending.find(j.in_flight_id.value);
-        pit != pending.end() && pit->second.sent) {
-      continue;
-    }
-    bool ok = false;
-    switch (j.in_flight) {
-      case ActionKind::kStart:
-        ok = true;
-        break;
-      case ActionKind::kResume:
-      case ActionKind::kPack:
-        ok = rep->second == rpc::RUNNING;
-        break;
-      case ActionKind::kSuspend:
-      case ActionKind::kUnpack:
-        ok = rep->second == rpc::SUSPENDED;
-        break;
-      default:
-        continue;  // Migrate and others fail through their own reply
-    }
+    if (x.proc.server != a.id) continue;
+    auto pit = j.busy() ? pending.find(j.in_flight_id.value) : pending.end();
+    const std::optional<bool> settled = model.SettleByList(
+        id, rep->second, pit != pending.end() && pit->second.sent);
+    if (!settled) continue;
+    const bool ok = *settled;
     const std::string what(core::ActionKindName(j.in_flight));
     const std::string detail = "reconciled: agent reports it " +
                                std::string(rpc::JobState_Name(rep->second));
@@ -682,23 +658,15 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
 
 void SchedulerServer::Impl::StateCheck(const AgentConn& a, int32_t id,
                                        JobExtra& x, rpc::JobState reported) {
-  const core::Job& j = st().job(JobId(id));
-  const bool wants_running = j.state == JobState::kRunning;
-  const bool checkable =
-      (reported == rpc::RUNNING || reported == rpc::SUSPENDED) &&
-      (wants_running || j.state == JobState::kSuspended) && !j.busy() &&
-      x.proc.exists && !x.proc.leaving && !x.proc.gang() &&
-      x.proc.server == a.id && !restarting.contains(id) && Away(a.id).empty();
-  if (!checkable || (reported == rpc::RUNNING) == wants_running) {
-    x.mismatch = {};
+  // The daemon's own conditions; the model judges the states.
+  const bool checkable = x.proc.exists && !x.proc.leaving && !x.proc.gang() &&
+                         x.proc.server == a.id && !restarting.contains(id) &&
+                         Away(a.id).empty();
+  if (Model().CheckState(id, reported, checkable, x.mismatch) !=
+      AgentModel::State::kSetRight) {
     return;
   }
-  if (x.mismatch.reports == 0 || x.mismatch.suspends != j.suspends ||
-      x.mismatch.resumes != j.resumes) {
-    x.mismatch = {1, j.suspends, j.resumes};
-    return;
-  }
-  x.mismatch = {};
+  const bool wants_running = st().job(JobId(id)).state == JobState::kRunning;
   auto stub = StubOf(a.id);
   if (stub == nullptr) return;
   const std::string detail =

@@ -287,23 +287,6 @@ void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
   }
 }
 
-grpc::Status SchedulerServer::Impl::SuspendOrResume(
-    rpc::Agent::StubInterface& stub, grpc::ClientContext* ctx,
-    const rpc::JobRequest& req, bool suspend, int64_t* took_us,
-    bool* at_boundary) {
-  if (suspend) {
-    rpc::SuspendReply rep;
-    grpc::Status s = stub.SuspendJob(ctx, req, &rep);
-    *took_us = rep.took_us();
-    if (at_boundary != nullptr) *at_boundary = rep.at_boundary();
-    return s;
-  }
-  rpc::ResumeReply rep;
-  grpc::Status s = stub.ResumeJob(ctx, req, &rep);
-  *took_us = rep.took_us();
-  return s;
-}
-
 void SchedulerServer::Impl::KillIgnoringExit(int32_t job, ServerId server,
                                              rpc::Agent::StubInterface& stub,
                                              int64_t action_id) {

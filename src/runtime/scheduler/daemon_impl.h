@@ -4,9 +4,13 @@
 // guarded by a mutex.
 #pragma once
 
+#include "runtime/scheduler/agent_calls.h"
+#include "runtime/scheduler/agent_model.h"
 #include "runtime/scheduler/daemon_service.h"
 #include "runtime/scheduler/daemon_types.h"
+#include "runtime/scheduler/job_rows.h"
 #include "runtime/scheduler/published.h"
+#include "runtime/scheduler/retention.h"
 #include "runtime/scheduler/scheduler_server.h"
 
 namespace gandiva::runtime {
@@ -174,25 +178,7 @@ struct SchedulerServer::Impl final {
   // Runs `f` on the loop and waits for its answer (nullopt when the daemon
   // shuts down first, or after 60 s).
   template <typename T>
-  std::optional<T> Call(std::function<T()> f) {
-    auto p = std::make_shared<std::promise<T>>();
-    auto fut = p->get_future();
-    // Answered once published (LoopMain, after the work at hand): a client
-    // reads its own writes, and requests that come together share one
-    // publication.
-    Post([this, p, f = std::move(f)] {
-      auto result = std::make_shared<T>(f());
-      answers.push_back([p, result] { p->set_value(std::move(*result)); });
-    });
-    if (fut.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-      return std::nullopt;
-    }
-    try {
-      return fut.get();
-    } catch (const std::future_error&) {
-      return std::nullopt;  // dropped at shutdown
-    }
-  }
+  std::optional<T> Call(std::function<T()> f);
 
   // The loop's record of a job; whoever looks it up may change it, so it
   // is published again (no longer settled).
@@ -208,9 +194,15 @@ struct SchedulerServer::Impl final {
            st().has_job(JobId(static_cast<int32_t>(id)));
   }
 
-  // The servers a set of cluster GPUs is on, with their local indices, in
-  // the order the GPUs first name them (rank order).
-  std::vector<Part> Parts(const std::vector<core::GpuId>& gpus) const;
+  // What the daemon makes of what agents tell it (agent_model.h), over the
+  // loop's state as it is now.
+  AgentModel Model() const {
+    return AgentModel(st(), extras, published, cluster_id);
+  }
+  // The servers a set of cluster GPUs is on (AgentModel::Parts).
+  std::vector<Part> Parts(const std::vector<core::GpuId>& gpus) const {
+    return Model().Parts(gpus);
+  }
 
   // The agents of a job's parts, for an executor thread; nullopt (and the
   // server in *missing) when one has no connection.
@@ -288,10 +280,6 @@ struct SchedulerServer::Impl final {
   const std::string& AgentName(ServerId s) const {
     return agents[static_cast<size_t>(s.value)].name;
   }
-  // A StartJob answered that a process of the job already runs there.
-  static bool AlreadyRunsThere(const grpc::Status& s) {
-    return OutcomeOf(s) == AgentOutcome::kAlreadySo;
-  }
 
   std::unique_ptr<grpc::ClientContext> Ctx() const {
     auto ctx = std::make_unique<grpc::ClientContext>();
@@ -299,18 +287,6 @@ struct SchedulerServer::Impl final {
                       std::chrono::microseconds(static_cast<int64_t>(
                           opts.agent_rpc_timeout_s * 1e6)));
     return ctx;
-  }
-  // Suspends (or resumes) the job's process at an agent: the agent's time
-  // in *took_us and, for a suspend, in *at_boundary whether the job
-  // stopped at a mini-batch boundary (not: SIGSTOP wherever it was).
-  static grpc::Status SuspendOrResume(rpc::Agent::StubInterface& stub,
-                                      grpc::ClientContext* ctx,
-                                      const rpc::JobRequest& req, bool suspend,
-                                      int64_t* took_us,
-                                      bool* at_boundary = nullptr);
-  static std::string RpcError(const char* call, const grpc::Status& s) {
-    return std::string(call) + ": " + s.error_message() + " (code " +
-           std::to_string(static_cast<int>(s.error_code())) + ")";
   }
 
   // From an executor thread: kills the job's process at `server` and has
@@ -358,18 +334,8 @@ struct SchedulerServer::Impl final {
   // every part from the one checkpoint rank 0 saves at the lead's agent,
   // copied to each other part's agent first.
 
-  // Action ids for the agent calls of one piece of executor work, drawn on
-  // the loop: agents answer a repeated id with the first call's result.
-  struct Ids {
-    std::vector<int64_t> ids;
-    size_t next = 0;
-    int64_t operator()() {
-      // Sized for the most calls the work makes; past that, ids beyond the
-      // last one drawn (still above every id of an earlier daemon).
-      if (next < ids.size()) return ids[next++];
-      return ids.back() + static_cast<int64_t>(++next - ids.size());
-    }
-  };
+  // Action ids for the agent calls of one piece of executor work (Ids,
+  // agent_calls.h), drawn on the loop.
   Ids TakeIds(size_t n) {
     Ids r;
     for (size_t i = 0; i < n; ++i) r.ids.push_back(InternalActionId());
@@ -380,15 +346,6 @@ struct SchedulerServer::Impl final {
 
   // Microseconds of Env()'s steady clock since `t` (SteadyMicros()).
   int64_t UsSince(int64_t t) const { return Env().SteadyMicros() - t; }
-
-  static std::string Placement(const std::vector<PartConn>& parts) {
-    std::string s = "gpus ";
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (i > 0) s += " + ";
-      s += json(parts[i].part.local).dump() + " on " + parts[i].name;
-    }
-    return s;
-  }
 
   // Executor thread: continues (`resume`) or stops again every part of a
   // suspended gang but its lead's, for the lead's checkpoint (which needs
@@ -409,19 +366,6 @@ struct SchedulerServer::Impl final {
   // killed meanwhile.
   int64_t AwaitFirstMinibatch(int32_t job, const PartConn& lead, int64_t saved,
                               int64_t since);
-
-  // The host part of an agent's address ("host:port", "[v6]:port").
-  static std::string HostOf(const std::string& address) {
-    return address.substr(0, address.rfind(':'));
-  }
-  static bool IsLoopback(const std::string& host) {
-    return host.rfind("127.", 0) == 0 || host == "localhost" ||
-           host == "[::1]" || host == "::1";
-  }
-  // Why the other parts could not reach the ranks' meeting point at the
-  // lead ("" if they can, as far as the addresses say): a lead agent
-  // registered with a loopback address while a part's agent is elsewhere.
-  static std::string UnreachableLead(const std::vector<PartConn>& parts);
 
   // Executor thread: starts the job's parts in rank order, the lead first
   // (its agent picks the port the ranks meet at); resume_local: each from
@@ -492,20 +436,6 @@ struct SchedulerServer::Impl final {
   // elsewhere restarts it from scratch (it has nothing else to go on).
   void Move(const PendingAction& p, const Proc& from);
 
-  static std::string Ms(int64_t us) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f ms", static_cast<double>(us) / 1e3);
-    return b;
-  }
-  static std::string Mb(int64_t bytes);
-  static std::string Rate(int64_t bytes, int64_t us) {
-    if (us <= 0) return "";
-    char b[48];
-    std::snprintf(b, sizeof b, " at %.2f GB/s",
-                  static_cast<double>(bytes) / static_cast<double>(us) / 1e3);
-    return b;
-  }
-
   // After a decision that changes how fast the job (and its partner)
   // trains, the next reports say by how much.
   void StartProbe(int32_t job, const std::string& what, int64_t action);
@@ -534,15 +464,6 @@ struct SchedulerServer::Impl final {
   void AdoptKeptCheckpoints(const AgentConn& a,
                             const rpc::RegisterAgentRequest& r);
 
-  // A process an agent lists for a job the daemon believes has none, on the
-  // one server where the core places the job and in the state the core
-  // has it in: the job's own, which the daemon lost track of (a move that
-  // failed before its checkpoint, replayed after a crash: the log does not
-  // say how far it got). Not for a gang (every part would have to be
-  // listed) nor while an action is under way (its outcome decides).
-  bool Adoptable(int32_t id, const JobExtra& x, ServerId server,
-                 rpc::JobState reported) const;
-
   // Makes the daemon's view and the agent's agree after a (re-)registration.
   // The processes of `killed` are already dealt with (AdoptLostJobs).
   void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r,
@@ -563,11 +484,6 @@ struct SchedulerServer::Impl final {
   bool EndOnExit(int32_t id, JobExtra& x, const Proc& was,
                  std::optional<int32_t> was_code, bool ok,
                  const std::string& detail);
-  static grpc::Status ReportAgain(int32_t id) {
-    return {grpc::StatusCode::ABORTED,
-            "the scheduler cannot log the exit of job " + std::to_string(id) +
-                " now: report it again"};
-  }
 
   grpc::Status DoReport(const rpc::AgentReport& r);
 
@@ -590,12 +506,6 @@ struct SchedulerServer::Impl final {
   // new is placed on GPUs no agent serves, and it is waited for
   // --agent-away-s before it is declared down.
   core::StatusOr<rpc::LeaveReply> Leave(const rpc::LeaveRequest& r);
-
-  static std::string Seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g s", s);
-    return b;
-  }
 
   LivenessLimits lim() const {
     return LivenessLimits::FromSeconds(opts.agent_timeout_s, opts.agent_grace_s,
@@ -712,18 +622,6 @@ struct SchedulerServer::Impl final {
   // What is published of the job (without its spec: see Snapshot::jobs).
   rpc::JobInfo InfoOf(int32_t id, const JobExtra& x) const;
 
-  // A forgotten job's info, from its row (RowOf's inverse, as far as the
-  // row goes).
-  static rpc::JobInfo InfoOfArchived(const JobRow& r);
-
-  static JobRow RowOf(const rpc::JobInfo& i, const JobExtra& x);
-  // Whether the row RowOf(i, x) would be is the one last written (without
-  // building it).
-  // Whether the row written last for the job is RowOf(i, x); with
-  // `but_progress`, apart from the progress (mini-batches, rate, metric).
-  static bool SameAsWritten(const rpc::JobInfo& i, const JobExtra& x,
-                            bool but_progress = false);
-
   // verify_reused_job_info: the info a publication reuses is the one
   // InfoOf (ServerInfoOf) would build now; the daemon aborts if not.
   template <typename Info>
@@ -801,29 +699,12 @@ struct SchedulerServer::Impl final {
   // deletes the events it includes. On the loop, between events.
   void CompactLog();
 
-  bool ForgetsEndedJobs() const {
-    return opts.keep_ended_jobs > 0 || opts.keep_ended_for_s > 0;
-  }
-
   // The ended jobs that may be forgotten, as (ended_us, id): settled ones
   // only (nothing of them left on any agent, their rows written), with no
   // action or exit of theirs still awaited.
-  std::vector<std::pair<int64_t, int32_t>> Forgettable() const;
-
-  // Of `ended` ended jobs, how many are beyond --keep-ended-jobs.
-  size_t BeyondKept(size_t ended) const {
-    const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
-    return keep > 0 && ended > keep ? ended - keep : 0;
-  }
-
-  // How many of `ended` ended longer than --keep-ended-for before `now`.
-  int64_t PastAge(std::span<const std::pair<int64_t, int32_t>> ended,
-                  int64_t now) const {
-    if (opts.keep_ended_for_s <= 0) return 0;
-    const int64_t cutoff =
-        now - static_cast<int64_t>(opts.keep_ended_for_s * 1e6);
-    return std::count_if(ended.begin(), ended.end(),
-                         [&](const auto& e) { return e.first < cutoff; });
+  std::vector<Retention::Ended> Forgettable() const;
+  Retention retention() const {
+    return Retention{opts.keep_ended_jobs, opts.keep_ended_for_s};
   }
 
   // The Forgettable jobs beyond --keep-ended-jobs that ended last, and
@@ -863,12 +744,6 @@ struct SchedulerServer::Impl final {
 
   core::Status ResolveRestoreLost();
 
-  // The highest id of a job a registering agent holds, as a process or a
-  // checkpoint of this cluster, that the daemon has no record of (0: none):
-  // one the store gave and forgot (an ended job, pruned), or one it never
-  // gave.
-  int64_t HighestUnknownId(const rpc::RegisterAgentRequest& r);
-
   // A registering agent holds jobs of this cluster that this store never
   // gave (HighestUnknownId past its last): the store was restored from a
   // backup older than they are (onto a new machine, where the database it
@@ -878,23 +753,6 @@ struct SchedulerServer::Impl final {
   // kills their processes and drops their checkpoints, as of jobs this
   // daemon never ran.
   void MarkLostIds(const AgentConn& a, const rpc::RegisterAgentRequest& r);
-
-  // A registering agent of this cluster (its processes and checkpoints
-  // may be this store's jobs'): none is before the store has an id.
-  bool OfThisCluster(const rpc::RegisterAgentRequest& r) const {
-    return !cluster_id.empty() && r.cluster_id() == cluster_id;
-  }
-
-  // Whether a registering agent lists a process the daemon may keep
-  // (AdoptQueuedJobsFound, AdoptLostJobs):
-  // of this cluster, with its spec, of a job the core has queued or one
-  // the daemon has no record of.
-  bool MayAdopt(const rpc::RegisterAgentRequest& r) const;
-
-  // The GPUs of cluster server `server` that the local indices `local`
-  // name, or none when one is not the server's.
-  std::vector<core::GpuId> ClusterGpus(ServerId server,
-                                       const std::vector<int32_t>& local) const;
 
   // The processes a registering agent of this cluster runs of jobs the
   // core has queued, started by this job's submission (the same
@@ -919,35 +777,6 @@ struct SchedulerServer::Impl final {
   // lost, as before). Returns the jobs whose process it killed.
   std::set<int32_t> AdoptLostJobs(const AgentConn& a,
                                   const rpc::RegisterAgentRequest& r);
-
-  // A process or a checkpoint an agent lists for job `id`, of the job
-  // submitted at `submitted_us` (0: the agent does not say): another job
-  // of that id where both times are known and differ (this cluster gave
-  // the id twice: its store was restored from a backup older than the
-  // other job, and the agent registered after the id was given again).
-  bool OtherSubmission(int32_t id, int64_t submitted_us) {
-    if (submitted_us == 0) return false;
-    const int64_t ours = SubmittedUs(id);
-    return ours != 0 && ours != submitted_us;
-  }
-  // The same, for a checkpoint a registering agent lists
-  // (RegisterAgentRequest.checkpoint_submitted_us).
-  bool CheckpointOfOtherSubmission(const rpc::RegisterAgentRequest& r, int i) {
-    const int64_t id64 = r.checkpoints(i);
-    return i < r.checkpoint_submitted_us_size() &&
-           id64 == static_cast<int32_t>(id64) &&
-           OtherSubmission(static_cast<int32_t>(id64),
-                           r.checkpoint_submitted_us(i));
-  }
-
-  // A checkpoint a registering agent lists that was saved in another
-  // cluster (RegisterAgentRequest.checkpoint_clusters): of another job that
-  // has the same id.
-  bool ForeignCheckpoint(const rpc::RegisterAgentRequest& r, int i) const {
-    return i < r.checkpoint_clusters_size() &&
-           !r.checkpoint_clusters(i).empty() &&
-           r.checkpoint_clusters(i) != cluster_id;
-  }
 
   core::Status ResolvePolicy();
 
@@ -979,5 +808,26 @@ struct SchedulerServer::Impl final {
   // Why a submitted spec is refused (empty: it is not).
   static std::string CheckSpec(const rpc::JobSpec& spec);
 };
+
+template <typename T>
+std::optional<T> SchedulerServer::Impl::Call(std::function<T()> f) {
+  auto p = std::make_shared<std::promise<T>>();
+  auto fut = p->get_future();
+  // Answered once published (LoopMain, after the work at hand): a client
+  // reads its own writes, and requests that come together share one
+  // publication.
+  Post([this, p, f = std::move(f)] {
+    auto result = std::make_shared<T>(f());
+    answers.push_back([p, result] { p->set_value(std::move(*result)); });
+  });
+  if (fut.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    return std::nullopt;
+  }
+  try {
+    return fut.get();
+  } catch (const std::future_error&) {
+    return std::nullopt;  // dropped at shutdown
+  }
+}
 
 }  // namespace gandiva::runtime

@@ -69,24 +69,6 @@ int64_t SchedulerServer::Impl::AwaitFirstMinibatch(int32_t job,
   return result;
 }
 
-std::string SchedulerServer::Impl::UnreachableLead(
-    const std::vector<PartConn>& parts) {
-  const std::string lead = HostOf(parts[0].address);
-  if (!IsLoopback(lead)) return "";
-  for (size_t i = 1; i < parts.size(); ++i) {
-    if (!IsLoopback(HostOf(parts[i].address))) {
-      return "the job spans servers and its rank 0 would be on " +
-             parts[0].name +
-             ", whose agent registered with the loopback "
-             "address " +
-             parts[0].address + ": the ranks on " + parts[i].name + " (" +
-             parts[i].address +
-             ") could not reach it; start that agent with --advertise-host";
-    }
-  }
-  return "";
-}
-
 bool SchedulerServer::Impl::StartParts(int32_t job, const rpc::JobSpec& spec,
                                        const std::vector<PartConn>& parts,
                                        bool resume_local, Ids& ids,
@@ -878,16 +860,6 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
     FinishMove(job, aid, what, true, false, UsSince(t0), detail,
                MovedTo::kDestination, from);
   });
-}
-
-std::string SchedulerServer::Impl::Mb(int64_t bytes) {
-  char b[32];
-  if (bytes < 1'000'000) {
-    std::snprintf(b, sizeof b, "%.1f kB", static_cast<double>(bytes) / 1e3);
-  } else {
-    std::snprintf(b, sizeof b, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  }
-  return b;
 }
 
 void SchedulerServer::Impl::StartProbe(int32_t job, const std::string& what,

@@ -62,31 +62,9 @@ core::Status SchedulerServer::Impl::ResolveRestoreLost() {
   return core::Status::Ok();
 }
 
-int64_t SchedulerServer::Impl::HighestUnknownId(
-    const rpc::RegisterAgentRequest& r) {
-  int64_t top = 0;
-  auto unknown = [&](int64_t id) {  // looked up without Extra's marks
-    return id > 0 && id <= std::numeric_limits<int32_t>::max() &&
-           !extras.contains(static_cast<int32_t>(id));
-  };
-  // Processes this agent started for a daemon of this cluster.
-  if (OfThisCluster(r)) {
-    for (const rpc::AgentJob& j : r.jobs()) {
-      if (unknown(j.job_id())) top = std::max(top, j.job_id());
-    }
-  }
-  for (int i = 0; i < r.checkpoints_size(); ++i) {
-    if (i < r.checkpoint_clusters_size() &&
-        r.checkpoint_clusters(i) == cluster_id && unknown(r.checkpoints(i))) {
-      top = std::max(top, r.checkpoints(i));
-    }
-  }
-  return top;
-}
-
 void SchedulerServer::Impl::MarkLostIds(const AgentConn& a,
                                         const rpc::RegisterAgentRequest& r) {
-  const int64_t top = HighestUnknownId(r);
+  const int64_t top = Model().HighestUnknownId(r);
   if (top == 0) return;
   auto added = store->MarkJobIdsLost(top);
   if (!added.ok()) {
@@ -107,36 +85,9 @@ void SchedulerServer::Impl::MarkLostIds(const AgentConn& a,
       " are lost; their ids are not given again");
 }
 
-bool SchedulerServer::Impl::MayAdopt(const rpc::RegisterAgentRequest& r) const {
-  if (!OfThisCluster(r)) return false;
-  for (const rpc::AgentJob& j : r.jobs()) {
-    if (!j.has_spec() || j.job_id() <= 0 ||
-        j.job_id() > std::numeric_limits<int32_t>::max()) {
-      continue;
-    }
-    const auto id = static_cast<int32_t>(j.job_id());
-    if (!extras.contains(id) ||
-        (LiveJob(id) && st().job(JobId(id)).state == JobState::kQueued)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-std::vector<core::GpuId> SchedulerServer::Impl::ClusterGpus(
-    ServerId server, const std::vector<int32_t>& local) const {
-  const core::Server& s = st().cluster().server(server);
-  std::vector<core::GpuId> gpus;
-  for (int32_t g : local) {
-    if (g < 0 || g >= s.spec.gpus) return {};
-    gpus.emplace_back(s.first_gpu.value + g);
-  }
-  return gpus;
-}
-
 void SchedulerServer::Impl::AdoptQueuedJobsFound(
     const AgentConn& a, const rpc::RegisterAgentRequest& r) {
-  if (!OfThisCluster(r)) return;
+  if (!Model().OfThisCluster(r)) return;
   for (const rpc::AgentJob& j : r.jobs()) {
     const int64_t id64 = j.job_id();
     if (!LiveJob(id64) || !j.has_spec() || j.submitted_us() == 0) continue;
@@ -149,7 +100,7 @@ void SchedulerServer::Impl::AdoptQueuedJobsFound(
       continue;
     }
     const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
-    core::JobFound e{JobId(id), ClusterGpus(a.id, local),
+    core::JobFound e{JobId(id), Model().ClusterGpus(a.id, local),
                      j.state() == rpc::SUSPENDED};
     if (e.placed_on.empty() ||
         !sched->CheckAdoptable(e.job, cj.spec.gpus, e.placed_on).ok()) {
@@ -177,7 +128,7 @@ void SchedulerServer::Impl::AdoptQueuedJobsFound(
 std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
     const AgentConn& a, const rpc::RegisterAgentRequest& r) {
   std::set<int32_t> killed;
-  if (!OfThisCluster(r) || lost_ids->empty()) {
+  if (!Model().OfThisCluster(r) || lost_ids->empty()) {
     return killed;
   }
   const std::string lost_note =
@@ -245,7 +196,7 @@ std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
     e.submitted = core::Time::FromMicros(j.submitted_us());
     e.suspended = j.state() == rpc::SUSPENDED;
     const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
-    e.placed_on = ClusterGpus(a.id, local);
+    e.placed_on = Model().ClusterGpus(a.id, local);
     std::string not_kept;
     if (e.placed_on.empty()) {
       not_kept = "its GPUs are not this server's";
@@ -272,7 +223,7 @@ std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
         (not_kept.empty() ? "its process kept" : "queued"));
   }
   for (int i = 0; i < r.checkpoints_size(); ++i) {
-    if (ForeignCheckpoint(r, i) || i >= r.checkpoint_specs_size() ||
+    if (Model().ForeignCheckpoint(r, i) || i >= r.checkpoint_specs_size() ||
         i >= r.checkpoint_submitted_us_size() ||
         !adoptable(r.checkpoints(i), r.checkpoint_specs(i),
                    r.checkpoint_submitted_us(i))) {

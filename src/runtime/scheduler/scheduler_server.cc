@@ -44,23 +44,6 @@ SchedulerServer::Impl::UnsettledJobs() const {
   return out;
 }
 
-std::vector<Part> SchedulerServer::Impl::Parts(
-    const std::vector<core::GpuId>& gpus) const {
-  std::vector<Part> parts;
-  const core::Cluster& c = st().cluster();
-  for (core::GpuId g : gpus) {
-    const ServerId s = c.gpu(g).server;
-    auto it = std::find_if(parts.begin(), parts.end(),
-                           [s](const Part& p) { return p.server == s; });
-    if (it == parts.end()) {
-      parts.push_back(Part{s, {}});
-      it = parts.end() - 1;
-    }
-    it->local.push_back(c.gpu(g).local);
-  }
-  return parts;
-}
-
 std::optional<std::vector<PartConn>> SchedulerServer::Impl::Conns(
     const std::vector<Part>& parts, std::string* missing) const {
   std::vector<PartConn> conns;
@@ -152,13 +135,9 @@ void SchedulerServer::Impl::LoopMain() {
 }
 
 void SchedulerServer::Impl::CheckRetention() {
-  if (opts.snapshot_every_events > 0 && ForgetsEndedJobs()) {
-    const std::vector<std::pair<int64_t, int32_t>> ended = Forgettable();
-    const auto keep = static_cast<size_t>(opts.keep_ended_jobs);
-    if (BeyondKept(ended.size()) >= std::max<size_t>(1, keep / 10) ||
-        PastAge(ended, Now()) > 0) {
-      CompactLog();
-    }
+  if (opts.snapshot_every_events > 0 && retention().Forgets() &&
+      retention().CompactsNow(Forgettable(), Now())) {
+    CompactLog();
   }
   if (opts.keep_archived_for_s > 0) archive_prune_left = true;
 }

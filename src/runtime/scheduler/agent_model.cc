@@ -1,0 +1,188 @@
+#include "runtime/scheduler/agent_model.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gandiva::runtime {
+
+bool AgentModel::OtherSubmission(int32_t id, int64_t submitted_us) const {
+  if (submitted_us == 0) return false;
+  const int64_t ours = published_.SubmittedUs(id);
+  return ours != 0 && ours != submitted_us;
+}
+
+bool AgentModel::CheckpointOfOtherSubmission(const rpc::RegisterAgentRequest& r,
+                                             int i) const {
+  const int64_t id64 = r.checkpoints(i);
+  return i < r.checkpoint_submitted_us_size() &&
+         id64 == static_cast<int32_t>(id64) &&
+         OtherSubmission(static_cast<int32_t>(id64),
+                         r.checkpoint_submitted_us(i));
+}
+
+bool AgentModel::ForeignCheckpoint(const rpc::RegisterAgentRequest& r,
+                                   int i) const {
+  return i < r.checkpoint_clusters_size() &&
+         !r.checkpoint_clusters(i).empty() &&
+         r.checkpoint_clusters(i) != cluster_id_;
+}
+
+int64_t AgentModel::HighestUnknownId(const rpc::RegisterAgentRequest& r) const {
+  int64_t top = 0;
+  auto unknown = [&](int64_t id) {
+    return id > 0 && id <= std::numeric_limits<int32_t>::max() &&
+           !jobs_.contains(static_cast<int32_t>(id));
+  };
+  // Processes this agent started for a daemon of this cluster.
+  if (OfThisCluster(r)) {
+    for (const rpc::AgentJob& j : r.jobs()) {
+      if (unknown(j.job_id())) top = std::max(top, j.job_id());
+    }
+  }
+  for (int i = 0; i < r.checkpoints_size(); ++i) {
+    if (i < r.checkpoint_clusters_size() &&
+        r.checkpoint_clusters(i) == cluster_id_ && unknown(r.checkpoints(i))) {
+      top = std::max(top, r.checkpoints(i));
+    }
+  }
+  return top;
+}
+
+bool AgentModel::MayAdopt(const rpc::RegisterAgentRequest& r) const {
+  if (!OfThisCluster(r)) return false;
+  for (const rpc::AgentJob& j : r.jobs()) {
+    if (!j.has_spec() || j.job_id() <= 0 ||
+        j.job_id() > std::numeric_limits<int32_t>::max()) {
+      continue;
+    }
+    const auto id = static_cast<int32_t>(j.job_id());
+    if (!jobs_.contains(id) ||
+        (Live(id) && core_.job(JobId(id)).state == JobState::kQueued)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<Part> AgentModel::Parts(
+    const std::vector<core::GpuId>& gpus) const {
+  std::vector<Part> parts;
+  const core::Cluster& c = core_.cluster();
+  for (core::GpuId g : gpus) {
+    const ServerId s = c.gpu(g).server;
+    auto it = std::find_if(parts.begin(), parts.end(),
+                           [s](const Part& p) { return p.server == s; });
+    if (it == parts.end()) {
+      parts.push_back(Part{s, {}});
+      it = parts.end() - 1;
+    }
+    it->local.push_back(c.gpu(g).local);
+  }
+  return parts;
+}
+
+std::vector<core::GpuId> AgentModel::ClusterGpus(
+    ServerId server, const std::vector<int32_t>& local) const {
+  const core::Server& s = core_.cluster().server(server);
+  std::vector<core::GpuId> gpus;
+  for (int32_t g : local) {
+    if (g < 0 || g >= s.spec.gpus) return {};
+    gpus.emplace_back(s.first_gpu.value + g);
+  }
+  return gpus;
+}
+
+bool AgentModel::Adoptable(int32_t id, ServerId server,
+                           rpc::JobState reported) const {
+  const JobExtra* x = Record(id);
+  if (x == nullptr || Ended(id) || x->proc.exists || x->proc.checkpoint) {
+    return false;
+  }
+  const core::Job& j = core_.job(JobId(id));
+  if (j.busy() || j.gpus.empty()) return false;
+  const bool same_state =
+      (j.state == JobState::kRunning && reported == rpc::RUNNING) ||
+      (j.state == JobState::kSuspended && reported == rpc::SUSPENDED);
+  const std::vector<Part> parts = Parts(j.gpus);
+  return same_state && parts.size() == 1 && parts[0].server == server;
+}
+
+AgentModel::Process AgentModel::JudgeProcess(
+    ServerId server, const rpc::AgentJob& listed) const {
+  const auto id = static_cast<int32_t>(listed.job_id());
+  const JobExtra* x = Record(id);
+  const bool other = OtherSubmission(id, listed.submitted_us());
+  const bool placed_here =
+      x != nullptr && !Ended(id) && x->proc.exists && x->proc.On(server);
+  if (!other && placed_here) return Process::kOurs;
+  if (!other && Adoptable(id, server, listed.state())) return Process::kAdopt;
+  if (other && placed_here) return Process::kReplacedByStart;
+  return Process::kStray;
+}
+
+AgentModel::Checkpoint AgentModel::JudgeCheckpoint(
+    ServerId server, const rpc::RegisterAgentRequest& r, int i) const {
+  const int64_t id64 = r.checkpoints(i);
+  const auto id = static_cast<int32_t>(id64);
+  if (id64 != id) return Checkpoint::kBadId;
+  if (ForeignCheckpoint(r, i)) return Checkpoint::kForeign;
+  if (CheckpointOfOtherSubmission(r, i)) {
+    // Dropped, unless the job itself is there or on its way (a drop would
+    // reach its process too): its own save replaces it, and the agent
+    // refuses to start it from one of another job.
+    const JobExtra* x = Record(id);
+    const bool there = x != nullptr && (x->proc.exists || x->proc.checkpoint) &&
+                       x->proc.On(server);
+    const bool dropped =
+        x != nullptr && !there && (Ended(id) || !core_.job(JobId(id)).busy());
+    return dropped ? Checkpoint::kOtherSubmissionDropped
+                   : Checkpoint::kOtherSubmissionIgnored;
+  }
+  if (Live(id64) && !Ended(id)) return Checkpoint::kHeld;
+  return Checkpoint::kEnded;
+}
+
+std::optional<bool> AgentModel::SettleByList(int32_t id, rpc::JobState reported,
+                                             bool sent) const {
+  const core::Job& j = core_.job(JobId(id));
+  // One this daemon process sent may be under way in the agent still (a
+  // call that waited in it while it was out of reach): what it lists may
+  // be from before the call, whose reply settles it (every call has a
+  // deadline). One replayed from the log is settled here.
+  if (!j.busy() || sent) return std::nullopt;
+  switch (j.in_flight) {
+    case ActionKind::kStart:
+      return true;
+    case ActionKind::kResume:
+    case ActionKind::kPack:
+      return reported == rpc::RUNNING;
+    case ActionKind::kSuspend:
+    case ActionKind::kUnpack:
+      return reported == rpc::SUSPENDED;
+    default:
+      return std::nullopt;  // Migrate and others fail through their reply
+  }
+}
+
+AgentModel::State AgentModel::CheckState(int32_t id, rpc::JobState reported,
+                                         bool checkable,
+                                         StateMismatch& mismatch) const {
+  const core::Job& j = core_.job(JobId(id));
+  const bool wants_running = j.state == JobState::kRunning;
+  checkable = checkable &&
+              (reported == rpc::RUNNING || reported == rpc::SUSPENDED) &&
+              (wants_running || j.state == JobState::kSuspended) && !j.busy();
+  if (!checkable || (reported == rpc::RUNNING) == wants_running) {
+    mismatch = {};
+    return State::kAgrees;
+  }
+  if (mismatch.reports == 0 || mismatch.suspends != j.suspends ||
+      mismatch.resumes != j.resumes) {
+    mismatch = {1, j.suspends, j.resumes};
+    return State::kDiffers;
+  }
+  mismatch = {};
+  return State::kSetRight;
+}
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,171 @@
+// AgentModel: what the daemon makes of what an agent tells it (the
+// processes and checkpoints a registration lists, the state a report gives
+// a process), decided from the daemon's records of its jobs and the core's
+// state alone. Pure: no I/O, no threads, no clock; its answers are values
+// (verdicts), and the daemon's agents part (daemon_agents.cc,
+// daemon_recovery.cc) carries them out: it writes the store, feeds the
+// core, writes history lines and sends the agents their commands.
+//
+// It reads the state it is made with (by reference, valid while it is
+// used): make one where it is needed (SchedulerServer::Impl::Model) on the
+// loop, which owns that state. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+#include "proto/gandiva.pb.h"
+#include "runtime/scheduler/daemon_types.h"
+#include "runtime/scheduler/published.h"
+
+namespace gandiva::runtime {
+
+class AgentModel {
+ public:
+  AgentModel(const core::ClusterState& core,
+             const std::map<int32_t, JobExtra>& jobs,
+             const Published& published, const std::string& cluster_id)
+      : core_(core),
+        jobs_(jobs),
+        published_(published),
+        cluster_id_(cluster_id) {}
+
+  // ------------------------------------------------ identity of what is listed
+
+  // A registering agent of this cluster (its processes and checkpoints may
+  // be this store's jobs'): none is before the store has an id.
+  bool OfThisCluster(const rpc::RegisterAgentRequest& r) const {
+    return !cluster_id_.empty() && r.cluster_id() == cluster_id_;
+  }
+  // A process or a checkpoint an agent lists for job `id`, of the job
+  // submitted at `submitted_us` (0: the agent does not say): another job
+  // of that id where both times are known and differ (this cluster gave
+  // the id twice: its store was restored from a backup older than the
+  // other job, and the agent registered after the id was given again).
+  bool OtherSubmission(int32_t id, int64_t submitted_us) const;
+  // The same, for checkpoint `i` a registering agent lists
+  // (RegisterAgentRequest.checkpoint_submitted_us).
+  bool CheckpointOfOtherSubmission(const rpc::RegisterAgentRequest& r,
+                                   int i) const;
+  // Checkpoint `i` a registering agent lists was saved in another cluster
+  // (RegisterAgentRequest.checkpoint_clusters): of another job that has the
+  // same id.
+  bool ForeignCheckpoint(const rpc::RegisterAgentRequest& r, int i) const;
+  // The highest id of a job a registering agent holds, as a process or a
+  // checkpoint of this cluster, that the daemon has no record of (0: none):
+  // one the store gave and forgot (an ended job, pruned), or one it never
+  // gave.
+  int64_t HighestUnknownId(const rpc::RegisterAgentRequest& r) const;
+  // Whether a registering agent lists a process the daemon may keep (of
+  // this cluster, with its spec, of a job the core has queued or one the
+  // daemon has no record of): its server is kept cordoned while it comes
+  // up, so that coming up does not place queued jobs on those GPUs first.
+  bool MayAdopt(const rpc::RegisterAgentRequest& r) const;
+
+  // ------------------------------------------------------------ placement
+
+  // The servers a set of cluster GPUs is on, with their local indices, in
+  // the order the GPUs first name them (rank order).
+  std::vector<Part> Parts(const std::vector<core::GpuId>& gpus) const;
+  // The GPUs of cluster server `server` that the local indices `local`
+  // name, or none when one is not the server's.
+  std::vector<core::GpuId> ClusterGpus(ServerId server,
+                                       const std::vector<int32_t>& local) const;
+
+  // ------------------------------------------- what a registration lists
+
+  // What to do with a process a registering agent (of `server`) lists.
+  enum class Process {
+    // The job's own process, where the daemon has it: what it reports
+    // decides the job's action under way, if any.
+    kOurs,
+    // The job's own, which the daemon lost track of (a move that failed
+    // before its checkpoint, replayed after a crash): kept where the core
+    // places the job, as its process (Adoptable).
+    kAdopt,
+    // Another job of this id, where this job's own start is under way: the
+    // start replaces it (a start finding a process kills it first).
+    kReplacedByStart,
+    // Not wanted there (killed, requeued, moved while the daemon or the
+    // agent was away; or of another job of this id): killed, its exit
+    // ignored.
+    kStray,
+  };
+  Process JudgeProcess(ServerId server, const rpc::AgentJob& listed) const;
+
+  // A process an agent lists for job `id`, which the daemon believes has
+  // none, on the one server where the core places the job and in the
+  // state the core has it in: the job's own, which the daemon lost track
+  // of. Not for a gang (every part would have to be listed) nor while an
+  // action is under way (its outcome decides).
+  bool Adoptable(int32_t id, ServerId server, rpc::JobState reported) const;
+
+  // What to do with checkpoint `i` a registering agent (of `server`)
+  // lists.
+  enum class Checkpoint {
+    kBadId,    // not a job id: passed by
+    kForeign,  // saved in another cluster: ignored (the agent drops it
+               // itself once it has this cluster's id)
+    kOtherSubmissionDropped,  // of another job of this id: dropped
+    kOtherSubmissionIgnored,  // the same, while this job's own process or
+                              // checkpoint is there or on its way (a drop
+                              // would reach it too): ignored
+    kHeld,                    // of a live job: held there for it
+    kEnded,  // of a job that ended (or that this daemon never ran): dropped
+  };
+  Checkpoint JudgeCheckpoint(ServerId server,
+                             const rpc::RegisterAgentRequest& r, int i) const;
+
+  // The outcome of job `id`'s action under way, settled by the state its
+  // agent lists its process in at a registration (`reported`): true done,
+  // false failed; none when the list cannot settle it (no action under
+  // way; one this daemon sent, whose reply settles it; or a kind whose own
+  // reply does). `sent`: the action was sent by this daemon process.
+  std::optional<bool> SettleByList(int32_t id, rpc::JobState reported,
+                                   bool sent) const;
+
+  // ------------------------------------------------------ the state check
+
+  // A job's process that its agent reports in the other state than the
+  // core has the job in (suspended while the core has it running, or
+  // running while suspended), with no action of it under way, in two
+  // reports in a row with no suspend or resume of it between: the daemon
+  // and the agent parted ways, and the job would stay so for good. The
+  // agent is then told to set it right.
+  enum class State {
+    kAgrees,    // or cannot be checked now
+    kDiffers,   // the first report (in a row) that differs
+    kSetRight,  // the second: resume (core: running) or suspend it
+  };
+  // `checkable`: the daemon's own conditions hold (its process is where
+  // the report comes from, not leaving, not a gang's, not restarting, its
+  // agent not away). Updates `mismatch`, the job's count of such reports.
+  State CheckState(int32_t id, rpc::JobState reported, bool checkable,
+                   StateMismatch& mismatch) const;
+
+ private:
+  const JobExtra* Record(int32_t id) const {
+    auto it = jobs_.find(id);
+    return it == jobs_.end() ? nullptr : &it->second;
+  }
+  bool Live(int64_t id) const {
+    return id > 0 && id < (int64_t{1} << 31) &&
+           core_.has_job(JobId(static_cast<int32_t>(id)));
+  }
+  bool Ended(int32_t id) const {
+    return !core_.has_job(JobId(id)) ||
+           core::IsTerminal(core_.job(JobId(id)).state);
+  }
+
+  const core::ClusterState& core_;
+  const std::map<int32_t, JobExtra>& jobs_;
+  const Published& published_;
+  const std::string& cluster_id_;
+};
+
+}  // namespace gandiva::runtime

@@ -1,0 +1,270 @@
+// AgentModel as the core is tested: state built by events, what an agent
+// lists in, verdicts out. No daemon, socket, thread or clock.
+#include "runtime/scheduler/agent_model.h"
+
+#include <gtest/gtest.h>
+
+#include "core/policies/fifo.h"
+#include "core/test_util.h"
+
+namespace gandiva::runtime {
+namespace {
+
+using core::testing::Harness;
+using Process = AgentModel::Process;
+using Checkpoint = AgentModel::Checkpoint;
+using State = AgentModel::State;
+
+constexpr char kCluster[] = "cluster-a";
+
+// Two servers of two GPUs under fifo, the daemon's records of its jobs
+// beside the core's, and the model over both.
+class AgentModelTest : public ::testing::Test {
+ protected:
+  AgentModelTest()
+      : h_(std::make_unique<core::FifoPolicy>(), 2,
+           core::ServerSpec{"", 2, 1, 1, 0, ""}) {}
+
+  AgentModel Model() const {
+    return AgentModel(h_.state(), jobs_, published_, cluster_);
+  }
+  // Job `id` of `gpus` GPUs arrives, submitted at `submitted_us`; with
+  // `start`, its start is done and its process recorded where it runs
+  // (without: its start is under way, or it is queued).
+  void Arrive(int32_t id, int64_t submitted_us, bool start = true,
+              int gpus = 1) {
+    core::JobSpec spec;
+    spec.gpus = gpus;
+    h_.Send(core::JobArrived{JobId(id), spec});
+    jobs_[id];
+    published_.SetSubmitted(id, submitted_us);
+    if (!start) return;
+    h_.CompleteAll();
+    jobs_[id].proc = Proc::At(Model().Parts(h_.job(JobId(id)).gpus));
+  }
+  ServerId ServerOf(int32_t id) const { return jobs_.at(id).proc.server; }
+
+  static rpc::AgentJob Listed(int64_t id, rpc::JobState state,
+                              int64_t submitted_us = 0) {
+    rpc::AgentJob j;
+    j.set_job_id(id);
+    j.set_state(state);
+    j.set_submitted_us(submitted_us);
+    return j;
+  }
+  // A registration listing checkpoints of `ids`, each of `cluster` and
+  // submitted at `submitted_us` (0: not said).
+  static rpc::RegisterAgentRequest Holding(std::vector<int64_t> ids,
+                                           const std::string& cluster,
+                                           int64_t submitted_us = 0) {
+    rpc::RegisterAgentRequest r;
+    r.set_cluster_id(kCluster);
+    for (int64_t id : ids) {
+      r.add_checkpoints(id);
+      r.add_checkpoint_clusters(cluster);
+      r.add_checkpoint_submitted_us(submitted_us);
+    }
+    return r;
+  }
+
+  Harness h_;
+  std::map<int32_t, JobExtra> jobs_;
+  Published published_;
+  std::string cluster_ = kCluster;
+};
+
+TEST_F(AgentModelTest, AProcessWhereTheDaemonHasItIsOurs) {
+  Arrive(1, 100);
+  EXPECT_EQ(Model().JudgeProcess(ServerOf(1), Listed(1, rpc::RUNNING, 100)),
+            Process::kOurs);
+  // An agent that does not say when its job was submitted (older ones).
+  EXPECT_EQ(Model().JudgeProcess(ServerOf(1), Listed(1, rpc::SUSPENDED)),
+            Process::kOurs);
+  // Listed by the other server's agent: not where the daemon has it.
+  const ServerId other(1 - ServerOf(1).value);
+  EXPECT_EQ(Model().JudgeProcess(other, Listed(1, rpc::RUNNING, 100)),
+            Process::kStray);
+}
+
+TEST_F(AgentModelTest,
+       AProcessTheDaemonLostTrackOfIsAdoptedWhereAndAsTheCoreHasIt) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  jobs_[1].proc = Proc{};  // a move that failed, replayed after a crash
+  EXPECT_TRUE(Model().Adoptable(1, here, rpc::RUNNING));
+  EXPECT_EQ(Model().JudgeProcess(here, Listed(1, rpc::RUNNING, 100)),
+            Process::kAdopt);
+  // Not in the state the core has it in, nor on another server.
+  EXPECT_FALSE(Model().Adoptable(1, here, rpc::SUSPENDED));
+  EXPECT_EQ(Model().JudgeProcess(here, Listed(1, rpc::SUSPENDED, 100)),
+            Process::kStray);
+  EXPECT_FALSE(Model().Adoptable(1, ServerId(1 - here.value), rpc::RUNNING));
+  // Nor while an action of it is under way: its outcome decides.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  ASSERT_TRUE(h_.job(JobId(1)).busy());
+  EXPECT_FALSE(Model().Adoptable(1, here, rpc::RUNNING));
+}
+
+TEST_F(AgentModelTest,
+       AnotherSubmissionsProcessIsAStrayUnlessThisJobsStartIsThere) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  EXPECT_TRUE(Model().OtherSubmission(1, 99));
+  EXPECT_FALSE(Model().OtherSubmission(1, 100));
+  EXPECT_FALSE(Model().OtherSubmission(1, 0));  // not said
+  // This job's process is placed there (its start under way): the start
+  // replaces the other one.
+  EXPECT_EQ(Model().JudgeProcess(here, Listed(1, rpc::RUNNING, 99)),
+            Process::kReplacedByStart);
+  // Elsewhere, or once this job has none: a stray.
+  EXPECT_EQ(Model().JudgeProcess(ServerId(1 - here.value),
+                                 Listed(1, rpc::RUNNING, 99)),
+            Process::kStray);
+  jobs_[1].proc = Proc{};
+  EXPECT_EQ(Model().JudgeProcess(here, Listed(1, rpc::RUNNING, 99)),
+            Process::kStray);
+}
+
+TEST_F(AgentModelTest, AProcessOfAJobThatEndedOrIsUnknownIsAStray) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  h_.Send(core::KillRequest{JobId(1), "test"});
+  EXPECT_EQ(Model().JudgeProcess(here, Listed(1, rpc::RUNNING, 100)),
+            Process::kStray);
+  EXPECT_EQ(Model().JudgeProcess(here, Listed(7, rpc::RUNNING)),
+            Process::kStray);
+}
+
+TEST_F(AgentModelTest, EachListedCheckpointIsJudged) {
+  Arrive(1, 100);
+  Arrive(2, 200, /*start=*/false, /*gpus=*/8);  // more than there are
+  ASSERT_EQ(h_.job(JobId(2)).state, core::JobState::kQueued);
+  const ServerId s(0);
+  // Of a live job: held for it.
+  EXPECT_EQ(Model().JudgeCheckpoint(s, Holding({1}, kCluster, 100), 0),
+            Checkpoint::kHeld);
+  // Saved in another cluster (its job 1 is another job).
+  EXPECT_TRUE(Model().ForeignCheckpoint(Holding({1}, "cluster-b"), 0));
+  EXPECT_EQ(Model().JudgeCheckpoint(s, Holding({1}, "cluster-b", 100), 0),
+            Checkpoint::kForeign);
+  // Said by no cluster (an older agent): taken as this one's.
+  EXPECT_EQ(Model().JudgeCheckpoint(s, Holding({1}, ""), 0), Checkpoint::kHeld);
+  // Not a job id.
+  EXPECT_EQ(
+      Model().JudgeCheckpoint(s, Holding({int64_t{1} << 40}, kCluster), 0),
+      Checkpoint::kBadId);
+  // Of another job of id 2 (queued, nothing of it anywhere): dropped.
+  EXPECT_EQ(Model().JudgeCheckpoint(s, Holding({2}, kCluster, 150), 0),
+            Checkpoint::kOtherSubmissionDropped);
+  // Of another job of id 1, whose own process is on that server: ignored
+  // (a drop would reach it too); on the other server, dropped.
+  const ServerId here = ServerOf(1);
+  EXPECT_EQ(Model().JudgeCheckpoint(here, Holding({1}, kCluster, 50), 0),
+            Checkpoint::kOtherSubmissionIgnored);
+  EXPECT_EQ(Model().JudgeCheckpoint(ServerId(1 - here.value),
+                                    Holding({1}, kCluster, 50), 0),
+            Checkpoint::kOtherSubmissionDropped);
+  // Of a job that ended, or that this daemon never ran.
+  h_.Send(core::KillRequest{JobId(1), "test"});
+  EXPECT_EQ(Model().JudgeCheckpoint(s, Holding({1}, kCluster, 100), 0),
+            Checkpoint::kEnded);
+  EXPECT_EQ(Model().JudgeCheckpoint(s, Holding({9}, kCluster), 0),
+            Checkpoint::kEnded);
+}
+
+TEST_F(AgentModelTest,
+       TheListSettlesAnActionReplayedFromTheLogByTheProcesssState) {
+  Arrive(1, 100, /*start=*/false);  // its start under way
+  EXPECT_EQ(Model().SettleByList(1, rpc::RUNNING, /*sent=*/false),
+            std::optional<bool>(true));
+  // Sent by this daemon process: its reply settles it.
+  EXPECT_EQ(Model().SettleByList(1, rpc::RUNNING, /*sent=*/true), std::nullopt);
+  h_.CompleteAll();
+  EXPECT_EQ(Model().SettleByList(1, rpc::RUNNING, false), std::nullopt);
+  // An operator's hold: a suspend under way.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  EXPECT_EQ(Model().SettleByList(1, rpc::SUSPENDED, false),
+            std::optional<bool>(true));
+  EXPECT_EQ(Model().SettleByList(1, rpc::RUNNING, false),
+            std::optional<bool>(false));
+  h_.CompleteAll();
+  // Released: a resume under way.
+  h_.Send(core::HoldRequest{JobId(1), false});
+  ASSERT_EQ(h_.job(JobId(1)).in_flight, core::ActionKind::kResume);
+  EXPECT_EQ(Model().SettleByList(1, rpc::RUNNING, false),
+            std::optional<bool>(true));
+  EXPECT_EQ(Model().SettleByList(1, rpc::SUSPENDED, false),
+            std::optional<bool>(false));
+}
+
+TEST_F(AgentModelTest, AProcessInTheOtherStateInTwoReportsInARowIsSetRight) {
+  Arrive(1, 100);
+  StateMismatch m;
+  // Agreeing, or not checkable: nothing.
+  EXPECT_EQ(Model().CheckState(1, rpc::RUNNING, true, m), State::kAgrees);
+  EXPECT_EQ(Model().CheckState(1, rpc::SUSPENDED, false, m), State::kAgrees);
+  EXPECT_EQ(m.reports, 0);
+  // Suspended while the core has it running: once, then set right.
+  EXPECT_EQ(Model().CheckState(1, rpc::SUSPENDED, true, m), State::kDiffers);
+  EXPECT_EQ(m.reports, 1);
+  EXPECT_EQ(Model().CheckState(1, rpc::SUSPENDED, true, m), State::kSetRight);
+  EXPECT_EQ(m.reports, 0);
+  // A report that agrees between the two starts the count again.
+  EXPECT_EQ(Model().CheckState(1, rpc::SUSPENDED, true, m), State::kDiffers);
+  EXPECT_EQ(Model().CheckState(1, rpc::RUNNING, true, m), State::kAgrees);
+  EXPECT_EQ(Model().CheckState(1, rpc::SUSPENDED, true, m), State::kDiffers);
+  // So does a suspend and resume of the job between them.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  h_.CompleteAll();
+  h_.Send(core::HoldRequest{JobId(1), false});
+  h_.CompleteAll();
+  EXPECT_EQ(Model().CheckState(1, rpc::SUSPENDED, true, m), State::kDiffers);
+  // Running while the core has it suspended.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  EXPECT_EQ(Model().CheckState(1, rpc::RUNNING, true, m), State::kAgrees)
+      << "an action under way is not checked";
+  h_.CompleteAll();
+  EXPECT_EQ(Model().CheckState(1, rpc::RUNNING, true, m), State::kDiffers);
+  EXPECT_EQ(Model().CheckState(1, rpc::RUNNING, true, m), State::kSetRight);
+}
+
+TEST_F(AgentModelTest, AnAgentsUnknownIdsAndWhatItMayKeepAreOfThisClusterOnly) {
+  Arrive(1, 100);
+  Arrive(2, 200, /*start=*/false, /*gpus=*/8);  // more than there are
+  ASSERT_EQ(h_.job(JobId(2)).state, core::JobState::kQueued);
+  rpc::RegisterAgentRequest r;
+  r.set_cluster_id(kCluster);
+  *r.add_jobs() = Listed(1, rpc::RUNNING, 100);
+  *r.add_jobs() = Listed(5, rpc::RUNNING, 500);
+  EXPECT_TRUE(Model().OfThisCluster(r));
+  EXPECT_EQ(Model().HighestUnknownId(r), 5);
+  // A checkpoint of this cluster counts; one of another does not.
+  r.add_checkpoints(8);
+  r.add_checkpoint_clusters(kCluster);
+  r.add_checkpoints(12);
+  r.add_checkpoint_clusters("cluster-b");
+  EXPECT_EQ(Model().HighestUnknownId(r), 8);
+  // Listed without a spec: nothing it may keep.
+  EXPECT_FALSE(Model().MayAdopt(r));
+  r.mutable_jobs(1)->mutable_spec()->set_name("five");  // unknown to it
+  EXPECT_TRUE(Model().MayAdopt(r));
+  rpc::RegisterAgentRequest queued;
+  queued.set_cluster_id(kCluster);
+  *queued.add_jobs() = Listed(2, rpc::RUNNING, 200);
+  queued.mutable_jobs(0)->mutable_spec()->set_name("two");
+  EXPECT_TRUE(Model().MayAdopt(queued));  // the core has it queued
+  *queued.mutable_jobs(0) = Listed(1, rpc::RUNNING, 100);
+  queued.mutable_jobs(0)->mutable_spec()->set_name("one");
+  EXPECT_FALSE(Model().MayAdopt(queued));  // running where the core has it
+  // Another cluster's agent (or one before this store had an id).
+  r.set_cluster_id("cluster-b");
+  EXPECT_FALSE(Model().OfThisCluster(r));
+  EXPECT_FALSE(Model().MayAdopt(r));
+  EXPECT_EQ(Model().HighestUnknownId(r), 8);
+  cluster_.clear();
+  r.set_cluster_id("");
+  EXPECT_FALSE(Model().OfThisCluster(r));
+}
+
+}  // namespace
+}  // namespace gandiva::runtime
