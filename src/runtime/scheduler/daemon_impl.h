@@ -9,6 +9,7 @@
 #include "runtime/scheduler/daemon_service.h"
 #include "runtime/scheduler/daemon_types.h"
 #include "runtime/scheduler/job_rows.h"
+#include "runtime/scheduler/move_steps.h"
 #include "runtime/scheduler/published.h"
 #include "runtime/scheduler/retention.h"
 #include "runtime/scheduler/scheduler_server.h"
@@ -435,6 +436,10 @@ struct SchedulerServer::Impl final {
   // A job that cannot be checkpointed fails a Migrate for good; a resume
   // elsewhere restarts it from scratch (it has nothing else to go on).
   void Move(const PendingAction& p, const Proc& from);
+  // Dispatcher thread: one call of a move (MoveSteps) to the agent at `at`.
+  MoveResult CallForMove(
+      const MoveCall& c, int32_t job, const Proc& at,
+      const std::shared_ptr<rpc::Agent::StubInterface>& stub);
 
   // After a decision that changes how fast the job (and its partner)
   // trains, the next reports say by how much.

@@ -621,245 +621,91 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
   if (has_source && !same_server) {
     where = "from " + AgentName(from.server) + " to " + where;
   }
+  MovePlan plan;
+  plan.job = job;
+  plan.submitted_us = SubmittedUs(job);
+  plan.spec = x.spec;
+  plan.from = from;
+  plan.to = to;
+  plan.resize = resize;
+  plan.fresh_fallback = fresh_fallback;
   // Only a job that attached the library can wait for its checkpoint, and
   // only a running one needs to: a checkpoint kept without a process is
   // received and held, and the job started from it.
-  const bool warm = x.progress.uses_library() && !same_server && from.exists;
+  plan.warm = x.progress.uses_library() && !same_server && from.exists;
   // A checkpoint kept without a process: the mini-batch it was saved at.
-  const int64_t kept_at = from.exists ? -1 : x.kept_at;
-  const rpc::JobSpec spec = x.spec;
-  const int32_t world = static_cast<int32_t>(to.local.size());
-  // Agents answer a repeated action id with the first call's result:
-  // each call of the move gets its own.
-  const int64_t warm_id = InternalActionId();
-  const int64_t start_id = InternalActionId();
-  const int64_t receive_id = InternalActionId();
-  const int64_t back_id = InternalActionId();
-  const int64_t kill_src_id = InternalActionId();
-  const int64_t kill_dst_id = InternalActionId();
+  plan.kept_at = from.exists ? -1 : x.kept_at;
+  plan.source_address = src_address;
+  plan.where = where;
+  plan.warm_ready_timeout_us =
+      static_cast<int64_t>(opts.warm_ready_timeout_s * 1e6);
+  plan.rpc_timeout_us = static_cast<int64_t>(opts.agent_rpc_timeout_s * 1e6);
+  plan.ids.action = aid;
+  plan.ids.warm = InternalActionId();
+  plan.ids.start = InternalActionId();
+  plan.ids.receive = InternalActionId();
+  plan.ids.back = InternalActionId();
+  plan.ids.kill_source = InternalActionId();
+  plan.ids.kill_destination = InternalActionId();
   executor->Run(job, [=, this] {
-    const int64_t t0 = Env().SteadyMicros();
-    rpc::StartJobReply warm_rep;
-    auto start = [&](bool warm_start, bool local, const Proc& at,
-                     std::string* err) {
-      rpc::StartJobRequest req;
-      req.set_job_id(job);
-      req.set_submitted_us(SubmittedUs(job));
-      req.set_action_id(warm_start     ? warm_id
-                        : &at == &from ? back_id
-                                       : start_id);
-      *req.mutable_spec() = spec;
-      for (int32_t g : at.local) req.add_gpus(g);
-      req.set_warm(warm_start);
-      req.set_resume_local(local);
-      // A warm start replies once the process waits for its checkpoint:
-      // the source trains until then.
-      const int32_t ready_ms =
-          warm_start ? static_cast<int32_t>(opts.warm_ready_timeout_s * 1e3)
-                     : 0;
-      req.set_await_ready_ms(ready_ms);
-      rpc::StartJobReply rep;
-      auto ctx = Ctx();
-      if (ready_ms > 0) {
-        ctx->set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(ready_ms) +
-                          std::chrono::microseconds(static_cast<int64_t>(
-                              opts.agent_rpc_timeout_s * 1e6)));
-      }
-      if (warm_start) {
+    MoveSteps steps(plan, Env().SteadyMicros());
+    MoveSteps::Step step = steps.Start();
+    while (const MoveCall* c = std::get_if<MoveCall>(&step)) {
+      step = steps.Next(c->at_source ? CallForMove(*c, job, from, src)
+                                     : CallForMove(*c, job, to, dst));
+    }
+    const MoveDone& d = std::get<MoveDone>(step);
+    FinishMove(job, aid, what, d.ok, d.permanent, d.took_us, d.detail, d.moved,
+               from);
+  });
+}
+
+MoveResult SchedulerServer::Impl::CallForMove(
+    const MoveCall& c, int32_t job, const Proc& at,
+    const std::shared_ptr<rpc::Agent::StubInterface>& stub) {
+  MoveResult r;
+  std::unique_ptr<grpc::ClientContext> ctx = Ctx();
+  if (c.timeout_us > 0) {
+    ctx->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::microseconds(c.timeout_us));
+  }
+  switch (c.kind) {
+    case MoveCall::Kind::kStart: {
+      // A warm start may wait a minute for its process: a kill cancels it.
+      const bool warm = c.start.warm();
+      if (warm) {
         std::lock_guard<std::mutex> lock(warm_mu);
         warm_calls[job] = ctx.get();
       }
-      grpc::Status s = StubOf(at.server)->StartJob(ctx.get(), req, &rep);
-      if (warm_start) {
+      r.status = stub->StartJob(ctx.get(), c.start, &r.start);
+      if (warm) {
         std::lock_guard<std::mutex> lock(warm_mu);
         warm_calls.erase(job);
-        warm_rep = rep;
       }
-      if (!s.ok()) *err = RpcError("StartJob", s);
-      return s.ok();
-    };
-    auto kill = [&](const std::shared_ptr<rpc::Agent::StubInterface>& stub) {
-      rpc::JobRequest req;
-      req.set_job_id(job);
-      req.set_action_id(stub == src ? kill_src_id : kill_dst_id);
-      rpc::KillReply rep;
-      auto ctx = Ctx();
-      (void)stub->KillJob(ctx.get(), req, &rep);
-    };
-    std::string err;
-    if (!has_source) {
-      const bool ok = start(false, false, to, &err);
-      FinishMove(job, aid, what, ok, false, UsSince(t0),
-                 ok ? where +
-                          "; restarted from scratch (its process was "
-                          "lost)"
-                    : err,
-                 ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
-      return;
+      break;
     }
-    if (warm && from.exists && !start(true, false, to, &err)) {
-      // The new process may have started (a call cancelled by a kill, or
-      // one whose reply was lost): it goes.
-      kill(dst);
-      FinishMove(job, aid, what, false, false, UsSince(t0),
-                 "warm start: " + err, MovedTo::kAsBefore, from);
-      return;
-    }
-    std::string phases;
-    std::string method;  // how the source checkpointed it
-    // Starting from the checkpoint: a CRIU dump is restored.
-    auto restart_phase = [&method](int64_t us) {
-      return (method == "criu" ? ", restore " : ", restart ") + Ms(us);
-    };
-    // From the checkpoint request on, the job trains nowhere.
-    const int64_t t_ckpt = Env().SteadyMicros();
-    // The mini-batch a library checkpoint was taken at (-1: none).
-    int64_t saved = -1;
-    if (from.exists) {
-      rpc::CheckpointRequest req;
-      req.set_job_id(job);
-      req.set_action_id(aid);
-      if (resize) req.set_resize_to(world);
-      // To another server: the destination needs only the files, not the
-      // source's GPUs, so the source's exit need not be awaited.
-      req.set_reply_when_saved(!resize && !same_server);
-      rpc::CheckpointReply rep;
-      auto ctx = std::make_unique<grpc::ClientContext>();
-      ctx->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::seconds(120));
-      grpc::Status s = src->CheckpointJob(ctx.get(), req, &rep);
-      if (!s.ok()) {
-        if (warm) kill(dst);
-        // The job cannot be checkpointed (or the agent cannot do it).
-        const bool cannot =
-            s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-            s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
-        if (cannot && fresh_fallback) {
-          // Nothing to carry over: start afresh where the core wants it.
-          KillIgnoringExit(job, from.server, *src, kill_src_id);
-          const bool ok = start(false, false, to, &err);
-          FinishMove(job, aid, what, ok, false, UsSince(t0),
-                     ok ? where + "; restarted from scratch (" +
-                              s.error_message() + ")"
-                        : err,
-                     ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
-          return;
-        }
-        FinishMove(job, aid, what, false, cannot, UsSince(t0),
-                   RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
-        return;
-      }
-      // took_us runs from the request to the process's exit; save_us is
-      // the job's own save (from its progress page).
-      if (warm) {
-        phases = "warm start " +
-                 (warm_rep.ready()
-                      ? Ms(warm_rep.ready_us()) +
-                            " (before the checkpoint; the job trained on)"
-                      : std::string("not ready after ") +
-                            Ms(static_cast<int64_t>(opts.warm_ready_timeout_s *
-                                                    1e6)) +
-                            " (checkpointed anyway)") +
-                 ", ";
-      }
-      method = rep.method();
-      if (method == "library") saved = rep.minibatches();
-      phases +=
-          "checkpoint " + Ms(rep.took_us()) + " (" + method + ", " +
-          Mb(rep.bytes()) +
-          (rep.save_us() > 0
-               ? (method == "criu" ? ", dump " : ", save ") + Ms(rep.save_us())
-               : "") +
-          ")";
-    }
-    if (same_server) {
-      const int64_t t_start = Env().SteadyMicros();
-      if (!start(false, true, to, &err)) {
-        // Back as it was, from the checkpoint, if it can.
-        std::string err2;
-        const bool back = resize && start(false, true, from, &err2);
-        FinishMove(job, aid, what, false, false, UsSince(t0),
-                   "restart: " + err + (back ? "; restarted as it was" : ""),
-                   back ? MovedTo::kAsBefore : MovedTo::kCheckpointAtSource,
-                   from);
-        return;
-      }
-      std::string detail =
-          where + "; " + phases + restart_phase(UsSince(t_start));
-      // Until its first mini-batch from the checkpoint the job trains
-      // nowhere (a job without the library: until its restart).
-      if (saved >= 0) {
-        const int64_t first = AwaitFirstMinibatch(
-            job, PartConn{Part{to.server, to.local}, dst, "", ""}, saved,
-            t_start);
-        detail += first >= 0
-                      ? ", first mini-batch " + Ms(first) +
-                            " after it; training paused " + Ms(UsSince(t_ckpt))
-                      : ", no mini-batch within a minute of it";
+    case MoveCall::Kind::kCheckpoint:
+      r.status = stub->CheckpointJob(ctx.get(), c.checkpoint, &r.checkpoint);
+      break;
+    case MoveCall::Kind::kReceive:
+      r.status = stub->ReceiveCheckpoint(ctx.get(), c.receive, &r.receive);
+      break;
+    case MoveCall::Kind::kKill:
+      if (c.ignore_exit) {
+        KillIgnoringExit(job, at.server, *stub, c.kill.action_id());
       } else {
-        detail += "; training paused " + Ms(UsSince(t_ckpt));
+        rpc::KillReply rep;
+        r.status = stub->KillJob(ctx.get(), c.kill, &rep);
       }
-      FinishMove(job, aid, what, true, false, UsSince(t0), detail,
-                 MovedTo::kDestination, from);
-      return;
-    }
-    rpc::ReceiveCheckpointRequest rreq;
-    rreq.set_job_id(job);
-    rreq.set_submitted_us(SubmittedUs(job));
-    rreq.set_action_id(receive_id);
-    rreq.set_source_address(src_address);
-    rreq.set_await_first_minibatch(warm);
-    rpc::ReceiveCheckpointReply rrep;
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::seconds(300));
-    grpc::Status s = dst->ReceiveCheckpoint(ctx.get(), rreq, &rrep);
-    if (!s.ok()) {
-      kill(dst);
-      FinishMove(job, aid, what, false, false, UsSince(t0),
-                 RpcError("ReceiveCheckpoint", s) +
-                     "; the checkpoint stays on the source",
-                 MovedTo::kCheckpointAtSource, from);
-      return;
-    }
-    const int64_t t_start = Env().SteadyMicros();
-    if (!warm && !start(false, true, to, &err)) {
-      // Received but not started: the copy at the source stays the one
-      // the job resumes from.
-      kill(dst);
-      FinishMove(job, aid, what, false, false, UsSince(t0),
-                 "start from the received checkpoint: " + err,
-                 MovedTo::kCheckpointAtSource, from);
-      return;
-    }
-    const int64_t restart_us = UsSince(t_start);
-    kill(src);  // drops the source's copy of the checkpoint
-    std::string detail = where;
-    if (!phases.empty()) detail += "; " + phases;
-    detail += ", transfer " + Ms(rrep.transfer_us()) + " (" + Mb(rrep.bytes()) +
-              Rate(rrep.bytes(), rrep.transfer_us()) +
-              (rrep.channel().empty() ? "" : " over " + rrep.channel()) +
-              (rrep.streamed() ? ", straight into the job's memory" : "") + ")";
-    if (!warm) detail += restart_phase(restart_us);
-    if (!warm && kept_at > 0) {
-      const int64_t first = AwaitFirstMinibatch(
-          job, PartConn{Part{to.server, to.local}, dst, "", ""}, kept_at,
-          t_start);
-      detail += first >= 0 ? ", first mini-batch " + Ms(first) + " after it"
-                           : ", no mini-batch within a minute of it";
-    }
-    if (warm) {
-      if (!warm_rep.ready()) {
-        detail += ", warm start " + Ms(rrep.warm_us()) + " (overlapped)";
-      }
-      detail += ", load " + Ms(rrep.load_us()) + ", first mini-batch " +
-                Ms(rrep.first_minibatch_us());
-    }
-    if (from.exists) detail += "; training paused " + Ms(UsSince(t_ckpt));
-    FinishMove(job, aid, what, true, false, UsSince(t0), detail,
-               MovedTo::kDestination, from);
-  });
+      break;
+    case MoveCall::Kind::kAwaitFirstMinibatch:
+      r.first_us = AwaitFirstMinibatch(
+          job, PartConn{Part{at.server, at.local}, stub, "", ""}, c.saved,
+          c.since_us);
+      break;
+  }
+  r.now_us = Env().SteadyMicros();
+  return r;
 }
 
 void SchedulerServer::Impl::StartProbe(int32_t job, const std::string& what,

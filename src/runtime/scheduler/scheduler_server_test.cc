@@ -2245,7 +2245,9 @@ TEST_F(DaemonTest, IdsAnAgentHoldsThatTheStoreNeverGaveAreNotGivenAgain) {
     Client& cl = StartDaemon(o);
     ASSERT_TRUE(a.Register(server_.address()).ok());
     EXPECT_EQ(cl.MustSubmit(1), 1);
-    ASSERT_TRUE(WaitFor([&] { return cl.State(1) == rpc::RUNNING; }));
+    // Started at the agent, the reply in (a job is shown running once the
+    // core decides its start).
+    ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(1), "start", true); }));
     server_.reset();
   }
   const std::string cluster = a.cluster_id();
@@ -3404,6 +3406,9 @@ TEST_F(DaemonTest, AGangWhosePartCannotStartStopsTheRestAndIsTriedAgain) {
     return info.state() == rpc::RUNNING && HasEntry(info, "start", true) &&
            a.procs().count(j) == 1 && b.procs().count(j) == 1;
   })) << cl.Get(j).DebugString();
+  // The history is read from the store, which the loop writes before it
+  // publishes the pass's state: the publication too.
+  server_->Sync();
   const rpc::JobInfo info = cl.Get(j);
   EXPECT_EQ(info.server(), b.name());
   EXPECT_EQ(info.parts_size(), 2);
