@@ -23,7 +23,7 @@ struct Step {
 bool Same(const core::Action& a, const core::Action& b) {
   return a.id == b.id && a.kind == b.kind && a.job == b.job &&
          a.gpus == b.gpus && a.peer == b.peer && a.launch == b.launch &&
-         a.priority == b.priority;
+         a.relocates == b.relocates && a.priority == b.priority;
 }
 
 class ReplayTest : public ::testing::TestWithParam<const char*> {};

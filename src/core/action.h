@@ -8,12 +8,14 @@
 //   Start(job, gpus)     launch the job on these GPUs
 //   Suspend(job)         stop it at its next mini-batch boundary; its GPUs
 //                        stay assigned to it (it counts towards height)
-//   Resume(job)          continue a suspended job on its GPUs
+//   Resume(job, gpus)    continue a suspended job on its GPUs (carried
+//                        there first if `relocates`)
 //   Migrate(job, gpus)   move a suspended job to other GPUs (checkpoint,
 //                        transfer, load) and run it there; on failure it
 //                        stays suspended where it was
 //   Pack(job, peer)      run a suspended job on the GPUs `peer` is running
-//                        on, both at once (start it if `launch`)
+//                        on, both at once (start it if `launch`; carry it
+//                        there first if `relocates`)
 //   Unpack(job)          suspend a packed job; its peer runs on alone
 //   Grow(job, gpus)      restart an elastic job from its checkpoint on more
 //   Shrink(job, gpus)    or fewer GPUs (`gpus`: all it will have); on
@@ -40,6 +42,19 @@ struct Action {
   // (never ran) rather than resumed.
   JobId peer;
   bool launch = false;
+  // Whether the job's work must be carried to `gpus` (saved where its
+  // process last ran, restored there) rather than go on in place; the
+  // core decides it from where the job last ran (Job::ran_on):
+  //   Migrate, Grow, Shrink: always (the job restarts from a checkpoint,
+  //                          even on a subset of its GPUs);
+  //   Resume, Pack without `launch`: when `gpus` are not laid out as the
+  //                          GPUs the job last ran on (Cluster::SameLayout:
+  //                          a job requeued by its policy and placed anew,
+  //                          an operator's pack onto another job's GPUs);
+  //   Start, Pack with `launch`, and the others: never (nothing to carry).
+  // A world may find more to carry than the core knows of (a process it
+  // lost, a checkpoint kept elsewhere), never less.
+  bool relocates = false;
   // SetPriority: the new priority.
   int priority = 0;
   // Why (for logs and `gandiva show`).

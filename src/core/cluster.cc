@@ -104,6 +104,31 @@ Spread Cluster::SpreadOf(std::span<const GpuId> gpus) const {
   return worst;
 }
 
+bool Cluster::SameLayout(std::span<const GpuId> a,
+                         std::span<const GpuId> b) const {
+  if (a.size() != b.size()) return false;
+  if (std::equal(a.begin(), a.end(), b.begin())) return true;
+  // Each list grouped by server, the servers in order of first appearance.
+  auto grouped = [this](std::span<const GpuId> gpus) {
+    std::vector<ServerId> servers;
+    for (GpuId g : gpus) {
+      const ServerId s = gpu(g).server;
+      if (std::find(servers.begin(), servers.end(), s) == servers.end()) {
+        servers.push_back(s);
+      }
+    }
+    std::vector<GpuId> out;
+    out.reserve(gpus.size());
+    for (ServerId s : servers) {
+      for (GpuId g : gpus) {
+        if (gpu(g).server == s) out.push_back(g);
+      }
+    }
+    return out;
+  };
+  return grouped(a) == grouped(b);
+}
+
 void Cluster::Unindex(const Server& s) {
   if (!s.up) return;
   auto it = heights_.find(s.height());

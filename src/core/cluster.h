@@ -116,6 +116,11 @@ class Cluster {
   bool overloaded() const { return height() > 1; }
 
   Spread SpreadOf(std::span<const GpuId> gpus) const;
+  // Whether a job's processes on `a` would be laid out as on `b`: the same
+  // servers in the same order (of first appearance, the order of a job's
+  // parts: the first is its rank 0), with the same GPUs in the same order
+  // on each. A process goes on in place only where it is laid out alike.
+  bool SameLayout(std::span<const GpuId> a, std::span<const GpuId> b) const;
   // Some GPU of `s` has `job` placed on it.
   bool Holds(const Server& s, JobId job) const;
 

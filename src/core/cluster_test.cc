@@ -38,6 +38,24 @@ TEST(ClusterTest, TopologySplitsGpusEvenly) {
   EXPECT_EQ(c.SpreadOf(G({0, 8})), Spread::kAcrossServers);
 }
 
+// Laid out alike: the same servers in the same order, the same GPUs in
+// the same order on each; how the servers' GPUs interleave in the list
+// does not matter.
+TEST(ClusterTest, SameLayoutComparesEachServersGpusInOrder) {
+  Cluster c;
+  c.AddServer(Spec(4));  // GPUs 0-3
+  c.AddServer(Spec(4));  // GPUs 4-7
+  EXPECT_TRUE(c.SameLayout(G({}), G({})));
+  EXPECT_TRUE(c.SameLayout(G({0, 1}), G({0, 1})));
+  EXPECT_FALSE(c.SameLayout(G({0, 1}), G({1, 0}))) << "other local order";
+  EXPECT_FALSE(c.SameLayout(G({0, 1}), G({2, 3})));
+  EXPECT_FALSE(c.SameLayout(G({0}), G({0, 1})));
+  EXPECT_TRUE(c.SameLayout(G({0, 4, 1, 5}), G({0, 1, 4, 5})));
+  EXPECT_FALSE(c.SameLayout(G({0, 1, 4, 5}), G({4, 5, 0, 1})))
+      << "another server first (rank 0 elsewhere)";
+  EXPECT_FALSE(c.SameLayout(G({0, 1, 4, 5}), G({0, 1, 5, 4})));
+}
+
 TEST(ClusterTest, ValidatesSpecs) {
   EXPECT_EQ(ValidateServerSpec(Spec(4, 2, 2)), "");
   EXPECT_NE(ValidateServerSpec(Spec(0)).find("'gpus'"), std::string::npos);

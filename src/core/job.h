@@ -146,6 +146,14 @@ struct Job {
   bool held = false;
   // Whether a process was launched for this placement (Run then resumes).
   bool launched = false;
+  // Where its process last ran: the GPUs of its last Start, Resume,
+  // Migrate, Pack, Grow or Shrink that completed (ActionDone), or those it
+  // was adopted on (JobArrived, JobFound). Kept while it waits, queued
+  // (requeued by its policy) or suspended; a failed action leaves it as
+  // it was. Empty before its first run and once its process is lost (its
+  // server down, its start failed). A Resume or Pack on GPUs laid out
+  // otherwise relocates the job (Action::relocates).
+  std::vector<GpuId> ran_on;
   // Mechanisms carried out on this job: suspends, resumes, migrations,
   // packs and resizes (one that failed is not counted).
   int suspends = 0;

@@ -51,8 +51,11 @@ TEST(MechanismTest, MigratesARunningJobAndGoesBackOnFailure) {
   const int from = ServerOf(h, a);
   const int to = 1 - from;
 
+  const std::vector<GpuId> ran_on = h.job(a).gpus;
+  EXPECT_EQ(h.job(a).ran_on, ran_on);
   ASSERT_TRUE(h.TrySend(Migrate(a, to)).ok());
   ASSERT_EQ(CountKind(h.last(), ActionKind::kMigrate), 1);
+  EXPECT_TRUE(h.last().back().relocates);
   EXPECT_EQ(h.job(a).state, JobState::kMigrating);
   EXPECT_EQ(ServerOf(h, a), to);
   EXPECT_EQ(h.state().cluster().server(ServerId(from)).free_gpus, 4);
@@ -65,11 +68,13 @@ TEST(MechanismTest, MigratesARunningJobAndGoesBackOnFailure) {
     EXPECT_EQ(h.state().cluster().gpu(g).active, 1);
   }
   EXPECT_FALSE(h.job(a).immovable);
+  EXPECT_EQ(h.job(a).ran_on, ran_on) << "it did not run elsewhere";
 
   ASSERT_TRUE(h.TrySend(Migrate(a, to)).ok());
   h.CompleteAll();
   EXPECT_EQ(h.job(a).state, JobState::kRunning);
   EXPECT_EQ(ServerOf(h, a), to);
+  EXPECT_EQ(h.job(a).ran_on, h.job(a).gpus);
   EXPECT_EQ(h.job(a).migrations, 1) << "the failed one is not the job's";
   EXPECT_EQ(h.state().counters().migrations, 2) << "actions taken";
 }
@@ -132,6 +137,7 @@ TEST(MechanismTest, PacksAQueuedJobAndUnpacksIt) {
   ASSERT_TRUE(h.TrySend(Pack(b, a)).ok());
   ASSERT_EQ(CountKind(h.last(), ActionKind::kPack), 1);
   EXPECT_TRUE(h.last().back().launch);
+  EXPECT_FALSE(h.last().back().relocates) << "nothing to carry";
   h.CompleteAll();
   EXPECT_EQ(h.job(b).packed_with, a);
   EXPECT_EQ(h.state().cluster().gpu(GpuId(0)).active, 2);
@@ -161,6 +167,7 @@ TEST(MechanismTest, PackingMovesASuspendedJobOntoItsPartner) {
   const Action& pack = h.last().back();
   EXPECT_EQ(pack.kind, ActionKind::kPack);
   EXPECT_FALSE(pack.launch);  // it ran: the world moves its process
+  EXPECT_TRUE(pack.relocates);
   EXPECT_EQ(pack.gpus, h.job(a).gpus);
   EXPECT_FALSE(h.job(b).held);
 }

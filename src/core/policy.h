@@ -36,7 +36,8 @@ class Actions {
   void Assign(JobId job, std::vector<GpuId> gpus);
   // Runs a placed, suspended job on its GPUs, none of which may be held by a
   // running job: a Start action if it never ran, else a Resume. Both carry
-  // the job's GPUs in `gpus`.
+  // the job's GPUs in `gpus`; a Resume `relocates` the job when they are
+  // not laid out as those it last ran on (Job::ran_on).
   void Run(JobId job);
   // Moves a placed, suspended job to `gpus` (none held by a running job) and
   // runs it there. A job that never ran has nothing to move: it is placed
@@ -44,7 +45,7 @@ class Actions {
   void Migrate(JobId job, std::vector<GpuId> gpus);
   // Packs a suspended job onto the GPUs that `with` (running alone, nothing
   // under way) holds: both run at once. The job must be placed on exactly
-  // those GPUs. A Pack action.
+  // those GPUs. A Pack action (`relocates` as a Resume's).
   void Pack(JobId job, JobId with);
   // Suspends a packed job (an Unpack action); its partner runs on alone.
   void Unpack(JobId job);
@@ -57,9 +58,10 @@ class Actions {
   void Suspend(JobId job);
   // Moves a placed, suspended job with no mechanism under way back to the
   // queue (in its submission order), releasing its GPUs. Nothing is sent to
-  // the world. The job keeps `launched`, so once placed again (Assign, Run)
-  // it gets a Resume action whose `gpus` say where: on GPUs other than the
-  // ones it left, the world restores it there from its saved state.
+  // the world. The job keeps `launched` and Job::ran_on, so once placed
+  // again (Assign, Run) it gets a Resume action whose `gpus` say where: on
+  // GPUs laid out otherwise than those it left, the Resume `relocates` it
+  // (the world restores it there from its saved state).
   void Requeue(JobId job);
   // Stops a job for good.
   void Kill(JobId job, std::string reason);

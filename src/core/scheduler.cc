@@ -115,7 +115,9 @@ void Actions::Run(JobId id) {
   } else {
     ++job.resumes;
     ++st.counters_.resumes;
-    Emit(job, ActionKind::kResume, true).gpus = job.gpus;
+    Action& a = Emit(job, ActionKind::kResume, true);
+    a.gpus = job.gpus;
+    a.relocates = !st.cluster_.SameLayout(job.ran_on, job.gpus);
   }
 }
 
@@ -148,7 +150,9 @@ void Actions::Migrate(JobId id, std::vector<GpuId> gpus) {
   job.migrating_running = running;
   ++job.migrations;
   ++st.counters_.migrations;
-  Emit(job, ActionKind::kMigrate, true).gpus = job.gpus;
+  Action& a = Emit(job, ActionKind::kMigrate, true);
+  a.gpus = job.gpus;
+  a.relocates = true;
 }
 
 void Actions::Pack(JobId id, JobId with) {
@@ -176,6 +180,7 @@ void Actions::Pack(JobId id, JobId with) {
   a.gpus = job.gpus;
   a.peer = with;
   a.launch = !job.launched;
+  a.relocates = job.launched && !st.cluster_.SameLayout(job.ran_on, job.gpus);
   if (!job.launched) {
     job.launched = true;
     if (job.first_started == Time::Never()) job.first_started = st.now_;
@@ -228,8 +233,9 @@ void Actions::Resize(JobId id, std::vector<GpuId> gpus) {
     ++st.counters_.shrinks;
   }
   ++job.resizes;
-  Emit(job, grow ? ActionKind::kGrow : ActionKind::kShrink, true).gpus =
-      std::move(gpus);
+  Action& a = Emit(job, grow ? ActionKind::kGrow : ActionKind::kShrink, true);
+  a.gpus = std::move(gpus);
+  a.relocates = true;
 }
 
 void Actions::Suspend(JobId id) {
@@ -903,6 +909,7 @@ void Scheduler::Adopt(Job& job, const std::vector<GpuId>& gpus,
                       bool suspended) {
   state_.cluster_.Place(job.id, job.spec.gpus, gpus);
   job.gpus = gpus;
+  job.ran_on = gpus;
   ++state_.placed_;
   job.launched = true;
   job.first_started = state_.now_;
@@ -962,6 +969,7 @@ void Scheduler::RequeueLost(Job& job) {
   job.state = JobState::kQueued;
   job.in_flight = ActionKind::kNone;
   job.launched = false;
+  job.ran_on.clear();  // its process is gone
   job.waiting_since = state_.now_;
   Queue(job);
 }
@@ -1040,6 +1048,18 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
       job.state = JobState::kSuspended;
       job.waiting_since = state_.now_;
       SetWaiting(job, true);
+      break;
+    default:
+      break;
+  }
+  switch (kind) {
+    case ActionKind::kStart:
+    case ActionKind::kResume:
+    case ActionKind::kMigrate:
+    case ActionKind::kPack:
+    case ActionKind::kGrow:
+    case ActionKind::kShrink:
+      job.ran_on = job.gpus;  // it runs there now
       break;
     default:
       break;

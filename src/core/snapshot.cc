@@ -17,9 +17,9 @@ constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // Bump when the layout changes; Restore reads this version and those
 // listed in Restore (version 1: no Job::start_retry_at; 2: no
 // Job::start_failed_on; 3: a slot per job id, none forgotten; 4: no
-// JobSpec::carrier nor ServerSpec::process_images_unusable), refuses
-// others.
-constexpr int32_t kVersion = 5;
+// JobSpec::carrier nor ServerSpec::process_images_unusable; 5: no
+// Job::ran_on), refuses others.
+constexpr int32_t kVersion = 6;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -117,6 +117,7 @@ void SaveJob(SnapshotWriter& w, const Job& j) {
   w.At(j.move_retry_at);
   w.At(j.start_retry_at);
   w.Ids(j.start_failed_on);
+  w.Ids(j.ran_on);
   SaveProfile(w, j.profile);
 }
 
@@ -160,6 +161,16 @@ Job LoadJob(SnapshotReader& r, int32_t version) {
   j.move_retry_at = r.At();
   if (version >= 2) j.start_retry_at = r.At();
   if (version >= 3) j.start_failed_on = r.Ids<ServerId>();
+  if (version >= 6) {
+    j.ran_on = r.Ids<GpuId>();
+  } else if (j.launched && j.placed()) {
+    // Where it is placed, or was before a move under way. A job its
+    // policy requeued is taken to have left its process nowhere known:
+    // its next Resume relocates it.
+    const bool moving =
+        j.in_flight == ActionKind::kMigrate || j.in_flight == ActionKind::kGrow;
+    j.ran_on = moving ? j.migrating_from : j.gpus;
+  }
   j.profile = LoadProfile(r);
   return j;
 }
@@ -327,7 +338,8 @@ Status Scheduler::Restore(std::string_view bytes) {
       return bad("job " + std::to_string(j.id.value) + ": " +
                  ValidateJobSpec(j.spec));
     }
-    for (const auto* list : {&j.gpus, &j.migrating_from, &j.shrinking_to}) {
+    for (const auto* list :
+         {&j.gpus, &j.migrating_from, &j.shrinking_to, &j.ran_on}) {
       for (GpuId g : *list) {
         if (!g.valid() || g.value >= num_gpus) {
           return bad("job " + std::to_string(j.id.value) + " names GPU " +

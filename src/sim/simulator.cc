@@ -68,9 +68,6 @@ struct SimJob {
   double busy_gpu_s = 0;        // modelled GPU-busy seconds (see gpu_busy)
   double iso_rate = 0;          // isolated rate at its size, ideal placement
   double utilization = 0;       // the catalog's GPU utilisation when alone
-  // Where it last ran: a Resume elsewhere (after a policy gave its GPUs
-  // back) is charged as a migration.
-  std::vector<core::GpuId> last_gpus;
   ActionKind pending = ActionKind::kNone;
   int64_t pending_action = 0;
   bool pending_fails = false;  // the pending action will fail (no memory)
@@ -397,21 +394,19 @@ void World::Execute(const Action& a) {
   switch (a.kind) {
     case ActionKind::kStart:
       cost = options_.costs.start;
-      s.last_gpus = a.gpus;
       if (results_[j].first_start == Time::Never()) {
         results_[j].first_start = Time::FromMicros(now_);
       }
       ++busy_jobs_;
       break;
     case ActionKind::kResume:
-      cost = a.gpus.empty() || a.gpus == s.last_gpus ? options_.costs.resume
-                                                     : options_.costs.migrate;
-      if (!a.gpus.empty()) s.last_gpus = a.gpus;
+      // Elsewhere than it last ran (a policy gave its GPUs back): carried
+      // there as a migration is.
+      cost = a.relocates ? options_.costs.migrate : options_.costs.resume;
       ++busy_jobs_;
       break;
     case ActionKind::kMigrate:
       cost = options_.costs.migrate;
-      s.last_gpus = a.gpus;
       if (s.rate > 0) {
         SetRate(j, 0);  // an operator's move of a running job
       } else {
@@ -419,11 +414,12 @@ void World::Execute(const Action& a) {
       }
       break;
     case ActionKind::kPack: {
-      cost = a.launch ? options_.costs.start : options_.costs.resume;
+      cost = a.launch      ? options_.costs.start
+             : a.relocates ? options_.costs.migrate
+                           : options_.costs.resume;
       if (a.launch && results_[j].first_start == Time::Never()) {
         results_[j].first_start = Time::FromMicros(now_);
       }
-      s.last_gpus = a.gpus;
       const ModelId peer_model = workload_.jobs[ids_[a.peer.value]].model;
       s.pending_fails =
           catalog_.PackedRates(workload_.jobs[ids_[j]].model, peer_model)
@@ -436,7 +432,6 @@ void World::Execute(const Action& a) {
       // Checkpoint at a boundary, restart at the new size.
       SetRate(j, 0);
       cost = options_.costs.resize;
-      s.last_gpus = a.gpus;
       break;
     case ActionKind::kSuspend:
     case ActionKind::kUnpack:

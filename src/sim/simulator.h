@@ -41,9 +41,10 @@ struct MechanismCosts {
   // Migrating a suspended job: save its training state, move it, start the
   // job warm on the destination and load it. Default 2 s (the paper's
   // checkpoint-aware migration takes about 1-2 s; generic CRIU-based
-  // migration 8-10 s). Also charged to a Resume on other GPUs than the job
-  // left (a policy that gives a suspended job's GPUs back, like
-  // tiresias-las, resumes it from its checkpoint elsewhere).
+  // migration 8-10 s). Also charged to a Resume or Pack that relocates the
+  // job (core::Action::relocates: a policy that gives a suspended job's
+  // GPUs back, like tiresias-las, resumes it from its checkpoint
+  // elsewhere).
   core::Duration migrate = core::Duration::Seconds(2);
   // Resizing an elastic job (grow or shrink): checkpoint at a boundary and
   // restart warm at the new size. Default 5 s (an estimate: a save to a

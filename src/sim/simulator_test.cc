@@ -160,6 +160,40 @@ TEST_F(SimulatorTest, TickHookSeesProgressAndKills) {
   EXPECT_GT(calls, 10);
 }
 
+// A Resume the core says relocates the job (tiresias-las gives a preempted
+// job's GPUs back and resumes it wherever it is placed next) costs a
+// migration; one in place costs a resume.
+TEST_F(SimulatorTest, AResumeThatRelocatesTheJobIsChargedAsAMigration) {
+  SyntheticOptions so;
+  so.jobs = 120;
+  so.total_gpus = 16;
+  so.seed = 5;
+  const Workload w = GenerateSynthetic(*catalog_, so);
+  SimOptions o = Small(4, 4);
+  o.costs.resume = Duration::Seconds(1);
+  o.costs.migrate = Duration::Seconds(7);
+  std::map<int64_t, std::pair<bool, Time>> resumes;  // by action id
+  std::map<bool, int> charged;  // by relocates: resumes charged right
+  o.record = [&](const core::Event& e, const std::vector<core::Action>& as) {
+    if (const auto* d = std::get_if<core::ActionDone>(&e.body)) {
+      auto it = resumes.find(d->action.value);
+      if (it == resumes.end()) return;
+      const auto [relocates, sent] = it->second;
+      EXPECT_EQ(e.time - sent, relocates ? o.costs.migrate : o.costs.resume);
+      ++charged[relocates];
+      resumes.erase(it);
+    }
+    for (const core::Action& a : as) {
+      if (a.kind == core::ActionKind::kResume) {
+        resumes[a.id.value] = {a.relocates, e.time};
+      }
+    }
+  };
+  Run(w, "tiresias-las", o);
+  EXPECT_GT(charged[true], 0);
+  EXPECT_GT(charged[false], 0);
+}
+
 TEST_F(SimulatorTest, SkipsJobsLargerThanTheCluster) {
   Workload w;
   w.jobs = {Job("small", 0, 100), Job("huge", 0, 100, 16)};

@@ -72,9 +72,90 @@ TEST(RequeueTest, ReleasesGpusAndResumesElsewhere) {
   ASSERT_EQ(acts.size(), 1u);
   EXPECT_EQ(acts[0].kind, ActionKind::kResume);
   EXPECT_EQ(acts[0].gpus, h.job(a).gpus);
+  EXPECT_TRUE(acts[0].relocates) << "its process is on server 0";
   EXPECT_EQ(h.state().cluster().gpu(acts[0].gpus[0]).server, ServerId(1));
   EXPECT_EQ(h.state().counters().starts, 1);
   EXPECT_EQ(h.state().counters().resumes, 1);
+}
+
+// The core says whether a Resume (or Pack) carries the job to other GPUs
+// (Action::relocates), from where the job last ran (Job::ran_on): not when
+// it is placed back on its own GPUs, nor on the same GPUs of each server
+// listed in another interleaving; it does when its servers come in
+// another order (another rank 0) or when a move of it failed. A lost
+// server leaves the job nowhere: its next run is a start.
+TEST(RequeueTest, AResumeRelocatesAJobOnlyWhereItDidNotLastRun) {
+  auto owned = std::make_unique<ScriptPolicy>();
+  ScriptPolicy* p = owned.get();
+  Harness h(std::move(owned), 3);
+  const Cluster& c = h.state().cluster();
+  auto gpus = [&](std::initializer_list<std::pair<int, int>> at) {
+    std::vector<GpuId> out;
+    for (auto [server, local] : at)
+      out.push_back(c.GpusOf(ServerId(server))[local]);
+    return out;
+  };
+  auto act = [&](std::function<void(Actions&)> f) {
+    p->fn = [&](const ClusterState&, const Event&, Actions& out) { f(out); };
+    std::vector<Action> acts = h.Send(Tick{});
+    p->fn = nullptr;
+    return acts;
+  };
+  // Requeued and placed as it was (a gang on servers 0 and 1), then with its
+  // GPUs listed in another order.
+  const JobId a = h.Submit(4);
+  const std::vector<GpuId> first = gpus({{0, 0}, {0, 1}, {1, 0}, {1, 1}});
+  act([&](Actions& out) { out.Start(a, first); });
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).ran_on, first);
+  auto pause = [&] {
+    act([&](Actions& out) { out.Suspend(a); });
+    h.CompleteAll();
+    act([&](Actions& out) { out.Requeue(a); });
+    ASSERT_EQ(h.job(a).state, JobState::kQueued);
+  };
+  pause();
+  EXPECT_EQ(h.job(a).ran_on, first) << "kept while it is queued";
+  auto resume = [&](std::vector<GpuId> where) {
+    std::vector<Action> acts =
+        act([&](Actions& out) { out.Start(a, std::move(where)); });
+    EXPECT_EQ(acts.size(), 1u);
+    EXPECT_EQ(acts.back().kind, ActionKind::kResume);
+    return acts.back();
+  };
+  EXPECT_FALSE(resume(first).relocates);
+  h.CompleteAll();
+  pause();
+  const std::vector<GpuId> interleaved = gpus({{0, 0}, {1, 0}, {0, 1}, {1, 1}});
+  EXPECT_FALSE(resume(interleaved).relocates)
+      << "the same GPUs of each server, in order";
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a).ran_on, interleaved);
+  pause();
+  EXPECT_TRUE(resume(gpus({{1, 0}, {1, 1}, {0, 0}, {0, 1}})).relocates)
+      << "its rank 0 on server 1";
+  // That resume fails: the job did not run there, and a resume where it
+  // last ran does not relocate it.
+  h.Fail(a);
+  EXPECT_EQ(h.job(a).ran_on, interleaved);
+  act([&](Actions& out) { out.Requeue(a); });
+  EXPECT_FALSE(resume(first).relocates);
+  h.CompleteAll();
+  // Suspended and resumed in place: nothing to carry.
+  act([&](Actions& out) { out.Suspend(a); });
+  h.CompleteAll();
+  EXPECT_FALSE(act([&](Actions& out) { out.Run(a); }).back().relocates);
+  h.CompleteAll();
+  // Its server lost: requeued with no process anywhere; it starts afresh.
+  h.Send(ServerDown{ServerId(1)});
+  EXPECT_EQ(h.job(a).state, JobState::kQueued);
+  EXPECT_TRUE(h.job(a).ran_on.empty());
+  const std::vector<Action> acts = act([&](Actions& out) {
+    out.Start(a, gpus({{0, 0}, {0, 1}, {2, 0}, {2, 1}}));
+  });
+  ASSERT_EQ(acts.size(), 1u);
+  EXPECT_EQ(acts[0].kind, ActionKind::kStart);
+  EXPECT_FALSE(acts[0].relocates);
 }
 
 std::unique_ptr<TiresiasPolicy> Las(TiresiasOptions o = {}) {

@@ -178,9 +178,6 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
     case ActionKind::kShrink: {
       PendingAction p{a, Now(), false, x->progress.minibatch_rate()};
       const Proc old = x->proc;
-      const bool moves = a.kind == ActionKind::kMigrate ||
-                         a.kind == ActionKind::kGrow ||
-                         a.kind == ActionKind::kShrink;
       const std::vector<Part> parts = Parts(a.gpus);
       if (parts.empty()) {
         // No GPUs: the core never asks for that.
@@ -195,8 +192,13 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
       // place and starts from it.
       const bool from_checkpoint =
           a.kind == ActionKind::kStart && old.checkpoint && !old.exists;
-      p.relocate = moves || from_checkpoint ||
-                   (resume_like && !(old.exists && old.parts() == parts));
+      // The core says whether the job moves (a migration, a resize, a
+      // resume or pack elsewhere than it last ran); the daemon adds what
+      // only it knows: the job's process was lost (a resume starts it
+      // afresh, or from the checkpoint an agent keeps), or a start goes on
+      // from a checkpoint kept elsewhere.
+      p.relocate =
+          a.relocates || from_checkpoint || (resume_like && !old.exists);
       x->proc = Proc::At(parts);
       x->proc.leaving = p.relocate;
       p.sent = live;

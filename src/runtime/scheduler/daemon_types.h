@@ -289,8 +289,10 @@ struct AgentConn : Liveness {
 struct PendingAction {
   core::Action action;
   int64_t dispatched_us = 0;
-  // A resume or pack on other GPUs than the job's process is on: carried
-  // out as a move (checkpoint, transfer, warm start), or a fresh start.
+  // Carried out as a move (checkpoint, transfer, warm start), or a fresh
+  // start: the action relocates the job (core::Action::relocates), or its
+  // process was lost (a resume or pack), or a start goes on from a
+  // checkpoint an agent keeps.
   bool relocate = false;
   double rate_before = 0;  // the job's mini-batch rate when it was taken
   // Sent to an agent by this daemon process (not replayed from the log):

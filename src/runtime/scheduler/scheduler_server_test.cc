@@ -4375,6 +4375,59 @@ TEST_F(DaemonTest, ASecondDaemonOnTheSameDatabaseIsRefused) {
   EXPECT_EQ(again.Get(j).id(), j);
 }
 
+// A suspended job packed by an operator onto a job running on another
+// server: the core says the pack relocates it (core::Action::relocates),
+// and the daemon moves its process there (checkpoint, transfer, start),
+// where it runs with its partner; its server keeps nothing of it.
+TEST_F(DaemonTest, APackOntoAJobOfAnotherServerMovesTheSuspendedJob) {
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  Client& cl = StartFifoDaemonWith(a);
+  ASSERT_TRUE(b.Register(server_.address()).ok());
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 2; ++i) {
+    rpc::JobSpec spec;
+    spec.set_name("job" + std::to_string(i));
+    spec.set_command("python3 train.py");
+    spec.set_gpus(1);
+    spec.set_restartable(true);
+    int64_t id = 0;
+    ASSERT_TRUE(cl.Submit(spec, &id).ok());
+    jobs.push_back(id);
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    for (int64_t j : jobs) {
+      if (cl.State(j) != rpc::RUNNING || !HasEntry(cl.Get(j), "start", true)) {
+        return false;
+      }
+    }
+    return true;
+  }));
+  // The job on node-b is suspended by an operator, then packed with the
+  // one on node-a.
+  const bool first_on_b = cl.Get(jobs[0]).server() == b.name();
+  const int64_t mover = first_on_b ? jobs[0] : jobs[1];
+  const int64_t host = first_on_b ? jobs[1] : jobs[0];
+  ASSERT_EQ(cl.Get(mover).server(), b.name());
+  ASSERT_TRUE(cl.Suspend(mover).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(mover) == rpc::SUSPENDED &&
+           b.procs()[mover].state == rpc::SUSPENDED;
+  }));
+  ASSERT_TRUE(cl.Pack(mover, host).ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(mover), "pack"); }));
+  const std::vector<rpc::HistoryEntry> packs = HistoryOf(cl, mover, "pack");
+  ASSERT_EQ(packs.size(), 1u);
+  EXPECT_TRUE(packs[0].ok()) << packs[0].detail();
+  EXPECT_NE(packs[0].detail().find("from node-b to"), std::string::npos)
+      << packs[0].detail();
+  EXPECT_EQ(cl.State(mover), rpc::RUNNING);
+  EXPECT_EQ(cl.Get(mover).server(), a.name());
+  EXPECT_EQ(a.procs().count(mover), 1u);
+  EXPECT_EQ(b.procs().count(mover), 0u);
+  EXPECT_EQ(a.procs().count(host), 1u);
+}
+
 // Drain: the server is cordoned, its jobs migrate to the open server with
 // room, new jobs go elsewhere; with nowhere to go a job stays, with the
 // reason; undo opens it again.
