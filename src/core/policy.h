@@ -12,6 +12,7 @@
 // Not thread-safe; a Scheduler calls it from one thread.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@
 
 #include "core/action.h"
 #include "core/event.h"
+#include "core/queue_reasons.h"
 #include "core/snapshot.h"
 #include "core/state.h"
 
@@ -110,6 +112,21 @@ class Policy {
   // A stateful policy must override it: it must not look them up again.
   virtual void Forget(const ClusterState& /*state*/,
                       std::span<const JobId> /*jobs*/) {}
+
+  // Why the jobs in the queue (ClusterState::queue) do not run yet, by
+  // this policy's rules: a summary of `state` from which each queued job's
+  // reason is composed when asked (QueueReasons::Why). It copies what it
+  // needs: once returned it never changes, and any thread may read it
+  // while the state goes on. Called between events (Scheduler::
+  // ExplainQueue), never from decide(); it changes nothing. `previous` is
+  // what this policy returned last for the same scheduler (or null):
+  // what did not change may be shared with it (a QueuedJobTable while
+  // ClusterState::queue_version is the same), so that taking one per
+  // publication costs the queue's length only when the queue changed.
+  // The default gives DefaultQueueReasons: the default rules
+  // (DefaultWaitReason), for a policy whose rules are those.
+  virtual std::shared_ptr<const QueueReasons> ExplainQueue(
+      const ClusterState& state, const QueueReasons* previous) const;
 };
 
 }  // namespace gandiva::core

@@ -297,6 +297,7 @@ Status Scheduler::Forget(std::span<const JobId> jobs) {
           std::string(JobStateName(state_.job(id).state)));
     }
   }
+  ++changes_;
   policy_->Forget(state_, jobs);
   for (JobId id : jobs) {
     if (state_.jobs_[id.value] == nullptr) continue;  // named twice
@@ -310,6 +311,14 @@ Status Scheduler::Forget(std::span<const JobId> jobs) {
   return Status::Ok();
 }
 
+std::shared_ptr<const QueueReasons> Scheduler::ExplainQueue() {
+  if (explained_ == nullptr || explained_at_ != changes_) {
+    explained_ = policy_->ExplainQueue(state_, explained_.get());
+    explained_at_ = changes_;
+  }
+  return explained_;
+}
+
 Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
   if (event.time < state_.now_) {
     return InvalidArgument(
@@ -317,6 +326,7 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
         "us < " + std::to_string(state_.now_.micros()) + "us");
   }
   last_drain_.clear();
+  ++changes_;
   state_.now_ = event.time;
   GANDIVA_RETURN_IF_ERROR(Apply(event));
   ++state_.counters_.events;

@@ -21,6 +21,7 @@
 #include "core/action.h"
 #include "core/event.h"
 #include "core/policy.h"
+#include "core/queue_reasons.h"
 #include "core/state.h"
 #include "core/status.h"
 
@@ -102,6 +103,15 @@ class Scheduler {
     return out;
   }
 
+  // Why each job in the queue does not run yet, as the policy sees it now
+  // (Policy::ExplainQueue): an immutable summary that composes a queued
+  // job's reason when asked (QueueReasons::Why), safe to read from any
+  // thread while this scheduler goes on. A world that publishes its state
+  // takes one per publication: it is made again only when the state
+  // changed since the last call (an event, a Restore, a Forget), and then
+  // shares with the last one what did not change.
+  std::shared_ptr<const QueueReasons> ExplainQueue();
+
   // The whole state (cluster, jobs, queues, counters and the policy's own
   // state) as bytes. A scheduler built with the same policy and options
   // that Restores them takes the same actions for the same events as this
@@ -172,6 +182,11 @@ class Scheduler {
   std::vector<JobId> changed_;  // TrackChangedJobs
   std::vector<DrainOutcome> last_drain_;
   int64_t next_action_ = 1;
+  // ExplainQueue's last summary, and the count of changes to the state
+  // (events handled, restores, forgets) it was made at.
+  std::shared_ptr<const QueueReasons> explained_;
+  uint64_t changes_ = 0;
+  uint64_t explained_at_ = 0;
 };
 
 }  // namespace gandiva::core

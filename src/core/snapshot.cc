@@ -406,6 +406,8 @@ Status Scheduler::Restore(std::string_view bytes) {
   }
   next_action_ = next_action;
   last_drain_.clear();
+  ++changes_;
+  explained_ = nullptr;  // of another state, and policy state
   return Status::Ok();
 }
 

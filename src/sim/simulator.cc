@@ -118,6 +118,17 @@ class World final : public SimControl {
     const int32_t j = sim_index_[i];
     if (j >= 0) priorities_.emplace_back(j, priority);
   }
+  std::string WhyQueued(size_t i) override {
+    const int32_t j = sim_index_[i];
+    const core::ClusterState& st = scheduler_.state();
+    if (j < 0 || !st.has_job(JobId(j))) return "";
+    const core::Job& job = st.job(JobId(j));
+    if (job.state != core::JobState::kQueued || job.held ||
+        job.awaits_start_retry(st.now())) {
+      return "";
+    }
+    return scheduler_.ExplainQueue()->Why(job.id, job.spec.gpus);
+  }
 
  private:
   void Push(int64_t t, EvKind kind, int32_t job, int64_t arg) {

@@ -194,6 +194,24 @@ TEST_F(SimulatorTest, AResumeThatRelocatesTheJobIsChargedAsAMigration) {
   EXPECT_GT(charged[false], 0);
 }
 
+// The tick hook can ask why a queued job waits: the policy's reason, as
+// the runtime shows it.
+TEST_F(SimulatorTest, TheTickHookSeesWhyAQueuedJobWaits) {
+  Workload w;
+  w.jobs.push_back(Job("first", 0, 3600, 4));
+  w.jobs.push_back(Job("second", 10, 600, 4));
+  SimOptions o = Small(1, 4);
+  std::vector<std::string> seen;
+  o.on_tick = [&](SimControl& c) {
+    if (c.arrived(1) && !c.ended(1)) seen.push_back(c.WhyQueued(1));
+    EXPECT_EQ(c.WhyQueued(0), "") << "it runs";
+  };
+  Run(w, "fifo", o);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front(), "it needs 4 GPUs, 0 are free");
+  EXPECT_EQ(seen.back(), "") << "it ran once the first ended";
+}
+
 TEST_F(SimulatorTest, SkipsJobsLargerThanTheCluster) {
   Workload w;
   w.jobs = {Job("small", 0, 100), Job("huge", 0, 100, 16)};

@@ -27,6 +27,62 @@ std::optional<std::vector<GpuId>> FindGpus(const Cluster& cluster, int need,
   return gpus;
 }
 
+// Why the jobs of VC queues wait (FifoPolicy with vc_quotas).
+class VcQueueReasons final : public QueueReasons {
+ public:
+  // A queued job: its VC's queue, and the jobs of that queue ahead of it.
+  struct Row {
+    int32_t queue = 0;
+    int32_t ahead = 0;
+  };
+  struct Vc {
+    std::string name;  // empty for the shared queue of the other VCs
+    int quota = 0;
+    int used = 0;  // GPUs its jobs hold (borrowed ones included)
+  };
+  std::shared_ptr<const QueuedJobTable<Row>> rows;
+  std::vector<Vc> vcs;  // by queue
+  OpenGpus gpus;
+  bool relax_locality = true;
+  bool allow_borrowing = false;
+
+  std::string Why(JobId job, int need) const override {
+    const Row* row = rows->Find(job);
+    if (row == nullptr) {
+      return DefaultWaitReason(need, -1, gpus, WaitRules{!relax_locality});
+    }
+    const Vc& vc = vcs[static_cast<size_t>(row->queue)];
+    const std::string who =
+        vc.name.empty() ? "the shared queue (jobs of no virtual cluster named "
+                          "in the quotas)"
+                        : "virtual cluster '" + vc.name + "'";
+    WaitRules rules{!relax_locality, vc.name.empty()
+                                         ? "in the shared queue"
+                                         : "in the queue of " + who};
+    if (vc.used + need <= vc.quota) {
+      return DefaultWaitReason(need, row->ahead, gpus, rules);
+    }
+    std::string why;
+    if (need > vc.quota) {
+      why = "it needs " + std::to_string(need) +
+            " GPUs, more than the quota of " + who + " (" +
+            std::to_string(vc.quota) + ")" +
+            (allow_borrowing ? ": it runs only on borrowed GPUs, idle while "
+                               "no virtual cluster's job within its quota "
+                               "waits"
+                             : ", and borrowing is off: it cannot start");
+    } else {
+      why = who + " holds " + std::to_string(vc.used) + " of its quota of " +
+            std::to_string(vc.quota) + " GPUs and it needs " +
+            std::to_string(need) + ": it waits for jobs of its queue to end" +
+            (allow_borrowing ? ", or to borrow idle GPUs (while no virtual "
+                               "cluster's job within its quota waits)"
+                             : "");
+    }
+    return why + AheadText(row->ahead, rules.queue);
+  }
+};
+
 }  // namespace
 
 std::map<std::string, int> ProportionalVcQuotas(
@@ -208,6 +264,39 @@ void FifoPolicy::DecideByVc(const ClusterState& state, Actions& out) {
   if (!options_.allow_borrowing || owner_waiting) return;
   // Idle GPUs for the VCs at their quota.
   walk([&](const Job& j, int q) { return borrower[q] && try_start(j, q); });
+}
+
+std::shared_ptr<const QueueReasons> FifoPolicy::ExplainQueue(
+    const ClusterState& state, const QueueReasons* previous) const {
+  if (options_.vc_quotas.empty()) {
+    return DefaultQueueReasons::Make(state, previous,
+                                     WaitRules{!options_.relax_locality});
+  }
+  auto r = std::make_shared<VcQueueReasons>();
+  const auto* before = dynamic_cast<const VcQueueReasons*>(previous);
+  std::vector<int32_t> ahead(used_.size(), 0);
+  r->rows = QueuedJobTable<VcQueueReasons::Row>::Of(
+      state, before == nullptr ? nullptr : before->rows, [&](const Job& j) {
+        const int q = QueueOf(j);
+        return VcQueueReasons::Row{q, ahead[static_cast<size_t>(q)]++};
+      });
+  for (const auto& [vc, quota] : options_.vc_quotas) {
+    r->vcs.push_back({vc, quota, 0});
+  }
+  r->vcs.push_back({"", 0, 0});
+  for (size_t q = 0; q < r->vcs.size(); ++q) {
+    r->vcs[q].quota = QuotaOf(state, static_cast<int>(q));
+  }
+  // As DecideByVc counts them: the jobs it started that still hold GPUs.
+  for (const auto& [id, q] : started_) {
+    if (state.has_job(id) && state.job(id).placed()) {
+      r->vcs[static_cast<size_t>(q)].used += state.job(id).spec.gpus;
+    }
+  }
+  r->gpus = OpenGpus::Of(state.cluster());
+  r->relax_locality = options_.relax_locality;
+  r->allow_borrowing = options_.allow_borrowing;
+  return r;
 }
 
 void FifoPolicy::Forget(const ClusterState& state,

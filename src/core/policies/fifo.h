@@ -14,6 +14,12 @@
 // own FIFO queue (a job that does not fit blocks only the jobs of its VC
 // behind it) and holds at most its quota of GPUs at once; see FifoOptions.
 //
+// Why a queued job waits (ExplainQueue): the default rules
+// (DefaultWaitReason), save that with `relax_locality` a job is not kept
+// waiting for one server with room; with VC quotas, a job whose VC would
+// go past its quota says so (naming the VC, what it holds and its quota),
+// and the jobs ahead of a job are those of its VC's queue.
+//
 // Not thread-safe (see Policy).
 #pragma once
 
@@ -72,6 +78,8 @@ class FifoPolicy final : public Policy {
   void SaveState(SnapshotWriter& w) const override;
   void LoadState(SnapshotReader& r) override;
   void Forget(const ClusterState& state, std::span<const JobId> jobs) override;
+  std::shared_ptr<const QueueReasons> ExplainQueue(
+      const ClusterState& state, const QueueReasons* previous) const override;
 
  private:
   // With vc_quotas, queues are numbered: the named VCs in name order, then

@@ -240,5 +240,105 @@ TEST(FifoVcTest, BorrowsIdleGpusOnlyWhenAllowed) {
   }
 }
 
+// Why a queued job waits, by fifo's rules: a job that fits on one server
+// is not kept waiting for one while it can be spread across servers
+// (relax_locality), only when locality is kept.
+TEST(FifoReasonsTest, AJobWaitsForOneServerOnlyWhenLocalityIsKept) {
+  for (bool relax : {true, false}) {
+    SCOPED_TRACE(relax);
+    FifoOptions o;
+    o.relax_locality = relax;
+    Harness h(std::make_unique<FifoPolicy>(o), 2);  // 8 GPUs
+    std::vector<JobId> ones;
+    for (int i = 0; i < 8; ++i) ones.push_back(h.Submit(1));
+    h.CompleteAll();
+    // One GPU free on each server.
+    const Cluster& c = h.state().cluster();
+    ASSERT_NE(c.gpu(h.job(ones[0]).gpus[0]).server,
+              c.gpu(h.job(ones[7]).gpus[0]).server);
+    h.Send(KillRequest{ones[0], "test"});
+    h.Send(KillRequest{ones[7], "test"});
+    const JobId big = h.Submit(4);
+    const JobId small = h.Submit(2);
+    ASSERT_EQ(h.job(small).state, JobState::kQueued);
+    const auto reasons = h.scheduler().ExplainQueue();
+    EXPECT_EQ(reasons->Why(big, 4), "it needs 4 GPUs, 2 are free");
+    EXPECT_EQ(reasons->Why(small, 2),
+              relax ? "1 job is ahead of it in the queue"
+                    : "2 GPUs are free, but no server has 2 free (a job that "
+                      "fits on one server waits for one); 1 job is ahead of "
+                      "it in the queue");
+  }
+}
+
+// With VC quotas, a job whose VC would go past its quota says so, naming
+// the VC, what it holds and its quota; a job larger than its quota cannot
+// start without borrowing; the jobs ahead of a job are those of its VC's
+// queue.
+TEST(FifoReasonsTest, AJobWhoseVcIsAtItsQuotaSaysSo) {
+  Harness h(std::make_unique<FifoPolicy>(Quotas({{"a", 4}, {"b", 2}})),
+            3);  // 12 GPUs, 6 of them the shared queue's
+  VcJobs v(h);
+  const JobId a1 = v.Submit("a", 4);
+  const JobId a2 = v.Submit("a", 2);  // a at its quota
+  const JobId a3 = v.Submit("a", 1);
+  const JobId b1 = v.Submit("b", 4);  // more than b's quota
+  const JobId z0 = v.Submit("z", 4);
+  const JobId z1 = v.Submit("z", 4);  // the shared queue at its quota
+  const JobId z2 = v.Submit("", 1);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(a1).state, JobState::kRunning);
+  ASSERT_EQ(h.job(z0).state, JobState::kRunning);
+  ASSERT_EQ(h.job(z2).state, JobState::kQueued);
+  const auto reasons = h.scheduler().ExplainQueue();
+  EXPECT_EQ(reasons->Why(a2, 2),
+            "virtual cluster 'a' holds 4 of its quota of 4 GPUs and it needs "
+            "2: it waits for jobs of its queue to end");
+  EXPECT_EQ(reasons->Why(a3, 1),
+            "virtual cluster 'a' holds 4 of its quota of 4 GPUs and it needs "
+            "1: it waits for jobs of its queue to end; 1 job is ahead of it "
+            "in the queue of virtual cluster 'a'");
+  EXPECT_EQ(reasons->Why(b1, 4),
+            "it needs 4 GPUs, more than the quota of virtual cluster 'b' "
+            "(2), and borrowing is off: it cannot start");
+  EXPECT_EQ(reasons->Why(z1, 4),
+            "the shared queue (jobs of no virtual cluster named in the "
+            "quotas) holds 4 of its quota of 6 GPUs and it needs 4: it waits "
+            "for jobs of its queue to end");
+  // Within its queue's quota: the default rules, counting the jobs of its
+  // queue only.
+  EXPECT_EQ(reasons->Why(z2, 1), "1 job is ahead of it in the shared queue");
+  // A VC's jobs end: its queue's reasons follow.
+  h.Send(JobFinished{a1, true});
+  EXPECT_EQ(h.job(a3).state, JobState::kRunning);
+  EXPECT_EQ(h.scheduler().ExplainQueue()->Why(b1, 4), reasons->Why(b1, 4));
+}
+
+// With borrowing, a VC at its quota waits to borrow idle GPUs too, and a
+// job larger than its quota runs only on borrowed ones.
+TEST(FifoReasonsTest, AVcAtItsQuotaMayBorrow) {
+  Harness h(std::make_unique<FifoPolicy>(
+                Quotas({{"a", 4}, {"b", 4}}, /*borrow=*/true)),
+            2);
+  VcJobs v(h);
+  for (int i = 0; i < 4; ++i) v.Submit("a", 2);  // 4 of them borrowed
+  const JobId b = v.Submit("b", 4);  // within its quota: no GPU free
+  const JobId a5 = v.Submit("a", 1);
+  const JobId a6 = v.Submit("a", 8);
+  h.CompleteAll();
+  ASSERT_EQ(h.job(b).state, JobState::kQueued);
+  const auto reasons = h.scheduler().ExplainQueue();
+  EXPECT_EQ(reasons->Why(b, 4), "it needs 4 GPUs, 0 are free");
+  EXPECT_EQ(reasons->Why(a5, 1),
+            "virtual cluster 'a' holds 8 of its quota of 4 GPUs and it needs "
+            "1: it waits for jobs of its queue to end, or to borrow idle GPUs "
+            "(while no virtual cluster's job within its quota waits)");
+  EXPECT_EQ(reasons->Why(a6, 8),
+            "it needs 8 GPUs, more than the quota of virtual cluster 'a' (4): "
+            "it runs only on borrowed GPUs, idle while no virtual cluster's "
+            "job within its quota waits; 1 job is ahead of it in the queue of "
+            "virtual cluster 'a'");
+}
+
 }  // namespace
 }  // namespace gandiva::core

@@ -26,6 +26,14 @@
 // claimed by another runs. A higher-priority job is never suspended for one
 // of lower priority.
 //
+// Why a queued job waits (ExplainQueue): after the default rules' first
+// (more GPUs than the open servers have), what Algorithm 1 finds for its
+// size: no free GPUs (steps 1-3) and, with time-slicing, no server of its
+// affinity below `max_height` to share (step 4: the servers hosting jobs
+// of its size are at the height limit, or there are none), and whether it
+// may share any server once it has waited `starvation_timeout`; with how
+// many jobs of its size are ahead of it (they are placed first).
+//
 // Failed moves: a job whose migration (or grow) failed, not for good, is not
 // migrated or grown by this policy again before Job::move_retry_at (30 s
 // after the failure, doubling with each failure in a row, at most 30 min);
@@ -109,6 +117,8 @@ class GandivaPolicy final : public Policy {
   void SaveState(SnapshotWriter& w) const override;
   void LoadState(SnapshotReader& r) override;
   void Forget(const ClusterState& state, std::span<const JobId> jobs) override;
+  std::shared_ptr<const QueueReasons> ExplainQueue(
+      const ClusterState& state, const QueueReasons* previous) const override;
 
   const GandivaOptions& options() const { return options_; }
 

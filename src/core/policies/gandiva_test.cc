@@ -139,6 +139,89 @@ TEST(GandivaPlacementTest, LargerThanAServerTakesWholeServers) {
   }
 }
 
+// Why a queued job waits under Algorithm 1: no free GPUs for its size
+// and time-slicing capped by the height limit on the servers hosting jobs
+// of its size (and on every other), with the jobs of its size ahead of it.
+TEST(GandivaReasonsTest, AJobHeldBackByTheHeightLimitSaysSo) {
+  GandivaOptions o;
+  o.max_height = 2;
+  Harness h(Gandiva(o), 2, Gpus(4));
+  h.Submit(4);  // server 0 or 1, affinity 4 at height 1
+  for (int i = 0; i < 8; ++i) h.Submit(1);  // the other, to height 2
+  const JobId ninth = h.Submit(1);
+  const JobId tenth = h.Submit(1);
+  ASSERT_EQ(h.job(ninth).state, JobState::kQueued);
+  const auto reasons = h.scheduler().ExplainQueue();
+  EXPECT_EQ(reasons->Why(ninth, 1),
+            "it needs 1 GPUs and no server has 1 free, and time-slicing is "
+            "capped: the 1 server hosting 1-GPU jobs is at the height limit "
+            "(max height 2); once it has waited 300 s (in 300 s) it may share "
+            "any server below the limit");
+  EXPECT_EQ(reasons->Why(tenth, 1),
+            "it needs 1 GPUs and no server has 1 free, and time-slicing is "
+            "capped: the 1 server hosting 1-GPU jobs is at the height limit "
+            "(max height 2); once it has waited 300 s (in 300 s) it may share "
+            "any server below the limit; 1 job is ahead of it among the queued "
+            "jobs of its size");
+  // Starving, it shares the other server (height 1 there).
+  h.Advance(Duration::Seconds(300));
+  h.Tick();
+  EXPECT_EQ(h.job(ninth).state, JobState::kSuspended);
+
+  // Every server at the limit: starving does not help.
+  Harness full(Gandiva(o), 2, Gpus(4));
+  for (int i = 0; i < 4; ++i) full.Submit(1);  // server 0: affinity 1
+  full.Submit(4);                              // server 1: affinity 4
+  for (int i = 0; i < 4; ++i) full.Submit(1);  // server 0 at height 2
+  full.Submit(4);                              // server 1 at height 2
+  const JobId last = full.Submit(1);
+  ASSERT_EQ(full.job(last).state, JobState::kQueued);
+  const std::string why =
+      "it needs 1 GPUs and no server has 1 free, and time-slicing is capped: "
+      "the 1 server hosting 1-GPU jobs is at the height limit (max height "
+      "2); so is every other server it fits on";
+  EXPECT_EQ(full.scheduler().ExplainQueue()->Why(last, 1), why);
+  full.Advance(Duration::Seconds(400));
+  full.Tick();
+  ASSERT_EQ(full.job(last).state, JobState::kQueued);
+  EXPECT_EQ(full.scheduler().ExplainQueue()->Why(last, 1), why);
+}
+
+// No server of its size to share: it waits for the starvation timeout;
+// without time-slicing it waits for free GPUs; a job larger than a server
+// waits for whole servers.
+TEST(GandivaReasonsTest, AJobWithNoServerOfItsSizeWaitsToStarve) {
+  Harness h(Gandiva(), 1);
+  h.Submit(4);
+  const JobId j = h.Submit(2);
+  h.Advance(Duration::Seconds(120));
+  h.Tick();
+  ASSERT_EQ(h.job(j).state, JobState::kQueued);
+  EXPECT_EQ(h.scheduler().ExplainQueue()->Why(j, 2),
+            "it needs 2 GPUs and no server has 2 free, and no server hosts "
+            "2-GPU jobs to time-slice with; once it has waited 300 s (in 180 "
+            "s) it may share any server below the limit");
+
+  GandivaOptions off;
+  off.time_slicing = false;
+  Harness g(Gandiva(off), 1);
+  for (int i = 0; i < 4; ++i) g.Submit(1);
+  const JobId k = g.Submit(1);
+  EXPECT_EQ(g.scheduler().ExplainQueue()->Why(k, 1),
+            "it needs 1 GPUs and no server has 1 free: it waits for GPUs to "
+            "free up (time-slicing is off)");
+
+  Harness w(Gandiva(), 2);
+  w.Submit(1);
+  w.CompleteAll();
+  const JobId big = w.Submit(8);
+  ASSERT_EQ(w.job(big).state, JobState::kQueued);
+  EXPECT_EQ(w.scheduler().ExplainQueue()->Why(big, 8),
+            "it needs 8 GPUs, more than one server has; 7 are free, and no "
+            "server hosts 8-GPU jobs to time-slice with; once it has waited "
+            "300 s (in 300 s) it may share any server below the limit");
+}
+
 // Time-slicing: two jobs on one GPU take turns, one quantum each.
 TEST(GandivaTimeSliceTest, RoundRobinAtQuantum) {
   Harness h(Gandiva(), 1, Gpus(1));

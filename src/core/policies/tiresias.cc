@@ -1,7 +1,11 @@
 #include "core/policies/tiresias.h"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #include "core/policies/placement.h"
@@ -32,6 +36,57 @@ bool Waiting(const Job& j) {
   return j.state == JobState::kQueued || j.state == JobState::kSuspended ||
          (j.state == JobState::kRunning && j.in_flight == ActionKind::kSuspend);
 }
+
+// Why the queued jobs wait under 2D-LAS (TiresiasPolicy::ExplainQueue).
+class LasQueueReasons final : public QueueReasons {
+ public:
+  struct Row {
+    int level = 0;        // its queue, 0 the highest
+    double service = 0;   // GPU-seconds attained
+    bool chosen = false;  // in the desired set
+    int before = 0;       // jobs of the desired set before it
+    int taken = 0;        // GPUs they take
+    Duration promoted_in = Duration::Infinite();  // to queue 0, if waiting
+  };
+  std::shared_ptr<const QueuedJobTable<Row>> rows;
+  OpenGpus gpus;
+  int up_gpus = 0;
+  int queues = 1;
+
+  std::string Why(JobId job, int need) const override {
+    const Row* row = rows->Find(job);
+    if (row == nullptr || need > gpus.total) {
+      return DefaultWaitReason(need, -1, gpus);
+    }
+    const std::string queue = "queue " + std::to_string(row->level) + " of " +
+                              std::to_string(queues) + " (0 first)";
+    if (row->chosen) {
+      if (need <= gpus.free) return "placed at the next scheduling pass";
+      return "its turn has come" + (queues > 1 ? " in " + queue : "") +
+             ": it starts once the jobs preempted for it give back their "
+             "GPUs (it needs " +
+             std::to_string(need) + ", " + std::to_string(gpus.free) +
+             (gpus.free == 1 ? " is" : " are") + " free)";
+    }
+    const bool one = row->before == 1;
+    std::string why =
+        (queues > 1 ? "in " + queue + ", with " : "with ") +
+        std::to_string(std::llround(row->service)) +
+        " GPU-seconds of service: " + std::to_string(row->before) +
+        (one ? " job goes" : " jobs go") + " before it (" +
+        (queues > 1 ? "higher priority, a higher queue, or "
+                      "earlier in its own"
+                    : "higher priority, or earlier") +
+        ") and take" + (one ? "s " : " ") + std::to_string(row->taken) +
+        " of the " + std::to_string(up_gpus) + " GPUs up; it needs " +
+        std::to_string(need);
+    if (row->level > 0 && !row->promoted_in.is_infinite()) {
+      why += "; it goes to queue 0 once it has waited long enough (in " +
+             SecondsText(row->promoted_in) + ")";
+    }
+    return why;
+  }
+};
 
 }  // namespace
 
@@ -186,6 +241,60 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
       out.Start(j.id, std::move(*gpus));
     }
   }
+}
+
+std::shared_ptr<const QueueReasons> TiresiasPolicy::ExplainQueue(
+    const ClusterState& state, const QueueReasons* /*previous*/) const {
+  // Plan's order and desired set, as the next decision would take them
+  // (a starving job counts as promoted).
+  const Time now = state.now();
+  using Key = std::tuple<int, int, Time, JobId>;
+  std::vector<Key> order;
+  order.reserve(accounts_.size());
+  std::map<JobId, LasQueueReasons::Row> queued;
+  for (const auto& [id, a] : accounts_) {
+    const Job& j = state.job(id);
+    int level = Level(j, a, now);
+    const bool waits = Waiting(j) && !options_.starve_limit.is_infinite();
+    if (level > 0 && waits && now - a.waiting_from >= options_.starve_limit) {
+      level = 0;
+    }
+    order.emplace_back(-j.spec.priority, level, j.submitted, id);
+    if (j.state != JobState::kQueued) continue;
+    LasQueueReasons::Row& row = queued[id];
+    row.level = level;
+    row.service = Attained(j, a, now);
+    if (level > 0 && waits) {
+      row.promoted_in = options_.starve_limit - (now - a.waiting_from);
+    }
+  }
+  std::sort(order.begin(), order.end());
+  const int up = state.cluster().up_gpus();
+  int left = up, chosen = 0;
+  for (const Key& k : order) {
+    const Job& j = state.job(std::get<3>(k));
+    if (j.held || j.awaits_start_retry(now)) continue;
+    auto it = queued.find(j.id);
+    if (it != queued.end()) {
+      it->second.before = chosen;
+      it->second.taken = up - left;
+    }
+    if (j.spec.gpus <= left) {
+      left -= j.spec.gpus;
+      ++chosen;
+      if (it != queued.end()) it->second.chosen = true;
+    }
+  }
+  auto r = std::make_shared<LasQueueReasons>();
+  r->rows = QueuedJobTable<LasQueueReasons::Row>::Of(
+      state, nullptr, [&](const Job& j) {
+        auto it = queued.find(j.id);
+        return it == queued.end() ? LasQueueReasons::Row{} : it->second;
+      });
+  r->gpus = OpenGpus::Of(state.cluster());
+  r->up_gpus = up;
+  r->queues = static_cast<int>(options_.queue_thresholds.size()) + 1;
+  return r;
 }
 
 void TiresiasPolicy::Forget(const ClusterState& /*state*/,

@@ -31,6 +31,12 @@
 // is kept). Demotion and promotion are looked at on every call, so with
 // ticks every minute service is measured to about a minute's worth.
 //
+// Why a queued job waits (ExplainQueue): the queue it is in (with its
+// attained service) and the jobs that go before it in the order above
+// (higher priority, a higher queue, or earlier in its own), which take the
+// GPUs up; or, once it is chosen, the GPUs the jobs preempted for it have
+// yet to give back.
+//
 // Deterministic; not thread-safe (see Policy).
 #pragma once
 
@@ -63,6 +69,10 @@ class TiresiasPolicy final : public Policy {
   void SaveState(SnapshotWriter& w) const override;
   void LoadState(SnapshotReader& r) override;
   void Forget(const ClusterState& state, std::span<const JobId> jobs) override;
+  // Made afresh each time (the order changes with the service attained,
+  // not only with the queue): a sort of the live jobs.
+  std::shared_ptr<const QueueReasons> ExplainQueue(
+      const ClusterState& state, const QueueReasons* previous) const override;
 
   const TiresiasOptions& options() const { return options_; }
   // GPU-seconds the job has run up to state.now(), the time of the last

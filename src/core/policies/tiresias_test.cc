@@ -207,6 +207,51 @@ TEST(TiresiasTest, DemotedLongJobYieldsToNewJob) {
   EXPECT_EQ(after[0].gpus, h.job(a).gpus);
 }
 
+// Why a queued job waits under 2D-LAS: the queue it is in, its service,
+// and the jobs that go before it and take the GPUs; once chosen, the GPUs
+// the job preempted for it has yet to give back; with one queue, the
+// order is priority and arrival only.
+TEST(TiresiasReasonsTest, AJobSaysWhichQueueItIsInAndWhatGoesBeforeIt) {
+  Harness h(Las(), 1);  // 4 GPUs
+  const JobId a = h.Submit(4);
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(1000));  // 4,000 GPU-s: queue 1
+  const JobId b = h.Submit(4);         // preempts a
+  ASSERT_EQ(h.job(a).in_flight, ActionKind::kSuspend);
+  EXPECT_EQ(h.scheduler().ExplainQueue()->Why(b, 4),
+            "its turn has come in queue 0 of 2 (0 first): it starts once the "
+            "jobs preempted for it give back their GPUs (it needs 4, 0 are "
+            "free)");
+  h.CompleteAll();  // a requeued, b runs
+  ASSERT_EQ(h.job(a).state, JobState::kQueued);
+  ASSERT_EQ(h.job(b).state, JobState::kRunning);
+  h.Advance(Duration::Seconds(600));
+  const JobId c = h.Submit(2);  // b holds the 4 GPUs
+  h.CompleteAll();
+  const auto reasons = h.scheduler().ExplainQueue();
+  EXPECT_EQ(reasons->Why(c, 2),
+            "in queue 0 of 2 (0 first), with 0 GPU-seconds of service: 1 job "
+            "goes before it (higher priority, a higher queue, or earlier in "
+            "its own) and takes 4 of the 4 GPUs up; it needs 2");
+  EXPECT_EQ(reasons->Why(a, 4),
+            "in queue 1 of 2 (0 first), with 4000 GPU-seconds of service: 1 "
+            "job goes before it (higher priority, a higher queue, or earlier "
+            "in its own) and takes 4 of the 4 GPUs up; it needs 4; it goes to "
+            "queue 0 once it has waited long enough (in 3000 s)");
+
+  // One queue: priority, then arrival.
+  TiresiasOptions one;
+  one.queue_thresholds.clear();
+  Harness f(Las(one), 1);
+  f.Submit(2);
+  f.Submit(2);
+  const JobId x = f.Submit(4);
+  f.CompleteAll();
+  EXPECT_EQ(f.scheduler().ExplainQueue()->Why(x, 4),
+            "with 0 GPU-seconds of service: 2 jobs go before it (higher "
+            "priority, or earlier) and take 4 of the 4 GPUs up; it needs 4");
+}
+
 // Within a queue, first come first served; a job too large for what is left
 // does not block a smaller one behind it.
 TEST(TiresiasTest, FifoWithinQueue) {

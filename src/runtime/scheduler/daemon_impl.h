@@ -47,9 +47,6 @@ struct SchedulerServer::Impl final {
   // pointers hold); and those that became so since the last publication,
   // which merges them in.
   std::vector<std::pair<int32_t, JobExtra*>> unsettled;
-  // The queue's order as last published (ViewQueue): built again only when
-  // the core's queue changed.
-  std::shared_ptr<const QueueView::Order> queue_order;
   std::vector<std::pair<int32_t, JobExtra*>> unsettling;
   // Answers to Call()s, given once what they did is published.
   std::vector<std::function<void()>> answers;
@@ -139,9 +136,10 @@ struct SchedulerServer::Impl final {
   // A published JobInfo (no spec) with its job's spec (from `v`, read under
   // its lock), for a reader; and for a queued job whose reason is the
   // queue's (none published: it is in the core, neither held nor waiting to
-  // try its start again), that reason as the queue was (`view`).
+  // try its start again), that reason as the policy gave it when the info
+  // was published (`reasons`).
   rpc::JobInfo WithSpec(const Published::View& v, const rpc::JobInfo& info,
-                        const QueueView* view = nullptr) const;
+                        const core::QueueReasons* reasons = nullptr) const;
 
   // ------------------------------------------------------------ helpers
 
@@ -598,7 +596,6 @@ struct SchedulerServer::Impl final {
 
   ServerRow ServerRowOf(const AgentConn& a) const;
 
-  QueueView ViewQueue();
   // The names of the servers `j`'s failed starts were on, "" if none.
   static std::string StartFailedOn(const core::Job& j,
                                    const core::Cluster& cluster) {
@@ -612,7 +609,7 @@ struct SchedulerServer::Impl final {
       "held by an operator (gandiva resume releases it)";
   // Why a queued job does not run yet when that is its own doing (held,
   // or waiting to try its start again); "" otherwise: its reason is then
-  // the queue's (QueueWaitingReason), which readers compose.
+  // the policy's (core::QueueReasons), which readers compose.
   static std::string OwnWaitingReason(const core::Job& j,
                                       const core::Cluster& cluster,
                                       core::Time now);

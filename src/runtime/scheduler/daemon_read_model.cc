@@ -25,38 +25,6 @@ ServerRow SchedulerServer::Impl::ServerRowOf(const AgentConn& a) const {
   return r;
 }
 
-QueueView SchedulerServer::Impl::ViewQueue() {
-  QueueView v;
-  const auto& queued = st().queue();
-  if (queue_order == nullptr || queue_order->version != st().queue_version()) {
-    auto order = std::make_shared<QueueView::Order>();
-    order->version = st().queue_version();
-    if (!queued.empty()) {
-      int32_t lo = queued.begin()->id.value, hi = lo;
-      for (const core::JobOrder& o : queued) {
-        lo = std::min(lo, o.id.value);
-        hi = std::max(hi, o.id.value);
-      }
-      order->first = lo;
-      order->ahead.assign(static_cast<size_t>(hi - lo) + 1, -1);
-      int32_t k = 0;
-      for (const core::JobOrder& o : queued) {
-        order->ahead[static_cast<size_t>(o.id.value - lo)] = k++;
-      }
-    }
-    queue_order = std::move(order);
-  }
-  v.order = queue_order;
-  for (const core::Server& s : st().cluster().servers()) {
-    if (!s.up || s.cordoned) continue;
-    v.open_gpus += s.spec.gpus;
-    v.free_gpus += s.free_gpus;
-    v.most_free_on_one = std::max(v.most_free_on_one, s.free_gpus);
-    v.largest_server = std::max(v.largest_server, s.spec.gpus);
-  }
-  return v;
-}
-
 std::string SchedulerServer::Impl::OwnWaitingReason(
     const core::Job& j, const core::Cluster& cluster, core::Time now) {
   if (j.held) return kHeldReason;
@@ -294,7 +262,7 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
   auto next = std::make_shared<Snapshot>();
   const int64_t now = Now();
   const bool progress_due = all_progress || now >= progress_write_due_us;
-  next->queue = std::make_shared<const QueueView>(ViewQueue());
+  next->queue = sched->ExplainQueue();
   if (!unsettling.empty()) {
     std::sort(unsettling.begin(), unsettling.end());
     const auto was = static_cast<std::ptrdiff_t>(unsettled.size());

@@ -316,64 +316,6 @@ inline bool EndState(int state) {
   return state == rpc::FINISHED || state == rpc::FAILED || state == rpc::KILLED;
 }
 
-// What the waiting reason of a queued job in the queue is judged against,
-// gathered once per publication and published with it: readers compose
-// that reason (QueueWaitingReason), so that a job's published info does
-// not change when the jobs ahead of it or the free GPUs do (killing the
-// job at the head of a queue of 10,000 would otherwise build every other
-// one's info again).
-struct QueueView {
-  // The queue's order: by job id - first, the jobs ahead of it (-1: not in
-  // the queue). Shared by the snapshots while the queue stays the same.
-  struct Order {
-    uint64_t version = 0;  // core::ClusterState::queue_version
-    int32_t first = 0;
-    std::vector<int32_t> ahead;
-  };
-  std::shared_ptr<const Order> order;
-  int Ahead(int64_t id) const {
-    if (order == nullptr) return -1;
-    const int64_t k = id - order->first;
-    return k >= 0 && static_cast<uint64_t>(k) < order->ahead.size()
-               ? order->ahead[static_cast<size_t>(k)]
-               : -1;
-  }
-  int open_gpus = 0;  // on servers up and not cordoned
-  int free_gpus = 0;  // of those, held by no job
-  int most_free_on_one = 0;
-  int largest_server = 0;
-};
-
-// Why a queued job that needs `need` GPUs, with `ahead` jobs ahead of it
-// (-1: not in the queue), does not run yet, when it is neither held nor
-// waiting to try its start again.
-inline std::string QueueWaitingReason(int need, int ahead, const QueueView& v) {
-  const auto ahead_of_it = [&] {
-    if (ahead <= 0) return std::string();
-    return "; " + std::to_string(ahead) + " job" +
-           (ahead == 1 ? " is" : "s are") + " ahead of it in the queue";
-  };
-  if (need > v.open_gpus) {
-    return "it needs " + std::to_string(need) +
-           " GPUs and the open servers have " + std::to_string(v.open_gpus) +
-           " in all: it waits for servers to join (or cordoned ones to "
-           "open)";
-  }
-  if (need > v.free_gpus) {
-    return "it needs " + std::to_string(need) + " GPUs, " +
-           std::to_string(v.free_gpus) +
-           (v.free_gpus == 1 ? " is free" : " are free") + ahead_of_it();
-  }
-  if (need <= v.largest_server && need > v.most_free_on_one) {
-    return std::to_string(v.free_gpus) + " GPUs are free, but no server has " +
-           std::to_string(need) +
-           " free (a job that fits on one server waits for one)" +
-           ahead_of_it();
-  }
-  const std::string a = ahead_of_it();
-  return a.empty() ? "placed at the next scheduling pass" : a.substr(2);
-}
-
 // The one name an fnmatch pattern matches, if it has no wildcard (`\`
 // quotes the next character); none for an empty pattern.
 inline std::optional<std::string> LiteralPattern(const std::string& pattern) {
@@ -422,10 +364,14 @@ struct Snapshot {
   // Every server's info, in id order; an unchanged server's is shared with
   // the snapshots before (AgentConn::published).
   std::vector<std::shared_ptr<const rpc::ServerInfo>> servers;
-  // The queue as it was: a queued job's published info without a waiting
-  // reason (one in the core, neither held nor waiting to try its start
-  // again) has its reason composed from it.
-  std::shared_ptr<const QueueView> queue;
+  // Why the queued jobs wait, as the policy said when this was published
+  // (core::Scheduler::ExplainQueue): a queued job's published info without
+  // a waiting reason (one in the core, neither held nor waiting to try its
+  // start again) has its reason composed from it by the reader. So a
+  // job's info does not change when the jobs ahead of it or the free GPUs
+  // do (killing the job at the head of a queue of 10,000 would otherwise
+  // build every other one's info again); this one summary does.
+  std::shared_ptr<const core::QueueReasons> queue;
   // For the metrics.
   core::Counters counters;
   int64_t log_events = 0;

@@ -6,15 +6,15 @@
 
 namespace gandiva::runtime {
 
-rpc::JobInfo SchedulerServer::Impl::WithSpec(const Published::View& v,
-                                             const rpc::JobInfo& info,
-                                             const QueueView* view) const {
+rpc::JobInfo SchedulerServer::Impl::WithSpec(
+    const Published::View& v, const rpc::JobInfo& info,
+    const core::QueueReasons* reasons) const {
   rpc::JobInfo out = info;
   if (const rpc::JobSpec* spec = v.Spec(info.id())) *out.mutable_spec() = *spec;
-  if (view != nullptr && info.state() == rpc::QUEUED &&
+  if (reasons != nullptr && info.state() == rpc::QUEUED &&
       info.submitted_us() != 0 && info.waiting_reason().empty()) {
-    out.set_waiting_reason(
-        QueueWaitingReason(out.spec().gpus(), view->Ahead(info.id()), *view));
+    out.set_waiting_reason(reasons->Why(JobId(static_cast<int32_t>(info.id())),
+                                        out.spec().gpus()));
   }
   return out;
 }

@@ -3530,6 +3530,30 @@ TEST_F(DaemonTest, AQueuedJobsReasonFollowsTheJobsAheadOfIt) {
   EXPECT_EQ(reason(c), "it needs 1 GPUs, 0 are free");
 }
 
+// The reason is the policy's (core::Policy::ExplainQueue): under
+// tiresias-las a queued job names its queue and the jobs that go before
+// it, in GetJob as in ListJobs.
+TEST_F(DaemonTest, AQueuedJobsReasonIsThePolicys) {
+  FakeAgent agent("node-a", 1, Mode::kOk);
+  SchedulerOptions o = Options();
+  o.policy = "tiresias-las";
+  Client& cl = StartDaemon(o);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  const int64_t run = cl.MustSubmit(1, "run");
+  ASSERT_TRUE(WaitFor([&] { return cl.State(run) == rpc::RUNNING; }));
+  const int64_t next = cl.MustSubmit(1, "next");
+  const std::string why =
+      "in queue 0 of 2 (0 first), with 0 GPU-seconds of service: 1 job goes "
+      "before it (higher priority, a higher queue, or earlier in its own) "
+      "and takes 1 of the 1 GPUs up; it needs 1";
+  EXPECT_EQ(cl.Get(next).waiting_reason(), why);
+  std::string listed;
+  for (const rpc::JobInfo& info : cl.List(/*all=*/false)) {
+    if (info.id() == next) listed = info.waiting_reason();
+  }
+  EXPECT_EQ(listed, why);
+}
+
 // ListJobs filters by state (an end state brings the ended jobs without
 // `all`), owner and name pattern, and pages in id order: max_jobs, or 1 MiB
 // of jobs, whichever comes first; next_after_id says where to go on.

@@ -27,6 +27,7 @@ class FakeControl final : public SimControl {
     kills.push_back(j);
   }
   void SetPriority(size_t j, int p) override { priorities.emplace_back(j, p); }
+  std::string WhyQueued(size_t) override { return ""; }
   // Every live job advances by `mb` mini-batches; a minute passes.
   void Advance(double mb) {
     now_ = now_ + core::Duration::Seconds(60);
