@@ -8,6 +8,7 @@
 #include "runtime/scheduler/agent_model.h"
 #include "runtime/scheduler/daemon_service.h"
 #include "runtime/scheduler/daemon_types.h"
+#include "runtime/scheduler/gang_move_steps.h"
 #include "runtime/scheduler/job_rows.h"
 #include "runtime/scheduler/move_steps.h"
 #include "runtime/scheduler/published.h"
@@ -434,6 +435,11 @@ struct SchedulerServer::Impl final {
   // A job that cannot be checkpointed fails a Migrate for good; a resume
   // elsewhere restarts it from scratch (it has nothing else to go on).
   void Move(const PendingAction& p, const Proc& from);
+  // Dispatcher thread: one step of a gang's move (GangMoveSteps).
+  GangResult CallForGangMove(const GangCall& c, int32_t job,
+                             const rpc::JobSpec& spec,
+                             const std::vector<PartConn>& src,
+                             const std::vector<PartConn>& dst, Ids& ids);
   // Dispatcher thread: one call of a move (MoveSteps) to the agent at `at`.
   MoveResult CallForMove(
       const MoveCall& c, int32_t job, const Proc& at,

@@ -436,7 +436,6 @@ void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
       a.kind == ActionKind::kGrow || a.kind == ActionKind::kShrink;
   const bool was_suspended = a.kind == ActionKind::kResume ||
                              (a.kind == ActionKind::kPack && !a.launch);
-  const bool fresh_fallback = was_suspended;
   const bool has_source = from.exists || from.checkpoint;
   std::string missing;
   auto dst = Conns(x.proc.parts(), &missing);
@@ -460,124 +459,64 @@ void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
   const std::string where =
       has_source ? "from " + Placement(*src) + " to " + Placement(*dst)
                  : Placement(*dst);
+  GangMovePlan plan;
+  plan.job = job;
+  plan.action = aid;
+  for (const PartConn& c : *src) plan.from.push_back(c.part.server);
+  plan.from_exists = from.exists;
+  for (const PartConn& c : *dst) plan.to.push_back(c.part.server);
+  plan.world = world;
+  plan.resize = resize;
+  plan.was_suspended = was_suspended;
+  plan.library = library;
+  plan.kept_at = kept_at;
+  plan.where = where;
+  if (!src->empty()) plan.source_name = (*src)[0].name;
   Ids ids = TakeIds(8 * (dst->size() + src->size()) + 8);
   executor->Run(job, [=, this]() mutable {
-    const int64_t t0 = Env().SteadyMicros();
-    std::string err;
-    // Nothing to carry over: every part starts afresh.
-    auto fresh = [&](const std::string& why) {
-      for (const PartConn& c : *src) KillPart(job, c, ids(), false);
-      const bool ok = StartParts(job, spec, *dst, false, ids, &err);
-      FinishMove(job, aid, what, ok, false, UsSince(t0),
-                 ok ? where + "; restarted from scratch (" + why + ")" : err,
-                 ok ? MovedTo::kDestination : MovedTo::kNowhere, from);
-    };
-    if (!has_source) {
-      fresh("its process was lost");
-      return;
+    GangMoveSteps steps(plan, Env().SteadyMicros());
+    GangMoveSteps::Step step = steps.Start();
+    while (const GangCall* c = std::get_if<GangCall>(&step)) {
+      step = steps.Next(CallForGangMove(*c, job, spec, *src, *dst, ids));
     }
-    if (from.exists && !library) {
-      const std::string why =
-          "a job that spans servers moves only with the gandiva job-side "
-          "library (its parts restart from the checkpoint rank 0 saves)";
-      if (fresh_fallback) {
-        fresh(why);
-        return;
-      }
-      FinishMove(job, aid, what, false, /*permanent=*/true, UsSince(t0), why,
-                 MovedTo::kAsBefore, from);
-      return;
-    }
-    const PartConn& source = (*src)[0];
-    std::string phases;
-    const int64_t t_ckpt = Env().SteadyMicros();
-    // The mini-batch the checkpoint was taken at (-1: unknown).
-    int64_t saved = kept_at > 0 ? kept_at : -1;
-    if (from.exists) {
-      auto each_follower = [&](bool resume) {
-        ContinueOrStopFollowers(job, *src, ids, resume);
-      };
-      if (was_suspended) each_follower(/*resume=*/true);
-      rpc::CheckpointRequest req;
-      req.set_job_id(job);
-      req.set_action_id(aid);
-      if (resize) req.set_resize_to(world);
-      rpc::CheckpointReply rep;
+    const MoveDone& d = std::get<MoveDone>(step);
+    FinishMove(job, aid, what, d.ok, d.permanent, d.took_us, d.detail, d.moved,
+               from);
+  });
+}
+
+GangResult SchedulerServer::Impl::CallForGangMove(
+    const GangCall& c, int32_t job, const rpc::JobSpec& spec,
+    const std::vector<PartConn>& src, const std::vector<PartConn>& dst,
+    Ids& ids) {
+  GangResult r;
+  switch (c.kind) {
+    case GangCall::Kind::kFollowers:
+      ContinueOrStopFollowers(job, src, ids, c.resume);
+      break;
+    case GangCall::Kind::kCheckpoint: {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(120));
-      const grpc::Status s = source.stub->CheckpointJob(&ctx, req, &rep);
-      if (!s.ok()) {
-        const bool cannot =
-            s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-            s.error_code() == grpc::StatusCode::UNIMPLEMENTED;
-        if (cannot && fresh_fallback) {
-          fresh(s.error_message());
-          return;
-        }
-        // As it was: a suspended gang's other parts stop again.
-        if (was_suspended) each_follower(/*resume=*/false);
-        FinishMove(job, aid, what, false, cannot, UsSince(t0),
-                   RpcError("CheckpointJob", s), MovedTo::kAsBefore, from);
-        return;
-      }
-      phases = "checkpoint " + Ms(rep.took_us()) + " (" + rep.method() + ", " +
-               Mb(rep.bytes()) +
-               (rep.save_us() > 0 ? ", save " + Ms(rep.save_us()) : "") + ")";
-      saved = rep.minibatches();
+                       std::chrono::microseconds(c.timeout_us));
+      r.status = src[0].stub->CheckpointJob(&ctx, c.checkpoint, &r.checkpoint);
+      break;
     }
-    // The other parts left with the lead; any that lingers is stopped,
-    // so that its agent can take the checkpoint in.
-    for (size_t i = 1; i < src->size(); ++i) {
-      KillPart(job, (*src)[i], ids(), /*keep_checkpoint=*/false);
-    }
-    std::string transfer;
-    auto drop_copies = [&] {
-      for (const PartConn& c : *dst) {
-        if (c.part.server != source.part.server) {
-          KillPart(job, c, ids(), /*keep_checkpoint=*/false);
-        }
-      }
-    };
-    if (!Distribute(job, source, *dst, ids, &err, &transfer)) {
-      drop_copies();
-      FinishMove(job, aid, what, false, false, UsSince(t0),
-                 err + "; the checkpoint stays on " + source.name,
-                 MovedTo::kCheckpointAtSource, from);
-      return;
-    }
-    const int64_t t_start = Env().SteadyMicros();
-    if (!StartParts(job, spec, *dst, true, ids, &err)) {
-      drop_copies();
-      FinishMove(job, aid, what, false, false, UsSince(t0),
-                 "start from the checkpoint: " + err,
-                 MovedTo::kCheckpointAtSource, from);
-      return;
-    }
-    const int64_t restart_us = UsSince(t_start);
-    // The parts meet, rank 0 loads and they train: until then the job
-    // trains nowhere.
-    const int64_t first_us =
-        saved >= 0 ? AwaitFirstMinibatch(job, (*dst)[0], saved, t_start) : -1;
-    const bool source_kept = std::any_of(
-        dst->begin(), dst->end(),
-        [&](const PartConn& c) { return c.part.server == source.part.server; });
-    if (!source_kept) KillPart(job, source, ids(), false);  // its copy
-    std::string detail = where;
-    if (!phases.empty()) detail += "; " + phases;
-    if (!transfer.empty()) detail += ", " + transfer;
-    detail += ", restart " + Ms(restart_us);
-    if (saved >= 0) {
-      detail += first_us >= 0
-                    ? ", first mini-batch " + Ms(first_us) + " after it"
-                    : ", no mini-batch within a minute of it";
-    }
-    if (from.exists && first_us >= 0) {
-      detail += "; training paused " + Ms(UsSince(t_ckpt));
-    }
-    FinishMove(job, aid, what, true, false, UsSince(t0), detail,
-               MovedTo::kDestination, from);
-  });
+    case GangCall::Kind::kKillPart:
+      KillPart(job, (c.of_source ? src : dst)[c.part], ids(),
+               c.keep_checkpoint);
+      break;
+    case GangCall::Kind::kDistribute:
+      r.ok = Distribute(job, src[0], dst, ids, &r.error, &r.summary);
+      break;
+    case GangCall::Kind::kStartParts:
+      r.ok = StartParts(job, spec, dst, c.resume_local, ids, &r.error);
+      break;
+    case GangCall::Kind::kAwaitFirstMinibatch:
+      r.first_us = AwaitFirstMinibatch(job, dst[0], c.saved, c.since_us);
+      break;
+  }
+  r.now_us = Env().SteadyMicros();
+  return r;
 }
 
 void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {

@@ -341,7 +341,8 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   // Rates come every --profile-interval-s (2 s): judge them past a job's
   // warm-up.
   po.gandiva.pack_min_alone_reports = 5;
-  // What agents cannot do: run one job across servers.
+  // A job that fits on one server waits for one rather than have its ranks
+  // talk over the network (a larger one takes whole servers).
   po.gandiva.allow_split = false;
   po.fifo.relax_locality = false;
   policy_name = want.at("policy").get<std::string>();

@@ -351,7 +351,11 @@ inline int64_t WorldWallMicros() {
 
 // Polls `cond` until it holds. In the fake world the clock moves on to
 // the next thing due whenever the daemon is quiet, for at most `seconds`
-// of the clock (and of real time); in the real world, for `seconds`.
+// of the clock (and of real time), and once `cond` holds the daemon's loop
+// finishes its pass (SchedulerServer::Sync): a job's history, read from
+// the store, is written before the pass's state is published, so a test
+// that waits for a history line then reads the state sees that pass's. In
+// the real world, for `seconds`.
 inline bool WaitFor(const std::function<bool()>& cond, int seconds = 30) {
   const auto real_end =
       std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -360,7 +364,12 @@ inline bool WaitFor(const std::function<bool()>& cond, int seconds = 30) {
   const int64_t fake_end =
       env == nullptr ? 0 : env->SteadyMicros() + int64_t{seconds} * 1'000'000;
   while (std::chrono::steady_clock::now() < real_end) {
-    if (cond()) return true;
+    if (cond()) {
+      if (SchedulerServer* d = env && w->daemon ? w->daemon() : nullptr) {
+        d->Sync();
+      }
+      return true;
+    }
     if (env == nullptr) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;

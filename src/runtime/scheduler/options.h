@@ -125,7 +125,7 @@ struct SchedulerOptions {
   // events, when some ended job is past keep_ended_for_s or the ended jobs
   // exceed keep_ended_jobs by a tenth; archived jobs past
   // keep_archived_for_s are deleted, Store::PruneChunk() a pass of the
-  // loop (SQLite 500, etcd 33). Default 60 s.
+  // loop (SQLite 500, etcd 25). Default 60 s.
   double retention_check_s = 60;
   // Serve Prometheus metrics (GET /metrics) at this HOST:PORT (port 0:
   // any free one); empty: none. Default none.
