@@ -151,6 +151,35 @@ TEST_F(CliSimTest, DrainsAndLosesServersAtSetTimes) {
   }
 }
 
+TEST_F(CliSimTest, RestartsAgentsAtSetTimes) {
+  CliRun r = Gandiva(
+      "sim --policy fifo,gandiva,tiresias-las --jobs 100 --gpus 32 "
+      "--no-progress --agent-crash 1@1800 --agent-restart 2@3600,3@3600 "
+      "--json " +
+      (dir_ / "out.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* policy : {"fifo", "gandiva", "tiresias-las"}) {
+    const std::string j =
+        Slurp(dir_ / ("out." + std::string(policy) + ".json"));
+    EXPECT_NE(j.find("\"jobs_finished\": 100"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"processes_lost\": "), std::string::npos) << j;
+    EXPECT_EQ(j.find("\"restarts\": 0,"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"jobs_lost\": 0,"), std::string::npos) << j;
+  }
+  // Without agent restarts the summary has no such fields.
+  r = Gandiva("sim --jobs 10 --gpus 8 --no-progress --json " +
+              (dir_ / "plain.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(Slurp(dir_ / "plain.json").find("processes_lost"),
+            std::string::npos);
+  r = Gandiva("sim --jobs 10 --gpus 8 --no-progress --agent-crash 0@x");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--agent-crash: expected SERVER@SECONDS (a server 0..1 "
+                       "and a time in seconds), got '0@x'"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(CliSimTest, ReplaysShippedTraces) {
   const std::string data = GANDIVA_TEST_DATA_DIR;
   CliRun r =

@@ -51,10 +51,13 @@ struct SimFlags {
   bool allow_borrowing = false;
   std::string data_dir;
   bool progress = true;
-  // SERVER@SECONDS each (--drain, --server-down, --server-up).
+  // SERVER@SECONDS each (--drain, --server-down, --server-up,
+  // --agent-restart, --agent-crash).
   std::vector<std::string> drains;
   std::vector<std::string> downs;
   std::vector<std::string> ups;
+  std::vector<std::string> restarts;
+  std::vector<std::string> crashes;
 };
 
 bool WriteFile(const std::string& path, const std::string& text) {
@@ -223,10 +226,13 @@ int RunSim(const SimFlags& f) {
   for (const auto& [flag, texts, kind] :
        {std::tuple{"--drain", &f.drains, Kind::kDrain},
         std::tuple{"--server-down", &f.downs, Kind::kServerDown},
-        std::tuple{"--server-up", &f.ups, Kind::kServerUp}}) {
+        std::tuple{"--server-up", &f.ups, Kind::kServerUp},
+        std::tuple{"--agent-restart", &f.restarts, Kind::kAgentRestart},
+        std::tuple{"--agent-crash", &f.crashes, Kind::kAgentRestart}}) {
     for (const std::string& text : *texts) {
       auto e = ParseClusterEvent(flag, text, kind, so.servers);
       if (!e.ok()) return fail(e.status().message());
+      e->keep_checkpoints = texts == &f.restarts;
       so.cluster_events.push_back(*e);
     }
   }
@@ -389,6 +395,16 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
       ->delimiter(',');
   sim->add_option("--server-up", flags->ups,
                   "SERVER@SECONDS: bring a lost server back then (repeatable)")
+      ->delimiter(',');
+  sim->add_option("--agent-restart", flags->restarts,
+                  "SERVER@SECONDS: the server's agent restarts then, keeping "
+                  "a checkpoint of each job there: they go on from it "
+                  "(repeatable)")
+      ->delimiter(',');
+  sim->add_option("--agent-crash", flags->crashes,
+                  "SERVER@SECONDS: the server's agent restarts then with "
+                  "nothing kept: its jobs start again from the beginning "
+                  "(repeatable)")
       ->delimiter(',');
   sim->add_flag("!--no-progress", flags->progress, "No progress bar");
   sim->callback([flags, &exit_code] { exit_code = RunSim(*flags); });

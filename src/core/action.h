@@ -20,6 +20,10 @@
 //   Grow(job, gpus)      restart an elastic job from its checkpoint on more
 //   Shrink(job, gpus)    or fewer GPUs (`gpus`: all it will have); on
 //                        failure it runs on as it was
+//   Restart(job, gpus)   run again on its GPUs a running job whose process
+//                        was lost (ProcessLost): from the checkpoint the
+//                        world kept (`relocates`) or from the beginning
+//                        (`launch`); on failure it is not running there
 //   Kill(job)            stop it for good and free its GPUs
 //   SetPriority(job, p)  tell the job's environment its new priority
 #pragma once
@@ -39,7 +43,8 @@ struct Action {
   // Start, Resume, Migrate, Pack, Grow, Shrink: where to run.
   std::vector<GpuId> gpus;
   // Pack: the job whose GPUs it shares; and whether the job is launched
-  // (never ran) rather than resumed.
+  // (never ran) rather than resumed. Restart: whether it starts from the
+  // beginning (no checkpoint of it was kept).
   JobId peer;
   bool launch = false;
   // Whether the job's work must be carried to `gpus` (saved where its
@@ -51,9 +56,13 @@ struct Action {
   //                          GPUs the job last ran on (Cluster::SameLayout:
   //                          a job requeued by its policy and placed anew,
   //                          an operator's pack onto another job's GPUs);
+  //   Restart: when it goes on from the checkpoint the world kept
+  //                          (ProcessLost::checkpoint);
   //   Start, Pack with `launch`, and the others: never (nothing to carry).
-  // A world may find more to carry than the core knows of (a process it
-  // lost, a checkpoint kept elsewhere), never less.
+  // A job whose process was lost (ProcessLost) has run nowhere since: its
+  // next Resume relocates it from the checkpoint the world kept, wherever
+  // it resumes. A world may find more to carry than the core knows of (a
+  // checkpoint kept elsewhere), never less.
   bool relocates = false;
   // SetPriority: the new priority.
   int priority = 0;

@@ -104,6 +104,25 @@ struct CarrierKnown {
   JobId job;
   Carrier carrier = Carrier::kSelf;
 };
+// The job's process is gone while its server stays up (its agent stopped
+// or restarted without the job's exit heard of; the world found it gone),
+// with no action under way for the job (the world settles that one first,
+// else the event is refused). `checkpoint`: the world keeps a checkpoint of
+// it, saved at a mini-batch boundary, from which it can go on where it was.
+// The core decides what becomes of the job:
+//   running: it runs again on its GPUs at once, a Restart action: from the
+//            checkpoint if there is one (`relocates`), else from the
+//            beginning (`launch`); a Restart from the checkpoint that
+//            fails is followed by one from the beginning, and a Restart
+//            from the beginning that fails fails the job;
+//   suspended: it goes on when its policy runs it again: a Resume that
+//            `relocates` it from the checkpoint, or without one a Start
+//            from the beginning (as for a job that never ran);
+//   queued or ended: nothing (its process was not the core's).
+struct ProcessLost {
+  JobId job;
+  bool checkpoint = false;
+};
 // A user (or operator) changes a job's priority.
 struct PriorityRequest {
   JobId job;
@@ -161,7 +180,7 @@ using EventBody =
     std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
                  ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
                  PriorityRequest, HoldRequest, MechanismRequest, CordonRequest,
-                 JobFound, DrainRequest, CarrierKnown>;
+                 JobFound, DrainRequest, CarrierKnown, ProcessLost>;
 
 struct Event {
   Time time;

@@ -103,6 +103,8 @@ std::string_view ActionKindName(ActionKind k) {
       return "kill";
     case ActionKind::kSetPriority:
       return "set-priority";
+    case ActionKind::kRestart:
+      return "restart";
   }
   return "?";
 }

@@ -115,6 +115,7 @@ enum class ActionKind : uint8_t {
   kShrink,
   kKill,
   kSetPriority,
+  kRestart,
 };
 std::string_view ActionKindName(ActionKind k);
 
@@ -144,15 +145,17 @@ struct Job {
   // Held by an operator: suspended (or kept out of the queue) until
   // released; policies never run it.
   bool held = false;
-  // Whether a process was launched for this placement (Run then resumes).
+  // Whether a process was launched for this placement (Run then resumes);
+  // cleared when its process is lost with no checkpoint kept (ProcessLost):
+  // it then starts again.
   bool launched = false;
   // Where its process last ran: the GPUs of its last Start, Resume,
   // Migrate, Pack, Grow or Shrink that completed (ActionDone), or those it
   // was adopted on (JobArrived, JobFound). Kept while it waits, queued
   // (requeued by its policy) or suspended; a failed action leaves it as
   // it was. Empty before its first run and once its process is lost (its
-  // server down, its start failed). A Resume or Pack on GPUs laid out
-  // otherwise relocates the job (Action::relocates).
+  // server down, its start failed, ProcessLost). A Resume or Pack on GPUs
+  // laid out otherwise relocates the job (Action::relocates).
   std::vector<GpuId> ran_on;
   // Mechanisms carried out on this job: suspends, resumes, migrations,
   // packs and resizes (one that failed is not counted).
@@ -196,6 +199,12 @@ struct Job {
   // grow or shrink that succeeds clears both.
   int move_failures = 0;
   Time move_retry_at = Time::Zero();
+  // Its process was lost while it ran and a Restart is under way from the
+  // checkpoint the world kept (ProcessLost): if that fails, the core
+  // restarts it from the beginning.
+  bool restarting_from_checkpoint = false;
+  // Lost processes run again (Restarts that completed).
+  int restarts = 0;
   Profile profile;
 
   bool placed() const {

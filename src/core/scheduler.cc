@@ -35,7 +35,8 @@ const char* EventName(const EventBody& body) {
       "JobArrived",    "JobFinished",     "ProfileReport", "ActionDone",
       "ActionFailed",  "ServerUp",        "ServerDown",    "Tick",
       "KillRequest",   "PriorityRequest", "HoldRequest",   "MechanismRequest",
-      "CordonRequest", "JobFound",        "DrainRequest",  "CarrierKnown"};
+      "CordonRequest", "JobFound",        "DrainRequest",  "CarrierKnown",
+      "ProcessLost"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -327,6 +328,17 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
   }
   last_drain_.clear();
   ++changes_;
+  // A Restart from a checkpoint that fails is followed by one from the
+  // beginning (seen before Apply clears the action under way).
+  JobId restart_afresh;
+  if (const auto* f = std::get_if<ActionFailed>(&event.body);
+      f != nullptr && state_.has_job(f->job)) {
+    const Job& j = state_.job(f->job);
+    if (j.in_flight == ActionKind::kRestart && j.in_flight_id == f->action &&
+        j.restarting_from_checkpoint) {
+      restart_afresh = f->job;
+    }
+  }
   state_.now_ = event.time;
   GANDIVA_RETURN_IF_ERROR(Apply(event));
   ++state_.counters_.events;
@@ -341,6 +353,11 @@ Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
     CarryOut(*m, actions);
   } else if (const auto* d = std::get_if<DrainRequest>(&event.body)) {
     Drain(*d, actions);
+  } else if (const auto* l = std::get_if<ProcessLost>(&event.body)) {
+    Job& j = state_.mutable_job(l->job);
+    if (j.state == JobState::kRunning) Restart(j, l->checkpoint, actions);
+  } else if (restart_afresh.valid()) {
+    Restart(state_.mutable_job(restart_afresh), false, actions);
   }
   // A held job that is running with nothing under way is suspended now
   // (after the hold itself, or once its start or resume completes).
@@ -534,6 +551,26 @@ Status Scheduler::Apply(const Event& event) {
                   " is not a carrier");
             }
             state_.mutable_job(e.job).spec.carrier = e.carrier;
+            return Status::Ok();
+          },
+          [&](const ProcessLost& e) -> Status {
+            GANDIVA_RETURN_IF_ERROR(need_job(e.job));
+            Job& job = state_.mutable_job(e.job);
+            if (IsTerminal(job.state) || job.state == JobState::kQueued) {
+              return Status::Ok();
+            }
+            if (job.busy()) {
+              return FailedPrecondition(
+                  JobRef(e.job) + " has its " +
+                  std::string(ActionKindName(job.in_flight)) +
+                  " under way: that is settled before its process is lost");
+            }
+            // It has run nowhere since: a Resume relocates it from the
+            // checkpoint; without one, it is started again.
+            job.ran_on.clear();
+            if (!e.checkpoint && job.state == JobState::kSuspended) {
+              job.launched = false;
+            }
             return Status::Ok();
           },
           [&](const HoldRequest& e) -> Status {
@@ -974,6 +1011,18 @@ void Scheduler::OnJobEnded(Job& job, JobState end) {
   job.ended = state_.now_;
 }
 
+void Scheduler::Restart(Job& job, bool from_checkpoint, Actions& actions) {
+  job.restarting_from_checkpoint = from_checkpoint;
+  Action& a = actions.Emit(job, ActionKind::kRestart, /*mechanism=*/true);
+  a.gpus = job.gpus;
+  a.relocates = from_checkpoint;
+  a.launch = !from_checkpoint;
+  a.reason = from_checkpoint
+                 ? "its process was lost: it goes on from the checkpoint kept"
+                 : "its process was lost with no checkpoint kept: it starts "
+                   "again from the beginning";
+}
+
 void Scheduler::RequeueLost(Job& job) {
   Unplace(job);
   job.state = JobState::kQueued;
@@ -1034,6 +1083,12 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
     case ActionKind::kPack:
       job.run_since = state_.now_;
       break;
+    case ActionKind::kRestart:
+      job.run_since = state_.now_;
+      job.launched = true;
+      job.restarting_from_checkpoint = false;
+      ++job.restarts;
+      break;
     case ActionKind::kGrow:
       job.migrating_from.clear();
       job.run_since = state_.now_;
@@ -1069,6 +1124,7 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
     case ActionKind::kPack:
     case ActionKind::kGrow:
     case ActionKind::kShrink:
+    case ActionKind::kRestart:
       job.ran_on = job.gpus;  // it runs there now
       break;
     default:
@@ -1169,6 +1225,15 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
       job.migrating_from.clear();
       break;
     }
+    case ActionKind::kRestart:
+      // From the checkpoint: Handle restarts it from the beginning. From
+      // the beginning: nothing is left to try.
+      if (job.restarting_from_checkpoint) {
+        job.restarting_from_checkpoint = false;
+      } else {
+        OnJobEnded(job, JobState::kFailed);
+      }
+      break;
     case ActionKind::kPack:
       // It did not start (for example, the two do not fit in the GPU's
       // memory): suspended where it was.

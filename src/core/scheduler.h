@@ -159,6 +159,8 @@ class Scheduler {
   void OnActionDone(Job& job, const ActionDone& done);
   void OnActionFailed(Job& job, const ActionFailed& failed);
   void RequeueLost(Job& job);
+  // A Restart of a running job whose process was lost (ProcessLost).
+  void Restart(Job& job, bool from_checkpoint, Actions& actions);
   // Where a queued job waits: nowhere the policy sees while held, in the
   // start retries until its start_retry_at, else in the queue.
   void Queue(Job& job);

@@ -377,6 +377,113 @@ TEST(SchedulerTest, ServerDownRequeuesItsJobs) {
   EXPECT_EQ(h.job(a).state, JobState::kRunning);
 }
 
+// A running job whose process is lost (its server up) runs again on its
+// GPUs at once: from the checkpoint kept of it if there is one, and from
+// the beginning if that fails or none was kept; a restart from the
+// beginning that fails fails the job.
+TEST(SchedulerTest, ARunningJobWhoseProcessIsLostRestartsWhereItRan) {
+  Harness h(std::make_unique<FifoPolicy>(), 1);
+  const JobId a = h.Submit(2);
+  const JobId b = h.Submit(2);
+  h.CompleteAll();
+  const std::vector<GpuId> gpus = h.job(a).gpus;
+
+  auto out = h.Send(ProcessLost{a, /*checkpoint=*/true});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ActionKind::kRestart);
+  EXPECT_EQ(out[0].gpus, gpus);
+  EXPECT_TRUE(out[0].relocates);
+  EXPECT_FALSE(out[0].launch);
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+  EXPECT_TRUE(h.job(a).busy());
+  EXPECT_TRUE(h.job(a).ran_on.empty());
+  // Nothing else may be asked of it meanwhile; its server's other job is
+  // untouched.
+  EXPECT_EQ(h.job(b).state, JobState::kRunning);
+  EXPECT_FALSE(h.job(b).busy());
+  EXPECT_FALSE(h.TrySend(ProcessLost{a, true}).ok());
+  EXPECT_TRUE(h.Complete(a).empty());
+  EXPECT_EQ(h.job(a).restarts, 1);
+  EXPECT_EQ(h.job(a).ran_on, gpus);
+  EXPECT_EQ(h.job(a).run_since, h.now());
+  EXPECT_FALSE(h.job(a).restarting_from_checkpoint);
+
+  // The checkpoint cannot be read: from the beginning.
+  h.Send(ProcessLost{a, true});
+  out = h.Fail(a);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ActionKind::kRestart);
+  EXPECT_TRUE(out[0].launch);
+  EXPECT_FALSE(out[0].relocates);
+  EXPECT_EQ(out[0].gpus, gpus);
+  h.Complete(a);
+  EXPECT_EQ(h.job(a).restarts, 2);
+  EXPECT_EQ(h.job(a).state, JobState::kRunning);
+
+  // No checkpoint, and the start from the beginning fails: the job fails,
+  // its GPUs free.
+  out = h.Send(ProcessLost{b, false});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].launch);
+  out = h.Fail(b);
+  EXPECT_EQ(h.job(b).state, JobState::kFailed);
+  EXPECT_EQ(h.job(b).restarts, 0);
+  EXPECT_EQ(h.state().cluster().free_gpus(), 2);
+
+  // Queued or ended: nothing happens; an unknown job is refused.
+  const JobId c = h.Submit(4);
+  EXPECT_EQ(h.job(c).state, JobState::kQueued);
+  EXPECT_TRUE(h.TrySend(ProcessLost{c, false}).ok());
+  EXPECT_TRUE(h.last().empty());
+  EXPECT_TRUE(h.TrySend(ProcessLost{b, false}).ok());
+  EXPECT_TRUE(h.last().empty());
+  EXPECT_FALSE(h.TrySend(ProcessLost{JobId(99), false}).ok());
+}
+
+// A suspended job whose process is lost goes on when its policy runs it
+// again: resumed from the checkpoint kept of it (the Resume relocates it,
+// though on the GPUs it left), or started again without one.
+TEST(SchedulerTest, ASuspendedJobWhoseProcessIsLostGoesOnWhenRunAgain) {
+  for (const bool checkpoint : {true, false}) {
+    SCOPED_TRACE(checkpoint ? "checkpoint" : "none");
+    Harness h(MakePolicy("gandiva").value(), 1);
+    const JobId a = h.Submit(4);
+    h.CompleteAll();
+    h.Send(HoldRequest{a, true});
+    h.CompleteAll();
+    ASSERT_EQ(h.job(a).state, JobState::kSuspended);
+    const std::vector<GpuId> gpus = h.job(a).gpus;
+    EXPECT_TRUE(h.Send(ProcessLost{a, checkpoint}).empty());
+    EXPECT_EQ(h.job(a).state, JobState::kSuspended);
+    EXPECT_EQ(h.job(a).launched, checkpoint);
+    auto out = h.Send(HoldRequest{a, false});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].kind,
+              checkpoint ? ActionKind::kResume : ActionKind::kStart);
+    EXPECT_EQ(out[0].gpus, gpus);
+    EXPECT_EQ(out[0].relocates, checkpoint);
+    h.CompleteAll();
+    EXPECT_EQ(h.job(a).state, JobState::kRunning);
+    EXPECT_EQ(h.job(a).ran_on, gpus);
+  }
+}
+
+// A job whose process is lost while an action of it is under way: the
+// world settles that action first.
+TEST(SchedulerTest, AProcessLostWhileAnActionIsUnderWayIsRefused) {
+  Harness h(std::make_unique<FifoPolicy>(), 1);
+  const JobId a = h.Submit(4);
+  const Status st = h.TrySend(ProcessLost{a, true});
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("has its start under way"), std::string::npos)
+      << st.ToString();
+  EXPECT_TRUE(h.job(a).busy());
+  EXPECT_EQ(h.job(a).in_flight, ActionKind::kStart);
+  h.Complete(a);
+  EXPECT_TRUE(h.TrySend(ProcessLost{a, true}).ok());
+  EXPECT_EQ(CountKind(h.last(), ActionKind::kRestart), 1);
+}
+
 // A job the world finds already running (a runtime restored from an older
 // backup) is adopted where it runs: placed and running, with no start.
 TEST(SchedulerTest, AJobArrivingPlacedIsAdoptedWhereItRuns) {

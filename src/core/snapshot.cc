@@ -18,8 +18,9 @@ constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // listed in Restore (version 1: no Job::start_retry_at; 2: no
 // Job::start_failed_on; 3: a slot per job id, none forgotten; 4: no
 // JobSpec::carrier nor ServerSpec::process_images_unusable; 5: no
-// Job::ran_on), refuses others.
-constexpr int32_t kVersion = 6;
+// Job::ran_on; 6: no Job::restarting_from_checkpoint nor Job::restarts),
+// refuses others.
+constexpr int32_t kVersion = 7;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -118,6 +119,8 @@ void SaveJob(SnapshotWriter& w, const Job& j) {
   w.At(j.start_retry_at);
   w.Ids(j.start_failed_on);
   w.Ids(j.ran_on);
+  w.Bool(j.restarting_from_checkpoint);
+  w.I32(j.restarts);
   SaveProfile(w, j.profile);
 }
 
@@ -132,7 +135,9 @@ Job LoadJob(SnapshotReader& r, int32_t version) {
   j.state = static_cast<JobState>(state);
   j.gpus = r.Ids<GpuId>();
   const uint8_t in_flight = r.U8();
-  if (in_flight > static_cast<uint8_t>(ActionKind::kSetPriority)) {
+  if (in_flight > static_cast<uint8_t>(ActionKind::kRestart) ||
+      (version < 7 &&
+       in_flight > static_cast<uint8_t>(ActionKind::kSetPriority))) {
     r.Fail("a job's action under way is " + std::to_string(in_flight));
   }
   j.in_flight = static_cast<ActionKind>(in_flight);
@@ -170,6 +175,10 @@ Job LoadJob(SnapshotReader& r, int32_t version) {
     const bool moving =
         j.in_flight == ActionKind::kMigrate || j.in_flight == ActionKind::kGrow;
     j.ran_on = moving ? j.migrating_from : j.gpus;
+  }
+  if (version >= 7) {
+    j.restarting_from_checkpoint = r.Bool();
+    j.restarts = r.I32();
   }
   j.profile = LoadProfile(r);
   return j;

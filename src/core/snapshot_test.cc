@@ -157,6 +157,9 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
     EXPECT_EQ(a.job(id).spec.carrier, b.job(id).spec.carrier);
     EXPECT_EQ(a.job(id).move_retry_at, b.job(id).move_retry_at);
     EXPECT_EQ(a.job(id).profile.rate_alone, b.job(id).profile.rate_alone);
+    EXPECT_EQ(a.job(id).restarting_from_checkpoint,
+              b.job(id).restarting_from_checkpoint);
+    EXPECT_EQ(a.job(id).restarts, b.job(id).restarts);
   }
 }
 
@@ -412,6 +415,38 @@ TEST(SnapshotTest, AJobWaitingToStartAgainWaitsOnAfterARestore) {
   }
 }
 
+// A restart from a checkpoint under way when the snapshot was taken: the
+// restored scheduler knows a failure of it means a restart from the
+// beginning, and counts restarts on.
+TEST(SnapshotTest, ARestartUnderWayGoesOnAfterARestore) {
+  Harness h(Make("fifo"), 1, Spec());
+  const JobId a = h.Submit(1);
+  h.CompleteAll();
+  h.Send(ProcessLost{a, true});
+  h.Complete(a);
+  const auto restart = h.Send(ProcessLost{a, true});
+  ASSERT_EQ(restart.size(), 1u);
+  Scheduler restored(Make("fifo"));
+  ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
+  ExpectSameState(h.state(), restored.state());
+  EXPECT_TRUE(restored.state().job(a).restarting_from_checkpoint);
+  EXPECT_EQ(restored.state().job(a).restarts, 1);
+  std::vector<Action> mine;
+  ASSERT_TRUE(
+      restored
+          .Handle(Event{h.now(), ActionFailed{restart[0].id, a, Duration(),
+                                              "unreadable"}},
+                  mine)
+          .ok());
+  const std::vector<Action> theirs = h.Fail(a);
+  ASSERT_EQ(mine.size(), 1u);
+  ASSERT_EQ(theirs.size(), 1u);
+  EXPECT_EQ(mine[0].kind, ActionKind::kRestart);
+  EXPECT_TRUE(mine[0].launch);
+  EXPECT_EQ(theirs[0].launch, mine[0].launch);
+  EXPECT_EQ(restored.Snapshot(), h.scheduler().Snapshot());
+}
+
 // Snapshots written by older versions (testdata/README.md) of the same
 // history: a daemon whose database holds one must still start, in the
 // same state (a live job's Job::ran_on, which version 5 did not save,
@@ -421,7 +456,8 @@ TEST(SnapshotTest, OlderVersionsAreRead) {
   // (MakeHistory's first job has one).
   const std::pair<const char*, int> files[] = {{"snapshot_v1_gandiva.bin", 1},
                                                {"snapshot_v2_gandiva.bin", 1},
-                                               {"snapshot_v5_gandiva.bin", 0}};
+                                               {"snapshot_v5_gandiva.bin", 0},
+                                               {"snapshot_v6_gandiva.bin", 0}};
   for (const auto& [name, failed_migrations_counted] : files) {
     SCOPED_TRACE(name);
     std::ifstream f(std::string(GANDIVA_CORE_TESTDATA "/") + name,

@@ -142,6 +142,10 @@ class World final : public SimControl {
   // Stops the jobs placed on a server about to be lost (the core requeues
   // them when it learns of the loss; nothing is sent to the world).
   void StopJobsOn(core::ServerId server);
+  // kAgentRestart: the processes of the jobs placed there are lost.
+  core::Status LoseProcessesOn(core::ServerId server, bool keep_checkpoints);
+  // The jobs placed on a server, in id order.
+  std::vector<int32_t> JobsOn(core::ServerId server) const;
   // Replaces the core by a new one restored from its snapshot.
   core::Status RestoreFromSnapshot();
   void Execute(const Action& a);
@@ -185,6 +189,8 @@ class World final : public SimControl {
   int64_t events_since_snapshot_ = 0;
   int64_t cluster_events_left_ = 0;  // queued, not yet fed
   int64_t jobs_lost_ = 0;
+  int64_t processes_lost_ = 0;
+  int64_t restarts_ = 0;
 };
 
 core::Status World::ScheduleClusterEvents() {
@@ -218,19 +224,59 @@ core::Status World::ApplyClusterEvent(const ClusterEvent& ce) {
       return Send(core::ServerDown{id});
     case ClusterEvent::Kind::kServerUp:
       return Send(core::ServerUp{core::ServerSpec(), id});
+    case ClusterEvent::Kind::kAgentRestart:
+      return LoseProcessesOn(id, ce.keep_checkpoints);
   }
   return core::InvalidArgument("unknown cluster event");
 }
 
-void World::StopJobsOn(core::ServerId server) {
+std::vector<int32_t> World::JobsOn(core::ServerId server) const {
   const core::Cluster& cluster = scheduler_.state().cluster();
-  std::vector<int32_t> lost;
+  std::vector<int32_t> on;
   for (core::GpuId g : cluster.GpusOf(server)) {
-    for (JobId id : cluster.gpu(g).jobs) lost.push_back(id.value);
+    for (JobId id : cluster.gpu(g).jobs) on.push_back(id.value);
   }
-  std::sort(lost.begin(), lost.end());
-  lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
-  for (int32_t j : lost) {
+  std::sort(on.begin(), on.end());
+  on.erase(std::unique(on.begin(), on.end()), on.end());
+  return on;
+}
+
+core::Status World::LoseProcessesOn(core::ServerId server,
+                                    bool keep_checkpoints) {
+  for (int32_t j : JobsOn(server)) {
+    SimJob& s = jobs_[j];
+    if (s.ended) continue;
+    if (s.pending == ActionKind::kSuspend || s.pending == ActionKind::kUnpack) {
+      // The process stopped as it went: the suspend is done.
+      const int64_t action = s.pending_action;
+      s.pending = ActionKind::kNone;
+      s.pending_action = 0;
+      --busy_jobs_;
+      GANDIVA_RETURN_IF_ERROR(
+          Send(core::ActionDone{core::ActionId(action), JobId(j), Duration()}));
+    }
+    const core::Job& job = scheduler_.state().job(JobId(j));
+    if (s.pending != ActionKind::kNone || job.busy() ||
+        core::IsTerminal(job.state) || job.state == core::JobState::kQueued) {
+      continue;
+    }
+    const bool running = job.state == core::JobState::kRunning;
+    if (running) SetRate(j, 0);
+    if (!keep_checkpoints) {
+      Advance(j);
+      s.done = 0;
+    }
+    ++processes_lost_;
+    GANDIVA_RETURN_IF_ERROR(
+        Send(core::ProcessLost{JobId(j), keep_checkpoints}));
+    // Its partner, if packed, trains alone while it restarts.
+    if (running) RefreshPartnerOf(j);
+  }
+  return core::Status::Ok();
+}
+
+void World::StopJobsOn(core::ServerId server) {
+  for (int32_t j : JobsOn(server)) {
     SimJob& s = jobs_[j];
     if (s.ended) continue;
     // Training or in a mechanism: it counted as busy (as a kill).
@@ -438,6 +484,11 @@ void World::Execute(const Action& a) {
       ++busy_jobs_;
       break;
     }
+    case ActionKind::kRestart:
+      // Its process was lost: a new one is launched (loading the checkpoint
+      // kept of it, if any). It counted as busy.
+      cost = options_.costs.start;
+      break;
     case ActionKind::kGrow:
     case ActionKind::kShrink:
       // Checkpoint at a boundary, restart at the new size.
@@ -629,15 +680,17 @@ core::StatusOr<SimResult> World::Run() {
         }
         GANDIVA_RETURN_IF_ERROR(Send(core::ActionDone{
             core::ActionId(ev.arg), JobId(ev.job), Duration()}));
+        if (kind == ActionKind::kRestart) ++restarts_;
         if (kind == ActionKind::kStart || kind == ActionKind::kResume ||
             kind == ActionKind::kMigrate || kind == ActionKind::kPack ||
-            kind == ActionKind::kGrow || kind == ActionKind::kShrink) {
+            kind == ActionKind::kGrow || kind == ActionKind::kShrink ||
+            kind == ActionKind::kRestart) {
           RefreshRate(ev.job);
           RefreshPartnerOf(ev.job);
           // New information about the job's speed (a first run, a new
           // placement, a new partner) is measured and reported.
           if (kind != ActionKind::kResume && kind != ActionKind::kGrow &&
-              kind != ActionKind::kShrink) {
+              kind != ActionKind::kShrink && kind != ActionKind::kRestart) {
             Push(now_ + options_.profile_delay.micros(), EvKind::kProfile,
                  ev.job, 0);
             const core::Job& job = scheduler_.state().job(JobId(ev.job));
@@ -779,6 +832,8 @@ core::StatusOr<SimResult> World::Run() {
   r.grows = c.grows;
   r.shrinks = c.shrinks;
   r.jobs_lost = jobs_lost_;
+  r.processes_lost = processes_lost_;
+  r.restarts = restarts_;
   r.events = c.events;
   r.per_job = std::move(results_);
   r.timeline = std::move(timeline_);
@@ -832,6 +887,10 @@ std::string ResultJson(const SimResult& r) {
   j["grows"] = r.grows;
   j["shrinks"] = r.shrinks;
   j["jobs_lost"] = r.jobs_lost;
+  if (r.processes_lost > 0 || r.restarts > 0) {
+    j["processes_lost"] = r.processes_lost;
+    j["restarts"] = r.restarts;
+  }
   j["events"] = r.events;
   j["wall_s"] = r.wall_s;
   return j.dump(2) + "\n";

@@ -32,6 +32,8 @@ struct MechanismCosts {
   // Launching a job: process start, framework import, model build and data
   // pipeline warm-up. Default 10 s (an estimate; charged alike to every
   // policy).
+  // Also charged to a Restart of a job whose process was lost (a new
+  // process, loading the checkpoint kept of it if any).
   core::Duration start = core::Duration::Seconds(10);
   // Suspending at a mini-batch boundary: wait for the boundary, copy GPU
   // state to host memory. Default 1 s (the top of the paper's 100 ms-1 s).
@@ -83,13 +85,22 @@ class SimControl {
 // them and they start again where the policy places them, keeping the work
 // they had done, as if checkpointed at the loss). kServerUp: a ServerUp of
 // the server back (after a kServerDown; a drained one stays cordoned).
+// kAgentRestart: the server's agent restarts, the server staying up: each
+// job placed there with no mechanism under way loses its process, a
+// ProcessLost (the core restarts a running one there at once and resumes a
+// suspended one when its policy runs it again); with `keep_checkpoints`
+// each keeps the work it had done (a checkpoint saved as the agent
+// stopped), else it starts again from the beginning. A suspend under way
+// there completes first; any other mechanism under way starts a new
+// process and is left to complete.
 struct ClusterEvent {
-  enum class Kind : uint8_t { kDrain, kServerDown, kServerUp };
+  enum class Kind : uint8_t { kDrain, kServerDown, kServerUp, kAgentRestart };
   Kind kind = Kind::kDrain;
   // The server's index: 0 .. servers - 1 (named "server-<index>").
   int server = 0;
   core::Time at = core::Time::Zero();
-  bool cordon_only = false;  // kDrain only
+  bool cordon_only = false;       // kDrain only
+  bool keep_checkpoints = false;  // kAgentRestart only
 };
 
 struct SimOptions {
@@ -204,6 +215,11 @@ struct SimResult {
   // Jobs placed on a server when it was lost (requeued by the core), each
   // time it happened.
   int64_t jobs_lost = 0;
+  // Processes lost to agent restarts (kAgentRestart), and restarts of them
+  // the core carried out (a Restart action that completed; a suspended
+  // job's next resume or start is counted as a resume or a start).
+  int64_t processes_lost = 0;
+  int64_t restarts = 0;
   int64_t events = 0;  // events handled by the core
   int total_gpus = 0;
   double wall_s = 0;

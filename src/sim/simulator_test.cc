@@ -447,6 +447,112 @@ TEST_F(SimulatorTest, AJobOfALostServerStartsAgainWhenTheServerIsBack) {
   }
 }
 
+// An agent restart at 100 s, fed to the core as a ProcessLost for the job
+// as the daemon would: the core restarts it there at once (a new process,
+// 10 s), from the checkpoint kept of it (no work lost) or, after a crash,
+// from the beginning (the 90 s it had done lost).
+TEST_F(SimulatorTest, AJobWhoseAgentRestartsRunsAgainFromWhatWasKept) {
+  Workload w;
+  w.jobs = {Job("a", 0, 1000, 4)};
+  for (const bool kept : {true, false}) {
+    SimOptions o = Small(1, 4);
+    ClusterEvent e{ClusterEvent::Kind::kAgentRestart, 0,
+                   Time::Zero() + Duration::Seconds(100)};
+    e.keep_checkpoints = kept;
+    o.cluster_events = {e};
+    for (const char* policy : {"fifo", "gandiva", "tiresias-las"}) {
+      SCOPED_TRACE(std::string(policy) + (kept ? " kept" : " crash"));
+      std::vector<core::Action> restarts;
+      o.record = [&](const core::Event& ev,
+                     const std::vector<core::Action>& actions) {
+        if (std::holds_alternative<core::ProcessLost>(ev.body)) {
+          EXPECT_EQ(std::get<core::ProcessLost>(ev.body).checkpoint, kept);
+          restarts.insert(restarts.end(), actions.begin(), actions.end());
+        }
+      };
+      SimResult r = Run(w, policy, o);
+      ASSERT_EQ(r.jobs_finished, 1);
+      EXPECT_EQ(r.processes_lost, 1);
+      EXPECT_EQ(r.restarts, 1);
+      EXPECT_EQ(r.starts, 1);
+      EXPECT_EQ(r.jobs_lost, 0);
+      ASSERT_EQ(restarts.size(), 1u);
+      EXPECT_EQ(restarts[0].kind, core::ActionKind::kRestart);
+      EXPECT_EQ(restarts[0].relocates, kept);
+      EXPECT_EQ(restarts[0].launch, !kept);
+      EXPECT_NEAR(r.mean_jct_s, kept ? 10 + 1000 + 10 : 10 + 90 + 10 + 1000,
+                  1e-3);
+    }
+  }
+}
+
+// Two jobs time-sliced on one GPU (not packed) when the agent crashes: the
+// running one restarts at once from the beginning; the suspended one starts
+// again from the beginning when its turn comes (a Start, not a Resume). After a
+// restart that kept checkpoints, the suspended one's next run is a Resume
+// from its checkpoint (it relocates).
+TEST_F(SimulatorTest, ASuspendedJobWhoseAgentRestartsGoesOnWhenItsTurnComes) {
+  Workload w;
+  w.jobs = {Job("a", 0, 3000), Job("b", 0, 3000)};
+  for (const bool kept : {true, false}) {
+    SCOPED_TRACE(kept ? "kept" : "crash");
+    SimOptions o = Small(1, 1);
+    ClusterEvent e{ClusterEvent::Kind::kAgentRestart, 0,
+                   Time::Zero() + Duration::Seconds(250)};
+    e.keep_checkpoints = kept;
+    o.cluster_events = {e};
+    std::set<int32_t> lost;
+    // Each job's first action after the loss (a suspend aside).
+    std::map<int32_t, core::ActionKind> next;
+    std::map<int32_t, bool> next_relocates;
+    bool after = false;
+    o.record = [&](const core::Event& ev,
+                   const std::vector<core::Action>& actions) {
+      if (const auto* l = std::get_if<core::ProcessLost>(&ev.body)) {
+        lost.insert(l->job.value);
+        after = true;
+      }
+      if (!after) return;
+      for (const core::Action& a : actions) {
+        if (a.kind == core::ActionKind::kSuspend) continue;
+        if (!next.count(a.job.value)) {
+          next[a.job.value] = a.kind;
+          next_relocates[a.job.value] = a.relocates;
+        }
+      }
+    };
+    SimResult r = Run(w, "gandiva-timeslice", o);
+    ASSERT_EQ(r.jobs_finished, 2);
+    EXPECT_EQ(r.processes_lost, 2);
+    EXPECT_EQ(r.restarts, 1);
+    ASSERT_EQ(lost.size(), 2u);
+    ASSERT_EQ(next.size(), 2u);
+    int restarted = 0, resumed_or_started = 0;
+    for (const auto& [job, kind] : next) {
+      if (kind == core::ActionKind::kRestart) {
+        ++restarted;
+        EXPECT_EQ(next_relocates[job], kept);
+      } else {
+        ++resumed_or_started;
+        EXPECT_EQ(kind,
+                  kept ? core::ActionKind::kResume : core::ActionKind::kStart);
+        EXPECT_EQ(next_relocates[job], kept);
+      }
+    }
+    EXPECT_EQ(restarted, 1);
+    EXPECT_EQ(resumed_or_started, 1);
+    // Against the same run with no restart: a crash loses the work both
+    // had done by 250 s (about 240 s of one GPU's time); a restart that
+    // kept it costs the restart (10 s) and a resume's relocation.
+    const SimResult base = Run(w, "gandiva-timeslice", Small(1, 1));
+    if (kept) {
+      EXPECT_LT(r.makespan_s - base.makespan_s, 30);
+    } else {
+      EXPECT_GT(r.makespan_s - base.makespan_s, 230);
+    }
+  }
+}
+
 TEST_F(SimulatorTest, AClusterEventOfAServerTheClusterDoesNotHaveIsRefused) {
   Workload w;
   w.jobs = {Job("a", 0, 100)};

@@ -243,6 +243,15 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
       }
       return;
     }
+    case ActionKind::kRestart:
+      // The core restarts only a job whose loss the world reported
+      // (ProcessLost), which this daemon does not report: a lost process
+      // is restarted by its own Relaunch and RestartAtSource.
+      if (live) {
+        Reply(a.job.value, a.id.value, "restart", false, 0,
+              "this scheduler does not carry out restarts of the core's");
+      }
+      return;
     case ActionKind::kSetPriority:
     case ActionKind::kNone:
       return;

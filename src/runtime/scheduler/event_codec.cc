@@ -149,6 +149,9 @@ std::string EncodeEvent(const core::EventBody& body) {
             return json{{"job", e.job.value},
                         {"carrier", core::CarrierName(e.carrier)}};
           },
+          [](const core::ProcessLost& e) {
+            return json{{"job", e.job.value}, {"checkpoint", e.checkpoint}};
+          },
       },
       body);
   j["kind"] = EventKindName(body);
@@ -271,6 +274,10 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
     if (kind == "CarrierKnown") {
       return core::EventBody(
           core::CarrierKnown{job(), CarrierFromJson(j.at("carrier"))});
+    }
+    if (kind == "ProcessLost") {
+      return core::EventBody(
+          core::ProcessLost{job(), j.at("checkpoint").get<bool>()});
     }
     return core::InvalidArgument("event: unknown kind '" + kind + "'");
   } catch (const json::exception& e) {

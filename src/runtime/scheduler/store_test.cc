@@ -1101,6 +1101,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       core::DrainRequest{core::ServerId(2), true},
       core::CarrierKnown{core::JobId(4), core::Carrier::kSelf},
       core::CarrierKnown{core::JobId(4), core::Carrier::kRestart},
+      core::ProcessLost{core::JobId(4), true},
+      core::ProcessLost{core::JobId(4), false},
       [&] {
         core::JobArrived e{
             core::JobId(5), spec, {core::GpuId(3), core::GpuId(2)}, true};
@@ -1146,6 +1148,10 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       core::CarrierKnown{core::JobId(7), core::Carrier::kRestart})));
   EXPECT_EQ(carrier.job, core::JobId(7));
   EXPECT_EQ(carrier.carrier, core::Carrier::kRestart);
+  auto lost = std::get<core::ProcessLost>(
+      *DecodeEvent(EncodeEvent(core::ProcessLost{core::JobId(8), true})));
+  EXPECT_EQ(lost.job, core::JobId(8));
+  EXPECT_TRUE(lost.checkpoint);
   auto bad_carrier = DecodeEvent(
       "{\"kind\":\"CarrierKnown\",\"job\":7,\"carrier\":\"teleport\"}");
   ASSERT_FALSE(bad_carrier.ok());
