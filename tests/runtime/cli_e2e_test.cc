@@ -26,7 +26,8 @@ struct CliRun {
 
 CliRun Gandiva(const std::string& args) {
   CliRun r;
-  const std::string cmd = std::string(GANDIVA_CLI) + " " + args + " 2>&1";
+  std::string cmd = GANDIVA_CLI;
+  cmd.append(" ").append(args).append(" 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
   char buf[4096];

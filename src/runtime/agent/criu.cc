@@ -138,7 +138,10 @@ std::string ErrorLine(const std::string& text) {
     }
   }
   std::string s = error.empty() ? last : error;
-  if (s.size() > 300) s = s.substr(0, 300) + "...";
+  if (s.size() > 300) {
+    s.resize(300);
+    s += "...";
+  }
   return s.empty() ? std::string("no output") : s;
 }
 
