@@ -453,7 +453,7 @@ bool SchedulerServer::Impl::EndOnExit(int32_t id, JobExtra& x, const Proc& was,
                                       const std::string& detail) {
   History(id, "exit", ok, 0, detail);
   (void)Feed(core::JobFinished{JobId(id), ok});
-  if (!unlogged) return true;
+  if (!journal.unlogged()) return true;
   x.proc = was;
   x.exit_code = was_code;
   batch.history.pop_back();
@@ -481,7 +481,7 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
                 Seconds(opts.agent_timeout_s) + "): call RegisterAgent again"};
   }
   Heard(a, Now());
-  unlogged = false;
+  journal.ClearUnlogged();
   for (const rpc::JobExit& e : r.exits()) {
     const int32_t id = static_cast<int32_t>(e.job_id());
     JobExtra* x = Extra(id);

@@ -1,30 +1,29 @@
 // The daemon's part that feeds the core and carries out its actions:
-// every event logged before it is handled (Feed, Defer, FlushDeferred),
-// each action sent to its agent through the dispatcher (Execute, Dispatch),
-// and each outcome taken back to the core (Conclude, FinishMove).
+// every event logged (journal.h) before it is handled (Feed, Defer,
+// FlushDeferred, HandleLogged), each action sent to its agent through the
+// dispatcher (Execute, Dispatch), and each outcome taken back to the core
+// (Conclude, FinishMove).
 
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
 
 core::Status SchedulerServer::Impl::Feed(core::EventBody body) {
-  if (handling_left > 0) {
+  if (journal.handling_left() > 0) {
     // It would be logged after the rest of the batch but handled before
     // it: a recovery would replay another order.
     Warn(std::string("event ") + EventKindName(body) +
          " fed while a batch of logged events is handled");
   }
-  deferred.push_back(Deferred{Now(), std::move(body)});
+  journal.Defer(Now(), std::move(body));
   return FlushDeferred();
 }
 
 std::vector<core::Status> SchedulerServer::Impl::FeedTogether(
     std::vector<core::EventBody> bodies) {
   const size_t n = bodies.size();
-  const size_t before = deferred.size();
-  for (core::EventBody& b : bodies) {
-    deferred.push_back(Deferred{Now(), std::move(b)});
-  }
+  const size_t before = journal.queued();
+  for (core::EventBody& b : bodies) journal.Defer(Now(), std::move(b));
   std::vector<core::Status> each;
   (void)FlushDeferred(&each);
   return std::vector<core::Status>(
@@ -34,60 +33,31 @@ std::vector<core::Status> SchedulerServer::Impl::FeedTogether(
 
 core::Status SchedulerServer::Impl::FlushDeferred(
     std::vector<core::Status>* each) {
-  if (deferred.empty()) return core::Status::Ok();
-  std::vector<Deferred> todo;
-  todo.swap(deferred);
-  std::vector<EventRow> rows;
-  rows.reserve(todo.size());
-  for (const Deferred& d : todo) {
-    rows.push_back(
-        EventRow{0, d.time_us, EventKindName(d.body), EncodeEvent(d.body)});
-  }
-  size_t logged = 0;
-  core::Status error;
-  while (logged < rows.size()) {
-    Store::Appended a =
-        store->AppendEvents(std::span<const EventRow>(rows).subspan(logged));
-    logged += a.count;
-    if (a.status.ok()) break;
-    // etcd out of reach for a moment (electing its own leader, say): the
-    // loop waits while this daemon still leads, which it stops doing 2/3
-    // of its lease's TTL after its last renewal.
-    if (a.status.code() == core::StatusCode::kUnavailable && opts.leadership &&
-        opts.leadership->leading()) {
-      Env().SleepFor(100'000);
-      continue;
-    }
-    error = a.status;
-    break;
-  }
-  if (logged > 0) ++log_appends;
-  if (!error.ok()) {
-    Warn("cannot log " +
-         (todo.size() - logged == 1
-              ? std::string("event ") + EventKindName(todo.back().body)
-              : std::to_string(todo.size() - logged) + " events") +
-         ", not handled: " + error.ToString());
-    unlogged = true;
-  }
-  core::Status last = error;
-  if (each != nullptr) each->assign(todo.size(), error);
-  for (size_t i = 0; i < logged; ++i) {
-    const core::EventBody& body = todo[i].body;
-    handling_left = logged - i - 1;
-    ++events_since_compaction;
-    std::vector<core::Action> actions;
-    core::Status s = sched->Handle(
-        core::Event{core::Time::FromMicros(todo[i].time_us), body}, actions);
-    for (JobId changed : sched->TakeChangedJobs()) (void)Extra(changed.value);
-    if (!s.ok())
-      Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
-    AfterHandle(body, actions, /*live=*/true);
-    if (i + 1 == todo.size()) last = s;
-    if (each != nullptr) (*each)[i] = s;
-  }
-  handling_left = 0;
+  if (journal.empty()) return core::Status::Ok();
+  const Journal::Io io{
+      *store, [this] { return opts.leadership && opts.leadership->leading(); },
+      [this](int64_t us) { Env().SleepFor(us); },
+      [this](const std::string& m) { Warn(m); }};
+  std::vector<core::Status> out =
+      journal.Flush(io, [this](core::Time t, const core::EventBody& body) {
+        return HandleLogged(t, body);
+      });
+  const core::Status last = out.back();
+  if (each != nullptr) *each = std::move(out);
   return last;
+}
+
+core::Status SchedulerServer::Impl::HandleLogged(core::Time time,
+                                                 const core::EventBody& body) {
+  ++events_since_compaction;
+  std::vector<core::Action> actions;
+  core::Status s = sched->Handle(core::Event{time, body}, actions);
+  for (JobId changed : sched->TakeChangedJobs()) (void)Extra(changed.value);
+  if (!s.ok()) {
+    Log(std::string(EventKindName(body)) + " refused: " + s.ToString());
+  }
+  AfterHandle(body, actions, /*live=*/true);
+  return s;
 }
 
 void SchedulerServer::Impl::AfterHandle(

@@ -10,6 +10,7 @@
 #include "runtime/scheduler/daemon_types.h"
 #include "runtime/scheduler/gang_move_steps.h"
 #include "runtime/scheduler/job_rows.h"
+#include "runtime/scheduler/journal.h"
 #include "runtime/scheduler/move_steps.h"
 #include "runtime/scheduler/published.h"
 #include "runtime/scheduler/retention.h"
@@ -87,18 +88,8 @@ struct SchedulerServer::Impl final {
   bool archive_prune_left = false;
   int64_t archive_pruned_round = 0;
   int64_t archive_pruned = 0;
-  // An event Feed could not log since this was last cleared.
-  bool unlogged = false;
-  // Events to log and handle together (Defer), each with its time.
-  struct Deferred {
-    int64_t time_us = 0;
-    core::EventBody body;
-  };
-  std::vector<Deferred> deferred;
-  // Events of the batch FlushDeferred hands to the core still to come.
-  size_t handling_left = 0;
-  // Appends of events to the log by this process (one per batch).
-  int64_t log_appends = 0;
+  // Every event is logged here before the core handles it (Feed, Defer).
+  Journal journal;
   // Jobs whose row is behind in progress alone (PersistAndPublish), and
   // when those rows are written next (Now()).
   std::set<int32_t> progress_behind;
@@ -236,7 +227,7 @@ struct SchedulerServer::Impl final {
       (void)Feed(std::move(body));
       return;
     }
-    deferred.push_back(Deferred{Now(), std::move(body)});
+    journal.Defer(Now(), std::move(body));
   }
 
   // Logs the deferred events together (see Store::AppendEvents), then
@@ -244,6 +235,9 @@ struct SchedulerServer::Impl final {
   // each one's into `each`). Those that cannot be logged are dropped, not
   // handled.
   core::Status FlushDeferred(std::vector<core::Status>* each = nullptr);
+  // The core's handling of one event logged, with the daemon's bookkeeping
+  // after it (AfterHandle).
+  core::Status HandleLogged(core::Time time, const core::EventBody& body);
 
   // Daemon bookkeeping after an event; `live` false while replaying the log
   // (the actions were carried out before the crash).

@@ -363,7 +363,7 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
   next->counters = st().counters();
   next->log_events = events_since_compaction;
   next->last_event_seq = store->LastEventSeq();
-  next->log_appends = log_appends;
+  next->log_appends = journal.appends();
   next->compactions = compactions;
   next->jobs_archived = st().forgotten_jobs();
   next->archive_deleted = archive_pruned;
