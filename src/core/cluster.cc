@@ -134,18 +134,20 @@ void Cluster::Unindex(const Server& s) {
   auto it = heights_.find(s.height());
   if (it != heights_.end() && --it->second == 0) heights_.erase(it);
   if (s.cordoned) return;
-  by_affinity_.erase({s.affinity, s.demand, s.id.value});
+  by_affinity_free_.erase({s.affinity, s.free_gpus, s.demand, s.id.value});
+  by_size_affinity_.erase({s.spec.gpus, s.affinity, s.demand, s.id.value});
+  by_size_demand_.erase({s.spec.gpus, 0, s.demand, s.id.value});
   by_free_.erase({s.free_gpus, s.id.value});
-  by_demand_.erase({s.demand, s.id.value});
 }
 
 void Cluster::Index(const Server& s) {
   if (!s.up) return;
   ++heights_[s.height()];
   if (s.cordoned) return;
-  by_affinity_.insert({s.affinity, s.demand, s.id.value});
+  by_affinity_free_.insert({s.affinity, s.free_gpus, s.demand, s.id.value});
+  by_size_affinity_.insert({s.spec.gpus, s.affinity, s.demand, s.id.value});
+  by_size_demand_.insert({s.spec.gpus, 0, s.demand, s.id.value});
   if (s.free_gpus > 0) by_free_.insert({s.free_gpus, s.id.value});
-  by_demand_.insert({s.demand, s.id.value});
 }
 
 void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,

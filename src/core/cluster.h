@@ -11,11 +11,14 @@
 // make placement O(log servers)); policies read. Thread-compatible.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -131,10 +134,25 @@ class Cluster {
   // Servers of one affinity (0 = empty servers), least demand first.
   template <typename F>
   void ForEachWithAffinity(int affinity, F&& f) const {
-    for (auto it = by_affinity_.lower_bound({affinity, -1, -1});
-         it != by_affinity_.end() && std::get<0>(*it) == affinity; ++it) {
-      if (!Avoided(std::get<2>(*it)) && f(servers_[std::get<2>(*it)])) return;
+    ForEachWithAffinityAndFree(affinity, 0, f);
+  }
+  // The servers ForEachWithAffinity visits, in its order, that have at
+  // least `min_free` free GPUs: a caller that accepts no other server
+  // visits only these (the cost of a call is the servers visited, not the
+  // servers of that affinity).
+  template <typename F>
+  void ForEachWithAffinityAndFree(int affinity, int min_free, F&& f) const {
+    Ranges ranges;
+    // One run of (affinity, free) per free count, each by (demand, id).
+    for (auto it =
+             by_affinity_free_.lower_bound({affinity, min_free, kMin, kMin});
+         it != by_affinity_free_.end() && std::get<0>(*it) == affinity;) {
+      auto end = by_affinity_free_.lower_bound(
+          {affinity, std::get<1>(*it) + 1, kMin, kMin});
+      ranges.push_back({it, end});
+      it = end;
     }
+    VisitMerged(ranges, f);
   }
   // Servers with at least `min_free` free GPUs, fewest free first (best fit).
   template <typename F>
@@ -154,9 +172,41 @@ class Cluster {
   // All up servers, least demand first.
   template <typename F>
   void ForEachByDemand(F&& f) const {
-    for (const auto& [demand, id] : by_demand_) {
-      if (!Avoided(id) && f(servers_[id])) return;
+    ForEachWithRoom(kAnyAffinity, 0, 0, 0, f);
+  }
+  // The servers ForEachWithAffinity(affinity) visits (with kAnyAffinity,
+  // those ForEachByDemand visits), in its order, that have at least
+  // `min_gpus` GPUs and room for `more` more GPUs of demand (more < 0: as
+  // many as the server has) within `max_height` per GPU: demand + more <=
+  // max_height x GPUs (max_height <= 0: no limit). Costs the servers
+  // visited, as ForEachWithAffinityAndFree.
+  static constexpr int kAnyAffinity = -1;
+  template <typename F>
+  void ForEachWithRoom(int affinity, int min_gpus, int max_height, int more,
+                       F&& f) const {
+    const auto& index =
+        affinity == kAnyAffinity ? by_size_demand_ : by_size_affinity_;
+    const int a = affinity == kAnyAffinity ? 0 : affinity;
+    Ranges ranges;
+    // One run per server size, each by (demand, id): a prefix of it fits.
+    for (auto it = index.lower_bound({min_gpus, kMin, kMin, kMin});
+         it != index.end();) {
+      const int gpus = std::get<0>(*it);
+      auto first = index.lower_bound({gpus, a, kMin, kMin});
+      const int64_t limit = max_height <= 0
+                                ? kMax
+                                : static_cast<int64_t>(max_height) * gpus -
+                                      (more < 0 ? gpus : more);
+      auto end =
+          limit < kMin
+              ? first
+              : index.upper_bound(
+                    {gpus, a, static_cast<int>(std::min<int64_t>(limit, kMax)),
+                     kMax});
+      if (first != end) ranges.push_back({first, end});
+      it = index.lower_bound({gpus + 1, kMin, kMin, kMin});
     }
+    VisitMerged(ranges, f);
   }
 
   // While it lives, the placement views above skip `servers`: a policy
@@ -212,17 +262,48 @@ class Cluster {
   void Unindex(const Server& s);
   void Index(const Server& s);
 
+  // Runs of an index, each in (demand, server) order (a tuple's last two
+  // fields).
+  using Key = std::tuple<int, int, int, int>;
+  using Ranges = std::vector<
+      std::pair<std::set<Key>::const_iterator, std::set<Key>::const_iterator>>;
+  static constexpr int kMin = std::numeric_limits<int>::min();
+  static constexpr int kMax = std::numeric_limits<int>::max();
+  // Calls f on the servers of `ranges` merged in (demand, server) order,
+  // skipping avoided ones, until f returns true.
+  template <typename F>
+  void VisitMerged(Ranges& ranges, F&& f) const {
+    while (true) {
+      auto* best = static_cast<typename Ranges::value_type*>(nullptr);
+      for (auto& r : ranges) {
+        if (r.first == r.second) continue;
+        if (best == nullptr ||
+            std::pair(std::get<2>(*r.first), std::get<3>(*r.first)) <
+                std::pair(std::get<2>(*best->first),
+                          std::get<3>(*best->first))) {
+          best = &r;
+        }
+      }
+      if (best == nullptr) return;
+      const int id = std::get<3>(*best->first);
+      ++best->first;
+      if (!Avoided(id) && f(servers_[id])) return;
+    }
+  }
+
   std::vector<Server> servers_;
   std::vector<Gpu> gpus_;
   int up_gpus_ = 0;
   int max_server_gpus_ = 0;
   int free_gpus_ = 0;
-  // (affinity, demand, server) for open servers (up, not cordoned).
-  std::set<std::tuple<int, int, int>> by_affinity_;
+  // Open servers (up, not cordoned) by (affinity, free GPUs, demand,
+  // server), by (GPUs, affinity, demand, server) and by (GPUs, 0, demand,
+  // server): runs of these merged give the views above.
+  std::set<Key> by_affinity_free_;
+  std::set<Key> by_size_affinity_;
+  std::set<Key> by_size_demand_;
   // (free GPUs, server) for open servers with a free GPU.
   std::set<std::pair<int, int>> by_free_;
-  // (demand, server) for open servers.
-  std::set<std::pair<int, int>> by_demand_;
   // height -> number of up servers at that height (cordoned ones included).
   std::map<int, int> heights_;
   // The servers an Avoiding scope names (placement state, never saved).

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
 #include "core/policies/placement.h"
 
 namespace gandiva::core {
@@ -159,6 +164,122 @@ TEST(ClusterTest, ACordonedServerLeavesThePlacementViews) {
   EXPECT_EQ(c.free_gpus(), 4);
   c.SetUp(ServerId(1), true);
   EXPECT_EQ(c.free_gpus(), 8);
+}
+
+// The indexed views visit exactly the servers a scan of every server in
+// (demand, id) order would accept, in that order, after any sequence of
+// placements, removals, losses and cordons, on servers of several sizes.
+TEST(ClusterTest, IndexedViewsAgreeWithAScanAfterRandomChanges) {
+  Cluster c;
+  const int sizes[] = {2, 4, 8};
+  for (int i = 0; i < 24; ++i) c.AddServer(Spec(sizes[i % 3]));
+  std::mt19937 rng(7);
+  auto pick = [&](int n) {
+    return std::uniform_int_distribution<int>(0, n - 1)(rng);
+  };
+  // job -> its GPUs
+  std::map<int, std::vector<GpuId>> placed;
+  int next_job = 0;
+  auto visited = [](auto each) {
+    std::vector<int> order;
+    each([&](const Server& s) {
+      order.push_back(s.id.value);
+      return false;
+    });
+    return order;
+  };
+  // Every open server `accept` takes, by (demand, id).
+  auto scan = [&](auto accept) {
+    std::vector<std::pair<int, int>> keyed;
+    for (const Server& s : c.servers()) {
+      if (s.up && !s.cordoned && accept(s)) {
+        keyed.push_back({s.demand, s.id.value});
+      }
+    }
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<int> order;
+    for (const auto& k : keyed) order.push_back(k.second);
+    return order;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const int op = pick(10);
+    if (op < 5) {
+      // Place a job of 1-8 GPUs on some GPUs of one server (shared or not).
+      const Server& s = c.server(ServerId(pick(c.num_servers())));
+      if (!s.up) continue;
+      const int d = std::min(s.num_gpus(), 1 << pick(4));
+      const int base = pick(s.num_gpus() / d) * d;
+      std::vector<GpuId> gpus;
+      for (int i = 0; i < d; ++i) {
+        gpus.push_back(GpuId(s.first_gpu.value + base + i));
+      }
+      c.Place(JobId(next_job), d, gpus);
+      placed[next_job++] = gpus;
+    } else if (op < 8 && !placed.empty()) {
+      auto it = placed.begin();
+      std::advance(it, pick(static_cast<int>(placed.size())));
+      c.Unplace(JobId(it->first), it->second);
+      placed.erase(it);
+    } else if (op == 8) {
+      const ServerId id(pick(c.num_servers()));
+      // Only an empty server goes down here (its jobs would be requeued).
+      bool empty = true;
+      for (GpuId g : c.GpusOf(id)) empty = empty && c.gpu(g).jobs.empty();
+      if (empty) c.SetUp(id, !c.server(id).up);
+    } else {
+      const ServerId id(pick(c.num_servers()));
+      c.SetCordoned(id, !c.server(id).cordoned);
+    }
+    for (int a = 0; a <= 8; a = a == 0 ? 1 : a * 2) {
+      EXPECT_EQ(visited([&](auto f) { c.ForEachWithAffinity(a, f); }),
+                scan([&](const Server& s) { return s.affinity == a; }));
+      for (int k = 0; k <= 8; ++k) {
+        EXPECT_EQ(
+            visited([&](auto f) { c.ForEachWithAffinityAndFree(a, k, f); }),
+            scan([&](const Server& s) {
+              return s.affinity == a && s.free_gpus >= k;
+            }))
+            << "affinity " << a << ", " << k << " free, step " << step;
+      }
+      for (int height : {0, 1, 2, 4}) {
+        for (int more : {-1, 1, 2, 4}) {
+          for (int min_gpus : {0, 2, 4, 8}) {
+            auto room = [&](const Server& s) {
+              const int m = more < 0 ? s.num_gpus() : more;
+              return s.num_gpus() >= min_gpus &&
+                     (height <= 0 || s.demand + m <= height * s.num_gpus());
+            };
+            EXPECT_EQ(visited([&](auto f) {
+                        c.ForEachWithRoom(a, min_gpus, height, more, f);
+                      }),
+                      scan([&](const Server& s) {
+                        return s.affinity == a && room(s);
+                      }));
+            if (a == 0) {
+              EXPECT_EQ(visited([&](auto f) {
+                          c.ForEachWithRoom(Cluster::kAnyAffinity, min_gpus,
+                                            height, more, f);
+                        }),
+                        scan(room));
+            }
+          }
+        }
+      }
+    }
+    EXPECT_EQ(visited([&](auto f) { c.ForEachByDemand(f); }),
+              scan([](const Server&) { return true; }));
+    if (::testing::Test::HasFailure()) return;
+  }
+  // An Avoiding scope leaves its servers out, the order otherwise kept.
+  std::vector<ServerId> avoid = {ServerId(1), ServerId(5)};
+  const std::vector<int> all = visited(
+      [&](auto f) { c.ForEachWithRoom(Cluster::kAnyAffinity, 0, 0, 0, f); });
+  std::vector<int> rest;
+  for (int id : all) {
+    if (id != 1 && id != 5) rest.push_back(id);
+  }
+  Cluster::Avoiding scope(c, avoid);
+  EXPECT_EQ(visited([&](auto f) { c.ForEachByDemand(f); }), rest);
 }
 
 TEST(PlacementTest, PrefersAlignedFreeBlocksAndSameSocket) {

@@ -273,10 +273,10 @@ void Actions::SetPriority(JobId id, int priority) {
   Job& job = CheckedJob(id);
   if (job.spec.priority == priority) return;
   const bool queued = st.Dequeue(job);
-  const bool waiting = st.waiting_.erase(ClusterState::WaitKey(job)) > 0;
+  const bool waiting = st.RemoveWaiting(job);
   job.spec.priority = priority;
   if (queued) s_->Queue(job);
-  if (waiting) st.waiting_.insert(ClusterState::WaitKey(job));
+  if (waiting) st.AddWaiting(job);
   Emit(job, ActionKind::kSetPriority, false).priority = priority;
 }
 
@@ -972,9 +972,9 @@ void Scheduler::Adopt(Job& job, const std::vector<GpuId>& gpus,
 
 void Scheduler::SetWaiting(Job& job, bool waiting) {
   if (waiting && !job.held) {
-    state_.waiting_.insert(ClusterState::WaitKey(job));
+    state_.AddWaiting(job);
   } else {
-    state_.waiting_.erase(ClusterState::WaitKey(job));
+    state_.RemoveWaiting(job);
   }
 }
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <set>
 
 #include "core/policies/fifo.h"
 #include "core/policies/registry.h"
@@ -614,6 +616,57 @@ TEST(SchedulerTest, AQueuedJobFoundRunningIsAdoptedWhereItRuns) {
 }
 
 // The gandiva policy time-slices an adopted job with the others.
+// waiting_by_size() is waiting() split by the GPUs each job holds, through
+// time-slicing, grows and shrinks, holds, priority changes, ends and a
+// snapshot's restore.
+TEST(SchedulerTest, TheWaitingJobsBySizeAreTheWaitingJobs) {
+  auto p = MakePolicy("gandiva");
+  ASSERT_TRUE(p.ok());
+  Harness h(std::move(*p), 4);
+  std::mt19937 rng(3);
+  auto pick = [&](int n) {
+    return std::uniform_int_distribution<int>(0, n - 1)(rng);
+  };
+  auto check = [&](const ClusterState& st) {
+    std::set<JobOrder> all;
+    for (size_t k = 0; k < st.waiting_by_size().size(); ++k) {
+      for (const JobOrder& o : st.waiting_by_size()[k]) {
+        EXPECT_EQ(size_t{1} << k, st.job(o.id).gpus.size()) << o.id.value;
+        all.insert(o);
+      }
+    }
+    EXPECT_EQ(all, st.waiting());
+  };
+  std::vector<JobId> jobs;
+  for (int step = 0; step < 400; ++step) {
+    const int op = pick(8);
+    if (op < 3) {
+      jobs.push_back(h.Submit(1 << pick(3), pick(2), pick(2) == 0));
+    } else if (op < 5) {
+      h.CompleteAll();
+    } else if (op == 5) {
+      h.Advance(Duration::Seconds(61));
+      h.Tick();
+    } else if (!jobs.empty()) {
+      const JobId id =
+          jobs[static_cast<size_t>(pick(static_cast<int>(jobs.size())))];
+      if (IsTerminal(h.job(id).state)) continue;
+      const int what = pick(3);
+      if (what == 0) h.Send(JobFinished{id, true});
+      if (what == 1) h.Send(HoldRequest{id, !h.job(id).held});
+      if (what == 2) h.Send(PriorityRequest{id, pick(3)});
+    }
+    check(h.state());
+    if (::testing::Test::HasFailure()) return;
+  }
+  auto again = MakePolicy("gandiva");
+  ASSERT_TRUE(again.ok());
+  Scheduler restored(std::move(*again));
+  ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
+  check(restored.state());
+  EXPECT_FALSE(h.state().waiting().empty()) << "the test waits for nothing";
+}
+
 TEST(SchedulerTest, TheGandivaPolicyTimeSlicesAnAdoptedJob) {
   auto policy = MakePolicy("gandiva");
   ASSERT_TRUE(policy.ok()) << policy.status().ToString();

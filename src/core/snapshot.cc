@@ -387,6 +387,10 @@ Status Scheduler::Restore(std::string_view bytes) {
     const int gpus = st.jobs_[o.id.value]->spec.gpus;
     st.queue_by_size_[std::countr_zero(static_cast<unsigned>(gpus))].insert(o);
   }
+  for (const JobOrder& o : st.waiting_) {
+    const size_t gpus = st.jobs_[o.id.value]->gpus.size();
+    st.waiting_by_size_[ClusterState::SizeClass(gpus)].insert(o);
+  }
   // A queued job out of the queue waits to try its start again (Queue()).
   for (const auto& jp : st.jobs_) {
     if (jp == nullptr) continue;

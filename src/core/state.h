@@ -93,6 +93,11 @@ class ClusterState {
   // Suspended jobs with no mechanism under way, priority first, then the
   // longest waiting: the candidates for the next time slice.
   const std::set<JobOrder>& waiting() const { return waiting_; }
+  // waiting() split by the GPUs each job holds: entry k holds the jobs on
+  // 2^k GPUs (on n GPUs, entry countr_zero(n)).
+  const std::array<std::set<JobOrder>, kMaxLog2Gpus>& waiting_by_size() const {
+    return waiting_by_size_;
+  }
   // Queued jobs whose start failed, kept out of the queue until their
   // Job::start_retry_at: (that time, job), earliest first.
   const std::set<std::pair<Time, JobId>>& start_retries() const {
@@ -121,6 +126,12 @@ class ClusterState {
     return {-j.spec.priority, j.waiting_since, j.id};
   }
   void Enqueue(const Job& j);
+  // Into and out of waiting(); false if it was not there.
+  void AddWaiting(const Job& j);
+  bool RemoveWaiting(const Job& j);
+  static size_t SizeClass(size_t gpus) {
+    return static_cast<size_t>(std::countr_zero(gpus)) % kMaxLog2Gpus;
+  }
   // Out of the queue (or of the start retries); false if it was in
   // neither.
   bool Dequeue(const Job& j);
@@ -135,6 +146,7 @@ class ClusterState {
   std::set<JobOrder> queue_;
   std::array<std::set<JobOrder>, kMaxLog2Gpus> queue_by_size_;
   std::set<JobOrder> waiting_;
+  std::array<std::set<JobOrder>, kMaxLog2Gpus> waiting_by_size_;
   std::set<std::pair<Time, JobId>> start_retries_;
   bool start_retries_released_ = false;
   int64_t placed_ = 0;
@@ -150,6 +162,16 @@ inline void ClusterState::Enqueue(const Job& j) {
   queue_.insert(QueueKey(j));
   queue_by_size_[std::countr_zero(static_cast<unsigned>(j.spec.gpus))].insert(
       QueueKey(j));
+}
+
+inline void ClusterState::AddWaiting(const Job& j) {
+  waiting_.insert(WaitKey(j));
+  waiting_by_size_[SizeClass(j.gpus.size())].insert(WaitKey(j));
+}
+
+inline bool ClusterState::RemoveWaiting(const Job& j) {
+  waiting_by_size_[SizeClass(j.gpus.size())].erase(WaitKey(j));
+  return waiting_.erase(WaitKey(j)) > 0;
 }
 
 inline bool ClusterState::Dequeue(const Job& j) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 #include "core/policies/placement.h"
 
@@ -151,8 +152,8 @@ std::optional<std::vector<GpuId>> GandivaPolicy::FindFree(
     gpus = FreeGpusOn(cluster, s, d);
     return gpus.has_value();
   };
-  cluster.ForEachWithAffinity(d, take_free);
-  if (!gpus) cluster.ForEachWithAffinity(0, take_free);
+  cluster.ForEachWithAffinityAndFree(d, d, take_free);
+  if (!gpus) cluster.ForEachWithAffinityAndFree(0, d, take_free);
   if (!gpus) cluster.ForEachWithFree(d, take_free);
   if (!gpus && allow_split) gpus = GatherFreeGpus(cluster, d);
   return gpus;
@@ -165,17 +166,26 @@ void GandivaPolicy::PullWaiting(const ClusterState& state, Actions& out) {
     return;
   }
   std::array<bool, kMaxLog2Gpus> blocked{};
-  std::vector<JobId> order;
-  for (const JobOrder& w : state.waiting()) order.push_back(w.id);
-  for (JobId id : order) {
+  // The waiting jobs in order, those of sizes that cannot fit now (more
+  // than the free GPUs, or tried in vain) passed over: the next is the
+  // first after the last one taken among the heads of the open sizes.
+  const auto& sizes = state.waiting_by_size();
+  std::optional<JobOrder> last;
+  while (true) {
     const int free = cluster.free_gpus();
     if (free == 0) return;
-    // Stop once no size that could still fit is left untried.
-    bool any_open = false;
-    for (int k = 0; (1 << k) <= free && k < kMaxLog2Gpus; ++k) {
-      any_open = any_open || !blocked[k];
+    const JobOrder* next = nullptr;
+    for (int k = 0; k < kMaxLog2Gpus && (1 << k) <= free; ++k) {
+      if (blocked[k] || sizes[k].empty()) continue;
+      auto it = last ? sizes[k].upper_bound(*last) : sizes[k].begin();
+      if (it != sizes[k].end() && (next == nullptr || *it < *next)) {
+        next = &*it;
+      }
     }
-    if (!any_open) return;
+    // No size that could still fit is left untried.
+    if (next == nullptr) return;
+    last = *next;
+    const JobId id = next->id;
     const Job& j = state.job(id);
     if (j.state != JobState::kSuspended || j.busy()) continue;
     if (j.launched && j.immovable) continue;
@@ -256,8 +266,12 @@ std::optional<GandivaPolicy::Placement> GandivaPolicy::FindPlace(
       gpus = LeastLoadedBlock(cluster, s, d);
       return true;
     };
-    cluster.ForEachWithAffinity(d, share);
-    if (!gpus && starving) cluster.ForEachByDemand(share);
+    // (Only servers under the cap are visited.)
+    cluster.ForEachWithRoom(d, d, options_.max_height, d, share);
+    if (!gpus && starving) {
+      cluster.ForEachWithRoom(Cluster::kAnyAffinity, d, options_.max_height, d,
+                              share);
+    }
   } else {
     // Larger than any server: whole servers.
     std::vector<GpuId> acc;
@@ -280,10 +294,11 @@ std::optional<GandivaPolicy::Placement> GandivaPolicy::FindPlace(
       return take_whole(s);
     };
     acc.clear();
-    cluster.ForEachWithAffinity(d, share_whole);
+    cluster.ForEachWithRoom(d, 0, options_.max_height, -1, share_whole);
     if (static_cast<int>(acc.size()) < d && starving) {
       acc.clear();
-      cluster.ForEachByDemand(share_whole);
+      cluster.ForEachWithRoom(Cluster::kAnyAffinity, 0, options_.max_height, -1,
+                              share_whole);
     }
     if (static_cast<int>(acc.size()) >= d) gpus = std::move(acc);
   }
@@ -620,9 +635,9 @@ std::optional<std::vector<GpuId>> GandivaPolicy::GoodPlace(
     return gpus.has_value();
   };
   if (d <= cluster.max_server_gpus()) {
-    cluster.ForEachWithAffinity(d, try_server);
+    cluster.ForEachWithAffinityAndFree(d, d, try_server);
     if (!gpus && !only_busy_servers) {
-      cluster.ForEachWithAffinity(0, try_server);
+      cluster.ForEachWithAffinityAndFree(0, d, try_server);
     }
     if (!gpus) cluster.ForEachWithFree(d, try_server);
     return gpus;
