@@ -643,11 +643,13 @@ class Client {
     if (ids != nullptr) ids->assign(rep.job_ids().begin(), rep.job_ids().end());
     return s;
   }
-  int64_t MustSubmit(int gpus, const std::string& name = "job") {
+  int64_t MustSubmit(int gpus, const std::string& name = "job",
+                     bool restartable = false) {
     rpc::JobSpec spec;
     spec.set_name(name);
     spec.set_command("python3 train.py");
     spec.set_gpus(gpus);
+    spec.set_restartable(restartable);
     int64_t id = -1;
     grpc::Status s = Submit(spec, &id);
     EXPECT_TRUE(s.ok()) << s.error_message();
@@ -4410,14 +4412,8 @@ TEST_F(DaemonTest, APackOntoAJobOfAnotherServerMovesTheSuspendedJob) {
   ASSERT_TRUE(b.Register(server_.address()).ok());
   std::vector<int64_t> jobs;
   for (int i = 0; i < 2; ++i) {
-    rpc::JobSpec spec;
-    spec.set_name("job" + std::to_string(i));
-    spec.set_command("python3 train.py");
-    spec.set_gpus(1);
-    spec.set_restartable(true);
-    int64_t id = 0;
-    ASSERT_TRUE(cl.Submit(spec, &id).ok());
-    jobs.push_back(id);
+    jobs.push_back(cl.MustSubmit(1, "job" + std::to_string(i), true));
+    ASSERT_GT(jobs.back(), 0);
   }
   ASSERT_TRUE(WaitFor([&] {
     for (int64_t j : jobs) {
@@ -4462,14 +4458,8 @@ TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
   Client& cl = StartFifoDaemonWith(a);
   std::vector<int64_t> jobs;
   for (int i = 0; i < 2; ++i) {
-    rpc::JobSpec spec;
-    spec.set_name("job" + std::to_string(i));
-    spec.set_command("python3 train.py");
-    spec.set_gpus(1);
-    spec.set_restartable(true);
-    int64_t id = 0;
-    ASSERT_TRUE(cl.Submit(spec, &id).ok());
-    jobs.push_back(id);
+    jobs.push_back(cl.MustSubmit(1, "job" + std::to_string(i), true));
+    ASSERT_GT(jobs.back(), 0);
   }
   // Running, and its start concluded (a pack with it is refused while a
   // mechanism of it is under way).
@@ -4541,14 +4531,8 @@ TEST_F(DaemonTest, DrainCordonsAServerAndMigratesItsJobsOff) {
   ASSERT_TRUE(b.Register(server_.address()).ok());
   std::vector<int64_t> jobs;
   for (int i = 0; i < 2; ++i) {
-    rpc::JobSpec spec;
-    spec.set_name("job" + std::to_string(i));
-    spec.set_command("python3 train.py");
-    spec.set_gpus(1);
-    spec.set_restartable(true);
-    int64_t id = 0;
-    ASSERT_TRUE(client_->Submit(spec, &id).ok());
-    jobs.push_back(id);
+    jobs.push_back(client_->MustSubmit(1, "job" + std::to_string(i), true));
+    ASSERT_GT(jobs.back(), 0);
   }
   auto started = [&](int64_t id) {
     const rpc::JobInfo info = client_->Get(id);
