@@ -291,7 +291,6 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
           cj.in_flight != ActionKind::kUnpack) {
         continue;
       }
-      if (restarting.contains(id)) continue;
       a.missing.insert(id);
       continue;
     }
@@ -334,19 +333,51 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
               "agent '" + a.name + "' is back without the checkpoint it " +
                   "kept; " + (gang ? "every part starts" : "the job starts") +
                   " again from the beginning");
-      if (runs) gang ? RelaunchGang(id) : Relaunch(id);
+      // Running, the core restarts it; suspended, it starts again when
+      // its policy runs it.
+      if (runs && gang) RelaunchGang(id);
+      if (!gang && !j.busy()) {
+        LoseProcess(id, false, "agent '" + a.name + "' is back");
+      }
       continue;
     }
     if (runs && !AnyPartAway(x.proc)) {
       const std::string why = "agent '" + a.name + "' is back";
       if (gang) {
         RestartGangAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
+        x.kept_at = -1;
+        x.stopped_us = 0;
       } else {
-        RestartAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
+        LoseProcess(id, true, why);
       }
-      x.kept_at = -1;
-      x.stopped_us = 0;
     }
+  }
+  // The core's restarts that waited for this agent go out now: from the
+  // checkpoint it kept, or, when it is back without it, from the
+  // beginning (the core decides, told that the one from the checkpoint
+  // failed).
+  std::vector<int64_t> waiting;
+  for (const auto& [aid, p] : pending) {
+    auto x = extras.find(p.action.job.value);
+    if (p.action.kind == ActionKind::kRestart && !p.sent && x != extras.end() &&
+        x->second.proc.server == a.id && !x->second.proc.exists) {
+      waiting.push_back(aid);
+    }
+  }
+  for (int64_t aid : waiting) {
+    auto it = pending.find(aid);
+    if (it == pending.end()) continue;
+    const int32_t id = it->second.action.job.value;
+    if (it->second.action.relocates && !a.held.contains(id)) {
+      Extra(id)->proc.checkpoint = false;
+      (void)Feed(core::ActionFailed{
+          core::ActionId(aid),
+          JobId(id),
+          {},
+          "agent '" + a.name + "' is back without the checkpoint"});
+      continue;
+    }
+    DispatchRestart(it->second);
   }
   a.reconcile_pending = true;
 }
@@ -399,6 +430,17 @@ void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
       case ActionKind::kUnpack:
         (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
         return;
+      case ActionKind::kRestart:
+        // A restart replayed from the log that had not reached the agent:
+        // sent now, unless the checkpoint it goes on from is gone (the
+        // core then restarts the job from the beginning).
+        // One sent is settled by its reply.
+        if (it != pending.end() && it->second.sent) return;
+        if (it != pending.end() && (held || !it->second.action.relocates)) {
+          DispatchRestart(it->second);
+          return;
+        }
+        break;
       default:
         break;
     }
@@ -406,46 +448,14 @@ void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
         core::ActionFailed{j.in_flight_id, JobId(id), {}, "process lost"});
     return;
   }
-  // Suspended: it resumes from the checkpoint if there is one, else
-  // afresh.
-  if (j.state != JobState::kRunning) return;
-  if (held) {
-    RestartAtSource(id, x.proc, "agent '" + a.name + "' kept it");
-    return;
-  }
-  Relaunch(id);
-}
-
-void SchedulerServer::Impl::Relaunch(int32_t id) {
-  JobExtra& x = *Extra(id);
+  // Running: the core restarts it. Suspended: the core resumes it from the
+  // checkpoint when its policy runs it again, or without one starts it
+  // again from the beginning.
   if (x.proc.gang()) {
-    RelaunchGang(id);
+    if (j.state == JobState::kRunning) RelaunchGang(id);
     return;
   }
-  auto stub = StubOf(x.proc.server);
-  if (stub == nullptr) return;
-  x.proc.exists = true;
-  restarting.insert(id);
-  rpc::StartJobRequest req;
-  req.set_job_id(id);
-  req.set_submitted_us(SubmittedUs(id));
-  req.set_action_id(InternalActionId());
-  *req.mutable_spec() = x.spec;
-  for (int32_t g : x.proc.local) req.add_gpus(g);
-  executor->Run(id, [=, this] {
-    rpc::StartJobReply rep;
-    auto ctx = Ctx();
-    grpc::Status s = stub->StartJob(ctx.get(), req, &rep);
-    Post([=, this] {
-      restarting.erase(id);
-      History(id, "restart", s.ok(), rep.took_us(),
-              s.ok() ? "relaunched a lost process" : RpcError("StartJob", s));
-      if (!s.ok() && !IsEnded(id)) {
-        Extra(id)->proc.exists = false;
-        (void)Feed(core::JobFinished{JobId(id), false});
-      }
-    });
-  });
+  LoseProcess(id, held, held ? "agent '" + a.name + "' kept it" : "");
 }
 
 bool SchedulerServer::Impl::EndOnExit(int32_t id, JobExtra& x, const Proc& was,
@@ -648,7 +658,7 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
     for (int32_t id : missing) {
       JobExtra* x = Extra(id);
       if (x != nullptr && x->proc.exists && x->proc.On(a.id) && !IsEnded(id) &&
-          !running.contains(id) && !restarting.contains(id)) {
+          !running.contains(id)) {
         Lost(a, id);
       }
     }
@@ -660,8 +670,7 @@ void SchedulerServer::Impl::StateCheck(const AgentConn& a, int32_t id,
                                        JobExtra& x, rpc::JobState reported) {
   // The daemon's own conditions; the model judges the states.
   const bool checkable = x.proc.exists && !x.proc.leaving && !x.proc.gang() &&
-                         x.proc.server == a.id && !restarting.contains(id) &&
-                         Away(a.id).empty();
+                         x.proc.server == a.id && Away(a.id).empty();
   if (Model().CheckState(id, reported, checkable, x.mismatch) !=
       AgentModel::State::kSetRight) {
     return;

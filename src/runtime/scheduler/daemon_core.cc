@@ -79,13 +79,21 @@ void SchedulerServer::Impl::AfterHandle(
       // itself where it left it (FinishMove), e.g. running where it was
       // when it could not checkpoint.
       if (x != nullptr && !it->second.settled &&
-          (k == ActionKind::kStart || it->second.relocate ||
+          (k == ActionKind::kStart || k == ActionKind::kRestart ||
+           it->second.relocate ||
            (k == ActionKind::kPack && it->second.action.launch))) {
         x->proc.exists = false;
       }
       pending.erase(it);
     }
   } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
+    // A restart there waits no longer: the core queued the job again.
+    std::erase_if(pending, [&](const auto& e) {
+      const PendingAction& p = e.second;
+      if (p.action.kind != ActionKind::kRestart) return false;
+      const core::Job& j = st().job(p.action.job);
+      return !j.busy() || j.in_flight_id != p.action.id;
+    });
     for (auto& [id, x] : extras) {
       if (!x.proc.On(down->id)) continue;
       x.dirty = true;
@@ -213,15 +221,14 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
       }
       return;
     }
-    case ActionKind::kRestart:
-      // The core restarts only a job whose loss the world reported
-      // (ProcessLost), which this daemon does not report: a lost process
-      // is restarted by its own Relaunch and RestartAtSource.
-      if (live) {
-        Reply(a.job.value, a.id.value, "restart", false, 0,
-              "this scheduler does not carry out restarts of the core's");
-      }
+    case ActionKind::kRestart: {
+      // Where its process was (LoseProcess); not sent while replayed: the
+      // agent's list at its registration settles it, or it is sent then.
+      PendingAction& p = pending[a.id.value] =
+          PendingAction{a, Now(), a.relocates, 0};
+      if (live) DispatchRestart(p);
       return;
+    }
     case ActionKind::kSetPriority:
     case ActionKind::kNone:
       return;
@@ -451,38 +458,53 @@ void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
         st().job(JobId(job)).state == core::JobState::kRunning &&
         !x->proc.exists && x->proc.checkpoint &&
         x->proc.server == from.server) {
-      RestartAtSource(job, from, "the move failed");
+      if (from.gang()) {
+        RestartGangAtSource(job, from);
+      } else {
+        LoseProcess(job, true, "the move failed");
+      }
     }
   });
 }
 
-void SchedulerServer::Impl::RestartAtSource(int32_t job, const Proc& from,
-                                            const std::string& why,
-                                            int64_t saved,
-                                            int64_t paused_since_us) {
-  JobExtra* x = Extra(job);
-  if (from.gang()) {
-    RestartGangAtSource(job, from);
+void SchedulerServer::Impl::LoseProcess(int32_t job, bool checkpoint,
+                                        std::string why) {
+  JobExtra& x = *Extra(job);
+  x.proc.exists = x.proc.leaving = false;
+  x.proc.checkpoint = checkpoint;
+  x.restart_why = std::move(why);
+  const core::Status s = Feed(core::ProcessLost{JobId(job), checkpoint});
+  if (!s.ok()) Warn("job " + std::to_string(job) + ": " + s.ToString());
+}
+
+void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
+  const int32_t job = p.action.job.value;
+  const int64_t aid = p.action.id.value;
+  const bool from_checkpoint = p.action.relocates;
+  JobExtra& x = *Extra(job);
+  const Proc at = x.proc;
+  auto stub = StubOf(at.server);
+  if (stub == nullptr || !Away(at.server).empty()) {
+    // Its agent is away: the job waits for it there (or for its server to
+    // be declared down), its restart sent when the agent registers.
+    p.sent = false;
+    x.proc.exists = false;
     return;
   }
-  auto stub = StubOf(from.server);
-  if (x == nullptr || stub == nullptr) return;
-  if (!Away(from.server).empty()) {
-    // Its agent is away: the job waits for it there, and Reconcile
-    // restarts it from the checkpoint when it is back.
-    x->proc = from.CheckpointOnly();
-    return;
-  }
-  x->proc = Proc{from.server, from.local, true, false, false};
-  restarting.insert(job);
+  p.sent = true;
+  x.proc = Proc{at.server, at.local, true, false, false};
+  const std::string why =
+      x.restart_why.empty() ? "its process was lost" : x.restart_why;
+  const int64_t saved = from_checkpoint ? x.kept_at : -1;
+  const int64_t paused_since_us = from_checkpoint ? x.stopped_us : 0;
   rpc::StartJobRequest req;
   req.set_job_id(job);
   req.set_submitted_us(SubmittedUs(job));
-  req.set_action_id(InternalActionId());
-  *req.mutable_spec() = x->spec;
-  for (int32_t g : from.local) req.add_gpus(g);
-  req.set_resume_local(true);
-  const std::string name = AgentName(from.server);
+  req.set_action_id(aid);
+  *req.mutable_spec() = x.spec;
+  for (int32_t g : at.local) req.add_gpus(g);
+  req.set_resume_local(from_checkpoint);
+  const std::string name = AgentName(at.server);
   executor->Run(job, [=, this] {
     const int64_t t0 = Env().SteadyMicros();
     rpc::StartJobReply rep;
@@ -496,8 +518,7 @@ void SchedulerServer::Impl::RestartAtSource(int32_t job, const Proc& from,
     std::string cost;
     if (s.ok() && saved >= 0) {
       const int64_t first = AwaitFirstMinibatch(
-          job, PartConn{Part{from.server, from.local}, stub, name, ""}, saved,
-          t0);
+          job, PartConn{Part{at.server, at.local}, stub, name, ""}, saved, t0);
       cost = first >= 0 ? "; first mini-batch " + Ms(first) + " after the start"
                         : "; no mini-batch within a minute of the start";
       if (first >= 0 && paused_since_us > 0) {
@@ -507,47 +528,54 @@ void SchedulerServer::Impl::RestartAtSource(int32_t job, const Proc& from,
       }
     }
     Post([=, this] {
-      restarting.erase(job);
+      auto pit = pending.find(aid);
       JobExtra* y = Extra(job);
-      if (y == nullptr) return;
-      if (!s.ok()) {
-        const bool ours =
-            y->proc.exists && y->proc.server == from.server && !y->proc.gang();
-        if (ours) y->proc.exists = false;
-        const core::Job* j = LiveJob(job) ? &st().job(JobId(job)) : nullptr;
-        const bool can_wait = ours && !IsEnded(job) && j != nullptr &&
-                              j->state == JobState::kRunning && !j->busy();
+      const bool current = pit != pending.end() && y != nullptr &&
+                           LiveJob(job) && st().job(JobId(job)).busy() &&
+                           st().job(JobId(job)).in_flight_id.value == aid;
+      // Killed meanwhile: nothing will settle it.
+      if (pit != pending.end() && !current) pending.erase(pit);
+      const std::string where =
+          from_checkpoint ? "on " + name + " from the checkpoint kept there"
+                          : "relaunched a lost process";
+      if (s.ok()) {
+        if (current) {
+          y->kept_at = -1;
+          y->stopped_us = 0;
+        }
+        // Killed or moved on meanwhile: that action, queued behind this
+        // start, dealt with the process.
+        Conclude(job, aid, "restart", true, took,
+                 where + " (" + why + ")" +
+                     (already ? "; it was already running there" : "") + cost,
+                 /*permanent=*/false);
+        return;
+      }
+      std::string detail = where + ": " + RpcError("StartJob", s);
+      if (current) {
+        y->proc.exists = false;
         const bool unreachable =
             s.error_code() == grpc::StatusCode::UNAVAILABLE ||
             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-        std::string then;
-        if (can_wait && unreachable) {
+        if (from_checkpoint && unreachable) {
           // The agent went away again: the job waits for it with its
           // checkpoint (restarted from it at its next registration, or
           // placed again if its server is declared down).
           y->proc.checkpoint = true;
-          then = "; it waits for the agent, with its checkpoint";
-        } else if (can_wait) {
-          // The agent could not start it from its checkpoint (gone,
-          // unreadable): it starts afresh there rather than fail.
-          y->proc.checkpoint = false;
-          then = "; it starts again from the beginning";
+          pit->second.sent = false;
+          History(job, "restart", false, took,
+                  detail + "; it waits for the agent, with its checkpoint");
+          return;
         }
-        History(job, "restart", false, took,
-                "on " + name + " from the checkpoint kept there: " +
-                    RpcError("StartJob", s) + then);
-        if (can_wait && !unreachable) {
-          Relaunch(job);
-        } else if (!can_wait && !IsEnded(job)) {
-          (void)Feed(core::JobFinished{JobId(job), false});
-        }
-        return;
+        // The agent could not start it from its checkpoint (gone,
+        // unreadable): the core starts it again from the beginning there
+        // rather than fail it; a start from the beginning that fails ends
+        // it.
+        y->proc.checkpoint = false;
+        detail += from_checkpoint ? "; it starts again from the beginning"
+                                  : "; the job failed";
       }
-      // Killed or moved on meanwhile: that action, queued behind this
-      // start, dealt with the process.
-      History(job, "restart", true, took,
-              "on " + name + " from the checkpoint kept there (" + why + ")" +
-                  (already ? "; it was already running there" : "") + cost);
+      Conclude(job, aid, "restart", false, took, detail, /*permanent=*/false);
     });
   });
 }

@@ -64,9 +64,6 @@ struct SchedulerServer::Impl final {
   std::vector<AgentConn> agents;  // by server id
   std::map<std::string, int32_t> agent_by_name;
   std::map<int64_t, PendingAction> pending;  // by action id
-  // Jobs whose StartJob of the daemon's own (RestartAtSource, Relaunch) is
-  // under way: an agent's list of jobs may not show it yet.
-  std::set<int32_t> restarting;
   // Jobs spanning servers that SaveGangForLeave is saving.
   std::set<int32_t> leave_saving;
   WriteBatch batch;
@@ -303,18 +300,19 @@ struct SchedulerServer::Impl final {
                   bool permanent, int64_t took_us, const std::string& detail,
                   MovedTo moved, Proc from);
 
-  // After a move failed once the job had checkpointed, or when an agent
-  // that kept a job's checkpoint is back (`why`, for the history): starts
-  // it again where it was, from the checkpoint its agent kept
-  // (resume_local). The process counts as there from now on: an action
-  // that comes meanwhile (a suspend, a kill, another move) is queued behind
-  // the start (the executor runs one job's calls in order) and acts on it.
-  // With `saved` (the mini-batch of the checkpoint; -1: unknown) the
-  // history line also says when the job trained its first mini-batch past
-  // it, and with `paused_since_us` (wall clock) how long it had not
-  // trained.
-  void RestartAtSource(int32_t job, const Proc& from, const std::string& why,
-                       int64_t saved = -1, int64_t paused_since_us = 0);
+  // A running job's process is gone (its agent no longer runs it, a move
+  // failed and left its checkpoint at the source, its agent is back after
+  // stopping it): the core decides how it goes on (ProcessLost), from the
+  // checkpoint its agent keeps if `checkpoint`; `why` is for the history.
+  void LoseProcess(int32_t job, bool checkpoint, std::string why);
+
+  // Carries out the core's Restart where x.proc says: from the checkpoint
+  // the agent keeps (resume_local) when the action relocates, else afresh.
+  // The process counts as there from now on: an action that comes
+  // meanwhile is queued behind the start and acts on it. An agent away, or
+  // out of reach for a restart from its checkpoint, is waited for: the
+  // action stays pending, unsent, until it registers (Reconcile).
+  void DispatchRestart(PendingAction& p);
 
   // ------------------------------------------------------------ gangs
   //
@@ -397,7 +395,10 @@ struct SchedulerServer::Impl final {
 
   // After a gang's move failed once it had checkpointed: every part starts
   // again where it was, from the checkpoint the lead's agent kept.
-  // With `saved` and `paused_since_us`, as RestartAtSource's.
+  // With `saved` (the mini-batch of the checkpoint; -1: unknown) the
+  // history line also says when the job trained its first mini-batch past
+  // it, and with `paused_since_us` (wall clock) how long it had not
+  // trained.
   void RestartGangAtSource(int32_t job, const Proc& from,
                            const std::string& why = "the move failed",
                            int64_t saved = -1, int64_t paused_since_us = 0);
@@ -475,10 +476,6 @@ struct SchedulerServer::Impl final {
   // A job the daemon placed on `a` that the agent no longer runs and whose
   // exit never came: its process is lost.
   void Lost(AgentConn& a, int32_t id);
-
-  // A job the core believes runs, whose process is gone and of which no
-  // checkpoint is kept: launched again from scratch where it is placed.
-  void Relaunch(int32_t id);
 
   // The job ends with its process's exit: the history line and the event.
   // False when the event could not be logged: then, as if the exit had not

@@ -652,6 +652,7 @@ void SchedulerServer::Impl::StartProbe(int32_t job, const std::string& what,
   auto it = pending.find(action);
   if (it == pending.end()) return;
   const core::ActionKind k = it->second.action.kind;
+  if (k == ActionKind::kRestart) return;  // no policy's choice to weigh
   if (k == ActionKind::kStart || k == ActionKind::kResume ||
       k == ActionKind::kSuspend || k == ActionKind::kKill) {
     if (!it->second.relocate) return;

@@ -59,7 +59,9 @@ uint64_t SchedulerServer::Impl::PublishInputs(int32_t id,
   mix(in_core ? 1 : 0);
   if (!in_core) return hash.value();
   const core::Job& j = st().job(JobId(id));
-  if (j.state == core::JobState::kRunning && !j.busy() && !x.proc.exists &&
+  // Waiting for its agent, its restart not sent yet (counts down).
+  const bool restart_waits = !j.busy() || j.in_flight == ActionKind::kRestart;
+  if (j.state == core::JobState::kRunning && restart_waits && !x.proc.exists &&
       x.proc.checkpoint) {
     return 0;
   }
@@ -120,7 +122,8 @@ rpc::JobInfo SchedulerServer::Impl::InfoOf(int32_t id,
         j.held       ? kHeldReason
         : j.launched ? "time-sliced: it waits for its next turn on its GPUs"
                      : "time-sliced: it waits for its first turn on its GPUs");
-  } else if (j.state == core::JobState::kRunning && !j.busy() &&
+  } else if (j.state == core::JobState::kRunning &&
+             (!j.busy() || j.in_flight == ActionKind::kRestart) &&
              !x.proc.exists && x.proc.checkpoint &&
              static_cast<size_t>(x.proc.server.value) < agents.size()) {
     const AgentConn& a = agents[static_cast<size_t>(x.proc.server.value)];
@@ -469,6 +472,7 @@ json SchedulerServer::Impl::DaemonState() const {
                     {"gpus", std::move(gpus)},
                     {"peer", a.peer.value},
                     {"launch", a.launch},
+                    {"relocates", a.relocates},
                     {"priority", a.priority},
                     {"reason", a.reason},
                     {"dispatched_us", p.dispatched_us},
@@ -518,7 +522,7 @@ core::Status SchedulerServer::Impl::RestoreDaemonState(
       core::Action& a = pa.action;
       a.id = core::ActionId(p.at("id").get<int64_t>());
       const int kind = p.at("kind").get<int>();
-      if (kind < 0 || kind > static_cast<int>(ActionKind::kSetPriority)) {
+      if (kind < 0 || kind > static_cast<int>(ActionKind::kRestart)) {
         return core::InvalidArgument("daemon state: action kind " +
                                      std::to_string(kind));
       }
@@ -529,6 +533,7 @@ core::Status SchedulerServer::Impl::RestoreDaemonState(
       }
       a.peer = JobId(p.at("peer").get<int32_t>());
       a.launch = p.at("launch").get<bool>();
+      a.relocates = p.value("relocates", false);  // absent before restarts
       a.priority = p.at("priority").get<int>();
       a.reason = p.at("reason").get<std::string>();
       pa.dispatched_us = p.at("dispatched_us").get<int64_t>();
@@ -573,8 +578,7 @@ void SchedulerServer::Impl::CompactLog() {
 }
 
 std::vector<Retention::Ended> SchedulerServer::Impl::Forgettable() const {
-  std::set<int32_t> busy(restarting.begin(), restarting.end());
-  busy.insert(leave_saving.begin(), leave_saving.end());
+  std::set<int32_t> busy(leave_saving.begin(), leave_saving.end());
   for (const auto& [aid, p] : pending) busy.insert(p.action.job.value);
   std::vector<Retention::Ended> ended;
   for (const auto& [id, x] : extras) {

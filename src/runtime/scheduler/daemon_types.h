@@ -232,6 +232,8 @@ struct JobExtra {
   // the cost of the restart from it.
   int64_t kept_at = -1;
   int64_t stopped_us = 0;
+  // Why its process was lost (LoseProcess), for the restart's history line.
+  std::string restart_why;
   // Ended, with nothing of it left anywhere, and published as such in
   // Impl::settled_jobs: PersistAndPublish passes it by. Cleared whenever the
   // loop looks it up (Extra()), which is how anything could change it.

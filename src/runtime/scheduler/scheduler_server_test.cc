@@ -1580,6 +1580,32 @@ TEST_F(AgentStopTest, ASuspendedJobSavedAsItsAgentStoppedResumesFromIt) {
   EXPECT_EQ(agent.start_calls(j), 2);
 }
 
+// A suspended job whose process its agent lost, with no checkpoint kept:
+// the core knows (ProcessLost); with nothing of its run left it shows as
+// queued, and when it runs again it starts from the beginning, a start
+// rather than a resume.
+TEST_F(AgentStopTest, ASuspendedJobWhoseProcessWasLostStartsAgainAsNew) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
+  ASSERT_TRUE(cl.Suspend(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::SUSPENDED; }));
+  agent.Lose(j);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "lost").empty(); }));
+  EXPECT_EQ(cl.State(j), rpc::QUEUED);
+  EXPECT_EQ(agent.start_calls(j), 1);
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(j) == 2; }));
+  EXPECT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  EXPECT_TRUE(WaitFor([&] { return HistoryOf(cl, j, "start").size() == 2; }))
+      << cl.Get(j).DebugString();
+  EXPECT_TRUE(HistoryOf(cl, j, "resume").empty()) << cl.Get(j).DebugString();
+  EXPECT_EQ(agent.resume_local_starts(j), 0);
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
+}
+
 // A job its stopping agent killed unsaved (JobExit.agent_stopped) does not
 // end: it stays placed there and starts again when the agent is back.
 TEST_F(AgentStopTest,
@@ -1667,6 +1693,60 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
   EXPECT_EQ(agent.resume_local_starts(j), 0);
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   ASSERT_TRUE(FinishesOn(cl, agent, j));
+}
+
+// A lost process is the core's to restart (ProcessLost, then its Restart
+// action): without a checkpoint it starts from the beginning, and when
+// that start fails too the job fails, which the core decides.
+TEST_F(AgentStopTest, AJobWhoseRestartFromTheBeginningFailsFails) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
+  agent.Lose(j);
+  agent.FailStarts(true);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FAILED; }))
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(agent.start_calls(j), 2);
+  const auto restarts = HistoryOf(cl, j, "restart");
+  ASSERT_EQ(restarts.size(), 1u) << cl.Get(j).DebugString();
+  EXPECT_FALSE(restarts[0].ok());
+  EXPECT_NE(restarts[0].detail().find("relaunched a lost process: StartJob"),
+            std::string::npos)
+      << restarts[0].detail();
+  EXPECT_NE(restarts[0].detail().find("; the job failed"), std::string::npos)
+      << restarts[0].detail();
+}
+
+// A restart from a kept checkpoint waiting for its agent (out of reach)
+// is in the daemon's log: a daemon restarted meanwhile sends it when the
+// agent is back, from that checkpoint.
+TEST_F(AgentStopTest, ARestartWaitingForItsAgentOutlivesADaemonRestart) {
+  const int64_t j = Started();
+  agent_.StopSaving(j, 40);
+  ASSERT_TRUE(agent_.Report().ok());
+  agent_.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(agent_.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(*cl_, j, "restart").empty(); }));
+  EXPECT_EQ(agent_.resume_local_starts(j), 0);
+
+  server_.reset();
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  agent_.FailResumeLocal(grpc::StatusCode::OK);
+  ASSERT_TRUE(agent_.Register(server_.address()).ok());
+  ASSERT_TRUE(agent_.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent_.resume_local_starts(j) == 1; }))
+      << cl.Get(j).DebugString();
+  ASSERT_TRUE(WaitFor([&] {
+    const auto r = HistoryOf(cl, j, "restart");
+    return !r.empty() && r.back().ok();
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  ASSERT_TRUE(FinishesOn(cl, agent_, j));
 }
 
 // The daemon missed the stop (it was down first, as in `gandiva down`):
