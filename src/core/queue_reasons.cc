@@ -30,6 +30,27 @@ std::string SecondsText(Duration d) {
   return std::to_string(std::llround(d.seconds())) + " s";
 }
 
+std::string StartFailedOn(const Job& j, const Cluster& cluster) {
+  std::string names;
+  for (ServerId s : j.start_failed_on) {
+    if (!names.empty()) names += ", ";
+    names += cluster.server(s).spec.name;
+  }
+  return names;
+}
+
+std::string OwnWaitReason(const Job& j, const Cluster& cluster, Time now) {
+  if (j.state != JobState::kQueued) return "";
+  if (j.held) return kHeldReason;
+  if (!j.awaits_start_retry(now)) return "";
+  const std::string where = StartFailedOn(j, cluster);
+  return "its start failed " + std::to_string(j.start_failures) +
+         (j.start_failures == 1 ? " time" : " times") + " in a row" +
+         (where.empty() ? "" : " (on " + where + ")") +
+         ": it waits before it is tried again" +
+         (where.empty() ? "" : ", on another server if one has room");
+}
+
 std::string DefaultWaitReason(int need, int ahead, const OpenGpus& gpus,
                               const WaitRules& rules) {
   const std::string ahead_of_it = AheadText(ahead, rules.queue);

@@ -64,6 +64,20 @@ std::string AheadText(int ahead, const std::string& queue = "in the queue");
 // "300 s": a wait, in whole seconds, for a reason's text.
 std::string SecondsText(Duration d);
 
+// A held job's reason.
+inline constexpr const char kHeldReason[] =
+    "held by an operator (gandiva resume releases it)";
+
+// The names of the servers job `j`'s failed starts in a row were on
+// (Job::start_failed_on), ", " between them; "" if none.
+std::string StartFailedOn(const Job& j, const Cluster& cluster);
+
+// Why a queued job does not run when that is its own state rather than
+// its policy's choice: held by an operator, or waiting out failed starts
+// before it is tried again (on another server if one has room); "" for
+// any other job, whose reason is its policy's (QueueReasons::Why).
+std::string OwnWaitReason(const Job& j, const Cluster& cluster, Time now);
+
 // Why the jobs of the queue do not run. Immutable once made: any thread may
 // call Why at any time, while the scheduler goes on.
 class QueueReasons {

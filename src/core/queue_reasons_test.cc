@@ -49,6 +49,36 @@ TEST(QueueReasonsTest, TheDefaultRulesJudgeAJobAgainstTheOpenServers) {
   EXPECT_EQ(DefaultWaitReason(2, -1, g), "it needs 2 GPUs, 1 is free");
 }
 
+// A job's own reasons, which come before its policy's: held, or waiting
+// out failed starts (naming the servers they failed on).
+TEST(QueueReasonsTest, AHeldJobOrOneWaitingToTryItsStartAgainSaysSo) {
+  Harness h(std::make_unique<IdlePolicy>(), 2, ServerSpec{"n", 4, 1, 1});
+  const Cluster& cluster = h.state().cluster();
+  const Time now = Time::FromMicros(100000000);
+  Job j;
+  j.state = JobState::kQueued;
+  EXPECT_EQ(OwnWaitReason(j, cluster, now), "");
+  j.start_failures = 2;
+  j.start_retry_at = Time::FromMicros(130000000);
+  EXPECT_EQ(OwnWaitReason(j, cluster, now),
+            "its start failed 2 times in a row: it waits before it is tried "
+            "again");
+  j.start_failed_on = {ServerId(0), ServerId(1)};
+  const std::string names = cluster.server(ServerId(0)).spec.name + ", " +
+                            cluster.server(ServerId(1)).spec.name;
+  EXPECT_EQ(StartFailedOn(j, cluster), names);
+  EXPECT_EQ(OwnWaitReason(j, cluster, now),
+            "its start failed 2 times in a row (on " + names +
+                "): it waits before it is tried again, on another server if "
+                "one has room");
+  EXPECT_EQ(OwnWaitReason(j, cluster, Time::FromMicros(130000000)), "")
+      << "its wait is over: the policy's reason";
+  j.held = true;
+  EXPECT_EQ(OwnWaitReason(j, cluster, now), kHeldReason);
+  j.state = JobState::kSuspended;
+  EXPECT_EQ(OwnWaitReason(j, cluster, now), "") << "not queued";
+}
+
 TEST(QueueReasonsTest, OnlyOpenServersCount) {
   Harness h(std::make_unique<IdlePolicy>(), 3, ServerSpec{"", 4, 1, 1});
   h.Send(CordonRequest{ServerId(1), true});

@@ -123,10 +123,9 @@ class World final : public SimControl {
     const core::ClusterState& st = scheduler_.state();
     if (j < 0 || !st.has_job(JobId(j))) return "";
     const core::Job& job = st.job(JobId(j));
-    if (job.state != core::JobState::kQueued || job.held ||
-        job.awaits_start_retry(st.now())) {
-      return "";
-    }
+    if (job.state != core::JobState::kQueued) return "";
+    std::string own = core::OwnWaitReason(job, st.cluster(), st.now());
+    if (!own.empty()) return own;
     return scheduler_.ExplainQueue()->Why(job.id, job.spec.gpus);
   }
 

@@ -72,9 +72,10 @@ class SimControl {
   virtual void Kill(size_t job, std::string reason) = 0;
   // Changes a job's priority (a PriorityRequest) after the hook returns.
   virtual void SetPriority(size_t job, int priority) = 0;
-  // Why a job waits in the queue, as the policy says (the runtime shows
-  // the same as its waiting reason: core::Scheduler::ExplainQueue); "" for
-  // a job not in the queue (not arrived, placed, ended).
+  // Why a job waits in the queue, as the runtime shows it: held, or
+  // waiting out failed starts (core::OwnWaitReason), else as its policy
+  // says (core::Scheduler::ExplainQueue); "" for a job not in the queue
+  // (not arrived, placed, ended).
   virtual std::string WhyQueued(size_t job) = 0;
 };
 

@@ -335,21 +335,11 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
                   " again from the beginning");
       // Running, the core restarts it; suspended, it starts again when
       // its policy runs it.
-      if (runs && gang) RelaunchGang(id);
-      if (!gang && !j.busy()) {
-        LoseProcess(id, false, "agent '" + a.name + "' is back");
-      }
+      if (!j.busy()) LoseProcess(id, false, "agent '" + a.name + "' is back");
       continue;
     }
     if (runs && !AnyPartAway(x.proc)) {
-      const std::string why = "agent '" + a.name + "' is back";
-      if (gang) {
-        RestartGangAtSource(id, x.proc, why, x.kept_at, x.stopped_us);
-        x.kept_at = -1;
-        x.stopped_us = 0;
-      } else {
-        LoseProcess(id, true, why);
-      }
+      LoseProcess(id, true, "agent '" + a.name + "' is back");
     }
   }
   // The core's restarts that waited for this agent go out now: from the
@@ -360,7 +350,7 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
   for (const auto& [aid, p] : pending) {
     auto x = extras.find(p.action.job.value);
     if (p.action.kind == ActionKind::kRestart && !p.sent && x != extras.end() &&
-        x->second.proc.server == a.id && !x->second.proc.exists) {
+        x->second.proc.On(a.id) && !x->second.proc.exists) {
       waiting.push_back(aid);
     }
   }
@@ -368,7 +358,9 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
     auto it = pending.find(aid);
     if (it == pending.end()) continue;
     const int32_t id = it->second.action.job.value;
-    if (it->second.action.relocates && !a.held.contains(id)) {
+    const JobExtra& x = *Extra(id);
+    if (it->second.action.relocates && x.proc.server == a.id &&
+        !a.held.contains(id)) {
       Extra(id)->proc.checkpoint = false;
       (void)Feed(core::ActionFailed{
           core::ActionId(aid),
@@ -451,10 +443,6 @@ void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
   // Running: the core restarts it. Suspended: the core resumes it from the
   // checkpoint when its policy runs it again, or without one starts it
   // again from the beginning.
-  if (x.proc.gang()) {
-    if (j.state == JobState::kRunning) RelaunchGang(id);
-    return;
-  }
   LoseProcess(id, held, held ? "agent '" + a.name + "' kept it" : "");
 }
 

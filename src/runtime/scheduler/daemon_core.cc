@@ -261,7 +261,7 @@ void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
       line += "; start " + std::to_string(after.start_failures) +
               " failed in a row, tried again in " + wait;
       // Where it is not tried first (core: Job::start_failed_on).
-      const std::string avoid = StartFailedOn(after, st().cluster());
+      const std::string avoid = core::StartFailedOn(after, st().cluster());
       if (!avoid.empty()) {
         line += " (away from " + avoid + " if another server has room)";
       }
@@ -458,11 +458,7 @@ void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
         st().job(JobId(job)).state == core::JobState::kRunning &&
         !x->proc.exists && x->proc.checkpoint &&
         x->proc.server == from.server) {
-      if (from.gang()) {
-        RestartGangAtSource(job, from);
-      } else {
-        LoseProcess(job, true, "the move failed");
-      }
+      LoseProcess(job, true, "the move failed");
     }
   });
 }
@@ -477,6 +473,13 @@ void SchedulerServer::Impl::LoseProcess(int32_t job, bool checkpoint,
   if (!s.ok()) Warn("job " + std::to_string(job) + ": " + s.ToString());
 }
 
+bool SchedulerServer::Impl::RestartCurrent(int32_t job, int64_t action) {
+  const bool current = LiveJob(job) && st().job(JobId(job)).busy() &&
+                       st().job(JobId(job)).in_flight_id.value == action;
+  if (!current) pending.erase(action);
+  return current;
+}
+
 void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
   const int32_t job = p.action.job.value;
   const int64_t aid = p.action.id.value;
@@ -484,19 +487,31 @@ void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
   JobExtra& x = *Extra(job);
   const Proc at = x.proc;
   auto stub = StubOf(at.server);
-  if (stub == nullptr || !Away(at.server).empty()) {
-    // Its agent is away: the job waits for it there (or for its server to
-    // be declared down), its restart sent when the agent registers.
+  std::string missing;
+  if (at.gang() ? AnyPartAway(at) || !Conns(at.parts(), &missing)
+                : stub == nullptr || !Away(at.server).empty()) {
+    // An agent of it is away: the job waits for it there (or for its
+    // server to be declared down), its restart sent when the agent
+    // registers.
     p.sent = false;
     x.proc.exists = false;
     return;
   }
   p.sent = true;
-  x.proc = Proc{at.server, at.local, true, false, false};
   const std::string why =
       x.restart_why.empty() ? "its process was lost" : x.restart_why;
   const int64_t saved = from_checkpoint ? x.kept_at : -1;
   const int64_t paused_since_us = from_checkpoint ? x.stopped_us : 0;
+  if (at.gang()) {
+    // Every part, from the checkpoint at its lead's agent or afresh.
+    if (from_checkpoint) {
+      RestartGangAtSource(job, at, why, saved, paused_since_us, aid);
+    } else {
+      RelaunchGang(job, aid);
+    }
+    return;
+  }
+  x.proc = Proc{at.server, at.local, true, false, false};
   rpc::StartJobRequest req;
   req.set_job_id(job);
   req.set_submitted_us(SubmittedUs(job));
@@ -528,13 +543,9 @@ void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
       }
     }
     Post([=, this] {
-      auto pit = pending.find(aid);
       JobExtra* y = Extra(job);
-      const bool current = pit != pending.end() && y != nullptr &&
-                           LiveJob(job) && st().job(JobId(job)).busy() &&
-                           st().job(JobId(job)).in_flight_id.value == aid;
-      // Killed meanwhile: nothing will settle it.
-      if (pit != pending.end() && !current) pending.erase(pit);
+      const bool current = RestartCurrent(job, aid) && y != nullptr;
+      auto pit = pending.find(aid);
       const std::string where =
           from_checkpoint ? "on " + name + " from the checkpoint kept there"
                           : "relaunched a lost process";

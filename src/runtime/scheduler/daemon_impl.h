@@ -313,6 +313,9 @@ struct SchedulerServer::Impl final {
   // out of reach for a restart from its checkpoint, is waited for: the
   // action stays pending, unsent, until it registers (Reconcile).
   void DispatchRestart(PendingAction& p);
+  // Whether the core still awaits `action`, a Restart of `job`; if not
+  // (the job was killed, its server declared down), it is forgotten.
+  bool RestartCurrent(int32_t job, int64_t action);
 
   // ------------------------------------------------------------ gangs
   //
@@ -379,9 +382,9 @@ struct SchedulerServer::Impl final {
   // A start, suspend or resume of a gang where x.proc says its parts are.
   void DispatchGang(const PendingAction& p, bool starts, bool suspends);
 
-  // A gang whose part was lost while the core believes it runs: every
-  // part starts afresh where it is placed.
-  void RelaunchGang(int32_t id);
+  // The core's Restart `action` of a gang, afresh: every part starts again
+  // where it is placed.
+  void RelaunchGang(int32_t id, int64_t action);
 
   // An agent with a part of this job spanning servers stops (Leave; it
   // serves on until its own jobs have saved): rank 0 saves the job's
@@ -393,15 +396,16 @@ struct SchedulerServer::Impl final {
   // (the agent waits for its part to exit).
   bool SaveGangForLeave(int32_t id, JobExtra& x, const AgentConn& a);
 
-  // After a gang's move failed once it had checkpointed: every part starts
-  // again where it was, from the checkpoint the lead's agent kept.
+  // The core's Restart `action` of a gang from its checkpoint (its move
+  // failed once it had checkpointed, or its agents are back): every part
+  // starts again where it was, from the checkpoint the lead's agent kept.
   // With `saved` (the mini-batch of the checkpoint; -1: unknown) the
   // history line also says when the job trained its first mini-batch past
   // it, and with `paused_since_us` (wall clock) how long it had not
   // trained.
   void RestartGangAtSource(int32_t job, const Proc& from,
-                           const std::string& why = "the move failed",
-                           int64_t saved = -1, int64_t paused_since_us = 0);
+                           const std::string& why, int64_t saved,
+                           int64_t paused_since_us, int64_t action);
 
   // Carries out a move of a gang, or of a job that becomes one or stops
   // being one, from `from` to where x.proc now says: rank 0 saves at a
@@ -592,24 +596,6 @@ struct SchedulerServer::Impl final {
   // --------------------------------------------- persistence and snapshot
 
   ServerRow ServerRowOf(const AgentConn& a) const;
-
-  // The names of the servers `j`'s failed starts were on, "" if none.
-  static std::string StartFailedOn(const core::Job& j,
-                                   const core::Cluster& cluster) {
-    std::string names;
-    for (core::ServerId s : j.start_failed_on) {
-      names += (names.empty() ? "" : ", ") + cluster.server(s).spec.name;
-    }
-    return names;
-  }
-  static constexpr const char* kHeldReason =
-      "held by an operator (gandiva resume releases it)";
-  // Why a queued job does not run yet when that is its own doing (held,
-  // or waiting to try its start again); "" otherwise: its reason is then
-  // the policy's (core::QueueReasons), which readers compose.
-  static std::string OwnWaitingReason(const core::Job& j,
-                                      const core::Cluster& cluster,
-                                      core::Time now);
 
   // A hash of everything InfoOf(id, x) reads, so that a job whose
   // inputs are unchanged keeps its published info (at 10,000 queued jobs,

@@ -260,11 +260,15 @@ void SchedulerServer::Impl::DispatchGang(const PendingAction& p, bool starts,
   });
 }
 
-void SchedulerServer::Impl::RelaunchGang(int32_t id) {
+void SchedulerServer::Impl::RelaunchGang(int32_t id, int64_t action) {
   JobExtra& x = *Extra(id);
   std::string missing;
   auto conns = Conns(x.proc.parts(), &missing);
-  if (!conns) return;  // its agent's return settles it
+  if (!conns) {
+    Conclude(id, action, "restart", false, 0, missing + "; the job failed",
+             /*permanent=*/false);
+    return;
+  }
   x.proc.exists = true;
   const rpc::JobSpec spec = x.spec;
   Ids ids = TakeIds(4 * conns->size() + 4);
@@ -274,14 +278,15 @@ void SchedulerServer::Impl::RelaunchGang(int32_t id) {
     const bool ok = StartParts(id, spec, *conns, false, ids, &err);
     const int64_t took = UsSince(t0);
     Post([=, this] {
-      History(id, "restart", ok, took,
-              ok ? "relaunched every part afresh (" + Placement(*conns) +
-                       ") after one was lost"
-                 : err);
-      if (!ok && !IsEnded(id)) {
-        Extra(id)->proc.exists = false;
-        (void)Feed(core::JobFinished{JobId(id), false});
+      JobExtra* y = Extra(id);
+      if (!ok && y != nullptr && RestartCurrent(id, action)) {
+        y->proc.exists = false;
       }
+      Conclude(id, action, "restart", ok, took,
+               ok ? "relaunched every part afresh (" + Placement(*conns) +
+                        ") after one was lost"
+                  : err + "; the job failed",
+               /*permanent=*/false);
     });
   });
 }
@@ -366,20 +371,17 @@ bool SchedulerServer::Impl::SaveGangForLeave(int32_t id, JobExtra& x,
 void SchedulerServer::Impl::RestartGangAtSource(int32_t job, const Proc& from,
                                                 const std::string& why,
                                                 int64_t saved,
-                                                int64_t paused_since_us) {
+                                                int64_t paused_since_us,
+                                                int64_t action) {
   JobExtra* x = Extra(job);
   if (x == nullptr) return;
-  if (AnyPartAway(from)) {
-    // A part's agent is away: the job waits for it, and Reconcile
-    // restarts every part when the last of them is back.
-    x->proc = from.CheckpointOnly();
-    return;
-  }
   std::string missing;
   auto conns = Conns(from.parts(), &missing);
   if (!conns) {
-    History(job, "restart", false, 0, missing);
-    if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+    x->proc.checkpoint = false;
+    Conclude(job, action, "restart", false, 0,
+             missing + "; every part starts again from the beginning",
+             /*permanent=*/false);
     return;
   }
   x->proc = from;
@@ -409,19 +411,25 @@ void SchedulerServer::Impl::RestartGangAtSource(int32_t job, const Proc& from,
       JobExtra* y = Extra(job);
       if (y == nullptr) return;
       if (!ok) {
-        History(job, "restart", false, took,
-                Placement(*conns) + " from the checkpoint kept on " +
-                    (*conns)[0].name + ": " + err);
-        if (y->proc.exists && y->proc.server == from.server) {
-          y->proc.exists = false;
+        // The core starts every part again from the beginning.
+        if (RestartCurrent(job, action) && y->proc.exists &&
+            y->proc.server == from.server) {
+          y->proc.exists = y->proc.checkpoint = false;
         }
-        if (!IsEnded(job)) (void)Feed(core::JobFinished{JobId(job), false});
+        Conclude(job, action, "restart", false, took,
+                 Placement(*conns) + " from the checkpoint kept on " +
+                     (*conns)[0].name + ": " + err +
+                     "; every part starts again from the beginning",
+                 /*permanent=*/false);
         return;
       }
-      History(job, "restart", true, took,
-              Placement(*conns) + " from the checkpoint kept on " +
-                  (*conns)[0].name + " (" + why + ")" +
-                  (transfer.empty() ? "" : "; " + transfer) + cost);
+      y->kept_at = -1;
+      y->stopped_us = 0;
+      Conclude(job, action, "restart", true, took,
+               Placement(*conns) + " from the checkpoint kept on " +
+                   (*conns)[0].name + " (" + why + ")" +
+                   (transfer.empty() ? "" : "; " + transfer) + cost,
+               /*permanent=*/false);
     });
   });
 }

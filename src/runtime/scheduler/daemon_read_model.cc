@@ -25,18 +25,6 @@ ServerRow SchedulerServer::Impl::ServerRowOf(const AgentConn& a) const {
   return r;
 }
 
-std::string SchedulerServer::Impl::OwnWaitingReason(
-    const core::Job& j, const core::Cluster& cluster, core::Time now) {
-  if (j.held) return kHeldReason;
-  if (!j.awaits_start_retry(now)) return "";
-  const std::string where = StartFailedOn(j, cluster);
-  return "its start failed " + std::to_string(j.start_failures) +
-         (j.start_failures == 1 ? " time" : " times") + " in a row" +
-         (where.empty() ? "" : " (on " + where + ")") +
-         ": it waits before it is tried again" +
-         (where.empty() ? "" : ", on another server if one has room");
-}
-
 uint64_t SchedulerServer::Impl::PublishInputs(int32_t id,
                                               const JobExtra& x) const {
   InputsHash hash;
@@ -116,10 +104,10 @@ rpc::JobInfo SchedulerServer::Impl::InfoOf(int32_t id,
     info.set_start_retry_us(j.start_retry_at.micros());
   }
   if (j.state == core::JobState::kQueued) {
-    info.set_waiting_reason(OwnWaitingReason(j, st().cluster(), st().now()));
+    info.set_waiting_reason(core::OwnWaitReason(j, st().cluster(), st().now()));
   } else if (j.state == core::JobState::kSuspended && !j.busy()) {
     info.set_waiting_reason(
-        j.held       ? kHeldReason
+        j.held       ? core::kHeldReason
         : j.launched ? "time-sliced: it waits for its next turn on its GPUs"
                      : "time-sliced: it waits for its first turn on its GPUs");
   } else if (j.state == core::JobState::kRunning &&

@@ -2095,6 +2095,42 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
   }
 }
 
+// A job spanning servers whose restart from its checkpoint fails (a part's
+// agent cannot start from it) is restarted by the core, like any job whose
+// process was lost: every part again from the beginning, not the job's end.
+TEST_F(DaemonTest,
+       AJobSpanningServersWhoseRestartFromItsCheckpointFailsStartsAfresh) {
+  SchedulerOptions o = Options();
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  const int64_t j = StartDaemonAndSpanningJob(o, a, b);
+  Client& cl = *client_;
+  ASSERT_GT(j, 0);
+  ASSERT_TRUE(b.Leave().ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "stop").empty(); }))
+      << cl.Get(j).DebugString();
+  EXPECT_TRUE(WaitFor([&] { return a.procs().count(j) == 0; }));
+  b.Keep(j);
+  a.FailResumeLocal(grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(b.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return HistoryOf(cl, j, "restart").size() == 2; }))
+      << cl.Get(j).DebugString();
+  const auto restarts = HistoryOf(cl, j, "restart");
+  EXPECT_FALSE(restarts[0].ok());
+  EXPECT_NE(
+      restarts[0].detail().find("; every part starts again from the beginning"),
+      std::string::npos)
+      << restarts[0].detail();
+  EXPECT_TRUE(restarts[1].ok()) << restarts[1].detail();
+  EXPECT_NE(restarts[1].detail().find("relaunched every part afresh"),
+            std::string::npos)
+      << restarts[1].detail();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(a.procs().count(j), 1u);
+  EXPECT_EQ(b.procs().count(j), 1u);
+  ASSERT_TRUE(FinishesOn(cl, b, j));
+}
+
 // Both agents of a job spanning servers stop at once: each waits for its
 // part (the save under way is the one for both), and every part starts
 // again only when the last of them is back.
