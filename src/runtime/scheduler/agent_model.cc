@@ -164,6 +164,40 @@ std::optional<bool> AgentModel::SettleByList(int32_t id, rpc::JobState reported,
   }
 }
 
+AgentModel::Exit AgentModel::JudgeExit(ServerId server,
+                                       const rpc::JobExit& e) const {
+  const auto id = static_cast<int32_t>(e.job_id());
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Exit::kNotOurs;
+  const JobExtra& x = it->second;
+  if (auto ig = x.ignore_exits.find(server.value);
+      ig != x.ignore_exits.end() && ig->second > 0) {
+    return Exit::kIgnored;
+  }
+  if (e.superseded()) return Exit::kSuperseded;
+  if (x.proc.leaving &&
+      (e.exit_code() == 75 || e.exit_code() == 76 || e.exit_code() < 0)) {
+    return Exit::kLeftToMove;
+  }
+  const bool ended = Ended(id);
+  if (x.proc.exists && x.proc.server != server && x.proc.FollowerOn(server)) {
+    // Killed as its agent stopped: the lead's agent decides, or the
+    // server is declared down.
+    return e.killed() || e.agent_stopped() || e.exit_code() == 0 || ended
+               ? Exit::kPartPassed
+               : Exit::kPartFailed;
+  }
+  if (!x.proc.exists || x.proc.server != server) return Exit::kNotOurs;
+  if (e.checkpoint_kept() && !x.proc.gang()) {
+    return ended ? Exit::kNotOurs : Exit::kStoppedSaved;
+  }
+  if (e.agent_stopped() && !ended) return Exit::kStoppedUnsaved;
+  // Whatever the daemon then did (or its successor decides at
+  // reconciliation) says where the job runs.
+  if (e.killed() && !ended) return Exit::kKilledGoesOn;
+  return ended ? Exit::kAfterEnd : Exit::kEnds;
+}
+
 AgentModel::State AgentModel::CheckState(int32_t id, rpc::JobState reported,
                                          bool checkable,
                                          StateMismatch& mismatch) const {

@@ -129,6 +129,36 @@ class AgentModel {
   std::optional<bool> SettleByList(int32_t id, rpc::JobState reported,
                                    bool sent) const;
 
+  // ------------------------------------------------- what a report says
+
+  // What a process's exit an agent (of `server`) reports is to the job.
+  enum class Exit {
+    kNotOurs,         // of no job of this daemon's, or of a process it does not
+                      // have there: passed by
+    kIgnored,         // of a process the daemon killed itself (JobExtra::
+                      // ignore_exits): counted off, passed by
+    kSuperseded,      // the agent started the job again since (a move within
+                      // its server): passed by
+    kLeftToMove,      // it left to be moved or resized (exit 75 or 76), or a
+                      // process of a move was stopped: the move's outcome says
+                      // where the job is
+    kPartPassed,      // a part of a job spanning servers, not its lead, ended
+                      // killed, with its agent, or cleanly (the lead's exit is
+                      // the job's), or after the job's end: passed by
+    kPartFailed,      // such a part ended in failure (a rank crashed): the job
+                      // fails, its other parts are stopped
+    kStoppedSaved,    // its agent stopped, the job saved a checkpoint kept
+                      // there first: it waits for the agent, to go on from it
+    kStoppedUnsaved,  // its agent stopped and killed it unsaved: it stays
+                      // placed, to start again when the agent is back
+    kKilledGoesOn,    // killed at a daemon's request while the job goes on
+                      // (a process being replaced): passed by
+    kAfterEnd,        // the job had ended already: its process is gone, its
+                      // exit code and progress noted
+    kEnds,            // the job's end: it finished (exit 0) or failed
+  };
+  Exit JudgeExit(ServerId server, const rpc::JobExit& e) const;
+
   // ------------------------------------------------------ the state check
 
   // A job's process that its agent reports in the other state than the

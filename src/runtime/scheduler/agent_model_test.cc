@@ -14,6 +14,7 @@ using core::testing::Harness;
 using Process = AgentModel::Process;
 using Checkpoint = AgentModel::Checkpoint;
 using State = AgentModel::State;
+using Exit = AgentModel::Exit;
 
 constexpr char kCluster[] = "cluster-a";
 
@@ -264,6 +265,85 @@ TEST_F(AgentModelTest, AnAgentsUnknownIdsAndWhatItMayKeepAreOfThisClusterOnly) {
   cluster_.clear();
   r.set_cluster_id("");
   EXPECT_FALSE(Model().OfThisCluster(r));
+}
+
+rpc::JobExit ExitOf(int64_t id, int code) {
+  rpc::JobExit e;
+  e.set_job_id(id);
+  e.set_exit_code(code);
+  return e;
+}
+
+// A reported exit ends the job only from the process where the daemon has
+// it, and only when it is neither one the daemon caused nor its agent's
+// stop.
+TEST_F(AgentModelTest, AnExitEndsItsJobOnlyFromItsProcessAndOnlyItsOwn) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  const ServerId there(1 - here.value);
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 0)), Exit::kEnds);
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 3)), Exit::kEnds);
+  EXPECT_EQ(Model().JudgeExit(there, ExitOf(1, 0)), Exit::kNotOurs);
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(9, 0)), Exit::kNotOurs);
+  rpc::JobExit e = ExitOf(1, 75);
+  e.set_superseded(true);
+  EXPECT_EQ(Model().JudgeExit(here, e), Exit::kSuperseded);
+  // One the daemon killed itself, counted per server.
+  jobs_[1].ignore_exits[here.value] = 1;
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 0)), Exit::kIgnored);
+  jobs_[1].ignore_exits[here.value] = 0;
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 0)), Exit::kEnds);
+  // Leaving for a move: its exits 75 and 76 and a stopped process are the
+  // move's; another exit is the job's end.
+  jobs_[1].proc.leaving = true;
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 75)), Exit::kLeftToMove);
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 76)), Exit::kLeftToMove);
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, -9)), Exit::kLeftToMove);
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 1)), Exit::kEnds);
+  jobs_[1].proc.leaving = false;
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 75)), Exit::kEnds);
+  // Its agent stopped: saved, unsaved; killed while the job goes on.
+  e = ExitOf(1, -15);
+  e.set_checkpoint_kept(true);
+  EXPECT_EQ(Model().JudgeExit(here, e), Exit::kStoppedSaved);
+  e = ExitOf(1, -9);
+  e.set_agent_stopped(true);
+  EXPECT_EQ(Model().JudgeExit(here, e), Exit::kStoppedUnsaved);
+  e = ExitOf(1, -9);
+  e.set_killed(true);
+  EXPECT_EQ(Model().JudgeExit(here, e), Exit::kKilledGoesOn);
+  // After the job's end: noted, not its end again; a checkpoint kept for
+  // it is passed by.
+  h_.Send(core::JobFinished{JobId(1), true});
+  EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 0)), Exit::kAfterEnd);
+  EXPECT_EQ(Model().JudgeExit(here, e), Exit::kAfterEnd);
+  e = ExitOf(1, -15);
+  e.set_checkpoint_kept(true);
+  EXPECT_EQ(Model().JudgeExit(here, e), Exit::kNotOurs);
+}
+
+// A part of a job spanning servers other than its lead ends the job only
+// when it fails; the lead's exit is the job's.
+TEST_F(AgentModelTest, APartsExitEndsItsJobOnlyInFailure) {
+  Arrive(2, 100);
+  const ServerId lead = ServerOf(2);
+  const ServerId other(1 - lead.value);
+  jobs_[2].proc.followers.push_back(Part{other, {0}});
+  EXPECT_EQ(Model().JudgeExit(other, ExitOf(2, 1)), Exit::kPartFailed);
+  EXPECT_EQ(Model().JudgeExit(other, ExitOf(2, 0)), Exit::kPartPassed);
+  rpc::JobExit e = ExitOf(2, -9);
+  e.set_killed(true);
+  EXPECT_EQ(Model().JudgeExit(other, e), Exit::kPartPassed);
+  e = ExitOf(2, -9);
+  e.set_agent_stopped(true);
+  EXPECT_EQ(Model().JudgeExit(other, e), Exit::kPartPassed);
+  // A gang's saved stop is not a single process's: its lead's exit.
+  e = ExitOf(2, 0);
+  e.set_checkpoint_kept(true);
+  EXPECT_EQ(Model().JudgeExit(lead, e), Exit::kEnds);
+  EXPECT_EQ(Model().JudgeExit(lead, ExitOf(2, 1)), Exit::kEnds);
+  h_.Send(core::JobFinished{JobId(2), false});
+  EXPECT_EQ(Model().JudgeExit(other, ExitOf(2, 1)), Exit::kPartPassed);
 }
 
 }  // namespace

@@ -484,100 +484,79 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
     const int32_t id = static_cast<int32_t>(e.job_id());
     JobExtra* x = Extra(id);
     if (x == nullptr) continue;
-    if (auto ig = x->ignore_exits.find(a.id.value);
-        ig != x->ignore_exits.end() && ig->second > 0) {
-      --ig->second;
-      continue;
-    }
-    // The agent started it again since (a move within that server, whose
-    // process left with 75 or 76 and whose report came late): the job is
-    // in its new process.
-    if (e.superseded()) continue;
-    if (x->proc.leaving &&
-        (e.exit_code() == 75 || e.exit_code() == 76 || e.exit_code() < 0)) {
-      // It left to be moved or resized, as asked, or a process of the
-      // move was stopped (a warm start abandoned): the move's outcome
-      // says where the job is.
-      continue;
-    }
-    if (x->proc.exists && x->proc.server != a.id && x->proc.FollowerOn(a.id)) {
-      // A gang's other part: the lead's exit is the job's; a part that
-      // ends in failure (a rank crashed) ends the job with it.
-      // (Killed as its agent stopped: the lead's agent decides, or the
-      // server is declared down.)
-      if (e.killed() || e.agent_stopped() || e.exit_code() == 0 ||
-          IsEnded(id)) {
+    const AgentModel::Exit verdict = Model().JudgeExit(a.id, e);
+    switch (verdict) {
+      case AgentModel::Exit::kNotOurs:
+      case AgentModel::Exit::kSuperseded:
+      case AgentModel::Exit::kLeftToMove:
+      case AgentModel::Exit::kPartPassed:
+      case AgentModel::Exit::kKilledGoesOn:
+        continue;
+      case AgentModel::Exit::kIgnored:
+        --x->ignore_exits[a.id.value];
+        continue;
+      case AgentModel::Exit::kPartFailed: {
+        const Proc was = x->proc;
+        const std::optional<int32_t> was_code = x->exit_code;
+        x->proc = Proc{};
+        x->exit_code = e.exit_code();
+        if (!EndOnExit(id, *x, was, was_code, false,
+                       "exit code " + std::to_string(e.exit_code()) +
+                           " of its part on " + a.name +
+                           "; its other parts are stopped")) {
+          return ReportAgain(id);
+        }
+        KillAt(id, was, InternalActionId());
         continue;
       }
-      const Proc was = x->proc;
-      const std::optional<int32_t> was_code = x->exit_code;
-      x->proc = Proc{};
-      x->exit_code = e.exit_code();
-      if (!EndOnExit(id, *x, was, was_code, false,
-                     "exit code " + std::to_string(e.exit_code()) +
-                         " of its part on " + a.name +
-                         "; its other parts are stopped")) {
-        return ReportAgain(id);
+      case AgentModel::Exit::kStoppedSaved: {
+        const std::string& method = e.checkpoint_method();
+        x->proc.exists = false;
+        x->proc.checkpoint = true;
+        // The mini-batch it goes on from: known for a library checkpoint
+        // (the restart's history line waits for the one after it), not for
+        // a CRIU dump or a job's own checkpoint.
+        x->kept_at =
+            method == "criu" || method == "restart" ? -1 : e.minibatches();
+        x->stopped_us = Now();
+        if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+        CopyMetric(e, &x->progress);
+        x->progress.set_minibatch_rate(0);
+        History(
+            id, "stop", true, 0,
+            "agent '" + a.name + "' stopped; " +
+                (method == "criu" ? std::string("the job was dumped by CRIU")
+                 : method == "restart"
+                     ? std::string("the job saved its own checkpoint")
+                     : "the job saved a checkpoint at mini-batch " +
+                           std::to_string(e.minibatches())) +
+                ", kept there: it goes on from it when the agent is back");
+        continue;
       }
-      KillAt(id, was, InternalActionId());
-      continue;
+      case AgentModel::Exit::kStoppedUnsaved:
+        // Its agent stopped and killed it, unsaved: the job stays placed
+        // there, as if its process ran on, until the agent registers again
+        // without it (then Lost() starts it again) or is declared down.
+        if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
+        x->progress.set_minibatch_rate(0);
+        History(id, "stop", true, 0,
+                "agent '" + a.name + "' stopped and killed its process (exit " +
+                    std::to_string(e.exit_code()) +
+                    ") without a checkpoint: the job starts again when the "
+                    "agent is back, from the beginning unless it keeps its "
+                    "own checkpoints");
+        continue;
+      case AgentModel::Exit::kAfterEnd:
+      case AgentModel::Exit::kEnds:
+        break;
     }
-    if (!x->proc.exists || x->proc.server != a.id) continue;
-    if (e.checkpoint_kept() && !x->proc.gang()) {
-      // The agent stopped; the job saved its state there first, and
-      // waits for the agent to be back to go on from it (or, should it
-      // stay away, for the server to be declared down and the job
-      // placed again).
-      if (IsEnded(id)) continue;
-      const std::string& method = e.checkpoint_method();
-      x->proc.exists = false;
-      x->proc.checkpoint = true;
-      // The mini-batch it goes on from: known for a library checkpoint
-      // (the restart's history line waits for the one after it), not for
-      // a CRIU dump or a job's own checkpoint.
-      x->kept_at =
-          method == "criu" || method == "restart" ? -1 : e.minibatches();
-      x->stopped_us = Now();
-      if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
-      CopyMetric(e, &x->progress);
-      x->progress.set_minibatch_rate(0);
-      History(id, "stop", true, 0,
-              "agent '" + a.name + "' stopped; " +
-                  (method == "criu" ? std::string("the job was dumped by CRIU")
-                   : method == "restart"
-                       ? std::string("the job saved its own checkpoint")
-                       : "the job saved a checkpoint at mini-batch " +
-                             std::to_string(e.minibatches())) +
-                  ", kept there: it goes on from it when the agent is back");
-      continue;
-    }
-    if (e.agent_stopped() && !IsEnded(id)) {
-      // Its agent stopped and killed it, unsaved: the job stays placed
-      // there, as if its process ran on, until the agent registers again
-      // without it (then Lost() starts it again) or is declared down.
-      if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
-      x->progress.set_minibatch_rate(0);
-      History(id, "stop", true, 0,
-              "agent '" + a.name + "' stopped and killed its process (exit " +
-                  std::to_string(e.exit_code()) +
-                  ") without a checkpoint: the job starts again when the "
-                  "agent is back, from the beginning unless it keeps its "
-                  "own checkpoints");
-      continue;
-    }
-    // Killed at a daemon's request while the job goes on: that process
-    // was being replaced (a restart, a move's fallback), the exit to
-    // ignore perhaps counted by a daemon that has died since. Whatever
-    // the daemon then did (or its successor decides at reconciliation)
-    // says where the job runs.
-    if (e.killed() && !IsEnded(id)) continue;
     const Proc was = x->proc;
     const std::optional<int32_t> was_code = x->exit_code;
     x->proc = Proc{};
     x->exit_code = e.exit_code();
     if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
     CopyMetric(e, &x->progress);
-    if (IsEnded(id)) continue;
+    if (verdict == AgentModel::Exit::kAfterEnd) continue;
     if (!EndOnExit(id, *x, was, was_code, e.exit_code() == 0,
                    "exit code " + std::to_string(e.exit_code()))) {
       return ReportAgain(id);
