@@ -919,7 +919,11 @@ void Scheduler::CarryOut(const MechanismRequest& m, Actions& actions) {
 
 Status Scheduler::CheckAdoptable(JobId id, int gpus,
                                  const std::vector<GpuId>& placed_on) const {
-  const Cluster& cluster = state_.cluster_;
+  return core::CheckAdoptable(state_.cluster_, id, gpus, placed_on);
+}
+
+Status CheckAdoptable(const Cluster& cluster, JobId id, int gpus,
+                      const std::vector<GpuId>& placed_on) {
   const std::string what = JobRef(id) + ": field 'placed_on': ";
   if (static_cast<int>(placed_on.size()) != gpus) {
     return InvalidArgument(what + std::to_string(placed_on.size()) +

@@ -63,6 +63,12 @@ struct DrainOutcome {
 };
 const char* DrainOutcomeKindName(DrainOutcome::Kind kind);
 
+// Whether job `id`, of `gpus` GPUs, could be adopted on `placed_on` in
+// `cluster` now: the GPUs exist, are the job's count, on one server that
+// is up, and hold no job (Scheduler::CheckAdoptable on its own state).
+Status CheckAdoptable(const Cluster& cluster, JobId id, int gpus,
+                      const std::vector<GpuId>& placed_on);
+
 class Scheduler {
  public:
   Scheduler(std::unique_ptr<Policy> policy, SchedulerOptions options = {});

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/scheduler.h"
+
 namespace gandiva::runtime {
 
 bool AgentModel::OtherSubmission(int32_t id, int64_t submitted_us) const {
@@ -162,6 +164,33 @@ std::optional<bool> AgentModel::SettleByList(int32_t id, rpc::JobState reported,
     default:
       return std::nullopt;  // Migrate and others fail through their reply
   }
+}
+
+std::optional<core::JobFound> AgentModel::QueuedJobFound(
+    ServerId server, const rpc::RegisterAgentRequest& r,
+    const rpc::AgentJob& listed) const {
+  const int64_t id64 = listed.job_id();
+  if (!OfThisCluster(r) || !Live(id64) || !listed.has_spec() ||
+      listed.submitted_us() == 0) {
+    return std::nullopt;
+  }
+  const auto id = static_cast<int32_t>(id64);
+  const core::Job& cj = core_.job(JobId(id));
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || cj.state != JobState::kQueued || cj.held ||
+      cj.busy() || it->second.proc.exists || it->second.proc.checkpoint ||
+      listed.submitted_us() != published_.SubmittedUs(id)) {
+    return std::nullopt;
+  }
+  const std::vector<int32_t> local(listed.gpus().begin(), listed.gpus().end());
+  core::JobFound e{JobId(id), ClusterGpus(server, local),
+                   listed.state() == rpc::SUSPENDED};
+  if (e.placed_on.empty() ||
+      !core::CheckAdoptable(core_.cluster(), e.job, cj.spec.gpus, e.placed_on)
+           .ok()) {
+    return std::nullopt;
+  }
+  return e;
 }
 
 AgentModel::Exit AgentModel::JudgeExit(ServerId server,

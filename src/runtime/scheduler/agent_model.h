@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/event.h"
 #include "core/state.h"
 #include "proto/gandiva.pb.h"
 #include "runtime/scheduler/daemon_types.h"
@@ -97,6 +98,16 @@ class AgentModel {
     kStray,
   };
   Process JudgeProcess(ServerId server, const rpc::AgentJob& listed) const;
+
+  // A process a registering agent (of `server`, registering `r`) lists of a
+  // job the core has queued, neither held nor busy, with nothing of it
+  // anywhere else, submitted when this job was: it started after the backup
+  // the store was restored from, or was requeued while its agent was out
+  // of reach. The event that keeps it where it runs, if its GPUs can take
+  // it (core::CheckAdoptable); none otherwise.
+  std::optional<core::JobFound> QueuedJobFound(
+      ServerId server, const rpc::RegisterAgentRequest& r,
+      const rpc::AgentJob& listed) const;
 
   // A process an agent lists for job `id`, which the daemon believes has
   // none, on the one server where the core places the job and in the

@@ -267,6 +267,62 @@ TEST_F(AgentModelTest, AnAgentsUnknownIdsAndWhatItMayKeepAreOfThisClusterOnly) {
   EXPECT_FALSE(Model().OfThisCluster(r));
 }
 
+// A process of a job the core has queued (its start failed, say, and it
+// waits to try again) is kept where it runs when nothing else of it is
+// anywhere, it was submitted when this job was, and its GPUs are free.
+TEST_F(AgentModelTest, AQueuedJobsProcessIsKeptWhereItRunsWhenItsGpusAreFree) {
+  Arrive(1, 100, true, 2);
+  Arrive(2, 200, true, 2);
+  Arrive(3, 300, /*start=*/false);  // no room: queued
+  const ServerId busy = ServerOf(1);
+  const ServerId freed = ServerOf(2);
+  h_.Send(core::KillRequest{JobId(2), "make room"});
+  h_.Fail(JobId(3));  // its start there failed: queued, waiting to retry
+  ASSERT_EQ(h_.job(JobId(3)).state, JobState::kQueued);
+  ASSERT_FALSE(h_.job(JobId(3)).busy());
+  rpc::RegisterAgentRequest r;
+  r.set_cluster_id(kCluster);
+  rpc::AgentJob listed = Listed(3, rpc::RUNNING, 300);
+  listed.mutable_spec()->set_name("three");
+  listed.add_gpus(1);
+  const auto found = Model().QueuedJobFound(freed, r, listed);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->job, JobId(3));
+  EXPECT_EQ(found->placed_on, Model().ClusterGpus(freed, {1}));
+  EXPECT_FALSE(found->suspended);
+  listed.set_state(rpc::SUSPENDED);
+  EXPECT_TRUE(Model().QueuedJobFound(freed, r, listed)->suspended);
+  // Not where its GPUs hold another job, nor on GPUs the job's size does
+  // not match.
+  EXPECT_FALSE(Model().QueuedJobFound(busy, r, listed).has_value());
+  listed.add_gpus(0);
+  EXPECT_FALSE(Model().QueuedJobFound(freed, r, listed).has_value());
+  listed.clear_gpus();
+  listed.add_gpus(1);
+  // Another submission of this id, no spec, another cluster's agent.
+  listed.set_submitted_us(301);
+  EXPECT_FALSE(Model().QueuedJobFound(freed, r, listed).has_value());
+  listed.set_submitted_us(300);
+  rpc::AgentJob bare = listed;
+  bare.clear_spec();
+  EXPECT_FALSE(Model().QueuedJobFound(freed, r, bare).has_value());
+  rpc::RegisterAgentRequest other = r;
+  other.set_cluster_id("cluster-b");
+  EXPECT_FALSE(Model().QueuedJobFound(freed, other, listed).has_value());
+  // Something of it elsewhere (a kept checkpoint), or held: not kept.
+  jobs_[3].proc = Proc{busy, {}, false, true};
+  EXPECT_FALSE(Model().QueuedJobFound(freed, r, listed).has_value());
+  jobs_[3].proc = Proc{};
+  EXPECT_TRUE(Model().QueuedJobFound(freed, r, listed).has_value());
+  h_.Send(core::HoldRequest{JobId(3), true});
+  EXPECT_FALSE(Model().QueuedJobFound(freed, r, listed).has_value());
+  // A running job is not the queue's.
+  rpc::AgentJob running = Listed(1, rpc::RUNNING, 100);
+  running.mutable_spec()->set_name("one");
+  running.add_gpus(0);
+  EXPECT_FALSE(Model().QueuedJobFound(busy, r, running).has_value());
+}
+
 rpc::JobExit ExitOf(int64_t id, int code) {
   rpc::JobExit e;
   e.set_job_id(id);

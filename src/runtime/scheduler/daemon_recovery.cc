@@ -87,28 +87,14 @@ void SchedulerServer::Impl::MarkLostIds(const AgentConn& a,
 
 void SchedulerServer::Impl::AdoptQueuedJobsFound(
     const AgentConn& a, const rpc::RegisterAgentRequest& r) {
-  if (!Model().OfThisCluster(r)) return;
   for (const rpc::AgentJob& j : r.jobs()) {
-    const int64_t id64 = j.job_id();
-    if (!LiveJob(id64) || !j.has_spec() || j.submitted_us() == 0) continue;
-    const auto id = static_cast<int32_t>(id64);
-    const core::Job& cj = st().job(JobId(id));
+    std::optional<core::JobFound> e = Model().QueuedJobFound(a.id, r, j);
+    if (!e) continue;
+    const int32_t id = e->job.value;
+    const bool suspended = e->suspended;
     JobExtra* x = Extra(id);
-    if (x == nullptr || cj.state != JobState::kQueued || cj.held || cj.busy() ||
-        x->proc.exists || x->proc.checkpoint ||
-        j.submitted_us() != SubmittedUs(id)) {
-      continue;
-    }
-    const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
-    core::JobFound e{JobId(id), Model().ClusterGpus(a.id, local),
-                     j.state() == rpc::SUSPENDED};
-    if (e.placed_on.empty() ||
-        !sched->CheckAdoptable(e.job, cj.spec.gpus, e.placed_on).ok()) {
-      continue;
-    }
-    const bool suspended = e.suspended;
-    x->proc = Proc::At({Part{a.id, local}});
-    if (core::Status fed = Feed(std::move(e)); !fed.ok()) {
+    x->proc = Proc::At({Part{a.id, {j.gpus().begin(), j.gpus().end()}}});
+    if (core::Status fed = Feed(std::move(*e)); !fed.ok()) {
       Log("job " + std::to_string(id) + ": its process on " + a.name +
           " could not be kept: " + fed.ToString());
       Extra(id)->proc = Proc{};
