@@ -2095,6 +2095,42 @@ TEST_F(DaemonTest, AJobSpanningServersIsSavedWhenOneOfItsAgentsStops) {
   }
 }
 
+// The same restart, waiting for its agent, when the daemon stops without a
+// snapshot (as after a crash): replayed from the log, the core's Restart is
+// pending and unsent, and the agent's first report after it registers
+// (the job missing, its checkpoint held) sends it, from that checkpoint.
+TEST_F(DaemonTest, ARestartWaitingForItsAgentIsReplayedFromTheLog) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.snapshot_every_events = 0;  // no snapshot at the stop: the log replays
+  Client* cl = &StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  const int64_t j = cl->MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return HistoryOf(*cl, j, "start").size() == 1; }));
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());
+  agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(*cl, j, "restart").empty(); }));
+  EXPECT_EQ(agent.resume_local_starts(j), 0);
+
+  server_.reset();
+  cl = &StartDaemon(o);
+  agent.FailResumeLocal(grpc::StatusCode::OK);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }))
+      << cl->Get(j).DebugString();
+  ASSERT_TRUE(WaitFor([&] {
+    const auto r = HistoryOf(*cl, j, "restart");
+    return !r.empty() && r.back().ok();
+  })) << cl->Get(j).DebugString();
+  EXPECT_EQ(cl->State(j), rpc::RUNNING);
+  EXPECT_EQ(agent.start_calls(j), 3);  // the first, the failed, this one
+  ASSERT_TRUE(FinishesOn(*cl, agent, j));
+}
+
 // A job spanning servers whose restart from its checkpoint fails (a part's
 // agent cannot start from it) is restarted by the core, like any job whose
 // process was lost: every part again from the beginning, not the job's end.
