@@ -193,6 +193,47 @@ std::optional<core::JobFound> AgentModel::QueuedJobFound(
   return e;
 }
 
+AgentModel::LostJob AgentModel::JudgeLostJob(int64_t id64,
+                                             const rpc::JobSpec& spec,
+                                             int64_t submitted_us,
+                                             const IdRanges& lost,
+                                             int64_t now_us) const {
+  if (id64 <= 0 || id64 > std::numeric_limits<int32_t>::max() ||
+      jobs_.contains(static_cast<int32_t>(id64)) || !FindIdRange(lost, id64) ||
+      spec.command().empty()) {
+    return {};
+  }
+  if (std::string bad = CheckSpec(spec); !bad.empty()) {
+    return {LostJob::Verdict::kRefused, "its spec is refused (" + bad + ")"};
+  }
+  if (submitted_us <= 0 || submitted_us > now_us) {
+    return {LostJob::Verdict::kRefused, "its submission time (" +
+                                            std::to_string(submitted_us) +
+                                            " us) is not before now"};
+  }
+  return {LostJob::Verdict::kAdopt, ""};
+}
+
+std::vector<core::GpuId> AgentModel::LostJobPlace(ServerId server,
+                                                  const rpc::AgentJob& listed,
+                                                  int gpus,
+                                                  std::string* why) const {
+  const std::vector<int32_t> local(listed.gpus().begin(), listed.gpus().end());
+  std::vector<core::GpuId> placed_on = ClusterGpus(server, local);
+  if (placed_on.empty()) {
+    *why = "its GPUs are not this server's";
+    return {};
+  }
+  const core::Status fits = core::CheckAdoptable(
+      core_.cluster(), JobId(static_cast<int32_t>(listed.job_id())), gpus,
+      placed_on);
+  if (!fits.ok()) {
+    *why = fits.message();
+    return {};
+  }
+  return placed_on;
+}
+
 AgentModel::Exit AgentModel::JudgeExit(ServerId server,
                                        const rpc::JobExit& e) const {
   const auto id = static_cast<int32_t>(e.job_id());

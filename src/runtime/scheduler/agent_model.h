@@ -116,6 +116,30 @@ class AgentModel {
   // action is under way (its outcome decides).
   bool Adoptable(int32_t id, ServerId server, rpc::JobState reported) const;
 
+  // A process or checkpoint a registering agent of this cluster lists of
+  // job `id64` whose record this store lost (its id in `lost`: the store
+  // was restored from a backup older than the job), listed with `spec`,
+  // submitted at `submitted_us`, judged at `now_us`.
+  struct LostJob {
+    enum class Verdict {
+      kNotLost,  // known, not a lost id, or listed without a command
+      kRefused,  // its spec or its submission time is not sound: left
+      kAdopt,    // taken back as a job of this store
+    };
+    Verdict verdict = Verdict::kNotLost;
+    std::string why;  // kRefused: why, for the log
+  };
+  LostJob JudgeLostJob(int64_t id64, const rpc::JobSpec& spec,
+                       int64_t submitted_us, const IdRanges& lost,
+                       int64_t now_us) const;
+  // Where an adopted lost job's listed process (of `gpus` GPUs) is kept:
+  // its GPUs on `server`; none, with `why`, when they are not this
+  // server's or cannot take it (core::CheckAdoptable): it is queued and
+  // starts again.
+  std::vector<core::GpuId> LostJobPlace(ServerId server,
+                                        const rpc::AgentJob& listed, int gpus,
+                                        std::string* why) const;
+
   // What to do with checkpoint `i` a registering agent (of `server`)
   // lists.
   enum class Checkpoint {

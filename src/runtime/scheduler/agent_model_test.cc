@@ -323,6 +323,59 @@ TEST_F(AgentModelTest, AQueuedJobsProcessIsKeptWhereItRunsWhenItsGpusAreFree) {
   EXPECT_FALSE(Model().QueuedJobFound(busy, r, running).has_value());
 }
 
+// A job whose record the store lost (restored from an older backup), which
+// an agent still runs or holds, is taken back when its id is a lost one and
+// its spec and submission time are sound; its process is kept where its
+// GPUs can take it.
+TEST_F(AgentModelTest, AJobTheStoreLostIsTakenBackWhenItsSpecAndTimeAreSound) {
+  using Verdict = AgentModel::LostJob::Verdict;
+  Arrive(1, 100, true, 2);  // known, on one server's both GPUs
+  const IdRanges lost = {{5, 9}};
+  rpc::JobSpec spec;
+  spec.set_name("six");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  EXPECT_EQ(Model().JudgeLostJob(6, spec, 500, lost, 1000).verdict,
+            Verdict::kAdopt);
+  EXPECT_EQ(Model().JudgeLostJob(10, spec, 500, lost, 1000).verdict,
+            Verdict::kNotLost)
+      << "not a lost id";
+  EXPECT_EQ(Model().JudgeLostJob(1, spec, 500, {{1, 9}}, 1000).verdict,
+            Verdict::kNotLost)
+      << "a job the store has";
+  rpc::JobSpec bare = spec;
+  bare.clear_command();
+  EXPECT_EQ(Model().JudgeLostJob(6, bare, 500, lost, 1000).verdict,
+            Verdict::kNotLost);
+  rpc::JobSpec bad = spec;
+  bad.set_gpus(3);
+  AgentModel::LostJob r = Model().JudgeLostJob(6, bad, 500, lost, 1000);
+  EXPECT_EQ(r.verdict, Verdict::kRefused);
+  EXPECT_EQ(r.why,
+            "its spec is refused (field 'gpus': must be a power of two, got "
+            "3)");
+  r = Model().JudgeLostJob(6, spec, 2000, lost, 1000);
+  EXPECT_EQ(r.verdict, Verdict::kRefused);
+  EXPECT_EQ(r.why, "its submission time (2000 us) is not before now");
+  EXPECT_EQ(Model().JudgeLostJob(6, spec, 0, lost, 1000).verdict,
+            Verdict::kRefused);
+
+  // Where its process is kept: its GPUs, if free and this server's.
+  const ServerId full = ServerOf(1);
+  const ServerId free(1 - full.value);
+  rpc::AgentJob listed = Listed(6, rpc::RUNNING, 500);
+  listed.add_gpus(1);
+  std::string why;
+  EXPECT_EQ(Model().LostJobPlace(free, listed, 1, &why),
+            Model().ClusterGpus(free, {1}));
+  EXPECT_EQ(why, "");
+  EXPECT_TRUE(Model().LostJobPlace(full, listed, 1, &why).empty());
+  EXPECT_NE(why.find("holds job 1"), std::string::npos) << why;
+  listed.set_gpus(0, 7);
+  EXPECT_TRUE(Model().LostJobPlace(free, listed, 1, &why).empty());
+  EXPECT_EQ(why, "its GPUs are not this server's");
+}
+
 rpc::JobExit ExitOf(int64_t id, int code) {
   rpc::JobExit e;
   e.set_job_id(id);

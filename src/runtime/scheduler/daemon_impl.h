@@ -789,9 +789,6 @@ struct SchedulerServer::Impl final {
   grpc::Status ListJobs(const rpc::ListJobsRequest* req,
                         rpc::ListJobsReply* rep);
   grpc::Status GetJob(const rpc::JobIdRequest* req, rpc::JobInfo* rep);
-
-  // Why a submitted spec is refused (empty: it is not).
-  static std::string CheckSpec(const rpc::JobSpec& spec);
 };
 
 template <typename T>

@@ -124,24 +124,13 @@ std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
   // one that can be adopted (a refusal is logged).
   auto adoptable = [&](int64_t id64, const rpc::JobSpec& spec,
                        int64_t submitted_us) {
-    if (id64 <= 0 || id64 > std::numeric_limits<int32_t>::max() ||
-        extras.contains(static_cast<int32_t>(id64)) ||
-        !FindIdRange(*lost_ids, id64) || spec.command().empty()) {
-      return false;
+    const AgentModel::LostJob lost =
+        Model().JudgeLostJob(id64, spec, submitted_us, *lost_ids, Now());
+    if (lost.verdict == AgentModel::LostJob::Verdict::kRefused) {
+      Log("agent '" + a.name + "' holds job " + std::to_string(id64) +
+          ", which this store lost, but " + lost.why + ": not adopted");
     }
-    const std::string what = "agent '" + a.name + "' holds job " +
-                             std::to_string(id64) +
-                             ", which this store lost, but ";
-    if (std::string bad = CheckSpec(spec); !bad.empty()) {
-      Log(what + "its spec is refused (" + bad + "): not adopted");
-      return false;
-    }
-    if (submitted_us <= 0 || submitted_us > Now()) {
-      Log(what + "its submission time (" + std::to_string(submitted_us) +
-          " us) is not before now: not adopted");
-      return false;
-    }
-    return true;
+    return lost.verdict == AgentModel::LostJob::Verdict::kAdopt;
   };
   // Stores it, and feeds its arrival `e` with its process (or
   // checkpoint) at `where`; its old process killed first with `kill`.
@@ -181,20 +170,13 @@ std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
     core::JobArrived e{JobId(id), ToCoreSpec(j.spec())};
     e.submitted = core::Time::FromMicros(j.submitted_us());
     e.suspended = j.state() == rpc::SUSPENDED;
-    const std::vector<int32_t> local(j.gpus().begin(), j.gpus().end());
-    e.placed_on = Model().ClusterGpus(a.id, local);
     std::string not_kept;
-    if (e.placed_on.empty()) {
-      not_kept = "its GPUs are not this server's";
-    } else if (core::Status fits =
-                   sched->CheckAdoptable(e.id, e.spec.gpus, e.placed_on);
-               !fits.ok()) {
-      not_kept = fits.message();
-    }
-    if (!not_kept.empty()) e.placed_on.clear();
+    e.placed_on = Model().LostJobPlace(a.id, j, e.spec.gpus, &not_kept);
     const bool suspended = e.suspended;
     const Proc where =
-        not_kept.empty() ? Proc::At({Part{a.id, local}}) : Proc{};
+        not_kept.empty()
+            ? Proc::At({Part{a.id, {j.gpus().begin(), j.gpus().end()}}})
+            : Proc{};
     if (!adopt(j.spec(), std::move(e), where, !not_kept.empty())) continue;
     Extra(id)->progress = j.progress();
     History(id, "adopt", true, 0,

@@ -160,19 +160,6 @@ core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
   return was;
 }
 
-std::string SchedulerServer::Impl::CheckSpec(const rpc::JobSpec& spec) {
-  std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
-  if (err.empty() && spec.command().empty()) {
-    err = "field 'command': must not be empty";
-  }
-  if (err.empty() && !spec.workdir().empty() &&
-      !std::filesystem::path(spec.workdir()).is_absolute()) {
-    err = "field 'workdir': must be an absolute path, got '" + spec.workdir() +
-          "'";
-  }
-  return err;
-}
-
 grpc::Status SchedulerServer::Impl::ListJobs(const rpc::ListJobsRequest* req,
                                              rpc::ListJobsReply* rep) {
   for (int k = 0; k < req->states_size(); ++k) {

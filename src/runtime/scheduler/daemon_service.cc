@@ -46,8 +46,7 @@ grpc::Status SchedulerService::Leave(grpc::ServerContext*,
 grpc::Status SchedulerService::Submit(grpc::ServerContext*,
                                       const rpc::SubmitRequest* req,
                                       rpc::SubmitReply* rep) {
-  if (std::string err = SchedulerServer::Impl::CheckSpec(req->spec());
-      !err.empty()) {
+  if (std::string err = CheckSpec(req->spec()); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
   auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
@@ -74,8 +73,7 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext*,
   }
   for (int i = 0; i < n; ++i) {
     const rpc::JobSpec& spec = req->specs(i);
-    if (std::string err = SchedulerServer::Impl::CheckSpec(spec);
-        !err.empty()) {
+    if (std::string err = CheckSpec(spec); !err.empty()) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
               "spec " + std::to_string(i + 1) + " of " + std::to_string(n) +
                   " ('" + spec.name() + "'): " + err +

@@ -128,6 +128,21 @@ inline core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   return c;
 }
 
+// Why a job's spec is refused ("": it is not), as submitted or as an
+// agent lists a job the store lost.
+inline std::string CheckSpec(const rpc::JobSpec& spec) {
+  std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
+  if (err.empty() && spec.command().empty()) {
+    err = "field 'command': must not be empty";
+  }
+  if (err.empty() && !spec.workdir().empty() &&
+      !std::filesystem::path(spec.workdir()).is_absolute()) {
+    err = "field 'workdir': must be an absolute path, got '" + spec.workdir() +
+          "'";
+  }
+  return err;
+}
+
 // One server's share of a job's GPUs.
 struct Part {
   ServerId server;
