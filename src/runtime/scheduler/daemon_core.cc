@@ -203,6 +203,13 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
     case ActionKind::kKill: {
       const Proc old = x->proc;
       x->proc = Proc{};
+      // A restart waiting for its agent is not sent now (one sent is
+      // forgotten when its reply comes: RestartCurrent).
+      std::erase_if(pending, [&](const auto& e) {
+        const PendingAction& p = e.second;
+        return p.action.job == a.job && p.action.kind == ActionKind::kRestart &&
+               !p.sent;
+      });
       if (live) {
         {
           // A move waiting for its warm process gives up now; what it
@@ -268,6 +275,9 @@ void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
     }
   }
   History(job, what, ok, took_us, line);
+  // One the core no longer awaits (the job was killed, its server lost)
+  // is settled by nothing else: forgotten, or the job would never be.
+  if (!current) pending.erase(action);
   if (current && ok) {
     StartProbe(job, what, action);
     Defer(core::ActionDone{core::ActionId(action), JobId(job), took},

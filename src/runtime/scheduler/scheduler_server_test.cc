@@ -109,6 +109,8 @@ class FakeAgent final : public rpc::Agent::Service {
     }
     if (r->resume_local()) {
       WaitWhileHeld(held_, hold_);  // HoldResumeLocal()
+    } else {
+      WaitWhileHeld(starts_held_, hold_starts_);  // HoldStarts()
     }
     std::lock_guard lock(mu_);
     ++start_calls_[r->job_id()];
@@ -488,6 +490,8 @@ class FakeAgent final : public rpc::Agent::Service {
   // While on, a StartJob(resume_local) waits (ResumeLocalHeld() counts
   // them) until it is turned off.
   void HoldResumeLocal(bool on) { SetHold(hold_, on); }
+  // While on, any other StartJob waits until it is turned off.
+  void HoldStarts(bool on) { SetHold(hold_starts_, on); }
   // Sets the state of the job's process behind the daemon's back.
   void SetProcState(int64_t job, rpc::JobState state) {
     std::lock_guard lock(mu_);
@@ -586,6 +590,8 @@ class FakeAgent final : public rpc::Agent::Service {
   int held_ = 0;                   // guarded by hold_mu_
   bool hold_checkpoints_ = false;  // guarded by hold_mu_
   int checkpoints_held_ = 0;       // guarded by hold_mu_
+  bool hold_starts_ = false;       // guarded by hold_mu_
+  int starts_held_ = 0;            // guarded by hold_mu_
   bool hold_suspends_ = false;     // guarded by hold_mu_
   int suspends_held_ = 0;          // guarded by hold_mu_
   std::string sched_addr_;
@@ -2129,6 +2135,43 @@ TEST_F(DaemonTest, ARestartWaitingForItsAgentIsReplayedFromTheLog) {
   EXPECT_EQ(cl->State(j), rpc::RUNNING);
   EXPECT_EQ(agent.start_calls(j), 3);  // the first, the failed, this one
   ASSERT_TRUE(FinishesOn(*cl, agent, j));
+}
+
+// Jobs killed while an action of theirs is under way leave nothing pending
+// and are forgotten as any ended job is: one whose restart waits for its
+// agent, and one whose start's reply comes after the kill.
+TEST_F(DaemonTest, JobsKilledWithAnActionUnderWayAreForgottenLikeAnyOther) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.keep_ended_jobs = 1;
+  o.retention_check_s = 0.05;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return HistoryOf(cl, j, "start").size() == 1; }));
+  agent.StopSaving(j, 40);
+  ASSERT_TRUE(agent.Report().ok());
+  agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+  ASSERT_TRUE(cl.Kill(j).ok());
+  agent.HoldStarts(true);
+  const int64_t starting = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return agent.starts_begun(starting) == 1; }));
+  ASSERT_TRUE(cl.Kill(starting).ok());
+  agent.HoldStarts(false);
+  ASSERT_TRUE(WaitFor([&] { return agent.start_calls(starting) == 1; }));
+  const int64_t last = cl.MustSubmit(1);
+  ASSERT_TRUE(
+      WaitFor([&] { return HistoryOf(cl, last, "start").size() == 1; }));
+  ASSERT_TRUE(cl.Kill(last).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.Get(j).archived() && cl.Get(starting).archived();
+  })) << cl.Get(j).DebugString()
+      << cl.Get(starting).DebugString();
+  EXPECT_FALSE(cl.Get(last).archived());
+  EXPECT_EQ(agent.start_calls(j), 2);
 }
 
 // A job spanning servers whose restart from its checkpoint fails (a part's
