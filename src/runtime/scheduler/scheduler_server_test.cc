@@ -870,6 +870,18 @@ class DaemonTest : public ::testing::Test {
     o.verify_reused_job_info = true;
     return o;
   }
+  // Job `j`, running on `agent`: the agent stops with the job saved there,
+  // and back, cannot be reached for the restart from that checkpoint
+  // (StartJob fails UNAVAILABLE), which then waits for it. Call it in
+  // ASSERT_NO_FATAL_FAILURE.
+  void RestartWaitsForItsAgent(Client& cl, FakeAgent& agent, int64_t j) {
+    agent.StopSaving(j, 40);
+    ASSERT_TRUE(agent.Report().ok());
+    agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
+    ASSERT_TRUE(agent.Register(server_.address()).ok());
+    ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+  }
+
   Client& StartDaemon(SchedulerOptions o) {
     // In the fake world the metrics page is read in process (Metrics).
     if (world_.env) o.metrics_listen.clear();
@@ -1667,11 +1679,7 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
   Client& cl = *cl_;
   FakeAgent& agent = agent_;
   const int64_t j = Started();
-  agent.StopSaving(j, 40);
-  ASSERT_TRUE(agent.Report().ok());
-  agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
-  ASSERT_TRUE(agent.Register(server_.address()).ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+  ASSERT_NO_FATAL_FAILURE(RestartWaitsForItsAgent(cl, agent, j));
   {
     const auto r = HistoryOf(cl, j, "restart")[0];
     EXPECT_FALSE(r.ok());
@@ -1730,11 +1738,7 @@ TEST_F(AgentStopTest, AJobWhoseRestartFromTheBeginningFailsFails) {
 // agent is back, from that checkpoint.
 TEST_F(AgentStopTest, ARestartWaitingForItsAgentOutlivesADaemonRestart) {
   const int64_t j = Started();
-  agent_.StopSaving(j, 40);
-  ASSERT_TRUE(agent_.Report().ok());
-  agent_.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
-  ASSERT_TRUE(agent_.Register(server_.address()).ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(*cl_, j, "restart").empty(); }));
+  ASSERT_NO_FATAL_FAILURE(RestartWaitsForItsAgent(*cl_, agent_, j));
   EXPECT_EQ(agent_.resume_local_starts(j), 0);
 
   server_.reset();
@@ -2114,11 +2118,7 @@ TEST_F(DaemonTest, ARestartWaitingForItsAgentIsReplayedFromTheLog) {
   ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t j = cl->MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return HistoryOf(*cl, j, "start").size() == 1; }));
-  agent.StopSaving(j, 40);
-  ASSERT_TRUE(agent.Report().ok());
-  agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
-  ASSERT_TRUE(agent.Register(server_.address()).ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(*cl, j, "restart").empty(); }));
+  ASSERT_NO_FATAL_FAILURE(RestartWaitsForItsAgent(*cl, agent, j));
   EXPECT_EQ(agent.resume_local_starts(j), 0);
 
   server_.reset();
@@ -2150,11 +2150,7 @@ TEST_F(DaemonTest, JobsKilledWithAnActionUnderWayAreForgottenLikeAnyOther) {
   ASSERT_TRUE(agent.Register(server_.address()).ok());
   const int64_t j = cl.MustSubmit(1);
   ASSERT_TRUE(WaitFor([&] { return HistoryOf(cl, j, "start").size() == 1; }));
-  agent.StopSaving(j, 40);
-  ASSERT_TRUE(agent.Report().ok());
-  agent.FailResumeLocal(grpc::StatusCode::UNAVAILABLE);
-  ASSERT_TRUE(agent.Register(server_.address()).ok());
-  ASSERT_TRUE(WaitFor([&] { return !HistoryOf(cl, j, "restart").empty(); }));
+  ASSERT_NO_FATAL_FAILURE(RestartWaitsForItsAgent(cl, agent, j));
   ASSERT_TRUE(cl.Kill(j).ok());
   agent.HoldStarts(true);
   const int64_t starting = cl.MustSubmit(1);
