@@ -182,14 +182,11 @@ std::optional<core::JobFound> AgentModel::QueuedJobFound(
       listed.submitted_us() != published_.SubmittedUs(id)) {
     return std::nullopt;
   }
-  const std::vector<int32_t> local(listed.gpus().begin(), listed.gpus().end());
-  core::JobFound e{JobId(id), ClusterGpus(server, local),
+  std::string not_kept;
+  core::JobFound e{JobId(id),
+                   PlaceOfListed(server, listed, cj.spec.gpus, &not_kept),
                    listed.state() == rpc::SUSPENDED};
-  if (e.placed_on.empty() ||
-      !core::CheckAdoptable(core_.cluster(), e.job, cj.spec.gpus, e.placed_on)
-           .ok()) {
-    return std::nullopt;
-  }
+  if (e.placed_on.empty()) return std::nullopt;
   return e;
 }
 
@@ -214,10 +211,10 @@ AgentModel::LostJob AgentModel::JudgeLostJob(int64_t id64,
   return {LostJob::Verdict::kAdopt, ""};
 }
 
-std::vector<core::GpuId> AgentModel::LostJobPlace(ServerId server,
-                                                  const rpc::AgentJob& listed,
-                                                  int gpus,
-                                                  std::string* why) const {
+std::vector<core::GpuId> AgentModel::PlaceOfListed(ServerId server,
+                                                   const rpc::AgentJob& listed,
+                                                   int gpus,
+                                                   std::string* why) const {
   const std::vector<int32_t> local(listed.gpus().begin(), listed.gpus().end());
   std::vector<core::GpuId> placed_on = ClusterGpus(server, local);
   if (placed_on.empty()) {

@@ -132,13 +132,13 @@ class AgentModel {
   LostJob JudgeLostJob(int64_t id64, const rpc::JobSpec& spec,
                        int64_t submitted_us, const IdRanges& lost,
                        int64_t now_us) const;
-  // Where an adopted lost job's listed process (of `gpus` GPUs) is kept:
-  // its GPUs on `server`; none, with `why`, when they are not this
-  // server's or cannot take it (core::CheckAdoptable): it is queued and
-  // starts again.
-  std::vector<core::GpuId> LostJobPlace(ServerId server,
-                                        const rpc::AgentJob& listed, int gpus,
-                                        std::string* why) const;
+  // Where a process a registering agent (of `server`) lists, of a job of
+  // `gpus` GPUs, can be kept: its GPUs there; none, with `why`, when they
+  // are not this server's or cannot take it (core::CheckAdoptable). An
+  // adopted lost job not kept is queued and starts again.
+  std::vector<core::GpuId> PlaceOfListed(ServerId server,
+                                         const rpc::AgentJob& listed, int gpus,
+                                         std::string* why) const;
 
   // What to do with checkpoint `i` a registering agent (of `server`)
   // lists.

@@ -366,13 +366,13 @@ TEST_F(AgentModelTest, AJobTheStoreLostIsTakenBackWhenItsSpecAndTimeAreSound) {
   rpc::AgentJob listed = Listed(6, rpc::RUNNING, 500);
   listed.add_gpus(1);
   std::string why;
-  EXPECT_EQ(Model().LostJobPlace(free, listed, 1, &why),
+  EXPECT_EQ(Model().PlaceOfListed(free, listed, 1, &why),
             Model().ClusterGpus(free, {1}));
   EXPECT_EQ(why, "");
-  EXPECT_TRUE(Model().LostJobPlace(full, listed, 1, &why).empty());
+  EXPECT_TRUE(Model().PlaceOfListed(full, listed, 1, &why).empty());
   EXPECT_NE(why.find("holds job 1"), std::string::npos) << why;
   listed.set_gpus(0, 7);
-  EXPECT_TRUE(Model().LostJobPlace(free, listed, 1, &why).empty());
+  EXPECT_TRUE(Model().PlaceOfListed(free, listed, 1, &why).empty());
   EXPECT_EQ(why, "its GPUs are not this server's");
 }
 

@@ -358,10 +358,10 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
     auto it = pending.find(aid);
     if (it == pending.end()) continue;
     const int32_t id = it->second.action.job.value;
-    const JobExtra& x = *Extra(id);
+    JobExtra& x = *Extra(id);
     if (it->second.action.relocates && x.proc.server == a.id &&
         !a.held.contains(id)) {
-      Extra(id)->proc.checkpoint = false;
+      x.proc.checkpoint = false;
       (void)Feed(core::ActionFailed{
           core::ActionId(aid),
           JobId(id),

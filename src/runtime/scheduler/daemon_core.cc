@@ -90,9 +90,8 @@ void SchedulerServer::Impl::AfterHandle(
     // A restart there waits no longer: the core queued the job again.
     std::erase_if(pending, [&](const auto& e) {
       const PendingAction& p = e.second;
-      if (p.action.kind != ActionKind::kRestart) return false;
-      const core::Job& j = st().job(p.action.job);
-      return !j.busy() || j.in_flight_id != p.action.id;
+      return p.action.kind == ActionKind::kRestart &&
+             !Awaits(p.action.job.value, p.action.id.value);
     });
     for (auto& [id, x] : extras) {
       if (!x.proc.On(down->id)) continue;
@@ -204,7 +203,7 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
       const Proc old = x->proc;
       x->proc = Proc{};
       // A restart waiting for its agent is not sent now (one sent is
-      // forgotten when its reply comes: RestartCurrent).
+      // forgotten when its reply comes: Conclude).
       std::erase_if(pending, [&](const auto& e) {
         const PendingAction& p = e.second;
         return p.action.job == a.job && p.action.kind == ActionKind::kRestart &&
@@ -247,10 +246,7 @@ void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
                                      int64_t took_us, const std::string& detail,
                                      bool permanent) {
   if (metrics) metrics->ObserveMechanism(what, ok, took_us / 1e6);
-  const bool current = LiveJob(job) && [&] {
-    const core::Job& j = st().job(JobId(job));
-    return j.busy() && j.in_flight_id.value == action;
-  }();
+  const bool current = Awaits(job, action);
   const auto took = core::Duration::Micros(took_us);
   std::string line = detail;
   if (current && !ok) {
@@ -483,13 +479,6 @@ void SchedulerServer::Impl::LoseProcess(int32_t job, bool checkpoint,
   if (!s.ok()) Warn("job " + std::to_string(job) + ": " + s.ToString());
 }
 
-bool SchedulerServer::Impl::RestartCurrent(int32_t job, int64_t action) {
-  const bool current = LiveJob(job) && st().job(JobId(job)).busy() &&
-                       st().job(JobId(job)).in_flight_id.value == action;
-  if (!current) pending.erase(action);
-  return current;
-}
-
 void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
   const int32_t job = p.action.job.value;
   const int64_t aid = p.action.id.value;
@@ -554,7 +543,8 @@ void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
     }
     Post([=, this] {
       JobExtra* y = Extra(job);
-      const bool current = RestartCurrent(job, aid) && y != nullptr;
+      // One no longer awaited is dropped by Conclude.
+      const bool current = Awaits(job, aid) && y != nullptr;
       auto pit = pending.find(aid);
       const std::string where =
           from_checkpoint ? "on " + name + " from the checkpoint kept there"

@@ -181,6 +181,13 @@ struct SchedulerServer::Impl final {
     return id > 0 && id < (int64_t{1} << 31) &&
            st().has_job(JobId(static_cast<int32_t>(id)));
   }
+  // Whether the core still awaits the outcome of `action`, the job's
+  // action under way (not once the job was killed or requeued).
+  bool Awaits(int64_t job, int64_t action) const {
+    if (!LiveJob(job)) return false;
+    const core::Job& j = st().job(JobId(static_cast<int32_t>(job)));
+    return j.busy() && j.in_flight_id.value == action;
+  }
 
   // What the daemon makes of what agents tell it (agent_model.h), over the
   // loop's state as it is now.
@@ -313,9 +320,6 @@ struct SchedulerServer::Impl final {
   // out of reach for a restart from its checkpoint, is waited for: the
   // action stays pending, unsent, until it registers (Reconcile).
   void DispatchRestart(PendingAction& p);
-  // Whether the core still awaits `action`, a Restart of `job`; if not
-  // (the job was killed, its server declared down), it is forgotten.
-  bool RestartCurrent(int32_t job, int64_t action);
 
   // ------------------------------------------------------------ gangs
   //

@@ -279,7 +279,7 @@ void SchedulerServer::Impl::RelaunchGang(int32_t id, int64_t action) {
     const int64_t took = UsSince(t0);
     Post([=, this] {
       JobExtra* y = Extra(id);
-      if (!ok && y != nullptr && RestartCurrent(id, action)) {
+      if (!ok && y != nullptr && Awaits(id, action)) {
         y->proc.exists = false;
       }
       Conclude(id, action, "restart", ok, took,
@@ -412,7 +412,7 @@ void SchedulerServer::Impl::RestartGangAtSource(int32_t job, const Proc& from,
       if (y == nullptr) return;
       if (!ok) {
         // The core starts every part again from the beginning.
-        if (RestartCurrent(job, action) && y->proc.exists &&
+        if (Awaits(job, action) && y->proc.exists &&
             y->proc.server == from.server) {
           y->proc.exists = y->proc.checkpoint = false;
         }

@@ -171,7 +171,7 @@ std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
     e.submitted = core::Time::FromMicros(j.submitted_us());
     e.suspended = j.state() == rpc::SUSPENDED;
     std::string not_kept;
-    e.placed_on = Model().LostJobPlace(a.id, j, e.spec.gpus, &not_kept);
+    e.placed_on = Model().PlaceOfListed(a.id, j, e.spec.gpus, &not_kept);
     const bool suspended = e.suspended;
     const Proc where =
         not_kept.empty()
