@@ -55,24 +55,72 @@ class EtcdForTest {
                "etcd-server (scripts/setup does)";
       return nullptr;
     }
-    std::unique_ptr<EtcdForTest> e(new EtcdForTest());
-    e->tls_ = tls;
-    e->dir_ = std::filesystem::temp_directory_path() /
-              ("gandiva-etcd-" + std::to_string(::getpid()) + "-" +
-               std::to_string(Counter()++));
-    std::filesystem::remove_all(e->dir_);
-    std::filesystem::create_directories(e->dir_);
-    const int client = FreeLoopbackPort(), peer = FreeLoopbackPort();
-    e->endpoint_ = "127.0.0.1:" + std::to_string(client);
-    const std::string c = (tls.empty() ? "http://" : "https://") + e->endpoint_;
+    // A port found free may be taken by another test before etcd binds it;
+    // etcd then exits at once, and a try on other ports is made.
+    constexpr int kTries = 5;
+    std::string logs;
+    for (int attempt = 1; attempt <= kTries; ++attempt) {
+      std::unique_ptr<EtcdForTest> e(new EtcdForTest());
+      bool exited = false;
+      const std::string log = e->Launch(bin, tls, error, &exited);
+      if (!exited && error->empty()) return e;
+      e->keep_dir_ = true;  // its log says why
+      if (!exited) return nullptr;
+      logs += (logs.empty() ? "" : ", ") + log;
+    }
+    *error = "etcd exited at start " + std::to_string(kTries) +
+             " times; their logs: " + logs;
+    return nullptr;
+  }
+
+  ~EtcdForTest() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    if (!keep_dir_) std::filesystem::remove_all(dir_, ec);
+  }
+
+  // HOST:PORT of its client URL.
+  const std::string& endpoint() const { return endpoint_; }
+
+  // A client with short deadlines (and the TLS files it was started with).
+  std::shared_ptr<EtcdClient> Client() const {
+    return *EtcdClient::Create(endpoint_, *LoadTls(tls_, "--etcd-tls-"),
+                               std::chrono::seconds(1));
+  }
+
+ private:
+  EtcdForTest() = default;
+  static int& Counter() {
+    static int n = 0;
+    return n;
+  }
+
+  // Starts etcd on two new ports and waits until it serves. Returns its
+  // log's path; *exited when it exited at start, else *error is "" when it
+  // serves.
+  std::string Launch(const std::string& bin, const TlsFiles& tls,
+                     std::string* error, bool* exited) {
+    tls_ = tls;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("gandiva-etcd-" + std::to_string(::getpid()) + "-" +
+            std::to_string(Counter()++));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    int client = FreeLoopbackPort(), peer = FreeLoopbackPort();
+    while (peer == client) peer = FreeLoopbackPort();
+    endpoint_ = "127.0.0.1:" + std::to_string(client);
+    const std::string c = (tls.empty() ? "http://" : "https://") + endpoint_;
     const std::string p = "http://127.0.0.1:" + std::to_string(peer);
-    const std::string log = (e->dir_ / "etcd.log").string();
-    e->pid_ = ::fork();
-    if (e->pid_ == 0) {
+    const std::string log = (dir_ / "etcd.log").string();
+    pid_ = ::fork();
+    if (pid_ == 0) {
       FILE* f = std::freopen(log.c_str(), "w", stderr);
       (void)f;
       (void)std::freopen("/dev/null", "w", stdout);
-      const std::string data = (e->dir_ / "data").string();
+      const std::string data = (dir_ / "data").string();
       std::vector<std::string> args = {
           bin,      "--name",
           "t",      "--data-dir",
@@ -95,6 +143,8 @@ class EtcdForTest {
       ::execv(bin.c_str(), argv.data());
       ::_exit(127);
     }
+    *error = "";
+    *exited = false;
     const auto until =
         std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (std::chrono::steady_clock::now() < until) {
@@ -103,47 +153,23 @@ class EtcdForTest {
       // never be served.
       etcdserverpb::RangeRequest r;
       r.set_key("ready");
-      if (e->Client()->Range(r).ok()) return e;
+      if (Client()->Range(r).ok()) return log;
       int status = 0;
-      if (::waitpid(e->pid_, &status, WNOHANG) == e->pid_) {
-        e->pid_ = -1;
-        *error = std::string() + "etcd exited at start; its log: " + log;
-        return nullptr;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        *exited = true;
+        return log;
       }
     }
     *error = std::string() + "etcd did not serve within 30 s; its log: " + log;
-    return nullptr;
-  }
-
-  ~EtcdForTest() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  // HOST:PORT of its client URL.
-  const std::string& endpoint() const { return endpoint_; }
-
-  // A client with short deadlines (and the TLS files it was started with).
-  std::shared_ptr<EtcdClient> Client() const {
-    return *EtcdClient::Create(endpoint_, *LoadTls(tls_, "--etcd-tls-"),
-                               std::chrono::seconds(1));
-  }
-
- private:
-  EtcdForTest() = default;
-  static int& Counter() {
-    static int n = 0;
-    return n;
+    return log;
   }
 
   std::filesystem::path dir_;
   std::string endpoint_;
   TlsFiles tls_;
   pid_t pid_ = -1;
+  bool keep_dir_ = false;
 };
 
 }  // namespace gandiva::runtime
