@@ -265,6 +265,163 @@ AgentModel::Exit AgentModel::JudgeExit(ServerId server,
   return ended ? Exit::kAfterEnd : Exit::kEnds;
 }
 
+AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
+                                          const std::string& agent,
+                                          const rpc::JobExit& e,
+                                          int64_t now_us) const {
+  ExitPlan plan;
+  plan.verdict = JudgeExit(server, e);
+  const JobExtra* was = Record(static_cast<int32_t>(e.job_id()));
+  if (was == nullptr) return plan;
+  const std::string code = std::to_string(e.exit_code());
+  switch (plan.verdict) {
+    case Exit::kNotOurs:
+    case Exit::kSuperseded:
+    case Exit::kLeftToMove:
+    case Exit::kPartPassed:
+    case Exit::kKilledGoesOn:
+      return plan;
+    case Exit::kIgnored:
+      plan.record = *was;
+      --plan.record->ignore_exits[server.value];
+      return plan;
+    case Exit::kPartFailed:
+      plan.record = *was;
+      plan.record->proc = Proc{};
+      plan.record->exit_code = e.exit_code();
+      plan.line = Line{"exit", false,
+                       "exit code " + code + " of its part on " + agent +
+                           "; its other parts are stopped"};
+      plan.finishes = false;
+      plan.stop = was->proc;
+      return plan;
+    case Exit::kStoppedSaved: {
+      plan.record = *was;
+      JobExtra& x = *plan.record;
+      const std::string& method = e.checkpoint_method();
+      x.proc.exists = false;
+      x.proc.checkpoint = true;
+      // The mini-batch it goes on from: known for a library checkpoint
+      // (the restart's history line waits for the one after it), not for
+      // a CRIU dump or a job's own checkpoint.
+      x.kept_at =
+          method == "criu" || method == "restart" ? -1 : e.minibatches();
+      x.stopped_us = now_us;
+      if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
+      CopyMetric(e, &x.progress);
+      x.progress.set_minibatch_rate(0);
+      plan.line =
+          Line{"stop", true,
+               "agent '" + agent + "' stopped; " +
+                   (method == "criu" ? std::string("the job was dumped by CRIU")
+                    : method == "restart"
+                        ? std::string("the job saved its own checkpoint")
+                        : "the job saved a checkpoint at mini-batch " +
+                              std::to_string(e.minibatches())) +
+                   ", kept there: it goes on from it when the agent is back"};
+      return plan;
+    }
+    case Exit::kStoppedUnsaved:
+      // Its agent stopped and killed it, unsaved: the job stays placed
+      // there, as if its process ran on, until the agent registers again
+      // without it (then it is lost, and the core restarts it) or is
+      // declared down.
+      plan.record = *was;
+      if (e.minibatches() > 0) {
+        plan.record->progress.set_minibatches(e.minibatches());
+      }
+      plan.record->progress.set_minibatch_rate(0);
+      plan.line = Line{"stop", true,
+                       "agent '" + agent +
+                           "' stopped and killed its process (exit " + code +
+                           ") without a checkpoint: the job starts again when "
+                           "the agent is back, from the beginning unless it "
+                           "keeps its own checkpoints"};
+      return plan;
+    case Exit::kAfterEnd:
+    case Exit::kEnds:
+      break;
+  }
+  plan.record = *was;
+  JobExtra& x = *plan.record;
+  x.proc = Proc{};
+  x.exit_code = e.exit_code();
+  if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
+  CopyMetric(e, &x.progress);
+  if (plan.verdict == Exit::kAfterEnd) return plan;
+  plan.line = Line{"exit", e.exit_code() == 0, "exit code " + code};
+  plan.finishes = e.exit_code() == 0;
+  // A gang's other parts end with their lead; any still running (a rank
+  // hung) are stopped.
+  if (was->proc.gang()) {
+    plan.stop = was->proc;
+    plan.stop->server = ServerId();
+  }
+  return plan;
+}
+
+std::optional<AgentModel::ProfilePlan> AgentModel::PlanProfile(
+    ServerId server, const rpc::JobProfile& p, int64_t now_us,
+    int64_t every_us) const {
+  const auto id = static_cast<int32_t>(p.job_id());
+  const JobExtra* x = Record(id);
+  if (x == nullptr || Ended(id) || x->proc.server != server) {
+    return std::nullopt;
+  }
+  ProfilePlan plan;
+  // A new process (after a move, a restart) has reported no metric yet:
+  // the job's last one stands.
+  plan.progress = p.progress();
+  if (plan.progress.metric_reports() == 0) {
+    CopyMetric(x->progress, &plan.progress);
+  }
+  // Nor has it counted a mini-batch before it has loaded its checkpoint:
+  // the job's count stands until then.
+  if (plan.progress.minibatches() == 0) {
+    plan.progress.set_minibatches(x->progress.minibatches());
+  }
+  if (const core::Carrier c = CarrierOf(x->spec, plan.progress.uses_library());
+      c != core_.job(JobId(id)).spec.carrier) {
+    plan.carrier = c;
+  }
+  // Due on a grid of the interval, not an interval after the last one
+  // fed: reports come at the agent's pace, a little early or late, and the
+  // cadence must not fall to every other report.
+  plan.profile_due_us = x->profile_due_us;
+  if (every_us > 0) {
+    if (plan.profile_due_us > now_us) return plan;  // shown by `ls`
+    if (plan.profile_due_us == 0) plan.profile_due_us = now_us;
+    plan.profile_due_us +=
+        ((now_us - plan.profile_due_us) / every_us + 1) * every_us;
+  }
+  core::ProfileReport& pr = plan.report.emplace();
+  pr.job = JobId(id);
+  pr.minibatch_rate = p.progress().minibatch_rate();
+  pr.minibatches = plan.progress.minibatches();
+  pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
+                     (1024.0 * 1024.0 * 1024.0);
+  pr.gpu_utilization = p.progress().gpu_utilization();
+  return plan;
+}
+
+std::vector<int32_t> AgentModel::LostAtFirstReport(
+    ServerId server, const std::set<int32_t>& missing,
+    const rpc::AgentReport& r) const {
+  std::set<int32_t> running;
+  for (const rpc::JobProfile& p : r.profiles()) {
+    running.insert(static_cast<int32_t>(p.job_id()));
+  }
+  std::vector<int32_t> lost;
+  for (int32_t id : missing) {
+    const JobExtra* x = Record(id);
+    if (x != nullptr && x->proc.exists && x->proc.On(server) && !Ended(id) &&
+        !running.contains(id)) {
+      lost.push_back(id);
+    }
+  }
+  return lost;
+}
+
 AgentModel::State AgentModel::CheckState(int32_t id, rpc::JobState reported,
                                          bool checkable,
                                          StateMismatch& mismatch) const {

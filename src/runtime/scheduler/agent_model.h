@@ -2,9 +2,11 @@
 // processes and checkpoints a registration lists, the state a report gives
 // a process), decided from the daemon's records of its jobs and the core's
 // state alone. Pure: no I/O, no threads, no clock; its answers are values
-// (verdicts), and the daemon's agents part (daemon_agents.cc,
-// daemon_recovery.cc) carries them out: it writes the store, feeds the
-// core, writes history lines and sends the agents their commands.
+// (verdicts, and for a report's exits and profiles plans: the record
+// after, the lines, the events and the commands), and the daemon's agents
+// part (daemon_agents.cc, daemon_recovery.cc) carries them out: it writes
+// the store, feeds the core, writes history lines and sends the agents
+// their commands.
 //
 // It reads the state it is made with (by reference, valid while it is
 // used): make one where it is needed (SchedulerServer::Impl::Model) on the
@@ -193,6 +195,51 @@ class AgentModel {
     kEnds,            // the job's end: it finished (exit 0) or failed
   };
   Exit JudgeExit(ServerId server, const rpc::JobExit& e) const;
+
+  // A line of a job's history.
+  struct Line {
+    std::string what;
+    bool ok = true;
+    std::string detail;
+  };
+  // What the daemon does about an exit an agent (of `server`, named
+  // `agent`) reports at `now_us`, in this order: the job's record is set
+  // to `record`, `line` is written, JobFinished{finishes} is fed, and
+  // `stop` is stopped. Unless the JobFinished is logged, nothing of it is
+  // kept (neither record nor line) and the agent reports the exit again.
+  struct ExitPlan {
+    Exit verdict = Exit::kNotOurs;
+    std::optional<JobExtra> record;  // none: unchanged
+    std::optional<Line> line;
+    std::optional<bool> finishes;  // the job's end: passed or failed
+    std::optional<Proc> stop;      // what of it runs on: its other parts
+  };
+  ExitPlan PlanExit(ServerId server, const std::string& agent,
+                    const rpc::JobExit& e, int64_t now_us) const;
+
+  // What the daemon does about a job's profile an agent (of `server`)
+  // reports at `now_us`, when it is the job's process's (none: passed
+  // by). Its reports reach the core on a grid of `every_us` (0: each).
+  struct ProfilePlan {
+    rpc::Progress progress;  // the job's, after it
+    // The library attached, or the process it runs now has none: the core
+    // is told (CarrierKnown), and decides moves by it.
+    std::optional<core::Carrier> carrier;
+    int64_t profile_due_us = 0;  // the job's next report due at the core
+    std::optional<core::ProfileReport> report;  // fed now
+  };
+  std::optional<ProfilePlan> PlanProfile(ServerId server,
+                                         const rpc::JobProfile& p,
+                                         int64_t now_us,
+                                         int64_t every_us) const;
+
+  // The jobs of `missing` (placed on `server`, not listed at its agent's
+  // registration) lost at its first report after it: those with a process
+  // there still, not ended, that the report does not show running (a start
+  // may have got there since the list).
+  std::vector<int32_t> LostAtFirstReport(ServerId server,
+                                         const std::set<int32_t>& missing,
+                                         const rpc::AgentReport& r) const;
 
   // ------------------------------------------------------ the state check
 

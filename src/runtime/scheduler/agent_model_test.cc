@@ -455,5 +455,155 @@ TEST_F(AgentModelTest, APartsExitEndsItsJobOnlyInFailure) {
   EXPECT_EQ(Model().JudgeExit(other, ExitOf(2, 1)), Exit::kPartPassed);
 }
 
+// An exit's plan: the job's record after it, its history line, whether it
+// ends the job, and what of the job is then stopped.
+TEST_F(AgentModelTest, AnExitsPlanSaysTheRecordTheLineTheEndAndWhatStops) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  jobs_[1].progress.set_minibatches(40);
+  // Passed by: nothing changes.
+  rpc::JobExit e = ExitOf(1, 75);
+  e.set_superseded(true);
+  AgentModel::ExitPlan plan = Model().PlanExit(here, "a0", e, 500);
+  EXPECT_EQ(plan.verdict, Exit::kSuperseded);
+  EXPECT_FALSE(plan.record || plan.line || plan.finishes || plan.stop);
+  // One the daemon killed: counted off.
+  jobs_[1].ignore_exits[here.value] = 2;
+  plan = Model().PlanExit(here, "a0", ExitOf(1, 0), 500);
+  ASSERT_TRUE(plan.record);
+  EXPECT_EQ(plan.record->ignore_exits.at(here.value), 1);
+  EXPECT_FALSE(plan.line || plan.finishes);
+  jobs_[1].ignore_exits.clear();
+  // Saved as its agent stopped: no process, its checkpoint there, the
+  // mini-batch it goes on from; not its end.
+  e = ExitOf(1, -15);
+  e.set_checkpoint_kept(true);
+  e.set_minibatches(64);
+  plan = Model().PlanExit(here, "a0", e, 500);
+  ASSERT_TRUE(plan.record && plan.line);
+  EXPECT_FALSE(plan.record->proc.exists);
+  EXPECT_TRUE(plan.record->proc.checkpoint);
+  EXPECT_EQ(plan.record->kept_at, 64);
+  EXPECT_EQ(plan.record->stopped_us, 500);
+  EXPECT_EQ(plan.record->progress.minibatches(), 64);
+  EXPECT_EQ(plan.line->what, "stop");
+  EXPECT_NE(plan.line->detail.find("agent 'a0' stopped; the job saved a "
+                                   "checkpoint at mini-batch 64"),
+            std::string::npos);
+  EXPECT_FALSE(plan.finishes || plan.stop);
+  e.set_checkpoint_method("criu");
+  EXPECT_EQ(Model().PlanExit(here, "a0", e, 500).record->kept_at, -1);
+  // Killed unsaved as its agent stopped: it stays placed.
+  e = ExitOf(1, -9);
+  e.set_agent_stopped(true);
+  plan = Model().PlanExit(here, "a0", e, 500);
+  ASSERT_TRUE(plan.record && plan.line);
+  EXPECT_TRUE(plan.record->proc.exists);
+  EXPECT_FALSE(plan.finishes);
+  // Its end: no process, its code, the line, JobFinished passed or failed.
+  plan = Model().PlanExit(here, "a0", ExitOf(1, 3), 500);
+  ASSERT_TRUE(plan.record && plan.line && plan.finishes);
+  EXPECT_FALSE(plan.record->proc.exists);
+  EXPECT_EQ(plan.record->exit_code, 3);
+  EXPECT_EQ(plan.line->what, "exit");
+  EXPECT_FALSE(plan.line->ok);
+  EXPECT_EQ(plan.line->detail, "exit code 3");
+  EXPECT_FALSE(*plan.finishes);
+  EXPECT_FALSE(plan.stop);  // one process, gone
+  EXPECT_TRUE(*Model().PlanExit(here, "a0", ExitOf(1, 0), 500).finishes);
+  // After the job's end: noted, not ended again.
+  h_.Send(core::JobFinished{JobId(1), true});
+  plan = Model().PlanExit(here, "a0", ExitOf(1, 0), 500);
+  ASSERT_TRUE(plan.record);
+  EXPECT_EQ(plan.record->exit_code, 0);
+  EXPECT_FALSE(plan.line || plan.finishes || plan.stop);
+}
+
+// A job spanning servers: a part's failure ends it and stops every part;
+// the lead's end stops the other parts.
+TEST_F(AgentModelTest, AGangsEndStopsItsOtherParts) {
+  Arrive(2, 100);
+  const ServerId lead = ServerOf(2);
+  const ServerId other(1 - lead.value);
+  jobs_[2].proc.followers.push_back(Part{other, {0}});
+  AgentModel::ExitPlan plan = Model().PlanExit(other, "a1", ExitOf(2, 1), 7);
+  EXPECT_EQ(plan.verdict, Exit::kPartFailed);
+  ASSERT_TRUE(plan.finishes && plan.stop && plan.line);
+  EXPECT_FALSE(*plan.finishes);
+  EXPECT_EQ(plan.stop->server, lead);
+  EXPECT_EQ(plan.line->detail,
+            "exit code 1 of its part on a1; its other parts are stopped");
+  plan = Model().PlanExit(lead, "a0", ExitOf(2, 0), 7);
+  ASSERT_TRUE(plan.finishes && plan.stop);
+  EXPECT_TRUE(*plan.finishes);
+  EXPECT_FALSE(plan.stop->server.valid());  // the lead's own is gone
+  ASSERT_EQ(plan.stop->followers.size(), 1u);
+  EXPECT_EQ(plan.stop->followers[0].server, other);
+}
+
+// A profile's plan: the job's progress (its last metric and count stand
+// until the new process reports its own), the core told of the library,
+// and the report fed on a grid of the interval.
+TEST_F(AgentModelTest, AProfilesPlanFeedsTheCoreOnAGridOfTheInterval) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  const ServerId there(1 - here.value);
+  jobs_[1].progress.set_minibatches(40);
+  jobs_[1].progress.set_metric(0.5);
+  jobs_[1].progress.set_metric_reports(2);
+  rpc::JobProfile p;
+  p.set_job_id(1);
+  p.mutable_progress()->set_minibatch_rate(3.0);
+  p.mutable_progress()->set_uses_library(true);
+  EXPECT_FALSE(Model().PlanProfile(there, p, 1'000'000, 0));
+  std::optional<AgentModel::ProfilePlan> plan =
+      Model().PlanProfile(here, p, 1'000'000, 0);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->progress.minibatches(), 40);
+  EXPECT_EQ(plan->progress.metric(), 0.5);
+  EXPECT_DOUBLE_EQ(plan->progress.minibatch_rate(), 3.0);
+  EXPECT_FALSE(plan->carrier);  // as the core has it
+  ASSERT_TRUE(plan->report);
+  EXPECT_EQ(plan->report->minibatches, 40);
+  EXPECT_DOUBLE_EQ(plan->report->minibatch_rate, 3.0);
+  // A process without the library: the core is told.
+  p.mutable_progress()->set_uses_library(false);
+  EXPECT_EQ(Model().PlanProfile(here, p, 1'000'000, 0)->carrier,
+            core::Carrier::kProcessImage);
+  // Every 10 s: the first report is fed and the next is due on the grid,
+  // whenever within it the reports come.
+  plan = Model().PlanProfile(here, p, 1'000'000, 10'000'000);
+  ASSERT_TRUE(plan && plan->report);
+  EXPECT_EQ(plan->profile_due_us, 11'000'000);
+  jobs_[1].profile_due_us = 11'000'000;
+  plan = Model().PlanProfile(here, p, 10'900'000, 10'000'000);
+  ASSERT_TRUE(plan);
+  EXPECT_FALSE(plan->report);
+  EXPECT_EQ(plan->profile_due_us, 11'000'000);
+  plan = Model().PlanProfile(here, p, 33'000'000, 10'000'000);
+  ASSERT_TRUE(plan && plan->report);
+  EXPECT_EQ(plan->profile_due_us, 41'000'000);
+  // Ended: passed by.
+  h_.Send(core::JobFinished{JobId(1), true});
+  EXPECT_FALSE(Model().PlanProfile(here, p, 50'000'000, 0));
+}
+
+// At its first report after registering, the jobs its agent did not list
+// are lost unless the report shows them running or they ended or left.
+TEST_F(AgentModelTest, JobsNotListedAreLostAtTheFirstReportUnlessRunning) {
+  Arrive(1, 100);
+  Arrive(2, 100);
+  Arrive(3, 100);
+  const ServerId s = ServerOf(1);
+  for (int32_t id : {2, 3}) jobs_[id].proc.server = s;
+  jobs_[3].proc.exists = false;  // left since
+  rpc::AgentReport r;
+  r.add_profiles()->set_job_id(2);
+  EXPECT_EQ(Model().LostAtFirstReport(s, {1, 2, 3, 9}, r),
+            std::vector<int32_t>{1});
+  h_.Send(core::JobFinished{JobId(1), true});
+  EXPECT_TRUE(Model().LostAtFirstReport(s, {1, 2, 3}, r).empty());
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

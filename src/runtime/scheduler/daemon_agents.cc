@@ -446,20 +446,6 @@ void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
   LoseProcess(id, held, held ? "agent '" + a.name + "' kept it" : "");
 }
 
-bool SchedulerServer::Impl::EndOnExit(int32_t id, JobExtra& x, const Proc& was,
-                                      std::optional<int32_t> was_code, bool ok,
-                                      const std::string& detail) {
-  History(id, "exit", ok, 0, detail);
-  (void)Feed(core::JobFinished{JobId(id), ok});
-  if (!journal.unlogged()) return true;
-  x.proc = was;
-  x.exit_code = was_code;
-  batch.history.pop_back();
-  // Nor is the line a failure streak would count the next report against.
-  streaks.Forget(id);
-  return false;
-}
-
 grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
   auto it = agent_by_name.find(r.name());
   if (it == agent_by_name.end() ||
@@ -484,150 +470,51 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
     const int32_t id = static_cast<int32_t>(e.job_id());
     JobExtra* x = Extra(id);
     if (x == nullptr) continue;
-    const AgentModel::Exit verdict = Model().JudgeExit(a.id, e);
-    switch (verdict) {
-      case AgentModel::Exit::kNotOurs:
-      case AgentModel::Exit::kSuperseded:
-      case AgentModel::Exit::kLeftToMove:
-      case AgentModel::Exit::kPartPassed:
-      case AgentModel::Exit::kKilledGoesOn:
-        continue;
-      case AgentModel::Exit::kIgnored:
-        --x->ignore_exits[a.id.value];
-        continue;
-      case AgentModel::Exit::kPartFailed: {
-        const Proc was = x->proc;
-        const std::optional<int32_t> was_code = x->exit_code;
-        x->proc = Proc{};
-        x->exit_code = e.exit_code();
-        if (!EndOnExit(id, *x, was, was_code, false,
-                       "exit code " + std::to_string(e.exit_code()) +
-                           " of its part on " + a.name +
-                           "; its other parts are stopped")) {
-          return ReportAgain(id);
-        }
-        KillAt(id, was, InternalActionId());
-        continue;
+    AgentModel::ExitPlan plan = Model().PlanExit(a.id, a.name, e, Now());
+    if (!plan.record) continue;
+    JobExtra was = std::exchange(*x, std::move(*plan.record));
+    x->dirty = true;
+    if (plan.line) {
+      History(id, plan.line->what, plan.line->ok, 0, plan.line->detail);
+    }
+    if (plan.finishes) {
+      (void)Feed(core::JobFinished{JobId(id), *plan.finishes});
+      if (journal.unlogged()) {
+        // Not logged: as if the exit had not come (the agent keeps it and
+        // reports it again), its line and the failure streak it would
+        // count the next report against too.
+        *x = std::move(was);
+        x->dirty = true;
+        batch.history.pop_back();
+        streaks.Forget(id);
+        return ReportAgain(id);
       }
-      case AgentModel::Exit::kStoppedSaved: {
-        const std::string& method = e.checkpoint_method();
-        x->proc.exists = false;
-        x->proc.checkpoint = true;
-        // The mini-batch it goes on from: known for a library checkpoint
-        // (the restart's history line waits for the one after it), not for
-        // a CRIU dump or a job's own checkpoint.
-        x->kept_at =
-            method == "criu" || method == "restart" ? -1 : e.minibatches();
-        x->stopped_us = Now();
-        if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
-        CopyMetric(e, &x->progress);
-        x->progress.set_minibatch_rate(0);
-        History(
-            id, "stop", true, 0,
-            "agent '" + a.name + "' stopped; " +
-                (method == "criu" ? std::string("the job was dumped by CRIU")
-                 : method == "restart"
-                     ? std::string("the job saved its own checkpoint")
-                     : "the job saved a checkpoint at mini-batch " +
-                           std::to_string(e.minibatches())) +
-                ", kept there: it goes on from it when the agent is back");
-        continue;
-      }
-      case AgentModel::Exit::kStoppedUnsaved:
-        // Its agent stopped and killed it, unsaved: the job stays placed
-        // there, as if its process ran on, until the agent registers again
-        // without it (then Lost() starts it again) or is declared down.
-        if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
-        x->progress.set_minibatch_rate(0);
-        History(id, "stop", true, 0,
-                "agent '" + a.name + "' stopped and killed its process (exit " +
-                    std::to_string(e.exit_code()) +
-                    ") without a checkpoint: the job starts again when the "
-                    "agent is back, from the beginning unless it keeps its "
-                    "own checkpoints");
-        continue;
-      case AgentModel::Exit::kAfterEnd:
-      case AgentModel::Exit::kEnds:
-        break;
     }
-    const Proc was = x->proc;
-    const std::optional<int32_t> was_code = x->exit_code;
-    x->proc = Proc{};
-    x->exit_code = e.exit_code();
-    if (e.minibatches() > 0) x->progress.set_minibatches(e.minibatches());
-    CopyMetric(e, &x->progress);
-    if (verdict == AgentModel::Exit::kAfterEnd) continue;
-    if (!EndOnExit(id, *x, was, was_code, e.exit_code() == 0,
-                   "exit code " + std::to_string(e.exit_code()))) {
-      return ReportAgain(id);
-    }
-    // A gang's other parts end with their lead; any still running (a rank
-    // hung) are stopped.
-    if (was.gang()) {
-      Proc rest = was;
-      rest.server = ServerId();
-      KillAt(id, rest, InternalActionId());
-    }
+    if (plan.stop) KillAt(id, *plan.stop, InternalActionId());
   }
-  const int64_t profile_now = Now();
   const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);
   for (const rpc::JobProfile& p : r.profiles()) {
     const int32_t id = static_cast<int32_t>(p.job_id());
-    JobExtra* x = Extra(id);
-    if (x == nullptr || IsEnded(id) || x->proc.server != a.id) continue;
-    // A new process (after a move, a restart) has reported no metric
-    // yet: the job's last one stands.
-    rpc::Progress next = p.progress();
-    if (next.metric_reports() == 0) CopyMetric(x->progress, &next);
-    // Nor has it counted a mini-batch before it has loaded its
-    // checkpoint: the job's count stands until then.
-    if (next.minibatches() == 0) {
-      next.set_minibatches(x->progress.minibatches());
-    }
-    x->progress = std::move(next);
-    // The library attached (or the process it runs now has none): the
-    // core decides moves by it.
-    if (const core::Carrier c = CarrierOf(x->spec, x->progress.uses_library());
-        st().has_job(JobId(id)) && c != st().job(JobId(id)).spec.carrier) {
-      Defer(core::CarrierKnown{JobId(id), c},
+    std::optional<AgentModel::ProfilePlan> plan =
+        Model().PlanProfile(a.id, p, Now(), every);
+    if (!plan) continue;
+    JobExtra& x = *Extra(id);
+    x.progress = std::move(plan->progress);
+    if (plan->carrier) {
+      Defer(core::CarrierKnown{JobId(id), *plan->carrier},
             opts.log_profile_reports_together);
     }
-    CheckProbe(id, *x);
-    StateCheck(a, id, *x, p.state());
-    // Due on a grid of the interval, not an interval after the last one
-    // fed: reports come at the agent's pace, a little early or late, and
-    // the cadence must not fall to every other report.
-    if (every > 0) {
-      if (x->profile_due_us > profile_now) continue;  // shown by `ls`
-      if (x->profile_due_us == 0) x->profile_due_us = profile_now;
-      x->profile_due_us +=
-          ((profile_now - x->profile_due_us) / every + 1) * every;
-    }
-    core::ProfileReport pr;
-    pr.job = JobId(id);
-    pr.minibatch_rate = p.progress().minibatch_rate();
-    pr.minibatches = x->progress.minibatches();
-    pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
-                       (1024.0 * 1024.0 * 1024.0);
-    pr.gpu_utilization = p.progress().gpu_utilization();
-    Defer(pr, opts.log_profile_reports_together);
+    CheckProbe(id, x);
+    StateCheck(a, id, x, p.state());
+    x.profile_due_us = plan->profile_due_us;
+    if (plan->report) Defer(*plan->report, opts.log_profile_reports_together);
   }
   if (a.reconcile_pending) {
     a.reconcile_pending = false;
     std::set<int32_t> missing;
     missing.swap(a.missing);
-    // Its list at registration may predate a start that got there since:
-    // a job this report shows running there is not lost.
-    std::set<int32_t> running;
-    for (const rpc::JobProfile& p : r.profiles()) {
-      running.insert(static_cast<int32_t>(p.job_id()));
-    }
-    for (int32_t id : missing) {
-      JobExtra* x = Extra(id);
-      if (x != nullptr && x->proc.exists && x->proc.On(a.id) && !IsEnded(id) &&
-          !running.contains(id)) {
-        Lost(a, id);
-      }
+    for (int32_t id : Model().LostAtFirstReport(a.id, missing, r)) {
+      Lost(a, id);
     }
   }
   return grpc::Status::OK;

@@ -485,14 +485,9 @@ struct SchedulerServer::Impl final {
   // exit never came: its process is lost.
   void Lost(AgentConn& a, int32_t id);
 
-  // The job ends with its process's exit: the history line and the event.
-  // False when the event could not be logged: then, as if the exit had not
-  // come, x is as it was (`was`, `was_code`) and the agent, which keeps the
-  // exits it was not answered for, must report it again (ReportAgain).
-  bool EndOnExit(int32_t id, JobExtra& x, const Proc& was,
-                 std::optional<int32_t> was_code, bool ok,
-                 const std::string& detail);
-
+  // A report carried out: each exit's and each profile's plan
+  // (AgentModel::PlanExit, PlanProfile), then the jobs its registration did
+  // not list that are lost (LostAtFirstReport).
   grpc::Status DoReport(const rpc::AgentReport& r);
 
   // A job's process that its agent reports in the other state than the
