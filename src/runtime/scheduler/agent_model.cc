@@ -144,6 +144,180 @@ AgentModel::Checkpoint AgentModel::JudgeCheckpoint(
   return Checkpoint::kEnded;
 }
 
+AgentModel::ListedProcess AgentModel::PlanListedProcess(
+    ServerId server, const std::string& agent,
+    const rpc::AgentJob& listed) const {
+  const auto id = static_cast<int32_t>(listed.job_id());
+  ListedProcess out{JudgeProcess(server, listed), {}};
+  Step& step = out.step;
+  switch (out.verdict) {
+    case Process::kOurs:
+      break;
+    case Process::kAdopt:
+      step.proc = Proc::At(Parts(core_.job(JobId(id)).gpus));
+      step.line = Line{"reconcile", true,
+                       "kept its process on " + agent +
+                           ", where the job is placed (the daemon had lost "
+                           "track of it)"};
+      break;
+    case Process::kReplacedByStart:
+      // A stop sent now would reach the start's process after it.
+      step.line = Line{"reconcile", true,
+                       "a process on " + agent +
+                           " of another job of this id (submitted before the "
+                           "store was restored from a backup): this job's "
+                           "start there replaces it"};
+      break;
+    case Process::kStray:
+      if (Record(id) != nullptr) {
+        step.ignore_exit = true;
+        step.line =
+            Line{"kill", true,
+                 "stray process on " + agent +
+                     (OtherSubmission(id, listed.submitted_us())
+                          ? " (of another job of this id, submitted before the "
+                            "store was restored from a backup)"
+                          : "")};
+      }
+      step.stop = Proc{server, {}, true};
+      break;
+  }
+  return out;
+}
+
+AgentModel::ListedCheckpoint AgentModel::PlanListedCheckpoint(
+    ServerId server, const std::string& agent,
+    const rpc::RegisterAgentRequest& r, int i) const {
+  const int64_t id64 = r.checkpoints(i);
+  const auto id = static_cast<int32_t>(id64);
+  ListedCheckpoint out{JudgeCheckpoint(server, r, i), {}};
+  Step& step = out.step;
+  const std::string job = "job " + std::to_string(id64) + ": ";
+  const std::string whose = job + "agent '" + agent + "' ";
+  const Proc here{server, {}, false, true};  // its checkpoint there
+  switch (out.verdict) {
+    case Checkpoint::kBadId:
+    case Checkpoint::kHeld:
+      break;
+    case Checkpoint::kForeign:
+      step.log = whose + "holds a checkpoint saved in another cluster (" +
+                 r.checkpoint_clusters(i) + "): not this job's, ignored";
+      break;
+    case Checkpoint::kOtherSubmissionDropped:
+    case Checkpoint::kOtherSubmissionIgnored: {
+      const bool dropped = out.verdict == Checkpoint::kOtherSubmissionDropped;
+      step.log = whose +
+                 "holds a checkpoint of another job of this id (submitted at " +
+                 std::to_string(r.checkpoint_submitted_us(i)) +
+                 " us, before the store was restored from a backup; this one "
+                 "at " +
+                 std::to_string(published_.SubmittedUs(id)) +
+                 " us): not this job's, " + (dropped ? "dropped" : "ignored");
+      if (dropped) step.stop = here;
+      break;
+    }
+    case Checkpoint::kEnded:
+      // Nothing will start from it.
+      step.log = job + "dropping the checkpoint agent '" + agent +
+                 "' keeps (the job has ended)";
+      step.stop = here;
+      break;
+  }
+  return out;
+}
+
+AgentModel::Listing AgentModel::PlanListing(
+    ServerId server, int32_t id, std::optional<rpc::JobState> reported,
+    bool sent) const {
+  Listing out;
+  const JobExtra* x = Record(id);
+  if (x == nullptr || !x->proc.exists || !x->proc.On(server) || Ended(id)) {
+    return out;
+  }
+  const core::Job& j = core_.job(JobId(id));
+  if (!reported) {
+    // A start sent in this daemon's life may not have reached the agent
+    // when it listed its jobs: its reply says what happened.
+    if (!(j.busy() && sent && j.in_flight != ActionKind::kSuspend &&
+          j.in_flight != ActionKind::kUnpack)) {
+      out.kind = Listing::Kind::kMissing;
+    }
+    return out;
+  }
+  // A gang's action is settled by its lead's state.
+  if (x->proc.server != server) return out;
+  const std::optional<bool> settled = SettleByList(id, *reported, sent);
+  if (!settled) return out;
+  out.kind = Listing::Kind::kSettled;
+  const std::string detail = "reconciled: agent reports it " +
+                             std::string(rpc::JobState_Name(*reported));
+  out.step.line =
+      Line{std::string(core::ActionKindName(j.in_flight)), *settled, detail};
+  if (*settled) {
+    out.step.event = core::ActionDone{j.in_flight_id, JobId(id), {}};
+  } else {
+    out.step.event = core::ActionFailed{j.in_flight_id, JobId(id), {}, detail};
+  }
+  return out;
+}
+
+std::optional<AgentModel::Step> AgentModel::PlanBackWithoutProcess(
+    ServerId server, const std::string& agent, int32_t id, bool held,
+    bool part_away) const {
+  const JobExtra* x = Record(id);
+  const bool gang = x != nullptr && x->proc.gang();
+  if (x == nullptr || Ended(id) || x->proc.exists || !x->proc.checkpoint ||
+      !(gang ? x->proc.On(server) : x->proc.server == server)) {
+    return std::nullopt;
+  }
+  const core::Job& j = core_.job(JobId(id));
+  Step step;
+  if (x->proc.server == server && !held) {
+    step.proc = x->proc;
+    step.proc->checkpoint = false;
+    step.line =
+        Line{"lost", false,
+             "agent '" + agent + "' is back without the checkpoint it kept; " +
+                 (gang ? "every part starts" : "the job starts") +
+                 " again from the beginning"};
+    // Running, the core restarts it; suspended, it starts again when its
+    // policy runs it. An action under way: its outcome decides.
+    if (!j.busy()) {
+      step.proc->leaving = false;
+      step.restart_why = "agent '" + agent + "' is back";
+      step.event = core::ProcessLost{JobId(id), false};
+    }
+    return step;
+  }
+  if (j.state != JobState::kRunning || j.busy() || part_away) {
+    return std::nullopt;
+  }
+  step.proc = x->proc;
+  step.proc->leaving = false;
+  step.proc->checkpoint = true;
+  step.restart_why = "agent '" + agent + "' is back";
+  step.event = core::ProcessLost{JobId(id), true};
+  return step;
+}
+
+std::optional<AgentModel::Step> AgentModel::PlanWaitingRestart(
+    ServerId server, const std::string& agent, const core::Action& restart,
+    bool held) const {
+  const JobExtra* x = Record(restart.job.value);
+  if (x == nullptr || !restart.relocates || x->proc.server != server || held) {
+    return std::nullopt;
+  }
+  Step step;
+  step.proc = x->proc;
+  step.proc->checkpoint = false;
+  step.event = core::ActionFailed{
+      restart.id,
+      restart.job,
+      {},
+      "agent '" + agent + "' is back without the checkpoint"};
+  return step;
+}
+
 std::optional<bool> AgentModel::SettleByList(int32_t id, rpc::JobState reported,
                                              bool sent) const {
   const core::Job& j = core_.job(JobId(id));

@@ -80,6 +80,29 @@ class AgentModel {
   std::vector<core::GpuId> ClusterGpus(ServerId server,
                                        const std::vector<int32_t>& local) const;
 
+  // ------------------------------------------------------------- plans
+
+  // A line of a job's history.
+  struct Line {
+    std::string what;
+    bool ok = true;
+    std::string detail;
+  };
+  // One job's step in what the daemon does about what an agent tells it,
+  // carried out in this order: the job's process record set (`proc`, and
+  // why it restarts, `restart_why`), a line in its history, a line in the
+  // daemon's log, a process stopped (`stop`, its exit ignored with
+  // `ignore_exit`), an event fed to the core.
+  struct Step {
+    std::optional<Proc> proc;
+    std::optional<std::string> restart_why;
+    std::optional<Line> line;
+    std::string log;
+    std::optional<Proc> stop;
+    bool ignore_exit = false;
+    std::optional<core::EventBody> event;
+  };
+
   // ------------------------------------------- what a registration lists
 
   // What to do with a process a registering agent (of `server`) lists.
@@ -100,6 +123,13 @@ class AgentModel {
     kStray,
   };
   Process JudgeProcess(ServerId server, const rpc::AgentJob& listed) const;
+  // The verdict and what is done about it, the agent named `agent`.
+  struct ListedProcess {
+    Process verdict;
+    Step step;
+  };
+  ListedProcess PlanListedProcess(ServerId server, const std::string& agent,
+                                  const rpc::AgentJob& listed) const;
 
   // A process a registering agent (of `server`, registering `r`) lists of a
   // job the core has queued, neither held nor busy, with nothing of it
@@ -157,6 +187,15 @@ class AgentModel {
   };
   Checkpoint JudgeCheckpoint(ServerId server,
                              const rpc::RegisterAgentRequest& r, int i) const;
+  // The verdict and what is done about it, the agent named `agent`.
+  struct ListedCheckpoint {
+    Checkpoint verdict;
+    Step step;
+  };
+  ListedCheckpoint PlanListedCheckpoint(ServerId server,
+                                        const std::string& agent,
+                                        const rpc::RegisterAgentRequest& r,
+                                        int i) const;
 
   // The outcome of job `id`'s action under way, settled by the state its
   // agent lists its process in at a registration (`reported`): true done,
@@ -165,6 +204,44 @@ class AgentModel {
   // reply does). `sent`: the action was sent by this daemon process.
   std::optional<bool> SettleByList(int32_t id, rpc::JobState reported,
                                    bool sent) const;
+  // Job `id`, as the agent at `server` registers listing it in state
+  // `reported` (none: not listed), when the daemon has a live process of
+  // it there (a part's, for a job spanning servers; else passed by).
+  // `sent`: its action under way was sent by this daemon process.
+  struct Listing {
+    enum class Kind {
+      kPassed,   // nothing to do (listed, its action not settled by it)
+      kMissing,  // not listed: lost unless its first report shows it
+                 // (LostAtFirstReport)
+      kSettled,  // its action under way settled by the list: `step`
+    };
+    Kind kind = Kind::kPassed;
+    Step step;
+  };
+  Listing PlanListing(ServerId server, int32_t id,
+                      std::optional<rpc::JobState> reported, bool sent) const;
+
+  // A job with no process but a checkpoint at `server` (saved as its agent
+  // stopped, or left by a failed move), as its agent, named `agent`,
+  // registers: `held`, the agent lists the checkpoint; `part_away`, an
+  // agent of another of its parts is away. Back without the checkpoint,
+  // its process is lost unsaved; with it, a running job restarts from it
+  // once none of its agents is away (the core decides: ProcessLost).
+  // None: it waits on.
+  std::optional<Step> PlanBackWithoutProcess(ServerId server,
+                                             const std::string& agent,
+                                             int32_t id, bool held,
+                                             bool part_away) const;
+
+  // The core's `restart`, not sent while the agent at `server`, named
+  // `agent`, was away, as it registers (`held`: listing the job's
+  // checkpoint): none, it is sent now; or, for a restart from the
+  // checkpoint that agent no longer holds, the step that fails it (the
+  // core then restarts the job from the beginning).
+  std::optional<Step> PlanWaitingRestart(ServerId server,
+                                         const std::string& agent,
+                                         const core::Action& restart,
+                                         bool held) const;
 
   // ------------------------------------------------- what a report says
 
@@ -196,12 +273,6 @@ class AgentModel {
   };
   Exit JudgeExit(ServerId server, const rpc::JobExit& e) const;
 
-  // A line of a job's history.
-  struct Line {
-    std::string what;
-    bool ok = true;
-    std::string detail;
-  };
   // What the daemon does about an exit an agent (of `server`, named
   // `agent`) reports at `now_us`, in this order: the job's record is set
   // to `record`, `line` is written, JobFinished{finishes} is fed, and

@@ -605,5 +605,160 @@ TEST_F(AgentModelTest, JobsNotListedAreLostAtTheFirstReportUnlessRunning) {
   EXPECT_TRUE(Model().LostAtFirstReport(s, {1, 2, 3}, r).empty());
 }
 
+// What is done about each process a registration lists: one the daemon
+// lost track of is kept where the core places it; a stray of a job the
+// daemon knows is stopped, its exit ignored and the reason in its history;
+// one of a job it does not know is stopped alone.
+TEST_F(AgentModelTest, EachListedProcessGetsItsStep) {
+  Arrive(1, 100);
+  const ServerId here = ServerOf(1);
+  const ServerId there(1 - here.value);
+  AgentModel::ListedProcess p =
+      Model().PlanListedProcess(here, "a0", Listed(1, rpc::RUNNING, 100));
+  EXPECT_EQ(p.verdict, Process::kOurs);
+  EXPECT_FALSE(p.step.proc || p.step.line || p.step.stop || p.step.event);
+  jobs_[1].proc = Proc{};
+  p = Model().PlanListedProcess(here, "a0", Listed(1, rpc::RUNNING, 100));
+  EXPECT_EQ(p.verdict, Process::kAdopt);
+  ASSERT_TRUE(p.step.proc && p.step.line);
+  EXPECT_TRUE(p.step.proc->exists);
+  EXPECT_EQ(p.step.proc->server, here);
+  EXPECT_EQ(p.step.proc->local, std::vector<int32_t>{0});
+  EXPECT_FALSE(p.step.stop);
+  p = Model().PlanListedProcess(there, "a1", Listed(1, rpc::RUNNING, 99));
+  EXPECT_EQ(p.verdict, Process::kStray);
+  ASSERT_TRUE(p.step.stop && p.step.line);
+  EXPECT_EQ(p.step.stop->server, there);
+  EXPECT_TRUE(p.step.ignore_exit);
+  EXPECT_NE(p.step.line->detail.find("stray process on a1 (of another job"),
+            std::string::npos);
+  p = Model().PlanListedProcess(there, "a1", Listed(7, rpc::RUNNING));
+  ASSERT_TRUE(p.step.stop);
+  EXPECT_FALSE(p.step.ignore_exit || p.step.line);
+}
+
+// A listed checkpoint: held for a live job, dropped (with a line in the
+// log) for one that ended, ignored with a line for one of another cluster.
+TEST_F(AgentModelTest, EachListedCheckpointGetsItsStep) {
+  Arrive(1, 100);
+  Arrive(2, 100);
+  h_.Send(core::JobFinished{JobId(2), true});
+  const ServerId s = ServerOf(1);
+  rpc::RegisterAgentRequest r = Holding({1, 2}, kCluster);
+  AgentModel::ListedCheckpoint c = Model().PlanListedCheckpoint(s, "a0", r, 0);
+  EXPECT_EQ(c.verdict, Checkpoint::kHeld);
+  EXPECT_TRUE(c.step.log.empty());
+  EXPECT_FALSE(c.step.stop);
+  c = Model().PlanListedCheckpoint(s, "a0", r, 1);
+  EXPECT_EQ(c.verdict, Checkpoint::kEnded);
+  ASSERT_TRUE(c.step.stop);
+  EXPECT_EQ(c.step.stop->server, s);
+  EXPECT_TRUE(c.step.stop->checkpoint);
+  EXPECT_FALSE(c.step.stop->exists);
+  EXPECT_EQ(c.step.log,
+            "job 2: dropping the checkpoint agent 'a0' keeps (the job has "
+            "ended)");
+  r = Holding({1}, "cluster-b");
+  c = Model().PlanListedCheckpoint(s, "a0", r, 0);
+  EXPECT_EQ(c.verdict, Checkpoint::kForeign);
+  EXPECT_FALSE(c.step.stop);
+  EXPECT_NE(c.step.log.find("saved in another cluster (cluster-b)"),
+            std::string::npos);
+}
+
+// A job the daemon has a process of on the registering agent's server:
+// missing when not listed (unless a start this daemon sent may not have
+// got there yet), its action under way settled by the state listed.
+TEST_F(AgentModelTest, AListingSettlesAnActionOrFindsAProcessMissing) {
+  Arrive(1, 100);
+  const ServerId s = ServerOf(1);
+  using Kind = AgentModel::Listing::Kind;
+  EXPECT_EQ(Model().PlanListing(s, 1, std::nullopt, false).kind,
+            Kind::kMissing);
+  EXPECT_EQ(Model().PlanListing(s, 1, rpc::RUNNING, false).kind, Kind::kPassed);
+  EXPECT_EQ(
+      Model().PlanListing(ServerId(1 - s.value), 1, std::nullopt, false).kind,
+      Kind::kPassed);
+  // A suspend under way, replayed from the log: settled by the state.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  const core::ActionId suspend = h_.job(JobId(1)).in_flight_id;
+  AgentModel::Listing l = Model().PlanListing(s, 1, rpc::SUSPENDED, false);
+  ASSERT_EQ(l.kind, Kind::kSettled);
+  ASSERT_TRUE(l.step.event && l.step.line);
+  ASSERT_TRUE(std::holds_alternative<core::ActionDone>(*l.step.event));
+  EXPECT_EQ(std::get<core::ActionDone>(*l.step.event).action, suspend);
+  EXPECT_EQ(l.step.line->what, "suspend");
+  EXPECT_EQ(l.step.line->detail, "reconciled: agent reports it SUSPENDED");
+  l = Model().PlanListing(s, 1, rpc::RUNNING, false);
+  ASSERT_EQ(l.kind, Kind::kSettled);
+  EXPECT_TRUE(std::holds_alternative<core::ActionFailed>(*l.step.event));
+  EXPECT_FALSE(l.step.line->ok);
+  // One this daemon sent: its reply settles it.
+  EXPECT_EQ(Model().PlanListing(s, 1, rpc::SUSPENDED, true).kind,
+            Kind::kPassed);
+  // Not listed, a suspend of its own under way: missing all the same.
+  EXPECT_EQ(Model().PlanListing(s, 1, std::nullopt, true).kind, Kind::kMissing);
+  // A start this daemon sent may not have got there when the agent listed.
+  Arrive(2, 100, false);
+  jobs_[2].proc = Proc::At(Model().Parts(h_.job(JobId(2)).gpus));
+  const ServerId s2 = jobs_[2].proc.server;
+  EXPECT_EQ(Model().PlanListing(s2, 2, std::nullopt, true).kind, Kind::kPassed);
+  EXPECT_EQ(Model().PlanListing(s2, 2, std::nullopt, false).kind,
+            Kind::kMissing);
+}
+
+// A job whose agent kept its checkpoint as it stopped, as the agent is
+// back: with the checkpoint, a running job restarts from it once none of
+// its agents is away; without it, its process is lost unsaved.
+TEST_F(AgentModelTest, AJobWaitingForItsAgentGoesOnFromWhatTheAgentKept) {
+  Arrive(1, 100);
+  const ServerId s = ServerOf(1);
+  jobs_[1].proc = jobs_[1].proc.CheckpointOnly();
+  EXPECT_FALSE(Model().PlanBackWithoutProcess(ServerId(1 - s.value), "a1", 1,
+                                              true, false));
+  EXPECT_FALSE(Model().PlanBackWithoutProcess(s, "a0", 1, true, true));
+  std::optional<AgentModel::Step> step =
+      Model().PlanBackWithoutProcess(s, "a0", 1, true, false);
+  ASSERT_TRUE(step && step->event && step->proc);
+  ASSERT_TRUE(std::holds_alternative<core::ProcessLost>(*step->event));
+  EXPECT_TRUE(std::get<core::ProcessLost>(*step->event).checkpoint);
+  EXPECT_TRUE(step->proc->checkpoint);
+  EXPECT_FALSE(step->line);
+  step = Model().PlanBackWithoutProcess(s, "a0", 1, false, false);
+  ASSERT_TRUE(step && step->event && step->proc && step->line);
+  EXPECT_FALSE(std::get<core::ProcessLost>(*step->event).checkpoint);
+  EXPECT_FALSE(step->proc->checkpoint);
+  EXPECT_EQ(step->line->what, "lost");
+  EXPECT_EQ(step->restart_why, "agent 'a0' is back");
+  // An action under way: its outcome decides; the checkpoint is gone.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  step = Model().PlanBackWithoutProcess(s, "a0", 1, false, false);
+  ASSERT_TRUE(step && step->proc && step->line);
+  EXPECT_FALSE(step->event);
+  EXPECT_FALSE(Model().PlanBackWithoutProcess(s, "a0", 1, true, false));
+}
+
+// The core's restart from a checkpoint that waited for its agent fails
+// when the agent is back without it; otherwise it is sent.
+TEST_F(AgentModelTest, ARestartFromACheckpointTheAgentNoLongerHoldsFails) {
+  Arrive(1, 100);
+  const ServerId s = ServerOf(1);
+  jobs_[1].proc = jobs_[1].proc.CheckpointOnly();
+  core::Action restart;
+  restart.id = core::ActionId(77);
+  restart.job = JobId(1);
+  restart.kind = ActionKind::kRestart;
+  restart.relocates = true;
+  EXPECT_FALSE(Model().PlanWaitingRestart(s, "a0", restart, true));
+  std::optional<AgentModel::Step> fail =
+      Model().PlanWaitingRestart(s, "a0", restart, false);
+  ASSERT_TRUE(fail && fail->event && fail->proc);
+  EXPECT_FALSE(fail->proc->checkpoint);
+  ASSERT_TRUE(std::holds_alternative<core::ActionFailed>(*fail->event));
+  EXPECT_EQ(std::get<core::ActionFailed>(*fail->event).action, restart.id);
+  restart.relocates = false;  // from the beginning
+  EXPECT_FALSE(Model().PlanWaitingRestart(s, "a0", restart, false));
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

@@ -191,156 +191,48 @@ void SchedulerServer::Impl::AdoptKeptCheckpoints(
 void SchedulerServer::Impl::Reconcile(AgentConn& a,
                                       const rpc::RegisterAgentRequest& r,
                                       const std::set<int32_t>& killed) {
-  const AgentModel model = Model();
   std::map<int32_t, rpc::JobState> reported;
   for (const rpc::AgentJob& j : r.jobs()) {
     const int32_t id = static_cast<int32_t>(j.job_id());
     if (killed.contains(id)) continue;
-    JobExtra* x = Extra(id);  // published again, whatever is decided
-    switch (model.JudgeProcess(a.id, j)) {
-      case AgentModel::Process::kOurs:
-        reported[id] = j.state();
-        break;
-      case AgentModel::Process::kAdopt:
-        x->proc = Proc::At(Parts(st().job(JobId(id)).gpus));
-        History(id, "reconcile", true, 0,
-                "kept its process on " + a.name +
-                    ", where the job is placed (the daemon had lost track "
-                    "of it)");
-        reported[id] = j.state();
-        break;
-      case AgentModel::Process::kReplacedByStart:
-        // A kill sent now would reach the start's process after it.
-        History(id, "reconcile", true, 0,
-                "a process on " + a.name +
-                    " of another job of this id (submitted before the store "
-                    "was restored from a backup): this job's start there "
-                    "replaces it");
-        break;
-      case AgentModel::Process::kStray: {
-        const bool other = model.OtherSubmission(id, j.submitted_us());
-        if (x != nullptr) {
-          ++x->ignore_exits[a.id.value];
-          History(id, "kill", true, 0,
-                  "stray process on " + a.name +
-                      (other ? " (of another job of this id, submitted "
-                               "before the store was restored from a "
-                               "backup)"
-                             : ""));
-        }
-        KillAt(id, Proc{a.id, {}, true}, InternalActionId());
-        break;
-      }
+    (void)Extra(id);  // published again, whatever is decided
+    AgentModel::ListedProcess listed =
+        Model().PlanListedProcess(a.id, a.name, j);
+    if (listed.verdict == AgentModel::Process::kOurs ||
+        listed.verdict == AgentModel::Process::kAdopt) {
+      reported[id] = j.state();
     }
+    Carry(id, std::move(listed.step));
   }
   a.missing.clear();
   a.held.clear();
   for (int i = 0; i < r.checkpoints_size(); ++i) {
-    const int64_t id64 = r.checkpoints(i);
-    const auto id = static_cast<int32_t>(id64);
-    const std::string job = "job " + std::to_string(id64) + ": ";
-    const std::string whose = job + "agent '" + a.name + "' ";
-    const Proc here{a.id, {}, false, true};  // its checkpoint there
-    const AgentModel::Checkpoint verdict = model.JudgeCheckpoint(a.id, r, i);
-    switch (verdict) {
-      case AgentModel::Checkpoint::kBadId:
-        break;
-      case AgentModel::Checkpoint::kForeign:
-        Log(whose + "holds a checkpoint saved in another cluster (" +
-            r.checkpoint_clusters(i) + "): not this job's, ignored");
-        break;
-      case AgentModel::Checkpoint::kOtherSubmissionDropped:
-      case AgentModel::Checkpoint::kOtherSubmissionIgnored: {
-        const bool dropped =
-            verdict == AgentModel::Checkpoint::kOtherSubmissionDropped;
-        Log(whose +
-            "holds a checkpoint of another job of this id "
-            "(submitted at " +
-            std::to_string(r.checkpoint_submitted_us(i)) +
-            " us, before the store was restored from a backup; this one "
-            "at " +
-            std::to_string(SubmittedUs(id)) + " us): not this job's, " +
-            (dropped ? "dropped" : "ignored"));
-        if (dropped) KillAt(id, here, InternalActionId());
-        break;
-      }
-      case AgentModel::Checkpoint::kHeld:
-        a.held.insert(id);
-        break;
-      case AgentModel::Checkpoint::kEnded:
-        // Nothing will start from it.
-        Log(job + "dropping the checkpoint agent '" + a.name +
-            "' keeps (the job has ended)");
-        KillAt(id, here, InternalActionId());
-        break;
+    AgentModel::ListedCheckpoint listed =
+        Model().PlanListedCheckpoint(a.id, a.name, r, i);
+    if (listed.verdict == AgentModel::Checkpoint::kHeld) {
+      a.held.insert(static_cast<int32_t>(r.checkpoints(i)));
     }
+    Carry(static_cast<int32_t>(r.checkpoints(i)), std::move(listed.step));
   }
   for (auto [id, xp] : UnsettledJobs()) {
-    JobExtra& x = *xp;
-    if (!x.proc.exists || !x.proc.On(a.id) || IsEnded(id)) continue;
-    x.dirty = true;
+    if (xp->proc.On(a.id)) xp->dirty = true;
     auto rep = reported.find(id);
-    if (rep == reported.end()) {
-      // A start sent in this daemon's life may not have reached the
-      // agent when it listed its jobs: its reply says what happened.
-      const core::Job& cj = st().job(JobId(id));
-      auto pit =
-          cj.busy() ? pending.find(cj.in_flight_id.value) : pending.end();
-      if (pit != pending.end() && pit->second.sent &&
-          cj.in_flight != ActionKind::kSuspend &&
-          cj.in_flight != ActionKind::kUnpack) {
-        continue;
-      }
+    AgentModel::Listing listing = Model().PlanListing(
+        a.id, id,
+        rep == reported.end() ? std::nullopt
+                              : std::optional<rpc::JobState>(rep->second),
+        SentInFlight(id));
+    if (listing.kind == AgentModel::Listing::Kind::kMissing) {
       a.missing.insert(id);
-      continue;
-    }
-    const core::Job& j = st().job(JobId(id));
-    // A gang's action is settled by its lead's state.
-    if (x.proc.server != a.id) continue;
-    auto pit = j.busy() ? pending.find(j.in_flight_id.value) : pending.end();
-    const std::optional<bool> settled = model.SettleByList(
-        id, rep->second, pit != pending.end() && pit->second.sent);
-    if (!settled) continue;
-    const bool ok = *settled;
-    const std::string what(core::ActionKindName(j.in_flight));
-    const std::string detail = "reconciled: agent reports it " +
-                               std::string(rpc::JobState_Name(rep->second));
-    History(id, what, ok, 0, detail);
-    if (ok) {
-      (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
-    } else {
-      (void)Feed(core::ActionFailed{j.in_flight_id, JobId(id), {}, detail});
+    } else if (listing.kind == AgentModel::Listing::Kind::kSettled) {
+      Carry(id, std::move(listing.step));
     }
   }
+  // After the loop above: a restart there makes it exist.
   for (auto [id, xp] : UnsettledJobs()) {
-    JobExtra& x = *xp;
-    // Waiting for this agent, without processes, to go on from the
-    // checkpoint it saved when the agent stopped (after the loop above:
-    // a restart here makes it exist). A job spanning servers: from the
-    // checkpoint at its lead's agent, every part, once none of its
-    // agents is away.
-    const bool gang = x.proc.gang();
-    if (IsEnded(id) || x.proc.exists || !x.proc.checkpoint ||
-        !(gang ? x.proc.On(a.id) : x.proc.server == a.id)) {
-      continue;
-    }
-    x.dirty = true;
-    const core::Job& j = st().job(JobId(id));
-    const bool runs = j.state == JobState::kRunning && !j.busy();
-    if (x.proc.server == a.id && !a.held.contains(id)) {
-      x.proc.checkpoint = false;
-      History(id, "lost", false, 0,
-              "agent '" + a.name + "' is back without the checkpoint it " +
-                  "kept; " + (gang ? "every part starts" : "the job starts") +
-                  " again from the beginning");
-      // Running, the core restarts it; suspended, it starts again when
-      // its policy runs it.
-      if (!j.busy()) LoseProcess(id, false, "agent '" + a.name + "' is back");
-      continue;
-    }
-    if (runs && !AnyPartAway(x.proc)) {
-      LoseProcess(id, true, "agent '" + a.name + "' is back");
-    }
+    std::optional<AgentModel::Step> back = Model().PlanBackWithoutProcess(
+        a.id, a.name, id, a.held.contains(id), AnyPartAway(xp->proc));
+    if (back) Carry(id, std::move(*back));
   }
   // The core's restarts that waited for this agent go out now: from the
   // checkpoint it kept, or, when it is back without it, from the
@@ -358,20 +250,41 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
     auto it = pending.find(aid);
     if (it == pending.end()) continue;
     const int32_t id = it->second.action.job.value;
-    JobExtra& x = *Extra(id);
-    if (it->second.action.relocates && x.proc.server == a.id &&
-        !a.held.contains(id)) {
-      x.proc.checkpoint = false;
-      (void)Feed(core::ActionFailed{
-          core::ActionId(aid),
-          JobId(id),
-          {},
-          "agent '" + a.name + "' is back without the checkpoint"});
-      continue;
+    std::optional<AgentModel::Step> fail = Model().PlanWaitingRestart(
+        a.id, a.name, it->second.action, a.held.contains(id));
+    if (fail) {
+      Carry(id, std::move(*fail));
+    } else {
+      DispatchRestart(it->second);
     }
-    DispatchRestart(it->second);
   }
   a.reconcile_pending = true;
+}
+
+bool SchedulerServer::Impl::SentInFlight(int32_t id) const {
+  if (!st().has_job(JobId(id))) return false;
+  const core::Job& j = st().job(JobId(id));
+  if (!j.busy()) return false;
+  auto it = pending.find(j.in_flight_id.value);
+  return it != pending.end() && it->second.sent;
+}
+
+void SchedulerServer::Impl::Carry(int32_t id, AgentModel::Step step) {
+  if (step.proc || step.restart_why || step.line || step.ignore_exit) {
+    JobExtra& x = *Extra(id);
+    if (step.proc) x.proc = std::move(*step.proc);
+    if (step.restart_why) x.restart_why = std::move(*step.restart_why);
+    if (step.ignore_exit) ++x.ignore_exits[step.stop->server.value];
+    if (step.line) {
+      History(id, step.line->what, step.line->ok, 0, step.line->detail);
+    }
+  }
+  if (!step.log.empty()) Log(step.log);
+  if (step.stop) KillAt(id, *step.stop, InternalActionId());
+  if (step.event) {
+    const core::Status s = Feed(std::move(*step.event));
+    if (!s.ok()) Warn("job " + std::to_string(id) + ": " + s.ToString());
+  }
 }
 
 void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {

@@ -480,6 +480,11 @@ struct SchedulerServer::Impl final {
   // The processes of `killed` are already dealt with (AdoptLostJobs).
   void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r,
                  const std::set<int32_t>& killed);
+  // Job `id`'s action under way was sent by this daemon process.
+  bool SentInFlight(int32_t id) const;
+  // Carries out one step of the model's plan for job `id`, in its order
+  // (AgentModel::Step); a failure to feed its event is warned of.
+  void Carry(int32_t id, AgentModel::Step step);
 
   // A job the daemon placed on `a` that the agent no longer runs and whose
   // exit never came: its process is lost.
