@@ -300,6 +300,74 @@ std::optional<AgentModel::Step> AgentModel::PlanBackWithoutProcess(
   return step;
 }
 
+AgentModel::LostProcess AgentModel::PlanLost(
+    ServerId server, const std::string& agent, int32_t id,
+    bool checkpoint_listed, const PendingAction* in_flight) const {
+  LostProcess out;
+  Step& step = out.step;
+  const JobExtra* record = Record(id);
+  if (record == nullptr || Ended(id)) return out;
+  const JobExtra& x = *record;
+  const core::Job& j = core_.job(JobId(id));
+  const bool held =
+      !x.proc.gang() && x.proc.server == server && checkpoint_listed;
+  step.proc = x.proc;
+  step.proc->exists = false;
+  if (held) {
+    step.proc->checkpoint = true;
+    step.line = Line{"stop", true,
+                     "agent '" + agent +
+                         "' no longer runs it but holds a checkpoint of it "
+                         "(the agent stopped or restarted)"};
+  } else {
+    step.line = Line{"lost", false, "agent '" + agent + "' no longer runs it"};
+  }
+  // Its other parts cannot train on without this one: they go too, and
+  // the job starts afresh as a whole (their exits are not its end).
+  if (x.proc.gang()) step.stop = x.proc;
+  if (!j.busy()) {
+    // Running: the core restarts it. Suspended: the core resumes it from
+    // the checkpoint when its policy runs it again, or without one starts
+    // it again from the beginning.
+    step.proc->leaving = false;
+    step.proc->checkpoint = held;
+    step.restart_why = held ? "agent '" + agent + "' kept it" : "";
+    step.event = core::ProcessLost{JobId(id), held};
+    return out;
+  }
+  switch (j.in_flight) {
+    case ActionKind::kResume:
+      if (in_flight != nullptr) {
+        // From the checkpoint, where the core resumes it; else afresh.
+        out.then = held && !in_flight->relocate
+                       ? LostProcess::Then::kMoveFromCheckpoint
+                       : LostProcess::Then::kStartAfresh;
+        return out;
+      }
+      break;
+    case ActionKind::kSuspend:
+    case ActionKind::kUnpack:
+      step.event = core::ActionDone{j.in_flight_id, JobId(id), {}};
+      return out;
+    case ActionKind::kRestart:
+      // A restart replayed from the log that had not reached the agent:
+      // sent now, unless the checkpoint it goes on from is gone (the core
+      // then restarts the job from the beginning). One sent is settled by
+      // its reply.
+      if (in_flight != nullptr && in_flight->sent) return out;
+      if (in_flight != nullptr && (held || !in_flight->action.relocates)) {
+        out.then = LostProcess::Then::kSendRestart;
+        return out;
+      }
+      break;
+    default:
+      break;
+  }
+  step.event =
+      core::ActionFailed{j.in_flight_id, JobId(id), {}, "process lost"};
+  return out;
+}
+
 std::optional<AgentModel::Step> AgentModel::PlanWaitingRestart(
     ServerId server, const std::string& agent, const core::Action& restart,
     bool held) const {

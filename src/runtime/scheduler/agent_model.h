@@ -233,6 +233,32 @@ class AgentModel {
                                              int32_t id, bool held,
                                              bool part_away) const;
 
+  // Job `id`'s process on `server` is gone: its agent, named `agent`,
+  // registered without it and did not show it running since (or it was
+  // found gone otherwise). `checkpoint_listed`: the agent listed a
+  // checkpoint of it (saved as the agent stopped, its exit not heard of;
+  // or one a move left there), which it goes on from. `in_flight`: the
+  // daemon's record of the job's action under way, if any. The step (the
+  // process record, the line, what of a job spanning servers is stopped,
+  // the event), then what the daemon does with the action under way.
+  struct LostProcess {
+    Step step;
+    enum class Then {
+      kNothing,
+      // A resume under way becomes a move from the checkpoint kept, to
+      // where the core resumes it.
+      kMoveFromCheckpoint,
+      // A resume under way starts the job afresh where the core resumes it.
+      kStartAfresh,
+      // A restart replayed from the log, not yet sent: sent now.
+      kSendRestart,
+    };
+    Then then = Then::kNothing;
+  };
+  LostProcess PlanLost(ServerId server, const std::string& agent, int32_t id,
+                       bool checkpoint_listed,
+                       const PendingAction* in_flight) const;
+
   // The core's `restart`, not sent while the agent at `server`, named
   // `agent`, was away, as it registers (`held`: listing the job's
   // checkpoint): none, it is sent now; or, for a restart from the

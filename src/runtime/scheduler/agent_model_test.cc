@@ -760,5 +760,66 @@ TEST_F(AgentModelTest, ARestartFromACheckpointTheAgentNoLongerHoldsFails) {
   EXPECT_FALSE(Model().PlanWaitingRestart(s, "a0", restart, false));
 }
 
+// A process found gone: a job with no action under way is lost to the
+// core (from the checkpoint its agent listed, if any); an action under
+// way goes on, or is settled, by its kind.
+TEST_F(AgentModelTest, ALostProcessGoesToTheCoreOrToItsActionUnderWay) {
+  Arrive(1, 100);
+  const ServerId s = ServerOf(1);
+  using Then = AgentModel::LostProcess::Then;
+  AgentModel::LostProcess lost = Model().PlanLost(s, "a0", 1, false, nullptr);
+  ASSERT_TRUE(lost.step.proc && lost.step.line && lost.step.event);
+  EXPECT_FALSE(lost.step.proc->exists);
+  EXPECT_FALSE(lost.step.proc->checkpoint);
+  EXPECT_EQ(lost.step.line->what, "lost");
+  EXPECT_FALSE(std::get<core::ProcessLost>(*lost.step.event).checkpoint);
+  EXPECT_EQ(lost.then, Then::kNothing);
+  EXPECT_FALSE(lost.step.stop);
+  lost = Model().PlanLost(s, "a0", 1, true, nullptr);
+  EXPECT_TRUE(lost.step.proc->checkpoint);
+  EXPECT_EQ(lost.step.line->what, "stop");
+  EXPECT_TRUE(std::get<core::ProcessLost>(*lost.step.event).checkpoint);
+  EXPECT_EQ(lost.step.restart_why, "agent 'a0' kept it");
+  // A suspend under way: done, there is nothing left to suspend.
+  h_.Send(core::HoldRequest{JobId(1), true});
+  PendingAction p;
+  p.action.kind = ActionKind::kSuspend;
+  p.sent = true;
+  lost = Model().PlanLost(s, "a0", 1, false, &p);
+  ASSERT_TRUE(lost.step.event);
+  EXPECT_TRUE(std::holds_alternative<core::ActionDone>(*lost.step.event));
+  EXPECT_EQ(lost.then, Then::kNothing);
+  // A resume under way: from the checkpoint listed, or afresh.
+  h_.CompleteAll();
+  h_.Send(core::HoldRequest{JobId(1), false});
+  ASSERT_EQ(h_.job(JobId(1)).in_flight, ActionKind::kResume);
+  p.action.kind = ActionKind::kResume;
+  lost = Model().PlanLost(s, "a0", 1, true, &p);
+  EXPECT_FALSE(lost.step.event);
+  EXPECT_EQ(lost.then, Then::kMoveFromCheckpoint);
+  EXPECT_EQ(Model().PlanLost(s, "a0", 1, false, &p).then, Then::kStartAfresh);
+  p.relocate = true;  // a move already
+  EXPECT_EQ(Model().PlanLost(s, "a0", 1, true, &p).then, Then::kStartAfresh);
+  // Without the daemon's record of it: it fails.
+  lost = Model().PlanLost(s, "a0", 1, true, nullptr);
+  ASSERT_TRUE(lost.step.event);
+  EXPECT_TRUE(std::holds_alternative<core::ActionFailed>(*lost.step.event));
+}
+
+// A job spanning servers whose part is lost: every part is stopped, and it
+// starts afresh as a whole (a checkpoint listed is not the whole job's).
+TEST_F(AgentModelTest, ALostPartStopsEveryPart) {
+  Arrive(2, 100);
+  const ServerId lead = ServerOf(2);
+  const ServerId other(1 - lead.value);
+  jobs_[2].proc.followers.push_back(Part{other, {0}});
+  AgentModel::LostProcess lost =
+      Model().PlanLost(other, "a1", 2, true, nullptr);
+  ASSERT_TRUE(lost.step.stop && lost.step.event);
+  EXPECT_EQ(lost.step.stop->server, lead);
+  EXPECT_EQ(lost.step.stop->followers.size(), 1u);
+  EXPECT_FALSE(std::get<core::ProcessLost>(*lost.step.event).checkpoint);
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

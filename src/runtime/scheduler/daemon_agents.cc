@@ -288,75 +288,34 @@ void SchedulerServer::Impl::Carry(int32_t id, AgentModel::Step step) {
 }
 
 void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
-  JobExtra& x = *Extra(id);
-  x.proc.exists = false;
   const core::Job& j = st().job(JobId(id));
-  // Its agent keeps a checkpoint of it (saved as the agent stopped, its
-  // exit not heard of; or one a move left there): it goes on from that.
-  const bool held =
-      !x.proc.gang() && x.proc.server == a.id && a.held.contains(id);
-  if (held) {
-    x.proc.checkpoint = true;
-    History(id, "stop", true, 0,
-            "agent '" + a.name +
-                "' no longer runs it but holds a checkpoint of it (the "
-                "agent stopped or restarted)");
-  } else {
-    History(id, "lost", false, 0, "agent '" + a.name + "' no longer runs it");
-  }
-  if (x.proc.gang()) {
-    // Its other parts cannot train on without this one: they go too, and
-    // the job starts afresh as a whole (their exits are not its end).
-    KillAt(id, x.proc, InternalActionId());
-  }
-  if (j.busy()) {
-    auto it = pending.find(j.in_flight_id.value);
-    switch (j.in_flight) {
-      case ActionKind::kResume:
-        if (it != pending.end()) {
-          if (held && !it->second.relocate) {
-            it->second.relocate = true;
-            // From the checkpoint, where the core resumes it.
-            Proc from = x.proc;
-            from.checkpoint = true;
-            x.proc.exists = x.proc.leaving = true;
-            x.proc.checkpoint = false;
-            Move(it->second, from);
-            return;
-          }
-          // Start it afresh where the core resumes it.
-          it->second.relocate = true;
-          x.proc.exists = true;
-          Dispatch(it->second);
-          return;
-        }
-        break;
-      case ActionKind::kSuspend:
-      case ActionKind::kUnpack:
-        (void)Feed(core::ActionDone{j.in_flight_id, JobId(id), {}});
-        return;
-      case ActionKind::kRestart:
-        // A restart replayed from the log that had not reached the agent:
-        // sent now, unless the checkpoint it goes on from is gone (the
-        // core then restarts the job from the beginning).
-        // One sent is settled by its reply.
-        if (it != pending.end() && it->second.sent) return;
-        if (it != pending.end() && (held || !it->second.action.relocates)) {
-          DispatchRestart(it->second);
-          return;
-        }
-        break;
-      default:
-        break;
+  auto it = j.busy() ? pending.find(j.in_flight_id.value) : pending.end();
+  PendingAction* in_flight = it == pending.end() ? nullptr : &it->second;
+  AgentModel::LostProcess lost =
+      Model().PlanLost(a.id, a.name, id, a.held.contains(id), in_flight);
+  Carry(id, std::move(lost.step));
+  JobExtra& x = *Extra(id);
+  switch (lost.then) {
+    case AgentModel::LostProcess::Then::kNothing:
+      return;
+    case AgentModel::LostProcess::Then::kMoveFromCheckpoint: {
+      in_flight->relocate = true;
+      Proc from = x.proc;
+      from.checkpoint = true;
+      x.proc.exists = x.proc.leaving = true;
+      x.proc.checkpoint = false;
+      Move(*in_flight, from);
+      return;
     }
-    (void)Feed(
-        core::ActionFailed{j.in_flight_id, JobId(id), {}, "process lost"});
-    return;
+    case AgentModel::LostProcess::Then::kStartAfresh:
+      in_flight->relocate = true;
+      x.proc.exists = true;
+      Dispatch(*in_flight);
+      return;
+    case AgentModel::LostProcess::Then::kSendRestart:
+      DispatchRestart(*in_flight);
+      return;
   }
-  // Running: the core restarts it. Suspended: the core resumes it from the
-  // checkpoint when its policy runs it again, or without one starts it
-  // again from the beginning.
-  LoseProcess(id, held, held ? "agent '" + a.name + "' kept it" : "");
 }
 
 grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
