@@ -1,6 +1,7 @@
 #include "runtime/scheduler/agent_model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "core/scheduler.h"
@@ -430,6 +431,163 @@ std::optional<core::JobFound> AgentModel::QueuedJobFound(
                    listed.state() == rpc::SUSPENDED};
   if (e.placed_on.empty()) return std::nullopt;
   return e;
+}
+
+std::optional<AgentModel::FoundQueued> AgentModel::PlanQueuedJobFound(
+    ServerId server, const std::string& agent,
+    const rpc::RegisterAgentRequest& r, const rpc::AgentJob& listed) const {
+  std::optional<core::JobFound> e = QueuedJobFound(server, r, listed);
+  if (!e) return std::nullopt;
+  const bool suspended = e->suspended;
+  return FoundQueued{
+      std::move(*e),
+      Proc::At({Part{server, {listed.gpus().begin(), listed.gpus().end()}}}),
+      Line{"adopt", true,
+           "its process on " + agent + " was kept, " +
+               (suspended ? "suspended" : "running") +
+               " (the store had it queued: it started after the backup "
+               "this store was restored from, or was requeued while its "
+               "agent was out of reach)"}};
+}
+
+std::optional<AgentModel::Step> AgentModel::PlanKeptCheckpoint(
+    ServerId server, const std::string& agent,
+    const rpc::RegisterAgentRequest& r, int i) const {
+  const int64_t id64 = r.checkpoints(i);
+  const auto id = static_cast<int32_t>(id64);
+  if (id64 != id || ForeignCheckpoint(r, i) ||
+      CheckpointOfOtherSubmission(r, i) || !Live(id64) || Ended(id)) {
+    return std::nullopt;
+  }
+  const JobExtra* x = Record(id);
+  if (x == nullptr || x->proc.exists || x->proc.checkpoint) {
+    return std::nullopt;
+  }
+  const core::Job& j = core_.job(JobId(id));
+  // Queued, its last placement (which the core keeps) with rank 0 here.
+  if (j.state != JobState::kQueued || j.busy() || j.gpus.empty()) {
+    return std::nullopt;
+  }
+  const Part lead = Parts(j.gpus)[0];
+  if (lead.server != server) return std::nullopt;
+  Step step;
+  step.proc = Proc{server, lead.local, false, true};
+  step.line = Line{"reconcile", true,
+                   "agent '" + agent +
+                       "' holds a checkpoint of it, saved where its rank 0 "
+                       "last ran: its next start goes on from it"};
+  return step;
+}
+
+namespace {
+
+constexpr char kLostNote[] =
+    "submitted after the backup this store was restored from, its record "
+    "lost";
+
+}  // namespace
+
+AgentModel::LostJobPlan AgentModel::PlanLostProcess(
+    ServerId server, const std::string& agent,
+    const rpc::RegisterAgentRequest& r, const rpc::AgentJob& listed,
+    const IdRanges& lost, int64_t now_us) const {
+  if (!OfThisCluster(r)) return {};
+  const LostJob verdict = JudgeLostJob(listed.job_id(), listed.spec(),
+                                       listed.submitted_us(), lost, now_us);
+  const std::string id = std::to_string(listed.job_id());
+  switch (verdict.verdict) {
+    case LostJob::Verdict::kNotLost:
+      return {};
+    case LostJob::Verdict::kRefused:
+      return "agent '" + agent + "' holds job " + id +
+             ", which this store lost, but " + verdict.why + ": not adopted";
+    case LostJob::Verdict::kAdopt:
+      break;
+  }
+  Adoption a;
+  a.spec = listed.spec();
+  a.arrival = core::JobArrived{JobId(static_cast<int32_t>(listed.job_id())),
+                               ToCoreSpec(listed.spec())};
+  a.arrival.submitted = core::Time::FromMicros(listed.submitted_us());
+  a.arrival.suspended = listed.state() == rpc::SUSPENDED;
+  std::string not_kept;
+  a.arrival.placed_on =
+      PlaceOfListed(server, listed, a.arrival.spec.gpus, &not_kept);
+  const bool kept = not_kept.empty();
+  if (kept) {
+    a.proc =
+        Proc::At({Part{server, {listed.gpus().begin(), listed.gpus().end()}}});
+  }
+  a.stop_listed = !kept;
+  a.progress = listed.progress();
+  a.line =
+      Line{"adopt", true,
+           kept ? "its process on " + agent + " was kept, " +
+                      (a.arrival.suspended ? "suspended" : "running") + " (" +
+                      kLostNote + ")"
+                : std::string("queued (") + kLostNote + "); its process on " +
+                      agent + " could not be kept (" + not_kept +
+                      "): it starts again from the beginning"};
+  a.log = "agent '" + agent + "' runs job " + id +
+          ", which this store lost: adopted, " +
+          (kept ? "its process kept" : "queued");
+  return a;
+}
+
+AgentModel::LostJobPlan AgentModel::PlanLostCheckpoint(
+    ServerId server, const std::string& agent,
+    const rpc::RegisterAgentRequest& r, int i, const IdRanges& lost,
+    int64_t now_us) const {
+  if (!OfThisCluster(r) || ForeignCheckpoint(r, i) ||
+      i >= r.checkpoint_specs_size() || i >= r.checkpoint_submitted_us_size()) {
+    return {};
+  }
+  const LostJob verdict =
+      JudgeLostJob(r.checkpoints(i), r.checkpoint_specs(i),
+                   r.checkpoint_submitted_us(i), lost, now_us);
+  const std::string id = std::to_string(r.checkpoints(i));
+  switch (verdict.verdict) {
+    case LostJob::Verdict::kNotLost:
+      return {};
+    case LostJob::Verdict::kRefused:
+      return "agent '" + agent + "' holds job " + id +
+             ", which this store lost, but " + verdict.why + ": not adopted";
+    case LostJob::Verdict::kAdopt:
+      break;
+  }
+  Adoption a;
+  a.spec = r.checkpoint_specs(i);
+  a.arrival = core::JobArrived{JobId(static_cast<int32_t>(r.checkpoints(i))),
+                               ToCoreSpec(a.spec)};
+  a.arrival.submitted = core::Time::FromMicros(r.checkpoint_submitted_us(i));
+  a.proc = Proc{server, {}, false, true};
+  a.line = Line{"adopt", true,
+                std::string("queued (") + kLostNote +
+                    "); it goes on from the checkpoint " + agent + " holds"};
+  a.log = "agent '" + agent + "' holds a checkpoint of job " + id +
+          ", which this store lost: adopted, to go on from it";
+  return a;
+}
+
+std::vector<std::pair<int32_t, AgentModel::Line>>
+AgentModel::PlanKeptThroughSilence(ServerId server, const std::string& agent,
+                                   const rpc::RegisterAgentRequest& r,
+                                   double out_s, double timeout_s) const {
+  char detail[160];
+  std::snprintf(detail, sizeof detail,
+                "agent '%s' was out of reach for %.1f s (not heard of for "
+                "%.1f s); the job was kept there and goes on",
+                agent.c_str(), out_s, out_s + timeout_s);
+  std::vector<std::pair<int32_t, Line>> lines;
+  for (const rpc::AgentJob& listed : r.jobs()) {
+    const auto id = static_cast<int32_t>(listed.job_id());
+    const JobExtra* x = Record(id);
+    if (x == nullptr || Ended(id) || !x->proc.exists || !x->proc.On(server)) {
+      continue;
+    }
+    lines.emplace_back(id, Line{"reach", true, detail});
+  }
+  return lines;
 }
 
 AgentModel::LostJob AgentModel::JudgeLostJob(int64_t id64,

@@ -18,6 +18,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "core/event.h"
@@ -147,6 +149,60 @@ class AgentModel {
   // of. Not for a gang (every part would have to be listed) nor while an
   // action is under way (its outcome decides).
   bool Adoptable(int32_t id, ServerId server, rpc::JobState reported) const;
+
+  // The same, with what is done about it, the agent named `agent`: the
+  // process record set where it runs, the event fed, and, once fed, its
+  // history line.
+  struct FoundQueued {
+    core::JobFound event;
+    Proc proc;
+    Line line;
+  };
+  std::optional<FoundQueued> PlanQueuedJobFound(
+      ServerId server, const std::string& agent,
+      const rpc::RegisterAgentRequest& r, const rpc::AgentJob& listed) const;
+
+  // Checkpoint `i` a registering agent (of `server`, named `agent`) lists,
+  // of a queued job that last ran with its rank 0 there, which the daemon
+  // did not know was kept: the job's next start goes on from it (the step
+  // sets where it is kept and says so in its history). None for any other.
+  std::optional<Step> PlanKeptCheckpoint(ServerId server,
+                                         const std::string& agent,
+                                         const rpc::RegisterAgentRequest& r,
+                                         int i) const;
+
+  // A process a registering agent (of `server`, named `agent`) runs, or
+  // checkpoint `i` it holds, of a job this store lost (its id in `lost`),
+  // judged at `now_us`: none (not a lost job's), refused (a line for the
+  // log), or adopted: stored with its spec, `proc` recorded, its listed
+  // process stopped first when it cannot be kept where it runs
+  // (`stop_listed`, its exit ignored), its arrival fed, then its progress,
+  // its history line and a line for the log.
+  struct Adoption {
+    rpc::JobSpec spec;
+    core::JobArrived arrival;
+    Proc proc;
+    bool stop_listed = false;
+    std::optional<rpc::Progress> progress;
+    Line line;
+    std::string log;
+  };
+  using LostJobPlan = std::variant<std::monostate, std::string, Adoption>;
+  LostJobPlan PlanLostProcess(ServerId server, const std::string& agent,
+                              const rpc::RegisterAgentRequest& r,
+                              const rpc::AgentJob& listed, const IdRanges& lost,
+                              int64_t now_us) const;
+  LostJobPlan PlanLostCheckpoint(ServerId server, const std::string& agent,
+                                 const rpc::RegisterAgentRequest& r, int i,
+                                 const IdRanges& lost, int64_t now_us) const;
+
+  // After an agent (of `server`, named `agent`) that was out of reach for
+  // `out_s` registers again: the line in the history of each job it still
+  // runs that the daemon kept there (`timeout_s`: how long an agent may be
+  // silent before it is out of reach).
+  std::vector<std::pair<int32_t, Line>> PlanKeptThroughSilence(
+      ServerId server, const std::string& agent,
+      const rpc::RegisterAgentRequest& r, double out_s, double timeout_s) const;
 
   // A process or checkpoint a registering agent of this cluster lists of
   // job `id64` whose record this store lost (its id in `lost`: the store

@@ -821,5 +821,126 @@ TEST_F(AgentModelTest, ALostPartStopsEveryPart) {
   EXPECT_FALSE(std::get<core::ProcessLost>(*lost.step.event).checkpoint);
 }
 
+// The lost jobs a registration lists: each refused with a line for the
+// log, or adopted; its process kept where its GPUs can take it, else
+// stopped and the job queued; a checkpoint's job queued to go on from it.
+TEST_F(AgentModelTest, EachLostJobAListingHoldsIsRefusedOrAdopted) {
+  Arrive(1, 100, true, 2);  // on one server's both GPUs
+  const ServerId full = ServerOf(1);
+  const ServerId free(1 - full.value);
+  const IdRanges lost = {{5, 9}};
+  rpc::JobSpec spec;
+  spec.set_name("lost");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  rpc::RegisterAgentRequest r;
+  r.set_cluster_id(kCluster);
+  auto listed = [&](int64_t id, int64_t submitted_us, int gpu) {
+    rpc::AgentJob j = Listed(id, rpc::SUSPENDED, submitted_us);
+    *j.mutable_spec() = spec;
+    j.add_gpus(gpu);
+    j.mutable_progress()->set_minibatches(id * 10);
+    return j;
+  };
+  using Plan = AgentModel::LostJobPlan;
+  auto plan = [&](const rpc::AgentJob& j) {
+    return Model().PlanLostProcess(free, "a1", r, j, lost, 1000);
+  };
+  Plan p = plan(listed(5, 2000, 1));
+  ASSERT_EQ(p.index(), 1u);
+  EXPECT_EQ(std::get<1>(p),
+            "agent 'a1' holds job 5, which this store lost, but its "
+            "submission time (2000 us) is not before now: not adopted");
+  p = plan(listed(6, 500, 1));
+  ASSERT_EQ(p.index(), 2u);
+  const auto& kept = std::get<AgentModel::Adoption>(p);
+  EXPECT_EQ(kept.arrival.id, JobId(6));
+  EXPECT_EQ(kept.arrival.placed_on, Model().ClusterGpus(free, {1}));
+  EXPECT_TRUE(kept.arrival.suspended);
+  EXPECT_EQ(kept.arrival.submitted.micros(), 500);
+  EXPECT_TRUE(kept.proc.exists);
+  EXPECT_EQ(kept.proc.server, free);
+  EXPECT_FALSE(kept.stop_listed);
+  ASSERT_TRUE(kept.progress);
+  EXPECT_EQ(kept.progress->minibatches(), 60);
+  EXPECT_EQ(kept.log,
+            "agent 'a1' runs job 6, which this store lost: adopted, its "
+            "process kept");
+  // On GPUs not this server's: stopped, and queued.
+  p = plan(listed(7, 500, 7));
+  ASSERT_EQ(p.index(), 2u);
+  const auto& queued = std::get<AgentModel::Adoption>(p);
+  EXPECT_TRUE(queued.stop_listed);
+  EXPECT_FALSE(queued.proc.exists);
+  EXPECT_TRUE(queued.arrival.placed_on.empty());
+  EXPECT_NE(queued.line.detail.find("it starts again from the beginning"),
+            std::string::npos);
+  // A known job, or another cluster's agent: not a lost one.
+  EXPECT_EQ(plan(listed(1, 100, 0)).index(), 0u);
+  r.add_checkpoints(8);
+  r.add_checkpoint_clusters(kCluster);
+  r.add_checkpoint_submitted_us(600);
+  *r.add_checkpoint_specs() = spec;
+  p = Model().PlanLostCheckpoint(free, "a1", r, 0, lost, 1000);
+  ASSERT_EQ(p.index(), 2u);
+  const auto& from = std::get<AgentModel::Adoption>(p);
+  EXPECT_EQ(from.arrival.id, JobId(8));
+  EXPECT_TRUE(from.proc.checkpoint);
+  EXPECT_EQ(from.proc.server, free);
+  EXPECT_FALSE(from.progress);
+  r.set_cluster_id("cluster-b");
+  EXPECT_EQ(plan(listed(6, 500, 1)).index(), 0u);
+  EXPECT_EQ(Model().PlanLostCheckpoint(free, "a1", r, 0, lost, 1000).index(),
+            0u);
+}
+
+// A checkpoint a registering agent holds of a queued job whose rank 0 last
+// ran there is where its next start goes on from; not one of a job placed
+// elsewhere, running, or with a process or checkpoint known already.
+TEST_F(AgentModelTest, ACheckpointKeptWhereAQueuedJobLastRanIsTaken) {
+  Arrive(1, 100);
+  const ServerId s = ServerOf(1);
+  const rpc::RegisterAgentRequest r = Holding({1}, kCluster);
+  EXPECT_FALSE(Model().PlanKeptCheckpoint(s, "a0", r, 0)) << "running";
+  // Requeued with its server down, nowhere else to go; its last placement
+  // kept by the core.
+  h_.Send(core::CordonRequest{ServerId(1 - s.value), true});
+  h_.Send(core::ServerDown{s});
+  ASSERT_EQ(h_.job(JobId(1)).state, JobState::kQueued);
+  jobs_[1].proc = Proc{};
+  const std::optional<AgentModel::Step> step =
+      Model().PlanKeptCheckpoint(s, "a0", r, 0);
+  ASSERT_TRUE(step && step->proc && step->line);
+  EXPECT_TRUE(step->proc->checkpoint);
+  EXPECT_FALSE(step->proc->exists);
+  EXPECT_EQ(step->proc->server, s);
+  EXPECT_FALSE(step->event || step->stop);
+  EXPECT_FALSE(Model().PlanKeptCheckpoint(ServerId(1 - s.value), "a1", r, 0));
+  EXPECT_FALSE(
+      Model().PlanKeptCheckpoint(s, "a0", Holding({1}, "cluster-b"), 0));
+  jobs_[1].proc = Proc{s, {}, false, true};
+  EXPECT_FALSE(Model().PlanKeptCheckpoint(s, "a0", r, 0)) << "known";
+}
+
+// An agent back from out of reach: each job it runs that was kept there
+// says so, with how long.
+TEST_F(AgentModelTest, JobsKeptThroughASilenceSaySo) {
+  Arrive(1, 100);
+  Arrive(2, 100);
+  const ServerId s = ServerOf(1);
+  jobs_[2].proc.server = s;
+  h_.Send(core::KillRequest{JobId(2), "gone"});
+  rpc::RegisterAgentRequest r;
+  *r.add_jobs() = Listed(1, rpc::RUNNING, 100);
+  *r.add_jobs() = Listed(2, rpc::RUNNING, 100);
+  *r.add_jobs() = Listed(9, rpc::RUNNING, 100);
+  const auto lines = Model().PlanKeptThroughSilence(s, "a0", r, 12.5, 5);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].first, 1);
+  EXPECT_EQ(lines[0].second.detail,
+            "agent 'a0' was out of reach for 12.5 s (not heard of for 17.5 "
+            "s); the job was kept there and goes on");
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

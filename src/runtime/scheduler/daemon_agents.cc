@@ -145,46 +145,18 @@ void SchedulerServer::Impl::KeptThroughSilence(
     int64_t silent_since_us) {
   const double out_s =
       static_cast<double>(Env().WallMicros() - silent_since_us) / 1e6;
-  char detail[160];
-  std::snprintf(detail, sizeof detail,
-                "agent '%s' was out of reach for %.1f s (not heard of for "
-                "%.1f s); the job was kept there and goes on",
-                a.name.c_str(), out_s, out_s + opts.agent_timeout_s);
-  for (const rpc::AgentJob& listed : r.jobs()) {
-    const auto id = static_cast<int32_t>(listed.job_id());
-    const JobExtra* x = Extra(id);
-    if (x == nullptr || IsEnded(id) || !x->proc.exists || !x->proc.On(a.id)) {
-      continue;
-    }
-    History(id, "reach", true, 0, detail);
+  for (const auto& [id, line] : Model().PlanKeptThroughSilence(
+           a.id, a.name, r, out_s, opts.agent_timeout_s)) {
+    History(id, line.what, line.ok, 0, line.detail);
   }
 }
 
 void SchedulerServer::Impl::AdoptKeptCheckpoints(
     const AgentConn& a, const rpc::RegisterAgentRequest& r) {
   for (int i = 0; i < r.checkpoints_size(); ++i) {
-    const int64_t id64 = r.checkpoints(i);
-    const auto id = static_cast<int32_t>(id64);
-    if (id64 != id || Model().ForeignCheckpoint(r, i) ||
-        Model().CheckpointOfOtherSubmission(r, i) || !LiveJob(id64) ||
-        IsEnded(id)) {
-      continue;
-    }
-    JobExtra* x = Extra(id);
-    if (x == nullptr || x->proc.exists || x->proc.checkpoint) continue;
-    const core::Job& j = st().job(JobId(id));
-    // Queued, its last placement (which the core keeps) with rank 0
-    // here.
-    if (j.state != JobState::kQueued || j.busy() || j.gpus.empty()) {
-      continue;
-    }
-    const Part lead = Parts(j.gpus)[0];
-    if (lead.server != a.id) continue;
-    x->proc = Proc{a.id, lead.local, false, true};
-    History(id, "reconcile", true, 0,
-            "agent '" + a.name +
-                "' holds a checkpoint of it, saved where its rank 0 last "
-                "ran: its next start goes on from it");
+    std::optional<AgentModel::Step> kept =
+        Model().PlanKeptCheckpoint(a.id, a.name, r, i);
+    if (kept) Carry(static_cast<int32_t>(r.checkpoints(i)), std::move(*kept));
   }
 }
 

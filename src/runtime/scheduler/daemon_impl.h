@@ -766,6 +766,11 @@ struct SchedulerServer::Impl final {
   // lost, as before). Returns the jobs whose process it killed.
   std::set<int32_t> AdoptLostJobs(const AgentConn& a,
                                   const rpc::RegisterAgentRequest& r);
+  // Carries out the model's plan for one lost job's process or checkpoint
+  // (AgentModel::PlanLostProcess, PlanLostCheckpoint); a process it stops
+  // goes into *killed.
+  void Adopt(const AgentConn& a, AgentModel::LostJobPlan plan,
+             std::set<int32_t>* killed);
 
   core::Status ResolvePolicy();
 

@@ -88,130 +88,78 @@ void SchedulerServer::Impl::MarkLostIds(const AgentConn& a,
 void SchedulerServer::Impl::AdoptQueuedJobsFound(
     const AgentConn& a, const rpc::RegisterAgentRequest& r) {
   for (const rpc::AgentJob& j : r.jobs()) {
-    std::optional<core::JobFound> e = Model().QueuedJobFound(a.id, r, j);
-    if (!e) continue;
-    const int32_t id = e->job.value;
-    const bool suspended = e->suspended;
-    JobExtra* x = Extra(id);
-    x->proc = Proc::At({Part{a.id, {j.gpus().begin(), j.gpus().end()}}});
-    if (core::Status fed = Feed(std::move(*e)); !fed.ok()) {
+    std::optional<AgentModel::FoundQueued> found =
+        Model().PlanQueuedJobFound(a.id, a.name, r, j);
+    if (!found) continue;
+    const int32_t id = found->event.job.value;
+    Extra(id)->proc = std::move(found->proc);
+    if (core::Status fed = Feed(std::move(found->event)); !fed.ok()) {
       Log("job " + std::to_string(id) + ": its process on " + a.name +
           " could not be kept: " + fed.ToString());
       Extra(id)->proc = Proc{};
       continue;
     }
-    x = Extra(id);
-    x->progress = j.progress();
-    History(id, "adopt", true, 0,
-            "its process on " + a.name + " was kept, " +
-                (suspended ? "suspended" : "running") +
-                " (the store had it queued: it started after the backup "
-                "this store was restored from, or was requeued while its "
-                "agent was out of reach)");
+    Extra(id)->progress = j.progress();
+    History(id, found->line.what, found->line.ok, 0, found->line.detail);
   }
 }
 
 std::set<int32_t> SchedulerServer::Impl::AdoptLostJobs(
     const AgentConn& a, const rpc::RegisterAgentRequest& r) {
   std::set<int32_t> killed;
-  if (!Model().OfThisCluster(r) || lost_ids->empty()) {
-    return killed;
-  }
-  const std::string lost_note =
-      "submitted after the backup this store was restored from, its "
-      "record lost";
-  // Whether job `id64`, listed with `spec` and `submitted_us`, is a lost
-  // one that can be adopted (a refusal is logged).
-  auto adoptable = [&](int64_t id64, const rpc::JobSpec& spec,
-                       int64_t submitted_us) {
-    const AgentModel::LostJob lost =
-        Model().JudgeLostJob(id64, spec, submitted_us, *lost_ids, Now());
-    if (lost.verdict == AgentModel::LostJob::Verdict::kRefused) {
-      Log("agent '" + a.name + "' holds job " + std::to_string(id64) +
-          ", which this store lost, but " + lost.why + ": not adopted");
-    }
-    return lost.verdict == AgentModel::LostJob::Verdict::kAdopt;
-  };
-  // Stores it, and feeds its arrival `e` with its process (or
-  // checkpoint) at `where`; its old process killed first with `kill`.
-  auto adopt = [&](const rpc::JobSpec& spec, core::JobArrived e,
-                   const Proc& where, bool kill) {
-    const int32_t id = e.id.value;
-    const std::string spec_json = SpecToJson(spec);
-    if (core::Status s = store->AdoptJob(id, spec_json, e.submitted.micros());
-        !s.ok()) {
-      Log("agent '" + a.name + "' holds job " + std::to_string(id) +
-          ", which this store lost, but the store cannot take it: " +
-          s.ToString() + "; not adopted");
-      return false;
-    }
-    auto ranges = std::make_shared<IdRanges>(*lost_ids);
-    RemoveIdFromRanges(ranges.get(), id);
-    lost_ids = std::move(ranges);
-    AddExtra(id, spec, spec_json);
-    JobExtra& x = extras[id];
-    x.proc = where;
-    if (kill) {
-      ++x.ignore_exits[a.id.value];
-      KillAt(id, Proc{a.id, {}, true}, InternalActionId());
-      killed.insert(id);
-    }
-    if (core::Status fed = Feed(std::move(e)); !fed.ok()) {
-      // Stored: a restart hands it to the core (ArriveUnarrived).
-      Log("job " + std::to_string(id) +
-          ": its arrival failed: " + fed.ToString());
-      return false;
-    }
-    return true;
-  };
+  if (lost_ids->empty()) return killed;
+  // One by one: each adoption places its job before the next is judged.
   for (const rpc::AgentJob& j : r.jobs()) {
-    if (!adoptable(j.job_id(), j.spec(), j.submitted_us())) continue;
-    const auto id = static_cast<int32_t>(j.job_id());
-    core::JobArrived e{JobId(id), ToCoreSpec(j.spec())};
-    e.submitted = core::Time::FromMicros(j.submitted_us());
-    e.suspended = j.state() == rpc::SUSPENDED;
-    std::string not_kept;
-    e.placed_on = Model().PlaceOfListed(a.id, j, e.spec.gpus, &not_kept);
-    const bool suspended = e.suspended;
-    const Proc where =
-        not_kept.empty()
-            ? Proc::At({Part{a.id, {j.gpus().begin(), j.gpus().end()}}})
-            : Proc{};
-    if (!adopt(j.spec(), std::move(e), where, !not_kept.empty())) continue;
-    Extra(id)->progress = j.progress();
-    History(id, "adopt", true, 0,
-            not_kept.empty() ? "its process on " + a.name + " was kept, " +
-                                   (suspended ? "suspended" : "running") +
-                                   " (" + lost_note + ")"
-                             : "queued (" + lost_note + "); its process on " +
-                                   a.name + " could not be kept (" + not_kept +
-                                   "): it starts again from the beginning");
-    Log("agent '" + a.name + "' runs job " + std::to_string(id) +
-        ", which this store lost: adopted, " +
-        (not_kept.empty() ? "its process kept" : "queued"));
+    Adopt(a, Model().PlanLostProcess(a.id, a.name, r, j, *lost_ids, Now()),
+          &killed);
   }
   for (int i = 0; i < r.checkpoints_size(); ++i) {
-    if (Model().ForeignCheckpoint(r, i) || i >= r.checkpoint_specs_size() ||
-        i >= r.checkpoint_submitted_us_size() ||
-        !adoptable(r.checkpoints(i), r.checkpoint_specs(i),
-                   r.checkpoint_submitted_us(i))) {
-      continue;
-    }
-    const auto id = static_cast<int32_t>(r.checkpoints(i));
-    core::JobArrived e{JobId(id), ToCoreSpec(r.checkpoint_specs(i))};
-    e.submitted = core::Time::FromMicros(r.checkpoint_submitted_us(i));
-    if (!adopt(r.checkpoint_specs(i), std::move(e), Proc{a.id, {}, false, true},
-               false)) {
-      continue;
-    }
-    History(id, "adopt", true, 0,
-            "queued (" + lost_note + "); it goes on from the checkpoint " +
-                a.name + " holds");
-    Log("agent '" + a.name + "' holds a checkpoint of job " +
-        std::to_string(id) +
-        ", which this store lost: adopted, to go on from it");
+    Adopt(a, Model().PlanLostCheckpoint(a.id, a.name, r, i, *lost_ids, Now()),
+          &killed);
   }
   return killed;
+}
+
+void SchedulerServer::Impl::Adopt(const AgentConn& a,
+                                  AgentModel::LostJobPlan plan,
+                                  std::set<int32_t>* killed) {
+  if (const std::string* refused = std::get_if<std::string>(&plan)) {
+    Log(*refused);
+    return;
+  }
+  AgentModel::Adoption* adopt = std::get_if<AgentModel::Adoption>(&plan);
+  if (adopt == nullptr) return;
+  const int32_t id = adopt->arrival.id.value;
+  const std::string spec_json = SpecToJson(adopt->spec);
+  if (core::Status s =
+          store->AdoptJob(id, spec_json, adopt->arrival.submitted.micros());
+      !s.ok()) {
+    Log("agent '" + a.name + "' holds job " + std::to_string(id) +
+        ", which this store lost, but the store cannot take it: " +
+        s.ToString() + "; not adopted");
+    return;
+  }
+  auto ranges = std::make_shared<IdRanges>(*lost_ids);
+  RemoveIdFromRanges(ranges.get(), id);
+  lost_ids = std::move(ranges);
+  AddExtra(id, adopt->spec, spec_json);
+  JobExtra& x = extras[id];
+  x.proc = std::move(adopt->proc);
+  if (adopt->stop_listed) {
+    // Before any start of it goes out.
+    ++x.ignore_exits[a.id.value];
+    KillAt(id, Proc{a.id, {}, true}, InternalActionId());
+    killed->insert(id);
+  }
+  if (core::Status fed = Feed(std::move(adopt->arrival)); !fed.ok()) {
+    // Stored: a restart hands it to the core (ArriveUnarrived).
+    Log("job " + std::to_string(id) +
+        ": its arrival failed: " + fed.ToString());
+    return;
+  }
+  if (adopt->progress) Extra(id)->progress = std::move(*adopt->progress);
+  History(id, adopt->line.what, adopt->line.ok, 0, adopt->line.detail);
+  Log(adopt->log);
 }
 
 core::Status SchedulerServer::Impl::ResolvePolicy() {
