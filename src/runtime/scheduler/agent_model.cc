@@ -843,4 +843,25 @@ AgentModel::State AgentModel::CheckState(int32_t id, rpc::JobState reported,
   return State::kSetRight;
 }
 
+std::optional<AgentModel::SetRight> AgentModel::PlanStateCheck(
+    ServerId server, const std::string& agent, int32_t id,
+    rpc::JobState reported, bool agent_away, StateMismatch& mismatch) const {
+  const JobExtra* x = Record(id);
+  if (x == nullptr || Ended(id)) return std::nullopt;
+  const bool checkable = x->proc.exists && !x->proc.leaving &&
+                         !x->proc.gang() && x->proc.server == server &&
+                         !agent_away;
+  if (CheckState(id, reported, checkable, mismatch) != State::kSetRight) {
+    return std::nullopt;
+  }
+  const bool wants_running = core_.job(JobId(id)).state == JobState::kRunning;
+  return SetRight{!wants_running,
+                  "agent '" + agent + "' has its process " +
+                      (wants_running ? "suspended" : "running") +
+                      " while the scheduler has it " +
+                      (wants_running ? "running" : "suspended") +
+                      ", in two reports: " +
+                      (wants_running ? "resumed" : "suspended") + " it"};
+}
+
 }  // namespace gandiva::runtime

@@ -412,6 +412,21 @@ class AgentModel {
   // agent not away). Updates `mismatch`, the job's count of such reports.
   State CheckState(int32_t id, rpc::JobState reported, bool checkable,
                    StateMismatch& mismatch) const;
+  // The state check of job `id`'s process, which the agent of `server`,
+  // named `agent`, reports in state `reported` (`agent_away`: that agent
+  // is stopping): checkable when its process is there, not leaving, not a
+  // gang's. Updates `mismatch` (CheckState). When it is to be set right:
+  // whether the agent is told to suspend it (else resume it), and the line
+  // for the warning and the job's history.
+  struct SetRight {
+    bool suspend = false;
+    std::string detail;
+  };
+  std::optional<SetRight> PlanStateCheck(ServerId server,
+                                         const std::string& agent, int32_t id,
+                                         rpc::JobState reported,
+                                         bool agent_away,
+                                         StateMismatch& mismatch) const;
 
  private:
   const JobExtra* Record(int32_t id) const {

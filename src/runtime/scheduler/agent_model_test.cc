@@ -229,6 +229,36 @@ TEST_F(AgentModelTest, AProcessInTheOtherStateInTwoReportsInARowIsSetRight) {
   EXPECT_EQ(Model().CheckState(1, rpc::RUNNING, true, m), State::kSetRight);
 }
 
+// The state check's plan: what the agent is told, once the process was
+// in the other state in two reports in a row, and only where it can be
+// checked (its process there, not leaving, its agent not stopping).
+TEST_F(AgentModelTest, AProcessInTheOtherStateIsToldToSetItRight) {
+  Arrive(1, 100);
+  const ServerId s = ServerOf(1);
+  StateMismatch m;
+  EXPECT_FALSE(Model().PlanStateCheck(s, "a0", 1, rpc::SUSPENDED, false, m));
+  const std::optional<AgentModel::SetRight> set =
+      Model().PlanStateCheck(s, "a0", 1, rpc::SUSPENDED, false, m);
+  ASSERT_TRUE(set);
+  EXPECT_FALSE(set->suspend);
+  EXPECT_EQ(set->detail,
+            "agent 'a0' has its process suspended while the scheduler has it "
+            "running, in two reports: resumed it");
+  for (bool away : {false, true}) {
+    m = {};
+    jobs_[1].proc.leaving = !away;
+    EXPECT_FALSE(Model().PlanStateCheck(s, "a0", 1, rpc::SUSPENDED, away, m));
+    EXPECT_FALSE(Model().PlanStateCheck(s, "a0", 1, rpc::SUSPENDED, away, m));
+  }
+  jobs_[1].proc.leaving = false;
+  m = {};
+  const ServerId other(1 - s.value);
+  EXPECT_FALSE(
+      Model().PlanStateCheck(other, "a1", 1, rpc::SUSPENDED, false, m));
+  EXPECT_FALSE(
+      Model().PlanStateCheck(other, "a1", 1, rpc::SUSPENDED, false, m));
+}
+
 TEST_F(AgentModelTest, AnAgentsUnknownIdsAndWhatItMayKeepAreOfThisClusterOnly) {
   Arrive(1, 100);
   Arrive(2, 200, /*start=*/false, /*gpus=*/8);  // more than there are

@@ -366,23 +366,12 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
 
 void SchedulerServer::Impl::StateCheck(const AgentConn& a, int32_t id,
                                        JobExtra& x, rpc::JobState reported) {
-  // The daemon's own conditions; the model judges the states.
-  const bool checkable = x.proc.exists && !x.proc.leaving && !x.proc.gang() &&
-                         x.proc.server == a.id && Away(a.id).empty();
-  if (Model().CheckState(id, reported, checkable, x.mismatch) !=
-      AgentModel::State::kSetRight) {
-    return;
-  }
-  const bool wants_running = st().job(JobId(id)).state == JobState::kRunning;
+  const std::optional<AgentModel::SetRight> set = Model().PlanStateCheck(
+      a.id, a.name, id, reported, !Away(a.id).empty(), x.mismatch);
+  if (!set) return;
   auto stub = StubOf(a.id);
   if (stub == nullptr) return;
-  const std::string detail =
-      "agent '" + a.name + "' has its process " +
-      (wants_running ? "suspended" : "running") +
-      " while the scheduler has it " +
-      (wants_running ? "running" : "suspended") +
-      ", in two reports: " + (wants_running ? "resumed" : "suspended") + " it";
-  Warn("job " + std::to_string(id) + ": " + detail);
+  Warn("job " + std::to_string(id) + ": " + set->detail);
   rpc::JobRequest req;
   req.set_job_id(id);
   req.set_action_id(InternalActionId());
@@ -390,8 +379,8 @@ void SchedulerServer::Impl::StateCheck(const AgentConn& a, int32_t id,
     auto ctx = Ctx();
     int64_t took_us = 0;
     const grpc::Status s =
-        SuspendOrResume(*stub, ctx.get(), req, !wants_running, &took_us);
-    const std::string what = detail + (s.ok() ? "" : " failed: ") +
+        SuspendOrResume(*stub, ctx.get(), req, set->suspend, &took_us);
+    const std::string what = set->detail + (s.ok() ? "" : " failed: ") +
                              (s.ok() ? "" : s.error_message());
     Post([=, this] { History(id, "reconcile", s.ok(), took_us, what); });
   });
