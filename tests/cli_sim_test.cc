@@ -120,6 +120,63 @@ TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
   EXPECT_NE(r.out.find("num_gpus"), std::string::npos) << r.out;
 }
 
+// A sweep over policies and seeds runs side by side and writes one JSON
+// list, one CSV and one plot; each run's result is the one the same run
+// gives alone.
+TEST_F(CliSimTest, ASweepRunsSideBySideAndEachRunIsItsOwn) {
+  CliRun r = Gandiva(
+      "sim --policy fifo,gandiva --seed 1..2 --jobs 60 --gpus 16 "
+      "--no-progress --jobs-parallel 2 --json " +
+      (dir_ / "s.json").string() + " --csv " + (dir_ / "s.csv").string() +
+      " --plot " + (dir_ / "s.svg").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("run 4/4 ended"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  seed "), std::string::npos) << r.out;
+  const std::string list = Slurp(dir_ / "s.json");
+  EXPECT_EQ(list.rfind("[", 0), 0u) << list;
+  const std::string csv = Slurp(dir_ / "s.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;
+  EXPECT_NE(csv.find("\ngandiva,2,16,1,"), std::string::npos) << csv;
+  EXPECT_NE(Slurp(dir_ / "s.svg").find("</svg>"), std::string::npos);
+  // The fourth run (gandiva, seed 2) alone.
+  r = Gandiva(
+      "sim --policy gandiva --seed 2 --jobs 60 --gpus 16 "
+      "--no-progress --json " +
+      (dir_ / "alone.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string alone = Slurp(dir_ / "alone.json");
+  const size_t fourth = list.rfind("\"result\": {");
+  ASSERT_NE(fourth, std::string::npos);
+  // The same keys and values, indented deeper in the list.
+  std::string in_list = list.substr(fourth + 10);
+  in_list = in_list.substr(0, in_list.find("\"wall_s\""));
+  std::string own = WithoutWall(alone);
+  auto squeeze = [](std::string s) {
+    std::erase_if(s, [](char c) { return c == ' ' || c == '\n'; });
+    return s;
+  };
+  EXPECT_EQ(squeeze(in_list), squeeze(own));
+
+  r = Gandiva("sim --seed 3..1 --jobs 10 --gpus 8 --no-progress");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--seed: range '3..1' is empty"), std::string::npos)
+      << r.out;
+  r = Gandiva("sim --load 1,0 --jobs 10 --gpus 8 --no-progress");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--load: expected positive numbers"), std::string::npos)
+      << r.out;
+  r = Gandiva("sim --gpus 8,10 --jobs 10 --no-progress");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--gpus: must be a positive multiple"),
+            std::string::npos)
+      << r.out;
+  r = Gandiva("sim --plot x.svg --plot-metric speed --jobs 10 --gpus 8");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--plot-metric: unknown metric 'speed'"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(CliSimTest, DrainsAndLosesServersAtSetTimes) {
   CliRun r = Gandiva(
       "sim --policy fifo,gandiva --jobs 200 --gpus 64 --no-progress "

@@ -8,14 +8,17 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/policies/registry.h"
 #include "sim/simulator.h"
+#include "sim/sweep.h"
 #include "sim/workload/catalog.h"
 #include "sim/workload/synthetic.h"
 #include "sim/workload/trace_reader.h"
@@ -34,11 +37,16 @@ struct SimFlags {
   size_t max_jobs = 0;
   double min_duration_s = 0;
   bool skip_unknown = false;
-  int gpus = 180;
+  std::string gpus = "180";  // a list: --gpus 256,512
   int gpus_per_server = 4;
   int sockets = 1;
   int switches_per_socket = 1;
-  uint64_t seed = 1;
+  std::string seeds = "1";  // a list: --seed 1..5
+  std::string loads = "1";  // a list: --load 0.5,1,2
+  int jobs_parallel = 0;    // 0: the machine's cores
+  std::string csv;
+  std::string plot;
+  std::string plot_metric = "mean_jct_s";
   std::string json;
   std::string per_job;
   std::string timeline;
@@ -145,29 +153,26 @@ class ProgressBar {
   bool shown_ = false;
 };
 
-int RunSim(const SimFlags& f) {
-  auto fail = [](const std::string& msg) {
-    std::fprintf(stderr, "gandiva sim: %s\n", msg.c_str());
-    return 2;
-  };
-  if (f.gpus_per_server < 1) {
-    return fail("--gpus-per-server: must be at least 1");
-  }
-  if (f.gpus < 1 || f.gpus % f.gpus_per_server != 0) {
-    return fail("--gpus: must be a positive multiple of --gpus-per-server (" +
-                std::to_string(f.gpus_per_server) + "), got " +
-                std::to_string(f.gpus));
-  }
-  if (f.quantum_s <= 0) return fail("--quantum: must be positive");
-  if (f.tick_s <= 0) return fail("--tick: must be positive");
-  auto gpu_type = sim::ParseGpuType(f.gpu_type);
-  if (!gpu_type.ok()) return fail("--gpu-type: " + gpu_type.status().message());
-  const std::string data_dir =
-      f.data_dir.empty() ? sim::DefaultDataDir() : f.data_dir;
-  auto catalog = sim::Catalog::Load(data_dir, *gpu_type);
-  if (!catalog.ok()) return fail(catalog.status().ToString());
+// One point of a sweep: the workload and cluster every policy runs on.
+struct Point {
+  uint64_t seed = 1;
+  int gpus = 0;
+  double load = 1;
+  sim::Workload workload;
+  sim::SimOptions options;
+  core::PolicyOptions policy_options;
+  std::string error;  // building it failed
+};
 
-  // The workload.
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "gandiva sim: %s\n", msg.c_str());
+  return 2;
+}
+
+// The workload of `point` (its seed, GPUs and load) as the flags say.
+core::StatusOr<sim::Workload> MakeWorkload(const SimFlags& f,
+                                           const sim::Catalog& catalog,
+                                           const Point& point) {
   sim::Workload workload;
   if (!f.trace.empty()) {
     core::StatusOr<sim::Workload> w = core::InvalidArgument("");
@@ -176,50 +181,53 @@ int RunSim(const SimFlags& f) {
       o.vc = f.vc;
       o.max_jobs = f.max_jobs;
       o.min_duration = core::Duration::FromSeconds(f.min_duration_s);
-      o.seed = f.seed;
-      w = sim::ReadPhillyTrace(f.trace, *catalog, o);
+      o.seed = point.seed;
+      w = sim::ReadPhillyTrace(f.trace, catalog, o);
     } else if (f.format == "gavel") {
       sim::GavelOptions o;
       o.skip_unknown = f.skip_unknown;
-      w = sim::ReadGavelTrace(f.trace, *catalog, o);
+      w = sim::ReadGavelTrace(f.trace, catalog, o);
     } else if (f.format == "tiresias") {
-      w = sim::ReadTiresiasTrace(f.trace, *catalog);
+      w = sim::ReadTiresiasTrace(f.trace, catalog);
     } else {
-      return fail("--format: expected philly, gavel or tiresias, got '" +
-                  f.format + "'");
+      return core::InvalidArgument(
+          "--format: expected philly, gavel or tiresias, got '" + f.format +
+          "'");
     }
-    if (!w.ok()) return fail(w.status().ToString());
+    if (!w.ok()) return w.status();
     workload = std::move(*w);
-    if (f.trace.size() && f.format != "philly" && f.max_jobs > 0 &&
+    if (f.format != "philly" && f.max_jobs > 0 &&
         workload.jobs.size() > f.max_jobs) {
       workload.jobs.resize(f.max_jobs);
     }
   } else if (f.workload == "gandiva-synthetic") {
     sim::SyntheticOptions o;
     o.jobs = f.jobs;
-    o.total_gpus = f.gpus;
-    o.seed = f.seed;
+    o.total_gpus = point.gpus;
+    o.seed = point.seed;
     if (f.window_s > 0) o.window = core::Duration::FromSeconds(f.window_s);
-    if (core::Status st = sim::ValidateSyntheticOptions(*catalog, o);
-        !st.ok()) {
-      return fail(st.ToString());
+    if (core::Status st = sim::ValidateSyntheticOptions(catalog, o); !st.ok()) {
+      return st;
     }
-    workload = sim::GenerateSynthetic(*catalog, o);
+    workload = sim::GenerateSynthetic(catalog, o);
   } else {
-    return fail(
-        "--workload: expected gandiva-synthetic (or use --trace), "
-        "got '" +
+    return core::InvalidArgument(
+        "--workload: expected gandiva-synthetic (or use --trace), got '" +
         f.workload + "'");
   }
-  std::fprintf(stderr, "workload: %s\n", workload.description.c_str());
+  sim::ScaleArrivals(workload, point.load);
+  return workload;
+}
 
-  sim::SimOptions so;
-  so.servers = f.gpus / f.gpus_per_server;
+// The cluster and the policies' options of `point`, its workload made.
+core::Status Configure(const SimFlags& f, Point& point) {
+  sim::SimOptions& so = point.options;
+  so.servers = point.gpus / f.gpus_per_server;
   so.server.gpus = f.gpus_per_server;
   so.server.sockets = f.sockets;
   so.server.switches_per_socket = f.switches_per_socket;
   if (std::string err = core::ValidateServerSpec(so.server); !err.empty()) {
-    return fail("server topology: " + err);
+    return core::InvalidArgument("server topology: " + err);
   }
   so.tick = core::Duration::FromSeconds(f.tick_s);
   using Kind = sim::ClusterEvent::Kind;
@@ -231,69 +239,209 @@ int RunSim(const SimFlags& f) {
         std::tuple{"--agent-crash", &f.crashes, Kind::kAgentRestart}}) {
     for (const std::string& text : *texts) {
       auto e = ParseClusterEvent(flag, text, kind, so.servers);
-      if (!e.ok()) return fail(e.status().message());
+      if (!e.ok()) return e.status();
       e->keep_checkpoints = texts == &f.restarts;
       so.cluster_events.push_back(*e);
     }
   }
   if (!f.timeline.empty()) so.timeline_every = core::Duration::Seconds(60);
 
-  core::PolicyOptions po;
+  core::PolicyOptions& po = point.policy_options;
   po.gandiva.quantum = core::Duration::FromSeconds(f.quantum_s);
   po.gandiva.max_height = f.max_height;
   po.gandiva.starvation_timeout =
       f.starvation_s < 0 ? core::Duration::Infinite()
                          : core::Duration::FromSeconds(f.starvation_s);
-
   if (f.vc_quotas == "proportional") {
     std::map<std::string, double> demand;
-    for (const sim::TraceJob& j : workload.jobs) {
+    for (const sim::TraceJob& j : point.workload.jobs) {
       demand[j.vc] += j.duration.seconds() * j.gpus;
     }
     po.fifo.vc_quotas =
         core::ProportionalVcQuotas(std::vector<std::pair<std::string, double>>(
                                        demand.begin(), demand.end()),
-                                   f.gpus);
+                                   point.gpus);
     po.fifo.allow_borrowing = f.allow_borrowing;
-    std::string shown;
-    for (const auto& [vc, q] : po.fifo.vc_quotas) {
-      shown += (shown.empty() ? "" : " ") + (vc.empty() ? "(none)" : vc) + ":" +
-               std::to_string(q);
-    }
-    std::fprintf(stderr, "fifo VC quotas (GPUs): %s\n", shown.c_str());
   } else if (f.vc_quotas != "none") {
-    return fail("--vc-quotas: expected none or proportional, got '" +
-                f.vc_quotas + "'");
+    return core::InvalidArgument(
+        "--vc-quotas: expected none or proportional, got '" + f.vc_quotas +
+        "'");
   }
+  return core::Status::Ok();
+}
 
+int RunSim(const SimFlags& f) {
+  if (f.gpus_per_server < 1) {
+    return Fail("--gpus-per-server: must be at least 1");
+  }
+  auto gpus = sim::ParsePositiveIntList("--gpus", f.gpus);
+  if (!gpus.ok()) return Fail(gpus.status().message());
+  for (int g : *gpus) {
+    if (g % f.gpus_per_server != 0) {
+      return Fail("--gpus: must be a positive multiple of --gpus-per-server (" +
+                  std::to_string(f.gpus_per_server) + "), got " +
+                  std::to_string(g));
+    }
+  }
+  auto seeds = sim::ParseSeedList("--seed", f.seeds);
+  if (!seeds.ok()) return Fail(seeds.status().message());
+  auto loads = sim::ParsePositiveNumberList("--load", f.loads);
+  if (!loads.ok()) return Fail(loads.status().message());
+  if (f.quantum_s <= 0) return Fail("--quantum: must be positive");
+  if (f.tick_s <= 0) return Fail("--tick: must be positive");
+  if (!f.plot.empty()) {
+    if (auto m = sim::Metric(sim::SimResult{}, f.plot_metric); !m.ok()) {
+      return Fail("--plot-metric: " + m.status().message());
+    }
+  }
   const std::vector<std::string> names = Split(f.policies);
-  if (names.empty()) return fail("--policy: give at least one policy");
-  std::vector<sim::SimResult> results;
+  if (names.empty()) return Fail("--policy: give at least one policy");
   for (const std::string& name : names) {
-    auto policy = core::MakePolicy(name, po);
-    if (!policy.ok()) return fail("--policy: " + policy.status().message());
-    ProgressBar bar(name);
-    if (f.progress) so.progress = [&bar](double x) { bar.Update(x); };
-    auto r = sim::Simulate(workload, *catalog, std::move(*policy), so);
-    if (!r.ok()) return fail(r.status().ToString());
-    results.push_back(std::move(*r));
+    if (auto p = core::MakePolicy(name, core::PolicyOptions{}); !p.ok()) {
+      return Fail("--policy: " + p.status().message());
+    }
   }
-  std::printf("%s", sim::SummaryTable(results).c_str());
+  auto gpu_type = sim::ParseGpuType(f.gpu_type);
+  if (!gpu_type.ok()) return Fail("--gpu-type: " + gpu_type.status().message());
+  const std::string data_dir =
+      f.data_dir.empty() ? sim::DefaultDataDir() : f.data_dir;
+  auto catalog = sim::Catalog::Load(data_dir, *gpu_type);
+  if (!catalog.ok()) return Fail(catalog.status().ToString());
 
-  auto with_suffix = [&](const std::string& path, const std::string& policy) {
-    if (results.size() == 1) return path;
+  // The points (every GPU count, load and seed), then a run of each policy
+  // at each point, all on up to --jobs-parallel threads.
+  std::vector<Point> points;
+  for (int g : *gpus) {
+    for (double load : *loads) {
+      for (uint64_t seed : *seeds) {
+        Point p;
+        p.seed = seed;
+        p.gpus = g;
+        p.load = load;
+        points.push_back(std::move(p));
+      }
+    }
+  }
+  const bool sweep = points.size() > 1;
+  const int parallel =
+      f.jobs_parallel > 0
+          ? f.jobs_parallel
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  sim::RunParallel(points.size(), parallel, [&](size_t i) {
+    Point& p = points[i];
+    auto w = MakeWorkload(f, *catalog, p);
+    if (!w.ok()) {
+      p.error = w.status().ToString();
+      return;
+    }
+    p.workload = std::move(*w);
+    if (core::Status s = Configure(f, p); !s.ok()) p.error = s.ToString();
+  });
+  for (const Point& p : points) {
+    if (!p.error.empty()) return Fail(p.error);
+    std::string where;
+    if (sweep) {
+      where = " (seed " + std::to_string(p.seed) + ", " +
+              std::to_string(p.gpus) + " GPUs, load " + sim::LoadText(p.load) +
+              ")";
+    }
+    std::fprintf(stderr, "workload%s: %s\n", where.c_str(),
+                 p.workload.description.c_str());
+    if (!p.policy_options.fifo.vc_quotas.empty()) {
+      std::string shown;
+      for (const auto& [vc, q] : p.policy_options.fifo.vc_quotas) {
+        shown += (shown.empty() ? "" : " ") + (vc.empty() ? "(none)" : vc) +
+                 ":" + std::to_string(q);
+      }
+      std::fprintf(stderr, "fifo VC quotas (GPUs)%s: %s\n", where.c_str(),
+                   shown.c_str());
+    }
+  }
+
+  std::vector<sim::SweepRun> runs;
+  for (const Point& p : points) {
+    for (const std::string& name : names) {
+      sim::SweepRun r;
+      r.policy = name;
+      r.seed = p.seed;
+      r.gpus = p.gpus;
+      r.load = p.load;
+      runs.push_back(std::move(r));
+    }
+  }
+  // One run alone shows a progress bar; side by side, a line as each ends.
+  const bool alone = runs.size() == 1 || parallel == 1;
+  std::mutex mu;
+  size_t ended = 0;
+  std::vector<std::string> errors(runs.size());
+  sim::RunParallel(runs.size(), parallel, [&](size_t i) {
+    sim::SweepRun& run = runs[i];
+    const Point& p = points[i / names.size()];
+    auto policy = core::MakePolicy(run.policy, p.policy_options);
+    if (!policy.ok()) {
+      errors[i] = "--policy: " + policy.status().message();
+      return;
+    }
+    sim::SimOptions so = p.options;
+    ProgressBar bar(run.policy);
+    if (f.progress && alone) so.progress = [&bar](double x) { bar.Update(x); };
+    auto r = sim::Simulate(p.workload, *catalog, std::move(*policy), so);
+    if (!r.ok()) {
+      errors[i] = r.status().ToString();
+      return;
+    }
+    run.result = std::move(*r);
+    if (!alone) {
+      std::lock_guard lock(mu);
+      std::fprintf(
+          stderr,
+          "run %zu/%zu ended: %s, seed %llu, %d GPUs, load %s (%.1f s)\n",
+          ++ended, runs.size(), run.policy.c_str(),
+          static_cast<unsigned long long>(run.seed), run.gpus,
+          sim::LoadText(run.load).c_str(), run.result.wall_s);
+    }
+  });
+  for (const std::string& e : errors) {
+    if (!e.empty()) return Fail(e);
+  }
+
+  if (sweep) {
+    std::printf("%s", sim::SweepTable(runs).c_str());
+  } else {
+    std::vector<sim::SimResult> results;
+    for (const sim::SweepRun& r : runs) results.push_back(r.result);
+    std::printf("%s", sim::SummaryTable(results).c_str());
+  }
+  // A file per run: its name tagged with the policy, and in a sweep with
+  // its seed, GPUs and load too.
+  auto with_suffix = [&](const std::string& path, const sim::SweepRun& r) {
+    if (runs.size() == 1) return path;
+    std::string tag = r.policy;
+    if (sweep) {
+      tag += ".seed" + std::to_string(r.seed) + ".gpus" +
+             std::to_string(r.gpus) + ".load" + sim::LoadText(r.load);
+    }
     const size_t dot = path.rfind('.');
     return dot == std::string::npos || dot < path.rfind('/') + 1
-               ? path + "." + policy
-               : path.substr(0, dot) + "." + policy + path.substr(dot);
+               ? path + "." + tag
+               : path.substr(0, dot) + "." + tag + path.substr(dot);
   };
-  for (const sim::SimResult& r : results) {
-    if (!f.json.empty() &&
-        !WriteFile(with_suffix(f.json, r.policy), sim::ResultJson(r))) {
+  if (sweep && !f.json.empty() && !WriteFile(f.json, sim::SweepJson(runs))) {
+    return 1;
+  }
+  if (!f.csv.empty() && !WriteFile(f.csv, sim::SweepCsv(runs))) return 1;
+  if (!f.plot.empty() &&
+      !WriteFile(f.plot, *sim::SweepSvg(runs, f.plot_metric))) {
+    return 1;
+  }
+  for (const sim::SweepRun& run : runs) {
+    const sim::SimResult& r = run.result;
+    if (!sweep && !f.json.empty() &&
+        !WriteFile(with_suffix(f.json, run), sim::ResultJson(r))) {
       return 1;
     }
-    if (!f.per_job.empty() && !WriteFile(with_suffix(f.per_job, r.policy),
-                                         sim::PerJobCsv(r, *catalog))) {
+    if (!f.per_job.empty() &&
+        !WriteFile(with_suffix(f.per_job, run), sim::PerJobCsv(r, *catalog))) {
       return 1;
     }
     if (!f.timeline.empty()) {
@@ -306,7 +454,7 @@ int RunSim(const SimFlags& f) {
                       t.suspended_jobs, t.gpus_training, t.cluster_height);
         csv += buf;
       }
-      if (!WriteFile(with_suffix(f.timeline, r.policy), csv)) return 1;
+      if (!WriteFile(with_suffix(f.timeline, run), csv)) return 1;
     }
   }
   return 0;
@@ -343,7 +491,8 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
                   "Philly: drop jobs shorter than this many seconds");
   sim->add_flag("--skip-unknown", flags->skip_unknown,
                 "Gavel: skip jobs whose (type, GPUs) has no throughput");
-  sim->add_option("--gpus", flags->gpus, "GPUs in the cluster")
+  sim->add_option("--gpus", flags->gpus,
+                  "GPUs in the cluster; a list (256,512) or range sweeps them")
       ->capture_default_str();
   sim->add_option("--gpus-per-server", flags->gpus_per_server,
                   "GPUs per server")
@@ -353,10 +502,28 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
   sim->add_option("--switches-per-socket", flags->switches_per_socket,
                   "PCIe switches per socket")
       ->capture_default_str();
-  sim->add_option("--seed", flags->seed, "Seed for every random choice")
+  sim->add_option("--seed", flags->seeds,
+                  "Seed for every random choice; a list (1,2) or range "
+                  "(1..5) sweeps them")
       ->capture_default_str();
+  sim->add_option("--load", flags->loads,
+                  "Arrivals this many times as fast as the workload's; a "
+                  "list (0.5,1,2) sweeps them")
+      ->capture_default_str();
+  sim->add_option("--jobs-parallel", flags->jobs_parallel,
+                  "Runs side by side (default: the machine's cores)")
+      ->check(CLI::PositiveNumber);
   sim->add_option("--json", flags->json,
-                  "Write the summary as JSON (one file per policy)");
+                  "Write the summary as JSON: one file per policy, or for a "
+                  "sweep (several seeds, GPU counts or loads) one list");
+  sim->add_option("--csv", flags->csv,
+                  "Write one CSV row per run: its inputs and metrics");
+  sim->add_option("--plot", flags->plot,
+                  "Write an SVG plot of --plot-metric against the GPUs, the "
+                  "load or the seed, one line per policy");
+  sim->add_option("--plot-metric", flags->plot_metric,
+                  "The metric --plot shows, named as in --json")
+      ->capture_default_str();
   sim->add_option("--per-job", flags->per_job, "Write one CSV row per job");
   sim->add_option("--timeline", flags->timeline,
                   "Write the cluster's state each minute as CSV");

@@ -1,0 +1,441 @@
+#include "sim/sweep.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace gandiva::sim {
+namespace {
+
+// At most this many values in one list: a sweep is runs of whole
+// simulations, and a typo like 1..1000000 should not start a million.
+constexpr size_t kMaxListValues = 10'000;
+
+std::vector<std::string> Items(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  if (!text.empty() && text.back() == ',') out.push_back("");
+  return out;
+}
+
+bool ParseUnsigned(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.size() > 19 ||
+      !std::all_of(s.begin(), s.end(),
+                   [](char c) { return c >= '0' && c <= '9'; })) {
+    return false;
+  }
+  *out = std::strtoull(s.c_str(), nullptr, 10);
+  return true;
+}
+
+core::Status BadItem(const std::string& flag, const std::string& item,
+                     const std::string& expected) {
+  return core::InvalidArgument(flag + ": expected " + expected +
+                               " (comma-separated), got '" + item + "'");
+}
+
+std::string Num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
+
+std::string Fixed(double v, int digits) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+// Which input a sweep's plot runs along.
+enum class Axis { kGpus, kLoad, kSeed };
+
+Axis AxisOf(const std::vector<SweepRun>& runs) {
+  std::set<int> gpus;
+  std::set<double> loads;
+  for (const SweepRun& r : runs) {
+    gpus.insert(r.gpus);
+    loads.insert(r.load);
+  }
+  if (gpus.size() > 1) return Axis::kGpus;
+  if (loads.size() > 1) return Axis::kLoad;
+  return Axis::kSeed;
+}
+
+double XOf(const SweepRun& r, Axis axis) {
+  switch (axis) {
+    case Axis::kGpus:
+      return r.gpus;
+    case Axis::kLoad:
+      return r.load;
+    case Axis::kSeed:
+      return static_cast<double>(r.seed);
+  }
+  return 0;
+}
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// Comma-separated whole numbers N or inclusive ranges A..B; `expected`
+// says what, in an error.
+core::StatusOr<std::vector<uint64_t>> ParseRanges(const std::string& flag,
+                                                  const std::string& text,
+                                                  const std::string& expected) {
+  std::vector<uint64_t> out;
+  for (const std::string& item : Items(text)) {
+    const size_t dots = item.find("..");
+    uint64_t a = 0, b = 0;
+    if (dots == std::string::npos) {
+      if (!ParseUnsigned(item, &a)) return BadItem(flag, item, expected);
+      b = a;
+    } else if (!ParseUnsigned(item.substr(0, dots), &a) ||
+               !ParseUnsigned(item.substr(dots + 2), &b)) {
+      return BadItem(flag, item, expected);
+    } else if (b < a) {
+      return core::InvalidArgument(flag + ": range '" + item +
+                                   "' is empty (its end is below its start)");
+    }
+    if (b - a >= kMaxListValues || out.size() + (b - a + 1) > kMaxListValues) {
+      return core::InvalidArgument(flag + ": more than " +
+                                   std::to_string(kMaxListValues) +
+                                   " values in '" + text + "'");
+    }
+    for (uint64_t v = a; v <= b; ++v) out.push_back(v);
+  }
+  if (out.empty()) return BadItem(flag, text, expected);
+  return out;
+}
+
+}  // namespace
+
+core::StatusOr<std::vector<uint64_t>> ParseSeedList(const std::string& flag,
+                                                    const std::string& text) {
+  return ParseRanges(flag, text, "seeds N or ranges A..B");
+}
+
+core::StatusOr<std::vector<int>> ParsePositiveIntList(const std::string& flag,
+                                                      const std::string& text) {
+  auto values =
+      ParseRanges(flag, text, "positive whole numbers N or ranges A..B");
+  if (!values.ok()) return values.status();
+  std::vector<int> out;
+  for (uint64_t v : *values) {
+    if (v == 0 || v > 1'000'000'000) {
+      return core::InvalidArgument(flag + ": " + std::to_string(v) +
+                                   " is out of range (1 to 1,000,000,000)");
+    }
+    out.push_back(static_cast<int>(v));
+  }
+  return out;
+}
+
+core::StatusOr<std::vector<double>> ParsePositiveNumberList(
+    const std::string& flag, const std::string& text) {
+  std::vector<double> out;
+  for (const std::string& item : Items(text)) {
+    char* end = nullptr;
+    const double v = item.empty() ? 0 : std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) {
+      return BadItem(flag, item, "positive numbers");
+    }
+    if (out.size() >= kMaxListValues) {
+      return core::InvalidArgument(flag + ": more than " +
+                                   std::to_string(kMaxListValues) + " values");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return BadItem(flag, text, "positive numbers");
+  return out;
+}
+
+std::string LoadText(double load) { return Num(load); }
+
+void ScaleArrivals(Workload& workload, double load) {
+  if (load == 1) return;
+  for (TraceJob& j : workload.jobs) {
+    j.submit = core::Time::FromMicros(static_cast<int64_t>(
+        std::llround(static_cast<double>(j.submit.micros()) / load)));
+  }
+  workload.description += "; arrivals at " + Num(load) + "x the load";
+}
+
+void RunParallel(size_t n, int parallel,
+                 const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  const size_t threads =
+      std::min(n, static_cast<size_t>(std::max(1, parallel)));
+  std::vector<std::thread> others;
+  for (size_t t = 1; t < threads; ++t) others.emplace_back(work);
+  work();
+  for (std::thread& t : others) t.join();
+}
+
+const std::vector<std::string>& MetricNames() {
+  static const std::vector<std::string> names = {
+      "jobs_finished",
+      "mean_jct_s",
+      "median_jct_s",
+      "p95_jct_s",
+      "makespan_s",
+      "gpu_utilization",
+      "gpu_busy",
+      "mean_time_to_first_feedback_s",
+      "median_time_to_first_feedback_s",
+      "mean_queueing_s",
+      "starts",
+      "suspends",
+      "resumes",
+      "migrations",
+      "packs",
+      "unpacks",
+      "events"};
+  return names;
+}
+
+core::StatusOr<double> Metric(const SimResult& r, const std::string& name) {
+  const std::map<std::string, double> values = {
+      {"jobs_finished", static_cast<double>(r.jobs_finished)},
+      {"mean_jct_s", r.mean_jct_s},
+      {"median_jct_s", r.median_jct_s},
+      {"p95_jct_s", r.p95_jct_s},
+      {"makespan_s", r.makespan_s},
+      {"gpu_utilization", r.gpu_utilization},
+      {"gpu_busy", r.gpu_busy},
+      {"mean_time_to_first_feedback_s", r.mean_time_to_first_feedback_s},
+      {"median_time_to_first_feedback_s", r.median_time_to_first_feedback_s},
+      {"mean_queueing_s", r.mean_queueing_s},
+      {"starts", static_cast<double>(r.starts)},
+      {"suspends", static_cast<double>(r.suspends)},
+      {"resumes", static_cast<double>(r.resumes)},
+      {"migrations", static_cast<double>(r.migrations)},
+      {"packs", static_cast<double>(r.packs)},
+      {"unpacks", static_cast<double>(r.unpacks)},
+      {"events", static_cast<double>(r.events)}};
+  auto it = values.find(name);
+  if (it == values.end()) {
+    std::string known;
+    for (const std::string& n : MetricNames()) {
+      known += (known.empty() ? "" : ", ") + n;
+    }
+    return core::InvalidArgument("unknown metric '" + name +
+                                 "' (one of: " + known + ")");
+  }
+  return it->second;
+}
+
+std::string SweepJson(const std::vector<SweepRun>& runs) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const SweepRun& r : runs) {
+    nlohmann::ordered_json j;
+    j["policy"] = r.policy;
+    j["seed"] = r.seed;
+    j["gpus"] = r.gpus;
+    j["load"] = r.load;
+    j["result"] = nlohmann::ordered_json::parse(ResultJson(r.result));
+    list.push_back(std::move(j));
+  }
+  return list.dump(2) + "\n";
+}
+
+std::string SweepCsv(const std::vector<SweepRun>& runs) {
+  std::string out = "policy,seed,gpus,load";
+  for (const std::string& m : MetricNames()) out += "," + m;
+  out += ",wall_s\n";
+  for (const SweepRun& r : runs) {
+    out += r.policy + "," + std::to_string(r.seed) + "," +
+           std::to_string(r.gpus) + "," + Num(r.load);
+    for (const std::string& m : MetricNames()) {
+      const double v = *Metric(r.result, m);
+      out += "," + (v == std::floor(v) && std::fabs(v) < 1e15 ? Fixed(v, 0)
+                                                              : Fixed(v, 4));
+    }
+    out += "," + Fixed(r.result.wall_s, 3) + "\n";
+  }
+  return out;
+}
+
+std::string SweepTable(const std::vector<SweepRun>& runs) {
+  std::set<int> gpus;
+  std::set<double> loads;
+  std::set<uint64_t> seeds;
+  for (const SweepRun& r : runs) {
+    gpus.insert(r.gpus);
+    loads.insert(r.load);
+    seeds.insert(r.seed);
+  }
+  std::string out;
+  char line[256];
+  std::string head = "policy              ";
+  if (gpus.size() > 1) head += "  gpus";
+  if (loads.size() > 1) head += "   load";
+  if (seeds.size() > 1) head += "  seed";
+  out += head +
+         "  mean JCT   median JCT  p95 JCT    makespan   util   1st fb   "
+         "wall\n";
+  for (const SweepRun& r : runs) {
+    std::string row = r.policy;
+    row.resize(std::max<size_t>(20, row.size()), ' ');
+    if (gpus.size() > 1) {
+      std::snprintf(line, sizeof line, "  %4d", r.gpus);
+      row += line;
+    }
+    if (loads.size() > 1) {
+      std::snprintf(line, sizeof line, "  %5s", Num(r.load).c_str());
+      row += line;
+    }
+    if (seeds.size() > 1) {
+      std::snprintf(line, sizeof line, "  %4llu",
+                    static_cast<unsigned long long>(r.seed));
+      row += line;
+    }
+    const SimResult& s = r.result;
+    std::snprintf(
+        line, sizeof line, "  %-10s %-11s %-10s %-10s %5.1f%%  %-8s %.1fs\n",
+        core::FormatDuration(core::Duration::FromSeconds(s.mean_jct_s)).c_str(),
+        core::FormatDuration(core::Duration::FromSeconds(s.median_jct_s))
+            .c_str(),
+        core::FormatDuration(core::Duration::FromSeconds(s.p95_jct_s)).c_str(),
+        core::FormatDuration(core::Duration::FromSeconds(s.makespan_s)).c_str(),
+        100 * s.gpu_utilization,
+        core::FormatDuration(
+            core::Duration::FromSeconds(s.mean_time_to_first_feedback_s))
+            .c_str(),
+        s.wall_s);
+    out += row + line;
+  }
+  return out;
+}
+
+core::StatusOr<std::string> SweepSvg(const std::vector<SweepRun>& runs,
+                                     const std::string& metric) {
+  if (auto known = Metric(SimResult{}, metric); !known.ok()) {
+    return known.status();
+  }
+  const Axis axis = AxisOf(runs);
+  const char* x_name = axis == Axis::kGpus   ? "GPUs"
+                       : axis == Axis::kLoad ? "load (x the workload's)"
+                                             : "seed";
+  // Per policy (in the sweep's order), per x: the sum and count.
+  std::vector<std::string> policies;
+  std::map<std::string, std::map<double, std::pair<double, int>>> points;
+  std::set<double> xs;
+  for (const SweepRun& r : runs) {
+    if (!points.contains(r.policy)) policies.push_back(r.policy);
+    const double x = XOf(r, axis);
+    auto& [sum, count] = points[r.policy][x];
+    sum += *Metric(r.result, metric);
+    ++count;
+    xs.insert(x);
+  }
+  double y_max = 0;
+  for (const auto& [p, by_x] : points) {
+    for (const auto& [x, sc] : by_x)
+      y_max = std::max(y_max, sc.first / sc.second);
+  }
+  if (y_max <= 0) y_max = 1;
+  // Five or fewer ticks a round step apart (1, 2 or 5 times a power of ten).
+  const double raw = y_max / 5, ten = std::pow(10, std::floor(std::log10(raw)));
+  const double step = raw <= ten       ? ten
+                      : raw <= 2 * ten ? 2 * ten
+                      : raw <= 5 * ten ? 5 * ten
+                                       : 10 * ten;
+  const int ticks = static_cast<int>(std::ceil(y_max / step - 1e-9));
+  y_max = step * ticks;
+  const double w = 720, h = 440, left = 80, right = 190, top = 40, bottom = 60;
+  const double pw = w - left - right, ph = h - top - bottom;
+  const std::vector<double> x_list(xs.begin(), xs.end());
+  auto px = [&](double x) {
+    const auto i = static_cast<double>(
+        std::lower_bound(x_list.begin(), x_list.end(), x) - x_list.begin());
+    return x_list.size() == 1
+               ? left + pw / 2
+               : left + pw * i / static_cast<double>(x_list.size() - 1);
+  };
+  auto py = [&](double y) { return top + ph * (1 - y / y_max); };
+  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                  "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  std::string s;
+  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Num(w) +
+       "\" height=\"" + Num(h) +
+       "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s += "<text x=\"" + Num(left + pw / 2) +
+       "\" y=\"22\" text-anchor=\"middle\" "
+       "font-size=\"14\">" +
+       Escape(metric) + " against " + Escape(x_name) +
+       (axis == Axis::kSeed ? "" : " (mean over seeds)") + "</text>\n";
+  // Axes, ticks and grid.
+  s += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(top + ph) + "\" x2=\"" +
+       Num(left + pw) + "\" y2=\"" + Num(top + ph) + "\" stroke=\"black\"/>\n";
+  s += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(top) + "\" x2=\"" +
+       Num(left) + "\" y2=\"" + Num(top + ph) + "\" stroke=\"black\"/>\n";
+  for (int i = 0; i <= ticks; ++i) {
+    const double y = step * i;
+    s += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(py(y)) + "\" x2=\"" +
+         Num(left + pw) + "\" y2=\"" + Num(py(y)) +
+         "\" stroke=\"#ddd\"/>\n<text x=\"" + Num(left - 6) + "\" y=\"" +
+         Num(py(y) + 4) + "\" text-anchor=\"end\">" + Num(y) + "</text>\n";
+  }
+  for (double x : x_list) {
+    s += "<text x=\"" + Num(px(x)) + "\" y=\"" + Num(top + ph + 18) +
+         "\" text-anchor=\"middle\">" + Num(x) + "</text>\n";
+  }
+  s += "<text x=\"" + Num(left + pw / 2) + "\" y=\"" + Num(h - 16) +
+       "\" text-anchor=\"middle\">" + Escape(x_name) + "</text>\n";
+  // One line per policy, and the legend.
+  for (size_t p = 0; p < policies.size(); ++p) {
+    const char* color = kColors[p % (sizeof kColors / sizeof kColors[0])];
+    std::string pts;
+    for (const auto& [x, sc] : points[policies[p]]) {
+      const double y = sc.first / sc.second;
+      pts += (pts.empty() ? "" : " ") + Num(px(x)) + "," + Num(py(y));
+      s += "<circle cx=\"" + Num(px(x)) + "\" cy=\"" + Num(py(y)) +
+           "\" r=\"3\" fill=\"" + color + "\"><title>" + Escape(policies[p]) +
+           ": " + Num(y) + "</title></circle>\n";
+    }
+    s += "<polyline fill=\"none\" stroke=\"" + std::string(color) +
+         "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
+    const double ly = top + 10 + 20 * static_cast<double>(p);
+    s += "<line x1=\"" + Num(left + pw + 20) + "\" y1=\"" + Num(ly) +
+         "\" x2=\"" + Num(left + pw + 44) + "\" y2=\"" + Num(ly) +
+         "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n<text x=\"" +
+         Num(left + pw + 50) + "\" y=\"" + Num(ly + 4) + "\">" +
+         Escape(policies[p]) + "</text>\n";
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+}  // namespace gandiva::sim
