@@ -67,6 +67,54 @@ bool AgentModel::MayAdopt(const rpc::RegisterAgentRequest& r) const {
   return false;
 }
 
+core::StatusOr<AgentModel::ServerComing> AgentModel::PlanServer(
+    ServerId id, int known_gpus, const rpc::RegisterAgentRequest& r) const {
+  if (r.name().empty()) return core::InvalidArgument("field 'name': empty");
+  if (r.address().empty()) {
+    return core::InvalidArgument("field 'address': empty");
+  }
+  ServerComing out;
+  core::ServerSpec& spec = out.spec;
+  spec.name = r.name();
+  spec.gpus = r.gpus_size();
+  spec.sockets = std::max(1, r.sockets());
+  spec.switches_per_socket = std::max(1, r.switches_per_socket());
+  // The smallest GPU's memory, for packing; unknown (0) if any GPU's is
+  // (virtual GPUs).
+  for (const rpc::Gpu& g : r.gpus()) {
+    const double gib =
+        static_cast<double>(g.memory_bytes()) / (1024.0 * 1024.0 * 1024.0);
+    if (gib <= 0) {
+      spec.gpu_memory_gb = 0;
+      break;
+    }
+    if (spec.gpu_memory_gb == 0 || gib < spec.gpu_memory_gb) {
+      spec.gpu_memory_gb = gib;
+    }
+  }
+  if (!r.capabilities().criu()) {
+    spec.process_images_unusable = r.capabilities().criu_detail().empty()
+                                       ? "not checked"
+                                       : r.capabilities().criu_detail();
+  }
+  if (std::string err = core::ValidateServerSpec(spec); !err.empty()) {
+    return core::InvalidArgument(err);
+  }
+  if (known_gpus >= 0 && known_gpus != spec.gpus) {
+    return core::FailedPrecondition(
+        "agent '" + r.name() + "' registered before with " +
+        std::to_string(known_gpus) + (known_gpus == 1 ? " GPU" : " GPUs") +
+        ", now " + std::to_string(spec.gpus) +
+        "; a server's GPUs cannot change (use another name)");
+  }
+  const core::Cluster& c = core_.cluster();
+  const bool known = id.value < c.num_servers();
+  out.up = !known || !c.server(id).up;
+  out.hold_closed =
+      known && !c.server(id).up && !c.server(id).cordoned && MayAdopt(r);
+  return out;
+}
+
 std::vector<Part> AgentModel::Parts(
     const std::vector<core::GpuId>& gpus) const {
   std::vector<Part> parts;

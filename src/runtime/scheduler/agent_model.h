@@ -72,6 +72,26 @@ class AgentModel {
   // up, so that coming up does not place queued jobs on those GPUs first.
   bool MayAdopt(const rpc::RegisterAgentRequest& r) const;
 
+  // ------------------------------------------------------ its server
+
+  // A registering agent's server to the core, as the agent of cluster
+  // server `id` registers (`known_gpus`: the GPUs it registered with
+  // before; -1, a new agent). Refused, naming the field, for a request
+  // without a name or an address, a server spec the core refuses, or a
+  // GPU count other than before.
+  struct ServerComing {
+    core::ServerSpec spec;
+    // A new server (ServerUp with the next id), or one down coming up
+    // again: the core is told.
+    bool up = false;
+    // Kept cordoned while it comes up: a server down with processes the
+    // daemon may keep where they run (MayAdopt), which coming up would
+    // place queued jobs on first. Not when an operator cordoned it.
+    bool hold_closed = false;
+  };
+  core::StatusOr<ServerComing> PlanServer(
+      ServerId id, int known_gpus, const rpc::RegisterAgentRequest& r) const;
+
   // ------------------------------------------------------------ placement
 
   // The servers a set of cluster GPUs is on, with their local indices, in

@@ -972,5 +972,49 @@ TEST_F(AgentModelTest, JobsKeptThroughASilenceSaySo) {
             "s); the job was kept there and goes on");
 }
 
+// A registering agent's server: its spec from the request (the smallest
+// GPU's memory; process images unusable without CRIU), told to the core
+// when new or down, and held closed while it comes up only when it lists
+// a process the daemon may keep and no operator cordoned it.
+TEST_F(AgentModelTest, ARegisteringAgentsServerIsPlannedFromItsRequest) {
+  rpc::RegisterAgentRequest r;
+  r.set_name("a9");
+  r.set_address("127.0.0.1:1");
+  r.set_cluster_id(kCluster);
+  for (uint64_t gib : {16, 8}) r.add_gpus()->set_memory_bytes(gib << 30);
+  r.mutable_capabilities()->set_criu_detail("criu: not found");
+  auto coming = Model().PlanServer(ServerId(2), -1, r);
+  ASSERT_TRUE(coming.ok()) << coming.status().ToString();
+  EXPECT_EQ(coming->spec.gpus, 2);
+  EXPECT_DOUBLE_EQ(coming->spec.gpu_memory_gb, 8);
+  EXPECT_EQ(coming->spec.process_images_unusable, "criu: not found");
+  EXPECT_TRUE(coming->up);  // new
+  EXPECT_FALSE(coming->hold_closed);
+  // A known server that is up: nothing to tell the core.
+  coming = Model().PlanServer(ServerId(0), 2, r);
+  ASSERT_TRUE(coming.ok());
+  EXPECT_FALSE(coming->up);
+  // Down, listing a process of a queued job it may keep: held closed.
+  h_.Send(core::ServerDown{ServerId(0)});
+  rpc::AgentJob* j = r.add_jobs();
+  *j = Listed(42, rpc::RUNNING, 100);  // a job the daemon has no record of
+  j->mutable_spec()->set_command("python3 train.py");
+  coming = Model().PlanServer(ServerId(0), 2, r);
+  ASSERT_TRUE(coming.ok());
+  EXPECT_TRUE(coming->up);
+  EXPECT_TRUE(coming->hold_closed);
+  h_.Send(core::CordonRequest{ServerId(0), true});  // an operator's
+  EXPECT_FALSE(Model().PlanServer(ServerId(0), 2, r)->hold_closed);
+  // Refused, naming the field or saying why.
+  auto bad = Model().PlanServer(ServerId(0), 4, r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("registered before with 4 GPUs, now 2"),
+            std::string::npos);
+  r.clear_address();
+  bad = Model().PlanServer(ServerId(0), 2, r);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "field 'address': empty");
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

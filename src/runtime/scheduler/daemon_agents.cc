@@ -19,53 +19,21 @@ grpc::Status ReportAgain(int32_t id) {
 
 core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
     const rpc::RegisterAgentRequest& r) {
-  if (r.name().empty()) return core::InvalidArgument("field 'name': empty");
-  if (r.address().empty()) {
-    return core::InvalidArgument("field 'address': empty");
-  }
-  core::ServerSpec spec;
-  spec.name = r.name();
-  spec.gpus = r.gpus_size();
-  spec.sockets = std::max(1, r.sockets());
-  spec.switches_per_socket = std::max(1, r.switches_per_socket());
-  // The smallest GPU's memory, for packing; unknown (0) if any GPU's is
-  // (virtual GPUs).
-  for (const rpc::Gpu& g : r.gpus()) {
-    const double gib =
-        static_cast<double>(g.memory_bytes()) / (1024.0 * 1024.0 * 1024.0);
-    if (gib <= 0) {
-      spec.gpu_memory_gb = 0;
-      break;
-    }
-    if (spec.gpu_memory_gb == 0 || gib < spec.gpu_memory_gb) {
-      spec.gpu_memory_gb = gib;
-    }
-  }
-  if (!r.capabilities().criu()) {
-    spec.process_images_unusable = r.capabilities().criu_detail().empty()
-                                       ? "not checked"
-                                       : r.capabilities().criu_detail();
-  }
-  if (std::string err = core::ValidateServerSpec(spec); !err.empty()) {
-    return core::InvalidArgument(err);
-  }
-  int32_t id;
-  auto it = agent_by_name.find(r.name());
-  if (it == agent_by_name.end()) {
-    id = static_cast<int32_t>(agents.size());
+  auto named = agent_by_name.find(r.name());
+  const int32_t id = named == agent_by_name.end()
+                         ? static_cast<int32_t>(agents.size())
+                         : named->second;
+  const int known_gpus =
+      named == agent_by_name.end()
+          ? -1
+          : static_cast<int>(agents[static_cast<size_t>(id)].gpus.size());
+  core::StatusOr<AgentModel::ServerComing> coming =
+      Model().PlanServer(ServerId(id), known_gpus, r);
+  if (!coming.ok()) return coming.status();
+  const core::ServerSpec& spec = coming->spec;
+  if (named == agent_by_name.end()) {
     agents.push_back(AgentConn{});
     agent_by_name[r.name()] = id;
-  } else {
-    id = it->second;
-    const AgentConn& a = agents[static_cast<size_t>(id)];
-    if (static_cast<int>(a.gpus.size()) != spec.gpus) {
-      return core::FailedPrecondition(
-          "agent '" + r.name() + "' registered before with " +
-          std::to_string(a.gpus.size()) +
-          (a.gpus.size() == 1 ? " GPU" : " GPUs") + ", now " +
-          std::to_string(spec.gpus) +
-          "; a server's GPUs cannot change (use another name)");
-    }
   }
   AgentConn& a = agents[static_cast<size_t>(id)];
   a.id = ServerId(id);
@@ -84,14 +52,10 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   ++a.registrations;
   const bool open_again = a.away_cordon;
   const core::Cluster& c = st().cluster();
-  // A server back up with processes the daemon may keep where they run
-  // (AdoptQueuedJobsFound, AdoptLostJobs) is cordoned meanwhile: coming up
-  // would place queued jobs on their GPUs first. Recorded as the daemon's
-  // cordon (in the row, before it is logged), which the next registration
-  // lifts should this one not get that far.
-  const bool hold_closed = id < c.num_servers() && !c.server(ServerId(id)).up &&
-                           !c.server(ServerId(id)).cordoned &&
-                           Model().MayAdopt(r);
+  // Held closed while it comes up (AdoptQueuedJobsFound, AdoptLostJobs):
+  // recorded as the daemon's cordon (in the row, before it is logged),
+  // which the next registration lifts should this one not get that far.
+  const bool hold_closed = coming->hold_closed;
   a.away_cordon = hold_closed;
   // The row first: a ServerUp in the log always has its row.
   WriteBatch rows;
@@ -103,14 +67,13 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   if (hold_closed) {
     GANDIVA_RETURN_IF_ERROR(Feed(core::CordonRequest{ServerId(id), true}));
   }
-  if (id >= c.num_servers()) {
-    if (id != c.num_servers()) {
-      return core::Status(core::StatusCode::kInternal,
-                          "server ids out of step with the core");
-    }
-    GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId()}));
-  } else if (!c.server(ServerId(id)).up) {
-    GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{spec, ServerId(id)}));
+  if (id > c.num_servers()) {
+    return core::Status(core::StatusCode::kInternal,
+                        "server ids out of step with the core");
+  }
+  if (coming->up) {
+    GANDIVA_RETURN_IF_ERROR(Feed(core::ServerUp{
+        spec, id == c.num_servers() ? ServerId() : ServerId(id)}));
   }
   // Before it opens again, which may place queued jobs on their GPUs.
   MarkLostIds(a, r);
