@@ -17,8 +17,8 @@
 
 #include "cli/commands.h"
 #include "core/policies/registry.h"
+#include "sim/experiments/sweep.h"
 #include "sim/simulator.h"
-#include "sim/sweep.h"
 #include "sim/workload/catalog.h"
 #include "sim/workload/synthetic.h"
 #include "sim/workload/trace_reader.h"
@@ -215,7 +215,7 @@ core::StatusOr<sim::Workload> MakeWorkload(const SimFlags& f,
         "--workload: expected gandiva-synthetic (or use --trace), got '" +
         f.workload + "'");
   }
-  sim::ScaleArrivals(workload, point.load);
+  sim::experiments::ScaleArrivals(workload, point.load);
   return workload;
 }
 
@@ -274,7 +274,7 @@ int RunSim(const SimFlags& f) {
   if (f.gpus_per_server < 1) {
     return Fail("--gpus-per-server: must be at least 1");
   }
-  auto gpus = sim::ParsePositiveIntList("--gpus", f.gpus);
+  auto gpus = sim::experiments::ParsePositiveIntList("--gpus", f.gpus);
   if (!gpus.ok()) return Fail(gpus.status().message());
   for (int g : *gpus) {
     if (g % f.gpus_per_server != 0) {
@@ -283,14 +283,15 @@ int RunSim(const SimFlags& f) {
                   std::to_string(g));
     }
   }
-  auto seeds = sim::ParseSeedList("--seed", f.seeds);
+  auto seeds = sim::experiments::ParseSeedList("--seed", f.seeds);
   if (!seeds.ok()) return Fail(seeds.status().message());
-  auto loads = sim::ParsePositiveNumberList("--load", f.loads);
+  auto loads = sim::experiments::ParsePositiveNumberList("--load", f.loads);
   if (!loads.ok()) return Fail(loads.status().message());
   if (f.quantum_s <= 0) return Fail("--quantum: must be positive");
   if (f.tick_s <= 0) return Fail("--tick: must be positive");
   if (!f.plot.empty()) {
-    if (auto m = sim::Metric(sim::SimResult{}, f.plot_metric); !m.ok()) {
+    if (auto m = sim::experiments::Metric(sim::SimResult{}, f.plot_metric);
+        !m.ok()) {
       return Fail("--plot-metric: " + m.status().message());
     }
   }
@@ -327,7 +328,7 @@ int RunSim(const SimFlags& f) {
       f.jobs_parallel > 0
           ? f.jobs_parallel
           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  sim::RunParallel(points.size(), parallel, [&](size_t i) {
+  sim::experiments::RunParallel(points.size(), parallel, [&](size_t i) {
     Point& p = points[i];
     auto w = MakeWorkload(f, *catalog, p);
     if (!w.ok()) {
@@ -342,8 +343,8 @@ int RunSim(const SimFlags& f) {
     std::string where;
     if (sweep) {
       where = " (seed " + std::to_string(p.seed) + ", " +
-              std::to_string(p.gpus) + " GPUs, load " + sim::LoadText(p.load) +
-              ")";
+              std::to_string(p.gpus) + " GPUs, load " +
+              sim::experiments::LoadText(p.load) + ")";
     }
     std::fprintf(stderr, "workload%s: %s\n", where.c_str(),
                  p.workload.description.c_str());
@@ -358,10 +359,10 @@ int RunSim(const SimFlags& f) {
     }
   }
 
-  std::vector<sim::SweepRun> runs;
+  std::vector<sim::experiments::SweepRun> runs;
   for (const Point& p : points) {
     for (const std::string& name : names) {
-      sim::SweepRun r;
+      sim::experiments::SweepRun r;
       r.policy = name;
       r.seed = p.seed;
       r.gpus = p.gpus;
@@ -374,8 +375,8 @@ int RunSim(const SimFlags& f) {
   std::mutex mu;
   size_t ended = 0;
   std::vector<std::string> errors(runs.size());
-  sim::RunParallel(runs.size(), parallel, [&](size_t i) {
-    sim::SweepRun& run = runs[i];
+  sim::experiments::RunParallel(runs.size(), parallel, [&](size_t i) {
+    sim::experiments::SweepRun& run = runs[i];
     const Point& p = points[i / names.size()];
     auto policy = core::MakePolicy(run.policy, p.policy_options);
     if (!policy.ok()) {
@@ -398,7 +399,7 @@ int RunSim(const SimFlags& f) {
           "run %zu/%zu ended: %s, seed %llu, %d GPUs, load %s (%.1f s)\n",
           ++ended, runs.size(), run.policy.c_str(),
           static_cast<unsigned long long>(run.seed), run.gpus,
-          sim::LoadText(run.load).c_str(), run.result.wall_s);
+          sim::experiments::LoadText(run.load).c_str(), run.result.wall_s);
     }
   });
   for (const std::string& e : errors) {
@@ -406,35 +407,40 @@ int RunSim(const SimFlags& f) {
   }
 
   if (sweep) {
-    std::printf("%s", sim::SweepTable(runs).c_str());
+    std::printf("%s", sim::experiments::SweepTable(runs).c_str());
   } else {
     std::vector<sim::SimResult> results;
-    for (const sim::SweepRun& r : runs) results.push_back(r.result);
+    for (const sim::experiments::SweepRun& r : runs)
+      results.push_back(r.result);
     std::printf("%s", sim::SummaryTable(results).c_str());
   }
   // A file per run: its name tagged with the policy, and in a sweep with
   // its seed, GPUs and load too.
-  auto with_suffix = [&](const std::string& path, const sim::SweepRun& r) {
+  auto with_suffix = [&](const std::string& path,
+                         const sim::experiments::SweepRun& r) {
     if (runs.size() == 1) return path;
     std::string tag = r.policy;
     if (sweep) {
       tag += ".seed" + std::to_string(r.seed) + ".gpus" +
-             std::to_string(r.gpus) + ".load" + sim::LoadText(r.load);
+             std::to_string(r.gpus) + ".load" +
+             sim::experiments::LoadText(r.load);
     }
     const size_t dot = path.rfind('.');
     return dot == std::string::npos || dot < path.rfind('/') + 1
                ? path + "." + tag
                : path.substr(0, dot) + "." + tag + path.substr(dot);
   };
-  if (sweep && !f.json.empty() && !WriteFile(f.json, sim::SweepJson(runs))) {
+  if (sweep && !f.json.empty() &&
+      !WriteFile(f.json, sim::experiments::SweepJson(runs))) {
     return 1;
   }
-  if (!f.csv.empty() && !WriteFile(f.csv, sim::SweepCsv(runs))) return 1;
+  if (!f.csv.empty() && !WriteFile(f.csv, sim::experiments::SweepCsv(runs)))
+    return 1;
   if (!f.plot.empty() &&
-      !WriteFile(f.plot, *sim::SweepSvg(runs, f.plot_metric))) {
+      !WriteFile(f.plot, *sim::experiments::SweepSvg(runs, f.plot_metric))) {
     return 1;
   }
-  for (const sim::SweepRun& run : runs) {
+  for (const sim::experiments::SweepRun& run : runs) {
     const sim::SimResult& r = run.result;
     if (!sweep && !f.json.empty() &&
         !WriteFile(with_suffix(f.json, run), sim::ResultJson(r))) {

@@ -535,51 +535,59 @@ constexpr char kLostNote[] =
 
 }  // namespace
 
-AgentModel::LostJobPlan AgentModel::PlanLostProcess(
-    ServerId server, const std::string& agent,
-    const rpc::RegisterAgentRequest& r, const rpc::AgentJob& listed,
-    const IdRanges& lost, int64_t now_us) const {
-  if (!OfThisCluster(r)) return {};
-  const LostJob verdict = JudgeLostJob(listed.job_id(), listed.spec(),
-                                       listed.submitted_us(), lost, now_us);
-  const std::string id = std::to_string(listed.job_id());
+AgentModel::LostJobPlan AgentModel::LostJobAdoption(
+    const std::string& agent, int64_t id64, const rpc::JobSpec& spec,
+    int64_t submitted_us, const IdRanges& lost, int64_t now_us) const {
+  const LostJob verdict = JudgeLostJob(id64, spec, submitted_us, lost, now_us);
   switch (verdict.verdict) {
     case LostJob::Verdict::kNotLost:
       return {};
     case LostJob::Verdict::kRefused:
-      return "agent '" + agent + "' holds job " + id +
+      return "agent '" + agent + "' holds job " + std::to_string(id64) +
              ", which this store lost, but " + verdict.why + ": not adopted";
     case LostJob::Verdict::kAdopt:
       break;
   }
   Adoption a;
-  a.spec = listed.spec();
-  a.arrival = core::JobArrived{JobId(static_cast<int32_t>(listed.job_id())),
-                               ToCoreSpec(listed.spec())};
-  a.arrival.submitted = core::Time::FromMicros(listed.submitted_us());
-  a.arrival.suspended = listed.state() == rpc::SUSPENDED;
+  a.spec = spec;
+  a.arrival =
+      core::JobArrived{JobId(static_cast<int32_t>(id64)), ToCoreSpec(spec)};
+  a.arrival.submitted = core::Time::FromMicros(submitted_us);
+  return a;
+}
+
+AgentModel::LostJobPlan AgentModel::PlanLostProcess(
+    ServerId server, const std::string& agent,
+    const rpc::RegisterAgentRequest& r, const rpc::AgentJob& listed,
+    const IdRanges& lost, int64_t now_us) const {
+  if (!OfThisCluster(r)) return {};
+  LostJobPlan plan = LostJobAdoption(agent, listed.job_id(), listed.spec(),
+                                     listed.submitted_us(), lost, now_us);
+  Adoption* a = std::get_if<Adoption>(&plan);
+  if (a == nullptr) return plan;
+  a->arrival.suspended = listed.state() == rpc::SUSPENDED;
   std::string not_kept;
-  a.arrival.placed_on =
-      PlaceOfListed(server, listed, a.arrival.spec.gpus, &not_kept);
+  a->arrival.placed_on =
+      PlaceOfListed(server, listed, a->arrival.spec.gpus, &not_kept);
   const bool kept = not_kept.empty();
   if (kept) {
-    a.proc =
+    a->proc =
         Proc::At({Part{server, {listed.gpus().begin(), listed.gpus().end()}}});
   }
-  a.stop_listed = !kept;
-  a.progress = listed.progress();
-  a.line =
+  a->stop_listed = !kept;
+  a->progress = listed.progress();
+  a->line =
       Line{"adopt", true,
            kept ? "its process on " + agent + " was kept, " +
-                      (a.arrival.suspended ? "suspended" : "running") + " (" +
+                      (a->arrival.suspended ? "suspended" : "running") + " (" +
                       kLostNote + ")"
                 : std::string("queued (") + kLostNote + "); its process on " +
                       agent + " could not be kept (" + not_kept +
                       "): it starts again from the beginning"};
-  a.log = "agent '" + agent + "' runs job " + id +
-          ", which this store lost: adopted, " +
-          (kept ? "its process kept" : "queued");
-  return a;
+  a->log = "agent '" + agent + "' runs job " + std::to_string(listed.job_id()) +
+           ", which this store lost: adopted, " +
+           (kept ? "its process kept" : "queued");
+  return plan;
 }
 
 AgentModel::LostJobPlan AgentModel::PlanLostCheckpoint(
@@ -590,31 +598,19 @@ AgentModel::LostJobPlan AgentModel::PlanLostCheckpoint(
       i >= r.checkpoint_specs_size() || i >= r.checkpoint_submitted_us_size()) {
     return {};
   }
-  const LostJob verdict =
-      JudgeLostJob(r.checkpoints(i), r.checkpoint_specs(i),
-                   r.checkpoint_submitted_us(i), lost, now_us);
-  const std::string id = std::to_string(r.checkpoints(i));
-  switch (verdict.verdict) {
-    case LostJob::Verdict::kNotLost:
-      return {};
-    case LostJob::Verdict::kRefused:
-      return "agent '" + agent + "' holds job " + id +
-             ", which this store lost, but " + verdict.why + ": not adopted";
-    case LostJob::Verdict::kAdopt:
-      break;
-  }
-  Adoption a;
-  a.spec = r.checkpoint_specs(i);
-  a.arrival = core::JobArrived{JobId(static_cast<int32_t>(r.checkpoints(i))),
-                               ToCoreSpec(a.spec)};
-  a.arrival.submitted = core::Time::FromMicros(r.checkpoint_submitted_us(i));
-  a.proc = Proc{server, {}, false, true};
-  a.line = Line{"adopt", true,
-                std::string("queued (") + kLostNote +
-                    "); it goes on from the checkpoint " + agent + " holds"};
-  a.log = "agent '" + agent + "' holds a checkpoint of job " + id +
-          ", which this store lost: adopted, to go on from it";
-  return a;
+  LostJobPlan plan =
+      LostJobAdoption(agent, r.checkpoints(i), r.checkpoint_specs(i),
+                      r.checkpoint_submitted_us(i), lost, now_us);
+  Adoption* a = std::get_if<Adoption>(&plan);
+  if (a == nullptr) return plan;
+  a->proc = Proc{server, {}, false, true};
+  a->line = Line{"adopt", true,
+                 std::string("queued (") + kLostNote +
+                     "); it goes on from the checkpoint " + agent + " holds"};
+  a->log = "agent '" + agent + "' holds a checkpoint of job " +
+           std::to_string(r.checkpoints(i)) +
+           ", which this store lost: adopted, to go on from it";
+  return plan;
 }
 
 std::vector<std::pair<int32_t, AgentModel::Line>>

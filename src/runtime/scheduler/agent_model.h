@@ -449,6 +449,12 @@ class AgentModel {
                                          StateMismatch& mismatch) const;
 
  private:
+  // PlanLostProcess and PlanLostCheckpoint's common part: JudgeLostJob's
+  // verdict on job `id64`, listed with `spec` and `submitted_us`, as a plan (an
+  // adoption with its spec and arrival, the rest to fill in).
+  LostJobPlan LostJobAdoption(const std::string& agent, int64_t id64,
+                              const rpc::JobSpec& spec, int64_t submitted_us,
+                              const IdRanges& lost, int64_t now_us) const;
   const JobExtra* Record(int32_t id) const {
     auto it = jobs_.find(id);
     return it == jobs_.end() ? nullptr : &it->second;

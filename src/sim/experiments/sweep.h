@@ -16,7 +16,7 @@
 #include "sim/simulator.h"
 #include "sim/workload/workload.h"
 
-namespace gandiva::sim {
+namespace gandiva::sim::experiments {
 
 // The values of list flag `flag`: comma-separated items, each a number or
 // (integers only) an inclusive range A..B. The error names the flag and
@@ -70,4 +70,4 @@ core::StatusOr<double> Metric(const SimResult& result, const std::string& name);
 core::StatusOr<std::string> SweepSvg(const std::vector<SweepRun>& runs,
                                      const std::string& metric);
 
-}  // namespace gandiva::sim
+}  // namespace gandiva::sim::experiments

@@ -1,4 +1,4 @@
-#include "sim/sweep.h"
+#include "sim/experiments/sweep.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,7 +11,9 @@
 #include <sstream>
 #include <thread>
 
-namespace gandiva::sim {
+#include "sim/experiments/svg_plot.h"
+
+namespace gandiva::sim::experiments {
 namespace {
 
 // At most this many values in one list: a sweep is runs of whole
@@ -80,29 +82,6 @@ double XOf(const SweepRun& r, Axis axis) {
       return static_cast<double>(r.seed);
   }
   return 0;
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 // Comma-separated whole numbers N or inclusive ranges A..B; `expected`
@@ -344,98 +323,34 @@ core::StatusOr<std::string> SweepSvg(const std::vector<SweepRun>& runs,
     return known.status();
   }
   const Axis axis = AxisOf(runs);
-  const char* x_name = axis == Axis::kGpus   ? "GPUs"
-                       : axis == Axis::kLoad ? "load (x the workload's)"
-                                             : "seed";
   // Per policy (in the sweep's order), per x: the sum and count.
   std::vector<std::string> policies;
   std::map<std::string, std::map<double, std::pair<double, int>>> points;
-  std::set<double> xs;
   for (const SweepRun& r : runs) {
     if (!points.contains(r.policy)) policies.push_back(r.policy);
-    const double x = XOf(r, axis);
-    auto& [sum, count] = points[r.policy][x];
+    auto& [sum, count] = points[r.policy][XOf(r, axis)];
     sum += *Metric(r.result, metric);
     ++count;
-    xs.insert(x);
   }
-  double y_max = 0;
-  for (const auto& [p, by_x] : points) {
-    for (const auto& [x, sc] : by_x)
-      y_max = std::max(y_max, sc.first / sc.second);
-  }
-  if (y_max <= 0) y_max = 1;
-  // Five or fewer ticks a round step apart (1, 2 or 5 times a power of ten).
-  const double raw = y_max / 5, ten = std::pow(10, std::floor(std::log10(raw)));
-  const double step = raw <= ten       ? ten
-                      : raw <= 2 * ten ? 2 * ten
-                      : raw <= 5 * ten ? 5 * ten
-                                       : 10 * ten;
-  const int ticks = static_cast<int>(std::ceil(y_max / step - 1e-9));
-  y_max = step * ticks;
-  const double w = 720, h = 440, left = 80, right = 190, top = 40, bottom = 60;
-  const double pw = w - left - right, ph = h - top - bottom;
-  const std::vector<double> x_list(xs.begin(), xs.end());
-  auto px = [&](double x) {
-    const auto i = static_cast<double>(
-        std::lower_bound(x_list.begin(), x_list.end(), x) - x_list.begin());
-    return x_list.size() == 1
-               ? left + pw / 2
-               : left + pw * i / static_cast<double>(x_list.size() - 1);
-  };
-  auto py = [&](double y) { return top + ph * (1 - y / y_max); };
-  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-                                  "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-  std::string s;
-  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + Num(w) +
-       "\" height=\"" + Num(h) +
-       "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  s += "<text x=\"" + Num(left + pw / 2) +
-       "\" y=\"22\" text-anchor=\"middle\" "
-       "font-size=\"14\">" +
-       Escape(metric) + " against " + Escape(x_name) +
-       (axis == Axis::kSeed ? "" : " (mean over seeds)") + "</text>\n";
-  // Axes, ticks and grid.
-  s += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(top + ph) + "\" x2=\"" +
-       Num(left + pw) + "\" y2=\"" + Num(top + ph) + "\" stroke=\"black\"/>\n";
-  s += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(top) + "\" x2=\"" +
-       Num(left) + "\" y2=\"" + Num(top + ph) + "\" stroke=\"black\"/>\n";
-  for (int i = 0; i <= ticks; ++i) {
-    const double y = step * i;
-    s += "<line x1=\"" + Num(left) + "\" y1=\"" + Num(py(y)) + "\" x2=\"" +
-         Num(left + pw) + "\" y2=\"" + Num(py(y)) +
-         "\" stroke=\"#ddd\"/>\n<text x=\"" + Num(left - 6) + "\" y=\"" +
-         Num(py(y) + 4) + "\" text-anchor=\"end\">" + Num(y) + "</text>\n";
-  }
-  for (double x : x_list) {
-    s += "<text x=\"" + Num(px(x)) + "\" y=\"" + Num(top + ph + 18) +
-         "\" text-anchor=\"middle\">" + Num(x) + "</text>\n";
-  }
-  s += "<text x=\"" + Num(left + pw / 2) + "\" y=\"" + Num(h - 16) +
-       "\" text-anchor=\"middle\">" + Escape(x_name) + "</text>\n";
-  // One line per policy, and the legend.
-  for (size_t p = 0; p < policies.size(); ++p) {
-    const char* color = kColors[p % (sizeof kColors / sizeof kColors[0])];
-    std::string pts;
-    for (const auto& [x, sc] : points[policies[p]]) {
-      const double y = sc.first / sc.second;
-      pts += (pts.empty() ? "" : " ") + Num(px(x)) + "," + Num(py(y));
-      s += "<circle cx=\"" + Num(px(x)) + "\" cy=\"" + Num(py(y)) +
-           "\" r=\"3\" fill=\"" + color + "\"><title>" + Escape(policies[p]) +
-           ": " + Num(y) + "</title></circle>\n";
+  std::vector<PlotSeries> series;
+  for (const std::string& p : policies) {
+    PlotSeries s{p, {}, {}};
+    for (const auto& [x, sc] : points[p]) {
+      s.x.push_back(x);
+      s.y.push_back(sc.first / sc.second);
     }
-    s += "<polyline fill=\"none\" stroke=\"" + std::string(color) +
-         "\" stroke-width=\"2\" points=\"" + pts + "\"/>\n";
-    const double ly = top + 10 + 20 * static_cast<double>(p);
-    s += "<line x1=\"" + Num(left + pw + 20) + "\" y1=\"" + Num(ly) +
-         "\" x2=\"" + Num(left + pw + 44) + "\" y2=\"" + Num(ly) +
-         "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n<text x=\"" +
-         Num(left + pw + 50) + "\" y=\"" + Num(ly + 4) + "\">" +
-         Escape(policies[p]) + "</text>\n";
+    series.push_back(std::move(s));
   }
-  s += "</svg>\n";
-  return s;
+  PlotOptions o;
+  o.x_label = axis == Axis::kGpus   ? "GPUs"
+              : axis == Axis::kLoad ? "load (x the workload's)"
+                                    : "seed";
+  o.y_label = metric;
+  o.title = metric + " against " + o.x_label +
+            (axis == Axis::kSeed ? "" : " (mean over seeds)");
+  // Cluster sizes usually double from one to the next.
+  o.log_x = axis == Axis::kGpus;
+  return LineChartSvg(series, o);
 }
 
-}  // namespace gandiva::sim
+}  // namespace gandiva::sim::experiments
