@@ -308,8 +308,10 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
     JobExtra& x = *Extra(id);
     x.progress = std::move(plan->progress);
     if (plan->carrier) {
-      Defer(core::CarrierKnown{JobId(id), *plan->carrier},
-            opts.log_profile_reports_together);
+      // Logged in one append with the report that follows (or the pass's
+      // others), whether reports are logged together or one each: it
+      // comes once per process.
+      Defer(core::CarrierKnown{JobId(id), *plan->carrier}, /*together=*/true);
     }
     CheckProbe(id, x);
     StateCheck(a, id, x, p.state());

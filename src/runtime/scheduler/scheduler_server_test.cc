@@ -4290,11 +4290,18 @@ TEST_F(DaemonTest, MetricsShowJobsGpusActionsAndMechanismCosts) {
 // The profile reports of a loop pass (here one agent's report of four jobs)
 // are logged in one append, in the order they came, before the core gets
 // them; so is what the report teaches of each job's carrier (the library
-// seen, for the first time).
-TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
+// seen, for the first time). With one append per report
+// (log_profile_reports_together false), a job's carrier shares its
+// report's append.
+class ReportAppendsTest : public DaemonTest,
+                          public ::testing::WithParamInterface<bool> {};
+
+TEST_P(ReportAppendsTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
+  const bool together = GetParam();
   SchedulerOptions o = CountingAppends(Options());
   o.policy = "fifo";
   o.profile_interval_s = 0;
+  o.log_profile_reports_together = together;
   Client& c = StartDaemon(o);
   FakeAgent agent("node", 4, Mode::kOk);
   ASSERT_TRUE(agent.Register(server_.address()).ok());
@@ -4319,7 +4326,8 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
   ASSERT_TRUE(agent.Report().ok());
   server_->Sync();
   page = Metrics();
-  EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"), appends + 1)
+  EXPECT_EQ(Sample(page, "gandiva_event_log_appends_total"),
+            appends + (together ? 1 : 4))
       << page;
   EXPECT_EQ(Sample(page, "gandiva_event_log_last_seq"), seq + 8) << page;
 
@@ -4347,6 +4355,11 @@ TEST_F(DaemonTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
     EXPECT_NE(profile.find(job), std::string::npos) << profile;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReportAppendsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Together" : "OneAppendEach";
+                         });
 
 // Jobs submitted together get consecutive ids in the order of their specs,
 // and their arrivals share one append to the log; a request with a spec
