@@ -123,26 +123,32 @@ Time TiresiasPolicy::NextLevelAt(const Job& job, const Account& a, int level,
     return Level(job, a, Time::FromMicros(us)) > level;
   };
   constexpr int64_t kFar = int64_t{1} << 62;
-  int64_t lo = now.micros();  // not above
+  const int64_t first = now.micros() + 1;
+  if (first >= kFar || !above(kFar)) return Time::Never();
   const double to_go = (t[level] + a.offset - a.service) / job.spec.gpus * 1e6;
-  int64_t hi = kFar;
+  int64_t guess = kFar;
   if (to_go < static_cast<double>(kFar - a.run_from.micros())) {
-    hi = std::max(lo + 1,
-                  a.run_from.micros() + static_cast<int64_t>(std::ceil(to_go)));
+    guess =
+        std::clamp(a.run_from.micros() + static_cast<int64_t>(std::ceil(to_go)),
+                   first, kFar);
   }
-  if (!above(hi)) {
-    // The estimate fell short: gallop.
-    for (int64_t step = 1; !above(hi); step *= 2) {
-      lo = hi;
-      if (hi >= kFar - step) {
-        if (!above(kFar)) return Time::Never();
-        hi = kFar;
-        break;
-      }
-      hi += step;
+  // Bracket the answer in (lo, hi] around the guess, galloping away from
+  // it (it is off by a rounding or two, if at all), then halve.
+  int64_t lo, hi;
+  if (above(guess)) {
+    hi = guess;
+    for (int64_t step = 1;; step *= 2) {
+      lo = std::max(first - 1, hi - step);
+      if (lo == first - 1 || !above(lo)) break;
+      hi = lo;
     }
-  } else if (hi - 1 > lo && !above(hi - 1)) {
-    return Time::FromMicros(hi);
+  } else {
+    lo = guess;
+    for (int64_t step = 1;; step *= 2) {
+      hi = std::min(kFar, lo + step);
+      if (above(hi)) break;
+      lo = hi;
+    }
   }
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;
@@ -432,6 +438,7 @@ void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
       if (order_.marks(slot).queued) return slot;
     }
   };
+  if (cluster.free_gpus() == 0) return;
   for (int slot = next_chosen(); cluster.free_gpus() > 0;) {
     while (again < requeued_.size() &&
            (slot == TiresiasOrder::kNone ||
