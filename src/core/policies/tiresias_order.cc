@@ -22,20 +22,32 @@ uint64_t Mix(uint64_t x) {
 void TiresiasOrder::Pull(int t) {
   Node& n = nodes_[t];
   const bool eligible = n.marks.eligible;
-  n.gpus = eligible ? n.marks.gpus : 0;
-  n.fewest = eligible ? n.marks.gpus : kNoFit;
-  n.running = n.marks.running;
-  n.suspended = n.marks.suspended;
-  n.queued = n.marks.queued;
-  for (int c : {n.left, n.right}) {
-    if (c == kNone) continue;
-    const Node& k = nodes_[c];
-    n.gpus += k.gpus;
-    n.fewest = std::min(n.fewest, k.fewest);
-    n.running += k.running;
-    n.suspended += k.suspended;
-    n.queued += k.queued;
+  int64_t gpus = eligible ? n.marks.gpus : 0;
+  int fewest = eligible ? n.marks.gpus : kNoFit;
+  int running = n.marks.running;
+  int suspended = n.marks.suspended;
+  int queued = n.marks.queued;
+  if (n.left != kNone) {
+    const Node& k = nodes_[n.left];
+    gpus += k.gpus;
+    fewest = std::min(fewest, k.fewest);
+    running += k.running;
+    suspended += k.suspended;
+    queued += k.queued;
   }
+  if (n.right != kNone) {
+    const Node& k = nodes_[n.right];
+    gpus += k.gpus;
+    fewest = std::min(fewest, k.fewest);
+    running += k.running;
+    suspended += k.suspended;
+    queued += k.queued;
+  }
+  n.gpus = gpus;
+  n.fewest = fewest;
+  n.running = running;
+  n.suspended = suspended;
+  n.queued = queued;
 }
 
 int TiresiasOrder::RotateRight(int t) {
@@ -160,6 +172,20 @@ TiresiasOrder::Cut TiresiasOrder::FirstLeftOut(int gpus) const {
 }
 
 int TiresiasOrder::FindFitting(int t, const Key* after, int left) const {
+  if (after == nullptr) {
+    // The first of the subtree: one descent.
+    if (t == kNone || nodes_[t].fewest > left) return kNone;
+    for (;;) {
+      const Node& n = nodes_[t];
+      if (n.left != kNone && nodes_[n.left].fewest <= left) {
+        t = n.left;
+      } else if (n.marks.eligible && n.marks.gpus <= left) {
+        return t;
+      } else {
+        t = n.right;  // the subtree holds one, so it is there
+      }
+    }
+  }
   if (t == kNone || nodes_[t].fewest > left) return kNone;
   const Node& n = nodes_[t];
   if (after != nullptr && !(*after < n.key)) {
@@ -178,6 +204,20 @@ int TiresiasOrder::NextFitting(int after, int left) const {
 }
 
 int TiresiasOrder::FindQueued(int t, const Key* after) const {
+  if (after == nullptr) {
+    // The first of the subtree: one descent.
+    if (t == kNone || nodes_[t].queued == 0) return kNone;
+    for (;;) {
+      const Node& n = nodes_[t];
+      if (n.left != kNone && nodes_[n.left].queued > 0) {
+        t = n.left;
+      } else if (n.marks.queued) {
+        return t;
+      } else {
+        t = n.right;  // the subtree holds one, so it is there
+      }
+    }
+  }
   if (t == kNone || nodes_[t].queued == 0) return kNone;
   const Node& n = nodes_[t];
   if (after != nullptr && !(*after < n.key)) return FindQueued(n.right, after);

@@ -98,13 +98,10 @@ class TiresiasOrder {
   int NextQueued(int after, int before) const;
 
  private:
+  // What Pull reads of a child first, together.
   struct Node {
-    Key key;
-    Marks marks;
-    uint64_t priority = 0;
     int left = kNone;
     int right = kNone;
-    bool in = false;
     // Of the subtree: GPUs of its eligible jobs, the fewest any of them
     // asks for (kNoFit when none), and its jobs marked running, suspended
     // and queued.
@@ -113,6 +110,10 @@ class TiresiasOrder {
     int running = 0;
     int suspended = 0;
     int queued = 0;
+    Marks marks;
+    uint64_t priority = 0;
+    Key key;
+    bool in = false;
   };
   static constexpr int kNoFit = 1 << 30;
 
