@@ -37,9 +37,10 @@
 // training job reaches the next queue, when a waiting one has starved,
 // when a failed start's wait ends. The desired set is read off the order
 // in O(log n) per job chosen behind the first one left out, so that an
-// event costs O(log n) for each job it touches, not a sort of every live
-// job (the same actions in the same order as such a sort; see
-// tiresias_test.cc).
+// event costs O(log n) for each job it changes, acts on or tries to place,
+// not a sort of every live job (the same actions in the same order as such
+// a sort; see tiresias_test.cc). Memory: an entry per live job, and 4 bytes
+// per job id ever seen.
 //
 // Why a queued job waits (ExplainQueue): the queue it is in (with its
 // attained service) and the jobs that go before it in the order above

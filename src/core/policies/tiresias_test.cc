@@ -526,10 +526,10 @@ class SortEveryJobLas final : public Policy {
 // await a report.
 struct Driven {
   explicit Driven(std::unique_ptr<Policy> p) : scheduler(std::move(p)) {}
-  std::vector<Action> Send(Time at, EventBody body) {
+  // The actions an event caused, or why it was refused.
+  std::vector<Action> Send(Time at, EventBody body, Status* status) {
     std::vector<Action> out;
-    const Status st = scheduler.Handle(Event{at, std::move(body)}, out);
-    EXPECT_TRUE(st.ok()) << st.ToString();
+    *status = scheduler.Handle(Event{at, std::move(body)}, out);
     for (const Action& a : out) {
       if (a.kind != ActionKind::kKill && a.kind != ActionKind::kSetPriority) {
         pending.push_back(a);
@@ -554,8 +554,9 @@ std::vector<ActionRow> Rows(const std::vector<Action>& acts) {
 
 // Random arrivals of jobs of 1 to 16 GPUs and two priorities, ends, kills,
 // ticks, mechanisms done or failed (for good or not, so starts wait to be
-// tried again), holds and releases, priority changes, reports, servers lost
-// and back, on 4 servers of 4 GPUs and 2 of 8; thresholds that demote
+// tried again), holds and releases, priority changes, reports, lost
+// processes, drains, cordons, operators' migrations, servers lost and back,
+// on 4 servers of 4 GPUs and 2 of 8; thresholds that demote
 // within minutes, a short starvation limit. TiresiasPolicy, which looks only
 // at the jobs each event changed and at its timers, takes the same actions
 // as a sort of every job at every event, and measures the same service,
@@ -568,9 +569,12 @@ void ExpectSameAsSortingEveryJob(TiresiasOptions o, uint64_t seed) {
       static_cast<const SortEveryJobLas*>(&ref.scheduler.policy());
   Rng rng(seed);
   Time now = Time::Zero();
+  // Sends the event to both; an operator's request may be refused, alike.
   auto both = [&](EventBody body) {
-    const auto want = ref.Send(now, body);
-    const auto got = las->Send(now, body);
+    Status want_status, got_status;
+    const auto want = ref.Send(now, body, &want_status);
+    const auto got = las->Send(now, body, &got_status);
+    EXPECT_EQ(got_status.ToString(), want_status.ToString());
     EXPECT_EQ(Rows(got), Rows(want)) << "at " << now.micros() << "us";
     return !::testing::Test::HasFailure();
   };
@@ -629,7 +633,21 @@ void ExpectSameAsSortingEveryJob(TiresiasOptions o, uint64_t seed) {
       ok = both(PriorityRequest{some, static_cast<int>(rng.Below(3))});
     } else if (what < 86 && some.valid()) {
       ok = both(ProfileReport{some, 1.0, 10, 1.0, 0.5});
+    } else if (what < 87 && some.valid()) {
+      ok = both(ProcessLost{some, rng.Bernoulli(0.5)});
     } else if (what < 88) {
+      const ServerId s(static_cast<int>(rng.Below(6)));
+      if (rng.Bernoulli(0.5)) {
+        ok = both(DrainRequest{s, rng.Bernoulli(0.2)});
+      } else if (rng.Bernoulli(0.5)) {
+        ok = both(CordonRequest{s, !st.cluster().server(s).cordoned});
+      } else if (some.valid()) {
+        MechanismRequest m;
+        m.job = some;
+        m.server = s;
+        ok = both(m);
+      }
+    } else if (what < 90) {
       const int s = static_cast<int>(rng.Below(6));
       if (down[s]) {
         ok = both(ServerUp{ServerSpec{}, ServerId(s)});
