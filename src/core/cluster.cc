@@ -108,6 +108,14 @@ bool Cluster::SameLayout(std::span<const GpuId> a,
                          std::span<const GpuId> b) const {
   if (a.size() != b.size()) return false;
   if (std::equal(a.begin(), a.end(), b.begin())) return true;
+  // Lists on one server each are their own grouping (the common case).
+  auto on_one = [this](std::span<const GpuId> gpus) {
+    for (GpuId g : gpus) {
+      if (gpu(g).server != gpu(gpus[0]).server) return false;
+    }
+    return true;
+  };
+  if (on_one(a) && on_one(b)) return false;
   // Each list grouped by server, the servers in order of first appearance.
   auto grouped = [this](std::span<const GpuId> gpus) {
     std::vector<ServerId> servers;
@@ -134,20 +142,26 @@ void Cluster::Unindex(const Server& s) {
   auto it = heights_.find(s.height());
   if (it != heights_.end() && --it->second == 0) heights_.erase(it);
   if (s.cordoned) return;
-  by_affinity_free_.erase({s.affinity, s.free_gpus, s.demand, s.id.value});
-  by_size_affinity_.erase({s.spec.gpus, s.affinity, s.demand, s.id.value});
-  by_size_demand_.erase({s.spec.gpus, 0, s.demand, s.id.value});
-  by_free_.erase({s.free_gpus, s.id.value});
+  spare_affinity_free_.Take(by_affinity_free_,
+                            {s.affinity, s.free_gpus, s.demand, s.id.value});
+  spare_size_affinity_.Take(by_size_affinity_,
+                            {s.spec.gpus, s.affinity, s.demand, s.id.value});
+  spare_size_demand_.Take(by_size_demand_,
+                          {s.spec.gpus, 0, s.demand, s.id.value});
+  spare_free_.Take(by_free_, {s.free_gpus, s.id.value});
 }
 
 void Cluster::Index(const Server& s) {
   if (!s.up) return;
   ++heights_[s.height()];
   if (s.cordoned) return;
-  by_affinity_free_.insert({s.affinity, s.free_gpus, s.demand, s.id.value});
-  by_size_affinity_.insert({s.spec.gpus, s.affinity, s.demand, s.id.value});
-  by_size_demand_.insert({s.spec.gpus, 0, s.demand, s.id.value});
-  if (s.free_gpus > 0) by_free_.insert({s.free_gpus, s.id.value});
+  spare_affinity_free_.Put(by_affinity_free_,
+                           {s.affinity, s.free_gpus, s.demand, s.id.value});
+  spare_size_affinity_.Put(by_size_affinity_,
+                           {s.spec.gpus, s.affinity, s.demand, s.id.value});
+  spare_size_demand_.Put(by_size_demand_,
+                         {s.spec.gpus, 0, s.demand, s.id.value});
+  if (s.free_gpus > 0) spare_free_.Put(by_free_, {s.free_gpus, s.id.value});
 }
 
 void Cluster::Place(JobId job, int job_gpus, std::span<const GpuId> gpus,

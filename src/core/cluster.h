@@ -306,6 +306,32 @@ class Cluster {
   std::set<std::pair<int, int>> by_free_;
   // height -> number of up servers at that height (cordoned ones included).
   std::map<int, int> heights_;
+  // A node Unindex took out of an index, which Index puts back with the
+  // server's new key: placing and unplacing jobs then allocates nothing
+  // for the indexes. Scratch: a copy of the cluster starts without one.
+  template <typename Set>
+  struct Spare {
+    typename Set::node_type node;
+    Spare() = default;
+    Spare(const Spare&) {}
+    Spare& operator=(const Spare&) { return *this; }
+    Spare(Spare&&) = default;
+    Spare& operator=(Spare&&) = default;
+    void Take(Set& set, const typename Set::key_type& key) {
+      if (auto n = set.extract(key); !n.empty()) node = std::move(n);
+    }
+    void Put(Set& set, const typename Set::key_type& key) {
+      if (node.empty()) {
+        set.insert(key);
+      } else {
+        node.value() = key;
+        set.insert(std::move(node));
+      }
+    }
+  };
+  Spare<std::set<Key>> spare_affinity_free_, spare_size_affinity_,
+      spare_size_demand_;
+  Spare<std::set<std::pair<int, int>>> spare_free_;
   // The servers an Avoiding scope names (placement state, never saved).
   mutable std::span<const ServerId> avoid_;
 };

@@ -321,6 +321,16 @@ std::shared_ptr<const QueueReasons> Scheduler::ExplainQueue() {
 }
 
 Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
+  state_.changed_.clear();
+  const Status status = HandleEvent(event, out);
+  if (track_changes_) {
+    changed_.insert(changed_.end(), state_.changed_.begin(),
+                    state_.changed_.end());
+  }
+  return status;
+}
+
+Status Scheduler::HandleEvent(const Event& event, std::vector<Action>& out) {
   if (event.time < state_.now_) {
     return InvalidArgument(
         "event time goes backwards: " + std::to_string(event.time.micros()) +
@@ -404,7 +414,7 @@ Status Scheduler::Apply(const Event& event) {
             }
             state_.jobs_[e.id.value] = std::make_unique<Job>();
             Job& job = *state_.jobs_[e.id.value];
-            if (state_.touched_ != nullptr) state_.touched_->push_back(e.id);
+            state_.changed_.push_back(e.id);
             job.id = e.id;
             job.spec = e.spec;
             job.submitted =

@@ -102,7 +102,7 @@ class Scheduler {
   // per job up to date: it then looks again at those only. TakeChangedJobs
   // hands them over and starts afresh. Off by default (the simulator needs
   // none of it); a Restore keeps it on.
-  void TrackChangedJobs() { state_.touched_ = &changed_; }
+  void TrackChangedJobs() { track_changes_ = true; }
   std::vector<JobId> TakeChangedJobs() {
     std::vector<JobId> out;
     out.swap(changed_);
@@ -141,6 +141,8 @@ class Scheduler {
  private:
   friend class Actions;
 
+  // Handle, less the noting of the jobs it changed (TrackChangedJobs).
+  Status HandleEvent(const Event& event, std::vector<Action>& out);
   Status Apply(const Event& event);
   // Checks an operator's request; on success `gpus` holds where the job
   // goes (migrate, resize) and the request can be carried out now.
@@ -187,7 +189,8 @@ class Scheduler {
   std::unique_ptr<Policy> policy_;
   SchedulerOptions options_;
   ClusterState state_;
-  std::vector<JobId> changed_;  // TrackChangedJobs
+  bool track_changes_ = false;  // TrackChangedJobs
+  std::vector<JobId> changed_;
   std::vector<DrainOutcome> last_drain_;
   int64_t next_action_ = 1;
   // ExplainQueue's last summary, and the count of changes to the state

@@ -410,12 +410,10 @@ Status Scheduler::Restore(std::string_view bytes) {
   SnapshotReader pr(policy_state);
   policy_->LoadState(pr);
   GANDIVA_RETURN_IF_ERROR(pr.Finish("snapshot of policy '" + policy + "'"));
-  std::vector<JobId>* const touched = state_.touched_;
   st.queue_version_ = state_.queue_version_ + 1;
   state_ = std::move(st);
-  state_.touched_ = touched;
-  if (touched != nullptr) {
-    state_.ForEachJob([&](const Job& j) { touched->push_back(j.id); });
+  if (track_changes_) {
+    state_.ForEachJob([&](const Job& j) { changed_.push_back(j.id); });
   }
   next_action_ = next_action;
   last_drain_.clear();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <set>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -109,6 +110,12 @@ class ClusterState {
   bool start_retries_released() const { return start_retries_released_; }
   // Jobs placed (running, suspended or migrating).
   int64_t placed_jobs() const { return placed_; }
+  // The jobs that handling the current event has changed so far, with
+  // repeats and in no particular order: the event itself, the actions the
+  // scheduler took for it and those the policy has taken so far in
+  // decide(). Empty at the start of each event. A policy that keeps
+  // something per job up to date looks again at these only.
+  std::span<const JobId> changed_jobs() const { return changed_; }
   const Counters& counters() const { return counters_; }
 
  private:
@@ -116,7 +123,7 @@ class ClusterState {
   friend class Actions;
 
   Job& mutable_job(JobId id) {
-    if (touched_ != nullptr) touched_->push_back(id);
+    changed_.push_back(id);
     return *jobs_[id.value];
   }
   static JobOrder QueueKey(const Job& j) {
@@ -152,9 +159,9 @@ class ClusterState {
   int64_t placed_ = 0;
   Counters counters_;
   uint64_t queue_version_ = 0;
-  // Where every job taken to be changed (mutable_job) is noted, if
-  // anywhere (Scheduler::TrackChangedJobs); not part of the state.
-  std::vector<JobId>* touched_ = nullptr;
+  // Every job taken to be changed (mutable_job) while handling the
+  // current event (changed_jobs); not part of the state.
+  std::vector<JobId> changed_;
 };
 
 inline void ClusterState::Enqueue(const Job& j) {

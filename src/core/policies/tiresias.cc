@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -110,22 +111,108 @@ int TiresiasPolicy::Level(const Job& job, const Account& a, Time now) const {
   return static_cast<int>(std::upper_bound(t.begin(), t.end(), s) - t.begin());
 }
 
+Time TiresiasPolicy::NextLevelAt(const Job& job, const Account& a, int level,
+                                 Time now) const {
+  const auto& t = options_.queue_thresholds;
+  if (level >= static_cast<int>(t.size())) return Time::Never();
+  // Level is a function of the time that never decreases while the job
+  // trains (each floating-point step is monotonic), so the first
+  // microsecond past `now` where it exceeds `level` is found by search,
+  // started at the estimate from the GPU-seconds still to attain.
+  auto above = [&](int64_t us) {
+    return Level(job, a, Time::FromMicros(us)) > level;
+  };
+  constexpr int64_t kFar = int64_t{1} << 62;
+  const int64_t first = now.micros() + 1;
+  if (first >= kFar || !above(kFar)) return Time::Never();
+  const double to_go = (t[level] + a.offset - a.service) / job.spec.gpus * 1e6;
+  int64_t guess = kFar;
+  if (to_go < static_cast<double>(kFar - a.run_from.micros())) {
+    guess =
+        std::clamp(a.run_from.micros() + static_cast<int64_t>(std::ceil(to_go)),
+                   first, kFar);
+  }
+  // Bracket the answer in (lo, hi] around the guess, galloping away from
+  // it (it is off by a rounding or two, if at all), then halve.
+  int64_t lo, hi;
+  if (above(guess)) {
+    hi = guess;
+    for (int64_t step = 1;; step *= 2) {
+      lo = std::max(first - 1, hi - step);
+      if (lo == first - 1 || !above(lo)) break;
+      hi = lo;
+    }
+  } else {
+    lo = guess;
+    for (int64_t step = 1;; step *= 2) {
+      hi = std::min(kFar, lo + step);
+      if (above(hi)) break;
+      lo = hi;
+    }
+  }
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (above(mid) ? hi : lo) = mid;
+  }
+  return Time::FromMicros(hi);
+}
+
+int TiresiasPolicy::SlotOf(JobId job) const {
+  if (!job.valid() || static_cast<size_t>(job.value) >= slot_of_.size()) {
+    return -1;
+  }
+  return slot_of_[job.value];
+}
+
+const TiresiasPolicy::Account* TiresiasPolicy::Find(JobId job) const {
+  const int slot = SlotOf(job);
+  return slot < 0 ? nullptr : &entries_[slot].account;
+}
+
+void TiresiasPolicy::Add(JobId job, const Account& account) {
+  GANDIVA_CHECK(job.valid() && SlotOf(job) < 0);
+  int slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<int>(entries_.size());
+    entries_.emplace_back();
+  }
+  if (static_cast<size_t>(job.value) >= slot_of_.size()) {
+    slot_of_.resize(static_cast<size_t>(job.value) + 1, -1);
+  }
+  slot_of_[job.value] = slot;
+  entries_[slot] = Entry{};
+  entries_[slot].id = job;
+  entries_[slot].account = account;
+  ++live_;
+}
+
+void TiresiasPolicy::Drop(int slot) {
+  if (order_.contains(slot)) order_.Erase(slot);
+  slot_of_[entries_[slot].id.value] = -1;
+  entries_[slot] = Entry{};
+  free_slots_.push_back(slot);
+  --live_;
+}
+
 double TiresiasPolicy::AttainedService(const ClusterState& state,
                                        JobId job) const {
-  auto it = accounts_.find(job);
-  if (it == accounts_.end()) return 0;
-  return Attained(state.job(job), it->second, state.now());
+  const Account* a = Find(job);
+  if (a == nullptr) return 0;
+  return Attained(state.job(job), *a, state.now());
 }
 
 int TiresiasPolicy::QueueOf(const ClusterState& state, JobId job) const {
-  auto it = accounts_.find(job);
-  if (it == accounts_.end()) return 0;
-  return Level(state.job(job), it->second, state.now());
+  const Account* a = Find(job);
+  if (a == nullptr) return 0;
+  return Level(state.job(job), *a, state.now());
 }
 
 int TiresiasPolicy::Promotions(JobId job) const {
-  auto it = accounts_.find(job);
-  return it == accounts_.end() ? 0 : it->second.promotions;
+  const Account* a = Find(job);
+  return a == nullptr ? 0 : a->promotions;
 }
 
 void TiresiasPolicy::CloseInterval(const Job& job, Account& a, Time now) {
@@ -136,110 +223,242 @@ void TiresiasPolicy::CloseInterval(const Job& job, Account& a, Time now) {
   a.waiting_from = now;
 }
 
-void TiresiasPolicy::Reconcile(const ClusterState& state) {
+void TiresiasPolicy::SetTimer(Time& field, Time at, JobId job, TimerKind kind) {
+  if (field == at) return;
+  field = at;
+  if (at == Time::Never()) return;
+  timers_.push_back({at, job, kind});
+  std::push_heap(timers_.begin(), timers_.end(), std::greater<>());
+}
+
+void TiresiasPolicy::Refresh(const ClusterState& state, int slot,
+                             bool promoted) {
   const Time now = state.now();
-  for (auto it = accounts_.begin(); it != accounts_.end();) {
-    const Job& j = state.job(it->first);
-    Account& a = it->second;
-    if (IsTerminal(j.state)) {
-      it = accounts_.erase(it);
-      continue;
+  Entry& e = entries_[slot];
+  if (!state.has_job(e.id) || IsTerminal(state.job(e.id).state)) {
+    Drop(slot);
+    return;
+  }
+  const Job& j = state.job(e.id);
+  Account& a = e.account;
+  const bool training = Training(j);
+  if (training && a.run_from == Time::Never()) {
+    // Its start or resume is done (or a suspension failed: it never
+    // stopped, but the time before the request was counted already).
+    a.run_from = a.closed_at == Time::Never()
+                     ? j.run_since
+                     : std::max(j.run_since, a.closed_at);
+  } else if (!training && a.run_from != Time::Never()) {
+    CloseInterval(j, a, now);  // e.g. its server was lost
+  }
+  const int level = Level(j, a, now);
+  const TiresiasOrder::Key key{-j.spec.priority, promoted ? 0 : level,
+                               j.submitted, j.id};
+  TiresiasOrder::Marks m;
+  m.gpus = j.spec.gpus;
+  m.eligible = !j.held && !j.awaits_start_retry(now);
+  m.running = j.state == JobState::kRunning && !j.busy() && !j.held;
+  m.suspended = j.state == JobState::kSuspended && !j.busy();
+  m.queued = j.state == JobState::kQueued && m.eligible;
+  if (!order_.contains(slot)) {
+    order_.Insert(slot, key, m);
+  } else if (order_.key(slot) != key) {
+    order_.Erase(slot);
+    order_.Insert(slot, key, m);
+  } else if (order_.marks(slot) != m) {
+    order_.SetMarks(slot, m);
+  }
+
+  // A promoted job whose service still says a lower queue (a threshold
+  // at or below 0) is in it again at the next pass.
+  Time next_level = Time::Never();
+  if (promoted && level != 0) {
+    next_level = now;
+  } else if (training) {
+    next_level = NextLevelAt(j, a, level, now);
+  }
+  Time starves = Time::Never();
+  if (level > 0 && Waiting(j) && !options_.starve_limit.is_infinite()) {
+    const int64_t limit = options_.starve_limit.micros();
+    starves = a.waiting_from.micros() > Time::Never().micros() - limit
+                  ? Time::Never()
+                  : a.waiting_from + options_.starve_limit;
+  }
+  const Time retry =
+      j.awaits_start_retry(now) ? j.start_retry_at : Time::Never();
+  SetTimer(e.next_level, next_level, e.id, TimerKind::kLevel);
+  SetTimer(e.starves, starves, e.id, TimerKind::kStarve);
+  SetTimer(e.retry, retry, e.id, TimerKind::kRetry);
+}
+
+void TiresiasPolicy::RefreshChanged(const ClusterState& state) {
+  const auto changed = state.changed_jobs();
+  for (; changed_seen_ < changed.size(); ++changed_seen_) {
+    const int slot = SlotOf(changed[changed_seen_]);
+    if (slot >= 0) Refresh(state, slot);
+  }
+}
+
+void TiresiasPolicy::Rebuild(const ClusterState& state) {
+  order_.Clear();
+  timers_.clear();
+  for (size_t id = 0; id < slot_of_.size(); ++id) {
+    const int slot = slot_of_[id];
+    if (slot < 0) continue;
+    Entry& e = entries_[slot];
+    e.next_level = e.starves = e.retry = Time::Never();
+    Refresh(state, slot);
+  }
+  stale_ = false;
+}
+
+void TiresiasPolicy::RunTimers(const ClusterState& state) {
+  const Time now = state.now();
+  ++stamp_;
+  due_.clear();
+  while (!timers_.empty() && timers_.front().at <= now) {
+    std::pop_heap(timers_.begin(), timers_.end(), std::greater<>());
+    const Timer t = timers_.back();
+    timers_.pop_back();
+    const int slot = SlotOf(t.id);
+    if (slot < 0) continue;
+    Entry& e = entries_[slot];
+    const Time set = t.kind == TimerKind::kLevel    ? e.next_level
+                     : t.kind == TimerKind::kStarve ? e.starves
+                                                    : e.retry;
+    if (set != t.at || e.stamp == stamp_) continue;
+    e.stamp = stamp_;
+    due_.push_back(slot);
+  }
+  for (int slot : due_) {
+    Refresh(state, slot);
+    if (!order_.contains(slot)) continue;  // it ended
+    Account& a = entries_[slot].account;
+    const Job& j = state.job(entries_[slot].id);
+    if (Level(j, a, now) > 0 && Waiting(j) &&
+        !options_.starve_limit.is_infinite() &&
+        now - a.waiting_from >= options_.starve_limit) {
+      a.offset = Attained(j, a, now);
+      a.waiting_from = now;
+      ++a.promotions;
+      Refresh(state, slot, /*promoted=*/true);
     }
-    if (Training(j) && a.run_from == Time::Never()) {
-      // Its start or resume is done (or a suspension failed: it never
-      // stopped, but the time before the request was counted already).
-      a.run_from = a.closed_at == Time::Never()
-                       ? j.run_since
-                       : std::max(j.run_since, a.closed_at);
-    } else if (!Training(j) && a.run_from != Time::Never()) {
-      CloseInterval(j, a, now);  // e.g. its server was lost
-    }
-    ++it;
   }
 }
 
 void TiresiasPolicy::decide(const ClusterState& state, const Event& event,
                             Actions& out) {
-  if (std::holds_alternative<ProfileReport>(event.body)) return;
+  changed_seen_ = 0;
   if (const auto* e = std::get_if<JobArrived>(&event.body)) {
     Account a;
     a.waiting_from = state.now();
-    accounts_[e->id] = a;
+    Add(e->id, a);
   }
-  Reconcile(state);
+  if (stale_) Rebuild(state);
+  RefreshChanged(state);
+  // A report changes nothing this policy reads.
+  if (std::holds_alternative<ProfileReport>(event.body)) return;
   if (const auto* e = std::get_if<ActionFailed>(&event.body)) {
     // A failed resume leaves the job where it was: let it be placed anew
     // rather than retried on the same GPUs.
     const Job& j = state.job(e->job);
     if (j.state == JobState::kSuspended && !j.busy()) out.Requeue(j.id);
+    RefreshChanged(state);
   }
   Plan(state, out);
+  RefreshChanged(state);
 }
 
 void TiresiasPolicy::Plan(const ClusterState& state, Actions& out) {
   const Time now = state.now();
   const Cluster& cluster = state.cluster();
-  // (-priority, queue, arrival, id): the order jobs get GPUs in.
-  using Key = std::tuple<int, int, Time, JobId>;
-  std::vector<Key> order;
-  order.reserve(accounts_.size());
-  for (auto& [id, a] : accounts_) {
-    const Job& j = state.job(id);
-    int level = Level(j, a, now);
-    if (level > 0 && Waiting(j) && !options_.starve_limit.is_infinite() &&
-        now - a.waiting_from >= options_.starve_limit) {
-      a.offset = Attained(j, a, now);
-      a.waiting_from = now;
-      ++a.promotions;
-      level = 0;
-    }
-    order.emplace_back(-j.spec.priority, level, j.submitted, id);
-  }
-  std::sort(order.begin(), order.end());
+  RunTimers(state);
 
-  // The desired set.
-  std::vector<bool> desired(order.size(), false);
-  int left = cluster.up_gpus();
-  for (size_t i = 0; i < order.size(); ++i) {
-    const Job& j = state.job(std::get<3>(order[i]));
-    // An operator's hold, or a start that failed and waits to be tried
-    // again: not chosen.
-    if (j.held || j.awaits_start_retry(now)) continue;
-    const int need = j.spec.gpus;
-    if (need <= left) {
-      desired[i] = true;
-      left -= need;
+  // The desired set: every eligible job before the first left out, and
+  // those behind it that fit in what is left, in order.
+  const TiresiasOrder::Cut cut = order_.FirstLeftOut(cluster.up_gpus());
+  ++stamp_;
+  chosen_.clear();
+  if (cut.first_out != TiresiasOrder::kNone) {
+    int after = cut.first_out;
+    for (int left = cut.left; left > 0;) {
+      const int slot = order_.NextFitting(after, left);
+      if (slot == TiresiasOrder::kNone) break;
+      chosen_.push_back(slot);
+      entries_[slot].stamp = stamp_;
+      left -= order_.marks(slot).gpus;
+      after = slot;
     }
   }
+  auto desired = [&](int slot) {
+    if (!order_.marks(slot).eligible) return false;
+    return cut.first_out == TiresiasOrder::kNone ||
+           order_.key(slot) < order_.key(cut.first_out) ||
+           entries_[slot].stamp == stamp_;
+  };
 
   // Preempt those outside it; give back the GPUs of the preempted.
-  for (size_t i = 0; i < order.size(); ++i) {
-    const JobId id = std::get<3>(order[i]);
+  settle_.clear();
+  requeued_.clear();
+  order_.CollectToSettle(cut.first_out, settle_);
+  for (int slot : settle_) {
+    const JobId id = entries_[slot].id;
     const Job& j = state.job(id);
     if (j.busy()) continue;  // decided again when its mechanism is done
-    if (j.state == JobState::kRunning && !desired[i] && !j.held) {
-      CloseInterval(j, accounts_.at(id), now);
+    if (j.state == JobState::kRunning && !desired(slot) && !j.held) {
+      CloseInterval(j, entries_[slot].account, now);
       out.Suspend(id);
     } else if (j.state == JobState::kSuspended) {
-      bool idle = desired[i];
+      bool idle = desired(slot);
       for (GpuId g : j.gpus) idle = idle && cluster.gpu(g).active == 0;
       if (idle) {
         out.Run(id);  // chosen again before it gave its GPUs back
       } else {
         out.Requeue(id);
+        if (desired(slot)) requeued_.push_back(slot);
       }
     }
   }
 
-  // Place the chosen queued jobs in order, where GPUs are free.
-  for (size_t i = 0; i < order.size() && cluster.free_gpus() > 0; ++i) {
-    if (!desired[i]) continue;
-    const Job& j = state.job(std::get<3>(order[i]));
-    if (j.state != JobState::kQueued) continue;
-    if (auto gpus = PlaceAvoidingFailedStarts(
-            cluster, j, [&] { return FindGpus(cluster, j.spec.gpus); })) {
-      out.Start(j.id, std::move(*gpus));
+  // Place the chosen queued jobs in order, where GPUs are free: those
+  // before the first left out, those chosen behind it, and those just
+  // requeued that are chosen (rare: their GPUs were taken).
+  const int before = cut.first_out;
+  int next = order_.NextQueued(TiresiasOrder::kNone, before);
+  size_t behind = 0, again = 0;
+  auto next_chosen = [&]() -> int {
+    for (;;) {
+      if (next != TiresiasOrder::kNone) {
+        const int slot = next;
+        next = order_.NextQueued(slot, before);
+        return slot;
+      }
+      if (behind == chosen_.size()) return TiresiasOrder::kNone;
+      const int slot = chosen_[behind++];
+      if (order_.marks(slot).queued) return slot;
     }
+  };
+  if (cluster.free_gpus() == 0) return;
+  for (int slot = next_chosen(); cluster.free_gpus() > 0;) {
+    while (again < requeued_.size() &&
+           (slot == TiresiasOrder::kNone ||
+            order_.key(requeued_[again]) < order_.key(slot))) {
+      const Job& j = state.job(entries_[requeued_[again++]].id);
+      if (auto gpus = PlaceAvoidingFailedStarts(
+              cluster, j, [&] { return FindGpus(cluster, j.spec.gpus); })) {
+        out.Start(j.id, std::move(*gpus));
+      }
+      if (cluster.free_gpus() == 0) return;
+    }
+    if (slot == TiresiasOrder::kNone) break;
+    const Job& j = state.job(entries_[slot].id);
+    if (j.state == JobState::kQueued) {
+      if (auto gpus = PlaceAvoidingFailedStarts(
+              cluster, j, [&] { return FindGpus(cluster, j.spec.gpus); })) {
+        out.Start(j.id, std::move(*gpus));
+      }
+    }
+    slot = next_chosen();
   }
 }
 
@@ -250,9 +469,12 @@ std::shared_ptr<const QueueReasons> TiresiasPolicy::ExplainQueue(
   const Time now = state.now();
   using Key = std::tuple<int, int, Time, JobId>;
   std::vector<Key> order;
-  order.reserve(accounts_.size());
+  order.reserve(static_cast<size_t>(live_));
   std::map<JobId, LasQueueReasons::Row> queued;
-  for (const auto& [id, a] : accounts_) {
+  for (size_t i = 0; i < slot_of_.size(); ++i) {
+    if (slot_of_[i] < 0) continue;
+    const JobId id = entries_[slot_of_[i]].id;
+    const Account& a = entries_[slot_of_[i]].account;
     const Job& j = state.job(id);
     int level = Level(j, a, now);
     const bool waits = Waiting(j) && !options_.starve_limit.is_infinite();
@@ -299,13 +521,18 @@ std::shared_ptr<const QueueReasons> TiresiasPolicy::ExplainQueue(
 
 void TiresiasPolicy::Forget(const ClusterState& /*state*/,
                             std::span<const JobId> jobs) {
-  for (JobId id : jobs) accounts_.erase(id);
+  for (JobId id : jobs) {
+    if (const int slot = SlotOf(id); slot >= 0) Drop(slot);
+  }
 }
 
 void TiresiasPolicy::SaveState(SnapshotWriter& w) const {
-  w.I64(static_cast<int64_t>(accounts_.size()));
-  for (const auto& [job, a] : accounts_) {
-    w.Id(job);
+  w.I64(live_);
+  for (int32_t slot : slot_of_) {
+    if (slot < 0) continue;
+    const Entry& e = entries_[slot];
+    const Account& a = e.account;
+    w.Id(e.id);
     w.F64(a.service);
     w.F64(a.offset);
     w.At(a.run_from);
@@ -329,7 +556,21 @@ void TiresiasPolicy::LoadState(SnapshotReader& r) {
     a.promotions = r.I32();
   }
   if (!r.ok() || !r.at_end()) return;
-  accounts_ = std::move(accounts);
+  for (const auto& [job, a] : accounts) {
+    if (!job.valid()) {
+      r.Fail("job id " + std::to_string(job.value) + " is invalid");
+      return;
+    }
+  }
+  slot_of_.clear();
+  entries_.clear();
+  free_slots_.clear();
+  live_ = 0;
+  order_.Clear();
+  timers_.clear();
+  for (const auto& [job, a] : accounts) Add(job, a);
+  // The order and the timers need the jobs: made at the next event.
+  stale_ = true;
 }
 
 }  // namespace gandiva::core

@@ -31,6 +31,17 @@
 // is kept). Demotion and promotion are looked at on every call, so with
 // ticks every minute service is measured to about a minute's worth.
 //
+// Cost: the policy keeps the live jobs in that order (TiresiasOrder), and
+// at each event looks only at the jobs the event changed
+// (ClusterState::changed_jobs) and at those whose timer is due: when a
+// training job reaches the next queue, when a waiting one has starved,
+// when a failed start's wait ends. The desired set is read off the order
+// in O(log n) per job chosen behind the first one left out, so that an
+// event costs O(log n) for each job it changes, acts on or tries to place,
+// not a sort of every live job (the same actions in the same order as such
+// a sort; see tiresias_test.cc). Memory: an entry per live job, and 4 bytes
+// per job id ever seen.
+//
 // Why a queued job waits (ExplainQueue): the queue it is in (with its
 // attained service) and the jobs that go before it in the order above
 // (higher priority, a higher queue, or earlier in its own), which take the
@@ -40,10 +51,10 @@
 // Deterministic; not thread-safe (see Policy).
 #pragma once
 
-#include <map>
 #include <string>
 #include <vector>
 
+#include "core/policies/tiresias_order.h"
 #include "core/policy.h"
 
 namespace gandiva::core {
@@ -99,18 +110,73 @@ class TiresiasPolicy final : public Policy {
     Time waiting_from = Time::Zero();
     int promotions = 0;
   };
+  // A live job: its account, and when it must be looked at again without
+  // a change of its own (each Never when not due): when it reaches the
+  // next queue while it trains, when it has starved long enough while it
+  // waits in a lower queue, when its wait after a failed start ends.
+  struct Entry {
+    JobId id;
+    Account account;
+    Time next_level = Time::Never();
+    Time starves = Time::Never();
+    Time retry = Time::Never();
+    uint64_t stamp = 0;  // the pass that last chose or listed it (Plan)
+  };
+  enum class TimerKind : uint8_t { kLevel, kStarve, kRetry };
+  struct Timer {
+    Time at;
+    JobId id;
+    TimerKind kind;
+    auto operator<=>(const Timer&) const = default;
+  };
 
-  // Brings the accounts up to date with the state.
-  void Reconcile(const ClusterState& state);
+  // The account of a live job, or null.
+  const Account* Find(JobId job) const;
+  int SlotOf(JobId job) const;
+  void Add(JobId job, const Account& account);
+  void Drop(int slot);
+  // Brings a job's account, place in order_ and timers up to date with
+  // the state (the job's part of what a walk of every account did at
+  // each event). `promoted`: it was promoted in this pass, and is in
+  // queue 0 for it whatever its service says.
+  void Refresh(const ClusterState& state, int slot, bool promoted = false);
+  // Refreshes the jobs the event changed since the last call in this
+  // event (ClusterState::changed_jobs).
+  void RefreshChanged(const ClusterState& state);
+  // After a LoadState: every account, the order and the timers afresh.
+  void Rebuild(const ClusterState& state);
+  void SetTimer(Time& field, Time at, JobId job, TimerKind kind);
+  // Refreshes the jobs whose timers are due, and promotes those that
+  // starved.
+  void RunTimers(const ClusterState& state);
   void CloseInterval(const Job& job, Account& a, Time now);
   double Attained(const Job& job, const Account& a, Time now) const;
   int Level(const Job& job, const Account& a, Time now) const;
+  // When a training job at `level` reaches the next queue: the first
+  // microsecond at which Level says so (Never if none).
+  Time NextLevelAt(const Job& job, const Account& a, int level, Time now) const;
   void Plan(const ClusterState& state, Actions& out);
 
   TiresiasOptions options_;
   std::string name_;
-  // Live jobs (neither ended nor unknown), by id.
-  std::map<JobId, Account> accounts_;
+  // Live jobs (neither ended nor unknown): a slot each in entries_, by id
+  // in slot_of_ (-1: none); slots of jobs that left are reused.
+  std::vector<int32_t> slot_of_;
+  std::vector<Entry> entries_;
+  std::vector<int> free_slots_;
+  int64_t live_ = 0;
+  // The live jobs in the order they get GPUs, by slot.
+  TiresiasOrder order_;
+  // Due times (min-heap); an entry whose job's field no longer says that
+  // time is stale and skipped.
+  std::vector<Timer> timers_;
+  // order_ and the timers need making afresh (LoadState).
+  bool stale_ = false;
+  // How many of the event's changed jobs were refreshed.
+  size_t changed_seen_ = 0;
+  uint64_t stamp_ = 0;
+  // Plan's scratch.
+  std::vector<int> due_, chosen_, settle_, requeued_;
 };
 
 }  // namespace gandiva::core

@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <map>
+#include <optional>
 #include <tuple>
 
+#include "core/policies/placement.h"
 #include "core/policies/registry.h"
+#include "core/rng.h"
 #include "core/test_util.h"
 
 namespace gandiva::core {
@@ -350,6 +355,350 @@ TEST(TiresiasTest, ResumesInPlaceWhenChosenAgainWhileSuspending) {
   EXPECT_EQ(acts[0].kind, ActionKind::kResume);
   EXPECT_EQ(h.job(a).state, JobState::kRunning);
   EXPECT_EQ(h.job(a).gpus, gpus);
+}
+
+// 2D-LAS as a sort of every live job at each event, with every account
+// walked: what TiresiasPolicy must decide alike, action for action.
+class SortEveryJobLas final : public Policy {
+ public:
+  explicit SortEveryJobLas(TiresiasOptions o) : o_(std::move(o)) {
+    std::sort(o_.queue_thresholds.begin(), o_.queue_thresholds.end());
+  }
+  std::string_view name() const override { return "tiresias-las"; }
+
+  double Attained(const ClusterState& state, JobId id) const {
+    auto it = accounts_.find(id);
+    return it == accounts_.end()
+               ? 0
+               : Attained(state.job(id), it->second, state.now());
+  }
+  int Level(const ClusterState& state, JobId id) const {
+    auto it = accounts_.find(id);
+    return it == accounts_.end()
+               ? 0
+               : Level(state.job(id), it->second, state.now());
+  }
+  int Promotions(JobId id) const {
+    auto it = accounts_.find(id);
+    return it == accounts_.end() ? 0 : it->second.promotions;
+  }
+
+  void decide(const ClusterState& state, const Event& event,
+              Actions& out) override {
+    if (std::holds_alternative<ProfileReport>(event.body)) return;
+    if (const auto* e = std::get_if<JobArrived>(&event.body)) {
+      Account a;
+      a.waiting_from = state.now();
+      accounts_[e->id] = a;
+    }
+    const Time now = state.now();
+    for (auto it = accounts_.begin(); it != accounts_.end();) {
+      const Job& j = state.job(it->first);
+      Account& a = it->second;
+      if (IsTerminal(j.state)) {
+        it = accounts_.erase(it);
+        continue;
+      }
+      if (Training(j) && a.run_from == Time::Never()) {
+        a.run_from = a.closed_at == Time::Never()
+                         ? j.run_since
+                         : std::max(j.run_since, a.closed_at);
+      } else if (!Training(j) && a.run_from != Time::Never()) {
+        Close(j, a, now);
+      }
+      ++it;
+    }
+    if (const auto* e = std::get_if<ActionFailed>(&event.body)) {
+      const Job& j = state.job(e->job);
+      if (j.state == JobState::kSuspended && !j.busy()) out.Requeue(j.id);
+    }
+    Plan(state, out);
+  }
+
+ private:
+  struct Account {
+    double service = 0;
+    double offset = 0;
+    Time run_from = Time::Never();
+    Time closed_at = Time::Never();
+    Time waiting_from = Time::Zero();
+    int promotions = 0;
+  };
+  static bool Training(const Job& j) {
+    return j.state == JobState::kRunning && !j.busy();
+  }
+  static bool Waiting(const Job& j) {
+    return j.state == JobState::kQueued || j.state == JobState::kSuspended ||
+           (j.state == JobState::kRunning &&
+            j.in_flight == ActionKind::kSuspend);
+  }
+  double Attained(const Job& job, const Account& a, Time now) const {
+    double s = a.service;
+    if (a.run_from != Time::Never() && now > a.run_from) {
+      s += job.spec.gpus * (now - a.run_from).seconds();
+    }
+    return s;
+  }
+  int Level(const Job& job, const Account& a, Time now) const {
+    const double s = Attained(job, a, now) - a.offset;
+    const auto& t = o_.queue_thresholds;
+    return static_cast<int>(std::upper_bound(t.begin(), t.end(), s) -
+                            t.begin());
+  }
+  void Close(const Job& job, Account& a, Time now) {
+    if (a.run_from == Time::Never()) return;
+    a.service = Attained(job, a, now);
+    a.run_from = Time::Never();
+    a.closed_at = now;
+    a.waiting_from = now;
+  }
+  void Plan(const ClusterState& state, Actions& out) {
+    const Time now = state.now();
+    const Cluster& cluster = state.cluster();
+    using Key = std::tuple<int, int, Time, JobId>;
+    std::vector<Key> order;
+    for (auto& [id, a] : accounts_) {
+      const Job& j = state.job(id);
+      int level = Level(j, a, now);
+      if (level > 0 && Waiting(j) && !o_.starve_limit.is_infinite() &&
+          now - a.waiting_from >= o_.starve_limit) {
+        a.offset = Attained(j, a, now);
+        a.waiting_from = now;
+        ++a.promotions;
+        level = 0;
+      }
+      order.emplace_back(-j.spec.priority, level, j.submitted, id);
+    }
+    std::sort(order.begin(), order.end());
+    std::vector<bool> desired(order.size(), false);
+    int left = cluster.up_gpus();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Job& j = state.job(std::get<3>(order[i]));
+      if (j.held || j.awaits_start_retry(now)) continue;
+      if (j.spec.gpus <= left) {
+        desired[i] = true;
+        left -= j.spec.gpus;
+      }
+    }
+    for (size_t i = 0; i < order.size(); ++i) {
+      const JobId id = std::get<3>(order[i]);
+      const Job& j = state.job(id);
+      if (j.busy()) continue;
+      if (j.state == JobState::kRunning && !desired[i] && !j.held) {
+        Close(j, accounts_.at(id), now);
+        out.Suspend(id);
+      } else if (j.state == JobState::kSuspended) {
+        bool idle = desired[i];
+        for (GpuId g : j.gpus) idle = idle && cluster.gpu(g).active == 0;
+        if (idle) {
+          out.Run(id);
+        } else {
+          out.Requeue(id);
+        }
+      }
+    }
+    for (size_t i = 0; i < order.size() && cluster.free_gpus() > 0; ++i) {
+      if (!desired[i]) continue;
+      const Job& j = state.job(std::get<3>(order[i]));
+      if (j.state != JobState::kQueued) continue;
+      auto find = [&]() -> std::optional<std::vector<GpuId>> {
+        const int need = j.spec.gpus;
+        if (cluster.free_gpus() < need) return std::nullopt;
+        std::optional<std::vector<GpuId>> gpus;
+        cluster.ForEachWithFree(need, [&](const Server& s) {
+          gpus = FreeGpusOn(cluster, s, need);
+          return true;
+        });
+        if (!gpus) gpus = GatherFreeGpus(cluster, need);
+        return gpus;
+      };
+      if (auto gpus = PlaceAvoidingFailedStarts(cluster, j, find)) {
+        out.Start(j.id, std::move(*gpus));
+      }
+    }
+  }
+
+  TiresiasOptions o_;
+  std::map<JobId, Account> accounts_;
+};
+
+// One scheduler driven by events a test makes up, with the actions that
+// await a report.
+struct Driven {
+  explicit Driven(std::unique_ptr<Policy> p) : scheduler(std::move(p)) {}
+  // The actions an event caused, or why it was refused.
+  std::vector<Action> Send(Time at, EventBody body, Status* status) {
+    std::vector<Action> out;
+    *status = scheduler.Handle(Event{at, std::move(body)}, out);
+    for (const Action& a : out) {
+      if (a.kind != ActionKind::kKill && a.kind != ActionKind::kSetPriority) {
+        pending.push_back(a);
+      }
+    }
+    return out;
+  }
+  Scheduler scheduler;
+  std::vector<Action> pending;
+};
+
+using ActionRow =
+    std::tuple<ActionKind, int32_t, std::vector<GpuId>, bool, int, int64_t>;
+std::vector<ActionRow> Rows(const std::vector<Action>& acts) {
+  std::vector<ActionRow> rows;
+  for (const Action& a : acts) {
+    rows.emplace_back(a.kind, a.job.value, a.gpus, a.relocates, a.priority,
+                      a.id.value);
+  }
+  return rows;
+}
+
+// Random arrivals of jobs of 1 to 16 GPUs and two priorities, ends, kills,
+// ticks, mechanisms done or failed (for good or not, so starts wait to be
+// tried again), holds and releases, priority changes, reports, lost
+// processes, drains, cordons, operators' migrations, servers lost and back,
+// on 4 servers of 4 GPUs and 2 of 8; thresholds that demote
+// within minutes, a short starvation limit. TiresiasPolicy, which looks only
+// at the jobs each event changed and at its timers, takes the same actions
+// as a sort of every job at every event, and measures the same service,
+// queues and promotions. Halfway, it is restored from a snapshot into a
+// new scheduler and goes on alike.
+void ExpectSameAsSortingEveryJob(TiresiasOptions o, uint64_t seed) {
+  Driven ref(std::make_unique<SortEveryJobLas>(o));
+  auto las = std::make_unique<Driven>(std::make_unique<TiresiasPolicy>(o));
+  auto* ref_policy =
+      static_cast<const SortEveryJobLas*>(&ref.scheduler.policy());
+  Rng rng(seed);
+  Time now = Time::Zero();
+  // Sends the event to both; an operator's request may be refused, alike.
+  auto both = [&](EventBody body) {
+    Status want_status, got_status;
+    const auto want = ref.Send(now, body, &want_status);
+    const auto got = las->Send(now, body, &got_status);
+    EXPECT_EQ(got_status.ToString(), want_status.ToString());
+    EXPECT_EQ(Rows(got), Rows(want)) << "at " << now.micros() << "us";
+    return !::testing::Test::HasFailure();
+  };
+  for (int i = 0; i < 6; ++i) {
+    ServerSpec spec;
+    spec.name = "s" + std::to_string(i);
+    spec.gpus = i < 4 ? 4 : 8;
+    ASSERT_TRUE(both(ServerUp{spec, ServerId()}));
+  }
+  std::vector<bool> down(6, false);
+  int32_t next_id = 0;
+  constexpr int kSteps = 4000;
+  for (int step = 0; step < kSteps; ++step) {
+    if (step == kSteps / 2) {
+      auto restored =
+          std::make_unique<Driven>(std::make_unique<TiresiasPolicy>(o));
+      ASSERT_TRUE(restored->scheduler.Restore(las->scheduler.Snapshot()).ok());
+      restored->pending = las->pending;
+      las = std::move(restored);
+    }
+    const ClusterState& st = ref.scheduler.state();
+    std::vector<JobId> live;
+    st.ForEachJob([&](const Job& j) {
+      if (!IsTerminal(j.state)) live.push_back(j.id);
+    });
+    const JobId some = live.empty() ? JobId() : live[rng.Below(live.size())];
+    const int what = static_cast<int>(rng.Below(100));
+    bool ok = true;
+    if (what < 14) {
+      JobSpec spec;
+      spec.gpus = 1 << rng.Below(5);
+      spec.priority = rng.Bernoulli(0.1) ? 1 : 0;
+      ok = both(JobArrived{JobId(next_id++), spec});
+    } else if (what < 44 && !ref.pending.empty()) {
+      const size_t k = rng.Below(ref.pending.size());
+      const Action a = ref.pending[k];
+      ref.pending.erase(ref.pending.begin() + static_cast<long>(k));
+      las->pending.erase(las->pending.begin() + static_cast<long>(k));
+      if (rng.Bernoulli(0.1)) {
+        ok = both(
+            ActionFailed{a.id, a.job, Duration(), "test", rng.Bernoulli(0.3)});
+      } else {
+        ok = both(ActionDone{a.id, a.job, Duration()});
+      }
+    } else if (what < 64) {
+      now += Duration::Seconds(static_cast<int64_t>(rng.Below(120)));
+      ok = both(Tick{});
+    } else if (what < 72 && some.valid() &&
+               st.job(some).state == JobState::kRunning) {
+      ok = both(JobFinished{some, rng.Bernoulli(0.9)});
+    } else if (what < 74 && some.valid()) {
+      ok = both(KillRequest{some, "test"});
+    } else if (what < 78 && some.valid()) {
+      ok = both(HoldRequest{some, !st.job(some).held});
+    } else if (what < 81 && some.valid()) {
+      ok = both(PriorityRequest{some, static_cast<int>(rng.Below(3))});
+    } else if (what < 86 && some.valid()) {
+      ok = both(ProfileReport{some, 1.0, 10, 1.0, 0.5});
+    } else if (what < 87 && some.valid()) {
+      ok = both(ProcessLost{some, rng.Bernoulli(0.5)});
+    } else if (what < 88) {
+      const ServerId s(static_cast<int>(rng.Below(6)));
+      if (rng.Bernoulli(0.5)) {
+        ok = both(DrainRequest{s, rng.Bernoulli(0.2)});
+      } else if (rng.Bernoulli(0.5)) {
+        ok = both(CordonRequest{s, !st.cluster().server(s).cordoned});
+      } else if (some.valid()) {
+        MechanismRequest m;
+        m.job = some;
+        m.server = s;
+        ok = both(m);
+      }
+    } else if (what < 90) {
+      const int s = static_cast<int>(rng.Below(6));
+      if (down[s]) {
+        ok = both(ServerUp{ServerSpec{}, ServerId(s)});
+      } else {
+        // Reports of mechanisms on it that come later are stale.
+        ok = both(ServerDown{ServerId(s)});
+      }
+      down[s] = !down[s];
+    } else {
+      now += Duration::Seconds(static_cast<int64_t>(rng.Below(900)));
+      ok = both(Tick{});
+    }
+    ASSERT_TRUE(ok) << "step " << step;
+    const auto* las_policy =
+        static_cast<const TiresiasPolicy*>(&las->scheduler.policy());
+    for (JobId id : live) {
+      ASSERT_EQ(las_policy->AttainedService(las->scheduler.state(), id),
+                ref_policy->Attained(st, id))
+          << "job " << id.value << ", step " << step;
+      ASSERT_EQ(las_policy->QueueOf(las->scheduler.state(), id),
+                ref_policy->Level(st, id));
+      ASSERT_EQ(las_policy->Promotions(id), ref_policy->Promotions(id));
+    }
+  }
+}
+
+TEST(TiresiasTest, TheSameActionsAsASortOfEveryJobAtEachEvent) {
+  TiresiasOptions o;
+  o.queue_thresholds = {600, 4000};
+  o.starve_limit = Duration::Seconds(1800);
+  for (uint64_t seed : {1, 2, 3}) {
+    SCOPED_TRACE(seed);
+    ExpectSameAsSortingEveryJob(o, seed);
+  }
+}
+
+// Edge cases of the queues: one queue and no starvation; a threshold of 0,
+// so that a job promoted for starving is in a lower queue again at the next
+// pass; no thresholds reached within a run.
+TEST(TiresiasTest, TheSameActionsAsASortOfEveryJobWithOtherQueues) {
+  TiresiasOptions one;
+  one.queue_thresholds.clear();
+  one.starve_limit = Duration::Infinite();
+  ExpectSameAsSortingEveryJob(one, 4);
+  TiresiasOptions zero;
+  zero.queue_thresholds = {0, 300};
+  zero.starve_limit = Duration::Seconds(600);
+  ExpectSameAsSortingEveryJob(zero, 5);
+  TiresiasOptions far;
+  far.queue_thresholds = {1e12};
+  ExpectSameAsSortingEveryJob(far, 6);
 }
 
 struct Trace {
