@@ -4357,8 +4357,8 @@ TEST_P(ReportAppendsTest, TheProfileReportsOfAReportShareOneAppendToTheLog) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ReportAppendsTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Together" : "OneAppendEach";
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Together" : "OneAppendEach";
                          });
 
 // Jobs submitted together get consecutive ids in the order of their specs,
