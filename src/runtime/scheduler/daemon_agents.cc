@@ -152,11 +152,12 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
   for (auto [id, xp] : UnsettledJobs()) {
     if (xp->proc.On(a.id)) xp->dirty = true;
     auto rep = reported.find(id);
+    const PendingAction* in_flight = InFlight(id);
     AgentModel::Listing listing = Model().PlanListing(
         a.id, id,
         rep == reported.end() ? std::nullopt
                               : std::optional<rpc::JobState>(rep->second),
-        SentInFlight(id));
+        in_flight != nullptr && in_flight->sent);
     if (listing.kind == AgentModel::Listing::Kind::kMissing) {
       a.missing.insert(id);
     } else if (listing.kind == AgentModel::Listing::Kind::kSettled) {
@@ -196,12 +197,12 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
   a.reconcile_pending = true;
 }
 
-bool SchedulerServer::Impl::SentInFlight(int32_t id) const {
-  if (!st().has_job(JobId(id))) return false;
+PendingAction* SchedulerServer::Impl::InFlight(int32_t id) {
+  if (!st().has_job(JobId(id))) return nullptr;
   const core::Job& j = st().job(JobId(id));
-  if (!j.busy()) return false;
+  if (!j.busy()) return nullptr;
   auto it = pending.find(j.in_flight_id.value);
-  return it != pending.end() && it->second.sent;
+  return it == pending.end() ? nullptr : &it->second;
 }
 
 void SchedulerServer::Impl::Carry(int32_t id, AgentModel::Step step) {
@@ -223,9 +224,7 @@ void SchedulerServer::Impl::Carry(int32_t id, AgentModel::Step step) {
 }
 
 void SchedulerServer::Impl::Lost(AgentConn& a, int32_t id) {
-  const core::Job& j = st().job(JobId(id));
-  auto it = j.busy() ? pending.find(j.in_flight_id.value) : pending.end();
-  PendingAction* in_flight = it == pending.end() ? nullptr : &it->second;
+  PendingAction* in_flight = InFlight(id);
   AgentModel::LostProcess lost =
       Model().PlanLost(a.id, a.name, id, a.held.contains(id), in_flight);
   Carry(id, std::move(lost.step));

@@ -480,8 +480,9 @@ struct SchedulerServer::Impl final {
   // The processes of `killed` are already dealt with (AdoptLostJobs).
   void Reconcile(AgentConn& a, const rpc::RegisterAgentRequest& r,
                  const std::set<int32_t>& killed);
-  // Job `id`'s action under way was sent by this daemon process.
-  bool SentInFlight(int32_t id) const;
+  // The daemon's record of job `id`'s action under way; none when it has
+  // none (or the job is not the core's).
+  PendingAction* InFlight(int32_t id);
   // Carries out one step of the model's plan for job `id`, in its order
   // (AgentModel::Step); a failure to feed its event is warned of.
   void Carry(int32_t id, AgentModel::Step step);
