@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -65,12 +67,18 @@ TEST(SweepTest, EveryRunIsDoneOnceWhateverTheThreads) {
       EXPECT_EQ(done[i].load(), 1) << i << " with " << parallel;
     }
   }
+  // Two runs on two threads: each waits until the other has begun, which
+  // only a second thread makes possible (one thread alone would give up
+  // after the wait and leave one id).
   std::set<std::thread::id> threads;
   std::mutex mu;
-  RunParallel(8, 2, [&](size_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::lock_guard lock(mu);
+  std::condition_variable both;
+  RunParallel(2, 2, [&](size_t) {
+    std::unique_lock lock(mu);
     threads.insert(std::this_thread::get_id());
+    both.notify_all();
+    both.wait_for(lock, std::chrono::seconds(30),
+                  [&] { return threads.size() == 2; });
   });
   EXPECT_EQ(threads.size(), 2u);
   RunParallel(0, 4, [](size_t) { FAIL(); });
