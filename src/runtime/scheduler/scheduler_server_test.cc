@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -4502,6 +4503,72 @@ TEST_F(DaemonTest, ASubmissionEtcdStoresInPartSaysWhichJobsWereSubmitted) {
   EXPECT_EQ(jobs.front().spec().name(), "j0");
   EXPECT_EQ(jobs.back().spec().name(), "j119");
   EXPECT_EQ(c.MustSubmit(1, "next"), 121);
+  server_.reset();
+  (*lead)->Resign();
+}
+
+// While the log cannot be written and this daemon leads (etcd electing its
+// own leader), the loop waits for it, trying the append again as the clock
+// moves, and takes no other work; readers are answered meanwhile from what
+// was published, and the event waited for is handled once it is logged.
+TEST_F(DaemonTest, WhileTheLogWaitsForItsStoreReadersAreAnswered) {
+  std::string error;
+  std::unique_ptr<EtcdForTest> etcd = EtcdForTest::Start(&error);
+  ASSERT_NE(etcd, nullptr) << error;
+  auto lead = Leadership::Create(etcd->Client(), {"/wait/", 10, "test"});
+  ASSERT_TRUE(lead.ok()) << lead.status().ToString();
+  ASSERT_TRUE((*lead)->Campaign([](const std::string&) {}).ok());
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.tick_ms = 600'000;  // no Tick to log meanwhile
+  o.leadership = *lead;
+  FaultyStore* faulty = nullptr;
+  o.store_wrapper = [&](std::unique_ptr<Store> inner) {
+    auto f = std::make_unique<FaultyStore>(std::move(inner));
+    faulty = f.get();
+    return f;
+  };
+  Client& c = StartDaemon(o);
+  ASSERT_NE(faulty, nullptr);
+  const int64_t a = c.MustSubmit(1, "a");
+  server_->Sync();
+
+  faulty->Fail(FaultyStore::Op::kAppendEvents,
+               core::Status(core::StatusCode::kUnavailable, "no leader"));
+  std::atomic<int64_t> b{0};
+  std::thread submit([&] {
+    Client other(server_.address());
+    b = other.MustSubmit(1, "b");
+  });
+  // Moves the clock on by one retry's wait (in the real world it moves by
+  // itself) and lets the loop try again.
+  auto next_try = [] {
+    if (FakeDaemonEnv* env = TestWorld::Fake()) {
+      env->AdvanceTo(env->SteadyMicros() + 100'000);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (faulty->failures(FaultyStore::Op::kAppendEvents) < 3 &&
+         std::chrono::steady_clock::now() < give_up) {
+    next_try();
+  }
+  ASSERT_GE(faulty->failures(FaultyStore::Op::kAppendEvents), 3);
+  // The loop still waits on the submission, and readers are answered.
+  EXPECT_EQ(b.load(), 0);
+  EXPECT_EQ(c.State(a), rpc::QUEUED);
+  EXPECT_EQ(c.List(true).size(), 1u);
+  EXPECT_TRUE((*lead)->leading());
+
+  faulty->Fail(FaultyStore::Op::kAppendEvents, core::Status::Ok());
+  while (b.load() == 0 && std::chrono::steady_clock::now() < give_up) {
+    next_try();
+  }
+  submit.join();
+  EXPECT_EQ(b.load(), a + 1);
+  ASSERT_TRUE(WaitFor([&] { return c.List(true).size() == 2u; }));
+  EXPECT_EQ(c.State(b.load()), rpc::QUEUED);
   server_.reset();
   (*lead)->Resign();
 }
