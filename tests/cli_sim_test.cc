@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -118,6 +119,59 @@ TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("bad.csv:3"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("num_gpus"), std::string::npos) << r.out;
+}
+
+// Queues from a trace's virtual clusters: the JSON carries every fairness
+// field; a reclaim that kills loses training, gandiva-fair's does not. Bad
+// values of the queue flags are refused by name.
+TEST_F(CliSimTest, QueuesAreMeasuredForFairness) {
+  const std::string data = GANDIVA_TEST_DATA_DIR;
+  const fs::path out = dir_ / "q.json";
+  CliRun r = Gandiva(
+      "sim --policy drf-reclaim,gandiva-fair --queues vc --no-progress "
+      "--gpus 32 --checkpoint-interval 600 --share-half-life 1800 --trace " +
+      data +
+      "/philly/philly_jobs_excl_6c71a0.csv --format philly "
+      "--max-jobs 400 --json " +
+      out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* policy : {"drf-reclaim", "gandiva-fair"}) {
+    SCOPED_TRACE(policy);
+    const std::string json =
+        Slurp(dir_ / ("q." + std::string(policy) + ".json"));
+    for (const char* field :
+         {"\"jain_fairness\"", "\"share_windows_within_10pct\"",
+          "\"mean_finish_time_fairness\"", "\"max_finish_time_fairness\"",
+          "\"finish_time_fairness_above_1\"", "\"mean_reclaim_wait_s\"",
+          "\"queues\"", "\"received_gpu_h\""}) {
+      EXPECT_NE(json.find(field), std::string::npos) << field;
+    }
+    const size_t at = json.find("\"lost_gpu_hours\":");
+    ASSERT_NE(at, std::string::npos);
+    const double lost = std::strtod(json.c_str() + at + 17, nullptr);
+    if (std::string(policy) == "drf-reclaim") {
+      EXPECT_GT(lost, 0) << "a kill loses the training since a checkpoint";
+    } else {
+      EXPECT_EQ(lost, 0);
+    }
+  }
+
+  const std::string base =
+      "sim --policy gandiva-fair --jobs 10 --gpus 8 --no-progress ";
+  r = Gandiva(base + "--queues teams");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--queues: expected none or vc, got 'teams'"),
+            std::string::npos)
+      << r.out;
+  r = Gandiva(base + "--checkpoint-interval -5");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--checkpoint-interval: must be 0"), std::string::npos)
+      << r.out;
+  r = Gandiva(base + "--share-half-life 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--share-half-life: must be positive"),
+            std::string::npos)
+      << r.out;
 }
 
 // A sweep over policies and seeds runs side by side and writes one JSON

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   auto* policies = app.add_subcommand("policies", "List the known policies");
   policies->callback([] {
     for (const auto& p : gandiva::core::KnownPolicies()) {
-      std::printf("%-18s %s\n", p.name.c_str(), p.summary.c_str());
+      std::printf("%-18s %s%s\n", p.name.c_str(), p.summary.c_str(),
+                  p.simulator_only ? " (simulator only)" : "");
     }
   });
   CLI11_PARSE(app, argc, argv);

@@ -1,6 +1,7 @@
 // `gandiva sim`: run policies on one workload in the simulator.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "cli/commands.h"
 #include "core/policies/registry.h"
 #include "sim/experiments/sweep.h"
+#include "sim/finish_time_fairness.h"
 #include "sim/simulator.h"
 #include "sim/workload/catalog.h"
 #include "sim/workload/synthetic.h"
@@ -54,8 +56,11 @@ struct SimFlags {
   double tick_s = 60;
   int max_height = 4;
   double starvation_s = 300;
+  double checkpoint_interval_s = 1800;
+  double share_half_life_s = 3600;
   std::string gpu_type = "v100";
   std::string vc_quotas = "none";
+  std::string queues = "none";
   bool allow_borrowing = false;
   std::string data_dir;
   bool progress = true;
@@ -230,6 +235,7 @@ core::Status Configure(const SimFlags& f, Point& point) {
     return core::InvalidArgument("server topology: " + err);
   }
   so.tick = core::Duration::FromSeconds(f.tick_s);
+  so.checkpoint_interval = core::Duration::FromSeconds(f.checkpoint_interval_s);
   using Kind = sim::ClusterEvent::Kind;
   for (const auto& [flag, texts, kind] :
        {std::tuple{"--drain", &f.drains, Kind::kDrain},
@@ -248,24 +254,35 @@ core::Status Configure(const SimFlags& f, Point& point) {
 
   core::PolicyOptions& po = point.policy_options;
   po.gandiva.quantum = core::Duration::FromSeconds(f.quantum_s);
+  po.share_half_life = core::Duration::FromSeconds(f.share_half_life_s);
   po.gandiva.max_height = f.max_height;
   po.gandiva.starvation_timeout =
       f.starvation_s < 0 ? core::Duration::Infinite()
                          : core::Duration::FromSeconds(f.starvation_s);
-  if (f.vc_quotas == "proportional") {
+  if (f.vc_quotas != "none" && f.vc_quotas != "proportional") {
+    return core::InvalidArgument(
+        "--vc-quotas: expected none or proportional, got '" + f.vc_quotas +
+        "'");
+  }
+  if (f.queues != "none" && f.queues != "vc") {
+    return core::InvalidArgument("--queues: expected none or vc, got '" +
+                                 f.queues + "'");
+  }
+  if (f.vc_quotas == "proportional" || f.queues == "vc") {
     std::map<std::string, double> demand;
     for (const sim::TraceJob& j : point.workload.jobs) {
       demand[j.vc] += j.duration.seconds() * j.gpus;
     }
-    po.fifo.vc_quotas =
+    const std::map<std::string, int> quotas =
         core::ProportionalVcQuotas(std::vector<std::pair<std::string, double>>(
                                        demand.begin(), demand.end()),
                                    point.gpus);
+    po.fifo.vc_quotas = quotas;
     po.fifo.allow_borrowing = f.allow_borrowing;
-  } else if (f.vc_quotas != "none") {
-    return core::InvalidArgument(
-        "--vc-quotas: expected none or proportional, got '" + f.vc_quotas +
-        "'");
+    if (f.queues == "vc") {
+      so.queue_quotas = quotas;
+      po.queue_quotas = quotas;
+    }
   }
   return core::Status::Ok();
 }
@@ -289,10 +306,22 @@ int RunSim(const SimFlags& f) {
   if (!loads.ok()) return Fail(loads.status().message());
   if (f.quantum_s <= 0) return Fail("--quantum: must be positive");
   if (f.tick_s <= 0) return Fail("--tick: must be positive");
+  if (f.checkpoint_interval_s < 0) {
+    return Fail("--checkpoint-interval: must be 0 (none) or positive");
+  }
+  if (f.share_half_life_s <= 0) {
+    return Fail("--share-half-life: must be positive");
+  }
   if (!f.plot.empty()) {
-    if (auto m = sim::experiments::Metric(sim::SimResult{}, f.plot_metric);
+    if (core::Status m = sim::experiments::CheckMetric(f.plot_metric);
         !m.ok()) {
-      return Fail("--plot-metric: " + m.status().message());
+      return Fail("--plot-metric: " + m.message());
+    }
+    const auto& fair = sim::experiments::FairnessMetricNames();
+    if (f.queues == "none" && f.plot_metric != "lost_gpu_hours" &&
+        std::find(fair.begin(), fair.end(), f.plot_metric) != fair.end()) {
+      return Fail("--plot-metric: '" + f.plot_metric +
+                  "' is measured only with --queues vc");
     }
   }
   const std::vector<std::string> names = Split(f.policies);
@@ -390,6 +419,26 @@ int RunSim(const SimFlags& f) {
     if (!r.ok()) {
       errors[i] = r.status().ToString();
       return;
+    }
+    if (r->fairness) {
+      // Each queue alone on its quota, for finish-time fairness.
+      const auto alone = [&](const std::map<std::string, int>& quotas) {
+        core::PolicyOptions po = p.policy_options;
+        po.queue_quotas = quotas;
+        po.fifo.vc_quotas = quotas;
+        return core::MakePolicy(run.policy, po);
+      };
+      const double wall = r->wall_s;
+      const auto began = std::chrono::steady_clock::now();
+      if (core::Status m = sim::MeasureFinishTimeFairness(p.workload, *catalog,
+                                                          p.options, alone, *r);
+          !m.ok()) {
+        errors[i] = m.ToString();
+        return;
+      }
+      r->wall_s = wall + std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - began)
+                             .count();
     }
     run.result = std::move(*r);
     if (!alone) {
@@ -554,6 +603,24 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
                   "fifo: none (one queue) or proportional (each virtual "
                   "cluster its own FIFO queue with a GPU quota in proportion "
                   "to its GPU-time demand)")
+      ->capture_default_str();
+  sim->add_option(
+         "--queues", flags->queues,
+         "none, or vc: each virtual cluster a queue (team) with a GPU quota "
+         "in proportion to its GPU-time demand (fifo keeps to the quotas, as "
+         "with --vc-quotas proportional), and the run measures how fairly "
+         "the queues shared the cluster (jain_fairness, "
+         "share_windows_within_10pct, per-queue GPU-hours)")
+      ->capture_default_str();
+  sim->add_option("--checkpoint-interval", flags->checkpoint_interval_s,
+                  "Seconds of training between a job's checkpoints: a job "
+                  "killed by a reclaim (drf-reclaim) restarts from its last "
+                  "one, and the training since is lost (lost_gpu_hours); 0: "
+                  "none")
+      ->capture_default_str();
+  sim->add_option("--share-half-life", flags->share_half_life_s,
+                  "gandiva-fair: seconds in which what a queue is owed (or "
+                  "owes) against its fair share fades by half")
       ->capture_default_str();
   sim->add_flag("--allow-borrowing", flags->allow_borrowing,
                 "fifo with --vc-quotas: a VC may use idle GPUs beyond its "

@@ -64,6 +64,9 @@ struct Action {
   // it resumes. A world may find more to carry than the core knows of (a
   // checkpoint kept elsewhere), never less.
   bool relocates = false;
+  // Suspend: stopped at once, what the job trained since its last
+  // checkpoint lost (Actions::Preempt).
+  bool lossy = false;
   // SetPriority: the new priority.
   int priority = 0;
   // Why (for logs and `gandiva show`).

@@ -58,6 +58,12 @@ class Actions {
   void Resize(JobId job, std::vector<GpuId> gpus);
   // Asks a running job to suspend at its next mini-batch boundary.
   void Suspend(JobId job);
+  // Stops a running job at once, as a pod is evicted: a Suspend action
+  // marked `lossy`. The world keeps only the job's last checkpoint; what it
+  // trained since is lost, and it restarts from there when it runs again.
+  // For the baselines whose reclaim kills (drf-reclaim); the runtime does
+  // not carry it out.
+  void Preempt(JobId job);
   // Moves a placed, suspended job with no mechanism under way back to the
   // queue (in its submission order), releasing its GPUs. Nothing is sent to
   // the world. The job keeps `launched` and Job::ran_on, so once placed

@@ -248,6 +248,15 @@ void Actions::Suspend(JobId id) {
   Emit(job, ActionKind::kSuspend, true);
 }
 
+void Actions::Preempt(JobId id) {
+  Job& job = CheckedJob(id);
+  GANDIVA_CHECK_MSG(job.state == JobState::kRunning && !job.busy(),
+                    JobRef(id) + " cannot be preempted now");
+  ++job.suspends;
+  ++s_->state_.counters_.suspends;
+  Emit(job, ActionKind::kSuspend, true).lossy = true;
+}
+
 void Actions::Requeue(JobId id) {
   ClusterState& st = s_->state_;
   Job& job = CheckedJob(id);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/scheduler.h"
@@ -49,11 +51,13 @@ class Harness {
     return st;
   }
 
-  JobId Submit(int gpus, int priority = 0, bool elastic = false) {
+  JobId Submit(int gpus, int priority = 0, bool elastic = false,
+               std::string vc = "") {
     JobSpec spec;
     spec.gpus = gpus;
     spec.priority = priority;
     spec.elastic = elastic;
+    spec.vc = std::move(vc);
     const JobId id(next_job_++);
     last_ = Send(JobArrived{id, spec});
     return id;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <queue>
@@ -64,10 +66,20 @@ struct SimJob {
   int64_t queued_finish = -1;
   int64_t training_us = 0;      // time spent training
   int64_t training_gpu_us = 0;  // the same, times its GPUs then
-  int gpus_now = 0;             // GPUs while training (0 when not)
-  double busy_gpu_s = 0;        // modelled GPU-busy seconds (see gpu_busy)
-  double iso_rate = 0;          // isolated rate at its size, ideal placement
-  double utilization = 0;       // the catalog's GPU utilisation when alone
+  // training_gpu_us when its work was last kept (lost_gpu_hours), less
+  // what was lost since to preemption.
+  int64_t kept_gpu_us = 0;
+  // Its last checkpoint (SimOptions::checkpoint_interval): the progress and
+  // training_gpu_us then, and the training time since.
+  double ckpt_done = 0;
+  int64_t ckpt_gpu_us = 0;
+  int64_t since_ckpt_us = 0;
+  // Preempted: its next run launches a new process from the checkpoint.
+  bool relaunch = false;
+  int gpus_now = 0;        // GPUs while training (0 when not)
+  double busy_gpu_s = 0;   // modelled GPU-busy seconds (see gpu_busy)
+  double iso_rate = 0;     // isolated rate at its size, ideal placement
+  double utilization = 0;  // the catalog's GPU utilisation when alone
   ActionKind pending = ActionKind::kNone;
   int64_t pending_action = 0;
   bool pending_fails = false;  // the pending action will fail (no memory)
@@ -159,6 +171,10 @@ class World final : public SimControl {
   void RefreshRate(int32_t j);
   void RefreshPartnerOf(int32_t j);
   void Sample();
+  // Fairness measures (SimOptions::queue_quotas): each job's queue.
+  void SetUpQueues(int total_gpus);
+  void QueueArrived(int32_t j);
+  void QueueEnded(int32_t j);
   bool AllArrived() const { return next_arrival_ >= ids_.size(); }
 
   const Workload& workload_;
@@ -190,7 +206,60 @@ class World final : public SimControl {
   int64_t jobs_lost_ = 0;
   int64_t processes_lost_ = 0;
   int64_t restarts_ = 0;
+  int64_t lost_gpu_us_ = 0;
+  // With SimOptions::queue_quotas: each job's queue, each queue's quota
+  // and the GPUs its arrived, unfinished jobs ask for; whether a job came
+  // within its queue's quota.
+  std::unique_ptr<FairnessMeter> fairness_;
+  std::vector<int32_t> queue_of_;
+  std::vector<double> queue_quota_, queue_demand_;
+  std::vector<char> within_quota_;
 };
+
+void World::SetUpQueues(int total_gpus) {
+  if (options_.queue_quotas.empty()) return;
+  std::map<std::string, int> quotas = options_.queue_quotas;
+  std::map<std::string, int32_t> index;
+  for (size_t j = 0; j < ids_.size(); ++j) {
+    if (!quotas.count(workload_.jobs[ids_[j]].vc)) quotas.emplace("", 0);
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, quota] : quotas) {
+    index[name] = static_cast<int32_t>(names.size());
+    names.push_back(name);
+    queue_quota_.push_back(std::max(0, quota));
+  }
+  queue_demand_.assign(names.size(), 0.0);
+  queue_of_.resize(ids_.size());
+  within_quota_.assign(ids_.size(), 0);
+  for (size_t j = 0; j < ids_.size(); ++j) {
+    auto it = index.find(workload_.jobs[ids_[j]].vc);
+    queue_of_[j] = it != index.end() ? it->second : index.at("");
+  }
+  fairness_ = std::make_unique<FairnessMeter>(
+      std::move(names), queue_quota_, static_cast<double>(total_gpus),
+      options_.fairness_window.micros());
+}
+
+void World::QueueArrived(int32_t j) {
+  if (!fairness_) return;
+  const int32_t q = queue_of_[static_cast<size_t>(j)];
+  const double gpus = workload_.jobs[ids_[static_cast<size_t>(j)]].gpus;
+  double& demand = queue_demand_[static_cast<size_t>(q)];
+  demand += gpus;
+  within_quota_[static_cast<size_t>(j)] =
+      demand <= queue_quota_[static_cast<size_t>(q)];
+  fairness_->CountJob(q);
+  fairness_->AddDemand(q, now_, gpus);
+}
+
+void World::QueueEnded(int32_t j) {
+  if (!fairness_) return;
+  const int32_t q = queue_of_[static_cast<size_t>(j)];
+  const double gpus = workload_.jobs[ids_[static_cast<size_t>(j)]].gpus;
+  queue_demand_[static_cast<size_t>(q)] -= gpus;
+  fairness_->AddDemand(q, now_, -gpus);
+}
 
 core::Status World::ScheduleClusterEvents() {
   const std::vector<ClusterEvent>& events = options_.cluster_events;
@@ -264,6 +333,11 @@ core::Status World::LoseProcessesOn(core::ServerId server,
     if (!keep_checkpoints) {
       Advance(j);
       s.done = 0;
+      lost_gpu_us_ += s.training_gpu_us - s.kept_gpu_us;
+      s.kept_gpu_us = s.training_gpu_us;
+      s.ckpt_done = 0;
+      s.ckpt_gpu_us = s.training_gpu_us;
+      s.since_ckpt_us = 0;
     }
     ++processes_lost_;
     GANDIVA_RETURN_IF_ERROR(
@@ -329,9 +403,25 @@ void World::Advance(int32_t j) {
   s.last_us = now_;
   if (s.rate <= 0 || dt <= 0) return;
   const double before = s.done;
+  if (const int64_t every = options_.checkpoint_interval.micros(); every > 0) {
+    const int64_t t = s.since_ckpt_us + dt;
+    if (t >= every) {
+      // The last checkpoint within this stretch, `into` it.
+      const int64_t into = t / every * every - s.since_ckpt_us;
+      s.ckpt_done =
+          std::min(s.total, before + s.rate * static_cast<double>(into) / 1e6);
+      s.ckpt_gpu_us = s.training_gpu_us + into * s.gpus_now;
+    }
+    s.since_ckpt_us = t % every;
+  }
   s.done = std::min(s.total, s.done + s.rate * static_cast<double>(dt) / 1e6);
   s.training_us += dt;
   s.training_gpu_us += dt * s.gpus_now;
+  if (fairness_ && s.gpus_now > 0) {
+    // A job packed with another has half of its GPUs.
+    fairness_->AddReceived(queue_of_[static_cast<size_t>(j)], now_ - dt, now_,
+                           s.gpus_now * (ActivePartner(j) >= 0 ? 0.5 : 1.0));
+  }
   // Busy share of its GPUs: utilisation scaled by its rate; two packed jobs
   // together keep a GPU at most fully busy (scaled down in proportion).
   double busy = s.utilization * std::min(1.0, s.rate / s.iso_rate);
@@ -457,12 +547,16 @@ void World::Execute(const Action& a) {
       break;
     case ActionKind::kResume:
       // Elsewhere than it last ran (a policy gave its GPUs back): carried
-      // there as a migration is.
-      cost = a.relocates ? options_.costs.migrate : options_.costs.resume;
+      // there as a migration is. Preempted: launched again.
+      cost = s.relaunch    ? options_.costs.start
+             : a.relocates ? options_.costs.migrate
+                           : options_.costs.resume;
+      s.relaunch = false;
       ++busy_jobs_;
       break;
     case ActionKind::kMigrate:
       cost = options_.costs.migrate;
+      s.relaunch = false;
       if (s.rate > 0) {
         SetRate(j, 0);  // an operator's move of a running job
       } else {
@@ -470,9 +564,10 @@ void World::Execute(const Action& a) {
       }
       break;
     case ActionKind::kPack: {
-      cost = a.launch      ? options_.costs.start
-             : a.relocates ? options_.costs.migrate
-                           : options_.costs.resume;
+      cost = a.launch || s.relaunch ? options_.costs.start
+             : a.relocates          ? options_.costs.migrate
+                                    : options_.costs.resume;
+      s.relaunch = false;
       if (a.launch && results_[j].first_start == Time::Never()) {
         results_[j].first_start = Time::FromMicros(now_);
       }
@@ -499,6 +594,17 @@ void World::Execute(const Action& a) {
       SetRate(j, 0);
       ++results_[j].suspends;
       cost = options_.costs.suspend;
+      if (a.lossy) {
+        // Killed: back to its last checkpoint, at once.
+        const int64_t lost = s.training_gpu_us - s.ckpt_gpu_us;
+        lost_gpu_us_ += lost;
+        s.kept_gpu_us += lost;
+        s.done = s.ckpt_done;
+        s.ckpt_gpu_us = s.training_gpu_us;
+        s.since_ckpt_us = 0;
+        s.relaunch = true;
+        cost = Duration();
+      }
       s.pending = a.kind;  // before the partner's rate is recomputed
       RefreshPartnerOf(j);
       break;
@@ -509,6 +615,7 @@ void World::Execute(const Action& a) {
       s.pending = ActionKind::kNone;
       s.ended = true;
       ++ended_;
+      QueueEnded(j);
       results_[j].killed = true;
       results_[j].finish = Time::FromMicros(now_);
       RefreshPartnerOf(j);
@@ -588,6 +695,7 @@ core::StatusOr<SimResult> World::Run() {
     r.submit = tj.submit;
   }
 
+  SetUpQueues(total_gpus);
   for (int i = 0; i < options_.servers; ++i) {
     core::ServerSpec spec = options_.server;
     spec.name = "server-" + std::to_string(i);
@@ -624,6 +732,7 @@ core::StatusOr<SimResult> World::Run() {
       spec.model = tj.model;
       spec.total_minibatches = static_cast<int64_t>(jobs_[j].total);
       GANDIVA_RETURN_IF_ERROR(Send(core::JobArrived{JobId(j), spec}));
+      QueueArrived(j);
       continue;
     }
     if (heap_.empty()) break;
@@ -649,6 +758,7 @@ core::StatusOr<SimResult> World::Run() {
         --busy_jobs_;
         s.ended = true;
         ++ended_;
+        QueueEnded(ev.job);
         RefreshPartnerOf(ev.job);  // it trains on alone
         results_[ev.job].finish = Time::FromMicros(now_);
         results_[ev.job].finished = true;
@@ -833,6 +943,20 @@ core::StatusOr<SimResult> World::Run() {
   r.jobs_lost = jobs_lost_;
   r.processes_lost = processes_lost_;
   r.restarts = restarts_;
+  r.lost_gpu_hours = static_cast<double>(lost_gpu_us_) / 3.6e9;
+  if (fairness_) {
+    r.fairness = fairness_->Finish(now_);
+    double wait = 0;
+    for (size_t j = 0; j < ids_.size(); ++j) {
+      const JobResult& jr = results_[j];
+      if (!within_quota_[j] || jr.first_start == Time::Never()) continue;
+      wait += (jr.first_start - jr.submit).seconds();
+      ++r.jobs_within_quota;
+    }
+    if (r.jobs_within_quota > 0) {
+      r.mean_reclaim_wait_s = wait / static_cast<double>(r.jobs_within_quota);
+    }
+  }
   r.events = c.events;
   r.per_job = std::move(results_);
   r.timeline = std::move(timeline_);
@@ -890,6 +1014,34 @@ std::string ResultJson(const SimResult& r) {
     j["processes_lost"] = r.processes_lost;
     j["restarts"] = r.restarts;
   }
+  if (r.processes_lost > 0 || r.fairness || r.lost_gpu_hours > 0) {
+    j["lost_gpu_hours"] = r.lost_gpu_hours;
+  }
+  if (r.fairness) {
+    const FairnessResult& f = *r.fairness;
+    j["jain_fairness"] = f.jain_fairness;
+    j["share_windows_within_10pct"] = f.share_windows_within_10pct;
+    if (f.finish_time_measured) {
+      j["mean_finish_time_fairness"] = f.mean_finish_time_fairness;
+      j["max_finish_time_fairness"] = f.max_finish_time_fairness;
+      j["finish_time_fairness_above_1"] = f.finish_time_fairness_above_1;
+      j["finish_time_fairness_jobs"] = f.finish_time_jobs;
+    }
+    j["mean_reclaim_wait_s"] = r.mean_reclaim_wait_s;
+    j["jobs_within_quota"] = r.jobs_within_quota;
+    nlohmann::ordered_json queues = nlohmann::ordered_json::array();
+    for (const QueueFairness& q : f.queues) {
+      nlohmann::ordered_json o;
+      o["name"] = q.name;
+      o["quota"] = q.quota;
+      o["jobs"] = q.jobs;
+      o["received_gpu_h"] = q.received_gpu_h;
+      o["fair_gpu_h"] = q.fair_gpu_h;
+      o["demand_gpu_h"] = q.demand_gpu_h;
+      queues.push_back(std::move(o));
+    }
+    j["queues"] = std::move(queues);
+  }
   j["events"] = r.events;
   j["wall_s"] = r.wall_s;
   return j.dump(2) + "\n";
@@ -934,7 +1086,7 @@ std::string SummaryTable(const std::vector<SimResult>& results) {
   auto dur = [](double s) {
     return core::FormatDuration(Duration::FromSeconds(s));
   };
-  const std::vector<Col> cols = {
+  std::vector<Col> cols = {
       {"policy", [](const SimResult& r) { return r.policy; }},
       {"jobs", [](const SimResult& r) { return std::to_string(r.jobs); }},
       {"finished",
@@ -953,8 +1105,31 @@ std::string SummaryTable(const std::vector<SimResult>& results) {
        }},
       {"suspends",
        [](const SimResult& r) { return std::to_string(r.suspends); }},
-      {"wall", [](const SimResult& r) { return Fmt(2, r.wall_s) + "s"; }},
   };
+  if (std::any_of(results.begin(), results.end(),
+                  [](const SimResult& r) { return r.fairness.has_value(); })) {
+    cols.push_back({"Jain", [](const SimResult& r) {
+                      return r.fairness ? Fmt(3, r.fairness->jain_fairness)
+                                        : std::string("-");
+                    }});
+    cols.push_back(
+        {"in 10%", [](const SimResult& r) {
+           return r.fairness
+                      ? Fmt(1, 100 * r.fairness->share_windows_within_10pct) +
+                            "%"
+                      : std::string("-");
+         }});
+    cols.push_back({"rho", [](const SimResult& r) {
+                      return r.fairness && r.fairness->finish_time_measured
+                                 ? Fmt(2, r.fairness->mean_finish_time_fairness)
+                                 : std::string("-");
+                    }});
+    cols.push_back({"lost GPU-h", [](const SimResult& r) {
+                      return Fmt(1, r.lost_gpu_hours);
+                    }});
+  }
+  cols.push_back(
+      {"wall", [](const SimResult& r) { return Fmt(2, r.wall_s) + "s"; }});
   std::vector<std::vector<std::string>> rows;
   std::vector<size_t> width(cols.size());
   for (size_t c = 0; c < cols.size(); ++c)

@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "core/policy.h"
 #include "core/status.h"
 #include "core/time.h"
+#include "sim/fairness.h"
 #include "sim/workload/catalog.h"
 #include "sim/workload/workload.h"
 
@@ -155,6 +158,18 @@ struct SimOptions {
   // result unchanged. 0: never. Default 0.
   int64_t snapshot_every_events = 0;
   std::function<std::unique_ptr<core::Policy>()> snapshot_policy;
+  // Queues (teams) whose fair shares are measured (SimResult::fairness,
+  // sim/fairness.h): each queue's quota in GPUs, by name. A job's queue is
+  // its virtual cluster (TraceJob::vc); one of a VC not named here is in
+  // the queue named "" (of quota 0 unless named). Empty: not measured.
+  std::map<std::string, int> queue_quotas;
+  // The fairness measures' window. Default 1 hour.
+  core::Duration fairness_window = core::Duration::Seconds(3600);
+  // Every job saves a checkpoint after each this much training since it
+  // last (re)started; a job stopped at once (Actions::Preempt) goes back
+  // to its last one, and the GPU time since is lost (lost_gpu_hours).
+  // 0: no periodic checkpoints. Default 30 minutes.
+  core::Duration checkpoint_interval = core::Duration::Seconds(1800);
 };
 
 struct JobResult {
@@ -221,6 +236,18 @@ struct SimResult {
   // job's next resume or start is counted as a resume or a start).
   int64_t processes_lost = 0;
   int64_t restarts = 0;
+  // GPU time of training thrown away: what a job had trained since its
+  // work was last kept, when it is lost (a process lost without a
+  // checkpoint goes back to the beginning).
+  double lost_gpu_hours = 0;
+  // With SimOptions::queue_quotas: how fairly the queues shared the
+  // cluster, and the mean wait before its first start of a job that came
+  // within its queue's quota (its queue's arrived, unfinished jobs, itself
+  // included, asking for no more GPUs than the quota): how long a queue
+  // waits for the GPUs it is owed.
+  std::optional<FairnessResult> fairness;
+  double mean_reclaim_wait_s = 0;
+  int64_t jobs_within_quota = 0;
   int64_t events = 0;  // events handled by the core
   int total_gpus = 0;
   double wall_s = 0;

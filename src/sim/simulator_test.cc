@@ -10,6 +10,7 @@
 
 #include "core/event.h"
 #include "core/policies/registry.h"
+#include "sim/finish_time_fairness.h"
 #include "sim/workload/synthetic.h"
 
 namespace gandiva::sim {
@@ -285,11 +286,12 @@ TEST_F(SimulatorTest, ACoreRestoredFromSnapshotsRunsTheSame) {
   core::PolicyOptions po;
   po.fifo.vc_quotas = {{"research", 12}, {"prod", 16}};
   po.fifo.allow_borrowing = true;
+  po.queue_quotas = po.fifo.vc_quotas;
   auto strip = [](std::string json) {
     return json.substr(0, json.find("\"wall_s\""));
   };
-  for (const char* policy :
-       {"fifo", "gandiva", "gandiva-timeslice", "tiresias-las"}) {
+  for (const char* policy : {"fifo", "gandiva", "gandiva-timeslice",
+                             "tiresias-las", "gandiva-fair", "drf-reclaim"}) {
     SCOPED_TRACE(policy);
     auto run = [&](int64_t every) {
       SimOptions o = Small(8, 4);
@@ -482,6 +484,8 @@ TEST_F(SimulatorTest, AJobWhoseAgentRestartsRunsAgainFromWhatWasKept) {
       EXPECT_EQ(restarts[0].launch, !kept);
       EXPECT_NEAR(r.mean_jct_s, kept ? 10 + 1000 + 10 : 10 + 90 + 10 + 1000,
                   1e-3);
+      // Without a checkpoint the 90 s it trained on 4 GPUs are lost.
+      EXPECT_NEAR(r.lost_gpu_hours, kept ? 0 : 90.0 * 4 / 3600, 1e-9);
     }
   }
 }
@@ -565,6 +569,137 @@ TEST_F(SimulatorTest, AClusterEventOfAServerTheClusterDoesNotHaveIsRefused) {
   EXPECT_EQ(r.status().message(),
             "cluster_events[1]: field 'server': no server 2 (the cluster has "
             "2)");
+}
+
+// Two queues of 2 GPUs' quota on 4 GPUs: queue a fills the cluster first,
+// queue b comes 600 s later. Plain fifo leaves b waiting for a's jobs to
+// end (at 2 h, with their start): b gets none of its fair share in the
+// first two hours while a gets more than its own, and b's jobs, which came
+// within its quota, wait 6,600 s. fifo keeping to the quotas runs b's at
+// once. What the queues received is the GPU time their jobs trained.
+TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
+  Workload w;
+  for (int i = 0; i < 4; ++i) {
+    w.jobs.push_back(Job("a" + std::to_string(i), 0, 7190));
+    w.jobs.back().vc = "a";
+  }
+  for (int i = 0; i < 2; ++i) {
+    w.jobs.push_back(Job("b" + std::to_string(i), 600, 3600));
+    w.jobs.back().vc = "b";
+  }
+  SimOptions o = Small(1, 4);
+  o.queue_quotas = {{"a", 2}, {"b", 2}};
+  SimResult plain = Run(w, "fifo", o);
+  ASSERT_TRUE(plain.fairness.has_value());
+  const FairnessResult& f = *plain.fairness;
+  ASSERT_EQ(f.queues.size(), 2u);
+  EXPECT_EQ(f.queues[0].name, "a");
+  EXPECT_EQ(f.queues[0].jobs, 4);
+  EXPECT_EQ(f.queues[1].jobs, 2);
+  EXPECT_EQ(f.queues[1].quota, 2);
+  // In the first two hours b has demand and gets nothing: Jain's index of
+  // (x, 0) is 1/2. From 7,200 s b alone has demand. Of the 6 (queue, hour)
+  // pairs with demand, b's first two fall short.
+  EXPECT_NEAR(f.jain_fairness, 0.5, 1e-9);
+  EXPECT_EQ(f.windows_shared, 2);
+  EXPECT_EQ(f.queue_windows, 6);
+  EXPECT_NEAR(f.share_windows_within_10pct, 4.0 / 6, 1e-9);
+  double received_s = 0;
+  for (const QueueFairness& q : f.queues) received_s += q.received_gpu_h * 3600;
+  EXPECT_NEAR(received_s,
+              plain.gpu_utilization * plain.total_gpus * plain.makespan_s,
+              1e-3);
+  // a's first two jobs and both of b's came within their quotas.
+  EXPECT_EQ(plain.jobs_within_quota, 4);
+  EXPECT_NEAR(plain.mean_reclaim_wait_s, (0 + 0 + 6600 + 6600) / 4.0, 1e-3);
+  EXPECT_EQ(plain.lost_gpu_hours, 0);
+
+  core::PolicyOptions po;
+  po.fifo.vc_quotas = o.queue_quotas;
+  auto fifo = core::MakePolicy("fifo", po);
+  ASSERT_TRUE(fifo.ok());
+  auto quotas = Simulate(w, *catalog_, std::move(*fifo), o);
+  ASSERT_TRUE(quotas.ok()) << quotas.status().ToString();
+  ASSERT_TRUE(quotas->fairness.has_value());
+  EXPECT_NEAR(quotas->mean_reclaim_wait_s, 0, 1e-9);
+  EXPECT_GT(quotas->fairness->jain_fairness, 0.9);
+
+  // Without queues nothing is measured.
+  EXPECT_FALSE(Run(w, "fifo", Small(1, 4)).fairness.has_value());
+
+  // gandiva-fair reclaims b's quota at the next tick (a minute), by
+  // suspending two of a's jobs: nothing is lost, and all finish.
+  core::PolicyOptions fo;
+  fo.queue_quotas = o.queue_quotas;
+  auto fair = core::MakePolicy("gandiva-fair", fo);
+  ASSERT_TRUE(fair.ok());
+  auto shared = Simulate(w, *catalog_, std::move(*fair), o);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  EXPECT_EQ(shared->jobs_finished, 6);
+  EXPECT_LE(shared->mean_reclaim_wait_s, 60.0 / 2 + 1);
+  EXPECT_GT(shared->suspends, 0);
+  EXPECT_EQ(shared->lost_gpu_hours, 0);
+  EXPECT_GT(shared->fairness->jain_fairness, 0.95);
+
+  // drf-reclaim takes b's quota back at once by killing the two of a's
+  // jobs started last, which lose what they trained since their start at
+  // 10 s: 590 s each, with no checkpoint in 30 minutes; with one every 5
+  // minutes, 290 s each. They restart once b's end, and all finish.
+  for (const auto& [every, lost_s] :
+       {std::pair{Duration::Seconds(1800), 590.0},
+        std::pair{Duration::Seconds(300), 290.0}}) {
+    SimOptions co = o;
+    co.checkpoint_interval = every;
+    auto drf = core::MakePolicy("drf-reclaim", fo);
+    ASSERT_TRUE(drf.ok());
+    auto killed = Simulate(w, *catalog_, std::move(*drf), co);
+    ASSERT_TRUE(killed.ok()) << killed.status().ToString();
+    EXPECT_EQ(killed->jobs_finished, 6);
+    EXPECT_NEAR(killed->mean_reclaim_wait_s, 0, 1e-9);
+    EXPECT_NEAR(killed->lost_gpu_hours, 2 * lost_s / 3600, 1e-6);
+    EXPECT_EQ(killed->suspends, 2);
+  }
+}
+
+// Finish-time fairness: each queue's jobs are run again alone on its quota
+// (here 2 GPUs: one server of 2), and each job's JCT compared.
+TEST_F(SimulatorTest, FinishTimeFairnessComparesEachJobWithItsQueueAlone) {
+  Workload w;
+  for (int i = 0; i < 4; ++i) {
+    w.jobs.push_back(Job("a" + std::to_string(i), 0, 7190));
+    w.jobs.back().vc = "a";
+  }
+  for (int i = 0; i < 2; ++i) {
+    w.jobs.push_back(Job("b" + std::to_string(i), 600, 3600));
+    w.jobs.back().vc = "b";
+  }
+  SimOptions o = Small(1, 4);
+  o.queue_quotas = {{"a", 2}, {"b", 2}};
+  SimResult r = Run(w, "fifo", o);
+  std::vector<std::map<std::string, int>> asked;
+  const PolicyForQueues fifo = [&](const std::map<std::string, int>& q) {
+    asked.push_back(q);
+    return core::MakePolicy("fifo");
+  };
+  ASSERT_TRUE(MeasureFinishTimeFairness(w, *catalog_, o, fifo, r).ok());
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[0], (std::map<std::string, int>{{"a", 2}}));
+  const FairnessResult& f = *r.fairness;
+  ASSERT_TRUE(f.finish_time_measured);
+  EXPECT_EQ(f.finish_time_jobs, 6);
+  // Shared, plain fifo: a's four run at once (JCT 7,200 s); b's wait for
+  // them (JCT 10,210 s). Alone on 2 GPUs: a's run two by two (7,200 and
+  // 14,400 s), b's at once (3,610 s).
+  const double b_rho = 10210.0 / 3610.0;
+  EXPECT_NEAR(f.max_finish_time_fairness, b_rho, 1e-9);
+  EXPECT_NEAR(f.mean_finish_time_fairness, (1 + 1 + 0.5 + 0.5 + 2 * b_rho) / 6,
+              1e-9);
+  EXPECT_NEAR(f.finish_time_fairness_above_1, 2.0 / 6, 1e-9);
+
+  SimResult unmeasured = Run(w, "fifo", Small(1, 4));
+  EXPECT_FALSE(
+      MeasureFinishTimeFairness(w, *catalog_, Small(1, 4), fifo, unmeasured)
+          .ok());
 }
 
 }  // namespace

@@ -15,16 +15,8 @@ namespace {
 // allowed (always for jobs larger than any server).
 std::optional<std::vector<GpuId>> FindGpus(const Cluster& cluster, int need,
                                            bool relax_locality) {
-  if (cluster.free_gpus() < need) return std::nullopt;
-  std::optional<std::vector<GpuId>> gpus;
-  cluster.ForEachWithFree(need, [&](const Server& s) {
-    gpus = FreeGpusOn(cluster, s, need);
-    return true;
-  });
-  if (!gpus && (relax_locality || need > cluster.max_server_gpus())) {
-    gpus = GatherFreeGpus(cluster, need);
-  }
-  return gpus;
+  return BestFitGpus(cluster, need,
+                     relax_locality || need > cluster.max_server_gpus());
 }
 
 // Why the jobs of VC queues wait (FifoPolicy with vc_quotas).

@@ -81,6 +81,18 @@ std::vector<GpuId> LeastLoadedBlock(const Cluster& cluster,
   return out;
 }
 
+std::optional<std::vector<GpuId>> BestFitGpus(const Cluster& cluster, int count,
+                                              bool gather) {
+  if (cluster.free_gpus() < count) return std::nullopt;
+  std::optional<std::vector<GpuId>> gpus;
+  cluster.ForEachWithFree(count, [&](const Server& s) {
+    gpus = FreeGpusOn(cluster, s, count);
+    return true;
+  });
+  if (!gpus && gather) gpus = GatherFreeGpus(cluster, count);
+  return gpus;
+}
+
 std::optional<std::vector<GpuId>> GatherFreeGpus(const Cluster& cluster,
                                                  int count) {
   if (cluster.free_gpus() < count) return std::nullopt;

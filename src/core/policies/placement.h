@@ -28,6 +28,12 @@ std::vector<GpuId> LeastLoadedBlock(const Cluster& cluster,
 std::optional<std::vector<GpuId>> GatherFreeGpus(const Cluster& cluster,
                                                  int count);
 
+// `count` free GPUs on the server whose free GPUs fit them most tightly
+// (fewest free; FreeGpusOn within it), else, with `gather`, across servers
+// (GatherFreeGpus). Nothing if neither finds them.
+std::optional<std::vector<GpuId>> BestFitGpus(const Cluster& cluster, int count,
+                                              bool gather);
+
 // Runs `place()` (which returns something testable as bool: found or not)
 // first with the servers `job`'s failed starts were on avoided
 // (Job::start_failed_on), then, if that found nothing, with all servers.

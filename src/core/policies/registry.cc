@@ -17,6 +17,13 @@ std::vector<PolicyInfo> KnownPolicies() {
       {"tiresias-las",
        "Tiresias 2D-LAS: least attained GPU-time first, exclusive GPUs, "
        "preemption"},
+      {"gandiva-fair",
+       "queues (teams) get their GPU quotas and share idle GPUs by quota; "
+       "time-slicing, reclaim by suspend (nothing lost)"},
+      {"drf-reclaim",
+       "queues get their GPU quotas and borrow idle GPUs (DRF); reclaim "
+       "kills borrowers, which restart from their last checkpoint",
+       /*simulator_only=*/true},
   };
 }
 
@@ -47,6 +54,17 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
   }
   if (name == "tiresias-las") {
     return std::unique_ptr<Policy>(new TiresiasPolicy(options.tiresias));
+  }
+  if (name == "gandiva-fair") {
+    GandivaFairOptions o;
+    o.queue_quotas = options.queue_quotas;
+    o.quantum = options.gandiva.quantum;
+    o.half_life = options.share_half_life;
+    return std::unique_ptr<Policy>(new GandivaFairPolicy(o));
+  }
+  if (name == "drf-reclaim") {
+    return std::unique_ptr<Policy>(
+        new DrfReclaimPolicy({.queue_quotas = options.queue_quotas}));
   }
   std::string known;
   for (const PolicyInfo& p : KnownPolicies()) {

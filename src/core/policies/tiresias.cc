@@ -17,14 +17,7 @@ namespace {
 
 // Free GPUs for `need`: best fit on one server, else across servers.
 std::optional<std::vector<GpuId>> FindGpus(const Cluster& cluster, int need) {
-  if (cluster.free_gpus() < need) return std::nullopt;
-  std::optional<std::vector<GpuId>> gpus;
-  cluster.ForEachWithFree(need, [&](const Server& s) {
-    gpus = FreeGpusOn(cluster, s, need);
-    return true;
-  });
-  if (!gpus) gpus = GatherFreeGpus(cluster, need);
-  return gpus;
+  return BestFitGpus(cluster, need, /*gather=*/true);
 }
 
 // Running, not starting, resuming, suspending or migrating.

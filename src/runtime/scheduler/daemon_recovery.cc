@@ -262,6 +262,14 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   po.gandiva.allow_split = false;
   po.fifo.relax_locality = false;
   policy_name = want.at("policy").get<std::string>();
+  for (const core::PolicyInfo& known : core::KnownPolicies()) {
+    if (known.name == policy_name && known.simulator_only) {
+      return core::InvalidArgument(
+          "policy '" + policy_name +
+          "' is a baseline for the simulator only: its reclaim kills jobs, "
+          "which the daemon does not do");
+    }
+  }
   auto policy = core::MakePolicy(policy_name, po);
   if (!policy.ok()) return policy.status();
   core::SchedulerOptions so;

@@ -3211,6 +3211,22 @@ TEST_F(FailingMoveTest,
   ASSERT_TRUE(SettlesAtSource(rpc::RUNNING)) << cl.Get(j).DebugString();
 }
 
+// A policy whose reclaim kills jobs is the simulator's baseline only; the
+// daemon refuses it by name and starts nothing.
+TEST_F(DaemonTest, RefusesASimulatorOnlyPolicy) {
+  SchedulerOptions o = Options();
+  o.policy = "drf-reclaim";
+  auto s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("policy 'drf-reclaim'"),
+            std::string::npos)
+      << s.status().ToString();
+  o.policy = "gandiva-fair";
+  StartDaemon(o);
+  EXPECT_EQ(server_->policy(), "gandiva-fair");
+}
+
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
   SchedulerOptions o = Options();
   o.policy = "fifo";

@@ -203,7 +203,61 @@ const std::vector<std::string>& MetricNames() {
   return names;
 }
 
+const std::vector<std::string>& FairnessMetricNames() {
+  static const std::vector<std::string> names = {"jain_fairness",
+                                                 "share_windows_within_10pct",
+                                                 "mean_finish_time_fairness",
+                                                 "max_finish_time_fairness",
+                                                 "finish_time_fairness_above_1",
+                                                 "mean_reclaim_wait_s",
+                                                 "lost_gpu_hours"};
+  return names;
+}
+
+core::Status CheckMetric(const std::string& name) {
+  const auto& plain = MetricNames();
+  const auto& fair = FairnessMetricNames();
+  if (std::find(plain.begin(), plain.end(), name) != plain.end() ||
+      std::find(fair.begin(), fair.end(), name) != fair.end()) {
+    return core::Status::Ok();
+  }
+  std::string known;
+  for (const auto* list : {&plain, &fair}) {
+    for (const std::string& n : *list) {
+      known += (known.empty() ? "" : ", ") + n;
+    }
+  }
+  return core::InvalidArgument("unknown metric '" + name +
+                               "' (one of: " + known + ")");
+}
+
 core::StatusOr<double> Metric(const SimResult& r, const std::string& name) {
+  GANDIVA_RETURN_IF_ERROR(CheckMetric(name));
+  if (name == "lost_gpu_hours") return r.lost_gpu_hours;
+  const auto& fair = FairnessMetricNames();
+  if (std::find(fair.begin(), fair.end(), name) != fair.end()) {
+    if (!r.fairness) {
+      return core::Status(core::StatusCode::kFailedPrecondition,
+                          "metric '" + name +
+                              "' is measured only in runs with queues "
+                              "(--queues)");
+    }
+    const FairnessResult& f = *r.fairness;
+    if (name == "jain_fairness") return f.jain_fairness;
+    if (name == "share_windows_within_10pct") {
+      return f.share_windows_within_10pct;
+    }
+    if (name == "mean_reclaim_wait_s") return r.mean_reclaim_wait_s;
+    if (!f.finish_time_measured) {
+      return core::Status(core::StatusCode::kFailedPrecondition,
+                          "metric '" + name + "' was not measured in this run");
+    }
+    if (name == "mean_finish_time_fairness") {
+      return f.mean_finish_time_fairness;
+    }
+    if (name == "max_finish_time_fairness") return f.max_finish_time_fairness;
+    return f.finish_time_fairness_above_1;
+  }
   const std::map<std::string, double> values = {
       {"jobs_finished", static_cast<double>(r.jobs_finished)},
       {"mean_jct_s", r.mean_jct_s},
@@ -222,16 +276,7 @@ core::StatusOr<double> Metric(const SimResult& r, const std::string& name) {
       {"packs", static_cast<double>(r.packs)},
       {"unpacks", static_cast<double>(r.unpacks)},
       {"events", static_cast<double>(r.events)}};
-  auto it = values.find(name);
-  if (it == values.end()) {
-    std::string known;
-    for (const std::string& n : MetricNames()) {
-      known += (known.empty() ? "" : ", ") + n;
-    }
-    return core::InvalidArgument("unknown metric '" + name +
-                                 "' (one of: " + known + ")");
-  }
-  return it->second;
+  return values.at(name);
 }
 
 std::string SweepJson(const std::vector<SweepRun>& runs) {
@@ -249,14 +294,26 @@ std::string SweepJson(const std::vector<SweepRun>& runs) {
 }
 
 std::string SweepCsv(const std::vector<SweepRun>& runs) {
+  std::vector<std::string> metrics = MetricNames();
+  if (std::any_of(runs.begin(), runs.end(), [](const SweepRun& r) {
+        return r.result.fairness.has_value();
+      })) {
+    const auto& fair = FairnessMetricNames();
+    metrics.insert(metrics.end(), fair.begin(), fair.end());
+  }
   std::string out = "policy,seed,gpus,load";
-  for (const std::string& m : MetricNames()) out += "," + m;
+  for (const std::string& m : metrics) out += "," + m;
   out += ",wall_s\n";
   for (const SweepRun& r : runs) {
     out += r.policy + "," + std::to_string(r.seed) + "," +
            std::to_string(r.gpus) + "," + Num(r.load);
-    for (const std::string& m : MetricNames()) {
-      const double v = *Metric(r.result, m);
+    for (const std::string& m : metrics) {
+      const core::StatusOr<double> got = Metric(r.result, m);
+      if (!got.ok()) {
+        out += ",";  // not measured in this run
+        continue;
+      }
+      const double v = *got;
       out += "," + (v == std::floor(v) && std::fabs(v) < 1e15 ? Fixed(v, 0)
                                                               : Fixed(v, 4));
     }
@@ -319,9 +376,7 @@ std::string SweepTable(const std::vector<SweepRun>& runs) {
 
 core::StatusOr<std::string> SweepSvg(const std::vector<SweepRun>& runs,
                                      const std::string& metric) {
-  if (auto known = Metric(SimResult{}, metric); !known.ok()) {
-    return known.status();
-  }
+  GANDIVA_RETURN_IF_ERROR(CheckMetric(metric));
   const Axis axis = AxisOf(runs);
   // Per policy (in the sweep's order), per x: the sum and count.
   std::vector<std::string> policies;
@@ -329,7 +384,9 @@ core::StatusOr<std::string> SweepSvg(const std::vector<SweepRun>& runs,
   for (const SweepRun& r : runs) {
     if (!points.contains(r.policy)) policies.push_back(r.policy);
     auto& [sum, count] = points[r.policy][XOf(r, axis)];
-    sum += *Metric(r.result, metric);
+    const core::StatusOr<double> v = Metric(r.result, metric);
+    if (!v.ok()) return v.status();
+    sum += *v;
     ++count;
   }
   std::vector<PlotSeries> series;

@@ -54,19 +54,27 @@ void RunParallel(size_t n, int parallel, const std::function<void(size_t)>& fn);
 // its result (ResultJson's object, under "result").
 std::string SweepJson(const std::vector<SweepRun>& runs);
 // A header line, then one row per run: its inputs and every metric of
-// MetricNames(), then wall_s.
+// MetricNames() (and of FairnessMetricNames() when a run has queues; empty
+// in a row without), then wall_s.
 std::string SweepCsv(const std::vector<SweepRun>& runs);
 // A readable table: the inputs that vary and the main metrics.
 std::string SweepTable(const std::vector<SweepRun>& runs);
 
 // The metrics a sweep can plot, named as in ResultJson.
 const std::vector<std::string>& MetricNames();
+// Those measured only in runs with queues (SimOptions::queue_quotas); the
+// CSV has their columns when a run has them.
+const std::vector<std::string>& FairnessMetricNames();
+// Refuses a name in neither list, naming those known.
+core::Status CheckMetric(const std::string& name);
+// A fairness metric of a run without queues is refused.
 core::StatusOr<double> Metric(const SimResult& result, const std::string& name);
 
 // An SVG line plot of `metric`: against the cluster's GPUs when the sweep
 // varies them, else against the load when it varies, else against the
 // seed; one line per policy, each point the mean over the runs that share
-// its x (the seeds). Refused for a metric not in MetricNames().
+// its x (the seeds). Refused for an unknown metric, or a fairness metric
+// of a run without queues.
 core::StatusOr<std::string> SweepSvg(const std::vector<SweepRun>& runs,
                                      const std::string& metric);
 

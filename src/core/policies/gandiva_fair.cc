@@ -1,0 +1,363 @@
+#include "core/policies/gandiva_fair.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "core/policies/placement.h"
+
+namespace gandiva::core {
+namespace {
+
+// Free GPUs for `need`: best fit on one server, else across servers.
+std::optional<std::vector<GpuId>> FindGpus(const Cluster& cluster, int need) {
+  return BestFitGpus(cluster, need, /*gather=*/true);
+}
+
+// On its way to run, or running through a mechanism: its GPUs are taken.
+bool Arriving(const Job& j) {
+  return j.busy() && j.in_flight != ActionKind::kSuspend &&
+         j.in_flight != ActionKind::kUnpack;
+}
+
+int GpusOf(const Job& j) {
+  return j.placed() ? static_cast<int>(j.gpus.size()) : j.spec.gpus;
+}
+
+// Why the queued jobs wait under gandiva-fair.
+class FairQueueReasons final : public QueueReasons {
+ public:
+  std::map<JobId, std::string> why;
+  OpenGpus gpus;
+
+  std::string Why(JobId job, int need) const override {
+    auto it = why.find(job);
+    if (it == why.end() || need > gpus.total) {
+      return DefaultWaitReason(need, -1, gpus);
+    }
+    return it->second;
+  }
+};
+
+}  // namespace
+
+GandivaFairPolicy::GandivaFairPolicy(GandivaFairOptions options)
+    : options_(std::move(options)), queues_(options_.queue_quotas) {
+  if (options_.quantum <= Duration::Seconds(0)) {
+    options_.quantum = Duration::Seconds(60);
+  }
+  if (options_.half_life <= Duration::Seconds(0)) {
+    options_.half_life = Duration::Seconds(3600);
+  }
+  const size_t n = queues_.size();
+  credits_.credit.assign(n, 0.0);
+  credits_.share.assign(n, 0.0);
+  credits_.holds.assign(n, 0.0);
+}
+
+void GandivaFairPolicy::SaveState(SnapshotWriter& w) const {
+  w.I64(static_cast<int64_t>(queues_.size()));
+  w.At(credits_.at);
+  for (size_t q = 0; q < queues_.size(); ++q) {
+    w.F64(credits_.credit[q]);
+    w.F64(credits_.share[q]);
+    w.F64(credits_.holds[q]);
+  }
+}
+
+void GandivaFairPolicy::LoadState(SnapshotReader& r) {
+  live_.MarkStale();
+  tally_stale_ = true;
+  const int64_t n = r.I64();
+  if (!r.ok()) return;
+  if (n != static_cast<int64_t>(queues_.size())) {
+    r.Fail("the snapshot has " + std::to_string(n) + " queues, the policy " +
+           std::to_string(queues_.size()));
+    return;
+  }
+  Credits c;
+  c.at = r.At();
+  for (int64_t q = 0; q < n && r.ok(); ++q) {
+    c.credit.push_back(r.F64());
+    c.share.push_back(r.F64());
+    c.holds.push_back(r.F64());
+  }
+  if (!r.ok() || !r.at_end()) return;
+  credits_ = std::move(c);
+}
+
+void GandivaFairPolicy::Forget(const ClusterState& /*state*/,
+                               std::span<const JobId> jobs) {
+  live_.Forget(jobs);
+  for (JobId id : jobs) {
+    if (auto it = parts_.find(id); it != parts_.end()) {
+      demand_[it->second.queue] -= it->second.demand;
+      holds_[it->second.queue] -= it->second.holds;
+      parts_.erase(it);
+    }
+  }
+}
+
+void GandivaFairPolicy::Integrate(Credits& c, Time now) const {
+  if (c.at == Time::Never() || now <= c.at) return;
+  // dc/dt = share - holds - c ln2 / half_life, with share and holds as
+  // they were at `at`, solved exactly over the step.
+  const double dt = (now - c.at).seconds();
+  const double rate = std::log(2.0) / options_.half_life.seconds();
+  const double kept = std::exp(-rate * dt);
+  for (size_t q = 0; q < c.credit.size(); ++q) {
+    c.credit[q] =
+        c.credit[q] * kept + (c.share[q] - c.holds[q]) * (1 - kept) / rate;
+  }
+  c.at = now;
+}
+
+void GandivaFairPolicy::Retally(const ClusterState& state, JobId id) {
+  if (auto it = parts_.find(id); it != parts_.end()) {
+    demand_[it->second.queue] -= it->second.demand;
+    holds_[it->second.queue] -= it->second.holds;
+    parts_.erase(it);
+  }
+  if (!state.has_job(id)) return;
+  const Job& j = state.job(id);
+  if (IsTerminal(j.state)) return;
+  Part part{queues_.Of(j.spec.vc), j.held ? 0 : GpusOf(j),
+            j.state == JobState::kRunning ? GpusOf(j) : 0};
+  demand_[part.queue] += part.demand;
+  holds_[part.queue] += part.holds;
+  parts_.emplace(id, part);
+}
+
+void GandivaFairPolicy::Refresh(const ClusterState& state) {
+  const size_t n = queues_.size();
+  std::vector<double> demand(n), quotas(n);
+  for (size_t q = 0; q < n; ++q) {
+    demand[q] = demand_[q];
+    quotas[q] = queues_.quota(q);
+    credits_.holds[q] = holds_[q];
+  }
+  credits_.share = FairShares(demand, quotas, state.cluster().up_gpus());
+  credits_.at = state.now();
+}
+
+GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
+    const ClusterState& state, const std::set<JobId>& live,
+    const Credits& credits) const {
+  const Time now = state.now();
+  const size_t queues = queues_.size();
+  Deal deal;
+  deal.taken.assign(queues, 0);
+  int left = state.cluster().up_gpus();
+  // Each queue's candidates in its order: (key, job, GPUs).
+  using Key = std::tuple<int, int, Time, int32_t>;
+  std::vector<std::vector<std::tuple<Key, JobId, int>>> lines(queues);
+  for (JobId id : live) {
+    const Job& j = state.job(id);
+    const size_t q = queues_.Of(j.spec.vc);
+    const int d = GpusOf(j);
+    if (Arriving(j) || j.state == JobState::kMigrating) {
+      // Decided already: it holds its GPUs.
+      deal.chosen.insert(id);
+      deal.taken[q] += d;
+      left -= d;
+      continue;
+    }
+    if (j.held || j.busy() || j.awaits_start_retry(now)) continue;
+    const bool running = j.state == JobState::kRunning;
+    const bool in_slice = running && now - j.run_since < options_.quantum;
+    const Time since = in_slice ? j.run_since : running ? now : j.waiting_since;
+    lines[q].emplace_back(
+        Key{-j.spec.priority, in_slice ? 0 : 1, since, id.value}, id, d);
+  }
+  for (auto& line : lines) std::sort(line.begin(), line.end());
+  std::vector<std::vector<bool>> taken(queues);
+  auto take = [&](size_t q, size_t k) {
+    const auto& [key, id, d] = lines[q][k];
+    taken[q][k] = true;
+    deal.taken[q] += d;
+    left -= d;
+    deal.chosen.insert(id);
+    deal.order.push_back(id);
+  };
+  // Turn by turn, the largest claim takes its queue's next job that fits.
+  // What is left only shrinks, so a job that does not fit now never will:
+  // each queue's cursor only moves on.
+  std::vector<double> claim(queues);
+  for (size_t q = 0; q < queues; ++q) {
+    taken[q].assign(lines[q].size(), false);
+    claim[q] = credits.share[q] +
+               credits.credit[q] / options_.quantum.seconds() - deal.taken[q];
+  }
+  std::vector<size_t> next(queues, 0);
+  while (left > 0) {
+    int best = -1;
+    for (size_t q = 0; q < queues; ++q) {
+      size_t& k = next[q];
+      while (k < lines[q].size() &&
+             (taken[q][k] || std::get<2>(lines[q][k]) > left)) {
+        ++k;
+      }
+      if (k == lines[q].size()) continue;
+      if (best < 0 || claim[q] > claim[static_cast<size_t>(best)]) {
+        best = static_cast<int>(q);
+      }
+    }
+    if (best < 0) break;
+    const size_t q = static_cast<size_t>(best);
+    claim[q] -= std::get<2>(lines[q][next[q]]);
+    take(q, next[q]);
+  }
+  return deal;
+}
+
+void GandivaFairPolicy::decide(const ClusterState& state, const Event& event,
+                               Actions& out) {
+  live_.Keep(state, event);
+  // A report changes nothing this policy reads.
+  if (std::holds_alternative<ProfileReport>(event.body)) return;
+  // The credits up to now, under the shares and holdings since the last
+  // event; then those of now.
+  Integrate(credits_, state.now());
+  if (tally_stale_) {
+    tally_stale_ = false;
+    parts_.clear();
+    demand_.assign(queues_.size(), 0);
+    holds_.assign(queues_.size(), 0);
+    for (JobId id : live_.jobs()) Retally(state, id);
+  } else {
+    if (const auto* a = std::get_if<JobArrived>(&event.body)) {
+      Retally(state, a->id);
+    }
+    for (JobId id : state.changed_jobs()) Retally(state, id);
+  }
+  Refresh(state);
+  Act(state, event, out);
+  // What the actions changed counts from now on.
+  for (JobId id : state.changed_jobs()) Retally(state, id);
+  Refresh(state);
+}
+
+void GandivaFairPolicy::Act(const ClusterState& state, const Event& event,
+                            Actions& out) {
+  const Cluster& cluster = state.cluster();
+  const bool tick = std::holds_alternative<Tick>(event.body);
+  if (const auto* e = std::get_if<ActionFailed>(&event.body)) {
+    // A failed resume leaves the job where it was: let it be placed anew
+    // rather than retried on the same GPUs.
+    const Job& j = state.job(e->job);
+    if (j.state == JobState::kSuspended && !j.busy() && !j.held) {
+      out.Requeue(j.id);
+    }
+  }
+  if (!tick && cluster.free_gpus() == 0 && state.waiting().empty()) return;
+  const Deal deal = DealGpus(state, live_.jobs(), credits_);
+  const Time now = state.now();
+
+  if (tick) {
+    // The GPUs each queue's running jobs hold now.
+    std::vector<int> holds(queues_.size(), 0);
+    for (JobId id : live_.jobs()) {
+      const Job& j = state.job(id);
+      if (j.state == JobState::kRunning) {
+        holds[queues_.Of(j.spec.vc)] += GpusOf(j);
+      }
+    }
+    // The highest priority of each queue's jobs dealt GPUs that wait.
+    std::vector<int> wants(queues_.size(), std::numeric_limits<int>::min());
+    for (JobId id : deal.order) {
+      const Job& j = state.job(id);
+      if (j.state == JobState::kRunning) continue;
+      int& w = wants[queues_.Of(j.spec.vc)];
+      w = std::max(w, j.spec.priority);
+    }
+    std::vector<JobId> ending;
+    for (JobId id : live_.jobs()) {
+      const Job& j = state.job(id);
+      if (j.state != JobState::kRunning || j.busy() || j.held ||
+          deal.chosen.count(id)) {
+        continue;
+      }
+      // In its first half quantum it is kept, unless its queue holds more
+      // than its fair share or a job of higher priority of its queue waits
+      // for it.
+      const size_t q = queues_.Of(j.spec.vc);
+      const bool young = now - j.run_since < options_.quantum / 2;
+      if (young && holds[q] <= credits_.share[q] + 1e-9 &&
+          wants[q] <= j.spec.priority) {
+        continue;
+      }
+      ending.push_back(id);
+    }
+    for (JobId id : ending) out.Suspend(id);
+  }
+  // Suspended jobs run again where they are, if chosen and their GPUs are
+  // idle; else they give their GPUs back.
+  std::vector<JobId> suspended;
+  for (const JobOrder& o : state.waiting()) suspended.push_back(o.id);
+  for (JobId id : suspended) {
+    const Job& j = state.job(id);
+    if (j.held || j.busy() || j.state != JobState::kSuspended) continue;
+    bool idle = deal.chosen.count(id) > 0;
+    for (GpuId g : j.gpus) idle = idle && cluster.gpu(g).active == 0;
+    if (idle) {
+      out.Run(id);
+    } else {
+      out.Requeue(id);
+    }
+  }
+  // The chosen queued jobs start where GPUs are free, in the order dealt.
+  for (JobId id : deal.order) {
+    if (cluster.free_gpus() == 0) break;
+    const Job& j = state.job(id);
+    if (j.state != JobState::kQueued) continue;
+    if (auto gpus = PlaceAvoidingFailedStarts(
+            cluster, j, [&] { return FindGpus(cluster, j.spec.gpus); })) {
+      out.Start(j.id, std::move(*gpus));
+    }
+  }
+}
+
+std::shared_ptr<const QueueReasons> GandivaFairPolicy::ExplainQueue(
+    const ClusterState& state, const QueueReasons* /*previous*/) const {
+  auto reasons = std::make_shared<FairQueueReasons>();
+  reasons->gpus = OpenGpus::Of(state.cluster());
+  if (state.queue().empty()) return reasons;
+  // The deal of the next decision: nothing changed since the last one
+  // (but after LoadState, when the live set is not kept yet).
+  const std::set<JobId> live =
+      live_.stale() ? LiveJobs::Of(state) : live_.jobs();
+  Credits credits = credits_;
+  Integrate(credits, state.now());
+  const Deal deal = DealGpus(state, live, credits);
+  for (const JobOrder& o : state.queue()) {
+    const Job& j = state.job(o.id);
+    const size_t q = queues_.Of(j.spec.vc);
+    const std::string queue = queues_.Describe(q);
+    std::string why;
+    if (deal.chosen.count(o.id)) {
+      why =
+          "dealt GPUs by its queue's share; waiting for jobs suspended for "
+          "it to give theirs back";
+    } else {
+      char owed[96];
+      std::snprintf(owed, sizeof owed,
+                    "fair share %.1f, quota %d, %s %.2f GPU-hours",
+                    credits.share[q], queues_.quota(q),
+                    credits.credit[q] >= 0 ? "owed" : "owing",
+                    std::abs(credits.credit[q]) / 3600);
+      why = queue + " is dealt " + std::to_string(deal.taken[q]) +
+            " GPUs now (" + owed +
+            "); the rest go to the queues with larger claims and to the "
+            "jobs before it in its queue's turn (a quantum each)";
+    }
+    reasons->why.emplace(o.id, std::move(why));
+  }
+  return reasons;
+}
+
+}  // namespace gandiva::core

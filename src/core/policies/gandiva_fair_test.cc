@@ -1,0 +1,214 @@
+#include "core/policies/gandiva_fair.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/test_util.h"
+
+namespace gandiva::core {
+namespace {
+
+using testing::CountKind;
+using testing::Harness;
+
+std::unique_ptr<Policy> Fair(std::map<std::string, int> quotas) {
+  GandivaFairOptions o;
+  o.queue_quotas = std::move(quotas);
+  return std::make_unique<GandivaFairPolicy>(o);
+}
+
+ServerSpec Gpus(int n) {
+  ServerSpec s;
+  s.gpus = n;
+  return s;
+}
+
+int Running(const Harness& h, const std::vector<JobId>& jobs) {
+  int n = 0;
+  for (JobId id : jobs) n += h.job(id).state == JobState::kRunning;
+  return n;
+}
+
+// Queue b borrows the whole cluster while a is idle. a's jobs come: at the
+// next Tick (within a quantum) two of b's are suspended, not killed, and
+// give their GPUs to a's; b's go on from where they stopped once a's end.
+TEST(GandivaFairTest, AQueueOwedItsQuotaGetsItBackByASuspendLosingNothing) {
+  Harness h(Fair({{"a", 2}, {"b", 2}}), 1, Gpus(4));
+  std::vector<JobId> b;
+  for (int i = 0; i < 4; ++i) b.push_back(h.Submit(1, 0, false, "b"));
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, b), 4) << "idle GPUs are lent";
+  h.Advance(Duration::Seconds(120));
+  EXPECT_TRUE(h.Tick().empty()) << "no one else asks";
+
+  const JobId a0 = h.Submit(1, 0, false, "a");
+  const JobId a1 = h.Submit(1, 0, false, "a");
+  EXPECT_TRUE(h.last().empty()) << "reclaim waits for the Tick";
+  h.Advance(Duration::Seconds(30));
+  const std::vector<Action> tick = h.Tick();
+  EXPECT_EQ(CountKind(tick, ActionKind::kSuspend), 2);
+  EXPECT_EQ(CountKind(tick, ActionKind::kKill), 0);
+  const std::vector<Action> after = h.CompleteAll();
+  EXPECT_EQ(CountKind(after, ActionKind::kStart), 2);
+  EXPECT_EQ(h.job(a0).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a1).state, JobState::kRunning);
+  EXPECT_EQ(Running(h, b), 2);
+  std::vector<JobId> waiting;
+  for (JobId id : b) {
+    if (h.job(id).state == JobState::kQueued) waiting.push_back(id);
+  }
+  ASSERT_EQ(waiting.size(), 2u);
+  for (JobId id : waiting) {
+    EXPECT_TRUE(h.job(id).launched) << "its process saved its work";
+  }
+
+  // At the next Tick a keeps its quota, and b's jobs take turns in b's.
+  h.Advance(Duration::Seconds(60));
+  const std::vector<Action> turn = h.Tick();
+  ASSERT_EQ(CountKind(turn, ActionKind::kSuspend), 2);
+  for (const Action& x : turn) {
+    EXPECT_EQ(std::count(waiting.begin(), waiting.end(), x.job), 0)
+        << "job " << x.job.value << " ran last turn";
+    EXPECT_NE(x.job, a0);
+    EXPECT_NE(x.job, a1);
+  }
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, b), 2);
+
+  h.Send(JobFinished{a0, true});
+  h.Send(JobFinished{a1, true});
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, b), 4);
+  for (JobId id : b) {
+    EXPECT_EQ(h.job(id).resumes, 1) << "resumed, not started afresh";
+  }
+}
+
+// Quotas first, then idle GPUs lent in proportion to the quotas; what a
+// queue was owed is made up within a quantum.
+TEST(GandivaFairTest, QuotasFirstThenLentByQuota) {
+  Harness h(Fair({{"a", 3}, {"b", 1}}), 2, Gpus(4));
+  std::vector<JobId> a, b;
+  for (int i = 0; i < 8; ++i) a.push_back(h.Submit(1, 0, false, "a"));
+  for (int i = 0; i < 8; ++i) b.push_back(h.Submit(1, 0, false, "b"));
+  h.CompleteAll();
+  // All of a's came first and took all 8 GPUs. The shares: 8 GPUs dealt
+  // 3 + 1, then 4 lent 3:1, so a 6 and b 2. For the quantum b waited, a
+  // got 2 GPUs more than its share and b 2 fewer: at the Tick b makes
+  // that up over one quantum, 2 GPUs more.
+  h.Advance(Duration::Seconds(60));
+  h.Tick();
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, a), 4);
+  EXPECT_EQ(Running(h, b), 4);
+  // Even, the shares hold from then on.
+  for (int turn = 0; turn < 3; ++turn) {
+    SCOPED_TRACE(turn);
+    h.Advance(Duration::Seconds(60));
+    h.Tick();
+    h.CompleteAll();
+    EXPECT_EQ(Running(h, a), 6);
+    EXPECT_EQ(Running(h, b), 2);
+  }
+}
+
+// A queue whose jobs are bigger than its share runs them in turn, as
+// often as its share pays for: b's share is 1 GPU of 4, its job needs 4,
+// so it runs one quantum in four.
+TEST(GandivaFairTest, AJobBiggerThanItsQueuesShareRunsInTurn) {
+  Harness h(Fair({{"a", 3}, {"b", 1}}), 1, Gpus(4));
+  std::vector<JobId> a;
+  for (int i = 0; i < 4; ++i) a.push_back(h.Submit(1, 0, false, "a"));
+  const JobId big = h.Submit(4, 0, false, "b");
+  h.CompleteAll();
+  int big_turns = 0, a_gpu_turns = 0;
+  const int turns = 40;
+  for (int turn = 0; turn < turns; ++turn) {
+    h.Advance(Duration::Seconds(60));
+    h.Tick();
+    h.CompleteAll();
+    big_turns += h.job(big).state == JobState::kRunning;
+    a_gpu_turns += Running(h, a);
+  }
+  EXPECT_GE(big_turns, turns / 4 - 2);
+  EXPECT_LE(big_turns, turns / 4 + 2);
+  EXPECT_EQ(a_gpu_turns + 4 * big_turns, 4 * turns) << "no GPU idles";
+}
+
+// One queue, one GPU, two jobs: each gets a quantum in turn.
+TEST(GandivaFairTest, JobsOfAQueueTakeTurnsAQuantumEach) {
+  Harness h(Fair({}), 1, Gpus(1));
+  const JobId j0 = h.Submit(1);
+  const JobId j1 = h.Submit(1);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(j0).state, JobState::kRunning);
+  h.Advance(Duration::Seconds(20));
+  EXPECT_TRUE(h.Tick().empty()) << "its slice is not over";
+  for (int turn = 0; turn < 4; ++turn) {
+    SCOPED_TRACE(turn);
+    const JobId on = turn % 2 == 0 ? j0 : j1;
+    const JobId off = turn % 2 == 0 ? j1 : j0;
+    h.Advance(Duration::Seconds(60));
+    const std::vector<Action> tick = h.Tick();
+    ASSERT_EQ(tick.size(), 1u);
+    EXPECT_EQ(tick[0].kind, ActionKind::kSuspend);
+    EXPECT_EQ(tick[0].job, on);
+    const std::vector<Action> then = h.CompleteAll();
+    ASSERT_EQ(then.size(), 1u);
+    EXPECT_EQ(then[0].job, off);
+    EXPECT_EQ(then[0].kind,
+              turn == 0 ? ActionKind::kStart : ActionKind::kResume);
+    EXPECT_EQ(h.job(off).state, JobState::kRunning);
+  }
+}
+
+// A higher priority goes first within a queue, at once; a borrower's job
+// in its first half quantum is reclaimed all the same.
+TEST(GandivaFairTest, PriorityFirstAndBorrowersAreNotKeptForTheirSlice) {
+  Harness h(Fair({{"a", 1}, {"b", 1}}), 1, Gpus(2));
+  const JobId b0 = h.Submit(1, 0, false, "b");
+  const JobId b1 = h.Submit(1, 0, false, "b");
+  h.CompleteAll();
+  const JobId a0 = h.Submit(1, 0, false, "a");
+  h.Advance(Duration::Seconds(10));
+  const std::vector<Action> tick = h.Tick();
+  ASSERT_EQ(CountKind(tick, ActionKind::kSuspend), 1);
+  EXPECT_EQ(tick[0].job, b1) << "the later of b's";
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a0).state, JobState::kRunning);
+  EXPECT_EQ(h.job(b0).state, JobState::kRunning);
+
+  // In b: a job of higher priority takes b0's GPU at the next Tick.
+  const JobId urgent = h.Submit(1, 5, false, "b");
+  h.Advance(Duration::Seconds(5));
+  const std::vector<Action> next = h.Tick();
+  ASSERT_EQ(CountKind(next, ActionKind::kSuspend), 1);
+  EXPECT_EQ(next[0].job, b0);
+  h.CompleteAll();
+  EXPECT_EQ(h.job(urgent).state, JobState::kRunning);
+  EXPECT_EQ(h.job(a0).state, JobState::kRunning);
+}
+
+// Why a queued job waits names its queue, what it is dealt, its share,
+// its quota and what it is owed.
+TEST(GandivaFairTest, AQueuedJobsReasonNamesItsQueuesDeal) {
+  Harness h(Fair({{"a", 1}, {"b", 1}}), 1, Gpus(2));
+  h.Submit(1, 0, false, "a");
+  h.Submit(1, 0, false, "b");
+  const JobId a1 = h.Submit(1, 0, false, "a");
+  h.CompleteAll();
+  const auto reasons = h.scheduler().ExplainQueue();
+  const std::string why = reasons->Why(a1, 1);
+  EXPECT_NE(why.find("queue 'a' is dealt 1 GPUs now (fair share 1.0, "
+                     "quota 1, owed 0.00 GPU-hours)"),
+            std::string::npos)
+      << why;
+}
+
+}  // namespace
+}  // namespace gandiva::core
