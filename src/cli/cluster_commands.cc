@@ -75,6 +75,7 @@ struct UpFlags {
   std::optional<int> gpus_per_agent;
   int port = 0;
   std::optional<std::string> policy;
+  std::optional<std::string> queues;
   std::optional<double> quantum_s;
   std::optional<int> tick_ms;
   bool demo = false;
@@ -637,6 +638,10 @@ int RunUp(const UpFlags& f) {
       "--address-file",     addr_file,  "--db",
       dir + "/scheduler.db"};
   if (f.policy) sargv.insert(sargv.end(), {"--policy", *f.policy});
+  if (f.queues) {
+    sargv.insert(sargv.end(),
+                 {"--queues", fs::absolute(fs::path(*f.queues)).string()});
+  }
   std::optional<double> quantum = f.quantum_s;
   if (!quantum && f.demo && !fs::exists(fs::path(dir) / "scheduler.db")) {
     quantum = kDemoQuantumS;  // a new database: let time-slicing show soon
@@ -897,6 +902,10 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
     up->add_option("--policy", f->policy,
                    "Scheduling policy (see `gandiva policies`; default: "
                    "the database's, else gandiva)");
+    up->add_option("--queues", f->queues,
+                   "YAML file of the queues (teams) and their GPU quotas "
+                   "(see `gandiva-scheduler --help`; default: the "
+                   "database's, else none)");
     up->add_option("--quantum-s", f->quantum_s,
                    "Time-slice in seconds (default: the database's, else 60)");
     up->add_option("--tick-ms", f->tick_ms,

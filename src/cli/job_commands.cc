@@ -179,6 +179,7 @@ void PrintSpec(const rpc::JobSpec& spec) {
   std::printf("name: %s\ncommand: %s\ngpus: %d\npriority: %d\nowner: %s\n",
               spec.name().c_str(), spec.command().c_str(), spec.gpus(),
               spec.priority(), spec.owner().c_str());
+  std::printf("queue: %s\n", spec.queue().c_str());
   std::printf("group: %s\nelastic: %s\nrestartable: %s\nworkdir: %s\n",
               spec.group().c_str(), spec.elastic() ? "true" : "false",
               spec.restartable() ? "true" : "false", spec.workdir().c_str());
@@ -494,6 +495,8 @@ int RunShow(const JobFlags& f) {
     std::printf("  priority:     %d\n", spec.priority());
   }
   std::printf("  owner:        %s\n", spec.owner().c_str());
+  std::printf("  queue:        %s\n",
+              spec.queue().empty() ? "- (shared)" : spec.queue().c_str());
   std::printf("  group:        %s\n",
               spec.group().empty() ? "-" : spec.group().c_str());
   std::printf("  elastic:      %s\n", spec.elastic() ? "yes" : "no");

@@ -258,6 +258,10 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
                      std::numeric_limits<int32_t>::max());
       if (!v.ok()) return v.status();
       spec.set_priority(static_cast<int32_t>(*v));
+    } else if (field == "queue") {
+      auto s = AsString(path, value, field);
+      if (!s.ok()) return s.status();
+      spec.set_queue(*s);
     } else if (field == "owner" || field == "group") {
       auto s = AsString(path, value, field);
       if (!s.ok()) return s.status();

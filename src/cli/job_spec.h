@@ -9,6 +9,8 @@
 //   gpus               integer, a power of two >= 1, default 1
 //   priority           integer, default 0
 //   owner              string, default $USER (else the login name)
+//   queue              string, default "" (the shared queue): one of the
+//                      daemon's queues (gandiva-scheduler --queues)
 //   group              string, default "" (none)
 //   elastic            boolean, default false
 //   restartable        boolean, default false: the job keeps its own
@@ -38,17 +40,10 @@
 namespace gandiva::cli {
 
 // The fields a spec may have, in documentation order.
-inline constexpr std::string_view kJobSpecFields[] = {"name",
-                                                      "command",
-                                                      "gpus",
-                                                      "priority",
-                                                      "owner",
-                                                      "group",
-                                                      "elastic",
-                                                      "restartable",
-                                                      "workdir",
-                                                      "env",
-                                                      "total_minibatches"};
+inline constexpr std::string_view kJobSpecFields[] = {
+    "name",        "command", "gpus",  "priority",
+    "owner",       "queue",   "group", "elastic",
+    "restartable", "workdir", "env",   "total_minibatches"};
 
 // Reads and checks the specs in the file at `path`: one per YAML document
 // (documents separated by `---`; empty ones are skipped). Without a `name`,

@@ -49,6 +49,7 @@ TEST_F(JobSpecTest, Defaults) {
   EXPECT_EQ(spec->priority(), 0);
   EXPECT_EQ(spec->owner(), "alice");
   EXPECT_EQ(spec->group(), "");
+  EXPECT_EQ(spec->queue(), "");
   EXPECT_FALSE(spec->elastic());
   EXPECT_EQ(spec->workdir(), dir_.lexically_normal().string());
   EXPECT_TRUE(spec->env().empty());
@@ -58,7 +59,7 @@ TEST_F(JobSpecTest, Defaults) {
 TEST_F(JobSpecTest, EveryField) {
   auto spec = Load(
       "name: lstm-1\ncommand: [python3, a b.py, --x]\ngpus: 4\npriority: -2\n"
-      "owner: bob\ngroup: nlp\nelastic: yes\nworkdir: sub\n"
+      "owner: bob\nqueue: speech\ngroup: nlp\nelastic: yes\nworkdir: sub\n"
       "env: {OMP_NUM_THREADS: 1, EMPTY: }\ntotal_minibatches: 300\n");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->name(), "lstm-1");
@@ -67,6 +68,7 @@ TEST_F(JobSpecTest, EveryField) {
   EXPECT_EQ(spec->priority(), -2);
   EXPECT_EQ(spec->owner(), "bob");
   EXPECT_EQ(spec->group(), "nlp");
+  EXPECT_EQ(spec->queue(), "speech");
   EXPECT_TRUE(spec->elastic());
   EXPECT_EQ(spec->workdir(), (dir_ / "sub").lexically_normal().string());
   EXPECT_EQ(spec->env().at("OMP_NUM_THREADS"), "1");
@@ -112,6 +114,7 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
       {"command: x\ntotal_minibatches: -1\n", "field 'total_minibatches'"},
       {"command: x\nname: 'a b'\n", "field 'name'"},
       {"command: x\nowner: ''\n", "field 'owner'"},
+      {"command: x\nqueue: [a]\n", "field 'queue'"},
       {"- a\n- b\n", "a job spec is a map"},
       {"command: [x\n", "not valid YAML"},
       {"", "empty spec"},

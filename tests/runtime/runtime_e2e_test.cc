@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -191,6 +192,124 @@ TEST_F(RuntimeE2eTest, SixJobsTimeSliceOnFourGpus) {
   EXPECT_GE(suspends, 2) << Describe(jobs);
 
   for (int64_t id : ids) ExpectFinishedExactlyOnce(c, jobs[id], kSteps);
+}
+
+// Queues a and b with quotas of 2 GPUs each on 4 virtual GPUs, under
+// gandiva-fair. b borrows all 4 while a is idle. a submits two jobs: two
+// of b's are suspended at a mini-batch boundary, not killed (no b job's
+// mini-batch count ever goes back), and a's run. When a's end, b's all run
+// again, and every job finishes exactly once.
+TEST_F(RuntimeE2eTest, AQueueOwedItsQuotaTakesItBackLosingNothing) {
+  const fs::path queues =
+      fs::temp_directory_path() /
+      ("gandiva-queues-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(queues) << "queues:\n  - {name: a, quota: 2}\n"
+                        << "  - {name: b, quota: 2}\n";
+  TestCluster c({.policy = "gandiva-fair",
+                 .quantum_s = 2,
+                 .tick_ms = 200,
+                 .scheduler_args = {"--queues", queues.string()}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  fs::remove(queues);
+
+  constexpr int kStepsB = 800, kStepsA = 160, kStepMs = 25;
+  auto submit = [&](const std::string& queue, int i, int steps) {
+    rpc::JobSpec spec =
+        c.TrainSpec(queue + "-" + std::to_string(i), "cnn", steps, i, kStepMs);
+    spec.set_queue(queue);
+    const int64_t id = c.Submit(spec, &error);
+    EXPECT_GT(id, 0) << error;
+    return id;
+  };
+  std::set<int64_t> b, a, all;
+  for (int i = 0; i < 4; ++i) b.insert(submit("b", i, kStepsB));
+  std::map<int64_t, rpc::JobInfo> jobs;
+  std::map<int64_t, int64_t> most;  // the most mini-batches seen, by job
+  std::vector<std::string> went_back;
+  auto sample = [&] {
+    bool ok = false;
+    auto now = c.Jobs(&ok);
+    if (!ok) return false;
+    jobs = now;
+    for (const auto& [id, j] : jobs) {
+      const int64_t mb = j.progress().minibatches();
+      if (mb < most[id]) {
+        went_back.push_back("job " + std::to_string(id) + " from " +
+                            std::to_string(most[id]) + " to " +
+                            std::to_string(mb));
+      }
+      most[id] = std::max(most[id], mb);
+    }
+    return true;
+  };
+  auto running = [&](const std::set<int64_t>& ids) {
+    int n = 0;
+    for (int64_t id : ids) {
+      n += jobs.contains(id) && jobs.at(id).state() == rpc::RUNNING &&
+           jobs.at(id).progress().minibatches() > 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return sample() && running(b) == 4; },
+                        seconds(120), milliseconds(100)))
+      << "b did not borrow all 4 GPUs:\n"
+      << Describe(jobs) << c.Logs();
+
+  const auto asked = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2; ++i) a.insert(submit("a", i, kStepsA));
+  ASSERT_TRUE(WaitUntil([&] { return sample() && running(a) == 2; },
+                        seconds(120), milliseconds(100)))
+      << "a did not get its quota back:\n"
+      << Describe(jobs) << c.Logs();
+  std::printf(
+      "a's jobs trained %.1f s after they were submitted (quantum "
+      "2 s; their processes' start included)\n",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked)
+          .count());
+  EXPECT_LE(running(b), 2) << Describe(jobs);
+
+  // a's end; then b's all run again.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (!sample()) return false;
+        for (int64_t id : a) {
+          if (!IsEnded(jobs.at(id).state())) return false;
+        }
+        return running(b) == 4;
+      },
+      seconds(240), milliseconds(100)))
+      << "b's did not all run again once a's ended:\n"
+      << Describe(jobs) << c.Logs();
+
+  all = a;
+  all.insert(b.begin(), b.end());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (!sample()) return false;
+        for (int64_t id : all) {
+          if (!IsEnded(jobs.at(id).state())) return false;
+        }
+        return true;
+      },
+      seconds(240), milliseconds(200)))
+      << Describe(jobs) << c.Logs();
+  EXPECT_TRUE(went_back.empty()) << went_back.front();
+  for (int64_t id : all) jobs[id] = c.Job(id);
+  int b_suspends = 0;
+  for (int64_t id : all) {
+    for (const auto& h : jobs[id].history()) {
+      EXPECT_NE(h.action(), "kill") << "job " << id;
+      if (h.action() != "suspend") continue;
+      b_suspends += b.contains(id);
+      EXPECT_TRUE(h.ok()) << "job " << id << ": " << h.detail();
+      EXPECT_EQ(h.detail().find("not at boundary"), std::string::npos)
+          << "job " << id << ": " << h.detail();
+    }
+  }
+  EXPECT_GE(b_suspends, 2) << Describe(jobs);
+  for (int64_t id : a) ExpectFinishedExactlyOnce(c, jobs[id], kStepsA);
+  for (int64_t id : b) ExpectFinishedExactlyOnce(c, jobs[id], kStepsB);
 }
 
 // (b) SIGKILL the daemon in the middle of a workload and restart it on the

@@ -21,6 +21,9 @@ namespace gandiva::runtime {
 struct SchedulerServer::Impl final {
   SchedulerOptions opts;
   std::string policy_name;
+  // The queues jobs may name, and their quotas (--queues, stored with the
+  // policy options).
+  std::map<std::string, int> queue_quotas;
   std::string address;
   // Mutual TLS (--tls-*), if configured.
   std::optional<TlsConfig> tls;

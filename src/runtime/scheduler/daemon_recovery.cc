@@ -224,6 +224,17 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   for (const auto& [key, value] : defaults.items()) {
     if (!want.contains(key)) want[key] = value;
   }
+  if (!want.contains("queues")) want["queues"] = json::object();
+  if (opts.queues) {
+    for (const auto& [name, quota] : *opts.queues) {
+      if (name.empty() || quota < 0) {
+        return core::InvalidArgument(
+            "--queues: queue '" + name +
+            "': needs a name and a quota of 0 or more GPUs");
+      }
+    }
+    check("--queues", "queues", json(*opts.queues));
+  }
   if (opts.start_attempts) {
     if (*opts.start_attempts < 0) {
       return core::InvalidArgument("--start-attempts: must not be negative");
@@ -261,6 +272,8 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   // talk over the network (a larger one takes whole servers).
   po.gandiva.allow_split = false;
   po.fifo.relax_locality = false;
+  po.queue_quotas = want.at("queues").get<std::map<std::string, int>>();
+  queue_quotas = po.queue_quotas;
   policy_name = want.at("policy").get<std::string>();
   for (const core::PolicyInfo& known : core::KnownPolicies()) {
     if (known.name == policy_name && known.simulator_only) {

@@ -9,6 +9,20 @@ namespace gandiva::runtime {
 
 core::StatusOr<std::vector<int64_t>> SchedulerServer::Impl::Submit(
     std::span<const rpc::JobSpec* const> jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const std::string& named = jobs[i]->queue();
+    if (named.empty() || queue_quotas.contains(named)) continue;
+    std::string known;
+    for (const auto& [name, quota] : queue_quotas) {
+      known += (known.empty() ? "" : ", ") + name;
+    }
+    return core::InvalidArgument(
+        (jobs.size() > 1 ? "spec " + std::to_string(i + 1) + " of " +
+                               std::to_string(jobs.size()) + ": "
+                         : std::string()) +
+        "field 'queue': no queue '" + named + "' (the daemon's queues: " +
+        (known.empty() ? "none" : known) + "); no job was submitted");
+  }
   std::vector<std::string> jsons;
   jsons.reserve(jobs.size());
   for (const rpc::JobSpec* spec : jobs) jsons.push_back(SpecToJson(*spec));

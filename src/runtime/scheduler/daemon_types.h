@@ -122,6 +122,7 @@ inline core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   c.priority = s.priority();
   c.owner = s.owner();
   c.group = s.group();
+  c.vc = s.queue();
   c.elastic = s.elastic();
   c.total_minibatches = s.total_minibatches();
   c.carrier = CarrierOf(s, false);

@@ -13,6 +13,7 @@
 
 #include "runtime/scheduler/etcd_client.h"
 #include "runtime/scheduler/leadership.h"
+#include "runtime/scheduler/queues_file.h"
 #include "runtime/scheduler/scheduler_server.h"
 #include "runtime/scheduler/store.h"
 #include "runtime/tls/tls_flags.h"
@@ -110,6 +111,11 @@ int main(int argc, char** argv) {
       "scheduling policy (default gandiva; a database keeps its own)");
   auto* quantum_opt = app.add_option(
       "--quantum-s", quantum_s, "time-slice length in seconds (default 60)");
+  std::string queues_file;
+  app.add_option("--queues", queues_file,
+                 "YAML file of the queues (teams) and their GPU quotas that "
+                 "jobs name (see the README; stored with the policy "
+                 "options)");
   auto* height_opt =
       app.add_option("--max-height", max_height,
                      "most jobs time-sharing a GPU, 0 = no cap (default 4)");
@@ -218,6 +224,15 @@ int main(int argc, char** argv) {
   if (retry_opt->count() > 0) o.start_retry_s = start_retry_s;
   if (settle_opt->count() > 0) o.pack_settle_s = pack_settle_s;
   if (keep_opt->count() > 0) o.pack_keep_above = keep_above;
+  if (!queues_file.empty()) {
+    auto queues = gandiva::runtime::LoadQueuesFile(queues_file);
+    if (!queues.ok()) {
+      std::fprintf(stderr, "gandiva-scheduler: --queues: %s\n",
+                   queues.status().message().c_str());
+      return 2;
+    }
+    o.queues = std::move(*queues);
+  }
 
   // Block the signals before any thread starts, so they reach sigwait only.
   sigset_t set;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +58,11 @@ struct SchedulerOptions {
   // The most jobs time-sharing a GPU (a server's height cap, gandiva
   // policies; 0 = no cap). Default 4.
   std::optional<int> max_height;
+  // Queues (teams) by name, each with its quota in GPUs (queues_file.h;
+  // the gandiva-fair policy shares the cluster by them). A job names its
+  // queue in its spec (`queue`); a queue not here is refused, and a job
+  // naming none is in the shared queue (quota 0). Default none.
+  std::optional<std::map<std::string, int>> queues;
 
   // How often the event loop sends the core a Tick. Default 1000 ms.
   int tick_ms = 1000;

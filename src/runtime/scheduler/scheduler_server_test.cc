@@ -3227,6 +3227,54 @@ TEST_F(DaemonTest, RefusesASimulatorOnlyPolicy) {
   EXPECT_EQ(server_->policy(), "gandiva-fair");
 }
 
+// Jobs name one of the daemon's queues (or none: the shared queue); a
+// queue it does not have is refused by field, and nothing is stored. The
+// queues are kept with the policy options: a restart with others is
+// refused, one without takes the stored ones.
+TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva-fair";
+  o.queues = std::map<std::string, int>{{"a", 2}, {"b", 2}};
+  Client& c = StartDaemon(o);
+  rpc::JobSpec spec;
+  spec.set_name("j");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_queue("a");
+  int64_t a = 0;
+  ASSERT_TRUE(c.Submit(spec, &a).ok());
+  EXPECT_EQ(c.Get(a).spec().queue(), "a");
+  spec.set_queue("");
+  ASSERT_TRUE(c.Submit(spec).ok()) << "no queue: the shared one";
+  spec.set_queue("c");
+  grpc::Status refused = c.Submit(spec);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find(
+                "field 'queue': no queue 'c' (the daemon's queues: a, b)"),
+            std::string::npos)
+      << refused.error_message();
+  rpc::JobSpec good = spec;
+  good.set_queue("b");
+  refused = c.SubmitJobs({good, spec});
+  EXPECT_NE(refused.error_message().find("spec 2 of 2: field 'queue'"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(c.List(true).size(), 2u) << "nothing of a refused request";
+
+  server_.reset();
+  o.queues = std::map<std::string, int>{{"a", 3}, {"b", 1}};
+  auto other = SchedulerServer::Start(o);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find(
+                R"(--queues {"a":3,"b":1} (the database has {"a":2,"b":2}))"),
+            std::string::npos)
+      << other.status().ToString();
+  o.queues.reset();
+  Client& again = StartDaemon(o);
+  spec.set_queue("b");
+  EXPECT_TRUE(again.Submit(spec).ok()) << "the stored queues";
+}
+
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
