@@ -32,6 +32,7 @@ struct SimFlags {
   std::string policies = "gandiva";
   std::string workload = "gandiva-synthetic";
   int jobs = 1000;
+  int tenants = 0;
   double window_s = 0;
   std::string trace;
   std::string format = "philly";
@@ -210,6 +211,7 @@ core::StatusOr<sim::Workload> MakeWorkload(const SimFlags& f,
     o.jobs = f.jobs;
     o.total_gpus = point.gpus;
     o.seed = point.seed;
+    o.tenants = f.tenants;
     if (f.window_s > 0) o.window = core::Duration::FromSeconds(f.window_s);
     if (core::Status st = sim::ValidateSyntheticOptions(catalog, o); !st.ok()) {
       return st;
@@ -422,7 +424,7 @@ int RunSim(const SimFlags& f) {
     }
     if (r->fairness) {
       // Each queue alone on its quota, for finish-time fairness.
-      const auto alone = [&](const std::map<std::string, int>& quotas) {
+      const auto policy_alone = [&](const std::map<std::string, int>& quotas) {
         core::PolicyOptions po = p.policy_options;
         po.queue_quotas = quotas;
         po.fifo.vc_quotas = quotas;
@@ -430,8 +432,8 @@ int RunSim(const SimFlags& f) {
       };
       const double wall = r->wall_s;
       const auto began = std::chrono::steady_clock::now();
-      if (core::Status m = sim::MeasureFinishTimeFairness(p.workload, *catalog,
-                                                          p.options, alone, *r);
+      if (core::Status m = sim::MeasureFinishTimeFairness(
+              p.workload, *catalog, p.options, policy_alone, *r);
           !m.ok()) {
         errors[i] = m.ToString();
         return;
@@ -531,6 +533,12 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
   sim->add_option("--jobs", flags->jobs, "Jobs in the synthetic workload")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sim->add_option("--tenants", flags->tenants,
+                  "Teams submitting the synthetic workload (each job's VC "
+                  "'tenant-K', team K with weight 1/(K+1)); 0: none. With "
+                  "--queues vc each team is a queue")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   sim->add_option("--window", flags->window_s,
                   "Arrival window of the synthetic workload in seconds "
                   "(default: scaled to keep the paper's load per GPU)");

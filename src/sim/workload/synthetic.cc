@@ -20,6 +20,7 @@ enum Stream : uint64_t {
   kStreamDuration = 2,
   kStreamArrival = 3,
   kStreamElastic = 4,
+  kStreamTenant = 5,
 };
 
 size_t PickIndex(Rng& rng, const std::vector<double>& cum) {
@@ -110,6 +111,10 @@ Status ValidateSyntheticOptions(const Catalog& catalog,
       !(o.elastic_fraction >= 0 && o.elastic_fraction <= 1)) {
     return InvalidArgument("synthetic: fractions must be in [0, 1]");
   }
+  if (o.tenants < 0 || o.tenants > 1000) {
+    return InvalidArgument("synthetic: tenants must be in [0, 1000], got " +
+                           std::to_string(o.tenants));
+  }
   if (o.group_min < 2 || o.group_max < o.group_min) {
     return InvalidArgument("synthetic: need 2 <= group_min <= group_max");
   }
@@ -128,6 +133,12 @@ Workload GenerateSynthetic(const Catalog& catalog, const SyntheticOptions& o) {
   Rng dur_rng = Rng::Derive(o.seed, kStreamDuration);
   Rng arrival = Rng::Derive(o.seed, kStreamArrival);
   Rng elastic = Rng::Derive(o.seed, kStreamElastic);
+  Rng tenant = Rng::Derive(o.seed, kStreamTenant);
+  std::vector<double> tenant_cum;
+  for (int k = 0; k < (o.tenants >= 2 ? o.tenants : 0); ++k) {
+    tenant_cum.push_back((tenant_cum.empty() ? 0.0 : tenant_cum.back()) +
+                         1.0 / (k + 1));
+  }
   const double mu = std::log(o.duration_median_s);
   auto clamp = [&](double s) {
     const Duration d = Duration::FromSeconds(s);
@@ -162,6 +173,10 @@ Workload GenerateSynthetic(const Catalog& catalog, const SyntheticOptions& o) {
     const double base = mu + o.duration_sigma * dur_rng.Normal();
     std::string group;
     if (is_group) group = "hp" + std::to_string(groups++);
+    std::string vc;
+    if (!tenant_cum.empty()) {
+      vc = "tenant-" + std::to_string(PickIndex(tenant, tenant_cum));
+    }
     units.push_back({jobs.size(), count});
     for (size_t k = 0; k < count; ++k) {
       TraceJob j;
@@ -169,6 +184,7 @@ Workload GenerateSynthetic(const Catalog& catalog, const SyntheticOptions& o) {
       j.model = model;
       j.priority = o.priority;
       j.group = group;
+      j.vc = vc;
       double log_s = base;
       if (is_group) log_s += o.group_duration_sigma * dur_rng.Normal();
       j.duration = clamp(std::exp(log_s));
@@ -211,13 +227,15 @@ Workload GenerateSynthetic(const Catalog& catalog, const SyntheticOptions& o) {
       buf, sizeof(buf),
       "synthetic: %d jobs over %s for %d GPUs (seed %llu); %d multi-jobs "
       "holding %d jobs; %d elastic; GPUs 1:%d 2:%d 4:%d 8:%d other:%d; "
-      "demand %.0f GPU-h = %.2fx the cluster's %.0f GPU-h in the window",
+      "demand %.0f GPU-h = %.2fx the cluster's %.0f GPU-h in the window%s",
       o.jobs, core::FormatDuration(window).c_str(), o.total_gpus,
       static_cast<unsigned long long>(o.seed), groups, in_groups, elastic_jobs,
       by_gpus[0], by_gpus[1], by_gpus[2], by_gpus[3],
       static_cast<int>(w.jobs.size()) - by_gpus[0] - by_gpus[1] - by_gpus[2] -
           by_gpus[3],
-      demand / 3600.0, demand / capacity, capacity / 3600.0);
+      demand / 3600.0, demand / capacity, capacity / 3600.0,
+      o.tenants >= 2 ? ("; " + std::to_string(o.tenants) + " tenants").c_str()
+                     : "");
   w.description = buf;
   return w;
 }

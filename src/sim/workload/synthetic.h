@@ -92,6 +92,11 @@ struct SyntheticOptions {
   double elastic_fraction = 0.2;
   // Priority of every job. Default 0.
   int priority = 0;
+  // Teams submitting: with 2 or more, each arrival (a job, or a whole
+  // multi-job) is of team k (its vc "tenant-k", k from 0) with weight
+  // 1 / (k + 1), so teams differ in size as they do in a shared cluster.
+  // Default 0: no teams (vc empty). At most 1000.
+  int tenants = 0;
   // Same seed, same options, same catalog: identical workload.
   uint64_t seed = 1;
 };

@@ -123,6 +123,34 @@ TEST(SyntheticTest, DeterministicForASeed) {
   EXPECT_LT(same_submit, 100u);
 }
 
+// Tenants: each arrival is of team k with weight 1/(k+1), a multi-job all
+// of one team; the jobs are otherwise those drawn without tenants.
+TEST(SyntheticTest, TenantsSplitTheJobsUnevenlyAndChangeNothingElse) {
+  SyntheticOptions o;
+  const Workload plain = GenerateSynthetic(V100(), o);
+  o.tenants = 4;
+  const Workload teams = GenerateSynthetic(V100(), o);
+  EXPECT_TRUE(SameJobs(plain, teams));
+  EXPECT_NE(teams.description.find("; 4 tenants"), std::string::npos);
+  std::map<std::string, int> per;
+  std::map<std::string, std::set<std::string>> group_teams;
+  for (const TraceJob& j : teams.jobs) {
+    ++per[j.vc];
+    if (!j.group.empty()) group_teams[j.group].insert(j.vc);
+  }
+  ASSERT_EQ(per.size(), 4u);
+  // Weights 1, 1/2, 1/3, 1/4 of 2.083: shares .48 .24 .16 .12, by arrival.
+  EXPECT_GT(per["tenant-0"], per["tenant-1"]);
+  EXPECT_GT(per["tenant-1"], per["tenant-3"]);
+  EXPECT_GT(per["tenant-3"], 50);
+  for (const auto& [group, vcs] : group_teams) {
+    EXPECT_EQ(vcs.size(), 1u) << group;
+  }
+  for (const TraceJob& j : plain.jobs) EXPECT_TRUE(j.vc.empty());
+  o.tenants = 1001;
+  EXPECT_FALSE(ValidateSyntheticOptions(V100(), o).ok());
+}
+
 TEST(SyntheticTest, WindowScalesWithJobsAndGpus) {
   SyntheticOptions o;
   o.jobs = 500;
