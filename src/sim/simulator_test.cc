@@ -49,6 +49,21 @@ class SimulatorTest : public ::testing::Test {
     return std::move(*r);
   }
 
+  // Queue a's four jobs of 7,190 s come at 0, queue b's two of 3,600 s at
+  // 600 s.
+  Workload TwoQueues() {
+    Workload w;
+    for (int i = 0; i < 4; ++i) {
+      w.jobs.push_back(Job("a" + std::to_string(i), 0, 7190));
+      w.jobs.back().vc = "a";
+    }
+    for (int i = 0; i < 2; ++i) {
+      w.jobs.push_back(Job("b" + std::to_string(i), 600, 3600));
+      w.jobs.back().vc = "b";
+    }
+    return w;
+  }
+
   static SimOptions Small(int servers, int gpus) {
     SimOptions o;
     o.servers = servers;
@@ -578,15 +593,7 @@ TEST_F(SimulatorTest, AClusterEventOfAServerTheClusterDoesNotHaveIsRefused) {
 // within its quota, wait 6,600 s. fifo keeping to the quotas runs b's at
 // once. What the queues received is the GPU time their jobs trained.
 TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
-  Workload w;
-  for (int i = 0; i < 4; ++i) {
-    w.jobs.push_back(Job("a" + std::to_string(i), 0, 7190));
-    w.jobs.back().vc = "a";
-  }
-  for (int i = 0; i < 2; ++i) {
-    w.jobs.push_back(Job("b" + std::to_string(i), 600, 3600));
-    w.jobs.back().vc = "b";
-  }
+  const Workload w = TwoQueues();
   SimOptions o = Small(1, 4);
   o.queue_quotas = {{"a", 2}, {"b", 2}};
   SimResult plain = Run(w, "fifo", o);
@@ -664,15 +671,7 @@ TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
 // Finish-time fairness: each queue's jobs are run again alone on its quota
 // (here 2 GPUs: one server of 2), and each job's JCT compared.
 TEST_F(SimulatorTest, FinishTimeFairnessComparesEachJobWithItsQueueAlone) {
-  Workload w;
-  for (int i = 0; i < 4; ++i) {
-    w.jobs.push_back(Job("a" + std::to_string(i), 0, 7190));
-    w.jobs.back().vc = "a";
-  }
-  for (int i = 0; i < 2; ++i) {
-    w.jobs.push_back(Job("b" + std::to_string(i), 600, 3600));
-    w.jobs.back().vc = "b";
-  }
+  const Workload w = TwoQueues();
   SimOptions o = Small(1, 4);
   o.queue_quotas = {{"a", 2}, {"b", 2}};
   SimResult r = Run(w, "fifo", o);

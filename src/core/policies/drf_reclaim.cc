@@ -27,21 +27,6 @@ std::pair<int, double> LendKey(int held, int quota) {
                    : std::pair(1, static_cast<double>(held));
 }
 
-// Why queued jobs wait under drf-reclaim: each queue's GPUs held now.
-class DrfQueueReasons final : public QueueReasons {
- public:
-  std::map<JobId, std::string> why;
-  OpenGpus gpus;
-
-  std::string Why(JobId job, int need) const override {
-    auto it = why.find(job);
-    if (it == why.end() || need > gpus.total) {
-      return DefaultWaitReason(need, -1, gpus);
-    }
-    return it->second;
-  }
-};
-
 }  // namespace
 
 DrfReclaimPolicy::DrfReclaimPolicy(DrfReclaimOptions options)
@@ -219,7 +204,7 @@ void DrfReclaimPolicy::decide(const ClusterState& state, const Event& event,
 
 std::shared_ptr<const QueueReasons> DrfReclaimPolicy::ExplainQueue(
     const ClusterState& state, const QueueReasons* /*previous*/) const {
-  auto reasons = std::make_shared<DrfQueueReasons>();
+  auto reasons = std::make_shared<QueueWaitReasons>();
   reasons->gpus = OpenGpus::Of(state.cluster());
   if (state.queue().empty()) return reasons;
   std::vector<int> held(queues_.size(), 0);

@@ -29,21 +29,6 @@ int GpusOf(const Job& j) {
   return j.placed() ? static_cast<int>(j.gpus.size()) : j.spec.gpus;
 }
 
-// Why the queued jobs wait under gandiva-fair.
-class FairQueueReasons final : public QueueReasons {
- public:
-  std::map<JobId, std::string> why;
-  OpenGpus gpus;
-
-  std::string Why(JobId job, int need) const override {
-    auto it = why.find(job);
-    if (it == why.end() || need > gpus.total) {
-      return DefaultWaitReason(need, -1, gpus);
-    }
-    return it->second;
-  }
-};
-
 }  // namespace
 
 GandivaFairPolicy::GandivaFairPolicy(GandivaFairOptions options)
@@ -324,7 +309,7 @@ void GandivaFairPolicy::Act(const ClusterState& state, const Event& event,
 
 std::shared_ptr<const QueueReasons> GandivaFairPolicy::ExplainQueue(
     const ClusterState& state, const QueueReasons* /*previous*/) const {
-  auto reasons = std::make_shared<FairQueueReasons>();
+  auto reasons = std::make_shared<QueueWaitReasons>();
   reasons->gpus = OpenGpus::Of(state.cluster());
   if (state.queue().empty()) return reasons;
   // The deal of the next decision: nothing changed since the last one

@@ -85,6 +85,14 @@ std::string QueueQuotas::Describe(size_t q) const {
   return names_[q].empty() ? "the shared queue" : "queue '" + names_[q] + "'";
 }
 
+std::string QueueWaitReasons::Why(JobId job, int need) const {
+  auto it = why.find(job);
+  if (it == why.end() || need > gpus.total) {
+    return DefaultWaitReason(need, -1, gpus);
+  }
+  return it->second;
+}
+
 std::set<JobId> LiveJobs::Of(const ClusterState& state) {
   std::set<JobId> live;
   state.ForEachJob([&](const Job& j) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/queue_reasons.h"
 #include "core/state.h"
 
 namespace gandiva::core {
@@ -43,6 +44,17 @@ class QueueQuotas {
 // are scaled down to it.
 std::vector<double> FairShares(const std::vector<double>& demand,
                                const std::vector<double>& quotas, double gpus);
+
+// Why queued jobs wait under a queue policy: each job's reason, given by
+// the policy; the default reason for a job it gave none, or one that asks
+// for more GPUs than the cluster has.
+class QueueWaitReasons final : public QueueReasons {
+ public:
+  std::map<JobId, std::string> why;
+  OpenGpus gpus;
+
+  std::string Why(JobId job, int need) const override;
+};
 
 // The jobs not ended, kept from event to event at the cost of the jobs
 // each event changed (ClusterState::changed_jobs); rebuilt from the state
