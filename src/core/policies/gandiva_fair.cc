@@ -141,6 +141,10 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
   // Each queue's candidates in its order: (key, job, GPUs).
   using Key = std::tuple<int, int, Time, int32_t>;
   std::vector<std::vector<std::tuple<Key, JobId, int>>> lines(queues);
+  // Jobs never run yet, by queue, in arrival order; and each queue's jobs
+  // taking turns (run before, or holding GPUs).
+  std::vector<std::vector<std::tuple<Key, JobId, int>>> fresh(queues);
+  std::vector<int> turning(queues, 0);
   for (JobId id : live) {
     const Job& j = state.job(id);
     const size_t q = queues_.Of(j.spec.vc);
@@ -156,8 +160,31 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
     const bool running = j.state == JobState::kRunning;
     const bool in_slice = running && now - j.run_since < options_.quantum;
     const Time since = in_slice ? j.run_since : running ? now : j.waiting_since;
-    lines[q].emplace_back(
-        Key{-j.spec.priority, in_slice ? 0 : 1, since, id.value}, id, d);
+    const Key key{-j.spec.priority, in_slice ? 0 : 1, since, id.value};
+    if (!running && !j.launched) {
+      fresh[q].emplace_back(key, id, d);
+      continue;
+    }
+    ++turning[q];
+    lines[q].emplace_back(key, id, d);
+  }
+  // A queue's jobs take turns, at most rotation_per_gpu of them per GPU of
+  // its fair share: the first fresh jobs join the turns while there is
+  // room; the others wait after every job taking turns, in arrival order.
+  for (size_t q = 0; q < queues; ++q) {
+    std::sort(fresh[q].begin(), fresh[q].end());
+    const double cap =
+        options_.rotation_per_gpu > 0
+            ? options_.rotation_per_gpu * std::max(1.0, credits.share[q])
+            : std::numeric_limits<double>::infinity();
+    for (auto& [key, id, d] : fresh[q]) {
+      if (turning[q] < cap) {
+        ++turning[q];
+      } else {
+        std::get<1>(key) = 2;
+      }
+      lines[q].emplace_back(key, id, d);
+    }
   }
   for (auto& line : lines) std::sort(line.begin(), line.end());
   std::vector<std::vector<bool>> taken(queues);

@@ -27,11 +27,16 @@
 // time, as often as its share pays for (stride scheduling, gang-aware).
 // A queue's order: higher JobSpec::priority first; then running jobs that
 // have run less than a quantum since they last started or resumed (their
-// slice is not over); then the others by when they began to wait, a
-// running job whose slice is over as if it began now (round robin: each
-// job of a queue short of GPUs gets a quantum in turn, and no job
-// starves); ties by id. A job waiting out a failed start, or held, is not
-// dealt GPUs.
+// slice is not over); then the jobs taking turns by when they began to
+// wait, a running job whose slice is over as if it began now (round
+// robin: each job taking turns gets a quantum in turn); then the jobs
+// waiting to take turns, in arrival order; ties by id. Jobs that ran
+// before take turns, and a job not run yet joins them while they are
+// fewer than `rotation_per_gpu` per GPU of the queue's fair share (as
+// gandiva caps the jobs time-sharing a GPU): so each job gets feedback
+// early and short jobs end early, and none starves (a job's turn comes
+// once those before it ended). A job waiting out a failed start, or held, is
+// not dealt GPUs.
 //
 // Carrying it out. At each Tick (every quantum at most), running jobs
 // outside the desired set are suspended: their slice is over, or their
@@ -72,6 +77,9 @@ struct GandivaFairOptions {
   Duration quantum = Duration::Seconds(60);
   // How fast a queue's credit (owed or owing) fades. Default 1 hour.
   Duration half_life = Duration::Seconds(3600);
+  // The most jobs of a queue taking turns, per GPU of its fair share (at
+  // least one GPU); 0: no cap. Default 4.
+  int rotation_per_gpu = 4;
 };
 
 class GandivaFairPolicy final : public Policy {

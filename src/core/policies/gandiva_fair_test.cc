@@ -167,6 +167,33 @@ TEST(GandivaFairTest, JobsOfAQueueTakeTurnsAQuantumEach) {
   }
 }
 
+// At most rotation_per_gpu jobs of a queue take turns per GPU of its
+// share; a job not run yet waits for a place among them, in arrival order.
+TEST(GandivaFairTest, TurnsAreCappedPerGpuOfTheShare) {
+  GandivaFairOptions o;
+  o.rotation_per_gpu = 2;
+  Harness h(std::make_unique<GandivaFairPolicy>(o), 1, Gpus(1));
+  const JobId j0 = h.Submit(1);
+  const JobId j1 = h.Submit(1);
+  const JobId j2 = h.Submit(1);
+  h.CompleteAll();
+  for (int turn = 0; turn < 4; ++turn) {
+    h.Advance(Duration::Seconds(60));
+    h.Tick();
+    h.CompleteAll();
+    EXPECT_EQ(h.job(j2).state, JobState::kQueued) << "turn " << turn;
+    EXPECT_FALSE(h.job(j2).launched);
+  }
+  EXPECT_TRUE(h.job(j1).launched) << "the first two take turns";
+  const JobId on = h.job(j0).state == JobState::kRunning ? j0 : j1;
+  h.Send(JobFinished{on, true});
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(60));
+  h.Tick();
+  h.CompleteAll();
+  EXPECT_TRUE(h.job(j2).launched) << "a place among the turns came free";
+}
+
 // A higher priority goes first within a queue, at once; a borrower's job
 // in its first half quantum is reclaimed all the same.
 TEST(GandivaFairTest, PriorityFirstAndBorrowersAreNotKeptForTheirSlice) {

@@ -60,6 +60,7 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
     o.queue_quotas = options.queue_quotas;
     o.quantum = options.gandiva.quantum;
     o.half_life = options.share_half_life;
+    o.rotation_per_gpu = options.gandiva.max_height;
     return std::unique_ptr<Policy>(new GandivaFairPolicy(o));
   }
   if (name == "drf-reclaim") {
