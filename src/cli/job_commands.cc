@@ -432,6 +432,37 @@ std::string MovesBy(Session& s, const rpc::JobInfo& j) {
   return "unknown (server " + j.server() + " is not listed)";
 }
 
+struct QueuesFlags {
+  ConnectionFlags conn;
+  bool json = false;
+};
+
+int RunQueues(const QueuesFlags& f) {
+  Session s("queues", f.conn);
+  rpc::ListQueuesReply reply;
+  const grpc::Status st =
+      s.stub().ListQueues(Context().get(), rpc::Empty(), &reply);
+  if (!st.ok()) return s.Fail(st);
+  if (f.json) {
+    std::printf("%s\n", ToJson(reply).c_str());
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {{"QUEUE", "QUOTA", "SHARE",
+                                                 "ASKED", "RUNNING",
+                                                 "JOBS RUNNING", "WAITING"}};
+  for (const rpc::QueueInfo& q : reply.queues()) {
+    char share[32];
+    std::snprintf(share, sizeof share, "%.1f", q.fair_share());
+    rows.push_back(
+        {q.name().empty() ? "(shared)" : q.name(), std::to_string(q.quota()),
+         share, std::to_string(q.gpus_asked()),
+         std::to_string(q.gpus_running()), std::to_string(q.jobs_running()),
+         std::to_string(q.jobs_waiting())});
+  }
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  return 0;
+}
+
 int RunShow(const JobFlags& f) {
   Session s("show", f.conn);
   int64_t id = 0;
@@ -1098,6 +1129,17 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
                   "nothing");
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunSubmit(*f); });
+  }
+  {
+    auto f = std::make_shared<QueuesFlags>();
+    CLI::App* sub = app.add_subcommand(
+        "queues",
+        "List the queues: each one's quota, fair share now and GPUs asked "
+        "for (GPUs), and its GPUs and jobs running and jobs waiting");
+    sub->add_flag("--json", f->json,
+                  "Print the ListQueuesReply message as JSON for scripts");
+    AddConnectionFlags(sub, &f->conn);
+    sub->callback([f, &exit_code] { exit_code = RunQueues(*f); });
   }
   {
     auto f = std::make_shared<LsFlags>();

@@ -802,6 +802,8 @@ struct SchedulerServer::Impl final {
   grpc::Status ListJobs(const rpc::ListJobsRequest* req,
                         rpc::ListJobsReply* rep);
   grpc::Status GetJob(const rpc::JobIdRequest* req, rpc::JobInfo* rep);
+  // Each queue's quota, fair share and use now, over what was published.
+  void ListQueues(rpc::ListQueuesReply* rep);
 };
 
 template <typename T>

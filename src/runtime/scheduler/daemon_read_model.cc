@@ -2,6 +2,7 @@
 // the store, the snapshot readers share, the metrics sample; and the event
 // log's compaction and the retention of ended jobs.
 
+#include "core/policies/queues.h"
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
@@ -362,6 +363,62 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
   next->lost_ids = lost_ids;
   next->last_compaction_s = last_compaction_s;
   published.Publish(std::move(next));
+}
+
+void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
+  const std::shared_ptr<const Snapshot> sn = Snap();
+  // queue_quotas is set at the start, before any reader.
+  std::vector<std::string> names;
+  std::vector<double> quotas;
+  std::map<std::string, size_t> index;
+  for (const auto& [name, quota] : queue_quotas) {
+    index[name] = names.size();
+    names.push_back(name);
+    quotas.push_back(quota);
+  }
+  index[""] = names.size();
+  names.push_back("");
+  quotas.push_back(0);
+  std::vector<rpc::QueueInfo> out(names.size());
+  published.Read([&](const Published::View& v) {
+    for (const auto& [id, info_ptr] : sn->jobs) {
+      const rpc::JobInfo& info = *info_ptr;
+      const rpc::JobSpec* spec = v.Spec(id);
+      const rpc::JobState state = info.state();
+      if (spec == nullptr || state == rpc::FINISHED || state == rpc::FAILED ||
+          state == rpc::KILLED) {
+        continue;
+      }
+      auto it = index.find(spec->queue());
+      rpc::QueueInfo& q = out[it != index.end() ? it->second : index.at("")];
+      int gpus = info.gpus_size();
+      if (info.parts_size() > 0) {
+        gpus = 0;
+        for (const rpc::JobPart& part : info.parts()) gpus += part.gpus_size();
+      }
+      if (state == rpc::RUNNING) {
+        q.set_jobs_running(q.jobs_running() + 1);
+        q.set_gpus_running(q.gpus_running() + gpus);
+      } else {
+        q.set_jobs_waiting(q.jobs_waiting() + 1);
+      }
+      q.set_gpus_asked(q.gpus_asked() +
+                       (gpus > 0 ? gpus : std::max(1, spec->gpus())));
+    }
+  });
+  int up = 0;
+  for (const auto& server : sn->servers) {
+    if (server->up()) up += server->gpus_size();
+  }
+  std::vector<double> asked(out.size());
+  for (size_t q = 0; q < out.size(); ++q) asked[q] = out[q].gpus_asked();
+  const std::vector<double> share = core::FairShares(asked, quotas, up);
+  for (size_t q = 0; q < out.size(); ++q) {
+    out[q].set_name(names[q]);
+    out[q].set_quota(static_cast<int32_t>(quotas[q]));
+    out[q].set_fair_share(share[q]);
+    *rep->add_queues() = std::move(out[q]);
+  }
 }
 
 MetricsSample SchedulerServer::Impl::SampleMetrics() {

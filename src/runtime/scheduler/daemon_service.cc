@@ -262,6 +262,13 @@ grpc::Status SchedulerService::ListServers(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::ListQueues(grpc::ServerContext*,
+                                          const rpc::Empty*,
+                                          rpc::ListQueuesReply* rep) {
+  d_.ListQueues(rep);
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerService::Ping(grpc::ServerContext*, const rpc::Empty*,
                                     rpc::Empty*) {
   return grpc::Status::OK;

@@ -64,6 +64,8 @@ class SchedulerService final : public rpc::Scheduler::Service {
                       rpc::JobInfo* rep) override;
   grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
                            rpc::ListServersReply* rep) override;
+  grpc::Status ListQueues(grpc::ServerContext*, const rpc::Empty*,
+                          rpc::ListQueuesReply* rep) override;
   grpc::Status Ping(grpc::ServerContext*, const rpc::Empty*,
                     rpc::Empty*) override;
 

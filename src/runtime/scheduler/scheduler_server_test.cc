@@ -716,6 +716,12 @@ class Client {
     grpc::ClientContext ctx;
     return stub_->ListJobs(&ctx, r, rep);
   }
+  rpc::ListQueuesReply Queues() {
+    rpc::ListQueuesReply rep;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->ListQueues(&ctx, rpc::Empty(), &rep).ok());
+    return rep;
+  }
   rpc::ListServersReply Servers() {
     rpc::ListServersReply rep;
     grpc::ClientContext ctx;
@@ -3273,6 +3279,52 @@ TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
   Client& again = StartDaemon(o);
   spec.set_queue("b");
   EXPECT_TRUE(again.Submit(spec).ok()) << "the stored queues";
+}
+
+// ListQueues: each queue's quota, its fair share of the GPUs up for what
+// its jobs ask, and its jobs running and waiting; the shared queue last.
+TEST_F(DaemonTest, QueuesShowTheirQuotaShareAndUse) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva-fair";
+  o.queues = std::map<std::string, int>{{"a", 2}, {"b", 2}};
+  Client& c = StartDaemon(o);
+  FakeAgent agent("node", 4, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_queue("b");
+  std::vector<int64_t> b;
+  for (int i = 0; i < 3; ++i) {
+    int64_t id = 0;
+    ASSERT_TRUE(c.Submit(spec, &id).ok());
+    b.push_back(id);
+  }
+  spec.set_queue("a");
+  ASSERT_TRUE(c.Submit(spec).ok());
+  spec.set_queue("");
+  spec.set_gpus(2);
+  ASSERT_TRUE(c.Submit(spec).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().size() == 4; }));
+  server_->Sync();
+  const rpc::ListQueuesReply q = c.Queues();
+  ASSERT_EQ(q.queues_size(), 3);
+  EXPECT_EQ(q.queues(0).name(), "a");
+  EXPECT_EQ(q.queues(1).name(), "b");
+  EXPECT_EQ(q.queues(2).name(), "");
+  // 4 GPUs: a asks 1 (its share), b asks 3 (2 of quota and the 1 left);
+  // the shared queue's 2-GPU job gets what no quota claims: none.
+  EXPECT_EQ(q.queues(0).quota(), 2);
+  EXPECT_DOUBLE_EQ(q.queues(0).fair_share(), 1);
+  EXPECT_EQ(q.queues(0).gpus_asked(), 1);
+  EXPECT_DOUBLE_EQ(q.queues(1).fair_share(), 3);
+  EXPECT_EQ(q.queues(1).gpus_asked(), 3);
+  EXPECT_EQ(q.queues(1).jobs_running(), 3);
+  EXPECT_EQ(q.queues(1).gpus_running(), 3);
+  EXPECT_EQ(q.queues(0).jobs_running(), 1);
+  EXPECT_DOUBLE_EQ(q.queues(2).fair_share(), 0);
+  EXPECT_EQ(q.queues(2).gpus_asked(), 2);
+  EXPECT_EQ(q.queues(2).jobs_waiting(), 1);
 }
 
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
