@@ -545,6 +545,7 @@ core::StatusOr<ClusterShape> ResolveShape(const UpFlags& f,
 
 int RunUp(const UpFlags& f) {
   const std::string dir = ResolveStateDir(f.state_dir);
+  UseLocalAdminCredential(dir);  // a running cluster's, if any
   const std::string self = SelfForHints();
   const std::string hint_dir =
       IsDefaultStateDir(f.state_dir) ? "" : " --state-dir " + dir;
@@ -633,10 +634,15 @@ int RunUp(const UpFlags& f) {
   const std::string addr_file = dir + "/scheduler.addr";
   fs::remove(addr_file, ec);
   const std::string sched_log = dir + "/logs/scheduler.log";
-  std::vector<std::string> sargv = {
-      scheduler_bin,        "--listen", "127.0.0.1:" + std::to_string(f.port),
-      "--address-file",     addr_file,  "--db",
-      dir + "/scheduler.db"};
+  std::vector<std::string> sargv = {scheduler_bin,
+                                    "--listen",
+                                    "127.0.0.1:" + std::to_string(f.port),
+                                    "--address-file",
+                                    addr_file,
+                                    "--db",
+                                    dir + "/scheduler.db",
+                                    "--credentials-dir",
+                                    dir};
   if (f.policy) sargv.insert(sargv.end(), {"--policy", *f.policy});
   if (f.queues) {
     sargv.insert(sargv.end(),
@@ -691,6 +697,7 @@ int RunUp(const UpFlags& f) {
     }
     if (address.empty()) std::this_thread::sleep_for(milliseconds(50));
   }
+  UseLocalAdminCredential(dir);  // written by the scheduler before it serves
   record.processes.push_back({"scheduler", spid, address});
   if (auto st = WriteClusterRecord(dir, record); !st.ok()) {
     return fail(st.message(), "");
@@ -713,7 +720,9 @@ int RunUp(const UpFlags& f) {
                                       "--work-dir",
                                       work,
                                       "--checkpoint-dir",
-                                      CheckpointRoot(dir) + "/" + name};
+                                      CheckpointRoot(dir) + "/" + name,
+                                      "--credentials",
+                                      dir + "/agent.cred"};
     if (!shape.real_gpus) aargv.push_back("--virtual-only");
     aargv.insert(aargv.end(), tls_args.begin(), tls_args.end());
     aargv.insert(aargv.end(), f.agent_args.begin(), f.agent_args.end());
@@ -796,6 +805,7 @@ int RunUp(const UpFlags& f) {
 
 int RunDown(const DownFlags& f) {
   const std::string dir = ResolveStateDir(f.state_dir);
+  UseLocalAdminCredential(dir);
   auto record = ReadClusterRecord(dir);
   size_t stopped = 0;
   std::map<int64_t, std::string> jobs;  // whose processes the agents ran

@@ -19,6 +19,8 @@ void AddJobCommands(CLI::App& app, int& exit_code);
 // `gandiva up|down`: a local cluster of background daemons
 // (cluster_commands.cc).
 void AddClusterCommands(CLI::App& app, int& exit_code);
+// `gandiva user add|ls|rm|whoami`: the cluster's users (user_commands.cc).
+void AddUserCommands(CLI::App& app, int& exit_code);
 #endif
 
 }  // namespace gandiva::cli

@@ -1,5 +1,7 @@
 #include "cli/format.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <ctime>
@@ -123,6 +125,14 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
+  return out;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
   return out;
 }
 

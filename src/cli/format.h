@@ -22,6 +22,9 @@ bool IsEnded(rpc::JobState state);
 std::string FormatProgress(int64_t minibatches, int64_t total);
 // Local wall-clock time of a Unix time in microseconds: "14:03:07.123".
 std::string FormatClock(int64_t unix_us);
+// A message as JSON (proto3's mapping: field names in lowerCamelCase, 64-bit
+// integers as strings), on one line.
+std::string ToJson(const google::protobuf::Message& m);
 // Comma-separated GPU indices: "0,1".
 std::string JoinGpus(const google::protobuf::RepeatedField<int32_t>& gpus);
 // Where a job is: "agent-1:0,1"; for a job that spans servers every part in

@@ -269,16 +269,6 @@ struct LsFlags {
   std::string name;
 };
 
-// A message as JSON (proto3's mapping: field names in lowerCamelCase, 64-bit
-// integers as strings), on one line.
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
-
 int RunLs(const LsFlags& f) {
   JobFilter filter;
   filter.owner = f.owner;
@@ -516,7 +506,9 @@ int RunShow(const JobFlags& f) {
       std::printf("waits for GPUs to try again\n");
     }
   }
-  std::printf("  command:      %s\n", spec.command().c_str());
+  const char* withheld = "(withheld: another user's job)";
+  std::printf("  command:      %s\n",
+              j.withheld() ? withheld : spec.command().c_str());
   std::printf("  workdir:      %s\n", spec.workdir().c_str());
   std::printf("  gpus:         %d\n", spec.gpus());
   if (j.priority() != spec.priority()) {
@@ -534,7 +526,10 @@ int RunShow(const JobFlags& f) {
   std::printf("  restartable:  %s\n", spec.restartable() ? "yes" : "no");
   std::printf("  moves by:     %s\n", MovesBy(s, j).c_str());
   std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
-  std::printf("  env:         %s\n", env.empty() ? " -" : "");
+  std::printf("  env:         %s%s\n", j.withheld() || env.empty() ? " " : "",
+              j.withheld()  ? withheld
+              : env.empty() ? "-"
+                            : "");
   for (const auto& [k, v] : env) {
     std::printf("    %s=%s\n", k.c_str(), v.c_str());
   }

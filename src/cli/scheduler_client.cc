@@ -1,6 +1,7 @@
 #include "cli/scheduler_client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,34 @@ std::string ReadFirstLine(const std::string& path) {
   return Trim(line);
 }
 
+// The credential calls carry (ResolveScheduler sets it).
+std::optional<runtime::Credential>& CallCredential() {
+  static std::optional<runtime::Credential> credential;
+  return credential;
+}
+
+void UseCredential(const ConnectionFlags& flags, const SchedulerAddress& at) {
+  std::string path = flags.credentials;
+  if (path.empty()) {
+    if (const char* env = std::getenv("GANDIVA_CREDENTIALS"); env && *env) {
+      path = env;
+    }
+  }
+  if (path.empty()) {
+    // The local cluster's admin credential, only to the local cluster.
+    const std::string local = at.state_dir + "/admin.cred";
+    if (!at.from_local_cluster || ::access(local.c_str(), R_OK) != 0) return;
+    path = local;
+  }
+  auto c = runtime::ReadCredential(path);
+  if (!c.ok()) {
+    std::fprintf(stderr, "gandiva: --credentials: %s\n",
+                 c.status().message().c_str());
+    std::exit(2);
+  }
+  CallCredential() = std::move(*c);
+}
+
 }  // namespace
 
 void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags) {
@@ -41,6 +70,10 @@ void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags) {
   sub->add_option("--state-dir", flags->state_dir,
                   "The local cluster's state directory (default: "
                   "$GANDIVA_STATE_DIR, else ~/.gandiva)");
+  sub->add_option("--credentials", flags->credentials,
+                  "Act as the user of this credential file (default: "
+                  "$GANDIVA_CREDENTIALS, else the local cluster's admin "
+                  "credential when this user can read it)");
 }
 
 std::string ResolveStateDir(const std::string& flag) {
@@ -60,7 +93,9 @@ std::string ResolveStateDir(const std::string& flag) {
   return ec ? dir : abs.lexically_normal().string();
 }
 
-SchedulerAddress ResolveScheduler(const ConnectionFlags& flags) {
+namespace {
+
+SchedulerAddress FindScheduler(const ConnectionFlags& flags) {
   if (!flags.scheduler.empty()) return {flags.scheduler, false, ""};
   if (const char* env = std::getenv("GANDIVA_SCHEDULER"); env && *env) {
     return {env, false, ""};
@@ -80,6 +115,22 @@ SchedulerAddress ResolveScheduler(const ConnectionFlags& flags) {
     return {"", true, state};
   }
   return {kDefaultSchedulerAddress, true, state};
+}
+
+}  // namespace
+
+SchedulerAddress ResolveScheduler(const ConnectionFlags& flags) {
+  SchedulerAddress at = FindScheduler(flags);
+  UseCredential(flags, at);
+  return at;
+}
+
+void UseLocalAdminCredential(const std::string& state_dir) {
+  const std::string path = state_dir + "/admin.cred";
+  if (::access(path.c_str(), R_OK) != 0) return;
+  if (auto c = runtime::ReadCredential(path); c.ok()) {
+    CallCredential() = std::move(*c);
+  }
 }
 
 const std::optional<runtime::TlsConfig>& ClientTls() {
@@ -129,6 +180,7 @@ std::unique_ptr<grpc::ClientContext> Context(
     std::chrono::milliseconds timeout) {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  if (CallCredential()) runtime::AttachCredential(*CallCredential(), ctx.get());
   return ctx;
 }
 
@@ -153,6 +205,11 @@ std::string DescribeRpcError(const grpc::Status& status,
     case grpc::StatusCode::NOT_FOUND:
     case grpc::StatusCode::FAILED_PRECONDITION:
       return status.error_message();
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "refused: " + status.error_message();
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "not authenticated by the scheduler at " + where.address + ": " +
+             status.error_message();
     case grpc::StatusCode::UNIMPLEMENTED:
       return "the scheduler at " + where.address +
              " does not implement this call (" + status.error_message() + ")";

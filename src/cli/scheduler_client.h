@@ -10,6 +10,12 @@
 // $GANDIVA_STATE_DIR, else ~/.gandiva
 // (./.gandiva when HOME is not set).
 //
+// Each call carries a credential (credentials.h) when one is found: the
+// file of --credentials, else $GANDIVA_CREDENTIALS, else, only when the
+// address is the local cluster's, its admin credential (admin.cred in the
+// state directory) if this user can read it. A daemon without users
+// ignores it.
+//
 // Plain functions; the stubs they return are gRPC's (thread-safe).
 #pragma once
 
@@ -19,6 +25,7 @@
 #include <string>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/auth/credentials.h"
 #include "runtime/tls/tls.h"
 
 namespace gandiva::cli {
@@ -29,11 +36,12 @@ inline constexpr const char* kDefaultSchedulerAddress = "127.0.0.1:7070";
 
 // Options every cluster subcommand takes.
 struct ConnectionFlags {
-  std::string scheduler;  // empty: resolve as above
-  std::string state_dir;  // empty: resolve as above
+  std::string scheduler;    // empty: resolve as above
+  std::string state_dir;    // empty: resolve as above
+  std::string credentials;  // empty: resolve as above
 };
 
-// Adds --scheduler and --state-dir to a subcommand.
+// Adds --scheduler, --state-dir and --credentials to a subcommand.
 void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags);
 
 // The state directory to use (see above); absolute.
@@ -45,7 +53,15 @@ struct SchedulerAddress {
   bool from_local_cluster = false;  // the state dir or the default
   std::string state_dir;            // set when from_local_cluster
 };
+// Also sets the credential Context() attaches (see above); a credential
+// file named but unreadable or malformed prints the reason and exits with
+// status 2.
 SchedulerAddress ResolveScheduler(const ConnectionFlags& flags);
+
+// Calls carry the local cluster's admin credential (`state_dir`/admin.cred)
+// when this user can read it: for `gandiva up` and `down`, which manage the
+// local cluster.
+void UseLocalAdminCredential(const std::string& state_dir);
 
 // Mutual TLS from $GANDIVA_TLS_CA, $GANDIVA_TLS_CERT, $GANDIVA_TLS_KEY (and
 // $GANDIVA_TLS_NAME), read once; nullopt when none is set. Bad settings
@@ -57,7 +73,8 @@ std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
     const std::string& address);
 std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address);
 
-// A client context with a deadline `timeout` from now.
+// A client context with a deadline `timeout` from now, carrying the
+// credential ResolveScheduler found.
 std::unique_ptr<grpc::ClientContext> Context(
     std::chrono::milliseconds timeout = std::chrono::seconds(15));
 

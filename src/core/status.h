@@ -23,6 +23,8 @@ enum class StatusCode {
   kUnavailable,
   kInternal,
   kIo,
+  kUnauthenticated,   // no credential, or one the daemon does not know
+  kPermissionDenied,  // the caller may not; the message names the rule
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -61,6 +63,12 @@ inline Status FailedPrecondition(std::string m) {
 }
 inline Status IoError(std::string m) {
   return Status(StatusCode::kIo, std::move(m));
+}
+inline Status Unauthenticated(std::string m) {
+  return Status(StatusCode::kUnauthenticated, std::move(m));
+}
+inline Status PermissionDenied(std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(m));
 }
 
 template <typename T>

@@ -16,6 +16,10 @@ grpc::StatusCode ToGrpcCode(core::StatusCode code) {
       return grpc::StatusCode::ALREADY_EXISTS;
     case core::StatusCode::kUnavailable:
       return grpc::StatusCode::UNAVAILABLE;
+    case core::StatusCode::kUnauthenticated:
+      return grpc::StatusCode::UNAUTHENTICATED;
+    case core::StatusCode::kPermissionDenied:
+      return grpc::StatusCode::PERMISSION_DENIED;
     case core::StatusCode::kInternal:
     case core::StatusCode::kIo:
       return grpc::StatusCode::INTERNAL;

@@ -16,6 +16,7 @@
 #include "runtime/agent/agent_impl.h"
 #include "runtime/agent/agent_rpc.h"
 #include "runtime/agent/criu.h"
+#include "runtime/auth/credentials.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -161,6 +162,14 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   auto tls = LoadTls(options.tls, "--tls-");
   if (!tls.ok()) return tls.status();
   impl->tls = std::move(*tls);
+  std::optional<Credential> credential;
+  if (!options.credentials.empty()) {
+    auto c = ReadCredential(options.credentials);
+    if (!c.ok()) {
+      return core::InvalidArgument("--credentials: " + c.status().message());
+    }
+    credential = std::move(*c);
+  }
   // The bulk channel is plain TCP: with TLS, checkpoints go over the
   // (encrypted) gRPC stream unless the operator says the network is safe.
   const bool bulk_off_for_tls =
@@ -263,6 +272,7 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   lopts.name = impl->name;
   lopts.schedulers = std::move(schedulers);
   lopts.tls = impl->tls;
+  lopts.credential = std::move(credential);
   lopts.rpc_timeout = o.rpc_timeout;
   lopts.report_interval = o.report_interval;
   lopts.max_backoff = o.max_backoff;

@@ -42,6 +42,9 @@ struct AgentOptions {
   // Mutual TLS on the Agent service and on this agent's calls (tls.h); none
   // given: plain connections.
   TlsFiles tls;
+  // A credential file (credentials.h) this agent's calls to the daemon
+  // carry: a daemon with users admits only an agent's. Empty: none.
+  std::string credentials;
   // Where the Agent service listens; port 0 picks a free port.
   std::string listen_address = "0.0.0.0:0";
   // Host reported in RegisterAgent.address. Empty: the listen host, or this

@@ -62,6 +62,7 @@ void DaemonLink::FinalReport() {
 std::unique_ptr<grpc::ClientContext> DaemonLink::CallContext() {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+  if (options_.credential) AttachCredential(*options_.credential, ctx.get());
   return ctx;
 }
 
@@ -155,6 +156,7 @@ std::vector<int64_t> DaemonLink::Leave() {
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::min<std::chrono::milliseconds>(
                        options_.rpc_timeout, std::chrono::seconds(2)));
+  if (options_.credential) AttachCredential(*options_.credential, &ctx);
   const grpc::Status s = scheduler_->Leave(&ctx, req, &reply);
   if (!s.ok()) {
     log_("could not tell the scheduler this agent stops: " + s.error_message());

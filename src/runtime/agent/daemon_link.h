@@ -34,6 +34,7 @@
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
+#include "runtime/auth/credentials.h"
 #include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
@@ -44,6 +45,8 @@ struct DaemonLinkOptions {
   // nothing, Leave and FinalReport neither).
   std::vector<std::string> schedulers;
   std::optional<TlsConfig> tls;
+  // What each call carries to prove it is an agent's (credentials.h).
+  std::optional<Credential> credential;
   std::chrono::milliseconds rpc_timeout{2000};  // deadline of each call
   std::chrono::milliseconds report_interval{500};
   std::chrono::milliseconds max_backoff{5000};

@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
                  "comma-separated, for a leader and its standbys")
       ->required();
   gandiva::runtime::AddTlsFlags(app, &o.tls);
+  app.add_option("--credentials", o.credentials,
+                 "An agent's credential file for a daemon with users "
+                 "(default: $GANDIVA_CREDENTIALS)")
+      ->envname("GANDIVA_CREDENTIALS");
   app.add_option("--listen", o.listen_address,
                  "HOST:PORT of this agent's service (port 0: pick a free one)")
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "runtime/scheduler/published.h"
 #include "runtime/scheduler/retention.h"
 #include "runtime/scheduler/scheduler_server.h"
+#include "runtime/scheduler/users.h"
 
 namespace gandiva::runtime {
 
@@ -24,6 +25,8 @@ struct SchedulerServer::Impl final {
   // The queues jobs may name, and their quotas (--queues, stored with the
   // policy options).
   std::map<std::string, int> queue_quotas;
+  // The cluster's users (users.h; the handlers identify callers by them).
+  Users users;
   std::string address;
   // Mutual TLS (--tls-*), if configured.
   std::optional<TlsConfig> tls;
@@ -585,7 +588,8 @@ struct SchedulerServer::Impl final {
   // requests logged in one append: each one's outcome, in order (a job
   // named twice: the outcome of its first).
   std::vector<core::Status> ActOnJobs(std::span<const int64_t> ids, bool kill,
-                                      bool hold, const std::string& reason);
+                                      bool hold, const std::string& reason,
+                                      const Caller& by);
 
   // An operator's request for a mechanism: refused with the core's reason
   // (Scheduler::Check: room, state, and whether the job's work can be
@@ -595,11 +599,13 @@ struct SchedulerServer::Impl final {
 
   // The core's DrainRequest (it picks each job's target, or says why it
   // stays), its outcomes as the reply; or opens the server again.
-  core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r);
+  core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r,
+                                        const Caller& by);
 
-  // An operator's change of a live job's priority (history `priority`);
-  // its priority before.
-  core::StatusOr<int32_t> SetPriority(int64_t id, int32_t priority);
+  // A change of a live job's priority (history `priority`), by its owner or
+  // an admin (access.h); its priority before.
+  core::StatusOr<int32_t> SetPriority(int64_t id, int32_t priority,
+                                      const Caller& by);
 
   // --------------------------------------------- persistence and snapshot
 

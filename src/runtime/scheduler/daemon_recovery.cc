@@ -25,6 +25,12 @@ core::Status SchedulerServer::Impl::Open() {
   if (opts.store_wrapper) store = opts.store_wrapper(std::move(store));
   GANDIVA_RETURN_IF_ERROR(ResolvePolicy());
   GANDIVA_RETURN_IF_ERROR(ResolveClusterId());
+  GANDIVA_RETURN_IF_ERROR(
+      OpenUsers(users, *store, opts.credentials_dir, opts.admin_user, Now()));
+  Log(users.empty() ? "open: no users, every caller acts as an admin "
+                      "(--credentials-dir gives the daemon users)"
+                    : std::to_string(users.List().size()) +
+                          " users: every call must prove whose it is");
   GANDIVA_RETURN_IF_ERROR(ResolveRestoreLost());
   return Recover();
 }

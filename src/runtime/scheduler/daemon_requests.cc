@@ -3,6 +3,7 @@
 // the loop (Call) or read the published snapshot, and map the outcome to
 // a gRPC status.
 
+#include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
@@ -76,7 +77,8 @@ core::Status SchedulerServer::Impl::CheckLiveJob(int64_t id) const {
 
 std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
     std::span<const int64_t> ids, bool kill, bool hold,
-    const std::string& reason) {
+    const std::string& reason, const Caller& by) {
+  const std::string who = by.open() ? "operator" : by.user;
   std::vector<core::Status> out(ids.size());
   std::vector<core::EventBody> events;
   std::vector<size_t> fed;          // the index in `ids` of each event's job
@@ -88,9 +90,18 @@ std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
     result = CheckLiveJob(id);
     if (!result.ok()) continue;
     const JobId job(static_cast<int32_t>(id));
+    result = MayActOnJob(by,
+                         kill   ? "kill"
+                         : hold ? "suspend"
+                                : "resume",
+                         id, st().job(job).spec.owner);
+    if (!result.ok()) continue;
     if (kill) {
-      events.push_back(
-          core::KillRequest{job, reason.empty() ? "killed by user" : reason});
+      const std::string killer = by.open() ? "user" : by.user;
+      events.push_back(core::KillRequest{
+          job, reason.empty()
+                   ? "killed by " + killer
+                   : reason + (by.open() ? "" : " (" + by.user + ")")});
     } else {
       const core::Job& j = st().job(job);
       if (!hold && !j.held) {
@@ -100,7 +111,7 @@ std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
       }
       if (hold && j.held) continue;
       History(job.value, hold ? "hold" : "release", true, 0,
-              hold ? "suspended by operator" : "resumed by operator");
+              (hold ? "suspended by " : "resumed by ") + who);
       events.push_back(core::HoldRequest{job, hold});
     }
     fed.push_back(i);
@@ -123,7 +134,7 @@ core::Status SchedulerServer::Impl::Mechanism(const core::MechanismRequest& m,
 }
 
 core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
-    const rpc::DrainRequest& r) {
+    const rpc::DrainRequest& r, const Caller& by) {
   auto it = agent_by_name.find(r.server());
   if (it == agent_by_name.end() || it->second >= st().cluster().num_servers()) {
     return core::NotFound("field 'server': no server named '" + r.server() +
@@ -155,22 +166,28 @@ core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
     }
     d->set_unpacking(o.kind == Kind::kUnpacking);
     if (o.kind != Kind::kStays) {
-      History(o.job.value, "request", true, 0, "operator: drain " + r.server());
+      History(o.job.value, "request", true, 0,
+              "operator: drain " + r.server() +
+                  (by.open() ? "" : " (" + by.user + ")"));
     }
   }
   return reply;
 }
 
 core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
-                                                           int32_t priority) {
+                                                           int32_t priority,
+                                                           const Caller& by) {
   GANDIVA_RETURN_IF_ERROR(CheckLiveJob(id));
   const auto job = static_cast<int32_t>(id);
+  GANDIVA_RETURN_IF_ERROR(
+      MayActOnJob(by, "reprioritise", id, st().job(JobId(job)).spec.owner));
   const int32_t was = st().job(JobId(job)).spec.priority;
   if (was == priority) return was;
   GANDIVA_RETURN_IF_ERROR(Feed(core::PriorityRequest{JobId(job), priority}));
   History(job, "priority", true, 0,
           "priority " + std::to_string(was) + " -> " +
-              std::to_string(priority) + ", set by an operator");
+              std::to_string(priority) + ", set by " +
+              (by.open() ? "an operator" : by.user));
   return was;
 }
 

@@ -2,7 +2,9 @@
 
 #include "runtime/scheduler/daemon_service.h"
 
+#include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_impl.h"
+#include "runtime/scheduler/identify.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -11,11 +13,36 @@ grpc::Status Unavailable() {
   return {grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"};
 }
 
+// " (alice)" naming who asked, or nothing on an open daemon.
+std::string By(const Caller& c) {
+  return c.open() ? std::string() : " (" + c.user + ")";
+}
+
+// The job as `c` may read it (access.h, rule spec).
+void Withhold(const Caller& c, rpc::JobInfo* info) {
+  if (MayReadSpec(c, info->spec().owner())) return;
+  info->mutable_spec()->clear_command();
+  info->mutable_spec()->clear_env();
+  info->set_withheld(true);
+}
+
 }  // namespace
 
+core::StatusOr<Caller> SchedulerService::Who(const grpc::ServerContext& ctx,
+                                             Rule rule,
+                                             std::string_view action) const {
+  auto c = Identify(d_.users, ctx);
+  if (!c.ok()) return c;
+  GANDIVA_RETURN_IF_ERROR(rule(*c, action));
+  return c;
+}
+
 grpc::Status SchedulerService::RegisterAgent(
-    grpc::ServerContext*, const rpc::RegisterAgentRequest* req,
+    grpc::ServerContext* ctx, const rpc::RegisterAgentRequest* req,
     rpc::RegisterAgentReply* rep) {
+  if (auto who = Who(*ctx, MayActAsAgent, "register an agent"); !who.ok()) {
+    return ToGrpc(who.status());
+  }
   auto r = d_.Call<core::StatusOr<int32_t>>(
       [this, req] { return d_.RegisterAgent(*req); });
   if (!r) return Unavailable();
@@ -25,16 +52,22 @@ grpc::Status SchedulerService::RegisterAgent(
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Report(grpc::ServerContext*,
+grpc::Status SchedulerService::Report(grpc::ServerContext* ctx,
                                       const rpc::AgentReport* req,
                                       rpc::AgentReportReply*) {
+  if (auto who = Who(*ctx, MayActAsAgent, "report as an agent"); !who.ok()) {
+    return ToGrpc(who.status());
+  }
   auto r = d_.Call<grpc::Status>([this, req] { return d_.DoReport(*req); });
   return r ? *r : Unavailable();
 }
 
-grpc::Status SchedulerService::Leave(grpc::ServerContext*,
+grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
                                      const rpc::LeaveRequest* req,
                                      rpc::LeaveReply* rep) {
+  if (auto who = Who(*ctx, MayActAsAgent, "leave as an agent"); !who.ok()) {
+    return ToGrpc(who.status());
+  }
   auto r = d_.Call<core::StatusOr<rpc::LeaveReply>>(
       [this, req] { return d_.Leave(*req); });
   if (!r) return Unavailable();
@@ -43,14 +76,23 @@ grpc::Status SchedulerService::Leave(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Submit(grpc::ServerContext*,
+grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
                                       const rpc::SubmitRequest* req,
                                       rpc::SubmitReply* rep) {
+  auto who = Who(*ctx, MayActAsUser, "submit");
+  if (!who.ok()) return ToGrpc(who.status());
   if (std::string err = CheckSpec(req->spec()); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
-  auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
-    const rpc::JobSpec* spec = &req->spec();
+  // With users, the owner is who submits (the spec's owner is ignored).
+  rpc::JobSpec owned;
+  const rpc::JobSpec* spec = &req->spec();
+  if (!who->open()) {
+    owned = req->spec();
+    owned.set_owner(who->user);
+    spec = &owned;
+  }
+  auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, &spec] {
     return d_.Submit(std::span<const rpc::JobSpec* const>(&spec, 1));
   });
   if (!r) return Unavailable();
@@ -59,9 +101,11 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext*,
+grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext* ctx,
                                           const rpc::SubmitJobsRequest* req,
                                           rpc::SubmitJobsReply* rep) {
+  auto who = Who(*ctx, MayActAsUser, "submit");
+  if (!who.ok()) return ToGrpc(who.status());
   const int n = req->specs_size();
   if (n == 0) {
     return {grpc::StatusCode::INVALID_ARGUMENT, "field 'specs': is empty"};
@@ -80,9 +124,19 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext*,
                   "; no job was submitted"};
     }
   }
-  auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, req] {
-    return d_.Submit(std::span<const rpc::JobSpec* const>(
-        req->specs().data(), static_cast<size_t>(req->specs_size())));
+  // With users, the owner is who submits (the spec's owner is ignored).
+  std::vector<rpc::JobSpec> owned;
+  std::vector<const rpc::JobSpec*> specs(req->specs().data(),
+                                         req->specs().data() + n);
+  if (!who->open()) {
+    owned.assign(req->specs().begin(), req->specs().end());
+    for (size_t i = 0; i < owned.size(); ++i) {
+      owned[i].set_owner(who->user);
+      specs[i] = &owned[i];
+    }
+  }
+  auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, &specs] {
+    return d_.Submit(std::span<const rpc::JobSpec* const>(specs));
   });
   if (!r) return Unavailable();
   if (!r->ok()) return ToGrpc(r->status());
@@ -90,46 +144,58 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::ActOnJob(int64_t id, bool kill, bool hold,
+grpc::Status SchedulerService::ActOnJob(const grpc::ServerContext& ctx,
+                                        int64_t id, bool kill, bool hold,
                                         const std::string& reason) {
-  auto r = d_.Call<core::Status>([this, id, kill, hold, &reason] {
-    return d_.ActOnJobs(std::span<const int64_t>(&id, 1), kill, hold,
-                        reason)[0];
+  auto who = Who(ctx, MayActAsUser,
+                 kill   ? "kill"
+                 : hold ? "suspend"
+                        : "resume");
+  if (!who.ok()) return ToGrpc(who.status());
+  auto r = d_.Call<core::Status>([this, id, kill, hold, &reason, &who] {
+    return d_.ActOnJobs(std::span<const int64_t>(&id, 1), kill, hold, reason,
+                        *who)[0];
   });
   return r ? ToGrpc(*r) : Unavailable();
 }
 
-grpc::Status SchedulerService::Kill(grpc::ServerContext*,
+grpc::Status SchedulerService::Kill(grpc::ServerContext* ctx,
                                     const rpc::KillRequest* req, rpc::Empty*) {
-  return ActOnJob(req->job_id(), /*kill=*/true, false, req->reason());
+  return ActOnJob(*ctx, req->job_id(), /*kill=*/true, false, req->reason());
 }
 
-grpc::Status SchedulerService::Suspend(grpc::ServerContext*,
+grpc::Status SchedulerService::Suspend(grpc::ServerContext* ctx,
                                        const rpc::JobIdRequest* req,
                                        rpc::Empty*) {
-  return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/true, "");
+  return ActOnJob(*ctx, req->job_id(), /*kill=*/false, /*hold=*/true, "");
 }
 
-grpc::Status SchedulerService::Resume(grpc::ServerContext*,
+grpc::Status SchedulerService::Resume(grpc::ServerContext* ctx,
                                       const rpc::JobIdRequest* req,
                                       rpc::Empty*) {
-  return ActOnJob(req->job_id(), /*kill=*/false, /*hold=*/false, "");
+  return ActOnJob(*ctx, req->job_id(), /*kill=*/false, /*hold=*/false, "");
 }
 
-grpc::Status SchedulerService::ActOnJobs(const rpc::JobsRequest& req,
+grpc::Status SchedulerService::ActOnJobs(const grpc::ServerContext& ctx,
+                                         const rpc::JobsRequest& req,
                                          rpc::JobsReply* rep, bool kill,
                                          bool hold) {
+  auto who = Who(ctx, MayActAsUser,
+                 kill   ? "kill"
+                 : hold ? "suspend"
+                        : "resume");
+  if (!who.ok()) return ToGrpc(who.status());
   if (req.job_ids_size() > kMaxJobsPerRequest) {
     return {grpc::StatusCode::INVALID_ARGUMENT,
             "field 'job_ids': " + std::to_string(req.job_ids_size()) +
                 " jobs, at most " + std::to_string(kMaxJobsPerRequest) +
                 " a request"};
   }
-  auto r = d_.Call<std::vector<core::Status>>([this, &req, kill, hold] {
+  auto r = d_.Call<std::vector<core::Status>>([this, &req, kill, hold, &who] {
     return d_.ActOnJobs(
         std::span<const int64_t>(req.job_ids().data(),
                                  static_cast<size_t>(req.job_ids_size())),
-        kill, hold, req.reason());
+        kill, hold, req.reason(), *who);
   });
   if (!r) return Unavailable();
   for (int i = 0; i < req.job_ids_size(); ++i) {
@@ -142,29 +208,32 @@ grpc::Status SchedulerService::ActOnJobs(const rpc::JobsRequest& req,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::KillJobs(grpc::ServerContext*,
+grpc::Status SchedulerService::KillJobs(grpc::ServerContext* ctx,
                                         const rpc::JobsRequest* req,
                                         rpc::JobsReply* rep) {
-  return ActOnJobs(*req, rep, /*kill=*/true, false);
+  return ActOnJobs(*ctx, *req, rep, /*kill=*/true, false);
 }
 
-grpc::Status SchedulerService::SuspendJobs(grpc::ServerContext*,
+grpc::Status SchedulerService::SuspendJobs(grpc::ServerContext* ctx,
                                            const rpc::JobsRequest* req,
                                            rpc::JobsReply* rep) {
-  return ActOnJobs(*req, rep, /*kill=*/false, /*hold=*/true);
+  return ActOnJobs(*ctx, *req, rep, /*kill=*/false, /*hold=*/true);
 }
 
-grpc::Status SchedulerService::ResumeJobs(grpc::ServerContext*,
+grpc::Status SchedulerService::ResumeJobs(grpc::ServerContext* ctx,
                                           const rpc::JobsRequest* req,
                                           rpc::JobsReply* rep) {
-  return ActOnJobs(*req, rep, /*kill=*/false, /*hold=*/false);
+  return ActOnJobs(*ctx, *req, rep, /*kill=*/false, /*hold=*/false);
 }
 
-grpc::Status SchedulerService::SetPriority(grpc::ServerContext*,
+grpc::Status SchedulerService::SetPriority(grpc::ServerContext* ctx,
                                            const rpc::SetPriorityRequest* req,
                                            rpc::SetPriorityReply* rep) {
-  auto r = d_.Call<core::StatusOr<int32_t>>(
-      [this, req] { return d_.SetPriority(req->job_id(), req->priority()); });
+  auto who = Who(*ctx, MayActAsUser, "reprioritise");
+  if (!who.ok()) return ToGrpc(who.status());
+  auto r = d_.Call<core::StatusOr<int32_t>>([this, req, &who] {
+    return d_.SetPriority(req->job_id(), req->priority(), *who);
+  });
   if (!r) return Unavailable();
   if (!r->ok()) return ToGrpc(r->status());
   rep->set_was(**r);
@@ -172,15 +241,19 @@ grpc::Status SchedulerService::SetPriority(grpc::ServerContext*,
 }
 
 grpc::Status SchedulerService::Mechanism(
-    std::function<core::Status()> request) {
-  auto r = d_.Call<core::Status>(std::move(request));
+    const grpc::ServerContext& ctx, const std::string& action,
+    std::function<core::Status(const Caller&)> request) {
+  auto who = Who(ctx, MayOperate, action);
+  if (!who.ok()) return ToGrpc(who.status());
+  auto r = d_.Call<core::Status>([&request, &who] { return request(*who); });
   return r ? ToGrpc(*r) : Unavailable();
 }
 
-grpc::Status SchedulerService::Migrate(grpc::ServerContext*,
+grpc::Status SchedulerService::Migrate(grpc::ServerContext* ctx,
                                        const rpc::MigrateRequest* req,
                                        rpc::Empty*) {
-  return Mechanism([this, req] {
+  const std::string action = "migrate job " + std::to_string(req->job_id());
+  return Mechanism(*ctx, action, [this, req](const Caller& who) {
     auto it = d_.agent_by_name.find(req->server());
     if (it == d_.agent_by_name.end()) {
       return core::NotFound("field 'server': no server named '" +
@@ -190,82 +263,163 @@ grpc::Status SchedulerService::Migrate(grpc::ServerContext*,
     m.kind = core::MechanismRequest::Kind::kMigrate;
     m.job = JobId(static_cast<int32_t>(req->job_id()));
     m.server = ServerId(it->second);
-    return d_.Mechanism(m, "migrate to " + req->server());
+    return d_.Mechanism(m, "migrate to " + req->server() + By(who));
   });
 }
 
-grpc::Status SchedulerService::Drain(grpc::ServerContext*,
+grpc::Status SchedulerService::Drain(grpc::ServerContext* ctx,
                                      const rpc::DrainRequest* req,
                                      rpc::DrainReply* rep) {
+  auto who = Who(*ctx, MayOperate,
+                 (req->undo()          ? "open server "
+                  : req->cordon_only() ? "cordon server "
+                                       : "drain server ") +
+                     req->server());
+  if (!who.ok()) return ToGrpc(who.status());
   auto r = d_.Call<core::StatusOr<rpc::DrainReply>>(
-      [this, req] { return d_.Drain(*req); });
+      [this, req, &who] { return d_.Drain(*req, *who); });
   if (!r) return Unavailable();
   if (!r->ok()) return ToGrpc(r->status());
   *rep = std::move(**r);
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Pack(grpc::ServerContext*,
+grpc::Status SchedulerService::Pack(grpc::ServerContext* ctx,
                                     const rpc::PackRequest* req, rpc::Empty*) {
-  return Mechanism([this, req] {
+  const std::string action = "pack job " + std::to_string(req->job_id());
+  return Mechanism(*ctx, action, [this, req](const Caller& who) {
     GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->with_job_id()));
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kPack;
     m.job = JobId(static_cast<int32_t>(req->job_id()));
     m.with = JobId(static_cast<int32_t>(req->with_job_id()));
-    return d_.Mechanism(m,
-                        "pack with job " + std::to_string(req->with_job_id()));
+    return d_.Mechanism(
+        m, "pack with job " + std::to_string(req->with_job_id()) + By(who));
   });
 }
 
-grpc::Status SchedulerService::Unpack(grpc::ServerContext*,
+grpc::Status SchedulerService::Unpack(grpc::ServerContext* ctx,
                                       const rpc::JobIdRequest* req,
                                       rpc::Empty*) {
-  return Mechanism([this, req] {
+  const std::string action = "unpack job " + std::to_string(req->job_id());
+  return Mechanism(*ctx, action, [this, req](const Caller& who) {
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kUnpack;
     m.job = JobId(static_cast<int32_t>(req->job_id()));
-    return d_.Mechanism(m, "unpack");
+    return d_.Mechanism(m, "unpack" + By(who));
   });
 }
 
-grpc::Status SchedulerService::Resize(grpc::ServerContext*,
+grpc::Status SchedulerService::Resize(grpc::ServerContext* ctx,
                                       const rpc::ResizeRequest* req,
                                       rpc::Empty*) {
-  return Mechanism([this, req] {
+  const std::string action = "resize job " + std::to_string(req->job_id());
+  return Mechanism(*ctx, action, [this, req](const Caller& who) {
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kResize;
     m.job = JobId(static_cast<int32_t>(req->job_id()));
     m.gpus = req->gpus();
-    return d_.Mechanism(m,
-                        "resize to " + std::to_string(req->gpus()) + " GPUs");
+    return d_.Mechanism(
+        m, "resize to " + std::to_string(req->gpus()) + " GPUs" + By(who));
   });
 }
 
-grpc::Status SchedulerService::ListJobs(grpc::ServerContext*,
+grpc::Status SchedulerService::ListJobs(grpc::ServerContext* ctx,
                                         const rpc::ListJobsRequest* req,
                                         rpc::ListJobsReply* rep) {
-  return d_.ListJobs(req, rep);
+  auto who = Who(*ctx, MayActAsUser, "list jobs");
+  if (!who.ok()) return ToGrpc(who.status());
+  grpc::Status s = d_.ListJobs(req, rep);
+  for (rpc::JobInfo& info : *rep->mutable_jobs()) Withhold(*who, &info);
+  return s;
 }
 
-grpc::Status SchedulerService::GetJob(grpc::ServerContext*,
+grpc::Status SchedulerService::GetJob(grpc::ServerContext* ctx,
                                       const rpc::JobIdRequest* req,
                                       rpc::JobInfo* rep) {
-  return d_.GetJob(req, rep);
+  auto who = Who(*ctx, MayActAsUser, "read a job");
+  if (!who.ok()) return ToGrpc(who.status());
+  grpc::Status s = d_.GetJob(req, rep);
+  Withhold(*who, rep);
+  return s;
 }
 
-grpc::Status SchedulerService::ListServers(grpc::ServerContext*,
+grpc::Status SchedulerService::ListServers(grpc::ServerContext* ctx,
                                            const rpc::Empty*,
                                            rpc::ListServersReply* rep) {
+  auto who = Who(*ctx, MayActAsUser, "list servers");
+  if (!who.ok()) return ToGrpc(who.status());
   auto s = d_.Snap();
   for (const auto& server : s->servers) *rep->add_servers() = *server;
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::ListQueues(grpc::ServerContext*,
+grpc::Status SchedulerService::ListQueues(grpc::ServerContext* ctx,
                                           const rpc::Empty*,
                                           rpc::ListQueuesReply* rep) {
+  auto who = Who(*ctx, MayActAsUser, "list queues");
+  if (!who.ok()) return ToGrpc(who.status());
   d_.ListQueues(rep);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::AddUser(grpc::ServerContext* ctx,
+                                       const rpc::AddUserRequest* req,
+                                       rpc::AddUserReply* rep) {
+  auto who = Who(*ctx, MayOperate, "add user " + req->name());
+  if (!who.ok()) return ToGrpc(who.status());
+  if (who->open()) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "this daemon has no users (it is open: every caller acts as an "
+            "admin); start it with --credentials-dir to have users"};
+  }
+  const std::string role_name = req->role().empty() ? "user" : req->role();
+  const std::optional<Role> role = ParseRole(role_name);
+  if (!role) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'role': no role '" + role_name +
+                "' (roles: user, admin, agent)"};
+  }
+  auto r = d_.Call<core::StatusOr<std::string>>([this, req, role] {
+    return runtime::AddUser(d_.users, *d_.store, req->name(), *role, d_.Now());
+  });
+  if (!r) return Unavailable();
+  if (!r->ok()) return ToGrpc(r->status());
+  rep->set_token(**r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ListUsers(grpc::ServerContext* ctx,
+                                         const rpc::Empty*,
+                                         rpc::ListUsersReply* rep) {
+  auto who = Who(*ctx, MayOperate, "list users");
+  if (!who.ok()) return ToGrpc(who.status());
+  for (const UserRecord& u : d_.users.List()) {
+    rpc::UserInfo* info = rep->add_users();
+    info->set_name(u.name);
+    info->set_role(std::string(RoleName(u.role)));
+    info->set_created_us(u.created_us);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::RemoveUser(grpc::ServerContext* ctx,
+                                          const rpc::UserRequest* req,
+                                          rpc::Empty*) {
+  auto who = Who(*ctx, MayOperate, "remove user " + req->name());
+  if (!who.ok()) return ToGrpc(who.status());
+  auto r = d_.Call<core::Status>([this, req] {
+    return runtime::RemoveUser(d_.users, *d_.store, req->name());
+  });
+  return r ? ToGrpc(*r) : Unavailable();
+}
+
+grpc::Status SchedulerService::WhoAmI(grpc::ServerContext* ctx,
+                                      const rpc::Empty*, rpc::UserInfo* rep) {
+  auto who = Identify(d_.users, *ctx);
+  if (!who.ok()) return ToGrpc(who.status());
+  rep->set_name(who->user);
+  rep->set_role(std::string(RoleName(who->role)));
   return grpc::Status::OK;
 }
 

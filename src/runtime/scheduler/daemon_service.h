@@ -9,6 +9,7 @@
 
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/scheduler/scheduler_server.h"
+#include "runtime/scheduler/users.h"
 
 namespace gandiva::runtime {
 
@@ -66,18 +67,36 @@ class SchedulerService final : public rpc::Scheduler::Service {
                            rpc::ListServersReply* rep) override;
   grpc::Status ListQueues(grpc::ServerContext*, const rpc::Empty*,
                           rpc::ListQueuesReply* rep) override;
+  // Users (users.h): admins only, but WhoAmI.
+  grpc::Status AddUser(grpc::ServerContext*, const rpc::AddUserRequest* req,
+                       rpc::AddUserReply* rep) override;
+  grpc::Status ListUsers(grpc::ServerContext*, const rpc::Empty*,
+                         rpc::ListUsersReply* rep) override;
+  grpc::Status RemoveUser(grpc::ServerContext*, const rpc::UserRequest* req,
+                          rpc::Empty*) override;
+  grpc::Status WhoAmI(grpc::ServerContext*, const rpc::Empty*,
+                      rpc::UserInfo* rep) override;
   grpc::Status Ping(grpc::ServerContext*, const rpc::Empty*,
                     rpc::Empty*) override;
 
  private:
+  // A rule of access.h.
+  using Rule = core::Status (*)(const Caller&, std::string_view);
+  // Who makes the call (identify.h), if `rule` lets them do `action`.
+  core::StatusOr<Caller> Who(const grpc::ServerContext& ctx, Rule rule,
+                             std::string_view action) const;
+
   // Kill, Suspend and Resume: one job's ActOnJobs.
-  grpc::Status ActOnJob(int64_t id, bool kill, bool hold,
-                        const std::string& reason);
+  grpc::Status ActOnJob(const grpc::ServerContext& ctx, int64_t id, bool kill,
+                        bool hold, const std::string& reason);
   // KillJobs, SuspendJobs and ResumeJobs.
-  grpc::Status ActOnJobs(const rpc::JobsRequest& req, rpc::JobsReply* rep,
+  grpc::Status ActOnJobs(const grpc::ServerContext& ctx,
+                         const rpc::JobsRequest& req, rpc::JobsReply* rep,
                          bool kill, bool hold);
-  // A mechanism request, run on the loop.
-  grpc::Status Mechanism(std::function<core::Status()> request);
+  // A mechanism request (`action`, for admins), run on the loop.
+  grpc::Status Mechanism(const grpc::ServerContext& ctx,
+                         const std::string& action,
+                         std::function<core::Status(const Caller&)> request);
 
   SchedulerServer::Impl& d_;
 };

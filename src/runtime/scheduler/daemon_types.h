@@ -71,6 +71,10 @@ inline grpc::Status ToGrpc(const core::Status& s) {
       return {grpc::StatusCode::ALREADY_EXISTS, s.message()};
     case StatusCode::kUnavailable:
       return {grpc::StatusCode::UNAVAILABLE, s.message()};
+    case StatusCode::kUnauthenticated:
+      return {grpc::StatusCode::UNAUTHENTICATED, s.message()};
+    case StatusCode::kPermissionDenied:
+      return {grpc::StatusCode::PERMISSION_DENIED, s.message()};
     default:
       return {grpc::StatusCode::INTERNAL, s.ToString()};
   }

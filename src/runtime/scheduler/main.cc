@@ -119,6 +119,16 @@ int main(int argc, char** argv) {
   auto* height_opt =
       app.add_option("--max-height", max_height,
                      "most jobs time-sharing a GPU, 0 = no cap (default 4)");
+  app.add_option("--credentials-dir", o.credentials_dir,
+                 "Give the daemon users: every call must prove whose it is "
+                 "(a token, or a client certificate with --tls-*). DIR holds "
+                 "the admin's and the agents' credentials, admin.cred and "
+                 "agent.cred, written (mode 0600) when missing. Without it "
+                 "the daemon is open (every caller an admin) unless its "
+                 "store holds users");
+  app.add_option("--admin", o.admin_user,
+                 "The admin's name when admin.cred is written (default: the "
+                 "Unix user running the daemon)");
   app.add_option("--tick-ms", o.tick_ms, "event-loop tick period")
       ->capture_default_str();
   app.add_option("--agent-timeout-s", o.agent_timeout_s,

@@ -64,6 +64,17 @@ struct SchedulerOptions {
   // naming none is in the shared queue (quota 0). Default none.
   std::optional<std::map<std::string, int>> queues;
 
+  // Users (users.h, identify.h). With a directory, the daemon has users and
+  // every request must prove whose it is; the directory holds the admin's
+  // and the agents' credentials (admin.cred, agent.cred; written, mode
+  // 0600, when missing). A store that holds users has them without it.
+  // Default empty: open (every caller an admin) unless the store holds
+  // users.
+  std::string credentials_dir;
+  // The admin's name when admin.cred is written. Default: the Unix user
+  // running the daemon.
+  std::string admin_user;
+
   // How often the event loop sends the core a Tick. Default 1000 ms.
   int tick_ms = 1000;
   // An agent that has not reported for this long is out of reach: its
