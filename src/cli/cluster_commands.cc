@@ -873,7 +873,7 @@ int RunDown(const DownFlags& f) {
          {"cluster.tmp", "scheduler.addr.tmp", "shape", "shape.tmp",
           "scheduler.db", "scheduler.db-wal", "scheduler.db-shm",
           "scheduler.db-journal", "scheduler.db.lock", "logs", "agents",
-          "checkpoints", "checkpoints.tmp"}) {
+          "checkpoints", "checkpoints.tmp", "admin.cred", "agent.cred"}) {
       fs::remove_all(fs::path(dir) / name, ec);
     }
     fs::remove_all(CheckpointRoot(dir), ec);

@@ -8,6 +8,9 @@
 //   scheduler.addr   the daemon's HOST:PORT (gandiva-scheduler --address-file)
 //   scheduler.db     the daemon's SQLite store (kept by `down`, removed by
 //                    `down --purge`)
+//   admin.cred       the admin's credential (mode 0600; the daemon's
+//                    --credentials-dir is this directory), and
+//   agent.cred       the agents'; kept by `down`, removed by `--purge`
 //   logs/            scheduler.log, agent-<i>.log (stdout and stderr)
 //   agents/agent-<i> each agent's --work-dir (job logs; checkpoints too
 //                    when there is no /dev/shm ramdisk for them)

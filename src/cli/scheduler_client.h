@@ -30,8 +30,7 @@
 
 namespace gandiva::cli {
 
-// Where the daemon listens when started without --listen (0.0.0.0:7070),
-// seen from this machine.
+// Where the daemon listens when started without --listen.
 inline constexpr const char* kDefaultSchedulerAddress = "127.0.0.1:7070";
 
 // Options every cluster subcommand takes.

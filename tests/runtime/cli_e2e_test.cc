@@ -611,5 +611,103 @@ TEST_F(CliE2eTest, DownSavesAJobSpanningServersAndUpGoesOnFromIt) {
   EXPECT_EQ(Gandiva("down --purge " + state).status, 0);
 }
 
+// A local cluster has users: each acts on their own jobs, an admin on any,
+// and the owner is whoever's credential submitted; a user's credential
+// registers no agent, and a second agent with a live one's name is refused.
+TEST_F(CliE2eTest, UsersOfALocalClusterActOnlyOnTheirOwnJobs) {
+  const fs::path state_dir = dir_ / "state";
+  const std::string state = "--state-dir " + state_dir.string();
+  const CliRun up =
+      Gandiva("up " + state + " --agents 1 --gpus-per-agent 2 --tick-ms 200");
+  ASSERT_EQ(up.status, 0) << up.out;
+  const CliRun me = Gandiva("user whoami " + state);
+  ASSERT_EQ(me.status, 0) << me.out;
+  ASSERT_NE(me.out.find(" (admin)"), std::string::npos) << me.out;
+  const std::string admin = me.out.substr(0, me.out.find(" (admin)"));
+  for (const char* user : {"alice", "bob"}) {
+    const CliRun add = Gandiva("user add " + std::string(user) + " --out " +
+                               (dir_ / user).string() + ".cred " + state);
+    ASSERT_EQ(add.status, 0) << add.out;
+  }
+  auto as = [&](const std::string& user, const std::string& args) {
+    return Gandiva(args + " " + state + " --credentials " +
+                   (dir_ / user).string() + ".cred");
+  };
+  const fs::path spec = Write("secret.yaml",
+                              "name: secret\ncommand: sleep 300\nowner: "
+                              "bob\nenv: {API_KEY: hunter2}\n");
+  const CliRun sub = as("alice", "submit " + spec.string());
+  ASSERT_EQ(sub.status, 0) << sub.out;
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  const CliRun shown = Gandiva("show " + id + " " + state);
+  EXPECT_NE(shown.out.find("owner:        alice"), std::string::npos)
+      << shown.out;
+  EXPECT_NE(shown.out.find("API_KEY=hunter2"), std::string::npos);
+
+  // Bob can do nothing to it, nor read its command and env.
+  for (const std::string& act : {"kill " + id, "suspend " + id, "resume " + id,
+                                 "priority " + id + " 9"}) {
+    const CliRun r = as("bob", act);
+    EXPECT_EQ(r.status, 1) << act << ": " << r.out;
+    EXPECT_NE(r.out.find("bob may not"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("it is alice's"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("(rule: owner)"), std::string::npos) << r.out;
+  }
+  const CliRun moved = as("bob", "migrate " + id + " --to agent-0");
+  EXPECT_EQ(moved.status, 1) << moved.out;
+  EXPECT_NE(moved.out.find("(rule: admin)"), std::string::npos) << moved.out;
+  const CliRun peek = as("bob", "show " + id);
+  EXPECT_EQ(peek.status, 0) << peek.out;
+  EXPECT_NE(peek.out.find("withheld"), std::string::npos) << peek.out;
+  EXPECT_EQ(peek.out.find("hunter2"), std::string::npos) << peek.out;
+  EXPECT_EQ(peek.out.find("sleep 300"), std::string::npos) << peek.out;
+  const CliRun peek_json = as("bob", "ls --json");
+  EXPECT_EQ(peek_json.out.find("hunter2"), std::string::npos) << peek_json.out;
+  EXPECT_EQ(
+      as("bob", "user add carol --out " + (dir_ / "c.cred").string()).status,
+      1);
+
+  // The admin can; the history says who.
+  ASSERT_EQ(Gandiva("suspend " + id + " " + state).status, 0);
+  const CliRun after = as("alice", "show " + id);
+  EXPECT_NE(after.out.find("suspended by " + admin), std::string::npos)
+      << after.out;
+
+  // A user's credential cannot register an agent; a second agent with the
+  // live agent-0's name is refused, and agent-0 stays up where it was.
+  const std::string scheduler = Slurp(state_dir / "scheduler.addr");
+  auto agent = [&](const std::string& name, const std::string& cred) {
+    return Process::Start(
+        {GANDIVA_AGENT_BIN, "--scheduler",
+         scheduler.substr(0, scheduler.find('\n')), "--name", name,
+         "--virtual-gpus", "2", "--virtual-only", "--work-dir",
+         (dir_ / ("work-" + name + cred)).string(), "--checkpoint-dir",
+         (dir_ / ("ckpt-" + name + cred)).string(), "--credentials", cred},
+        dir_ / (name + "-" + fs::path(cred).stem().string() + ".log"));
+  };
+  auto intruder = agent("intruder", (dir_ / "bob.cred").string());
+  auto twin = agent("agent-0", (state_dir / "agent.cred").string());
+  ASSERT_TRUE(intruder && twin);
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Slurp(intruder->log()).find("(rule: agent)") !=
+                   std::string::npos &&
+               Slurp(twin->log()).find("is live at") != std::string::npos;
+      },
+      seconds(20)))
+      << TailOf(intruder->log()) << TailOf(twin->log());
+  const CliRun servers = Gandiva("servers --json " + state);
+  EXPECT_EQ(servers.out.find("intruder"), std::string::npos) << servers.out;
+  EXPECT_NE(servers.out.find("\"up\":true"), std::string::npos) << servers.out;
+  intruder->Stop();
+  twin->Stop();
+  const CliRun still = Gandiva("servers " + state);
+  EXPECT_NE(still.out.find("agent-0"), std::string::npos) << still.out;
+
+  // Alice ends her own job.
+  EXPECT_EQ(as("alice", "kill " + id).status, 0);
+  EXPECT_EQ(Gandiva("down " + state).status, 0);
+}
+
 }  // namespace
 }  // namespace gandiva::e2e

@@ -46,7 +46,8 @@ struct AgentOptions {
   // carry: a daemon with users admits only an agent's. Empty: none.
   std::string credentials;
   // Where the Agent service listens; port 0 picks a free port.
-  std::string listen_address = "0.0.0.0:0";
+  // Default: this machine only, until told otherwise ("0.0.0.0:0").
+  std::string listen_address = "127.0.0.1:0";
   // Host reported in RegisterAgent.address. Empty: the listen host, or this
   // machine's hostname when listening on all interfaces.
   std::string advertise_host;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <utility>
 
 #include "runtime/agent/agent_rpc.h"
@@ -17,7 +18,12 @@ DaemonLink::DaemonLink(
       inventory_(inventory),
       supervisor_(supervisor),
       await_capabilities_(std::move(await_capabilities)),
-      log_(std::move(log)) {}
+      log_(std::move(log)) {
+  std::random_device rd;
+  char id[33];
+  std::snprintf(id, sizeof id, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
+  incarnation_ = id;
+}
 
 DaemonLink::~DaemonLink() { Stop(); }
 
@@ -70,6 +76,7 @@ grpc::Status DaemonLink::Register() {
   rpc::RegisterAgentRequest req;
   req.set_name(options_.name);
   req.set_address(address_);
+  req.set_incarnation(incarnation_);
   for (const GpuInfo& g : inventory_.gpus()) {
     rpc::Gpu* out = req.add_gpus();
     out->set_local(g.local);

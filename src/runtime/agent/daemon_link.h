@@ -113,6 +113,8 @@ class DaemonLink {
   const std::function<void(std::chrono::milliseconds)> await_capabilities_;
   const std::function<void(const std::string&)> log_;
   std::string address_;  // set by Start
+  // This process's, drawn at construction (RegisterAgentRequest.incarnation).
+  std::string incarnation_;
 
   // The reporter thread's (and, after Stop, the lifecycle's): the daemon
   // it talks to, schedulers[sched_at_], and whether the last call failed.

@@ -328,5 +328,41 @@ TEST_F(AccessTest, AnOpenDaemonLetsEveryoneDoEverythingAndHasNoUsers) {
   EXPECT_TRUE(Kill("", id).ok());
 }
 
+TEST_F(AccessTest, ASecondAgentWithALiveAgentsNameIsRefusedAndWedgesNothing) {
+  ASSERT_NO_FATAL_FAILURE(Start(Options()));
+  const std::string agent = Token("agent.cred");
+  const std::string root = Token("admin.cred");
+  rpc::RegisterAgentRequest first;
+  first.set_name("node-1");
+  first.set_address("127.0.0.1:1");
+  first.set_incarnation("first");
+  rpc::Gpu* g = first.add_gpus();
+  g->set_uuid("virtual-0");
+  g->set_name("virtual");
+  rpc::RegisterAgentReply reply;
+  ASSERT_TRUE(stub_->RegisterAgent(As(agent).get(), first, &reply).ok());
+  rpc::RegisterAgentRequest second = first;
+  second.set_address("127.0.0.1:2");
+  second.set_incarnation("second");
+  const grpc::Status s = stub_->RegisterAgent(As(agent).get(), second, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("the agent named 'node-1' is live at "
+                                   "127.0.0.1:1"),
+            std::string::npos)
+      << s.error_message();
+  // The first goes on: it reports and registers again, its server up at
+  // its own address.
+  rpc::AgentReport report;
+  report.set_name("node-1");
+  rpc::AgentReportReply ack;
+  EXPECT_TRUE(stub_->Report(As(agent).get(), report, &ack).ok());
+  EXPECT_TRUE(stub_->RegisterAgent(As(agent).get(), first, &reply).ok());
+  rpc::ListServersReply servers;
+  ASSERT_TRUE(stub_->ListServers(As(root).get(), {}, &servers).ok());
+  ASSERT_EQ(servers.servers_size(), 1);
+  EXPECT_TRUE(servers.servers(0).up());
+  EXPECT_EQ(servers.servers(0).address(), "127.0.0.1:1");
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

@@ -72,6 +72,29 @@ std::string UnreachableReason(const std::string& name, const Liveness& l,
 
 void Heard(Liveness& l, int64_t now) { l.last_seen_us = now; }
 
+core::Status CheckSameName(const std::string& name, const Liveness& l,
+                           const std::string& known_incarnation,
+                           const std::string& address,
+                           const std::string& incarnation,
+                           const LivenessLimits& lim, int64_t now) {
+  if (incarnation.empty() || known_incarnation.empty() ||
+      incarnation == known_incarnation) {
+    return core::Status::Ok();
+  }
+  const int64_t window = std::min<int64_t>(lim.timeout_us, 5'000'000);
+  const int64_t ago = now - l.last_seen_us;
+  if (l.link != Liveness::Link::kUp || l.unreachable() || ago >= window) {
+    return core::Status::Ok();
+  }
+  char heard[32];
+  std::snprintf(heard, sizeof heard, "%.1f", static_cast<double>(ago) / 1e6);
+  return core::FailedPrecondition(
+      "field 'name': the agent named '" + name + "' is live at " + address +
+      " (heard of " + heard +
+      " s ago); another agent cannot take its name: stop that one first, "
+      "or give this one another --name");
+}
+
 WasUnreachable Registered(Liveness& l, int64_t now) {
   const WasUnreachable was{l.away(), l.silent_since_us};
   l.link = Liveness::Link::kUp;

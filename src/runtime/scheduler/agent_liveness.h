@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/status.h"
+
 namespace gandiva::runtime {
 
 // --agent-timeout-s, --agent-grace-s and --agent-away-s, in microseconds.
@@ -74,6 +76,17 @@ int64_t AwaitingUntilUs(const Liveness& l, const LivenessLimits& lim);
 // Why calls to the agent named `name` fail at `now`; "" when they may not.
 std::string UnreachableReason(const std::string& name, const Liveness& l,
                               int64_t now);
+
+// Whether an agent process of `incarnation` may register under `name`,
+// known as `l` of `known_incarnation` at `address`: not while that is
+// another process and live (up, neither away nor out of reach, heard of in
+// the last min(timeout, 5 s)). FailedPrecondition saying so; Ok when
+// either incarnation is empty (agents from before them).
+core::Status CheckSameName(const std::string& name, const Liveness& l,
+                           const std::string& known_incarnation,
+                           const std::string& address,
+                           const std::string& incarnation,
+                           const LivenessLimits& lim, int64_t now);
 
 // Transitions.
 // A report (or another call) from it.

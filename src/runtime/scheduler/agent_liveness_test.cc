@@ -130,5 +130,37 @@ TEST(AgentLivenessTest, RegisteringAgainSaysWhatItWasAndMakesItUp) {
   EXPECT_FALSE(was.away);
 }
 
+TEST(AgentLivenessTest, AnotherProcessCannotTakeALiveAgentsName) {
+  Liveness l;
+  (void)Registered(l, 100 * kS);
+  auto check = [&](const std::string& incarnation, int64_t now) {
+    return CheckSameName("node-1", l, "aaaa", "10.0.0.1:5000", incarnation,
+                         kLim, now);
+  };
+  // The same process registers again at any time.
+  EXPECT_TRUE(check("aaaa", 100 * kS + 1).ok());
+  // Another, while the first is heard of within the last 5 s: refused.
+  const core::Status s = check("bbbb", 102 * kS);
+  EXPECT_EQ(s.code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(),
+            "field 'name': the agent named 'node-1' is live at 10.0.0.1:5000 "
+            "(heard of 2.0 s ago); another agent cannot take its name: stop "
+            "that one first, or give this one another --name");
+  // Unheard of for 5 s (it crashed), away (it stopped) or out of reach:
+  // the new process takes the name.
+  EXPECT_TRUE(check("bbbb", 105 * kS).ok());
+  Heard(l, 104 * kS);
+  EXPECT_FALSE(check("bbbb", 105 * kS).ok());
+  Leaving(l, 104 * kS);
+  EXPECT_TRUE(check("bbbb", 104 * kS + 1).ok());
+  (void)Registered(l, 106 * kS);
+  MarkOutOfReach(l, kLim, 106 * kS);
+  EXPECT_TRUE(check("bbbb", 106 * kS + 1).ok());
+  // Agents from before incarnations are never refused.
+  (void)Registered(l, 107 * kS);
+  EXPECT_TRUE(check("", 107 * kS).ok());
+  EXPECT_TRUE(CheckSameName("node-1", l, "", "x", "bbbb", kLim, 107 * kS).ok());
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

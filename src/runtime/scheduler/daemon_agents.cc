@@ -27,6 +27,12 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
       named == agent_by_name.end()
           ? -1
           : static_cast<int>(agents[static_cast<size_t>(id)].gpus.size());
+  if (named != agent_by_name.end()) {
+    const AgentConn& known = agents[static_cast<size_t>(id)];
+    GANDIVA_RETURN_IF_ERROR(CheckSameName(r.name(), known, known.incarnation,
+                                          known.address, r.incarnation(), lim(),
+                                          Now()));
+  }
   core::StatusOr<AgentModel::ServerComing> coming =
       Model().PlanServer(ServerId(id), known_gpus, r);
   if (!coming.ok()) return coming.status();
@@ -38,6 +44,7 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   AgentConn& a = agents[static_cast<size_t>(id)];
   a.id = ServerId(id);
   a.name = r.name();
+  a.incarnation = r.incarnation();
   a.gpus.assign(r.gpus().begin(), r.gpus().end());
   a.sockets = spec.sockets;
   a.switches_per_socket = spec.switches_per_socket;

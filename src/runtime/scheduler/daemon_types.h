@@ -279,6 +279,8 @@ struct AgentConn : Liveness {
   ServerId id;
   std::string name;
   std::string address;
+  // The agent process's (RegisterAgentRequest.incarnation; not stored).
+  std::string incarnation;
   std::vector<rpc::Gpu> gpus;
   int32_t sockets = 1;
   int32_t switches_per_socket = 1;

@@ -20,8 +20,9 @@ struct SchedulerOptions {
   // Where the gRPC Scheduler service listens, "host:port". Port 0 picks a
   // free port; SchedulerServer::address() (and `address_file`) tell which.
   // Empty: on no socket, only to callers in this process
-  // (SchedulerServer::service). Default "0.0.0.0:7070".
-  std::string listen = "0.0.0.0:7070";
+  // (SchedulerServer::service). Default "127.0.0.1:7070": this machine
+  // only, until told to serve the network ("0.0.0.0:7070").
+  std::string listen = "127.0.0.1:7070";
   // If non-empty, the bound address ("host:port", host 127.0.0.1 when
   // listening on all interfaces) is written to this file once the daemon
   // serves (atomically: written to a temporary file, then renamed).
