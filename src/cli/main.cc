@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   gandiva::cli::AddClusterCommands(app, exit_code);
   gandiva::cli::AddJobCommands(app, exit_code);
   gandiva::cli::AddUserCommands(app, exit_code);
+  gandiva::cli::AddCertsCommand(app, exit_code);
 #endif
   auto* policies = app.add_subcommand("policies", "List the known policies");
   policies->callback([] {

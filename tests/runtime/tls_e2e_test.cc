@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "runtime/tls/test_certs.h"
 #include "tests/runtime/harness.h"
@@ -88,6 +91,146 @@ TEST(TlsE2eTest, AClusterOnMutualTlsRunsJobsAndTurnsAwayOthers) {
   EXPECT_NE(Slurp(half).find("$GANDIVA_TLS_KEY: missing"), std::string::npos)
       << Slurp(half);
   fs::remove_all(certs);
+}
+
+// With users and mutual TLS, a certificate names its holder and role
+// (`gandiva certs`): an agent's registers it, a user's does not; a user
+// acts on their own jobs only, an admin on any.
+TEST(TlsE2eTest, CertificatesNameTheirUsersAndRoles) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("gandiva_tls_users_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path certs = dir / "certs";
+  int runs = 0;
+  // The CLI with `env`: its exit status and output.
+  auto cli = [&](const std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env,
+                 std::string* out) {
+    std::vector<std::string> argv = {GANDIVA_CLI};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const fs::path log = dir / ("cli-" + std::to_string(++runs) + ".out");
+    auto p = Process::Start(argv, log, env);
+    if (p == nullptr || !p->Wait(std::chrono::seconds(60))) return -1;
+    *out = Slurp(log);
+    return WEXITSTATUS(p->status());
+  };
+  std::string out;
+  ASSERT_EQ(cli({"certs", "ca", "--dir", certs.string()}, {}, &out), 0) << out;
+  const std::vector<std::pair<std::string, std::string>> holders = {
+      {"head", "daemon"},
+      {"node-1", "agent"},
+      {"alice", "user"},
+      {"bob", "user"},
+      {"ops", "admin"}};
+  for (const auto& [name, role] : holders) {
+    ASSERT_EQ(
+        cli({"certs", "issue", name, "--role", role, "--dir", certs.string()},
+            {}, &out),
+        0)
+        << out;
+  }
+  EXPECT_EQ(fs::status(certs / "alice.key").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  auto tls = [&](const std::string& who) {
+    return std::vector<std::string>{
+        "--tls-ca",   (certs / "ca.pem").string(),
+        "--tls-cert", (certs / (who + ".pem")).string(),
+        "--tls-key",  (certs / (who + ".key")).string()};
+  };
+  auto as = [&](const std::string& who) {
+    return std::map<std::string, std::string>{
+        {"GANDIVA_TLS_CA", (certs / "ca.pem").string()},
+        {"GANDIVA_TLS_CERT", (certs / (who + ".pem")).string()},
+        {"GANDIVA_TLS_KEY", (certs / (who + ".key")).string()},
+        {"GANDIVA_CREDENTIALS", ""}};
+  };
+
+  std::vector<std::string> sargv = {GANDIVA_SCHEDULER_BIN,
+                                    "--listen",
+                                    "127.0.0.1:0",
+                                    "--address-file",
+                                    (dir / "addr").string(),
+                                    "--db",
+                                    (dir / "gandiva.db").string(),
+                                    "--credentials-dir",
+                                    (dir / "creds").string(),
+                                    "--policy",
+                                    "fifo",
+                                    "--tick-ms",
+                                    "200"};
+  for (const std::string& a : tls("head")) sargv.push_back(a);
+  fs::create_directories(dir / "creds");
+  auto daemon = Process::Start(sargv, dir / "scheduler.log");
+  ASSERT_NE(daemon, nullptr);
+  std::string address;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        address = Slurp(dir / "addr");
+        return !address.empty();
+      },
+      std::chrono::seconds(30)))
+      << TailOf(dir / "scheduler.log");
+  address = address.substr(0, address.find('\n'));
+  auto agent = [&](const std::string& name, const std::string& cert) {
+    std::vector<std::string> argv = {GANDIVA_AGENT_BIN,
+                                     "--scheduler",
+                                     address,
+                                     "--name",
+                                     name,
+                                     "--virtual-gpus",
+                                     "1",
+                                     "--virtual-only",
+                                     "--work-dir",
+                                     (dir / ("work-" + name)).string(),
+                                     "--checkpoint-dir",
+                                     (dir / ("ckpt-" + name)).string()};
+    for (const std::string& a : tls(cert)) argv.push_back(a);
+    return Process::Start(argv, dir / (name + ".log"),
+                          {{"GANDIVA_CREDENTIALS", ""}});
+  };
+  auto node = agent("node-1", "node-1");
+  auto intruder = agent("intruder", "bob");
+  ASSERT_TRUE(node && intruder);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Slurp(dir / "node-1.log").find("registered with") !=
+                   std::string::npos &&
+               Slurp(dir / "intruder.log").find("(rule: agent)") !=
+                   std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << TailOf(dir / "node-1.log") << TailOf(dir / "intruder.log");
+
+  const std::string sched = "--scheduler=" + address;
+  std::ofstream(dir / "job.yaml")
+      << "name: secret\ncommand: sleep 300\nenv: {API_KEY: hunter2}\n";
+  ASSERT_EQ(
+      cli({"submit", (dir / "job.yaml").string(), sched}, as("alice"), &out), 0)
+      << out;
+  const std::string id = out.substr(0, out.find('\n'));
+  ASSERT_EQ(cli({"user", "whoami", sched}, as("alice"), &out), 0) << out;
+  EXPECT_EQ(out, "alice (user)\n");
+  EXPECT_EQ(cli({"kill", id, sched}, as("bob"), &out), 1) << out;
+  EXPECT_NE(out.find("bob may not kill job " + id +
+                     ": it is alice's, and only its owner or an admin acts "
+                     "on it (rule: owner)"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(cli({"show", id, sched}, as("bob"), &out), 0) << out;
+  EXPECT_EQ(out.find("hunter2"), std::string::npos) << out;
+  EXPECT_NE(out.find("owner:        alice"), std::string::npos) << out;
+  // The daemon's certificate names no user: it is no caller here.
+  EXPECT_EQ(cli({"ls", sched}, as("head"), &out), 1) << out;
+  EXPECT_NE(out.find("not authenticated"), std::string::npos) << out;
+  EXPECT_EQ(cli({"kill", id, sched}, as("ops"), &out), 0) << out;
+  ASSERT_EQ(cli({"show", id, sched}, as("alice"), &out), 0) << out;
+  EXPECT_NE(out.find("kill by a user (ops)"), std::string::npos) << out;
+
+  intruder->Stop();
+  node->Stop();
+  daemon->Stop();
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -157,6 +157,24 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   if (options.cpus_per_gpu < 0) {
     return core::InvalidArgument("--cpus-per-gpu: must be >= 0");
   }
+  std::map<std::string, std::string> user_map;
+  for (const std::string& m : options.map_user) {
+    const size_t eq = m.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == m.size()) {
+      return core::InvalidArgument("--map-user: '" + m +
+                                   "' is not CLUSTER_USER=UNIX_ACCOUNT");
+    }
+    user_map[m.substr(0, eq)] = m.substr(eq + 1);
+  }
+  if (options.run_as_owner && ::geteuid() != 0) {
+    return core::InvalidArgument(
+        "--run-as-owner: the agent must run as root to run jobs as their "
+        "owners");
+  }
+  if (!options.run_as_owner && (!user_map.empty() || options.allow_root_jobs)) {
+    return core::InvalidArgument(
+        "--map-user and --allow-root-jobs need --run-as-owner");
+  }
   auto listen = SplitHostPort(options.listen_address, "--listen");
   if (!listen.ok()) return listen.status();
   auto tls = LoadTls(options.tls, "--tls-");
@@ -241,6 +259,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   sopts.checkpoint_root = options.checkpoint_root;
   sopts.checkpoint_timeout = options.checkpoint_timeout;
   sopts.library_start_grace = options.library_start_grace;
+  sopts.run_as_owner = options.run_as_owner;
+  sopts.user_map = std::move(user_map);
+  sopts.allow_root_jobs = options.allow_root_jobs;
   Impl* raw = impl.get();
   impl->options = std::move(options);
   const AgentOptions& o = impl->options;

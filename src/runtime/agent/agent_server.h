@@ -42,6 +42,13 @@ struct AgentOptions {
   // Mutual TLS on the Agent service and on this agent's calls (tls.h); none
   // given: plain connections.
   TlsFiles tls;
+  // Jobs run as their owner's Unix account (SupervisorOptions::run_as_owner):
+  // the agent must run as root. `map_user`: "CLUSTER=ACCOUNT" each, for
+  // owners whose account has another name. `allow_root_jobs`: an owner whose
+  // account is root may run jobs (refused otherwise).
+  bool run_as_owner = false;
+  std::vector<std::string> map_user;
+  bool allow_root_jobs = false;
   // A credential file (credentials.h) this agent's calls to the daemon
   // carry: a daemon with users admits only an agent's. Empty: none.
   std::string credentials;

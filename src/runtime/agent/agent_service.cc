@@ -27,6 +27,7 @@ grpc::Status AgentServer::Impl::StartJob(grpc::ServerContext*,
         StartParams p;
         p.job_id = req->job_id();
         p.command = req->spec().command();
+        p.owner = req->spec().owner();
         p.workdir = req->spec().workdir();
         for (const auto& [k, v] : req->spec().env()) p.env[k] = v;
         p.gpus.assign(req->gpus().begin(), req->gpus().end());

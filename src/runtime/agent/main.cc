@@ -26,6 +26,16 @@ int main(int argc, char** argv) {
                  "An agent's credential file for a daemon with users "
                  "(default: $GANDIVA_CREDENTIALS)")
       ->envname("GANDIVA_CREDENTIALS");
+  app.add_flag("--run-as-owner", o.run_as_owner,
+               "Run each job as its owner's Unix account (the agent must run "
+               "as root; use with a scheduler that has users, which sets the "
+               "owner from the submitter's credential)");
+  app.add_option("--map-user", o.map_user,
+                 "CLUSTER_USER=UNIX_ACCOUNT, for an owner whose account has "
+                 "another name (repeatable; with --run-as-owner)");
+  app.add_flag("--allow-root-jobs", o.allow_root_jobs,
+               "With --run-as-owner: an owner whose account is root may run "
+               "jobs (refused otherwise)");
   app.add_option("--listen", o.listen_address,
                  "HOST:PORT of this agent's service (port 0: pick a free one)")
       ->capture_default_str();

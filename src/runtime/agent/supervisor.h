@@ -81,6 +81,13 @@ struct SupervisorOptions {
   // its container, or a sandbox's): its zombie would keep the PID, which a
   // CRIU restore needs free.
   bool reap_orphans = true;
+  // Jobs run as their owner's Unix account (StartParams::owner): the account
+  // `user_map` maps the owner to, else the account of the owner's name;
+  // this process must be root. An account that is root (uid 0) is refused
+  // unless `allow_root_jobs`. Off: jobs run as this process's user.
+  bool run_as_owner = false;
+  std::map<std::string, std::string> user_map;
+  bool allow_root_jobs = false;
   // The calls that signal and spawn the jobs' processes and read /proc
   // (process_ops.h). Null: the real ones (RealProcessOps). Tests pass one
   // that fails some of them.
@@ -89,6 +96,8 @@ struct SupervisorOptions {
 
 struct StartParams {
   int64_t job_id = 0;
+  // Who submitted it (JobSpec.owner): its account with run_as_owner.
+  std::string owner;
   std::string command;  // run as /bin/sh -c <command>
   std::string workdir;  // must exist; empty: DIR/jobs/<id>
   std::map<std::string, std::string> env;

@@ -4,6 +4,7 @@
 // job and records its exit.
 #include <fcntl.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -52,6 +53,54 @@ std::string SafeName(const std::string& name) {
     if (!ok) c = '_';
   }
   return s.empty() ? std::string("agent") : s;
+}
+
+// The Unix account a job runs as.
+struct Account {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string name, home;
+};
+
+// The account of `owner` (SupervisorOptions::run_as_owner); nullopt when
+// jobs run as this process's user.
+core::StatusOr<std::optional<Account>> AccountOf(const SupervisorOptions& o,
+                                                 const std::string& owner,
+                                                 const std::string& what) {
+  if (!o.run_as_owner) return std::optional<Account>();
+  if (owner.empty()) {
+    return core::FailedPrecondition(
+        what +
+        " has no owner to run as (this agent runs jobs as their "
+        "owners: --run-as-owner)");
+  }
+  auto mapped = o.user_map.find(owner);
+  const std::string name = mapped == o.user_map.end() ? owner : mapped->second;
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
+      found == nullptr) {
+    return core::FailedPrecondition(
+        what + ": its owner '" + owner + "' has no Unix account '" + name +
+        "' on this server (map it with gandiva-agent --map-user " + owner +
+        "=ACCOUNT)");
+  }
+  if (pw.pw_uid == 0 && !o.allow_root_jobs) {
+    return core::FailedPrecondition(
+        what + ": its owner '" + owner + "' runs as root ('" + name +
+        "'), which this agent allows only with --allow-root-jobs");
+  }
+  return std::optional<Account>(
+      Account{pw.pw_uid, pw.pw_gid, pw.pw_name, pw.pw_dir});
+}
+
+// setpriv (util-linux) switches to the account before the command runs.
+const char* SetprivPath() {
+  for (const char* p : {"/usr/bin/setpriv", "/bin/setpriv"}) {
+    if (access(p, X_OK) == 0) return p;
+  }
+  return "/usr/bin/setpriv";
 }
 
 }  // namespace
@@ -219,6 +268,9 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
         what + ")");
   }
 
+  auto account = AccountOf(options_, params.owner, what);
+  if (!account.ok()) return account.status();
+
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = jobs_.find(params.job_id); it != jobs_.end()) {
     if (it->second->state != RunState::kExited) {
@@ -298,14 +350,44 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     env["CUDA_MPS_PIPE_DIRECTORY"] = caps_.mps_pipe_dir;
     env["CUDA_MPS_LOG_DIRECTORY"] = caps_.mps_log_dir;
   }
+  // Run as the owner's account: the files it writes are handed to it, and
+  // setpriv takes its ids before the command runs.
+  std::vector<std::string> args = {"sh", "-c", params.command};
+  const char* program = "/bin/sh";
+  if (*account) {
+    const Account& a = **account;
+    for (const std::string& path :
+         {JobDir(params.job_id), checkpoint_dir, job->page_path,
+          params.warm ? incoming_dir : std::string()}) {
+      if (!path.empty() && chown(path.c_str(), a.uid, a.gid) != 0) {
+        unlink(job->page_path.c_str());
+        return core::IoError("handing " + path + " to account " + a.name +
+                             " (" + what + "): " + Errno(errno));
+      }
+    }
+    // Its own, unless the spec sets them.
+    env.emplace("HOME", a.home);
+    env.emplace("USER", a.name);
+    env.emplace("LOGNAME", a.name);
+    args = {"setpriv",
+            "--reuid=" + std::to_string(a.uid),
+            "--regid=" + std::to_string(a.gid),
+            "--init-groups",
+            "--",
+            "/bin/sh",
+            "-c",
+            params.command};
+    program = SetprivPath();
+  }
   ExecEnv envp(
       env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS", "GANDIVA_JOB_ID",
             "GANDIVA_PROGRESS_FILE", "GANDIVA_CHECKPOINT_DIR",
             "GANDIVA_RESUME_FROM", "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE",
             kGangEnvNames[0], kGangEnvNames[1], kGangEnvNames[2],
             kGangEnvNames[3], kGangEnvNames[4], kGangEnvNames[5]});
-  std::string arg0 = "sh", arg1 = "-c", arg2 = params.command;
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
 
   // A warm start is the destination of a move: the job's whole log so far
   // comes from the source (EarlierLogPath), so what an earlier stay here
@@ -342,7 +424,7 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   job->started = Clock::now();
   job->started_ns = MonotonicNs();
   const int rc =
-      ops_->Spawn(&pid, "/bin/sh", &fa, attr.get(), argv, envp.envp());
+      ops_->Spawn(&pid, program, &fa, attr.get(), argv.data(), envp.envp());
   if (pinned) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   posix_spawn_file_actions_destroy(&fa);
   close(log_fd);

@@ -4,6 +4,7 @@
 #include "runtime/agent/supervisor.h"
 
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,6 +85,55 @@ TEST_F(SupervisorTest, ExitCodesAndRecordsKeptUntilAcked) {
   // A job id that ended may start again (a restart).
   ASSERT_TRUE(sup.Start(Job(1, "exit 4")).ok());
   EXPECT_EQ(Finish(sup, 1).exit_code, 4);
+}
+
+// As root, a job runs as its owner's account (here "nobody", mapped), its
+// checkpoint dir and page handed to it; root and unknown accounts are
+// refused.
+TEST_F(SupervisorTest, AJobRunsAsItsOwnersAccount) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root";
+  passwd* nobody = ::getpwnam("nobody");
+  if (nobody == nullptr) GTEST_SKIP() << "no account 'nobody'";
+  std::filesystem::permissions(dir_.path(),
+                               std::filesystem::perms::owner_all |
+                                   std::filesystem::perms::group_read |
+                                   std::filesystem::perms::group_exec |
+                                   std::filesystem::perms::others_read |
+                                   std::filesystem::perms::others_exec);
+  SupervisorOptions o = Options();
+  o.run_as_owner = true;
+  o.user_map = {{"alice", "nobody"}};
+  Supervisor sup(o);
+  StartParams p = Job(1,
+                      "echo uid=$(id -u) user=$USER; "
+                      "touch \"$GANDIVA_CHECKPOINT_DIR/mine\" && echo wrote");
+  p.owner = "alice";
+  ASSERT_TRUE(sup.Start(p).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 0);
+  const std::string log = ReadFile(sup.LogPath(1));
+  EXPECT_NE(log.find("uid=" + std::to_string(nobody->pw_uid) + " user=nobody"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("wrote"), std::string::npos) << log;
+
+  for (const auto& [owner, why] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"root", "which this agent allows only with --allow-root-jobs"},
+           {"no-such-account-x", "has no Unix account 'no-such-account-x'"},
+           {"", "has no owner to run as"}}) {
+    StartParams q = Job(2, "true");
+    q.owner = owner;
+    const core::Status s = sup.Start(q).status();
+    EXPECT_EQ(s.code(), core::StatusCode::kFailedPrecondition) << owner;
+    EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
+  }
+  o.allow_root_jobs = true;
+  Supervisor rooted(o);
+  StartParams r = Job(3, "id -u");
+  r.owner = "root";
+  ASSERT_TRUE(rooted.Start(r).ok());
+  EXPECT_EQ(Finish(rooted, 3).exit_code, 0);
+  EXPECT_EQ(ReadFile(rooted.LogPath(3)), "0\n");
 }
 
 TEST_F(SupervisorTest, EnvironmentLogAndWorkdir) {

@@ -45,10 +45,9 @@ core::StatusOr<Credential> ReadCredential(const std::string& path) {
   for (const char* field : {"user", "token"}) {
     auto it = j.find(field);
     if (it == j.end() || !it->is_string() || it->get<std::string>().empty()) {
-      return core::InvalidArgument("credential file " + path + ": field '" +
-                                   field + "': " +
-                                   (it == j.end() ? "is missing"
-                                                  : "is not a non-empty string"));
+      return core::InvalidArgument(
+          "credential file " + path + ": field '" + field +
+          "': " + (it == j.end() ? "is missing" : "is not a non-empty string"));
     }
     (std::string(field) == "user" ? c.user : c.token) = it->get<std::string>();
   }
@@ -60,16 +59,15 @@ core::Status WriteCredential(const std::string& path, const Credential& c) {
   const std::string text =
       nlohmann::json{{"user", c.user}, {"token", c.token}}.dump() + "\n";
   ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                        0600);
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     return core::IoError("cannot write credential file " + path + ": " +
                          std::strerror(errno));
   }
-  const bool written =
-      ::write(fd, text.data(), text.size()) ==
-          static_cast<ssize_t>(text.size()) &&
-      ::fsync(fd) == 0;
+  const bool written = ::write(fd, text.data(), text.size()) ==
+                           static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
   if (!written || std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -93,11 +91,31 @@ std::string NewToken() {
 std::string Sha256Hex(std::string_view data) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(),
-                 nullptr) != 1) {
+  if (EVP_Digest(data.data(), data.size(), digest, &n, EVP_sha256(), nullptr) !=
+      1) {
     std::abort();
   }
   return Hex(digest, n);
+}
+
+core::Status CheckUserName(const std::string& name) {
+  if (name.empty() || name.size() > 64) {
+    return core::InvalidArgument("field 'name': '" + name.substr(0, 80) +
+                                 "' is not 1-64 characters long");
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9');
+    if (alnum || (i > 0 && (c == '.' || c == '_' || c == '@' || c == '-'))) {
+      continue;
+    }
+    return core::InvalidArgument(
+        "field 'name': '" + name +
+        "' has a character other than A-Z, a-z, 0-9, '.', '_', '@', '-' "
+        "(or starts with one of the last four)");
+  }
+  return core::Status::Ok();
 }
 
 void AttachCredential(const Credential& c, grpc::ClientContext* ctx) {

@@ -41,6 +41,11 @@ std::string NewToken();
 // The SHA-256 of `data`, as 64 lower-case hex digits.
 std::string Sha256Hex(std::string_view data);
 
+// A user's name (and so a certificate's CN) is 1-64 of [A-Za-z0-9._@-],
+// starting with a letter or digit. InvalidArgument naming the field 'name'
+// otherwise.
+core::Status CheckUserName(const std::string& name);
+
 // Adds `c`'s token to a call's metadata.
 void AttachCredential(const Credential& c, grpc::ClientContext* ctx);
 

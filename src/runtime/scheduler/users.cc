@@ -119,23 +119,7 @@ std::vector<UserRecord> Users::List() const {
 }
 
 core::Status Users::CheckName(const std::string& name) {
-  if (name.empty() || name.size() > 64) {
-    return core::InvalidArgument("field 'name': '" + name.substr(0, 80) +
-                                 "' is not 1-64 characters long");
-  }
-  for (size_t i = 0; i < name.size(); ++i) {
-    const char c = name[i];
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                       (c >= '0' && c <= '9');
-    if (alnum || (i > 0 && (c == '.' || c == '_' || c == '@' || c == '-'))) {
-      continue;
-    }
-    return core::InvalidArgument(
-        "field 'name': '" + name +
-        "' has a character other than A-Z, a-z, 0-9, '.', '_', '@', '-' "
-        "(or starts with one of the last four)");
-  }
-  return core::Status::Ok();
+  return CheckUserName(name);
 }
 
 core::StatusOr<std::string> Users::Add(const std::string& name, Role role,

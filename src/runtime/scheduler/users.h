@@ -64,8 +64,7 @@ class Users {
   std::optional<Caller> ByName(const std::string& name) const;
   std::vector<UserRecord> List() const;  // by name
 
-  // A name is 1-64 of [A-Za-z0-9._@-], starting with a letter or digit.
-  // InvalidArgument naming the field 'name' otherwise.
+  // CheckUserName (credentials.h).
   static core::Status CheckName(const std::string& name);
   // Adds a user with a new token, which it returns (the only time it is
   // seen). AlreadyExists when the name is taken.
