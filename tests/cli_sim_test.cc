@@ -121,6 +121,47 @@ TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
   EXPECT_NE(r.out.find("num_gpus"), std::string::npos) << r.out;
 }
 
+// Queues from a file, a tree: jobs go to the leaves their VC names, and the
+// fairness is measured over the leaves; a bad file is refused naming the
+// file, the queue and the field.
+TEST_F(CliSimTest, QueuesComeFromATreeInAFile) {
+  const fs::path file = dir_ / "queues.yaml";
+  std::ofstream(file) << "queues:\n"
+                         "  - name: org\n"
+                         "    quota: 8\n"
+                         "    queues:\n"
+                         "      - {name: tenant-0, quota: 4, weight: 3}\n"
+                         "      - {name: tenant-1, quota: 4}\n"
+                         "  - {name: tenant-2, quota: 8, limit: 10}\n";
+  const fs::path out = dir_ / "t.json";
+  CliRun r = Gandiva(
+      "sim --policy gandiva-fair --tenants 3 --jobs 60 --gpus 16 "
+      "--no-progress --queues " +
+      file.string() + " --json " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string json = Slurp(out);
+  for (const char* leaf : {"\"tenant-0\"", "\"tenant-1\"", "\"tenant-2\""}) {
+    EXPECT_NE(json.find(leaf), std::string::npos) << leaf;
+  }
+  EXPECT_EQ(json.find("\"org\""), std::string::npos) << "not a leaf";
+  EXPECT_NE(json.find("\"jain_fairness\""), std::string::npos);
+
+  std::ofstream(file) << "queues:\n"
+                         "  - name: org\n"
+                         "    quota: 2\n"
+                         "    queues: [{name: a, quota: 4}]\n";
+  r = Gandiva(
+      "sim --policy gandiva-fair --jobs 10 --gpus 8 --no-progress "
+      "--queues " +
+      file.string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--queues: " + file.string() +
+                       ": queue 'org': field 'quota': 2 is under its "
+                       "children's quotas, 4 together"),
+            std::string::npos)
+      << r.out;
+}
+
 // Queues from a trace's virtual clusters: the JSON carries every fairness
 // field; a reclaim that kills loses training, gandiva-fair's does not. Bad
 // values of the queue flags are refused by name.
@@ -160,8 +201,7 @@ TEST_F(CliSimTest, QueuesAreMeasuredForFairness) {
       "sim --policy gandiva-fair --jobs 10 --gpus 8 --no-progress ";
   r = Gandiva(base + "--queues teams");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("--queues: expected none or vc, got 'teams'"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("--queues: teams: cannot be read"), std::string::npos)
       << r.out;
   r = Gandiva(base + "--checkpoint-interval -5");
   EXPECT_NE(r.status, 0);

@@ -437,17 +437,33 @@ int RunQueues(const QueuesFlags& f) {
     std::printf("%s\n", ToJson(reply).c_str());
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {{"QUEUE", "QUOTA", "SHARE",
-                                                 "ASKED", "RUNNING",
-                                                 "JOBS RUNNING", "WAITING"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"QUEUE", "QUOTA", "WEIGHT", "LIMIT", "SHARE", "ASKED", "RUNNING",
+       "JOBS RUNNING", "WAITING", "MEMBERS"}};
+  // Each queue indented under its parent (parents come first).
+  std::map<std::string, int> depth;
   for (const rpc::QueueInfo& q : reply.queues()) {
-    char share[32];
+    const int d = q.parent().empty() ? 0 : depth[q.parent()] + 1;
+    depth[q.name()] = d;
+    char share[32], weight[32];
     std::snprintf(share, sizeof share, "%.1f", q.fair_share());
+    std::snprintf(weight, sizeof weight, "%g", q.weight());
+    std::string members;
+    for (const std::string& m : q.members()) {
+      members += (members.empty() ? "" : ",") + m;
+    }
+    if (q.has_max_priority()) {
+      members += (members.empty() ? "" : " ") + std::string("(priority <= ") +
+                 std::to_string(q.max_priority()) + ")";
+    }
     rows.push_back(
-        {q.name().empty() ? "(shared)" : q.name(), std::to_string(q.quota()),
-         share, std::to_string(q.gpus_asked()),
-         std::to_string(q.gpus_running()), std::to_string(q.jobs_running()),
-         std::to_string(q.jobs_waiting())});
+        {std::string(static_cast<size_t>(2 * d), ' ') +
+             (q.name().empty() ? "(shared)" : q.name()),
+         std::to_string(q.quota()), weight,
+         q.has_limit() ? std::to_string(q.limit()) : "-", share,
+         std::to_string(q.gpus_asked()), std::to_string(q.gpus_running()),
+         std::to_string(q.jobs_running()), std::to_string(q.jobs_waiting()),
+         members.empty() ? "-" : members});
   }
   std::fputs(FormatTable(rows).c_str(), stdout);
   return 0;

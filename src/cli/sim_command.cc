@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "config/queues_file.h"
 #include "core/policies/registry.h"
 #include "sim/experiments/sweep.h"
 #include "sim/finish_time_fairness.h"
@@ -267,8 +268,16 @@ core::Status Configure(const SimFlags& f, Point& point) {
         "'");
   }
   if (f.queues != "none" && f.queues != "vc") {
-    return core::InvalidArgument("--queues: expected none or vc, got '" +
-                                 f.queues + "'");
+    // A file of queues: each job's VC names its leaf.
+    auto queues = config::LoadQueuesFile(f.queues);
+    if (!queues.ok()) {
+      return core::InvalidArgument("--queues: " + queues.status().message());
+    }
+    so.queues = *queues;
+    po.queues = *queues;
+    po.fifo.vc_quotas = core::LeafQuotas(*queues);
+    po.fifo.allow_borrowing = f.allow_borrowing;
+    return core::Status::Ok();
   }
   if (f.vc_quotas == "proportional" || f.queues == "vc") {
     std::map<std::string, double> demand;
@@ -282,8 +291,8 @@ core::Status Configure(const SimFlags& f, Point& point) {
     po.fifo.vc_quotas = quotas;
     po.fifo.allow_borrowing = f.allow_borrowing;
     if (f.queues == "vc") {
-      so.queue_quotas = quotas;
-      po.queue_quotas = quotas;
+      so.queues = core::FlatQueues(quotas);
+      po.queues = so.queues;
     }
   }
   return core::Status::Ok();
@@ -323,7 +332,7 @@ int RunSim(const SimFlags& f) {
     if (f.queues == "none" && f.plot_metric != "lost_gpu_hours" &&
         std::find(fair.begin(), fair.end(), f.plot_metric) != fair.end()) {
       return Fail("--plot-metric: '" + f.plot_metric +
-                  "' is measured only with --queues vc");
+                  "' is measured only with --queues");
     }
   }
   const std::vector<std::string> names = Split(f.policies);
@@ -424,12 +433,13 @@ int RunSim(const SimFlags& f) {
     }
     if (r->fairness) {
       // Each queue alone on its quota, for finish-time fairness.
-      const auto policy_alone = [&](const std::map<std::string, int>& quotas) {
-        core::PolicyOptions po = p.policy_options;
-        po.queue_quotas = quotas;
-        po.fifo.vc_quotas = quotas;
-        return core::MakePolicy(run.policy, po);
-      };
+      const auto policy_alone =
+          [&](const std::vector<core::QueueConfig>& queues) {
+            core::PolicyOptions po = p.policy_options;
+            po.queues = queues;
+            po.fifo.vc_quotas = core::LeafQuotas(queues);
+            return core::MakePolicy(run.policy, po);
+          };
       const double wall = r->wall_s;
       const auto began = std::chrono::steady_clock::now();
       if (core::Status m = sim::MeasureFinishTimeFairness(
@@ -614,11 +624,12 @@ void AddSimCommand(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sim->add_option(
          "--queues", flags->queues,
-         "none, or vc: each virtual cluster a queue (team) with a GPU quota "
+         "none; vc: each virtual cluster a queue (team) with a GPU quota "
          "in proportion to its GPU-time demand (fifo keeps to the quotas, as "
-         "with --vc-quotas proportional), and the run measures how fairly "
-         "the queues shared the cluster (jain_fairness, "
-         "share_windows_within_10pct, per-queue GPU-hours)")
+         "with --vc-quotas proportional); or a YAML file of queues, a tree "
+         "(as gandiva-scheduler --queues takes it; a job's VC names its "
+         "leaf). The run measures how fairly the queues shared the cluster "
+         "(jain_fairness, share_windows_within_10pct, per-queue GPU-hours)")
       ->capture_default_str();
   sim->add_option("--checkpoint-interval", flags->checkpoint_interval_s,
                   "Seconds of training between a job's checkpoints: a job "

@@ -26,6 +26,28 @@ FairnessMeter::FairnessMeter(std::vector<std::string> names,
       received_(quotas_.size()),
       demanded_(quotas_.size()) {}
 
+namespace {
+
+std::vector<std::string> NamesOf(const core::QueueQuotas& queues) {
+  std::vector<std::string> names;
+  for (size_t q = 0; q < queues.size(); ++q) names.push_back(queues.name(q));
+  return names;
+}
+
+std::vector<double> QuotasOf(const core::QueueQuotas& queues) {
+  std::vector<double> quotas;
+  for (size_t q = 0; q < queues.size(); ++q) quotas.push_back(queues.quota(q));
+  return quotas;
+}
+
+}  // namespace
+
+FairnessMeter::FairnessMeter(const core::QueueQuotas& queues, double gpus,
+                             int64_t window_us)
+    : FairnessMeter(NamesOf(queues), QuotasOf(queues), gpus, window_us) {
+  tree_ = std::make_unique<core::QueueQuotas>(queues);
+}
+
 std::vector<double> FairnessMeter::FairShares(const std::vector<double>& demand,
                                               const std::vector<double>& quotas,
                                               double gpus) {
@@ -49,7 +71,8 @@ void FairnessMeter::Spread(std::vector<std::vector<double>>& sums, int q,
 
 void FairnessMeter::Integrate(int64_t from_us, int64_t to_us) {
   if (to_us <= from_us) return;
-  const std::vector<double> share = FairShares(demand_, quotas_, gpus_);
+  const std::vector<double> share = tree_ ? tree_->Shares(demand_, gpus_)
+                                          : FairShares(demand_, quotas_, gpus_);
   for (size_t q = 0; q < demand_.size(); ++q) {
     if (demand_[q] <= kEps) continue;
     const int qi = static_cast<int>(q);
@@ -114,6 +137,10 @@ FairnessResult FairnessMeter::Finish(int64_t end_us) {
         static_cast<double>(within) / static_cast<double>(r.queue_windows);
   }
   for (size_t q = 0; q < quotas_.size(); ++q) {
+    if (tree_ && (!tree_->leaf(q) ||
+                  (names_[q].empty() && jobs_[q] == 0 && quotas_[q] == 0))) {
+      continue;
+    }
     QueueFairness f;
     f.name = names_[q];
     f.quota = quotas_[q];

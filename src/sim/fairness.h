@@ -5,19 +5,25 @@
 //
 // The fair share, at each instant: every queue with demand (the GPUs its
 // arrived, unfinished jobs ask for) first gets up to its quota; the GPUs
-// left are lent to the queues still short, in proportion to their quotas,
-// max-min (water-filling: none gets more than it asks; what one cannot use
-// goes to the others); queues of quota 0 share what is left after that
-// equally. A queue's fair share over a window is that share integrated
-// over the window, in GPU-seconds.
+// left are lent to the queues still short, in proportion to their weights
+// (by default their quotas), max-min (water-filling: none gets more than
+// it asks; what one cannot use goes to the others); queues of weight 0
+// share what is left after that equally. In a tree of queues this is done
+// at the top, then within each queue's share among its children, none
+// given more than its limit (core::QueueQuotas::Shares). A queue's fair
+// share over a window is that share integrated over the window, in
+// GPU-seconds.
 //
 // What a queue received: the GPU time its jobs trained (a job packed with
 // another on its GPUs counts half of them).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "core/policies/queues.h"
 
 namespace gandiva::sim {
 
@@ -58,6 +64,10 @@ class FairnessMeter {
   // cluster's; `window_us`: the window's length (positive).
   FairnessMeter(std::vector<std::string> names, std::vector<double> quotas,
                 double gpus, int64_t window_us);
+  // Queue q is queues' q; shares are queues.Shares; only leaves are
+  // reported, the shared queue "" only if it had jobs.
+  FairnessMeter(const core::QueueQuotas& queues, double gpus,
+                int64_t window_us);
 
   // From `t_us` on, queue q asks for `delta` GPUs more (less if negative).
   // Calls come in time order.
@@ -83,6 +93,7 @@ class FairnessMeter {
 
   std::vector<std::string> names_;
   std::vector<double> quotas_;
+  std::unique_ptr<core::QueueQuotas> tree_;
   double gpus_;
   int64_t window_us_;
   std::vector<int64_t> jobs_;

@@ -30,8 +30,11 @@ core::Status MeasureFinishTimeFairness(const Workload& workload,
     in_shared[i] = &shared.per_job[next++];
   }
   std::vector<double> rhos;
-  for (const auto& [queue, quota] : options.queue_quotas) {
-    if (quota <= 0) continue;
+  const core::QueueQuotas queues(options.queues);
+  for (size_t q = 0; q < queues.size(); ++q) {
+    const std::string& queue = queues.name(q);
+    const int quota = queues.quota(q);
+    if (quota <= 0 || !queues.leaf(q)) continue;
     Workload alone;
     alone.description = workload.description + " (queue " + queue + " alone)";
     std::vector<size_t> index;  // into workload.jobs
@@ -60,10 +63,10 @@ core::Status MeasureFinishTimeFairness(const Workload& workload,
     o.snapshot_every_events = 0;
     o.progress = nullptr;
     o.on_tick = nullptr;
-    const std::map<std::string, int> quotas = {
-        {queue, o.servers * o.server.gpus}};
-    o.queue_quotas.clear();
-    auto policy = make(quotas);
+    const std::vector<core::QueueConfig> alone_queues = {
+        {.name = queue, .quota = o.servers * o.server.gpus}};
+    o.queues.clear();
+    auto policy = make(alone_queues);
     if (!policy.ok()) return policy.status();
     auto r = Simulate(alone, catalog, std::move(*policy), o);
     if (!r.ok()) return r.status();

@@ -2,10 +2,10 @@
 // for sharing the cluster than it would have with its queue's quota to its
 // queue alone.
 //
-// For each queue of quota above 0 (SimOptions::queue_quotas; a job's queue
-// is its VC), its jobs are simulated again, alone, on a cluster that holds
-// the quota, or the queue's largest job if larger: whole servers of the
-// run's shape, the last rounded up, or one server of that many GPUs (one
+// For each leaf queue of quota above 0 (SimOptions::queues; a job's queue
+// is the leaf its VC names), its jobs are simulated again, alone, on a cluster
+// that holds the quota, or the queue's largest job if larger: whole servers of
+// the run's shape, the last rounded up, or one server of that many GPUs (one
 // socket, one switch) when less than a server; the same mechanism costs;
 // under the same policy, made by `make` for the queue's quota alone (all
 // the GPUs of that cluster). A
@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/policy.h"
 #include "core/status.h"
@@ -25,10 +26,10 @@
 
 namespace gandiva::sim {
 
-// A policy for a run with these queue quotas.
+// A policy for a run with these queues.
 using PolicyForQueues =
     std::function<core::StatusOr<std::unique_ptr<core::Policy>>(
-        const std::map<std::string, int>& quotas)>;
+        const std::vector<core::QueueConfig>& queues)>;
 
 // Fills the finish-time fields of `shared.fairness` (which must be set:
 // a run with queues) from the runs alone. `options` are the shared run's.

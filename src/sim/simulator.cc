@@ -171,7 +171,7 @@ class World final : public SimControl {
   void RefreshRate(int32_t j);
   void RefreshPartnerOf(int32_t j);
   void Sample();
-  // Fairness measures (SimOptions::queue_quotas): each job's queue.
+  // Fairness measures (SimOptions::queues): each job's queue.
   void SetUpQueues(int total_gpus);
   void QueueArrived(int32_t j);
   void QueueEnded(int32_t j);
@@ -207,7 +207,7 @@ class World final : public SimControl {
   int64_t processes_lost_ = 0;
   int64_t restarts_ = 0;
   int64_t lost_gpu_us_ = 0;
-  // With SimOptions::queue_quotas: each job's queue, each queue's quota
+  // With SimOptions::queues: each job's queue, each queue's quota
   // and the GPUs its arrived, unfinished jobs ask for; whether a job came
   // within its queue's quota.
   std::unique_ptr<FairnessMeter> fairness_;
@@ -217,28 +217,20 @@ class World final : public SimControl {
 };
 
 void World::SetUpQueues(int total_gpus) {
-  if (options_.queue_quotas.empty()) return;
-  std::map<std::string, int> quotas = options_.queue_quotas;
-  std::map<std::string, int32_t> index;
-  for (size_t j = 0; j < ids_.size(); ++j) {
-    if (!quotas.count(workload_.jobs[ids_[j]].vc)) quotas.emplace("", 0);
+  if (options_.queues.empty()) return;
+  const core::QueueQuotas queues(options_.queues);
+  for (size_t q = 0; q < queues.size(); ++q) {
+    queue_quota_.push_back(queues.quota(q));
   }
-  std::vector<std::string> names;
-  for (const auto& [name, quota] : quotas) {
-    index[name] = static_cast<int32_t>(names.size());
-    names.push_back(name);
-    queue_quota_.push_back(std::max(0, quota));
-  }
-  queue_demand_.assign(names.size(), 0.0);
+  queue_demand_.assign(queues.size(), 0.0);
   queue_of_.resize(ids_.size());
   within_quota_.assign(ids_.size(), 0);
   for (size_t j = 0; j < ids_.size(); ++j) {
-    auto it = index.find(workload_.jobs[ids_[j]].vc);
-    queue_of_[j] = it != index.end() ? it->second : index.at("");
+    queue_of_[j] = static_cast<int32_t>(queues.Of(workload_.jobs[ids_[j]].vc));
   }
-  fairness_ = std::make_unique<FairnessMeter>(
-      std::move(names), queue_quota_, static_cast<double>(total_gpus),
-      options_.fairness_window.micros());
+  fairness_ =
+      std::make_unique<FairnessMeter>(queues, static_cast<double>(total_gpus),
+                                      options_.fairness_window.micros());
 }
 
 void World::QueueArrived(int32_t j) {

@@ -159,10 +159,11 @@ struct SimOptions {
   int64_t snapshot_every_events = 0;
   std::function<std::unique_ptr<core::Policy>()> snapshot_policy;
   // Queues (teams) whose fair shares are measured (SimResult::fairness,
-  // sim/fairness.h): each queue's quota in GPUs, by name. A job's queue is
-  // its virtual cluster (TraceJob::vc); one of a VC not named here is in
-  // the queue named "" (of quota 0 unless named). Empty: not measured.
-  std::map<std::string, int> queue_quotas;
+  // sim/fairness.h), a tree as core::QueueQuotas takes it. A job's queue is
+  // the leaf its virtual cluster (TraceJob::vc) names; one of a VC that
+  // names no leaf is in the queue named "" (of quota 0 unless named).
+  // Empty: not measured.
+  std::vector<core::QueueConfig> queues;
   // The fairness measures' window. Default 1 hour.
   core::Duration fairness_window = core::Duration::Seconds(3600);
   // Every job saves a checkpoint after each this much training since it
@@ -240,7 +241,7 @@ struct SimResult {
   // work was last kept, when it is lost (a process lost without a
   // checkpoint goes back to the beginning).
   double lost_gpu_hours = 0;
-  // With SimOptions::queue_quotas: how fairly the queues shared the
+  // With SimOptions::queues: how fairly the queues shared the
   // cluster, and the mean wait before its first start of a job that came
   // within its queue's quota (its queue's arrived, unfinished jobs, itself
   // included, asking for no more GPUs than the quota): how long a queue

@@ -301,7 +301,7 @@ TEST_F(SimulatorTest, ACoreRestoredFromSnapshotsRunsTheSame) {
   core::PolicyOptions po;
   po.fifo.vc_quotas = {{"research", 12}, {"prod", 16}};
   po.fifo.allow_borrowing = true;
-  po.queue_quotas = po.fifo.vc_quotas;
+  po.queues = core::FlatQueues(po.fifo.vc_quotas);
   auto strip = [](std::string json) {
     return json.substr(0, json.find("\"wall_s\""));
   };
@@ -595,7 +595,7 @@ TEST_F(SimulatorTest, AClusterEventOfAServerTheClusterDoesNotHaveIsRefused) {
 TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
   const Workload w = TwoQueues();
   SimOptions o = Small(1, 4);
-  o.queue_quotas = {{"a", 2}, {"b", 2}};
+  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
   SimResult plain = Run(w, "fifo", o);
   ASSERT_TRUE(plain.fairness.has_value());
   const FairnessResult& f = *plain.fairness;
@@ -622,7 +622,7 @@ TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
   EXPECT_EQ(plain.lost_gpu_hours, 0);
 
   core::PolicyOptions po;
-  po.fifo.vc_quotas = o.queue_quotas;
+  po.fifo.vc_quotas = core::LeafQuotas(o.queues);
   auto fifo = core::MakePolicy("fifo", po);
   ASSERT_TRUE(fifo.ok());
   auto quotas = Simulate(w, *catalog_, std::move(*fifo), o);
@@ -637,7 +637,7 @@ TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
   // gandiva-fair reclaims b's quota at the next tick (a minute), by
   // suspending two of a's jobs: nothing is lost, and all finish.
   core::PolicyOptions fo;
-  fo.queue_quotas = o.queue_quotas;
+  fo.queues = o.queues;
   auto fair = core::MakePolicy("gandiva-fair", fo);
   ASSERT_TRUE(fair.ok());
   auto shared = Simulate(w, *catalog_, std::move(*fair), o);
@@ -673,11 +673,11 @@ TEST_F(SimulatorTest, FairnessMeasuresHowTheQueuesSharedTheCluster) {
 TEST_F(SimulatorTest, FinishTimeFairnessComparesEachJobWithItsQueueAlone) {
   const Workload w = TwoQueues();
   SimOptions o = Small(1, 4);
-  o.queue_quotas = {{"a", 2}, {"b", 2}};
+  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
   SimResult r = Run(w, "fifo", o);
   std::vector<std::map<std::string, int>> asked;
-  const PolicyForQueues fifo = [&](const std::map<std::string, int>& q) {
-    asked.push_back(q);
+  const PolicyForQueues fifo = [&](const std::vector<core::QueueConfig>& q) {
+    asked.push_back(core::LeafQuotas(q));
     return core::MakePolicy("fifo");
   };
   ASSERT_TRUE(MeasureFinishTimeFairness(w, *catalog_, o, fifo, r).ok());

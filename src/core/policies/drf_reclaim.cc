@@ -30,7 +30,7 @@ std::pair<int, double> LendKey(int held, int quota) {
 }  // namespace
 
 DrfReclaimPolicy::DrfReclaimPolicy(DrfReclaimOptions options)
-    : queues_(options.queue_quotas) {}
+    : queues_(options.queues) {}
 
 void DrfReclaimPolicy::LoadState(SnapshotReader& /*r*/) { live_.MarkStale(); }
 

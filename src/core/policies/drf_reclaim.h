@@ -43,8 +43,9 @@
 namespace gandiva::core {
 
 struct DrfReclaimOptions {
-  // Each queue's quota in GPUs, by name (QueueQuotas).
-  std::map<std::string, int> queue_quotas;
+  // The queues (QueueQuotas). Each leaf's quota counts; the tree above it,
+  // weights and limits are not applied.
+  std::vector<QueueConfig> queues;
 };
 
 class DrfReclaimPolicy final : public Policy {

@@ -17,7 +17,7 @@ using testing::Harness;
 
 std::unique_ptr<Policy> Drf(std::map<std::string, int> quotas) {
   return std::make_unique<DrfReclaimPolicy>(
-      DrfReclaimOptions{.queue_quotas = std::move(quotas)});
+      DrfReclaimOptions{.queues = FlatQueues(quotas)});
 }
 
 ServerSpec Gpus(int n) {

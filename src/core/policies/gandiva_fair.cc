@@ -32,7 +32,7 @@ int GpusOf(const Job& j) {
 }  // namespace
 
 GandivaFairPolicy::GandivaFairPolicy(GandivaFairOptions options)
-    : options_(std::move(options)), queues_(options_.queue_quotas) {
+    : options_(std::move(options)), queues_(options_.queues) {
   if (options_.quantum <= Duration::Seconds(0)) {
     options_.quantum = Duration::Seconds(60);
   }
@@ -120,13 +120,16 @@ void GandivaFairPolicy::Retally(const ClusterState& state, JobId id) {
 
 void GandivaFairPolicy::Refresh(const ClusterState& state) {
   const size_t n = queues_.size();
-  std::vector<double> demand(n), quotas(n);
+  std::vector<double> demand(n);
   for (size_t q = 0; q < n; ++q) {
     demand[q] = demand_[q];
-    quotas[q] = queues_.quota(q);
     credits_.holds[q] = holds_[q];
   }
-  credits_.share = FairShares(demand, quotas, state.cluster().up_gpus());
+  credits_.share = queues_.Shares(demand, state.cluster().up_gpus());
+  // Only leaves hold jobs, and only theirs are owed or owe.
+  for (size_t q = 0; q < n; ++q) {
+    if (!queues_.leaf(q)) credits_.share[q] = 0;
+  }
   credits_.at = state.now();
 }
 
@@ -188,17 +191,41 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
   }
   for (auto& line : lines) std::sort(line.begin(), line.end());
   std::vector<std::vector<bool>> taken(queues);
+  // What each queue's limit still allows, and whether any limits it.
+  std::vector<int> room(queues, std::numeric_limits<int>::max());
+  for (size_t q = 0; q < queues; ++q) {
+    if (queues_.limit(q) >= 0) room[q] = queues_.limit(q);
+  }
+  auto charge = [&](size_t q, int d) {
+    for (int up = static_cast<int>(q); up >= 0;
+         up = queues_.parent(static_cast<size_t>(up))) {
+      int& r = room[static_cast<size_t>(up)];
+      if (r != std::numeric_limits<int>::max()) r -= d;
+    }
+  };
+  auto room_of = [&](size_t q) {
+    int r = std::numeric_limits<int>::max();
+    for (int up = static_cast<int>(q); up >= 0;
+         up = queues_.parent(static_cast<size_t>(up))) {
+      r = std::min(r, room[static_cast<size_t>(up)]);
+    }
+    return r;
+  };
+  if (queues_.tree()) {
+    for (size_t q = 0; q < queues; ++q) charge(q, deal.taken[q]);
+  }
   auto take = [&](size_t q, size_t k) {
     const auto& [key, id, d] = lines[q][k];
     taken[q][k] = true;
     deal.taken[q] += d;
     left -= d;
+    if (queues_.tree()) charge(q, d);
     deal.chosen.insert(id);
     deal.order.push_back(id);
   };
-  // Turn by turn, the largest claim takes its queue's next job that fits.
-  // What is left only shrinks, so a job that does not fit now never will:
-  // each queue's cursor only moves on.
+  // Turn by turn, the largest claim takes its queue's next job that fits
+  // in what is left and in its queue's limits. Both only shrink, so a job
+  // that does not fit now never will: each queue's cursor only moves on.
   std::vector<double> claim(queues);
   for (size_t q = 0; q < queues; ++q) {
     taken[q].assign(lines[q].size(), false);
@@ -210,8 +237,10 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
     int best = -1;
     for (size_t q = 0; q < queues; ++q) {
       size_t& k = next[q];
+      if (k == lines[q].size()) continue;
+      const int fits = queues_.tree() ? std::min(left, room_of(q)) : left;
       while (k < lines[q].size() &&
-             (taken[q][k] || std::get<2>(lines[q][k]) > left)) {
+             (taken[q][k] || std::get<2>(lines[q][k]) > fits)) {
         ++k;
       }
       if (k == lines[q].size()) continue;

@@ -3,13 +3,14 @@
 // with reclaim that loses nothing: a borrower is suspended at a mini-batch
 // boundary, never killed, and goes on from where it stopped.
 //
-// Queues: `queue_quotas` names each queue and its quota in GPUs. A job's
-// queue is its virtual cluster (JobSpec::vc); one of a VC not named is in
-// the queue "" (quota 0 unless named there).
+// Queues: `queues`, a tree (QueueQuotas). A job's queue is the leaf its
+// virtual cluster (JobSpec::vc) names; one of a VC that names no leaf is
+// in the queue "" (quota 0 unless named there).
 //
-// Shares over time. A queue's fair share at each instant is FairShares
-// of the GPUs up, for the GPUs its live jobs ask for (held ones aside): up
-// to its quota first, then idle GPUs lent by quota, max-min. The policy
+// Shares over time. A leaf's fair share at each instant is
+// QueueQuotas::Shares of the GPUs up, for the GPUs its live jobs ask for
+// (held ones aside): down the tree, each queue up to its quota first, then
+// idle GPUs lent by weight, max-min, none past its limit. The policy
 // keeps each queue's credit: its fair share minus the GPUs its running
 // jobs hold, integrated over time (GPU-seconds) and halved every
 // `half_life`. Borrowing GPUs no one else asks for costs nothing (the
@@ -18,7 +19,8 @@
 //
 // The desired set, taken at each decision: the GPUs of the servers up are
 // dealt to the queues' jobs, gang-wise (a job gets all its GPUs or none),
-// turn by turn: of the queues whose next job fits in what is left, the
+// turn by turn: of the queues whose next job fits in what is left (and in
+// the limits of its queue and the queues above it), the
 // one with the largest claim takes it, where a queue's claim is its fair
 // share now + its credit / quantum - the GPUs dealt to it so far (what it
 // is owed is made up within a quantum); ties to the queue first by name.
@@ -70,9 +72,9 @@
 namespace gandiva::core {
 
 struct GandivaFairOptions {
-  // Each queue's quota in GPUs, by name. Default empty: every job in one
-  // queue, the GPUs dealt round robin.
-  std::map<std::string, int> queue_quotas;
+  // The queues (QueueQuotas). Default empty: every job in one queue, the
+  // GPUs dealt round robin.
+  std::vector<QueueConfig> queues;
   // Time-slice length. Default 60 s.
   Duration quantum = Duration::Seconds(60);
   // How fast a queue's credit (owed or owing) fades. Default 1 hour.

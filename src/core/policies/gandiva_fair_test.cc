@@ -18,7 +18,7 @@ using testing::Harness;
 
 std::unique_ptr<Policy> Fair(std::map<std::string, int> quotas) {
   GandivaFairOptions o;
-  o.queue_quotas = std::move(quotas);
+  o.queues = FlatQueues(quotas);
   return std::make_unique<GandivaFairPolicy>(o);
 }
 
@@ -235,6 +235,92 @@ TEST(GandivaFairTest, AQueuedJobsReasonNamesItsQueuesDeal) {
                      "quota 1, owed 0.00 GPU-hours)"),
             std::string::npos)
       << why;
+}
+
+// A tree: the top queues share the cluster by quota and weight, each
+// queue's share split among its children alike; a limit caps a queue and
+// the queues under it, and what it cannot take goes to the others.
+TEST(QueueTreeTest, SharesGoDownTheTreeByQuotaWeightAndLimit) {
+  const std::vector<QueueConfig> queues = {
+      {.name = "org", .quota = 4, .weight = 1},
+      {.name = "vision", .parent = "org", .quota = 2, .weight = 3},
+      {.name = "speech", .parent = "org", .quota = 2, .weight = 1},
+      {.name = "ops", .quota = 4, .weight = 1, .limit = 5},
+  };
+  ASSERT_TRUE(CheckQueues(queues).ok());
+  const QueueQuotas q(queues);
+  ASSERT_TRUE(q.tree());
+  const size_t ops = 1, org = 2, speech = 3, vision = 4;  // by name, "" first
+  ASSERT_EQ(q.name(org), "org");
+  ASSERT_EQ(q.name(vision), "vision");
+  EXPECT_FALSE(q.leaf(org));
+  EXPECT_EQ(q.Of("org"), q.Of("")) << "jobs go to leaves only";
+  EXPECT_EQ(q.Of("vision"), vision);
+  auto shares = [&](double v, double s, double o, double gpus) {
+    std::vector<double> demand(q.size(), 0.0);
+    demand[vision] = v;
+    demand[speech] = s;
+    demand[ops] = o;
+    return q.Shares(demand, gpus);
+  };
+  // 16 GPUs, all asking for 10: ops is capped at its limit 5; org gets
+  // the other 11, split 2+2 by quota and the 7 left 3:1 by weight.
+  std::vector<double> s = shares(10, 10, 10, 16);
+  EXPECT_NEAR(s[ops], 5, 1e-9);
+  EXPECT_NEAR(s[org], 11, 1e-9);
+  EXPECT_NEAR(s[vision], 2 + 7 * 0.75, 1e-9);
+  EXPECT_NEAR(s[speech], 2 + 7 * 0.25, 1e-9);
+  // 8 GPUs: each top queue its quota; within org, each team its own.
+  s = shares(10, 10, 10, 8);
+  EXPECT_NEAR(s[ops], 4, 1e-9);
+  EXPECT_NEAR(s[vision], 2, 1e-9);
+  EXPECT_NEAR(s[speech], 2, 1e-9);
+  // speech idle: vision takes org's whole share, and what ops cannot.
+  s = shares(12, 0, 10, 16);
+  EXPECT_NEAR(s[vision], 11, 1e-9);
+  EXPECT_NEAR(s[speech], 0, 1e-9);
+
+  // Refused trees name the queue and the field.
+  std::vector<QueueConfig> bad = queues;
+  bad[1].parent = "nowhere";
+  EXPECT_EQ(CheckQueues(bad).message(),
+            "queue 'vision': field 'parent': no queue 'nowhere'");
+  bad = queues;
+  bad[0].parent = "vision";
+  EXPECT_NE(CheckQueues(bad).message().find("makes a cycle"),
+            std::string::npos);
+  bad = queues;
+  bad[0].quota = 3;
+  EXPECT_EQ(CheckQueues(bad).message(),
+            "queue 'org': field 'quota': 3 is under its children's quotas, "
+            "4 together");
+}
+
+// gandiva-fair deals no queue more GPUs than its limit (or a limit above
+// it) allows, even with GPUs idle; the others still get theirs.
+TEST(GandivaFairTest, ALimitCapsAQueueAndTheQueuesUnderIt) {
+  GandivaFairOptions o;
+  o.queues = {
+      {.name = "org", .quota = 2, .limit = 3},
+      {.name = "team", .parent = "org", .quota = 2},
+      {.name = "solo", .quota = 2, .limit = 2},
+      {.name = "free", .quota = 0},
+  };
+  Harness h(std::make_unique<GandivaFairPolicy>(o), 1, Gpus(8));
+  std::vector<JobId> team, solo, free;
+  for (int i = 0; i < 5; ++i) team.push_back(h.Submit(1, 0, false, "team"));
+  for (int i = 0; i < 5; ++i) solo.push_back(h.Submit(1, 0, false, "solo"));
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, team), 3) << "org's limit";
+  EXPECT_EQ(Running(h, solo), 2) << "solo's limit";
+  for (int i = 0; i < 5; ++i) free.push_back(h.Submit(1, 0, false, "free"));
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, free), 3) << "the GPUs the limits leave";
+  h.Advance(Duration::Seconds(120));
+  h.Tick();
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, team), 3);
+  EXPECT_EQ(Running(h, solo), 2);
 }
 
 }  // namespace

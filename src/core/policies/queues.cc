@@ -42,7 +42,9 @@ double Fill(std::vector<size_t> short_of, const std::vector<double>& demand,
 }  // namespace
 
 std::vector<double> FairShares(const std::vector<double>& demand,
-                               const std::vector<double>& quotas, double gpus) {
+                               const std::vector<double>& quotas,
+                               const std::vector<double>& weights,
+                               double gpus) {
   const size_t n = demand.size();
   std::vector<double> share(n, 0.0);
   double guaranteed = 0;
@@ -52,33 +54,187 @@ std::vector<double> FairShares(const std::vector<double>& demand,
   }
   if (guaranteed > gpus) {
     // Quotas over the cluster's size: each gets its part of it.
-    for (double& s : share) s *= gpus / guaranteed;
+    for (double& s : share) s *= guaranteed > 0 ? gpus / guaranteed : 0;
     return share;
   }
   std::vector<size_t> weighted, unweighted;
   for (size_t q = 0; q < n; ++q) {
     if (demand[q] - share[q] <= kEps) continue;
-    (quotas[q] > 0 ? weighted : unweighted).push_back(q);
+    (weights[q] > 0 ? weighted : unweighted).push_back(q);
   }
-  double left = Fill(weighted, demand, quotas, share, gpus - guaranteed);
+  double left = Fill(weighted, demand, weights, share, gpus - guaranteed);
   const std::vector<double> equal(n, 1.0);
   (void)Fill(unweighted, demand, equal, share, left);
   return share;
 }
 
-QueueQuotas::QueueQuotas(const std::map<std::string, int>& quotas) {
-  std::map<std::string, int> all = quotas;
-  all.emplace("", 0);
-  for (const auto& [name, quota] : all) {
+std::vector<double> FairShares(const std::vector<double>& demand,
+                               const std::vector<double>& quotas, double gpus) {
+  return FairShares(demand, quotas, quotas, gpus);
+}
+
+std::vector<QueueConfig> FlatQueues(const std::map<std::string, int>& quotas) {
+  std::vector<QueueConfig> out;
+  for (const auto& [name, quota] : quotas) {
+    out.push_back({.name = name, .quota = quota});
+  }
+  return out;
+}
+
+std::map<std::string, int> LeafQuotas(const std::vector<QueueConfig>& queues) {
+  std::set<std::string> parents;
+  for (const QueueConfig& q : queues) parents.insert(q.parent);
+  std::map<std::string, int> out;
+  for (const QueueConfig& q : queues) {
+    if (!parents.count(q.name)) out[q.name] = q.quota;
+  }
+  return out;
+}
+
+Status CheckQueues(const std::vector<QueueConfig>& queues) {
+  std::map<std::string, const QueueConfig*> by_name;
+  for (const QueueConfig& q : queues) {
+    const std::string where = "queue '" + q.name + "'";
+    bool good = !q.name.empty() && q.name.size() <= 64;
+    for (char c : q.name) {
+      good =
+          good && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                   (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.');
+    }
+    if (!good) {
+      return InvalidArgument(where +
+                             ": field 'name': must be 1 to 64 of A-Z a-z 0-9 "
+                             ". _ -");
+    }
+    if (!by_name.emplace(q.name, &q).second) {
+      return InvalidArgument(where + ": field 'name': named twice");
+    }
+    if (q.quota < 0) {
+      return InvalidArgument(where + ": field 'quota': must be 0 or more");
+    }
+    if (!(q.weight < 0 || q.weight >= 0) || q.weight > 1e6) {
+      return InvalidArgument(where + ": field 'weight': must be 0 to 1e6");
+    }
+    if (q.limit >= 0 && q.limit < q.quota) {
+      return InvalidArgument(where +
+                             ": field 'limit': " + std::to_string(q.limit) +
+                             " is under its quota " + std::to_string(q.quota));
+    }
+  }
+  std::map<std::string, int> children_quota;
+  for (const QueueConfig& q : queues) {
+    if (q.parent.empty()) continue;
+    if (!by_name.count(q.parent)) {
+      return InvalidArgument("queue '" + q.name +
+                             "': field 'parent': no queue '" + q.parent + "'");
+    }
+    children_quota[q.parent] += q.quota;
+    // Walk up: a cycle comes back to a queue seen on the way.
+    std::set<std::string> seen{q.name};
+    for (std::string up = q.parent; !up.empty(); up = by_name.at(up)->parent) {
+      if (!seen.insert(up).second) {
+        return InvalidArgument("queue '" + q.name +
+                               "': field 'parent': makes a cycle through '" +
+                               up + "'");
+      }
+    }
+  }
+  for (const auto& [name, sum] : children_quota) {
+    const QueueConfig& p = *by_name.at(name);
+    if (sum > p.quota) {
+      return InvalidArgument("queue '" + name +
+                             "': field 'quota': " + std::to_string(p.quota) +
+                             " is under its children's quotas, " +
+                             std::to_string(sum) + " together");
+    }
+  }
+  return Status::Ok();
+}
+
+QueueQuotas::QueueQuotas(const std::vector<QueueConfig>& queues) {
+  std::map<std::string, const QueueConfig*> all;
+  for (const QueueConfig& q : queues) all.emplace(q.name, &q);
+  const QueueConfig shared{.name = "", .quota = 0, .weight = 0};
+  all.emplace("", &shared);
+  for (const auto& [name, q] : all) {
     index_[name] = names_.size();
     names_.push_back(name);
-    quotas_.push_back(std::max(0, quota));
+    quotas_.push_back(std::max(0, q->quota));
+    weights_.push_back(std::max(0.0, q->Weight()));
+    limits_.push_back(q->limit);
+    tree_ = tree_ || !q->parent.empty() || q->limit >= 0;
+  }
+  parents_.assign(names_.size(), -1);
+  children_.resize(names_.size());
+  for (const auto& [name, q] : all) {
+    auto up = index_.find(q->parent);
+    if (q->parent.empty() || up == index_.end() || q->parent == name) continue;
+    parents_[index_.at(name)] = static_cast<int>(up->second);
+  }
+  // A cycle (CheckQueues refuses them) is broken by putting its queues at
+  // the top.
+  for (size_t q = 0; q < names_.size(); ++q) {
+    std::set<size_t> seen{q};
+    for (int up = parents_[q]; up >= 0;
+         up = parents_[static_cast<size_t>(up)]) {
+      if (!seen.insert(static_cast<size_t>(up)).second) {
+        parents_[q] = -1;
+        break;
+      }
+    }
+  }
+  for (size_t q = 0; q < names_.size(); ++q) {
+    if (parents_[q] < 0) {
+      top_.push_back(q);
+    } else {
+      children_[static_cast<size_t>(parents_[q])].push_back(q);
+    }
+  }
+  std::vector<size_t> stack(top_.rbegin(), top_.rend());
+  while (!stack.empty()) {
+    const size_t q = stack.back();
+    stack.pop_back();
+    top_down_.push_back(q);
+    for (auto it = children_[q].rbegin(); it != children_[q].rend(); ++it) {
+      stack.push_back(*it);
+    }
   }
 }
 
 size_t QueueQuotas::Of(const std::string& vc) const {
   auto it = index_.find(vc);
-  return it != index_.end() ? it->second : index_.at("");
+  return it != index_.end() && leaf(it->second) ? it->second : index_.at("");
+}
+
+std::vector<double> QueueQuotas::Shares(const std::vector<double>& demand,
+                                        double gpus) const {
+  const size_t n = names_.size();
+  if (!tree_)
+    return FairShares(demand, {quotas_.begin(), quotas_.end()}, weights_, gpus);
+  // Each queue's demand: its leaves', up to its limit, bottom up.
+  std::vector<double> asked(n, 0.0);
+  for (auto it = top_down_.rbegin(); it != top_down_.rend(); ++it) {
+    const size_t q = *it;
+    if (leaf(q)) asked[q] = std::max(0.0, demand[q]);
+    if (limits_[q] >= 0) asked[q] = std::min<double>(asked[q], limits_[q]);
+    if (parents_[q] >= 0) asked[static_cast<size_t>(parents_[q])] += asked[q];
+  }
+  std::vector<double> share(n, 0.0);
+  auto split = [&](const std::vector<size_t>& group, double gpus_here) {
+    std::vector<double> d, quota, weight;
+    for (size_t q : group) {
+      d.push_back(asked[q]);
+      quota.push_back(quotas_[q]);
+      weight.push_back(weights_[q]);
+    }
+    const std::vector<double> s = FairShares(d, quota, weight, gpus_here);
+    for (size_t k = 0; k < group.size(); ++k) share[group[k]] = s[k];
+  };
+  split(top_, gpus);
+  for (size_t q : top_down_) {
+    if (!leaf(q)) split(children_[q], share[q]);
+  }
+  return share;
 }
 
 std::string QueueQuotas::Describe(size_t q) const {

@@ -57,7 +57,7 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
   }
   if (name == "gandiva-fair") {
     GandivaFairOptions o;
-    o.queue_quotas = options.queue_quotas;
+    o.queues = options.queues;
     o.quantum = options.gandiva.quantum;
     o.half_life = options.share_half_life;
     o.rotation_per_gpu = options.gandiva.max_height;
@@ -65,7 +65,7 @@ StatusOr<std::unique_ptr<Policy>> MakePolicy(std::string_view name,
   }
   if (name == "drf-reclaim") {
     return std::unique_ptr<Policy>(
-        new DrfReclaimPolicy({.queue_quotas = options.queue_quotas}));
+        new DrfReclaimPolicy({.queues = options.queues}));
   }
   std::string known;
   for (const PolicyInfo& p : KnownPolicies()) {

@@ -21,9 +21,9 @@ struct PolicyOptions {
   FifoOptions fifo;
   GandivaOptions gandiva;
   TiresiasOptions tiresias;
-  // Queues (teams) and their quotas in GPUs, for the queue-aware policies
-  // (gandiva-fair, drf-reclaim; see QueueQuotas).
-  std::map<std::string, int> queue_quotas;
+  // Queues (teams), for the queue-aware policies (gandiva-fair,
+  // drf-reclaim; see QueueQuotas).
+  std::vector<QueueConfig> queues;
   // gandiva-fair: how fast what a queue is owed fades (its half-life).
   Duration share_half_life = Duration::Seconds(3600);
 };

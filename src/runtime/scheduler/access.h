@@ -9,14 +9,21 @@
 //            a node agent, and an agent's credential makes no other
 //            request;
 //   spec   - a job's command and env are read only by its owner and
-//            admins (others see the rest of it).
+//            admins (others see the rest of it);
+//   queue  - a user submits only to a queue they are a member of (listed
+//            in its members or those of a queue above it; a queue with no
+//            members on its path is open to all), and gives a job no
+//            priority above its queue's max_priority (the lowest along
+//            its path); an admin is bound by neither.
 // An open daemon (no users) allows everything.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "core/policies/queues.h"
 #include "core/status.h"
 #include "runtime/scheduler/users.h"
 
@@ -35,5 +42,20 @@ core::Status MayActAsAgent(const Caller& c, std::string_view action);
 core::Status MayActAsUser(const Caller& c, std::string_view action);
 // Whether `c` reads a job's command and env (rule spec).
 bool MayReadSpec(const Caller& c, const std::string& owner);
+
+// The queue a job goes to, submitted by `c` for `owner` naming queue
+// `named` among `queues`: `named` if a leaf the caller may submit to (rule
+// queue); "" naming none: the owner's own, the first leaf by name that
+// lists them as a member, else the first reached through a queue above
+// that lists them, else the shared queue "". A queue not there, or one
+// with queues under it, is InvalidArgument naming the field.
+core::StatusOr<std::string> QueueOfSubmission(
+    const Caller& c, const std::string& owner, const std::string& named,
+    const std::vector<core::QueueConfig>& queues);
+// Whether `c` may give a job of queue `queue` priority `priority` (rule
+// queue); `action` says what for.
+core::Status MayUsePriority(const Caller& c, std::string_view action,
+                            const std::string& queue, int priority,
+                            const std::vector<core::QueueConfig>& queues);
 
 }  // namespace gandiva::runtime

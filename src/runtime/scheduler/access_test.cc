@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/auth/credentials.h"
@@ -362,6 +363,111 @@ TEST_F(AccessTest, ASecondAgentWithALiveAgentsNameIsRefusedAndWedgesNothing) {
   ASSERT_EQ(servers.servers_size(), 1);
   EXPECT_TRUE(servers.servers(0).up());
   EXPECT_EQ(servers.servers(0).address(), "127.0.0.1:1");
+}
+
+// Queues with members and priority bounds: a job without a queue goes to
+// its owner's own; a user submits only where they are a member (of the
+// queue or one above it), at no priority over the queue's bound; an admin
+// is bound by neither. The tree shows in ListQueues, parents first.
+TEST_F(AccessTest, UsersSubmitToTheirOwnQueuesWithinTheirPriorityBounds) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva-fair";
+  o.queues = std::vector<core::QueueConfig>{
+      {.name = "research", .quota = 4, .members = {"carol"}},
+      {.name = "vision",
+       .parent = "research",
+       .quota = 2,
+       .members = {"alice"},
+       .max_priority = 5},
+      {.name = "speech", .parent = "research", .quota = 2, .limit = 3},
+      {.name = "ops", .quota = 0, .weight = 1, .members = {"bob"}},
+  };
+  ASSERT_NO_FATAL_FAILURE(Start(o));
+  const std::string root = Token("admin.cred");
+  const std::string alice = AddUser(root, "alice");
+  const std::string bob = AddUser(root, "bob");
+  const std::string carol = AddUser(root, "carol");
+  const std::string dave = AddUser(root, "dave");
+  auto submit = [&](const std::string& as, const std::string& queue,
+                    int priority, int64_t* id) {
+    rpc::SubmitRequest req;
+    req.mutable_spec()->set_name("train");
+    req.mutable_spec()->set_command("python3 train.py");
+    req.mutable_spec()->set_gpus(1);
+    req.mutable_spec()->set_queue(queue);
+    req.mutable_spec()->set_priority(priority);
+    rpc::SubmitReply rep;
+    const grpc::Status s = stub_->Submit(As(as).get(), req, &rep);
+    if (id != nullptr) *id = rep.job_id();
+    return s;
+  };
+  auto queue_of = [&](int64_t id) { return Get(root, id).spec().queue(); };
+  int64_t id = 0;
+  // Each user's own queue: alice's is vision, bob's ops; carol is listed
+  // on research, so hers is its first team by name (speech); dave is on
+  // none, so his is the shared queue.
+  ASSERT_TRUE(submit(alice, "", 0, &id).ok());
+  EXPECT_EQ(queue_of(id), "vision");
+  ASSERT_TRUE(submit(bob, "", 0, &id).ok());
+  EXPECT_EQ(queue_of(id), "ops");
+  ASSERT_TRUE(submit(carol, "", 0, &id).ok());
+  EXPECT_EQ(queue_of(id), "speech");
+  ASSERT_TRUE(submit(dave, "", 0, &id).ok());
+  EXPECT_EQ(queue_of(id), "");
+  // carol may use vision through research; bob may not.
+  EXPECT_TRUE(submit(carol, "vision", 0, nullptr).ok());
+  grpc::Status s = submit(bob, "vision", 0, nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find(
+                "bob may not submit to queue 'vision': its members are "
+                "alice, carol (with those of the queues above it) (rule: "
+                "queue)"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_TRUE(submit(root, "vision", 9, nullptr).ok()) << "an admin";
+  // A queue with queues under it is no job's queue.
+  s = submit(carol, "research", 0, nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("field 'queue': 'research' has queues "
+                                   "under it; name one of them (speech, "
+                                   "vision)"),
+            std::string::npos)
+      << s.error_message();
+  // Priority bounds, at submission and after.
+  s = submit(alice, "vision", 6, nullptr);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("alice may not submit at priority 6: "
+                                   "queue 'vision' allows priorities up to "
+                                   "5 (rule: queue)"),
+            std::string::npos)
+      << s.error_message();
+  ASSERT_TRUE(submit(alice, "vision", 5, &id).ok());
+  rpc::SetPriorityRequest pr;
+  pr.set_job_id(id);
+  pr.set_priority(7);
+  rpc::SetPriorityReply prep;
+  s = stub_->SetPriority(As(alice).get(), pr, &prep);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("queue 'vision' allows priorities up to 5"),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_TRUE(stub_->SetPriority(As(root).get(), pr, &prep).ok());
+  EXPECT_EQ(Get(root, id).priority(), 7);
+  // The tree, parents first, siblings by name, the shared queue last.
+  rpc::ListQueuesReply queues;
+  ASSERT_TRUE(stub_->ListQueues(As(dave).get(), {}, &queues).ok());
+  std::vector<std::string> order;
+  for (const rpc::QueueInfo& q : queues.queues()) order.push_back(q.name());
+  EXPECT_EQ(order, (std::vector<std::string>{"ops", "research", "speech",
+                                             "vision", ""}));
+  const rpc::QueueInfo& research = queues.queues(1);
+  EXPECT_EQ(research.jobs_waiting(), 5) << "its teams' jobs, summed";
+  EXPECT_EQ(queues.queues(2).parent(), "research");
+  EXPECT_EQ(queues.queues(2).limit(), 3);
+  EXPECT_FALSE(queues.queues(3).has_limit());
+  EXPECT_EQ(queues.queues(3).max_priority(), 5);
+  EXPECT_EQ(queues.queues(0).weight(), 1);
+  EXPECT_EQ(queues.queues(3).weight(), 2) << "its quota by default";
 }
 
 }  // namespace

@@ -22,9 +22,9 @@ namespace gandiva::runtime {
 struct SchedulerServer::Impl final {
   SchedulerOptions opts;
   std::string policy_name;
-  // The queues jobs may name, and their quotas (--queues, stored with the
-  // policy options).
-  std::map<std::string, int> queue_quotas;
+  // The queues (--queues, stored with the policy options): jobs name
+  // leaves; members and priority bounds are checked at submission.
+  std::vector<core::QueueConfig> queues;
   // The cluster's users (users.h; the handlers identify callers by them).
   Users users;
   std::string address;

@@ -2,6 +2,8 @@
 // the store, the snapshot readers share, the metrics sample; and the event
 // log's compaction and the retention of ended jobs.
 
+#include <functional>
+
 #include "core/policies/queues.h"
 #include "runtime/scheduler/daemon_impl.h"
 
@@ -367,19 +369,11 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
 
 void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
   const std::shared_ptr<const Snapshot> sn = Snap();
-  // queue_quotas is set at the start, before any reader.
-  std::vector<std::string> names;
-  std::vector<double> quotas;
-  std::map<std::string, size_t> index;
-  for (const auto& [name, quota] : queue_quotas) {
-    index[name] = names.size();
-    names.push_back(name);
-    quotas.push_back(quota);
-  }
-  index[""] = names.size();
-  names.push_back("");
-  quotas.push_back(0);
-  std::vector<rpc::QueueInfo> out(names.size());
+  // `queues` is set at the start, before any reader.
+  const core::QueueQuotas tree(queues);
+  std::map<std::string, const core::QueueConfig*> config;
+  for (const core::QueueConfig& q : queues) config[q.name] = &q;
+  std::vector<rpc::QueueInfo> out(tree.size());
   published.Read([&](const Published::View& v) {
     for (const auto& [id, info_ptr] : sn->jobs) {
       const rpc::JobInfo& info = *info_ptr;
@@ -389,21 +383,24 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
           state == rpc::KILLED) {
         continue;
       }
-      auto it = index.find(spec->queue());
-      rpc::QueueInfo& q = out[it != index.end() ? it->second : index.at("")];
       int gpus = info.gpus_size();
       if (info.parts_size() > 0) {
         gpus = 0;
         for (const rpc::JobPart& part : info.parts()) gpus += part.gpus_size();
       }
-      if (state == rpc::RUNNING) {
-        q.set_jobs_running(q.jobs_running() + 1);
-        q.set_gpus_running(q.gpus_running() + gpus);
-      } else {
-        q.set_jobs_waiting(q.jobs_waiting() + 1);
+      // Its leaf and each queue above it.
+      for (int q = static_cast<int>(tree.Of(spec->queue())); q >= 0;
+           q = tree.parent(static_cast<size_t>(q))) {
+        rpc::QueueInfo& row = out[static_cast<size_t>(q)];
+        if (state == rpc::RUNNING) {
+          row.set_jobs_running(row.jobs_running() + 1);
+          row.set_gpus_running(row.gpus_running() + gpus);
+        } else {
+          row.set_jobs_waiting(row.jobs_waiting() + 1);
+        }
+        row.set_gpus_asked(row.gpus_asked() +
+                           (gpus > 0 ? gpus : std::max(1, spec->gpus())));
       }
-      q.set_gpus_asked(q.gpus_asked() +
-                       (gpus > 0 ? gpus : std::max(1, spec->gpus())));
     }
   });
   int up = 0;
@@ -411,14 +408,40 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
     if (server->up()) up += server->gpus_size();
   }
   std::vector<double> asked(out.size());
-  for (size_t q = 0; q < out.size(); ++q) asked[q] = out[q].gpus_asked();
-  const std::vector<double> share = core::FairShares(asked, quotas, up);
   for (size_t q = 0; q < out.size(); ++q) {
-    out[q].set_name(names[q]);
-    out[q].set_quota(static_cast<int32_t>(quotas[q]));
-    out[q].set_fair_share(share[q]);
-    *rep->add_queues() = std::move(out[q]);
+    asked[q] = tree.leaf(q) ? out[q].gpus_asked() : 0;
   }
+  const std::vector<double> share = tree.Shares(asked, up);
+  for (size_t q = 0; q < out.size(); ++q) {
+    rpc::QueueInfo& row = out[q];
+    row.set_name(tree.name(q));
+    row.set_quota(tree.quota(q));
+    row.set_fair_share(share[q]);
+    row.set_weight(tree.weight(q));
+    if (tree.parent(q) >= 0) {
+      row.set_parent(tree.name(static_cast<size_t>(tree.parent(q))));
+    }
+    if (tree.limit(q) >= 0) row.set_limit(tree.limit(q));
+    if (auto it = config.find(tree.name(q)); it != config.end()) {
+      for (const std::string& m : it->second->members) row.add_members(m);
+      if (it->second->max_priority) {
+        row.set_max_priority(*it->second->max_priority);
+      }
+    }
+  }
+  // Parents before their children, siblings by name (the order of q), the
+  // shared queue last.
+  std::vector<size_t> order;
+  std::function<void(int)> walk = [&](int parent) {
+    for (size_t q = 0; q < out.size(); ++q) {
+      if (tree.parent(q) != parent || tree.name(q).empty()) continue;
+      order.push_back(q);
+      walk(static_cast<int>(q));
+    }
+  };
+  walk(-1);
+  order.push_back(tree.Of(""));
+  for (size_t q : order) *rep->add_queues() = std::move(out[q]);
 }
 
 MetricsSample SchedulerServer::Impl::SampleMetrics() {

@@ -2,9 +2,58 @@
 // the ids restores lost, the policy, replaying the log, and awaiting the
 // agents.
 
+#include <algorithm>
+
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
+namespace {
+
+// The queues as stored with the policy options: a list of objects, by
+// name; the fields left at their defaults are left out. A store made
+// before queues had trees holds an object of quotas by name.
+json QueuesToJson(std::vector<core::QueueConfig> queues) {
+  std::sort(queues.begin(), queues.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  json out = json::array();
+  for (const core::QueueConfig& q : queues) {
+    json o = {{"name", q.name}, {"quota", q.quota}};
+    if (!q.parent.empty()) o["parent"] = q.parent;
+    if (q.weight >= 0) o["weight"] = q.weight;
+    if (q.limit >= 0) o["limit"] = q.limit;
+    if (!q.members.empty()) o["members"] = q.members;
+    if (q.max_priority) o["max_priority"] = *q.max_priority;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+core::StatusOr<std::vector<core::QueueConfig>> QueuesFromJson(const json& j) {
+  try {
+    if (j.is_object()) {
+      return core::FlatQueues(j.get<std::map<std::string, int>>());
+    }
+    std::vector<core::QueueConfig> out;
+    for (const json& o : j) {
+      core::QueueConfig q;
+      q.name = o.at("name").get<std::string>();
+      q.quota = o.at("quota").get<int>();
+      q.parent = o.value("parent", "");
+      q.weight = o.value("weight", -1.0);
+      q.limit = o.value("limit", -1);
+      q.members = o.value("members", std::vector<std::string>{});
+      if (o.contains("max_priority")) {
+        q.max_priority = o.at("max_priority").get<int>();
+      }
+      out.push_back(std::move(q));
+    }
+    return out;
+  } catch (const json::exception& e) {
+    return core::IoError(std::string("stored queues: ") + e.what());
+  }
+}
+
+}  // namespace
 
 core::Status SchedulerServer::Impl::Open() {
   if (opts.leadership) {
@@ -231,15 +280,16 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
     if (!want.contains(key)) want[key] = value;
   }
   if (!want.contains("queues")) want["queues"] = json::object();
+  {
+    auto stored_queues = QueuesFromJson(want.at("queues"));
+    if (!stored_queues.ok()) return stored_queues.status();
+    want["queues"] = QueuesToJson(*stored_queues);
+  }
   if (opts.queues) {
-    for (const auto& [name, quota] : *opts.queues) {
-      if (name.empty() || quota < 0) {
-        return core::InvalidArgument(
-            "--queues: queue '" + name +
-            "': needs a name and a quota of 0 or more GPUs");
-      }
+    if (core::Status s = core::CheckQueues(*opts.queues); !s.ok()) {
+      return core::InvalidArgument("--queues: " + s.message());
     }
-    check("--queues", "queues", json(*opts.queues));
+    check("--queues", "queues", QueuesToJson(*opts.queues));
   }
   if (opts.start_attempts) {
     if (*opts.start_attempts < 0) {
@@ -278,8 +328,10 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   // talk over the network (a larger one takes whole servers).
   po.gandiva.allow_split = false;
   po.fifo.relax_locality = false;
-  po.queue_quotas = want.at("queues").get<std::map<std::string, int>>();
-  queue_quotas = po.queue_quotas;
+  auto queues_now = QueuesFromJson(want.at("queues"));
+  if (!queues_now.ok()) return queues_now.status();
+  po.queues = *queues_now;
+  queues = std::move(*queues_now);
   policy_name = want.at("policy").get<std::string>();
   for (const core::PolicyInfo& known : core::KnownPolicies()) {
     if (known.name == policy_name && known.simulator_only) {

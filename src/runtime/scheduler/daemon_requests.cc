@@ -10,20 +10,6 @@ namespace gandiva::runtime {
 
 core::StatusOr<std::vector<int64_t>> SchedulerServer::Impl::Submit(
     std::span<const rpc::JobSpec* const> jobs) {
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const std::string& named = jobs[i]->queue();
-    if (named.empty() || queue_quotas.contains(named)) continue;
-    std::string known;
-    for (const auto& [name, quota] : queue_quotas) {
-      known += (known.empty() ? "" : ", ") + name;
-    }
-    return core::InvalidArgument(
-        (jobs.size() > 1 ? "spec " + std::to_string(i + 1) + " of " +
-                               std::to_string(jobs.size()) + ": "
-                         : std::string()) +
-        "field 'queue': no queue '" + named + "' (the daemon's queues: " +
-        (known.empty() ? "none" : known) + "); no job was submitted");
-  }
   std::vector<std::string> jsons;
   jsons.reserve(jobs.size());
   for (const rpc::JobSpec* spec : jobs) jsons.push_back(SpecToJson(*spec));
@@ -181,6 +167,9 @@ core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
   const auto job = static_cast<int32_t>(id);
   GANDIVA_RETURN_IF_ERROR(
       MayActOnJob(by, "reprioritise", id, st().job(JobId(job)).spec.owner));
+  GANDIVA_RETURN_IF_ERROR(
+      MayUsePriority(by, "reprioritise job " + std::to_string(id),
+                     st().job(JobId(job)).spec.vc, priority, queues));
   const int32_t was = st().job(JobId(job)).spec.priority;
   if (was == priority) return was;
   GANDIVA_RETURN_IF_ERROR(Feed(core::PriorityRequest{JobId(job), priority}));

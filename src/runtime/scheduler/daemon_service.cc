@@ -26,6 +26,20 @@ void Withhold(const Caller& c, rpc::JobInfo* info) {
   info->set_withheld(true);
 }
 
+// `spec` as submitted by `c` to a daemon of `queues`: with users, its
+// owner is `c` (the spec's owner is ignored); its queue is the one it names
+// or its owner's own (access.h, rule queue), and its priority within the
+// queue's bounds.
+core::Status Admit(const Caller& c,
+                   const std::vector<core::QueueConfig>& queues,
+                   rpc::JobSpec& spec) {
+  if (!c.open()) spec.set_owner(c.user);
+  auto queue = QueueOfSubmission(c, spec.owner(), spec.queue(), queues);
+  if (!queue.ok()) return queue.status();
+  spec.set_queue(*queue);
+  return MayUsePriority(c, "submit", spec.queue(), spec.priority(), queues);
+}
+
 }  // namespace
 
 core::StatusOr<Caller> SchedulerService::Who(const grpc::ServerContext& ctx,
@@ -84,14 +98,12 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   if (std::string err = CheckSpec(req->spec()); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
-  // With users, the owner is who submits (the spec's owner is ignored).
-  rpc::JobSpec owned;
-  const rpc::JobSpec* spec = &req->spec();
-  if (!who->open()) {
-    owned = req->spec();
-    owned.set_owner(who->user);
-    spec = &owned;
+  // d_.queues is set at the start, before any handler.
+  rpc::JobSpec owned = req->spec();
+  if (core::Status s = Admit(*who, d_.queues, owned); !s.ok()) {
+    return ToGrpc(s);
   }
+  const rpc::JobSpec* spec = &owned;
   auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, &spec] {
     return d_.Submit(std::span<const rpc::JobSpec* const>(&spec, 1));
   });
@@ -124,16 +136,16 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext* ctx,
                   "; no job was submitted"};
     }
   }
-  // With users, the owner is who submits (the spec's owner is ignored).
-  std::vector<rpc::JobSpec> owned;
-  std::vector<const rpc::JobSpec*> specs(req->specs().data(),
-                                         req->specs().data() + n);
-  if (!who->open()) {
-    owned.assign(req->specs().begin(), req->specs().end());
-    for (size_t i = 0; i < owned.size(); ++i) {
-      owned[i].set_owner(who->user);
-      specs[i] = &owned[i];
+  std::vector<rpc::JobSpec> owned(req->specs().begin(), req->specs().end());
+  std::vector<const rpc::JobSpec*> specs(owned.size());
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (core::Status s = Admit(*who, d_.queues, owned[i]); !s.ok()) {
+      return ToGrpc(core::Status(s.code(), "spec " + std::to_string(i + 1) +
+                                               " of " + std::to_string(n) +
+                                               ": " + s.message() +
+                                               "; no job was submitted"));
     }
+    specs[i] = &owned[i];
   }
   auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, &specs] {
     return d_.Submit(std::span<const rpc::JobSpec* const>(specs));

@@ -11,9 +11,9 @@
 #include <mutex>
 #include <thread>
 
+#include "config/queues_file.h"
 #include "runtime/scheduler/etcd_client.h"
 #include "runtime/scheduler/leadership.h"
-#include "runtime/scheduler/queues_file.h"
 #include "runtime/scheduler/scheduler_server.h"
 #include "runtime/scheduler/store.h"
 #include "runtime/tls/tls_flags.h"
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
   if (settle_opt->count() > 0) o.pack_settle_s = pack_settle_s;
   if (keep_opt->count() > 0) o.pack_keep_above = keep_above;
   if (!queues_file.empty()) {
-    auto queues = gandiva::runtime::LoadQueuesFile(queues_file);
+    auto queues = gandiva::config::LoadQueuesFile(queues_file);
     if (!queues.ok()) {
       std::fprintf(stderr, "gandiva-scheduler: --queues: %s\n",
                    queues.status().message().c_str());

@@ -7,7 +7,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "core/policies/queues.h"
 #include "runtime/scheduler/daemon_env.h"
 #include "runtime/scheduler/leadership.h"
 #include "runtime/tls/tls.h"
@@ -59,11 +61,12 @@ struct SchedulerOptions {
   // The most jobs time-sharing a GPU (a server's height cap, gandiva
   // policies; 0 = no cap). Default 4.
   std::optional<int> max_height;
-  // Queues (teams) by name, each with its quota in GPUs (queues_file.h;
-  // the gandiva-fair policy shares the cluster by them). A job names its
-  // queue in its spec (`queue`); a queue not here is refused, and a job
-  // naming none is in the shared queue (quota 0). Default none.
-  std::optional<std::map<std::string, int>> queues;
+  // Queues (teams), a tree (config/queues_file.h; the gandiva-fair policy
+  // shares the cluster by them). A job names its queue in its spec
+  // (`queue`), a leaf; one naming none is in its owner's queue (the first
+  // leaf that lists them as a member), else in the shared queue (quota 0).
+  // Default none.
+  std::optional<std::vector<core::QueueConfig>> queues;
 
   // Users (users.h, identify.h). With a directory, the daemon has users and
   // every request must prove whose it is; the directory holds the admin's

@@ -3240,7 +3240,7 @@ TEST_F(DaemonTest, RefusesASimulatorOnlyPolicy) {
 TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
   SchedulerOptions o = Options();
   o.policy = "gandiva-fair";
-  o.queues = std::map<std::string, int>{{"a", 2}, {"b", 2}};
+  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
   Client& c = StartDaemon(o);
   rpc::JobSpec spec;
   spec.set_name("j");
@@ -3268,17 +3268,42 @@ TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
   EXPECT_EQ(c.List(true).size(), 2u) << "nothing of a refused request";
 
   server_.reset();
-  o.queues = std::map<std::string, int>{{"a", 3}, {"b", 1}};
+  o.queues = core::FlatQueues({{"a", 3}, {"b", 1}});
   auto other = SchedulerServer::Start(o);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find(
-                R"(--queues {"a":3,"b":1} (the database has {"a":2,"b":2}))"),
+                R"(--queues [{"name":"a","quota":3},{"name":"b","quota":1}] )"
+                R"((the database has [{"name":"a","quota":2},)"
+                R"({"name":"b","quota":2}]))"),
             std::string::npos)
       << other.status().ToString();
   o.queues.reset();
   Client& again = StartDaemon(o);
   spec.set_queue("b");
   EXPECT_TRUE(again.Submit(spec).ok()) << "the stored queues";
+
+  // A store made before queues had trees holds quotas by name; it is read
+  // as flat queues, and the same queues given again are no change.
+  server_.reset();
+  {
+    auto store = Store::Open(o.db_path, false);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto meta = (*store)->GetMeta("policy");
+    ASSERT_TRUE(meta.ok() && meta->has_value());
+    std::string policy = **meta;
+    const std::string tree =
+        R"([{"name":"a","quota":2},{"name":"b","quota":2}])";
+    const size_t at = policy.find(tree);
+    ASSERT_NE(at, std::string::npos) << policy;
+    policy.replace(at, tree.size(), R"({"a":2,"b":2})");
+    ASSERT_TRUE((*store)->SetMeta("policy", policy).ok());
+  }
+  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
+  Client& old = StartDaemon(o);
+  spec.set_queue("a");
+  EXPECT_TRUE(old.Submit(spec).ok());
+  spec.set_queue("c");
+  EXPECT_FALSE(old.Submit(spec).ok());
 }
 
 // ListQueues: each queue's quota, its fair share of the GPUs up for what
@@ -3286,7 +3311,7 @@ TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
 TEST_F(DaemonTest, QueuesShowTheirQuotaShareAndUse) {
   SchedulerOptions o = Options();
   o.policy = "gandiva-fair";
-  o.queues = std::map<std::string, int>{{"a", 2}, {"b", 2}};
+  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
   Client& c = StartDaemon(o);
   FakeAgent agent("node", 4, Mode::kOk);
   ASSERT_TRUE(agent.Register(server_.address()).ok());

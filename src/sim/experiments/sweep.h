@@ -62,7 +62,7 @@ std::string SweepTable(const std::vector<SweepRun>& runs);
 
 // The metrics a sweep can plot, named as in ResultJson.
 const std::vector<std::string>& MetricNames();
-// Those measured only in runs with queues (SimOptions::queue_quotas); the
+// Those measured only in runs with queues (SimOptions::queues); the
 // CSV has their columns when a run has them.
 const std::vector<std::string>& FairnessMetricNames();
 // Refuses a name in neither list, naming those known.
