@@ -2,6 +2,7 @@
 // spec refusals before any daemon is contacted, and a local cluster brought
 // up, used and brought down with `gandiva up` / `ls` / `down`.
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -706,6 +707,99 @@ TEST_F(CliE2eTest, UsersOfALocalClusterActOnlyOnTheirOwnJobs) {
 
   // Alice ends her own job.
   EXPECT_EQ(as("alice", "kill " + id).status, 0);
+  EXPECT_EQ(Gandiva("down " + state).status, 0);
+}
+
+// With an agent run as root with --run-as-owner, each job runs as its
+// owner's Unix account, the owner being whoever's credential submitted it;
+// an owner with no account, or root, does not run.
+TEST_F(CliE2eTest, JobsRunAsTheirOwnersUnixAccounts) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root (the agent switches users)";
+  const passwd* nobody = ::getpwnam("nobody");
+  if (nobody == nullptr) GTEST_SKIP() << "no account 'nobody'";
+  const uid_t nobody_uid = nobody->pw_uid;  // getpwnam's buffer is reused
+  ASSERT_EQ(::getpwnam("ghost"), nullptr) << "this test needs no account ghost";
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read |
+                            fs::perms::group_exec | fs::perms::others_read |
+                            fs::perms::others_exec);
+  const fs::path state_dir = dir_ / "state";
+  const std::string state = "--state-dir " + state_dir.string();
+  const CliRun up =
+      Gandiva("up " + state + " --agents 1 --gpus-per-agent 1 --tick-ms 200");
+  ASSERT_EQ(up.status, 0) << up.out;
+  for (const char* user : {"alice", "ghost"}) {
+    const CliRun add = Gandiva("user add " + std::string(user) + " --out " +
+                               (dir_ / user).string() + ".cred " + state);
+    ASSERT_EQ(add.status, 0) << add.out;
+  }
+  auto as = [&](const std::string& user, const std::string& args) {
+    return Gandiva(args + " " + state + " --credentials " +
+                   (dir_ / user).string() + ".cred");
+  };
+  // Nothing new goes to the local agent (it runs jobs as itself); an agent
+  // that runs them as their owners joins.
+  const CliRun cordon = Gandiva("drain agent-0 --cordon-only " + state);
+  ASSERT_EQ(cordon.status, 0) << cordon.out;
+  const std::string scheduler = Slurp(state_dir / "scheduler.addr");
+  auto owners =
+      Process::Start({GANDIVA_AGENT_BIN, "--scheduler",
+                      scheduler.substr(0, scheduler.find('\n')), "--name",
+                      "owners", "--virtual-gpus", "1", "--virtual-only",
+                      "--work-dir", (dir_ / "work-owners").string(),
+                      "--checkpoint-dir", (dir_ / "ckpt-owners").string(),
+                      "--credentials", (state_dir / "agent.cred").string(),
+                      "--run-as-owner", "--map-user", "alice=nobody"},
+                     dir_ / "owners.log");
+  ASSERT_TRUE(owners);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Gandiva("servers " + state).out.find("owners") !=
+               std::string::npos;
+      },
+      seconds(20)))
+      << TailOf(owners->log());
+
+  auto submit = [&](const std::string& user, const std::string& command) {
+    const fs::path spec = Write(
+        user + ".yaml", "name: " + user + "-job\ncommand: '" + command + "'\n");
+    const CliRun sub = as(user, "submit " + spec.string());
+    EXPECT_EQ(sub.status, 0) << sub.out;
+    return sub.out.substr(0, sub.out.find('\n'));
+  };
+  auto shown_when = [&](const std::string& id, const std::string& text) {
+    CliRun show;
+    const bool seen = WaitUntil(
+        [&] {
+          show = Gandiva("show " + id + " " + state);
+          return show.out.find(text) != std::string::npos;
+        },
+        seconds(60), std::chrono::milliseconds(300));
+    return seen ? std::string() : show.out + TailOf(owners->log());
+  };
+
+  const std::string mine =
+      submit("alice",
+             "echo uid=$(id -u) user=$USER; touch "
+             "\"$GANDIVA_CHECKPOINT_DIR/mine\" && echo wrote");
+  EXPECT_EQ(shown_when(mine, "state:        finished"), "");
+  const CliRun log = as("alice", "logs " + mine);
+  EXPECT_NE(log.out.find("uid=" + std::to_string(nobody_uid) + " user=nobody"),
+            std::string::npos)
+      << log.out;
+  EXPECT_NE(log.out.find("wrote"), std::string::npos) << log.out;
+
+  // Ghost is a user of the cluster with no account on the agent's machine;
+  // the cluster's admin runs gandiva as root, which this agent refuses.
+  const std::string ghosts = submit("ghost", "true");
+  EXPECT_EQ(shown_when(ghosts, "has no Unix account 'ghost'"), "");
+  const fs::path root_spec =
+      Write("root.yaml", "name: rooted\ncommand: true\n");
+  const CliRun rooted = Gandiva("submit " + root_spec.string() + " " + state);
+  ASSERT_EQ(rooted.status, 0) << rooted.out;
+  EXPECT_EQ(shown_when(rooted.out.substr(0, rooted.out.find('\n')),
+                       "only with --allow-root-jobs"),
+            "");
+  owners->Stop();
   EXPECT_EQ(Gandiva("down " + state).status, 0);
 }
 
