@@ -21,6 +21,8 @@ void AddJobCommands(CLI::App& app, int& exit_code);
 void AddClusterCommands(CLI::App& app, int& exit_code);
 // `gandiva user add|ls|rm|whoami`: the cluster's users (user_commands.cc).
 void AddUserCommands(CLI::App& app, int& exit_code);
+// `gandiva queues|usage`: how the cluster is shared (queue_commands.cc).
+void AddQueueCommands(CLI::App& app, int& exit_code);
 // `gandiva certs ca|issue`: certificates for mutual TLS (certs_command.cc).
 void AddCertsCommand(CLI::App& app, int& exit_code);
 #endif

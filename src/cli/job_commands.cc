@@ -422,53 +422,6 @@ std::string MovesBy(Session& s, const rpc::JobInfo& j) {
   return "unknown (server " + j.server() + " is not listed)";
 }
 
-struct QueuesFlags {
-  ConnectionFlags conn;
-  bool json = false;
-};
-
-int RunQueues(const QueuesFlags& f) {
-  Session s("queues", f.conn);
-  rpc::ListQueuesReply reply;
-  const grpc::Status st =
-      s.stub().ListQueues(Context().get(), rpc::Empty(), &reply);
-  if (!st.ok()) return s.Fail(st);
-  if (f.json) {
-    std::printf("%s\n", ToJson(reply).c_str());
-    return 0;
-  }
-  std::vector<std::vector<std::string>> rows = {
-      {"QUEUE", "QUOTA", "WEIGHT", "LIMIT", "SHARE", "ASKED", "RUNNING",
-       "JOBS RUNNING", "WAITING", "MEMBERS"}};
-  // Each queue indented under its parent (parents come first).
-  std::map<std::string, int> depth;
-  for (const rpc::QueueInfo& q : reply.queues()) {
-    const int d = q.parent().empty() ? 0 : depth[q.parent()] + 1;
-    depth[q.name()] = d;
-    char share[32], weight[32];
-    std::snprintf(share, sizeof share, "%.1f", q.fair_share());
-    std::snprintf(weight, sizeof weight, "%g", q.weight());
-    std::string members;
-    for (const std::string& m : q.members()) {
-      members += (members.empty() ? "" : ",") + m;
-    }
-    if (q.has_max_priority()) {
-      members += (members.empty() ? "" : " ") + std::string("(priority <= ") +
-                 std::to_string(q.max_priority()) + ")";
-    }
-    rows.push_back(
-        {std::string(static_cast<size_t>(2 * d), ' ') +
-             (q.name().empty() ? "(shared)" : q.name()),
-         std::to_string(q.quota()), weight,
-         q.has_limit() ? std::to_string(q.limit()) : "-", share,
-         std::to_string(q.gpus_asked()), std::to_string(q.gpus_running()),
-         std::to_string(q.jobs_running()), std::to_string(q.jobs_waiting()),
-         members.empty() ? "-" : members});
-  }
-  std::fputs(FormatTable(rows).c_str(), stdout);
-  return 0;
-}
-
 int RunShow(const JobFlags& f) {
   Session s("show", f.conn);
   int64_t id = 0;
@@ -1140,17 +1093,6 @@ void AddJobCommands(CLI::App& app, int& exit_code) {
                   "nothing");
     AddConnectionFlags(sub, &f->conn);
     sub->callback([f, &exit_code] { exit_code = RunSubmit(*f); });
-  }
-  {
-    auto f = std::make_shared<QueuesFlags>();
-    CLI::App* sub = app.add_subcommand(
-        "queues",
-        "List the queues: each one's quota, fair share now and GPUs asked "
-        "for (GPUs), and its GPUs and jobs running and jobs waiting");
-    sub->add_flag("--json", f->json,
-                  "Print the ListQueuesReply message as JSON for scripts");
-    AddConnectionFlags(sub, &f->conn);
-    sub->callback([f, &exit_code] { exit_code = RunQueues(*f); });
   }
   {
     auto f = std::make_shared<LsFlags>();

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -119,14 +120,6 @@ core::StatusOr<bool> AsBool(const std::string& path, const YAML::Node& node,
                     "expected true or false, got " + Describe(node));
 }
 
-bool ValidEnvName(const std::string& name) {
-  if (name.empty()) return false;
-  if (std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '_';
-  });
-}
-
 std::string DefaultOwner() {
   if (const char* user = std::getenv("USER"); user != nullptr && *user) {
     return user;
@@ -138,18 +131,6 @@ std::string DefaultOwner() {
 }
 
 }  // namespace
-
-std::string CheckJobName(const std::string& name) {
-  if (name.empty()) return "must not be empty";
-  if (name.size() > 64) return "must be at most 64 characters";
-  for (unsigned char c : name) {
-    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') {
-      return "may hold only letters, digits, '.', '_' and '-', got '" + name +
-             "'";
-    }
-  }
-  return "";
-}
 
 std::string ShellQuote(std::string_view word) {
   const bool plain =
@@ -173,6 +154,44 @@ std::string ShellQuote(std::string_view word) {
 }
 
 namespace {
+
+// A quoted scalar of `node` (or under it) whose quote `text` never closes:
+// yaml-cpp takes the rest of the file as its value. Ok when none.
+core::Status CheckQuotes(const std::string& text, const YAML::Node& node,
+                         const std::string& path) {
+  if (node.IsMap() || node.IsSequence()) {
+    for (const auto& kv : node) {
+      const bool pair = node.IsMap();
+      for (const YAML::Node& n :
+           pair ? std::vector<YAML::Node>{kv.first, kv.second}
+                : std::vector<YAML::Node>{kv}) {
+        if (core::Status s = CheckQuotes(text, n, path); !s.ok()) return s;
+      }
+    }
+    return core::Status::Ok();
+  }
+  const YAML::Mark m = node.Mark();
+  if (!node.IsScalar() || m.pos < 0 ||
+      static_cast<size_t>(m.pos) >= text.size()) {
+    return core::Status::Ok();
+  }
+  const char quote = text[static_cast<size_t>(m.pos)];
+  if (quote != '\'' && quote != '"') return core::Status::Ok();
+  for (size_t i = static_cast<size_t>(m.pos) + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;  // an escaped character
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+      } else {
+        return core::Status::Ok();
+      }
+    }
+  }
+  return core::InvalidArgument(Where(path, node) + ": not valid YAML: the " +
+                               (quote == '"' ? "double" : "single") +
+                               " quote opened here is never closed");
+}
 
 core::StatusOr<rpc::JobSpec> OnlyOne(
     core::StatusOr<std::vector<rpc::JobSpec>> specs, const std::string& path) {
@@ -204,6 +223,7 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
   std::string workdir;
   bool have_workdir = false;
 
+  std::map<std::string, YAML::Node> seen;
   for (const auto& kv : root) {
     const YAML::Node& key = kv.first;
     const YAML::Node& value = kv.second;
@@ -212,6 +232,14 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
                                    ": field names must be plain strings");
     }
     const std::string field = key.Scalar();
+    if (auto [it, fresh] = seen.emplace(field, key); !fresh) {
+      return core::InvalidArgument(
+          Where(path, key) + ": field '" + field + "' is given twice (first " +
+          (it->second.Mark().line >= 0
+               ? "on line " + std::to_string(it->second.Mark().line + 1)
+               : std::string("above")) +
+          ")");
+    }
     if (field == "name") {
       auto s = AsString(path, value, field);
       if (!s.ok()) return s.status();
@@ -306,7 +334,7 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
       }
       for (const auto& e : value) {
         const std::string name = e.first.IsScalar() ? e.first.Scalar() : "";
-        if (!ValidEnvName(name)) {
+        if (!config::ValidEnvName(name)) {
           return FieldError(path, e.first, field,
                             "'" + name +
                                 "' is not a variable name "
@@ -347,6 +375,10 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
     workdir = spec_dir.string();
   }
   spec.set_workdir(workdir);
+  // What the daemon checks too, for what the fields above leave.
+  if (std::string err = config::CheckJobSpec(spec); !err.empty()) {
+    return core::InvalidArgument(Where(path, root) + ": " + err);
+  }
   return spec;
 }
 
@@ -354,6 +386,17 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
 
 core::StatusOr<std::vector<rpc::JobSpec>> ParseJobSpecs(
     const std::string& yaml_text, const std::string& path) {
+  if (const size_t nul = yaml_text.find('\0'); nul != std::string::npos) {
+    const auto line =
+        1 + std::count(yaml_text.begin(),
+                       yaml_text.begin() + static_cast<std::ptrdiff_t>(nul),
+                       '\n');
+    return core::InvalidArgument(path + ":" + std::to_string(line) +
+                                 ": holds a NUL byte; a spec is text");
+  }
+  if (!config::ValidUtf8(yaml_text)) {
+    return core::InvalidArgument(path + ": is not valid UTF-8");
+  }
   std::vector<YAML::Node> docs;
   try {
     for (YAML::Node& d : YAML::LoadAll(yaml_text)) {
@@ -379,6 +422,9 @@ core::StatusOr<std::vector<rpc::JobSpec>> ParseJobSpecs(
   std::vector<rpc::JobSpec> specs;
   for (size_t i = 0; i < docs.size(); ++i) {
     // Several documents: the default names are STEM-1, STEM-2, ...
+    if (core::Status q = CheckQuotes(yaml_text, docs[i], path); !q.ok()) {
+      return q;
+    }
     auto spec = SpecOf(docs[i], path, spec_dir,
                        docs.size() == 1
                            ? stem

@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config/job_spec_check.h"
 #include "core/status.h"
 #include "proto/gandiva.pb.h"
 
@@ -68,7 +69,7 @@ core::StatusOr<rpc::JobSpec> ParseJobSpec(const std::string& yaml_text,
                                           const std::string& path);
 
 // Checks a job name against the rule above; empty when valid, else why not.
-std::string CheckJobName(const std::string& name);
+using config::CheckJobName;
 
 // Quotes one word for /bin/sh (unchanged when it needs no quoting).
 std::string ShellQuote(std::string_view word);

@@ -117,7 +117,18 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
       {"command: x\nqueue: [a]\n", "field 'queue'"},
       {"- a\n- b\n", "a job spec is a map"},
       {"command: [x\n", "not valid YAML"},
+      {"command: 'x\n", "job.yaml:1: not valid YAML: the single quote"},
+      {"command: \"a \\\" b\nname: y\n",
+       "the double quote opened here is never closed"},
+      {"command: 'it''s'\nname: 'a\n", "job.yaml:2: not valid YAML"},
       {"", "empty spec"},
+      // Duplicate keys, NUL bytes, bad UTF-8, and the checks the daemon
+      // makes too (config::CheckJobSpec).
+      {"command: x\ngpus: 1\ngpus: 2\n",
+       "job.yaml:3: field 'gpus' is given twice (first on line 2)"},
+      {"command: x\nowner: \xc3\x28\n", "job.yaml: is not valid UTF-8"},
+      {"command: x\nqueue: \"a\\tb\"\n",
+       "field 'queue': holds a control character"},
   };
   for (const Case& c : cases) {
     const std::string e = Error(c.yaml);
@@ -126,6 +137,8 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
     EXPECT_EQ(e.rfind((dir_ / "job.yaml").string(), 0), 0u)
         << "error does not start with the file: " << e;
   }
+  const std::string nul = Error(std::string("command: x\nname: a\0b\n", 21));
+  EXPECT_NE(nul.find("job.yaml:2: holds a NUL byte"), std::string::npos) << nul;
 }
 
 // A file of several YAML documents holds several jobs, in order; those

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
 #ifdef GANDIVA_WITH_RUNTIME
   gandiva::cli::AddClusterCommands(app, exit_code);
   gandiva::cli::AddJobCommands(app, exit_code);
+  gandiva::cli::AddQueueCommands(app, exit_code);
   gandiva::cli::AddUserCommands(app, exit_code);
   gandiva::cli::AddCertsCommand(app, exit_code);
 #endif

@@ -294,6 +294,7 @@ void Actions::SetPriority(JobId id, int priority) {
 Scheduler::Scheduler(std::unique_ptr<Policy> policy, SchedulerOptions options)
     : policy_(std::move(policy)), options_(options) {
   GANDIVA_CHECK(policy_ != nullptr);
+  if (options_.keep_usage > Duration()) usage_.emplace(options_.keep_usage);
 }
 
 Status Scheduler::Forget(std::span<const JobId> jobs) {
@@ -332,6 +333,11 @@ std::shared_ptr<const QueueReasons> Scheduler::ExplainQueue() {
 Status Scheduler::Handle(const Event& event, std::vector<Action>& out) {
   state_.changed_.clear();
   const Status status = HandleEvent(event, out);
+  if (usage_) {
+    for (JobId id : state_.changed_) {
+      if (state_.has_job(id)) usage_->Note(state_.job(id), state_.now_);
+    }
+  }
   if (track_changes_) {
     changed_.insert(changed_.end(), state_.changed_.begin(),
                     state_.changed_.end());

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -24,6 +25,7 @@
 #include "core/queue_reasons.h"
 #include "core/state.h"
 #include "core/status.h"
+#include "core/usage.h"
 
 namespace gandiva::core {
 
@@ -40,6 +42,9 @@ struct SchedulerOptions {
   // succeeds clears the count. Defaults 5 attempts, 10 s.
   int start_attempts = 5;
   Duration start_retry_delay = Duration::Seconds(10);
+  // Keep GPU-time used by queue and user (Scheduler::usage), by the hour,
+  // for this long; zero keeps none (the simulator's default).
+  Duration keep_usage;
 };
 
 // The longest wait between two tries to start a job.
@@ -90,6 +95,9 @@ class Scheduler {
   }
 
   const ClusterState& state() const { return state_; }
+  // GPU-time used by queue and user (SchedulerOptions::keep_usage; null
+  // when kept for no time). Kept in snapshots.
+  const UsageLedger* usage() const { return usage_ ? &*usage_ : nullptr; }
 
   // What the last event Handle accepted did with each job placed on the
   // server, if it was a DrainRequest: one outcome per job, in job id order
@@ -189,6 +197,7 @@ class Scheduler {
   std::unique_ptr<Policy> policy_;
   SchedulerOptions options_;
   ClusterState state_;
+  std::optional<UsageLedger> usage_;
   bool track_changes_ = false;  // TrackChangedJobs
   std::vector<JobId> changed_;
   std::vector<DrainOutcome> last_drain_;

@@ -18,9 +18,9 @@ constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // listed in Restore (version 1: no Job::start_retry_at; 2: no
 // Job::start_failed_on; 3: a slot per job id, none forgotten; 4: no
 // JobSpec::carrier nor ServerSpec::process_images_unusable; 5: no
-// Job::ran_on; 6: no Job::restarting_from_checkpoint nor Job::restarts),
-// refuses others.
-constexpr int32_t kVersion = 7;
+// Job::ran_on; 6: no Job::restarting_from_checkpoint nor Job::restarts;
+// 7: no usage ledger), refuses others.
+constexpr int32_t kVersion = 8;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -249,6 +249,8 @@ std::string Scheduler::Snapshot() const {
   SnapshotWriter p;
   policy_->SaveState(p);
   w.Str(p.bytes());
+  w.Bool(usage_.has_value());
+  if (usage_) usage_->Save(w);
   return w.Take();
 }
 
@@ -332,6 +334,16 @@ Status Scheduler::Restore(std::string_view bytes) {
   st.queue_ = LoadOrders(r);
   st.waiting_ = LoadOrders(r);
   const std::string policy_state = r.Str();
+  // The usage ledger: as saved, or (none saved) from now on.
+  std::optional<UsageLedger> usage;
+  if (usage_) usage.emplace(options_.keep_usage);
+  if (version >= 8 && r.Bool()) {
+    UsageLedger saved(options_.keep_usage);
+    saved.Load(r);
+    if (usage) usage = std::move(saved);
+  } else if (usage) {
+    st.ForEachJob([&](const Job& j) { usage->Note(j, st.now_); });
+  }
   GANDIVA_RETURN_IF_ERROR(r.Finish("snapshot"));
 
   // Cross-checks: every id names a job or a GPU that exists, and the
@@ -412,6 +424,7 @@ Status Scheduler::Restore(std::string_view bytes) {
   GANDIVA_RETURN_IF_ERROR(pr.Finish("snapshot of policy '" + policy + "'"));
   st.queue_version_ = state_.queue_version_ + 1;
   state_ = std::move(st);
+  usage_ = std::move(usage);
   if (track_changes_) {
     state_.ForEachJob([&](const Job& j) { changed_.push_back(j.id); });
   }

@@ -457,7 +457,8 @@ TEST(SnapshotTest, OlderVersionsAreRead) {
   const std::pair<const char*, int> files[] = {{"snapshot_v1_gandiva.bin", 1},
                                                {"snapshot_v2_gandiva.bin", 1},
                                                {"snapshot_v5_gandiva.bin", 0},
-                                               {"snapshot_v6_gandiva.bin", 0}};
+                                               {"snapshot_v6_gandiva.bin", 0},
+                                               {"snapshot_v7_gandiva.bin", 0}};
   for (const auto& [name, failed_migrations_counted] : files) {
     SCOPED_TRACE(name);
     std::ifstream f(std::string(GANDIVA_CORE_TESTDATA "/") + name,
@@ -492,6 +493,44 @@ TEST(SnapshotTest, OlderVersionsAreRead) {
     EXPECT_EQ(h.state().counters().migrations,
               old.state().counters().migrations);
   }
+}
+
+// The GPU-time used by queue and user is kept; a snapshot that holds none
+// (an older version's, or a scheduler's that kept none) starts it afresh,
+// the running jobs charged from the snapshot's time.
+TEST(SnapshotTest, UsageIsKeptAcrossARestore) {
+  SchedulerOptions keep;
+  keep.keep_usage = Duration::Seconds(7 * 24 * 3600);
+  Harness h(Make("fifo"), 1, Spec(), keep);
+  h.Submit(2, 0, false, "vision");
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(3600));
+  h.Submit(1, 0, false, "nlp");
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(1800));
+  h.Send(Tick{});
+  const Time now = h.now();
+  ASSERT_NE(h.scheduler().usage(), nullptr);
+  const auto used = h.scheduler().usage()->Used(Time::Zero(), now);
+  EXPECT_DOUBLE_EQ((used.at({"vision", ""})), 2 * 1.5 * 3600);
+  EXPECT_DOUBLE_EQ((used.at({"nlp", ""})), 1 * 0.5 * 3600);
+
+  const std::string bytes = h.scheduler().Snapshot();
+  Scheduler restored(Make("fifo"), keep);
+  ASSERT_TRUE(restored.Restore(bytes).ok());
+  EXPECT_EQ(restored.Snapshot(), bytes);
+  EXPECT_EQ(restored.usage()->Used(Time::Zero(), now), used);
+
+  // Into a scheduler that keeps none, and back.
+  Scheduler none(Make("fifo"));
+  ASSERT_TRUE(none.Restore(bytes).ok());
+  EXPECT_EQ(none.usage(), nullptr);
+  Scheduler afresh(Make("fifo"), keep);
+  ASSERT_TRUE(afresh.Restore(none.Snapshot()).ok());
+  const auto since =
+      afresh.usage()->Used(Time::Zero(), now + Duration::Seconds(60));
+  EXPECT_DOUBLE_EQ((since.at({"vision", ""})), 2 * 60.0);
+  EXPECT_DOUBLE_EQ((since.at({"nlp", ""})), 60.0);
 }
 
 TEST(SnapshotTest, BadBytesAreRefusedAndChangeNothing) {

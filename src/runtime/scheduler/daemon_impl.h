@@ -97,6 +97,11 @@ struct SchedulerServer::Impl final {
   // when those rows are written next (Now()).
   std::set<int32_t> progress_behind;
   int64_t progress_write_due_us = 0;
+  // The last 24 hours' GPU-seconds by queue, published; worked out again
+  // at most every kQueueUsageEvery (PersistAndPublish).
+  std::shared_ptr<const std::map<std::string, double>> queue_usage_day =
+      std::make_shared<std::map<std::string, double>>();
+  int64_t queue_usage_due_us = 0;
   // The Prometheus endpoint (--metrics-listen), if any.
   std::unique_ptr<MetricsExporter> metrics;
 
@@ -810,6 +815,9 @@ struct SchedulerServer::Impl final {
   grpc::Status GetJob(const rpc::JobIdRequest* req, rpc::JobInfo* rep);
   // Each queue's quota, fair share and use now, over what was published.
   void ListQueues(rpc::ListQueuesReply* rep);
+  // GPU-time used by queue and user over the last `last_s` seconds, from
+  // the start of that hour (the loop's thread).
+  rpc::UsageReply Usage(double last_s);
 };
 
 template <typename T>

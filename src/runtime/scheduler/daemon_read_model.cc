@@ -364,6 +364,17 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
   next->job_id_limit = st().job_id_limit();
   next->lost_ids = lost_ids;
   next->last_compaction_s = last_compaction_s;
+  if (now >= queue_usage_due_us && sched->usage() != nullptr) {
+    auto by_queue = std::make_shared<std::map<std::string, double>>();
+    const core::Time t = core::Time::FromMicros(now);
+    for (const auto& [key, seconds] :
+         sched->usage()->Used(t - core::Duration::Seconds(86400), t)) {
+      (*by_queue)[key.queue] += seconds;
+    }
+    queue_usage_day = std::move(by_queue);
+    queue_usage_due_us = now + kQueueUsageEvery.micros();
+  }
+  next->queue_usage_day = queue_usage_day;
   published.Publish(std::move(next));
 }
 
@@ -407,6 +418,15 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
   for (const auto& server : sn->servers) {
     if (server->up()) up += server->gpus_size();
   }
+  if (sn->queue_usage_day != nullptr) {
+    for (const auto& [name, seconds] : *sn->queue_usage_day) {
+      for (int q = static_cast<int>(tree.Of(name)); q >= 0;
+           q = tree.parent(static_cast<size_t>(q))) {
+        rpc::QueueInfo& row = out[static_cast<size_t>(q)];
+        row.set_gpu_seconds_day(row.gpu_seconds_day() + seconds);
+      }
+    }
+  }
   std::vector<double> asked(out.size());
   for (size_t q = 0; q < out.size(); ++q) {
     asked[q] = tree.leaf(q) ? out[q].gpus_asked() : 0;
@@ -442,6 +462,29 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
   walk(-1);
   order.push_back(tree.Of(""));
   for (size_t q : order) *rep->add_queues() = std::move(out[q]);
+}
+
+rpc::UsageReply SchedulerServer::Impl::Usage(double last_s) {
+  rpc::UsageReply rep;
+  const int64_t now = Now();
+  const core::Time t = core::Time::FromMicros(now);
+  const core::Time from =
+      t - core::Duration::FromSeconds(last_s > 0 ? last_s : 86400);
+  const int64_t hour = core::UsageLedger::kHour.micros();
+  rep.set_from_us(from.micros() - ((from.micros() % hour) + hour) % hour);
+  rep.set_to_us(now);
+  const core::UsageLedger* ledger = sched->usage();
+  if (ledger == nullptr) return rep;
+  if (ledger->first_hour() != core::Time::Never()) {
+    rep.set_kept_from_us(ledger->first_hour().micros());
+  }
+  for (const auto& [key, seconds] : ledger->Used(from, t)) {
+    rpc::UsageRow* row = rep.add_rows();
+    row->set_queue(key.queue);
+    row->set_user(key.user);
+    row->set_gpu_seconds(seconds);
+  }
+  return rep;
 }
 
 MetricsSample SchedulerServer::Impl::SampleMetrics() {
@@ -499,6 +542,19 @@ MetricsSample SchedulerServer::Impl::SampleMetrics() {
   s.jobs_archived = sn->jobs_archived;
   s.archive_deleted = sn->archive_deleted;
   s.last_compaction_seconds = sn->last_compaction_s;
+  rpc::ListQueuesReply listed;
+  ListQueues(&listed);
+  for (const rpc::QueueInfo& q : listed.queues()) {
+    auto named = [](const std::string& n) {
+      return n.empty() ? std::string("(shared)") : n;
+    };
+    s.queues.push_back(
+        {named(q.name()), q.parent(), static_cast<double>(q.quota()),
+         q.fair_share(), static_cast<double>(q.gpus_asked()),
+         static_cast<double>(q.gpus_running()),
+         static_cast<double>(q.jobs_running()),
+         static_cast<double>(q.jobs_waiting()), q.gpu_seconds_day()});
+  }
   return s;
 }
 

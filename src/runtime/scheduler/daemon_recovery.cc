@@ -344,6 +344,7 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   auto policy = core::MakePolicy(policy_name, po);
   if (!policy.ok()) return policy.status();
   core::SchedulerOptions so;
+  so.keep_usage = kKeepUsage;
   so.start_attempts = want.at("start_attempts").get<int>();
   so.start_retry_delay =
       core::Duration::Micros(want.at("start_retry_us").get<int64_t>());

@@ -2,6 +2,7 @@
 
 #include "runtime/scheduler/daemon_service.h"
 
+#include "config/job_spec_check.h"
 #include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_impl.h"
 #include "runtime/scheduler/identify.h"
@@ -95,7 +96,7 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
                                       rpc::SubmitReply* rep) {
   auto who = Who(*ctx, MayActAsUser, "submit");
   if (!who.ok()) return ToGrpc(who.status());
-  if (std::string err = CheckSpec(req->spec()); !err.empty()) {
+  if (std::string err = config::CheckJobSpec(req->spec()); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
   // d_.queues is set at the start, before any handler.
@@ -129,7 +130,7 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext* ctx,
   }
   for (int i = 0; i < n; ++i) {
     const rpc::JobSpec& spec = req->specs(i);
-    if (std::string err = CheckSpec(spec); !err.empty()) {
+    if (std::string err = config::CheckJobSpec(spec); !err.empty()) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
               "spec " + std::to_string(i + 1) + " of " + std::to_string(n) +
                   " ('" + spec.name() + "'): " + err +
@@ -372,6 +373,25 @@ grpc::Status SchedulerService::ListQueues(grpc::ServerContext* ctx,
   auto who = Who(*ctx, MayActAsUser, "list queues");
   if (!who.ok()) return ToGrpc(who.status());
   d_.ListQueues(rep);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::GetUsage(grpc::ServerContext* ctx,
+                                        const rpc::UsageRequest* req,
+                                        rpc::UsageReply* rep) {
+  auto who = Who(*ctx, MayActAsUser, "read usage");
+  if (!who.ok()) return ToGrpc(who.status());
+  const double last_s = req->last_s();
+  if (!(last_s >= 0) || last_s > 1e10) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'last_s': must be a number of seconds from 0 (24 hours) "
+            "up, not " +
+                std::to_string(last_s)};
+  }
+  auto r =
+      d_.Call<rpc::UsageReply>([this, last_s] { return d_.Usage(last_s); });
+  if (!r) return Unavailable();
+  *rep = std::move(*r);
   return grpc::Status::OK;
 }
 

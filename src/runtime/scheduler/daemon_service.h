@@ -67,6 +67,8 @@ class SchedulerService final : public rpc::Scheduler::Service {
                            rpc::ListServersReply* rep) override;
   grpc::Status ListQueues(grpc::ServerContext*, const rpc::Empty*,
                           rpc::ListQueuesReply* rep) override;
+  grpc::Status GetUsage(grpc::ServerContext*, const rpc::UsageRequest* req,
+                        rpc::UsageReply* rep) override;
   // Users (users.h): admins only, but WhoAmI.
   grpc::Status AddUser(grpc::ServerContext*, const rpc::AddUserRequest* req,
                        rpc::AddUserReply* rep) override;

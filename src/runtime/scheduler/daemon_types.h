@@ -133,8 +133,9 @@ inline core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   return c;
 }
 
-// Why a job's spec is refused ("": it is not), as submitted or as an
-// agent lists a job the store lost.
+// Why the spec of a job the store lost, as an agent lists it, is refused
+// ("": it is not). Looser than a submission's check (config::CheckJobSpec):
+// the job was accepted once, and its process may be running.
 inline std::string CheckSpec(const rpc::JobSpec& spec) {
   std::string err = core::ValidateJobSpec(ToCoreSpec(spec));
   if (err.empty() && spec.command().empty()) {
@@ -373,6 +374,13 @@ inline std::string DurationText(double seconds) {
   return buf;
 }
 
+// How long the daemon keeps the GPU-time used by queue and user
+// (core::UsageLedger, `gandiva usage`), and how often the last 24 hours'
+// by queue (`gandiva queues`) are worked out again for readers.
+inline constexpr core::Duration kKeepUsage =
+    core::Duration::Seconds(35 * 24 * 3600);
+inline constexpr core::Duration kQueueUsageEvery = core::Duration::Seconds(10);
+
 struct Snapshot {
   // The jobs not settled (JobExtra::settled) when it was published, in id
   // order; the others are in Impl::settled_jobs. Without their specs, which
@@ -409,6 +417,9 @@ struct Snapshot {
   int32_t job_id_limit = 1;
   // The ids of the jobs restores lost (Impl::lost_ids).
   std::shared_ptr<const IdRanges> lost_ids;
+  // GPU-seconds used by each queue (JobSpec::vc) over the last 24 hours
+  // (core::UsageLedger), worked out at most kQueueUsageEvery before.
+  std::shared_ptr<const std::map<std::string, double>> queue_usage_day;
 };
 
 // A hash of what a published info is built from (the daemon's

@@ -46,8 +46,10 @@ class EtcdForTest {
   // nullptr, with the reason in *error, when etcd cannot start. With `tls`
   // (PEM files, tls.h) its client port serves HTTPS and asks clients for a
   // certificate the CA signed; Client() then presents `tls`'s.
-  static std::unique_ptr<EtcdForTest> Start(std::string* error,
-                                            const TlsFiles& tls = {}) {
+  // `extra`: more flags for etcd.
+  static std::unique_ptr<EtcdForTest> Start(
+      std::string* error, const TlsFiles& tls = {},
+      const std::vector<std::string>& extra = {}) {
     const std::string bin = FindOnPath("etcd");
     if (bin.empty()) {
       *error = std::string() +
@@ -62,7 +64,7 @@ class EtcdForTest {
     for (int attempt = 1; attempt <= kTries; ++attempt) {
       std::unique_ptr<EtcdForTest> e(new EtcdForTest());
       bool exited = false;
-      const std::string log = e->Launch(bin, tls, error, &exited);
+      const std::string log = e->Launch(bin, tls, extra, error, &exited);
       if (!exited && error->empty()) return e;
       e->keep_dir_ = true;  // its log says why
       if (!exited) return nullptr;
@@ -102,7 +104,8 @@ class EtcdForTest {
   // log's path; *exited when it exited at start, else *error is "" when it
   // serves.
   std::string Launch(const std::string& bin, const TlsFiles& tls,
-                     std::string* error, bool* exited) {
+                     const std::vector<std::string>& extra, std::string* error,
+                     bool* exited) {
     tls_ = tls;
     dir_ = std::filesystem::temp_directory_path() /
            ("gandiva-etcd-" + std::to_string(::getpid()) + "-" +
@@ -132,6 +135,7 @@ class EtcdForTest {
           "t=" + p, "--log-level",
           "warn",   "--logger",
           "zap"};
+      args.insert(args.end(), extra.begin(), extra.end());
       if (!tls.empty()) {
         args.insert(args.end(),
                     {"--cert-file", tls.cert, "--key-file", tls.key,

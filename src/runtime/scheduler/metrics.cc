@@ -178,6 +178,34 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     out.push_back(std::move(done));
     out.push_back(std::move(util));
     out.push_back(std::move(memory));
+
+    using Q = MetricsSample::Queue;
+    const std::pair<const char*, double Q::*> per_queue[] = {
+        {"quota_gpus", &Q::quota},
+        {"fair_share_gpus", &Q::fair_share},
+        {"gpus_asked", &Q::gpus_asked},
+        {"gpus_running", &Q::gpus_running},
+        {"jobs_running", &Q::jobs_running},
+        {"jobs_waiting", &Q::jobs_waiting},
+        {"gpu_seconds_last_day", &Q::gpu_seconds_day}};
+    const char* help[] = {
+        "Each queue's guaranteed GPUs (a parent's: its own).",
+        "Each queue's fair share of the GPUs up now, for what its jobs ask.",
+        "GPUs asked for by each queue's jobs not ended.",
+        "GPUs held by each queue's running jobs.",
+        "Each queue's running jobs.",
+        "Each queue's jobs waiting (queued, suspended or migrating).",
+        "GPU-seconds each queue's jobs used over the last 24 hours (from "
+        "the start of that hour)."};
+    for (size_t i = 0; i < std::size(per_queue); ++i) {
+      auto f = Family(std::string("gandiva_queue_") + per_queue[i].first,
+                      help[i], MetricType::Gauge);
+      for (const Q& q : s.queues) {
+        Add(f, q.*per_queue[i].second,
+            {{"queue", q.name}, {"parent", q.parent}});
+      }
+      out.push_back(std::move(f));
+    }
     return out;
   }
 

@@ -65,6 +65,19 @@ struct MetricsSample {
     int64_t gpu_memory_bytes = 0;
   };
   std::vector<RunningJob> running;
+  // Each queue as `gandiva queues` shows it ("(shared)": the shared queue).
+  struct Queue {
+    std::string name;
+    std::string parent;
+    double quota = 0;
+    double fair_share = 0;
+    double gpus_asked = 0;
+    double gpus_running = 0;
+    double jobs_running = 0;
+    double jobs_waiting = 0;
+    double gpu_seconds_day = 0;
+  };
+  std::vector<Queue> queues;
 };
 
 class MetricsExporter {

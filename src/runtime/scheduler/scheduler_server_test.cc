@@ -722,6 +722,14 @@ class Client {
     EXPECT_TRUE(stub_->ListQueues(&ctx, rpc::Empty(), &rep).ok());
     return rep;
   }
+  rpc::UsageReply Usage(double last_s = 0) {
+    rpc::UsageRequest req;
+    req.set_last_s(last_s);
+    rpc::UsageReply rep;
+    grpc::ClientContext ctx;
+    EXPECT_TRUE(stub_->GetUsage(&ctx, req, &rep).ok());
+    return rep;
+  }
   rpc::ListServersReply Servers() {
     rpc::ListServersReply rep;
     grpc::ClientContext ctx;
@@ -1175,6 +1183,19 @@ TEST_F(DaemonTest, InvalidSpecsAreRefusedAndNotStored) {
       {[](rpc::JobSpec& s) { s.set_workdir("relative/dir"); }, "workdir"},
       {[](rpc::JobSpec& s) { s.set_total_minibatches(-1); },
        "total_minibatches"},
+      // What only the command line checked before (config::CheckJobSpec).
+      {[](rpc::JobSpec& s) { s.set_name("a b"); }, "name"},
+      {[](rpc::JobSpec& s) { s.set_command(std::string(200'000, 'x')); },
+       "command"},
+      {[](rpc::JobSpec& s) { s.set_command(std::string("a\0b", 3)); },
+       "command"},
+      {[](rpc::JobSpec& s) { s.set_owner("al\nice"); }, "owner"},
+      {[](rpc::JobSpec& s) { s.set_queue(std::string(300, 'q')); }, "queue"},
+      {[](rpc::JobSpec& s) { (*s.mutable_env())["BAD-NAME"] = "x"; }, "env"},
+      {[](rpc::JobSpec& s) {
+         (*s.mutable_env())["A"] = std::string("x\0y", 3);
+       },
+       "env"},
   };
   for (const Case& c : cases) {
     rpc::JobSpec spec;
@@ -3352,6 +3373,83 @@ TEST_F(DaemonTest, QueuesShowTheirQuotaShareAndUse) {
   EXPECT_EQ(q.queues(2).jobs_waiting(), 1);
 }
 
+// A job is charged its GPUs while it runs, to its queue and owner: in
+// GetUsage (gandiva usage), in ListQueues' last 24 hours and in the
+// metrics; what was charged outlives a restart.
+TEST_F(DaemonTest, UsageIsChargedByQueueAndUserAndKept) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva-fair";
+  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
+  Client& c = StartDaemon(o);
+  FakeAgent agent("node", 4, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_command("python3 train.py");
+  spec.set_gpus(2);
+  spec.set_queue("a");
+  spec.set_owner("alice");
+  int64_t alices = 0, bobs = 0;
+  ASSERT_TRUE(c.Submit(spec, &alices).ok());
+  spec.set_gpus(1);
+  spec.set_queue("b");
+  spec.set_owner("bob");
+  ASSERT_TRUE(c.Submit(spec, &bobs).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().size() == 2; }));
+  Pass(std::chrono::milliseconds(11'000));  // past kQueueUsageEvery
+  ASSERT_TRUE(c.Kill(bobs).ok());
+  ASSERT_TRUE(WaitFor([&] { return c.Get(bobs).state() == rpc::KILLED; }));
+
+  const rpc::UsageReply u = c.Usage();
+  ASSERT_EQ(u.rows_size(), 2) << u.DebugString();
+  EXPECT_EQ(u.rows(0).queue(), "a");
+  EXPECT_EQ(u.rows(0).user(), "alice");
+  EXPECT_EQ(u.rows(1).queue(), "b");
+  EXPECT_EQ(u.rows(1).user(), "bob");
+  // Two GPUs and one for the 11 s that passed, and a little more.
+  EXPECT_GE(u.rows(0).gpu_seconds(), 2 * 11.0);
+  EXPECT_LE(u.rows(0).gpu_seconds(), 2 * 13.0);
+  EXPECT_GE(u.rows(1).gpu_seconds(), 11.0);
+  EXPECT_LE(u.rows(1).gpu_seconds(), 13.0);
+  EXPECT_LT(u.from_us(), u.to_us() - 86'400'000'000);
+  EXPECT_EQ(u.from_us() % 3'600'000'000, 0);
+
+  const rpc::ListQueuesReply q = c.Queues();
+  ASSERT_EQ(q.queues_size(), 3);
+  // Worked out at most every 10 s: as of 10 s in, or later.
+  EXPECT_GE(q.queues(0).gpu_seconds_day(), 2 * 9.0);
+  EXPECT_LE(q.queues(0).gpu_seconds_day(), u.rows(0).gpu_seconds());
+  EXPECT_GE(q.queues(1).gpu_seconds_day(), 9.0);
+  EXPECT_LE(q.queues(1).gpu_seconds_day(), u.rows(1).gpu_seconds());
+  EXPECT_DOUBLE_EQ(q.queues(2).gpu_seconds_day(), 0);
+  const std::string metrics = Metrics();
+  EXPECT_NE(
+      metrics.find(R"(gandiva_queue_gpus_running{queue="a",parent=""} 2)"),
+      std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find(
+                R"x(gandiva_queue_quota_gpus{queue="(shared)",parent=""} 0)x"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("gandiva_queue_gpu_seconds_last_day{queue=\"b\""),
+            std::string::npos);
+
+  // Bob's job ended: what it used is kept as it was, across a restart.
+  server_.reset();
+  Client& again = StartDaemon(o);
+  const rpc::UsageReply after = again.Usage();
+  ASSERT_EQ(after.rows_size(), 2) << after.DebugString();
+  EXPECT_DOUBLE_EQ(after.rows(1).gpu_seconds(), u.rows(1).gpu_seconds());
+  EXPECT_GE(after.rows(0).gpu_seconds(), u.rows(0).gpu_seconds());
+
+  rpc::UsageRequest bad;
+  bad.set_last_s(-1);
+  rpc::UsageReply none;
+  grpc::ClientContext ctx;
+  const grpc::Status refused =
+      SchedulerStubFor(server_.address())->GetUsage(&ctx, bad, &none);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("field 'last_s'"), std::string::npos);
+}
+
 TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
   SchedulerOptions o = Options();
   o.policy = "fifo";
@@ -3963,7 +4061,11 @@ TEST_F(DaemonTest, ListJobsFiltersAndPages) {
   std::vector<rpc::JobSpec> big(4);
   for (rpc::JobSpec& spec : big) {
     spec.set_name("big");
-    spec.set_command("echo " + std::string(400 << 10, 'x'));
+    spec.set_command("true");
+    for (int v = 0; v < 4; ++v) {
+      (*spec.mutable_env())["V" + std::to_string(v)] =
+          std::string(100 << 10, 'x');
+    }
     spec.set_gpus(1);
   }
   std::vector<int64_t> big_ids;
@@ -4611,12 +4713,13 @@ TEST_F(DaemonTest, ARestartedDaemonCordonsTheAwaitedServersInOneAppend) {
 }
 
 // On etcd a submission is stored 99 jobs a transaction: when etcd refuses
-// one part way (here a spec over its request limit), the jobs stored before
-// it are submitted and run, the error names them, and nothing after them
-// is stored.
+// one part way (here a spec over its request limit, 1.1 MiB here), the jobs
+// stored before it are submitted and run, the error names them, and
+// nothing after them is stored.
 TEST_F(DaemonTest, ASubmissionEtcdStoresInPartSaysWhichJobsWereSubmitted) {
   std::string error;
-  std::unique_ptr<EtcdForTest> etcd = EtcdForTest::Start(&error);
+  std::unique_ptr<EtcdForTest> etcd =
+      EtcdForTest::Start(&error, {}, {"--max-request-bytes", "1153433"});
   ASSERT_NE(etcd, nullptr) << error;
   auto lead = Leadership::Create(etcd->Client(), {"/submit/", 5, "test"});
   ASSERT_TRUE(lead.ok()) << lead.status().ToString();
@@ -4631,7 +4734,12 @@ TEST_F(DaemonTest, ASubmissionEtcdStoresInPartSaysWhichJobsWereSubmitted) {
     specs[i].set_command("python3 train.py");
     specs[i].set_gpus(1);
   }
-  specs[120].set_command(std::string(2 << 20, 'x'));
+  // Within the daemon's limits (config::CheckJobSpec), over etcd's.
+  specs[120].set_command(std::string(127 << 10, 'x'));
+  for (int v = 0; v < 8; ++v) {
+    (*specs[120].mutable_env())["V" + std::to_string(v)] =
+        std::string(127 << 10, 'v');
+  }
   const grpc::Status s = c.SubmitJobs(specs);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.error_message().find(
