@@ -63,6 +63,13 @@ class Harness {
     return id;
   }
 
+  // Submits a job of `spec` as it is.
+  JobId SubmitSpec(JobSpec spec) {
+    const JobId id(next_job_++);
+    last_ = Send(JobArrived{id, std::move(spec)});
+    return id;
+  }
+
   // Reports one pending action of `job` done; returns what it caused.
   std::vector<Action> Complete(JobId job) {
     for (size_t i = 0; i < pending_.size(); ++i) {

@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -142,12 +144,19 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
   deal.taken.assign(queues, 0);
   int left = state.cluster().up_gpus();
   // Each queue's candidates in its order: (key, job, GPUs).
-  using Key = std::tuple<int, int, Time, int32_t>;
+  // (-priority, tier, turn of its owner, since, id): tier 0 runs in its
+  // slice, 1 takes turns, 2 waits for a place among the turns; the owner's
+  // turn (0 for each owner's first job of the tier, 1 for the second, ...)
+  // makes a queue's users take turns job by job.
+  using Key = std::tuple<int, int, int, Time, int32_t>;
   std::vector<std::vector<std::tuple<Key, JobId, int>>> lines(queues);
   // Jobs never run yet, by queue, in arrival order; and each queue's jobs
   // taking turns (run before, or holding GPUs).
   std::vector<std::vector<std::tuple<Key, JobId, int>>> fresh(queues);
   std::vector<int> turning(queues, 0);
+  // Each queue's jobs decided already (starting or moving), by owner: they
+  // count as their owners' first turns.
+  std::vector<std::map<std::string_view, int>> decided(queues);
   for (JobId id : live) {
     const Job& j = state.job(id);
     const size_t q = queues_.Of(j.spec.vc);
@@ -157,13 +166,14 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
       deal.chosen.insert(id);
       deal.taken[q] += d;
       left -= d;
+      ++decided[q][j.spec.owner];
       continue;
     }
     if (j.held || j.busy() || j.awaits_start_retry(now)) continue;
     const bool running = j.state == JobState::kRunning;
     const bool in_slice = running && now - j.run_since < options_.quantum;
     const Time since = in_slice ? j.run_since : running ? now : j.waiting_since;
-    const Key key{-j.spec.priority, in_slice ? 0 : 1, since, id.value};
+    const Key key{-j.spec.priority, in_slice ? 0 : 1, 0, since, id.value};
     if (!running && !j.launched) {
       fresh[q].emplace_back(key, id, d);
       continue;
@@ -174,8 +184,39 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
   // A queue's jobs take turns, at most rotation_per_gpu of them per GPU of
   // its fair share: the first fresh jobs join the turns while there is
   // room; the others wait after every job taking turns, in arrival order.
+  // Sorted; then, within a priority and tier, each owner's jobs in their
+  // order and the owners in turn.
+  auto interleave = [&state](std::vector<std::tuple<Key, JobId, int>>& line,
+                             const std::map<std::string_view, int>& before) {
+    for (auto& entry : line) std::get<2>(std::get<0>(entry)) = 0;
+    std::sort(line.begin(), line.end());
+    // One owner, and no other's job starting: turns keep this order.
+    const std::string* only = nullptr;
+    bool one = true;
+    for (const auto& [key, id, d] : line) {
+      const std::string& owner = state.job(id).spec.owner;
+      if (only == nullptr) {
+        only = &owner;
+      } else if (owner != *only) {
+        one = false;
+        break;
+      }
+    }
+    if (one && (before.empty() || (before.size() == 1 && only != nullptr &&
+                                   before.begin()->first == *only))) {
+      return;
+    }
+    std::map<std::tuple<int, int, std::string_view>, int> turns;
+    for (auto& [key, id, d] : line) {
+      const std::string& owner = state.job(id).spec.owner;
+      const auto b = before.find(owner);
+      std::get<2>(key) = (b == before.end() ? 0 : b->second) +
+                         turns[{std::get<0>(key), std::get<1>(key), owner}]++;
+    }
+    std::sort(line.begin(), line.end());
+  };
   for (size_t q = 0; q < queues; ++q) {
-    std::sort(fresh[q].begin(), fresh[q].end());
+    interleave(fresh[q], decided[q]);
     const double cap =
         options_.rotation_per_gpu > 0
             ? options_.rotation_per_gpu * std::max(1.0, credits.share[q])
@@ -189,7 +230,7 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
       lines[q].emplace_back(key, id, d);
     }
   }
-  for (auto& line : lines) std::sort(line.begin(), line.end());
+  for (size_t q = 0; q < queues; ++q) interleave(lines[q], decided[q]);
   std::vector<std::vector<bool>> taken(queues);
   // What each queue's limit still allows, and whether any limits it.
   std::vector<int> room(queues, std::numeric_limits<int>::max());

@@ -32,8 +32,11 @@
 // slice is not over); then the jobs taking turns by when they began to
 // wait, a running job whose slice is over as if it began now (round
 // robin: each job taking turns gets a quantum in turn); then the jobs
-// waiting to take turns, in arrival order; ties by id. Jobs that ran
-// before take turns, and a job not run yet joins them while they are
+// waiting to take turns, in arrival order; ties by id. Within each of
+// these (and a priority), the queue's users take turns job by job: each
+// owner's jobs keep that order, an owner's first job goes before another's
+// second, and jobs already starting count as their owners' first. Jobs
+// that ran before take turns, and a job not run yet joins them while they are
 // fewer than `rotation_per_gpu` per GPU of the queue's fair share (as
 // gandiva caps the jobs time-sharing a GPU): so each job gets feedback
 // early and short jobs end early, and none starves (a job's turn comes

@@ -167,6 +167,31 @@ TEST(GandivaFairTest, JobsOfAQueueTakeTurnsAQuantumEach) {
   }
 }
 
+// Within a queue, users take turns job by job: a user who came late with
+// one job does not wait behind every job of one who came early with many.
+TEST(GandivaFairTest, UsersOfAQueueTakeTurns) {
+  Harness h(Fair({}), 1, Gpus(2));
+  auto submit = [&](const std::string& owner) {
+    JobSpec spec;
+    spec.owner = owner;
+    return h.SubmitSpec(spec);
+  };
+  std::vector<JobId> alice;
+  for (int i = 0; i < 4; ++i) alice.push_back(submit("alice"));
+  h.CompleteAll();
+  h.Advance(Duration::Seconds(1));
+  const JobId bob = submit("bob");
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, alice), 2);
+  h.Advance(Duration::Seconds(60));
+  h.Tick();
+  h.CompleteAll();
+  EXPECT_EQ(h.job(bob).state, JobState::kRunning)
+      << "bob's first job before alice's third and fourth";
+  EXPECT_EQ(Running(h, {alice[2], alice[3]}), 1);
+  EXPECT_EQ(Running(h, {alice[0], alice[1]}), 0);
+}
+
 // At most rotation_per_gpu jobs of a queue take turns per GPU of its
 // share; a job not run yet waits for a place among them, in arrival order.
 TEST(GandivaFairTest, TurnsAreCappedPerGpuOfTheShare) {
