@@ -102,6 +102,24 @@ StatusOr<double> Number(const RowContext& ctx, const char* field,
   return x;
 }
 
+// A time or duration in seconds, > 0 (positive) or >= 0, within what the
+// simulator's clock holds with room to run (kMaxTraceSeconds).
+StatusOr<double> Seconds(const RowContext& ctx, const char* field,
+                         std::string_view v, bool positive) {
+  StatusOr<double> n = Number(ctx, field, v, positive);
+  if (!n.ok()) return n.status();
+  const double x = *n;
+  if (x > kMaxTraceSeconds) {
+    return ctx.FieldError(
+        field, Quoted(v) +
+                   " s is past what the simulator's "
+                   "clock takes (at most " +
+                   std::to_string(static_cast<int64_t>(kMaxTraceSeconds)) +
+                   " s, about 31 years)");
+  }
+  return x;
+}
+
 StatusOr<int64_t> Integer(const RowContext& ctx, const char* field,
                           std::string_view v, int64_t lo, int64_t hi) {
   int64_t x = 0;
@@ -234,7 +252,7 @@ core::StatusOr<Workload> ReadPhillyTrace(const std::string& path,
     Row r;
     r.line = i + 1;
     ASSIGN_OR_RETURN(r.ts, Timestamp(ctx, "timestamp", cols[0]));
-    ASSIGN_OR_RETURN(r.duration, Number(ctx, "duration", cols[1], true));
+    ASSIGN_OR_RETURN(r.duration, Seconds(ctx, "duration", cols[1], true));
     ASSIGN_OR_RETURN(r.gpus, Gpus(ctx, "num_gpus", cols[2]));
     ASSIGN_OR_RETURN(const double gpu_time,
                      Number(ctx, "gpu_time", cols[3], false));
@@ -261,6 +279,14 @@ core::StatusOr<Workload> ReadPhillyTrace(const std::string& path,
     const Row& r = rows[i];
     TraceJob j;
     j.name = "philly-L" + std::to_string(r.line);
+    if (static_cast<double>(r.ts - rows.front().ts) > kMaxTraceSeconds) {
+      return InvalidArgument(
+          path + ":" + std::to_string(r.line) +
+          ": field 'timestamp': " + std::to_string(r.ts - rows.front().ts) +
+          " s after the first job kept, past what the simulator's clock "
+          "takes (at most " +
+          std::to_string(static_cast<int64_t>(kMaxTraceSeconds)) + " s)");
+    }
     j.submit = Time::FromMicros((r.ts - rows.front().ts) * 1000000);
     j.duration = Duration::FromSeconds(r.duration);
     j.gpus = RoundUpPow2(r.gpus);
@@ -316,7 +342,7 @@ core::StatusOr<Workload> ReadGavelTrace(const std::string& path,
     ASSIGN_OR_RETURN(const int64_t steps,
                      Integer(ctx, "total_steps", cols[4], 1, INT64_C(1) << 50));
     ASSIGN_OR_RETURN(const double arrival,
-                     Number(ctx, "arrival_time", cols[5], false));
+                     Seconds(ctx, "arrival_time", cols[5], false));
     ASSIGN_OR_RETURN(const int gpus, Gpus(ctx, "scale_factor", cols[6]));
     const auto model = catalog.Find(cols[0]);
     if (!model || !catalog.IsMeasured(*model, gpus)) {
@@ -338,8 +364,17 @@ core::StatusOr<Workload> ReadGavelTrace(const std::string& path,
     TraceJob j;
     j.name = vc + "-L" + std::to_string(i + 1);
     j.submit = Time::Zero() + Duration::FromSeconds(arrival);
-    j.duration = Duration::FromSeconds(static_cast<double>(steps) /
-                                       catalog.IsolatedRate(*model, gpus));
+    const double seconds =
+        static_cast<double>(steps) / catalog.IsolatedRate(*model, gpus);
+    if (!(seconds <= kMaxTraceSeconds)) {
+      return ctx.FieldError(
+          "total_steps",
+          std::to_string(steps) + " steps take " + std::to_string(seconds) +
+              " s alone, past what the simulator's clock "
+              "takes (at most " +
+              std::to_string(static_cast<int64_t>(kMaxTraceSeconds)) + " s)");
+    }
+    j.duration = Duration::FromSeconds(seconds);
     j.gpus = gpus;
     j.model = *model;
     j.vc = vc;
@@ -386,7 +421,7 @@ core::StatusOr<Workload> ReadTiresiasTrace(const std::string& path,
                      Integer(ctx, "job_id", cols[0], 0, INT64_C(1) << 50));
     ASSIGN_OR_RETURN(const int gpus, Gpus(ctx, "num_gpu", cols[1]));
     ASSIGN_OR_RETURN(const double submit,
-                     Number(ctx, "submit_time", cols[2], false));
+                     Seconds(ctx, "submit_time", cols[2], false));
     ASSIGN_OR_RETURN(const int64_t iterations,
                      Integer(ctx, "iterations", cols[3], 1, INT64_C(1) << 50));
     (void)iterations;
@@ -398,7 +433,7 @@ core::StatusOr<Workload> ReadTiresiasTrace(const std::string& path,
                             "no catalog family for " + Quoted(cols[4]));
     }
     ASSIGN_OR_RETURN(const double duration,
-                     Number(ctx, "duration", cols[5], true));
+                     Seconds(ctx, "duration", cols[5], true));
     ASSIGN_OR_RETURN(const double interval,
                      Number(ctx, "interval", cols[6], false));
     (void)interval;

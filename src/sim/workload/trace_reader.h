@@ -20,6 +20,12 @@
 
 namespace gandiva::sim {
 
+// The longest time a trace may give (a submit time from the trace's start,
+// a duration): 10^9 s, about 31 years. A row past it is refused, naming it,
+// rather than overflowing the simulator's clock (microseconds in 64 bits,
+// which a job stretched by time-slicing must still fit in).
+inline constexpr double kMaxTraceSeconds = 1e9;
+
 // Philly (data/philly/philly_jobs_excl_6c71a0.csv): header
 // "timestamp,duration,num_gpus,gpu_time,cluster"; timestamp
 // "YYYY-MM-DD HH:MM:SS", duration in seconds (> 0), num_gpus a positive

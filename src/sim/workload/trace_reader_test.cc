@@ -120,6 +120,12 @@ TEST_F(TraceReaderTest, PhillyMalformedRows) {
       {"2017-13-09 07:01:55,66.0,1,66.0,vcA", "field 'timestamp'", ""},
       {"2017-10-09 07:01:55,66.0,1,,vcA", "field 'gpu_time'", ""},
       {"2017-10-09 07:01:55,66.0,1,66.0,", "field 'cluster'", "empty"},
+      // Past the simulator's clock: refused, never overflowed.
+      {"2017-10-09 07:01:55,1e30,1,66.0,vcA", "field 'duration'",
+       "'1e30' s is past what the simulator's clock takes (at most "
+       "1000000000 s"},
+      {"2117-10-09 07:01:55,66.0,1,66.0,vcA", "field 'timestamp'",
+       "s after the first job kept, past what the simulator's clock takes"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.row);
@@ -226,6 +232,8 @@ TEST_F(TraceReaderTest, GavelMalformedRows) {
       {GavelRow("A3C", "x", "0", "1"), "field 'total_steps'"},
       {GavelRow("A3C", "-10", "0", "1"), "field 'total_steps'"},
       {GavelRow("A3C", "10", "-1", "1"), "field 'arrival_time'"},
+      {GavelRow("A3C", "10", "1e12", "1"), "field 'arrival_time'"},
+      {GavelRow("A3C", "1125899906842624", "0", "1"), "field 'total_steps'"},
       {GavelRow("A3C", "10", "0", "0"), "field 'scale_factor'"},
       {GavelRow("A3C", "10", "0", "1", "2"), "field 'needs_data_dir'"},
       {GavelRow("NoSuchNet", "10", "0", "1"), "field 'job_type'"},
@@ -305,6 +313,12 @@ TEST_F(TraceReaderTest, TiresiasMalformedRows) {
   ExpectError(
       ReadTiresiasTrace(Write("t.csv", h + "1,2,5,10,vgg16,-1,3\n"), V100()),
       {"t.csv:3: field 'duration'"});
+  ExpectError(ReadTiresiasTrace(
+                  Write("t.csv", h + "1,2,1e300,10,vgg16,100,3\n"), V100()),
+              {"t.csv:3: field 'submit_time'", "past what the simulator"});
+  ExpectError(
+      ReadTiresiasTrace(Write("t.csv", h + "1,2,5,10,vgg16,2e9,3\n"), V100()),
+      {"t.csv:3: field 'duration'", "past what the simulator"});
   ExpectError(ReadTiresiasTrace(Write("t.csv", h + "1,2,5,10,vgg16\n"), V100()),
               {"t.csv:3: expected 7 comma-separated fields"});
 }
