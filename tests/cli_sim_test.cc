@@ -124,6 +124,27 @@ TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
 // Queues from a file, a tree: jobs go to the leaves their VC names, and the
 // fairness is measured over the leaves; a bad file is refused naming the
 // file, the queue and the field.
+// Jobs larger than the cluster are skipped, said and named, never
+// silently.
+TEST_F(CliSimTest, JobsThatCanNeverFitAreNamed) {
+  std::ofstream(dir_ / "t.csv")
+      << "timestamp,duration,num_gpus,gpu_time,cluster\n"
+         "2017-10-09 07:01:55,66.0,1,66.0,vcA\n"
+         "2017-10-09 07:02:55,66.0,64,4224.0,vcA\n";
+  const CliRun r = Gandiva("sim --trace " + (dir_ / "t.csv").string() +
+                           " --format philly --gpus 16 --policy fifo "
+                           "--no-progress --json " +
+                           (dir_ / "r.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("warning: 1 job asks for more GPUs than the "
+                       "cluster's 16 and is skipped (jobs_skipped): "
+                       "philly-L3 (64 GPUs)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(Slurp(dir_ / "r.json").find("\"jobs_skipped\": 1"),
+            std::string::npos);
+}
+
 TEST_F(CliSimTest, QueuesComeFromATreeInAFile) {
   const fs::path file = dir_ / "queues.yaml";
   std::ofstream(file) << "queues:\n"

@@ -388,6 +388,27 @@ int RunSim(const SimFlags& f) {
     }
     std::fprintf(stderr, "workload%s: %s\n", where.c_str(),
                  p.workload.description.c_str());
+    // Jobs larger than the cluster never run: said, counted (jobs_skipped)
+    // and the first named.
+    const int cluster = p.gpus / f.gpus_per_server * f.gpus_per_server;
+    int64_t oversized = 0;
+    std::string named;
+    for (const sim::TraceJob& j : p.workload.jobs) {
+      if (j.gpus <= cluster) continue;
+      if (++oversized <= 5) {
+        named += (named.empty() ? "" : ", ") + j.name + " (" +
+                 std::to_string(j.gpus) + " GPUs)";
+      }
+    }
+    if (oversized > 0) {
+      std::fprintf(stderr,
+                   "warning%s: %lld %s for more GPUs than the cluster's %d "
+                   "and %s skipped (jobs_skipped): %s%s\n",
+                   where.c_str(), static_cast<long long>(oversized),
+                   oversized == 1 ? "job asks" : "jobs ask", cluster,
+                   oversized == 1 ? "is" : "are", named.c_str(),
+                   oversized > 5 ? ", ..." : "");
+    }
     if (!p.policy_options.fifo.vc_quotas.empty()) {
       std::string shown;
       for (const auto& [vc, q] : p.policy_options.fifo.vc_quotas) {
