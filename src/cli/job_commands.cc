@@ -43,28 +43,10 @@ int64_t NowUs() {
       .count();
 }
 
-// One subcommand's connection to the daemon, and its error reporting.
-class Session {
+// A SchedulerSession that also finds jobs by id or name.
+class Session : public SchedulerSession {
  public:
-  Session(std::string command, const ConnectionFlags& flags)
-      : command_(std::move(command)),
-        where_(ResolveScheduler(flags)),
-        // No address (no cluster recorded): a channel that fails at once,
-        // so that every call reports it through DescribeRpcError.
-        stub_(ConnectScheduler(where_.address.empty() ? "unix:/nonexistent"
-                                                      : where_.address)) {}
-
-  rpc::Scheduler::Stub& stub() { return *stub_; }
-  const SchedulerAddress& where() const { return where_; }
-
-  // Prints "gandiva <command>: <message>" on stderr; returns 1.
-  int Fail(const std::string& message) const {
-    std::fprintf(stderr, "gandiva %s: %s\n", command_.c_str(), message.c_str());
-    return 1;
-  }
-  int Fail(const grpc::Status& status) const {
-    return Fail(DescribeRpcError(status, where_));
-  }
+  using SchedulerSession::SchedulerSession;
 
   // Every job `req` asks for, page after page, into `out` (in id order).
   bool ListAll(rpc::ListJobsRequest req, rpc::ListJobsReply* out,
@@ -72,9 +54,9 @@ class Session {
     out->Clear();
     for (;;) {
       rpc::ListJobsReply page;
-      const grpc::Status st = stub_->ListJobs(Context().get(), req, &page);
+      const grpc::Status st = stub().ListJobs(Context().get(), req, &page);
       if (!st.ok()) {
-        *error = DescribeRpcError(st, where_);
+        *error = DescribeRpcError(st, where());
         return false;
       }
       for (rpc::JobInfo& j : *page.mutable_jobs()) {
@@ -147,23 +129,18 @@ class Session {
   std::string JobError(int64_t id, const grpc::Status& st) const {
     return st.error_code() == grpc::StatusCode::NOT_FOUND
                ? NoJob(id, st)
-               : DescribeRpcError(st, where_);
+               : DescribeRpcError(st, where());
   }
 
   // GetJob with a clear message for an unknown id.
   bool GetJob(int64_t id, rpc::JobInfo* info, std::string* error) {
     rpc::JobIdRequest req;
     req.set_job_id(id);
-    const grpc::Status st = stub_->GetJob(Context().get(), req, info);
+    const grpc::Status st = stub().GetJob(Context().get(), req, info);
     if (st.ok()) return true;
     *error = JobError(id, st);
     return false;
   }
-
- private:
-  std::string command_;
-  SchedulerAddress where_;
-  std::unique_ptr<rpc::Scheduler::Stub> stub_;
 };
 
 // ------------------------------------------------------------------ submit

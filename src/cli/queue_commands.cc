@@ -21,11 +21,6 @@ struct QueuesFlags {
   bool json = false;
 };
 
-int Fail(const std::string& command, const std::string& message) {
-  std::fprintf(stderr, "gandiva %s: %s\n", command.c_str(), message.c_str());
-  return 1;
-}
-
 std::string Fixed(double v, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
@@ -33,13 +28,11 @@ std::string Fixed(double v, int digits) {
 }
 
 int RunQueues(const QueuesFlags& f) {
-  const SchedulerAddress where = ResolveScheduler(f.conn);
-  auto stub = ConnectScheduler(where.address.empty() ? "unix:/nonexistent"
-                                                     : where.address);
+  SchedulerSession s("queues", f.conn);
   rpc::ListQueuesReply reply;
   const grpc::Status st =
-      stub->ListQueues(Context().get(), rpc::Empty(), &reply);
-  if (!st.ok()) return Fail("queues", DescribeRpcError(st, where));
+      s.stub().ListQueues(Context().get(), rpc::Empty(), &reply);
+  if (!st.ok()) return s.Fail(st);
   if (f.json) {
     std::printf("%s\n", ToJson(reply).c_str());
     return 0;
@@ -86,17 +79,15 @@ struct UsageFlags {
 // GPU-hours by queue and user, as Slurm's `sreport cluster
 // AccountUtilizationByUser` reports them: each row's share of the whole.
 int RunUsage(const UsageFlags& f) {
+  SchedulerSession s("usage", f.conn);
   if (f.since_s <= 0) {
-    return Fail("usage", "--since: must be a positive duration, such as 1d");
+    return s.Fail("--since: must be a positive duration, such as 1d");
   }
-  const SchedulerAddress where = ResolveScheduler(f.conn);
-  auto stub = ConnectScheduler(where.address.empty() ? "unix:/nonexistent"
-                                                     : where.address);
   rpc::UsageRequest req;
   req.set_last_s(f.since_s);
   rpc::UsageReply reply;
-  const grpc::Status st = stub->GetUsage(Context().get(), req, &reply);
-  if (!st.ok()) return Fail("usage", DescribeRpcError(st, where));
+  const grpc::Status st = s.stub().GetUsage(Context().get(), req, &reply);
+  if (!st.ok()) return s.Fail(st);
   // Rows as asked for: by queue and user, by user, or by queue.
   std::map<std::pair<std::string, std::string>, double> sums;
   double total = 0;

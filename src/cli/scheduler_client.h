@@ -21,8 +21,10 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/auth/credentials.h"
@@ -82,6 +84,35 @@ std::unique_ptr<grpc::ClientContext> Context(
 // code when it is not a plain INVALID_ARGUMENT / NOT_FOUND).
 std::string DescribeRpcError(const grpc::Status& status,
                              const SchedulerAddress& where);
+
+// One subcommand's connection to the daemon, and its error reporting.
+class SchedulerSession {
+ public:
+  // No address (no cluster recorded): a channel that fails at once, so that
+  // every call reports it through DescribeRpcError.
+  SchedulerSession(std::string command, const ConnectionFlags& flags)
+      : command_(std::move(command)),
+        where_(ResolveScheduler(flags)),
+        stub_(ConnectScheduler(where_.address.empty() ? "unix:/nonexistent"
+                                                      : where_.address)) {}
+
+  rpc::Scheduler::Stub& stub() { return *stub_; }
+  const SchedulerAddress& where() const { return where_; }
+
+  // Prints "gandiva <command>: <message>" on stderr; returns 1.
+  int Fail(const std::string& message) const {
+    std::fprintf(stderr, "gandiva %s: %s\n", command_.c_str(), message.c_str());
+    return 1;
+  }
+  int Fail(const grpc::Status& status) const {
+    return Fail(DescribeRpcError(status, where_));
+  }
+
+ private:
+  std::string command_;
+  SchedulerAddress where_;
+  std::unique_ptr<rpc::Scheduler::Stub> stub_;
+};
 
 // The directory holding the running `gandiva` binary (/proc/self/exe's).
 std::string SelfDirectory();

@@ -11,6 +11,10 @@ int64_t UsageLedger::HourOf(Time t) {
   return us >= 0 ? us / h : -((-us + h - 1) / h);  // floor
 }
 
+Time UsageLedger::HourStart(Time t) {
+  return Time::FromMicros(HourOf(t) * kHour.micros());
+}
+
 void UsageLedger::Charge(const UsageKey& key, Time from, Time to, int gpus) {
   if (gpus <= 0 || to <= from) return;
   const int64_t last = HourOf(to - Duration::Micros(1));
@@ -27,23 +31,18 @@ void UsageLedger::Charge(const UsageKey& key, Time from, Time to, int gpus) {
 void UsageLedger::Note(const Job& job, Time now) {
   const bool runs = job.state == JobState::kRunning;
   const int gpus = static_cast<int>(job.gpus.size());
-  auto it = open_.find(job.id);
-  if (it != open_.end()) {
-    Open& o = it->second;
+  if (auto it = open_.find(job.id); it != open_.end()) {
+    const Open& o = it->second;
     if (runs && o.gpus == gpus && o.key.queue == job.spec.vc &&
         o.key.user == job.spec.owner) {
       return;  // as it was: charged when asked for or when it changes
     }
     Charge(o.key, o.since, now, o.gpus);
-    if (!runs) {
-      open_.erase(it);
-      return;
-    }
-    o = Open{now, gpus, UsageKey{job.spec.vc, job.spec.owner}};
-    return;
+    open_.erase(it);
   }
-  if (runs)
+  if (runs) {
     open_[job.id] = Open{now, gpus, UsageKey{job.spec.vc, job.spec.owner}};
+  }
 }
 
 std::map<UsageKey, double> UsageLedger::Used(Time from, Time now) const {
@@ -52,7 +51,7 @@ std::map<UsageKey, double> UsageLedger::Used(Time from, Time now) const {
   for (auto it = hours_.lower_bound(first); it != hours_.end(); ++it) {
     for (const auto& [key, seconds] : it->second) out[key] += seconds;
   }
-  const Time start = Time::FromMicros(first * kHour.micros());
+  const Time start = HourStart(from);
   for (const auto& [job, o] : open_) {
     const Time since = std::max(o.since, start);
     if (now > since) out[o.key] += (now - since).seconds() * o.gpus;

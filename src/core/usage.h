@@ -45,6 +45,8 @@ class UsageLedger {
   // included.
   std::map<UsageKey, double> Used(Time from, Time now) const;
 
+  // The start of `t`'s hour.
+  static Time HourStart(Time t);
   // The first hour kept (Time::Never when none is).
   Time first_hour() const;
   size_t hours() const { return hours_.size(); }

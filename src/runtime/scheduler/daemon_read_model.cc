@@ -385,6 +385,14 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
   std::map<std::string, const core::QueueConfig*> config;
   for (const core::QueueConfig& q : queues) config[q.name] = &q;
   std::vector<rpc::QueueInfo> out(tree.size());
+  // Calls `f` on the row of the queue jobs naming `name` go to, and on each
+  // row above it: a parent's figures are its children's, summed.
+  auto up_from = [&](const std::string& name, auto f) {
+    for (int q = static_cast<int>(tree.Of(name)); q >= 0;
+         q = tree.parent(static_cast<size_t>(q))) {
+      f(out[static_cast<size_t>(q)]);
+    }
+  };
   published.Read([&](const Published::View& v) {
     for (const auto& [id, info_ptr] : sn->jobs) {
       const rpc::JobInfo& info = *info_ptr;
@@ -399,10 +407,7 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
         gpus = 0;
         for (const rpc::JobPart& part : info.parts()) gpus += part.gpus_size();
       }
-      // Its leaf and each queue above it.
-      for (int q = static_cast<int>(tree.Of(spec->queue())); q >= 0;
-           q = tree.parent(static_cast<size_t>(q))) {
-        rpc::QueueInfo& row = out[static_cast<size_t>(q)];
+      up_from(spec->queue(), [&](rpc::QueueInfo& row) {
         if (state == rpc::RUNNING) {
           row.set_jobs_running(row.jobs_running() + 1);
           row.set_gpus_running(row.gpus_running() + gpus);
@@ -411,7 +416,7 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
         }
         row.set_gpus_asked(row.gpus_asked() +
                            (gpus > 0 ? gpus : std::max(1, spec->gpus())));
-      }
+      });
     }
   });
   int up = 0;
@@ -420,11 +425,9 @@ void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
   }
   if (sn->queue_usage_day != nullptr) {
     for (const auto& [name, seconds] : *sn->queue_usage_day) {
-      for (int q = static_cast<int>(tree.Of(name)); q >= 0;
-           q = tree.parent(static_cast<size_t>(q))) {
-        rpc::QueueInfo& row = out[static_cast<size_t>(q)];
+      up_from(name, [&](rpc::QueueInfo& row) {
         row.set_gpu_seconds_day(row.gpu_seconds_day() + seconds);
-      }
+      });
     }
   }
   std::vector<double> asked(out.size());
@@ -470,8 +473,7 @@ rpc::UsageReply SchedulerServer::Impl::Usage(double last_s) {
   const core::Time t = core::Time::FromMicros(now);
   const core::Time from =
       t - core::Duration::FromSeconds(last_s > 0 ? last_s : 86400);
-  const int64_t hour = core::UsageLedger::kHour.micros();
-  rep.set_from_us(from.micros() - ((from.micros() % hour) + hour) % hour);
+  rep.set_from_us(core::UsageLedger::HourStart(from).micros());
   rep.set_to_us(now);
   const core::UsageLedger* ledger = sched->usage();
   if (ledger == nullptr) return rep;

@@ -180,29 +180,34 @@ class MetricsExporter::Gauges final : public prometheus::Collectable {
     out.push_back(std::move(memory));
 
     using Q = MetricsSample::Queue;
-    const std::pair<const char*, double Q::*> per_queue[] = {
-        {"quota_gpus", &Q::quota},
-        {"fair_share_gpus", &Q::fair_share},
-        {"gpus_asked", &Q::gpus_asked},
-        {"gpus_running", &Q::gpus_running},
-        {"jobs_running", &Q::jobs_running},
-        {"jobs_waiting", &Q::jobs_waiting},
-        {"gpu_seconds_last_day", &Q::gpu_seconds_day}};
-    const char* help[] = {
-        "Each queue's guaranteed GPUs (a parent's: its own).",
-        "Each queue's fair share of the GPUs up now, for what its jobs ask.",
-        "GPUs asked for by each queue's jobs not ended.",
-        "GPUs held by each queue's running jobs.",
-        "Each queue's running jobs.",
-        "Each queue's jobs waiting (queued, suspended or migrating).",
-        "GPU-seconds each queue's jobs used over the last 24 hours (from "
-        "the start of that hour)."};
-    for (size_t i = 0; i < std::size(per_queue); ++i) {
-      auto f = Family(std::string("gandiva_queue_") + per_queue[i].first,
-                      help[i], MetricType::Gauge);
+    struct PerQueue {
+      const char* name;
+      const char* help;
+      double Q::*value;
+    };
+    const PerQueue per_queue[] = {
+        {"quota_gpus", "Each queue's guaranteed GPUs (a parent's: its own).",
+         &Q::quota},
+        {"fair_share_gpus",
+         "Each queue's fair share of the GPUs up now, for what its jobs ask.",
+         &Q::fair_share},
+        {"gpus_asked", "GPUs asked for by each queue's jobs not ended.",
+         &Q::gpus_asked},
+        {"gpus_running", "GPUs held by each queue's running jobs.",
+         &Q::gpus_running},
+        {"jobs_running", "Each queue's running jobs.", &Q::jobs_running},
+        {"jobs_waiting",
+         "Each queue's jobs waiting (queued, suspended or migrating).",
+         &Q::jobs_waiting},
+        {"gpu_seconds_last_day",
+         "GPU-seconds each queue's jobs used over the last 24 hours (from "
+         "the start of that hour).",
+         &Q::gpu_seconds_day}};
+    for (const PerQueue& m : per_queue) {
+      auto f = Family(std::string("gandiva_queue_") + m.name, m.help,
+                      MetricType::Gauge);
       for (const Q& q : s.queues) {
-        Add(f, q.*per_queue[i].second,
-            {{"queue", q.name}, {"parent", q.parent}});
+        Add(f, q.*m.value, {{"queue", q.name}, {"parent", q.parent}});
       }
       out.push_back(std::move(f));
     }
