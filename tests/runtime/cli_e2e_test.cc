@@ -612,6 +612,97 @@ TEST_F(CliE2eTest, DownSavesAJobSpanningServersAndUpGoesOnFromIt) {
   EXPECT_EQ(Gandiva("down --purge " + state).status, 0);
 }
 
+// A job migrated to another server saves its checkpoint there at `gandiva
+// down`, as a job never moved does, and `up` goes on from it: it finishes
+// having started from scratch once.
+TEST_F(CliE2eTest, DownAfterAMigrationSavesTheJobAndUpGoesOnFromIt) {
+  if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  constexpr int kSteps = 1500;
+  const std::string state = "--state-dir " + (dir_ / "state").string();
+  CliRun up = Gandiva("up " + state +
+                      " --agents 2 --gpus-per-agent 1 --policy fifo "
+                      "--tick-ms 200");
+  ASSERT_EQ(up.status, 0) << up.out;
+  const fs::path spec =
+      Write("cnn.yaml", std::string("name: moved\ncommand: ") + GANDIVA_PYTHON +
+                            " " + GANDIVA_EXAMPLES_DIR +
+                            "/train_cnn.py --steps " + std::to_string(kSteps) +
+                            " --min-step-ms 20 --log-every 100\ngpus: 1\n"
+                            "env: {OMP_NUM_THREADS: 1}\n");
+  const CliRun sub = Gandiva("submit " + spec.string() + " " + state);
+  ASSERT_EQ(sub.status, 0) << sub.out;
+  const std::string id = sub.out.substr(0, sub.out.find('\n'));
+  auto progress = [&](const CliRun& shown) {
+    const size_t at = shown.out.find("progress:");
+    return at == std::string::npos ? 0 : std::atoll(shown.out.c_str() + at + 9);
+  };
+  auto server_of = [&](const CliRun& shown) {
+    return shown.out.find("running on agent-0") != std::string::npos
+               ? "agent-0"
+               : "agent-1";
+  };
+  CliRun shown;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        shown = Gandiva("show " + id + " " + state);
+        return shown.out.find("state:        running") != std::string::npos &&
+               progress(shown) >= 50;
+      },
+      seconds(180), std::chrono::milliseconds(300)))
+      << shown.out << TailOf(dir_ / "state/logs/scheduler.log");
+  const std::string to =
+      std::string(server_of(shown)) == "agent-0" ? "agent-1" : "agent-0";
+  const CliRun moved = Gandiva("migrate " + id + " --to " + to + " " + state);
+  ASSERT_EQ(moved.status, 0) << moved.out;
+  // It trains on there.
+  int64_t after_move = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        shown = Gandiva("show " + id + " " + state);
+        after_move = progress(shown);
+        return shown.out.find("running on " + to) != std::string::npos &&
+               after_move >= 200;
+      },
+      seconds(180), std::chrono::milliseconds(300)))
+      << shown.out;
+
+  const CliRun down = Gandiva("down " + state);
+  EXPECT_EQ(down.status, 0) << down.out;
+  EXPECT_NE(down.out.find("1 job stopped mid-run after saving a checkpoint "
+                          "(job " +
+                          id + ")"),
+            std::string::npos)
+      << down.out << TailOf(dir_ / ("state/logs/" + to + ".log"));
+  EXPECT_EQ(down.out.find("without a checkpoint"), std::string::npos)
+      << down.out;
+
+  up = Gandiva("up " + state);
+  ASSERT_EQ(up.status, 0) << up.out;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        shown = Gandiva("show " + id + " " + state);
+        return shown.out.find("state:        finished") != std::string::npos ||
+               shown.out.find("state:        failed") != std::string::npos;
+      },
+      seconds(300), std::chrono::milliseconds(500)))
+      << shown.out << TailOf(dir_ / "state/logs/scheduler.log");
+  EXPECT_NE(shown.out.find("state:        finished"), std::string::npos)
+      << shown.out;
+  const CliRun log = Gandiva("logs " + id + " " + state);
+  EXPECT_EQ(CountLines(log.out, "done: " + std::to_string(kSteps) + " steps"),
+            1)
+      << log.out;
+  // Started from scratch once: the migration and the `up` each went on
+  // from a checkpoint.
+  EXPECT_EQ(
+      CountLines(log.out, ": job ") - CountLines(log.out, "resumed from "), 1)
+      << log.out;
+  EXPECT_EQ(CountLines(log.out, "resumed from "), 2) << log.out;
+  std::printf("[ down/up after a migration ] %lld mini-batches at `down`\n",
+              static_cast<long long>(after_move));
+  EXPECT_EQ(Gandiva("down --purge " + state).status, 0);
+}
+
 // A local cluster has users: each acts on their own jobs, an admin on any,
 // and the owner is whoever's credential submitted; a user's credential
 // registers no agent, and a second agent with a live one's name is refused.

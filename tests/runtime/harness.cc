@@ -486,10 +486,12 @@ std::vector<int> PidsRunning(const std::string& needle) {
     ss << f.rdbuf();
     std::string cmd = ss.str();
     // A zombie has an empty command line and no longer runs; a shell that
-    // runs the command is not counted, only the command.
+    // runs the command, or the agent's shim that runs the shell, is not
+    // counted, only the command.
     const std::string argv0 = cmd.substr(0, cmd.find('\0'));
     const bool shell =
-        argv0.size() >= 2 && argv0.substr(argv0.size() - 2) == "sh";
+        (argv0.size() >= 2 && argv0.substr(argv0.size() - 2) == "sh") ||
+        argv0 == "gandiva-job-shim";
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
     if (!shell && cmd.find(needle) != std::string::npos) {
       pids.push_back(std::stoi(name));

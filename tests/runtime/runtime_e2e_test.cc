@@ -533,6 +533,76 @@ TEST_F(RuntimeE2eTest, JobsGoOnFromWhereTheirAgentStopped) {
   EXPECT_EQ(c.History(plain, "restart").size(), 2u) << Describe(c, plain);
 }
 
+// An agent SIGKILLed (a crash, or the kernel's OOM killer) and started
+// again takes its jobs back: their processes outlive it (each under its
+// gandiva-job-shim), the new agent lists them at registration, and they
+// train on, running or suspended, so that each finishes having started
+// once: no mini-batch is trained twice and none is lost.
+TEST_F(RuntimeE2eTest, AnAgentKilledAndRestartedTakesItsJobsBack) {
+  TestCluster c({.agents = 1, .gpus_per_agent = 2});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  constexpr int kSteps = 600;
+  constexpr int kStepMs = 20;
+  // Three jobs on two GPUs: time-sliced, so that one is suspended at most
+  // moments.
+  const std::set<int64_t> ids = SubmitCnn(c, "taken", 3, kSteps, kStepMs);
+  ASSERT_EQ(ids.size(), 3u);
+  std::map<int64_t, rpc::JobInfo> jobs;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        bool ok = false;
+        jobs = c.Jobs(&ok);
+        if (!ok) return false;
+        for (int64_t id : ids) {
+          if (jobs[id].progress().minibatches() < 30) return false;
+        }
+        return true;
+      },
+      seconds(180), milliseconds(200)))
+      << Describe(jobs) << c.Logs();
+
+  Process* agent = c.agent("agent-0");
+  ASSERT_NE(agent, nullptr);
+  agent->Signal(SIGKILL);
+  ASSERT_TRUE(agent->Wait(seconds(10)));
+  // The jobs' processes outlive it.
+  EXPECT_GE(ProcessesRunning("train_cnn.py"), 3);
+  std::this_thread::sleep_for(milliseconds(500));
+  ASSERT_TRUE(c.StartAgent("agent-0", &error)) << error;
+  // (The daemon may still count the server up from before: the new agent's
+  // start is read from its log.)
+  std::string log;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        log = Slurp(c.agent("agent-0")->log());
+        return CountLines(log, "took back the process an earlier run") == 3 &&
+               CountLines(log, "registered with") == 1;
+      },
+      seconds(60)))
+      << log;
+  EXPECT_NE(log.find("(3 jobs running)"), std::string::npos) << log;
+
+  ASSERT_TRUE(WaitAllEnded(c, ids, &jobs)) << Describe(jobs) << c.Logs();
+  int64_t redone = 0;
+  for (int64_t id : ids) {
+    const rpc::JobInfo j = c.Job(id);
+    ExpectFinishedExactlyOnce(c, j, kSteps);
+    const std::string job_log = c.JobLog(j);
+    // Started once, never from a checkpoint: nothing trained twice.
+    EXPECT_EQ(CountLines(job_log, ": job "), 1) << job_log;
+    redone += CountLines(job_log, ": job ") - 1;
+    for (const auto& h : j.history()) {
+      EXPECT_NE(h.action(), "restart") << "job " << id << ": " << h.detail();
+      EXPECT_NE(h.action(), "lost") << "job " << id << ": " << h.detail();
+    }
+  }
+  std::printf(
+      "agent SIGKILLed and restarted: %zu jobs taken back, %lld "
+      "starts over\n",
+      ids.size(), static_cast<long long>(redone));
+}
+
 // Runs gandiva-scheduler with `args` (a backup or a restore) to its end;
 // its exit status (-1: it did not end within a minute), its output in
 // *out.

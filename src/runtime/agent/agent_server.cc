@@ -262,6 +262,7 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   sopts.run_as_owner = options.run_as_owner;
   sopts.user_map = std::move(user_map);
   sopts.allow_root_jobs = options.allow_root_jobs;
+  sopts.job_shim = options.job_shim;
   Impl* raw = impl.get();
   impl->options = std::move(options);
   const AgentOptions& o = impl->options;
@@ -304,10 +305,27 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
       },
       log);
   // Jobs an earlier run of this agent left running (it was killed or
-  // crashed): the daemon will start them again, so these copies go first.
-  for (int64_t id : impl->supervisor->KillLeftovers()) {
+  // crashed): those started through the shim are taken back, and reported
+  // at registration as running here; the rest are killed (the daemon
+  // starts them again, from their checkpoint if one is held).
+  const Supervisor::TakenBack left = impl->supervisor->TakeBackLeftovers();
+  for (int64_t id : left.adopted) {
     raw->Log("job " + std::to_string(id) +
-             ": killed the process an earlier run of this agent left running");
+             ": took back the process an earlier run of this agent started");
+  }
+  for (int64_t id : left.ended) {
+    raw->Log("job " + std::to_string(id) +
+             ": ended while no agent ran; reporting its exit");
+  }
+  for (int64_t id : left.killed) {
+    raw->Log("job " + std::to_string(id) +
+             ": killed the process an earlier run of this agent left running "
+             "(it could not be taken back)");
+  }
+  if (impl->supervisor->job_shim().empty()) {
+    raw->Log(
+        "no gandiva-job-shim: jobs run without it, and a restart of "
+        "this agent will lose them (--job-shim)");
   }
   // Exits an earlier run could not report: they go with the first report.
   if (const size_t n = impl->supervisor->RecoverUnreportedExits(); n > 0) {

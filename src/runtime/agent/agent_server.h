@@ -49,6 +49,10 @@ struct AgentOptions {
   bool run_as_owner = false;
   std::vector<std::string> map_user;
   bool allow_root_jobs = false;
+  // gandiva-job-shim, the parent of each job's process that lets a
+  // restarted agent take its jobs back (SupervisorOptions::job_shim): empty
+  // finds it, "none" runs jobs without it.
+  std::string job_shim;
   // A credential file (credentials.h) this agent's calls to the daemon
   // carry: a daemon with users admits only an agent's. Empty: none.
   std::string credentials;

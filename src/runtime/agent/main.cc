@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-root-jobs", o.allow_root_jobs,
                "With --run-as-owner: an owner whose account is root may run "
                "jobs (refused otherwise)");
+  app.add_option("--job-shim", o.job_shim,
+                 "gandiva-job-shim, the parent of each job's process, which "
+                 "lets a restarted agent take its jobs back (default: the "
+                 "one beside this program; none: without it, an agent's "
+                 "death loses its jobs)");
   app.add_option("--listen", o.listen_address,
                  "HOST:PORT of this agent's service (port 0: pick a free one)")
       ->capture_default_str();

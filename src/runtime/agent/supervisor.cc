@@ -7,8 +7,10 @@
 
 #include <sched.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "runtime/agent/supervisor_files.h"
@@ -19,6 +21,27 @@ namespace {
 
 using supervisor_internal::Clock;
 using supervisor_internal::JobIdText;
+
+// SupervisorOptions::job_shim resolved: a path to an executable, or "".
+std::string ResolveShim(const std::string& option) {
+  if (option == "none") return "";
+  auto usable = [](const std::string& p) {
+    return !p.empty() && access(p.c_str(), X_OK) == 0;
+  };
+  if (!option.empty()) return usable(option) ? option : "";
+  std::error_code ec;
+  const std::filesystem::path self =
+      std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::string beside =
+        (self.parent_path() / "gandiva-job-shim").string();
+    if (usable(beside)) return beside;
+  }
+#ifdef GANDIVA_JOB_SHIM_BUILT
+  if (usable(GANDIVA_JOB_SHIM_BUILT)) return GANDIVA_JOB_SHIM_BUILT;
+#endif
+  return "";
+}
 
 bool Overlaps(const std::vector<int>& a, const std::vector<int>& b) {
   for (int x : a) {
@@ -41,7 +64,8 @@ Supervisor::Supervisor(SupervisorOptions options,
       ops_(options_.process_ops ? options_.process_ops : RealProcessOps()),
       exits_(options_.work_dir + "/unreported-exits"),
       held_(options_.checkpoint_root.empty() ? options_.work_dir
-                                             : options_.checkpoint_root) {
+                                             : options_.checkpoint_root),
+      shim_(ResolveShim(options_.job_shim)) {
   if (options_.reap_orphans) prctl(PR_SET_CHILD_SUBREAPER, 1);
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -92,6 +92,12 @@ struct SupervisorOptions {
   // (process_ops.h). Null: the real ones (RealProcessOps). Tests pass one
   // that fails some of them.
   std::shared_ptr<ProcessOps> process_ops;
+  // gandiva-job-shim (job_shim.cc), the parent of each job's process, which
+  // keeps its exit status when the agent is gone, so that the next agent
+  // can take the job back (TakeBackLeftovers). Empty: the one beside this
+  // program, else the one built with this library; "none": no shim (an
+  // agent's death loses its jobs, as KillLeftovers says).
+  std::string job_shim;
 };
 
 struct StartParams {
@@ -233,6 +239,25 @@ class Supervisor {
   // killed.
   std::vector<int64_t> KillLeftovers();
 
+  // What TakeBackLeftovers did with each job an earlier run left.
+  struct TakenBack {
+    std::vector<int64_t> adopted;  // runs on (or stays suspended), ours now
+    std::vector<int64_t> ended;    // ended meanwhile: its exit is pending
+    std::vector<int64_t> killed;   // could not be taken back: killed
+  };
+  // As KillLeftovers, but a job an earlier run started through the shim
+  // (options.job_shim) is not killed: while its shim lives, this supervisor
+  // takes the job back (it is listed, suspended, resumed, killed,
+  // checkpointed and reaped as one it started; its exit status comes from
+  // the shim's exit file), and a job that ended while no agent ran has its
+  // exit recorded from that file (PendingExits), with the mini-batches and
+  // metric its page showed last. The rest (no shim: a job restored by CRIU,
+  // or a record of an older agent; a shim killed) is killed, as
+  // KillLeftovers does. Call before starting jobs.
+  TakenBack TakeBackLeftovers();
+  // The shim jobs are started through ("" none).
+  const std::string& job_shim() const { return shim_; }
+
   // Launches the job; returns once the command runs (exec succeeded).
   // kAlreadyExists if the job already runs here; kInvalidArgument for a
   // bad field (job_id, spec.command, spec.workdir, spec.env, gpus); kIo when
@@ -255,8 +280,9 @@ class Supervisor {
   // Before an agent stops: every live job that can save its training state
   // without CRIU (it attached the library, or is restartable), and with
   // `with_criu` any other where CRIU is usable here (a dump, restored by the
-  // Start(resume_local) of the next agent), other than a warm start and a
-  // part of a multi-server job, is checkpointed as for a migration
+  // Start(resume_local) of the next agent), other than a warm start that
+  // has not restored its checkpoint yet (one moved here that has trains as
+  // any job) and a part of a multi-server job, is checkpointed as for a migration
   // (Checkpoint), all at once, each within `timeout`; each saved
   // job's exit is marked checkpoint_kept and its checkpoint held (on disk
   // too, for RecoverCheckpoints). The jobs that could not be saved are left
@@ -395,7 +421,11 @@ class Supervisor {
 
   // Spawning and reaping (supervisor_spawn.cc).
   // work_dir/jobs/<id>/process.<pid>: "<pid> <start time> <agent pid>
-  // <agent start time> <page path>" (start times from /proc/<pid>/stat).
+  // <agent start time> <page path>" (start times from /proc/<pid>/stat);
+  // for a job started through the shim, then "shim <pid> <start time>
+  // <exit file>" and "job <gpus, comma-separated, or -> <submitted_us>
+  // <restartable> <warm> <gang> <without_library>" (0 or 1), and its spec
+  // in spec.<pid> beside it.
   std::string ProcessRecordPath(int64_t job_id, pid_t pid) const;
   void WriteProcessRecord(const JobRec& job) const;
   // The record of a job about to start: its dirs and page created.
@@ -405,6 +435,14 @@ class Supervisor {
   // The waiter thread of a job: reaps it and what it left in its group,
   // then records its exit.
   void Wait(const std::shared_ptr<JobRec>& job);
+  // Wait's part for a job started through the shim (ours or taken back):
+  // the job's exit code.
+  int WaitForShim(const JobRec& job);
+  // Records the exit of the job `job` (its process gone): what Wait does
+  // once it knows the code.
+  void Ended(const std::shared_ptr<JobRec>& job, int code);
+  // TakeBackLeftovers of one record whose shim lives.
+  core::Status Adopt(int64_t job_id, const std::string& record_path);
 
   // Signals (supervisor_signals.cc).
   core::Status KillLocked(JobRec& job);  // job.action_mu held
@@ -451,6 +489,7 @@ class Supervisor {
   // looked up for a start).
   ExitJournal exits_;
   HeldCheckpointTable held_;
+  const std::string shim_;  // the shim resolved from options.job_shim
 };
 
 }  // namespace gandiva::runtime

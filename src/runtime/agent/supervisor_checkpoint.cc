@@ -373,9 +373,11 @@ std::vector<int64_t> Supervisor::CheckpointForStop(
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, job] : jobs_) {
-      // A warm start has nothing of its own to save yet; a gang's part
-      // cannot be saved without its other parts.
-      if (job->exited.load() || job->warm || job->gang) continue;
+      // A warm start has nothing of its own to save until it has restored
+      // its checkpoint (then it trains as any job, and is saved as one); a
+      // gang's part cannot be saved without its other parts.
+      const bool waits = job->warm && job->reader->Read().restore_end_ns == 0;
+      if (job->exited.load() || waits || job->gang) continue;
       candidates.push_back(id);
     }
   }

@@ -56,6 +56,13 @@ struct Supervisor::JobRec {
   int64_t submitted_us = 0;  // StartParams::submitted_us
   std::string spec;          // StartParams::spec
   pid_t pid = 0;             // child and process group id
+  // Started through the shim (SupervisorOptions::job_shim): the shim's pid
+  // (our child, or not when taken back) and where it writes the job's exit
+  // code; 0 and "" otherwise (pid is then our child).
+  pid_t shim_pid = 0;
+  unsigned long long shim_starttime = 0;  // from /proc/<pid>/stat
+  std::string exit_file;
+  bool taken_back = false;  // TakeBackLeftovers adopted it
   std::vector<int> gpus;
   std::string log_path;
   std::string page_path;

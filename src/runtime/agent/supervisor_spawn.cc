@@ -3,6 +3,7 @@
 // earlier agent left (KillLeftovers), and the waiter thread that reaps a
 // job and records its exit.
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <sched.h>
@@ -10,6 +11,7 @@
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "runtime/agent/criu.h"
@@ -34,6 +37,15 @@ using supervisor_internal::Errno;
 using supervisor_internal::JobIdText;
 using supervisor_internal::MicrosSince;
 using supervisor_internal::MonotonicNs;
+
+// The code gandiva-job-shim wrote to `path`; nullopt when there is none.
+std::optional<int> ReadExitFile(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream f(path);
+  int code = 0;
+  if (!(f >> code)) return std::nullopt;
+  return code;
+}
 
 std::string JoinInts(const std::vector<int>& v) {
   std::string s;
@@ -112,13 +124,24 @@ std::string Supervisor::ProcessRecordPath(int64_t job_id, pid_t pid) const {
 void Supervisor::WriteProcessRecord(const JobRec& job) const {
   const auto st = ops_->Stat(job.pid);
   const auto self = ops_->Stat(getpid());
+  std::string text =
+      std::to_string(job.pid) + " " + std::to_string(st ? st->starttime : 0) +
+      " " + std::to_string(getpid()) + " " +
+      std::to_string(self ? self->starttime : 0) + " " + job.page_path + "\n";
+  const std::string path = ProcessRecordPath(job.job_id, job.pid);
+  if (job.shim_pid > 0) {
+    text += "shim " + std::to_string(job.shim_pid) + " " +
+            std::to_string(job.shim_starttime) + " " + job.exit_file + "\n";
+    text +=
+        "job " + (job.gpus.empty() ? std::string("-") : JoinInts(job.gpus)) +
+        " " + std::to_string(job.submitted_us) + " " +
+        (job.restartable ? "1" : "0") + " " + (job.warm ? "1" : "0") + " " +
+        (job.gang ? "1" : "0") + " " + (job.without_library ? "1" : "0") + "\n";
+    (void)WriteWhole(JobDir(job.job_id) + "/spec." + std::to_string(job.pid),
+                     job.spec);
+  }
   // Best effort: only a crash of this agent needs it.
-  (void)WriteWhole(ProcessRecordPath(job.job_id, job.pid),
-                   std::to_string(job.pid) + " " +
-                       std::to_string(st ? st->starttime : 0) + " " +
-                       std::to_string(getpid()) + " " +
-                       std::to_string(self ? self->starttime : 0) + " " +
-                       job.page_path + "\n");
+  (void)WriteWhole(path, text);
 }
 
 std::vector<int64_t> Supervisor::KillLeftovers() {
@@ -385,6 +408,16 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
             "GANDIVA_RESUME_FROM", "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE",
             kGangEnvNames[0], kGangEnvNames[1], kGangEnvNames[2],
             kGangEnvNames[3], kGangEnvNames[4], kGangEnvNames[5]});
+  // Through the shim: it runs the program and keeps its exit status
+  // (job_shim.cc); fd 3 brings back the job's pid and any exec error.
+  const std::string exit_file =
+      shim_.empty()
+          ? std::string()
+          : JobDir(params.job_id) + "/exit." + std::to_string(MonotonicNs());
+  if (!shim_.empty()) {
+    args.insert(args.begin(), {"gandiva-job-shim", exit_file, program});
+    program = shim_.c_str();
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -399,12 +432,19 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   if (log_fd < 0) {
     return core::IoError("opening log " + job->log_path + ": " + Errno(errno));
   }
+  int pid_pipe[2] = {-1, -1};
+  if (!shim_.empty() && pipe2(pid_pipe, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(log_fd);
+    return core::IoError("starting " + what + ": pipe: " + Errno(err));
+  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
   posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  if (pid_pipe[1] >= 0) posix_spawn_file_actions_adddup2(&fa, pid_pipe[1], 3);
+  posix_spawn_file_actions_addclosefrom_np(&fa, pid_pipe[1] >= 0 ? 4 : 3);
   posix_spawn_file_actions_addchdir_np(&fa, workdir.c_str());
   const ChildSpawnAttr attr;
 
@@ -428,10 +468,40 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   if (pinned) pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   posix_spawn_file_actions_destroy(&fa);
   close(log_fd);
+  if (pid_pipe[1] >= 0) close(pid_pipe[1]);
   if (rc != 0) {
+    if (pid_pipe[0] >= 0) close(pid_pipe[0]);
     unlink(job->page_path.c_str());
     return core::IoError("starting " + what + " (/bin/sh -c in " + workdir +
                          "): " + Errno(rc));
+  }
+  if (pid_pipe[0] >= 0) {
+    // The shim's child pid, then its exec error if any, then end of file.
+    int32_t words[2] = {0, 0};
+    size_t got = 0;
+    for (;;) {
+      const ssize_t r = read(pid_pipe[0], reinterpret_cast<char*>(words) + got,
+                             sizeof words - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+      if (got == sizeof words) break;
+    }
+    close(pid_pipe[0]);
+    if (got < sizeof words[0] || words[0] <= 0 || got == sizeof words) {
+      int status = 0;
+      while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      unlink(exit_file.c_str());
+      unlink(job->page_path.c_str());
+      const int err = got == sizeof words ? words[1] : EIO;
+      return core::IoError("starting " + what + " (/bin/sh -c in " + workdir +
+                           "): " + Errno(err));
+    }
+    job->shim_pid = pid;
+    if (const auto st = ops_->Stat(pid)) job->shim_starttime = st->starttime;
+    job->exit_file = exit_file;
+    pid = static_cast<pid_t>(words[0]);
   }
   job->pid = pid;
   WriteProcessRecord(*job);
@@ -482,6 +552,10 @@ core::StatusOr<std::shared_ptr<Supervisor::JobRec>> Supervisor::NewJobRec(
 }
 
 void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
+  if (job->shim_pid > 0) {
+    Ended(job, WaitForShim(*job));
+    return;
+  }
   // Any child of the job's group: the job's process, or one of its own that
   // outlived its parent and so became ours (a child subreaper), reaped as
   // it dies so that no zombie holds a PID while the job runs on.
@@ -506,6 +580,50 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
     code = info.si_code == CLD_EXITED ? info.si_status : -info.si_status;
     break;
   }
+  Ended(job, code);
+}
+
+int Supervisor::WaitForShim(const JobRec& job) {
+  // The shim ends as its child, the job's process, did. Meanwhile what the
+  // job's processes leave in its group when their parent ends is ours (a
+  // child subreaper), reaped as it dies.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, job.shim_pid, 0));
+  int code = -1;
+  for (;;) {
+    if (!job.taken_back) {
+      int status = 0;
+      const pid_t r = waitpid(job.shim_pid, &status, WNOHANG);
+      if (r == job.shim_pid) {
+        code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+        break;
+      }
+      if (r < 0 && errno != EINTR) break;  // not ours after all
+    } else if (const auto st = ops_->Stat(job.shim_pid);
+               !st || IsDeadState(st->state) ||
+               st->starttime != job.shim_starttime) {
+      break;  // not ours to reap: init does
+    }
+    ReapEndedInGroup(job.pid);
+    if (pidfd >= 0) {
+      pollfd p{pidfd, POLLIN, 0};
+      poll(&p, 1, 200);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (pidfd >= 0) close(pidfd);
+  // Its exit file says what the job's process did; the shim's own status
+  // says the same, unless the shim itself was killed.
+  if (std::optional<int> written = ReadExitFile(job.exit_file)) {
+    code = *written;
+  } else if (job.taken_back) {
+    code = -SIGKILL;  // the shim was killed: so was the job, or it will be
+  }
+  unlink(job.exit_file.c_str());
+  return code;
+}
+
+void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
   // What the job left behind in its group (workers, background commands),
   // gone before the exit is recorded (they may hold its GPUs): a SIGKILL
   // takes effect soon, not at once, so wait a little for it.
@@ -538,6 +656,7 @@ void Supervisor::Wait(const std::shared_ptr<JobRec>& job) {
   if (job->reader) last = job->reader->Read();
   unlink(job->page_path.c_str());  // the mapping stays readable
   unlink(ProcessRecordPath(job->job_id, job->pid).c_str());
+  unlink((JobDir(job->job_id) + "/spec." + std::to_string(job->pid)).c_str());
   ExitRecord rec;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -554,6 +554,130 @@ TEST_F(SupervisorTest, ProcessesAnEarlierRunLeftAreKilled) {
   EXPECT_TRUE(next.KillLeftovers().empty());
 }
 
+// An agent killed leaves its jobs running under their shims. The next
+// agent on the same work dir takes them back: a library job trains on
+// without losing a mini-batch, and is suspended, resumed and reaped as one
+// it started; a job that ended while no agent ran has its exit recorded
+// from the shim's exit file; a job started without the shim is killed.
+TEST_F(SupervisorTest, JobsAnEarlierRunLeftAreTakenBack) {
+  SupervisorOptions o = Options();
+  ASSERT_FALSE(Supervisor(o).job_shim().empty()) << "gandiva-job-shim built";
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t agent = fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {  // the earlier run, which dies with its jobs running
+    close(fds[0]);
+    pid_t pids[3] = {-1, -1, -1};
+    {
+      auto* sup = new Supervisor(o);  // never destroyed: as after SIGKILL
+      auto a = sup->Start(
+          Job(7, std::string(GANDIVA_AGENT_TEST_JOB) + " 1000000 5 --state"));
+      auto b = sup->Start(Job(8, "sleep 0.5; exit 3"));
+      SupervisorOptions bare = o;
+      bare.job_shim = "none";
+      bare.reap_orphans = false;
+      auto* old = new Supervisor(bare);
+      auto c = old->Start(Job(9, "sleep 1000"));
+      if (a.ok()) pids[0] = a->pid;
+      if (b.ok()) pids[1] = b->pid;
+      if (c.ok()) pids[2] = c->pid;
+      // Job 7 has trained a while.
+      while (a.ok() && sup->Job(7).ok() && sup->Job(7)->minibatches < 20) {
+        usleep(1000);
+      }
+    }
+    (void)!write(fds[1], pids, sizeof pids);
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t pids[3] = {-1, -1, -1};
+  ASSERT_EQ(read(fds[0], pids, sizeof pids), static_cast<ssize_t>(sizeof pids));
+  close(fds[0]);
+  ASSERT_EQ(waitpid(agent, nullptr, 0), agent);
+  for (pid_t p : pids) ASSERT_GT(p, 0);
+  // Job 8 ends while no agent runs: its shim writes the exit file, then
+  // ends too.
+  auto exit_file_of_8 = [&] {
+    for (const auto& f :
+         std::filesystem::directory_iterator(dir_.path() + "/jobs/8")) {
+      if (f.path().filename().string().rfind("exit.", 0) == 0 &&
+          f.path().extension() != ".tmp") {
+        return true;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(WaitUntil(exit_file_of_8, 10s));
+  std::this_thread::sleep_for(300ms);
+
+  Supervisor next(o);
+  const Supervisor::TakenBack back = next.TakeBackLeftovers();
+  EXPECT_EQ(back.adopted, std::vector<int64_t>{7});
+  EXPECT_EQ(back.ended, std::vector<int64_t>{8});
+  EXPECT_EQ(back.killed, std::vector<int64_t>{9});
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGroupMembers(pids[2]).empty(); }));
+
+  // Job 8's exit, from the shim's file.
+  std::vector<ExitRecord> exits = next.PendingExits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].job_id, 8);
+  EXPECT_EQ(exits[0].exit_code, 3);
+
+  // Job 7 runs on in its own process, its count going on from where it was.
+  auto v = next.Job(7);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->pid, pids[0]);
+  EXPECT_EQ(v->state, RunState::kRunning);
+  EXPECT_TRUE(v->uses_library);
+  const uint64_t before = v->minibatches;
+  EXPECT_GE(before, 20u);
+  ASSERT_TRUE(WaitUntil([&] { return next.Job(7)->minibatches > before; }));
+  auto suspended = next.Suspend(7);
+  ASSERT_TRUE(suspended.ok()) << suspended.status().message();
+  EXPECT_TRUE(suspended->at_boundary);
+  ASSERT_TRUE(next.Resume(7).ok());
+  // A checkpoint, as for a migration: the library saves and exits.
+  auto saved = next.Checkpoint(7);
+  ASSERT_TRUE(saved.ok()) << saved.status().message();
+  EXPECT_EQ(saved->method, "library");
+  EXPECT_GT(saved->minibatches, static_cast<int64_t>(before));
+  const JobView done = Finish(next, 7);
+  EXPECT_EQ(done.exit_code, GANDIVA_EXIT_MIGRATE);
+  EXPECT_FALSE(next.HeldCheckpoint(7).empty());
+  EXPECT_EQ(ReadFile(next.HeldCheckpoint(7) + "/state"),
+            "minibatches " + std::to_string(saved->minibatches) + "\n");
+  // Nothing left behind: no record, no exit file, nothing to take back.
+  for (const auto& f :
+       std::filesystem::directory_iterator(dir_.path() + "/jobs/7")) {
+    const std::string name = f.path().filename().string();
+    EXPECT_TRUE(name.rfind("process.", 0) != 0 && name.rfind("exit.", 0) != 0)
+        << name;
+  }
+  const Supervisor::TakenBack again = next.TakeBackLeftovers();
+  EXPECT_TRUE(again.adopted.empty() && again.ended.empty() &&
+              again.killed.empty());
+}
+
+// A job taken back ends by itself: its exit code comes from the shim.
+TEST_F(SupervisorTest, AJobTakenBackEndsWithItsOwnExitCode) {
+  SupervisorOptions o = Options();
+  const pid_t agent = fork();
+  ASSERT_GE(agent, 0);
+  if (agent == 0) {
+    auto* sup = new Supervisor(o);  // never destroyed: as after SIGKILL
+    _exit(sup->Start(Job(5, "sleep 3; exit 4")).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(agent, &status, 0), agent);
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  Supervisor next(o);
+  EXPECT_EQ(next.TakeBackLeftovers().adopted, std::vector<int64_t>{5});
+  EXPECT_EQ(Finish(next, 5).exit_code, 4);
+  ASSERT_EQ(next.PendingExits().size(), 1u);
+  EXPECT_EQ(next.PendingExits()[0].exit_code, 4);
+}
+
 // The record lives exactly as long as the job's process.
 TEST_F(SupervisorTest, AJobsProcessRecordGoesWithIt) {
   Supervisor sup(Options());
@@ -784,6 +908,40 @@ TEST_F(SupervisorTest, CheckpointForStopSavesTheJobsThatCan) {
   EXPECT_EQ(flags,
             (std::map<int64_t, std::pair<bool, bool>>{
                 {1, {true, false}}, {2, {false, true}}, {3, {false, true}}}));
+}
+
+// A job moved here (a warm start) that has restored its checkpoint trains
+// as any job: a stop saves it too, from where it has got to, rather than
+// killing it (and `gandiva down` after `gandiva migrate` loses nothing).
+TEST_F(SupervisorTest, CheckpointForStopSavesAJobMovedHereOnceItRestored) {
+  SupervisorOptions o = Options();
+  o.checkpoint_root = dir_.path() + "/ckpt";
+  Supervisor sup(o);
+  StartParams warm =
+      Job(5, std::string(GANDIVA_AGENT_TEST_JOB) + " 1000000 5 --state");
+  warm.warm = true;
+  ASSERT_TRUE(sup.Start(warm).ok());
+  auto restored = sup.AwaitRestore(5, /*await_first_minibatch=*/true, 30s, [&] {
+    const std::string in = sup.IncomingDir(5);
+    std::ofstream(in + "/state") << "minibatches 40\n";
+    std::ofstream(in + "/" GANDIVA_RESUME_READY_FILE);
+    return core::Status::Ok();
+  });
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return sup.Job(5)->minibatches > 45; }));
+
+  std::vector<std::string> failures;
+  EXPECT_EQ(sup.CheckpointForStop(10s, &failures), std::vector<int64_t>{5});
+  EXPECT_TRUE(failures.empty()) << failures[0];
+  const JobView done = Finish(sup, 5);
+  EXPECT_EQ(done.exit_code, GANDIVA_EXIT_MIGRATE);
+  unsigned long long n = 0;
+  ASSERT_EQ(std::sscanf(ReadFile(sup.HeldCheckpoint(5) + "/state").c_str(),
+                        "minibatches %llu", &n),
+            1);
+  EXPECT_GT(n, 45u);
+  ASSERT_EQ(sup.PendingExits().size(), 1u);
+  EXPECT_TRUE(sup.PendingExits()[0].checkpoint_kept);
 }
 
 // Where CRIU works, a stop with it saves a job that has neither the
