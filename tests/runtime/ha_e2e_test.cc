@@ -48,15 +48,15 @@ class HaE2eTest : public ::testing::Test {
     return dir_ / ("scheduler-" + std::to_string(i) + "-" +
                    std::to_string(start) + ".log");
   }
-  void StartDaemon(int i) {
+  void StartDaemon(int i, const std::string& lease_ttl_s = "2") {
     std::error_code ec;
     fs::remove(AddrFile(i), ec);
     ++starts_[i];
     daemon_[i] = Process::Start(
         {GANDIVA_SCHEDULER_BIN, "--listen", address_[i], "--address-file",
          AddrFile(i).string(), "--etcd", etcd_->endpoint(), "--etcd-prefix",
-         "/e2e/", "--lease-ttl-s", "2", "--policy", "gandiva", "--quantum-s",
-         "2", "--tick-ms", "200", "--profile-interval-s", "0.2"},
+         "/e2e/", "--lease-ttl-s", lease_ttl_s, "--policy", "gandiva",
+         "--quantum-s", "2", "--tick-ms", "200", "--profile-interval-s", "0.2"},
         Log(i, starts_[i]));
     ASSERT_NE(daemon_[i], nullptr);
   }
@@ -238,6 +238,143 @@ TEST_F(HaE2eTest, AStandbyTakesOverRunningJobsWhenTheLeaderIsKilled) {
   a = Stub(0);
   EXPECT_EQ(Job(*a, id).state(), rpc::KILLED);
   EXPECT_EQ(Job(*a, id + 1).state(), rpc::FINISHED);
+}
+
+// etcd restarted four times (killed, then started again on its data after
+// 0.5 to 3 s), as an upgrade or a crash of etcd would: the leader pauses
+// while etcd is away and leads on when it is back (etcd keeps its lease), the
+// standby stays a standby, the running job trains on in its process, and
+// the CLI is answered, a submission included, soon after each restart.
+TEST_F(HaE2eTest, BothDaemonsRideOutEtcdRestarts) {
+  if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  StartDaemon(0, "5");  // the default TTL
+  ASSERT_TRUE(WaitUntil([&] { return Serving(0); }, 60s)) << Logs();
+  StartDaemon(1, "5");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Slurp(Log(1, 1)).find("standby: ") != std::string::npos; },
+      30s))
+      << Logs();
+  fs::create_directories(dir_ / "agent");
+  agent_ = Process::Start(
+      {GANDIVA_AGENT_BIN, "--scheduler", address_[0] + "," + address_[1],
+       "--listen", "127.0.0.1:0", "--name", "agent-0", "--virtual-gpus", "2",
+       "--virtual-only", "--work-dir", (dir_ / "agent").string(),
+       "--checkpoint-dir", (dir_ / "agent" / "checkpoints").string(),
+       "--report-interval-ms", "200"},
+      dir_ / "agent.log");
+  ASSERT_NE(agent_, nullptr);
+  auto a = Stub(0);
+  ASSERT_TRUE(WaitUntil([&] { return ServersUp(*a) == 1; }, 60s)) << Logs();
+  std::string out;
+  const fs::path yaml = dir_ / "long.yaml";
+  {
+    std::ofstream f(yaml);
+    f << "name: long\ncommand: " << GANDIVA_PYTHON << " "
+      << GANDIVA_EXAMPLES_DIR
+      << "/train_cnn.py --steps 100000 --seed 1 --min-step-ms 20\n"
+      << "gpus: 1\nworkdir: " << dir_.string()
+      << "\nenv:\n  PYTHONPATH: " << GANDIVA_PYTHON_DIR
+      << "\n  GANDIVA_CLIENT_LIB: " << GANDIVA_CLIENT_LIB
+      << "\n  OMP_NUM_THREADS: \"1\"\n";
+  }
+  ASSERT_EQ(Cli({"submit", yaml.string()}, &out), 0) << out;
+  const int64_t id = std::stoll(out);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Job(*a, id).progress().minibatches() >= 20; }, 120s))
+      << Logs();
+
+  const fs::path quick = dir_ / "quick.yaml";
+  { std::ofstream(quick) << "name: quick\ncommand: \"true\"\ngpus: 1\n"; }
+  for (const auto outage : {500ms, 1000ms, 2000ms, 3000ms}) {
+    const int64_t before = Job(*a, id).progress().minibatches();
+    etcd_->Kill();
+    std::this_thread::sleep_for(outage);
+    const auto t0 = Clock::now();
+    std::string error;
+    ASSERT_TRUE(etcd_->Restart(&error)) << error;
+    const double etcd_s =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    // A submission is logged in etcd: answered once the leader leads on.
+    int status = -1;
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          status = Cli({"submit", quick.string()}, &out);
+          return status == 0;
+        },
+        60s, 200ms))
+        << out << Logs();
+    const double answered_s =
+        std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf(
+        "etcd down %.1f s, then started again (serving after %.1f s): a "
+        "submission answered %.1f s after the start\n",
+        std::chrono::duration<double>(outage).count(), etcd_s, answered_s);
+    std::fflush(stdout);
+    EXPECT_LT(answered_s, 10.0) << Logs();
+    ASSERT_TRUE(WaitUntil(
+        [&] { return Job(*a, id).progress().minibatches() > before + 10; },
+        60s))
+        << Logs();
+  }
+  // Both alive, the leader still the first: no change of leader.
+  EXPECT_TRUE(daemon_[0]->Alive()) << Logs();
+  EXPECT_TRUE(daemon_[1]->Alive()) << Logs();
+  EXPECT_TRUE(Serving(0));
+  EXPECT_FALSE(Serving(1)) << Logs();
+  // The longer outages paused it, and it led on each time.
+  const std::string log = Slurp(Log(0, 1));
+  EXPECT_EQ(log.find("lost the lead"), std::string::npos) << Logs();
+  EXPECT_GE(CountLines(log, "paused: the etcd lease could not be renewed"), 1)
+      << log;
+  EXPECT_EQ(CountLines(log, "paused: "),
+            CountLines(log, "the lease held: leading on"))
+      << log;
+  const rpc::JobInfo j = Job(*a, id);
+  EXPECT_EQ(j.state(), rpc::RUNNING);
+  int starts = 0;
+  for (const auto& h : j.history()) starts += h.action() == "start";
+  EXPECT_EQ(starts, 1);
+}
+
+// A leader whose lease lapsed (revoked here, as etcd does to the lease of a
+// daemon cut off past its TTL) stops serving and stands by, alive; when the
+// daemon that took over stops, it leads again and serves, in the same
+// process.
+TEST_F(HaE2eTest, ADaemonThatLostTheLeadStandsByAndLeadsAgain) {
+  StartDaemon(0);
+  ASSERT_TRUE(WaitUntil([&] { return Serving(0); }, 60s)) << Logs();
+  StartDaemon(1);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Slurp(Log(1, 1)).find("standby: ") != std::string::npos; },
+      30s))
+      << Logs();
+  etcdserverpb::RangeRequest r;
+  r.set_key("/e2e/leader");
+  auto held = etcd_->Client()->Range(r);
+  ASSERT_TRUE(held.ok() && held->kvs_size() == 1);
+  ASSERT_TRUE(etcd_->Client()->LeaseRevoke(held->kvs(0).lease()).ok());
+
+  ASSERT_TRUE(WaitUntil([&] { return Serving(1); }, 30s)) << Logs();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string log = Slurp(Log(0, 1));
+        return log.find("lost the lead") != std::string::npos &&
+               CountLines(log, "campaigning to lead") == 2 &&
+               log.find("standby: ", log.find("lost the lead")) !=
+                   std::string::npos;
+      },
+      30s))
+      << Logs();
+  EXPECT_TRUE(daemon_[0]->Alive());
+
+  daemon_[1]->Signal(SIGTERM);
+  ASSERT_TRUE(daemon_[1]->Wait(30s)) << Logs();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return CountLines(Slurp(Log(0, 1)), "serving on ") == 2; }, 30s))
+      << Logs();
+  std::string out;
+  ASSERT_EQ(Cli({"ls"}, &out), 0) << out << Logs();
+  EXPECT_TRUE(daemon_[0]->Alive());
 }
 
 }  // namespace

@@ -84,6 +84,24 @@ class EtcdForTest {
     if (!keep_dir_) std::filesystem::remove_all(dir_, ec);
   }
 
+  // Kills etcd (SIGKILL), keeping its data: an outage until Restart.
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // Kills etcd if it runs, and starts it again on the same ports and data
+  // (its keys and leases kept). False, with the reason in *error, when it
+  // does not serve again.
+  bool Restart(std::string* error) {
+    Kill();
+    bool exited = false;
+    Run(error, &exited);
+    if (exited && error->empty()) *error = "etcd exited at its restart";
+    return error->empty();
+  }
+
   // HOST:PORT of its client URL.
   const std::string& endpoint() const { return endpoint_; }
 
@@ -115,17 +133,27 @@ class EtcdForTest {
     int client = FreeLoopbackPort(), peer = FreeLoopbackPort();
     while (peer == client) peer = FreeLoopbackPort();
     endpoint_ = "127.0.0.1:" + std::to_string(client);
-    const std::string c = (tls.empty() ? "http://" : "https://") + endpoint_;
-    const std::string p = "http://127.0.0.1:" + std::to_string(peer);
+    client_url_ = (tls.empty() ? "http://" : "https://") + endpoint_;
+    peer_url_ = "http://127.0.0.1:" + std::to_string(peer);
+    bin_ = bin;
+    extra_ = extra;
+    return Run(error, exited);
+  }
+
+  // Runs etcd on the ports and data directory chosen, and waits until it
+  // serves (see Launch).
+  std::string Run(std::string* error, bool* exited) {
+    const std::string& c = client_url_;
+    const std::string& p = peer_url_;
     const std::string log = (dir_ / "etcd.log").string();
     pid_ = ::fork();
     if (pid_ == 0) {
-      FILE* f = std::freopen(log.c_str(), "w", stderr);
+      FILE* f = std::freopen(log.c_str(), "a", stderr);
       (void)f;
       (void)std::freopen("/dev/null", "w", stdout);
       const std::string data = (dir_ / "data").string();
       std::vector<std::string> args = {
-          bin,      "--name",
+          bin_,     "--name",
           "t",      "--data-dir",
           data,     "--listen-client-urls",
           c,        "--advertise-client-urls",
@@ -135,16 +163,16 @@ class EtcdForTest {
           "t=" + p, "--log-level",
           "warn",   "--logger",
           "zap"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      if (!tls.empty()) {
+      args.insert(args.end(), extra_.begin(), extra_.end());
+      if (!tls_.empty()) {
         args.insert(args.end(),
-                    {"--cert-file", tls.cert, "--key-file", tls.key,
-                     "--trusted-ca-file", tls.ca, "--client-cert-auth"});
+                    {"--cert-file", tls_.cert, "--key-file", tls_.key,
+                     "--trusted-ca-file", tls_.ca, "--client-cert-auth"});
       }
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
+      ::execv(bin_.c_str(), argv.data());
       ::_exit(127);
     }
     *error = "";
@@ -171,6 +199,8 @@ class EtcdForTest {
 
   std::filesystem::path dir_;
   std::string endpoint_;
+  std::string client_url_, peer_url_, bin_;
+  std::vector<std::string> extra_;
   TlsFiles tls_;
   pid_t pid_ = -1;
   bool keep_dir_ = false;

@@ -84,6 +84,9 @@ core::Status Leadership::Campaign(
       if (rep.ok() && rep->succeeded()) {
         std::lock_guard lock(mu_);
         leading_ = true;
+        paused_ = false;
+        lost_why_.clear();
+        lost_reported_ = false;
         fence_ = rep->header().revision();
         renewed_ = Clock::now();
         return core::Status::Ok();
@@ -113,10 +116,28 @@ void Leadership::Cancel() {
 
 void Leadership::OnLost(std::function<void(const std::string&)> f) {
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    WaitForCallbacks(lock);
     on_lost_ = std::move(f);
   }
   cv_.notify_all();
+}
+
+void Leadership::WaitForCallbacks(std::unique_lock<std::mutex>& lock) {
+  if (std::this_thread::get_id() == renewer_.get_id()) return;
+  cv_.wait(lock, [&] { return !calling_; });
+}
+
+void Leadership::OnPause(
+    std::function<void(bool paused, const std::string&)> f) {
+  std::unique_lock lock(mu_);
+  WaitForCallbacks(lock);
+  on_pause_ = std::move(f);
+}
+
+bool Leadership::paused() const {
+  std::lock_guard lock(mu_);
+  return paused_;
 }
 
 void Leadership::MarkLost(const std::string& why) {
@@ -124,6 +145,7 @@ void Leadership::MarkLost(const std::string& why) {
     std::lock_guard lock(mu_);
     if (!leading_) return;
     leading_ = false;
+    paused_ = false;
     lost_why_ = why;
   }
   cv_.notify_all();
@@ -160,40 +182,50 @@ core::StatusOr<std::string> Leadership::Leader() {
 
 void Leadership::RenewLoop() {
   const auto every = std::chrono::milliseconds(opts_.ttl_s * 1000 / 3);
-  // Stop leading before etcd can let a standby in: at 2/3 of the TTL
-  // without a renewal. etcd's lease runs from when it handled the last
-  // renewal, before `renewed_`: the margin is a third of the TTL less one
-  // network delay.
+  // Pause before etcd can let a standby in: at 2/3 of the TTL without a
+  // renewal. etcd's lease runs from when it handled the last renewal,
+  // before `renewed_`: the margin is a third of the TTL less one network
+  // delay.
   const auto give_up = std::chrono::milliseconds(opts_.ttl_s * 2000 / 3);
+  // While paused: how often to try again.
+  const auto retry = std::chrono::milliseconds(250);
   std::unique_lock lock(mu_);
+  // Calls `f` with the lock released.
+  auto tell = [&](const auto& f, auto... args) {
+    if (!f) return;
+    auto copy = f;
+    calling_ = true;
+    lock.unlock();
+    copy(args...);
+    lock.lock();
+    calling_ = false;
+    cv_.notify_all();
+  };
   for (;;) {
     // Renew every third of the TTL; while renewals fail, up to the moment
-    // of giving up (a failed call does not delay it).
-    auto wake = Clock::now() + every;
-    if (leading_) wake = std::min(wake, renewed_ + give_up);
+    // of pausing (a failed call does not delay it); while paused, often.
+    auto wake = Clock::now() + (paused_ ? retry : every);
+    if (leading_ && !paused_) wake = std::min(wake, renewed_ + give_up);
     cv_.wait_until(lock, wake, [&] {
       return stop_ || (!lost_why_.empty() && on_lost_ && !lost_reported_);
     });
     if (stop_) return;
     if (!lost_why_.empty() && on_lost_ && !lost_reported_) {
       lost_reported_ = true;
-      auto f = on_lost_;
-      const std::string why = lost_why_;
-      lock.unlock();
-      f(why);
-      lock.lock();
+      tell(on_lost_, lost_why_);
       continue;
     }
     const int64_t lease = lease_;
     if (lease == 0) continue;
     const auto now = Clock::now();
     auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(every);
-    if (leading_) {
+    if (leading_ && !paused_) {
       if (now >= renewed_ + give_up) {
-        leading_ = false;
-        lost_why_ = "the etcd lease could not be renewed for " +
-                    std::to_string(give_up.count()) + " ms (" + last_error_ +
-                    ")";
+        paused_ = true;
+        tell(on_pause_, true,
+             "the etcd lease could not be renewed for " +
+                 std::to_string(give_up.count()) + " ms (" + last_error_ +
+                 "): handling nothing until etcd answers");
         continue;
       }
       timeout = std::min(timeout,
@@ -206,16 +238,24 @@ void Leadership::RenewLoop() {
     if (lease_ != lease) continue;  // resigned meanwhile
     if (ttl.ok() && *ttl > 0) {
       renewed_ = Clock::now();
+      if (paused_ && leading_) {
+        paused_ = false;
+        tell(on_pause_, false,
+             "etcd answers again and the lease held: leading on");
+      }
       continue;
     }
     if (!ttl.ok()) {
       last_error_ = ttl.status().message();
-      continue;  // tried again soon; given up at renewed_ + give_up
+      continue;  // tried again soon
     }
     lease_ = 0;  // etcd says it is gone; a campaign grants a new one
     if (leading_) {
       leading_ = false;
-      lost_why_ = "the etcd lease expired";
+      lost_why_ = paused_ ? "the etcd lease expired while etcd could not be "
+                            "reached"
+                          : "the etcd lease expired";
+      paused_ = false;
     }
   }
 }

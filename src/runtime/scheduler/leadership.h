@@ -11,10 +11,18 @@
 // Fencing: every write of the leader's store (etcd_store.h) is a
 // transaction conditioned on the leader key still being the one this
 // daemon created (its create revision). A daemon that lost the lead (its
-// lease lapsed while it was paused or cut off) cannot write. It also stops
-// itself: when a renewal has not succeeded for two thirds of the TTL, or a
-// fenced write is refused, OnLost's callback runs, before etcd lets a
-// standby take over.
+// lease lapsed while it was paused or cut off) cannot write.
+//
+// Pausing: when a renewal has not succeeded for two thirds of the TTL (etcd
+// restarts, or this daemon is cut off from it), the leader pauses before
+// etcd could let a standby take over: OnPause's callback runs, and the
+// daemon handles nothing (its log cannot be written; it waits). It renews
+// every quarter second meanwhile. When etcd answers again, either the
+// lease held (etcd was down for everyone, or a restart refreshed it): the
+// pause ends and it leads on, with no change of leader; or the lease
+// lapsed: the lead is lost, and OnLost's callback runs, as it does when a
+// fenced write is refused. Campaign may then be called again: a daemon
+// that lost the lead stands by.
 //
 // Thread-safe.
 #pragma once
@@ -55,8 +63,14 @@ class Leadership {
 
   // Runs `f` once, on the renewal thread, when a lead held is lost (see
   // above), with the reason. Set it before Campaign returns, or right
-  // after.
+  // after. Setting it (or OnPause's) waits for a callback under way, so
+  // that what the old one uses may go once it returns.
   void OnLost(std::function<void(const std::string&)> f);
+  // Runs `f(true, why)` on the renewal thread when the leader pauses (see
+  // above) and `f(false, what)` when it leads on after a pause.
+  void OnPause(std::function<void(bool paused, const std::string&)> f);
+  // Paused: leading, but unable to renew the lease (see above).
+  bool paused() const;
   // A fenced write was refused: the lead is lost.
   void MarkLost(const std::string& why);
   bool leading() const;
@@ -78,6 +92,8 @@ class Leadership {
  private:
   Leadership() = default;
   void RenewLoop();
+  // Waits until no callback runs (unless called from one). `lock` holds mu_.
+  void WaitForCallbacks(std::unique_lock<std::mutex>& lock);
 
   std::shared_ptr<EtcdClient> client_;
   Options opts_;
@@ -96,6 +112,9 @@ class Leadership {
   std::string lost_why_;    // set: lost, callback due
   bool lost_reported_ = false;
   std::function<void(const std::string&)> on_lost_;
+  bool paused_ = false;
+  std::function<void(bool, const std::string&)> on_pause_;
+  bool calling_ = false;  // a callback runs (with mu_ released)
 };
 
 }  // namespace gandiva::runtime

@@ -321,49 +321,71 @@ int main(int argc, char** argv) {
     if (!l.ok()) return fail(l.status());
     lead = *l;
     OnStop([lead] { lead->Cancel(); });
-    std::fprintf(stderr,
-                 "gandiva-scheduler: campaigning to lead etcd prefix '%s' at "
-                 "%s\n",
-                 lead_opts.prefix.c_str(), etcd.c_str());
-    const gandiva::core::Status won =
-        lead->Campaign([](const std::string& note) {
-          std::fprintf(stderr, "gandiva-scheduler: %s\n", note.c_str());
-        });
-    if (!won.ok()) return 0;  // stopped by a signal while standing by
-    std::fprintf(stderr, "gandiva-scheduler: leading etcd prefix '%s'\n",
-                 lead_opts.prefix.c_str());
-    o.leadership = lead;
-  }
-
-  auto server = gandiva::runtime::SchedulerServer::Start(o);
-  if (!server.ok()) {
-    if (lead) lead->Resign();
-    return fail(server.status());
-  }
-  std::fprintf(stderr, "gandiva-scheduler: serving on %s (policy %s, %s)\n",
-               (*server)->address().c_str(), (*server)->policy().c_str(),
-               lead ? ("etcd prefix '" + lead_opts.prefix + "'").c_str()
-                    : ("db " + o.db_path).c_str());
-  gandiva::runtime::SchedulerServer* raw = server->get();
-  OnStop([raw] { raw->Shutdown(); });
-  std::atomic<bool> lost{false};
-  if (lead) {
-    lead->OnLost([raw, &lost](const std::string& why) {
-      std::fprintf(stderr,
-                   "gandiva-scheduler: lost the lead (%s); stopping: a "
-                   "standby takes over\n",
-                   why.c_str());
-      lost = true;
-      raw->Shutdown();
+    lead->OnPause([](bool paused, const std::string& why) {
+      std::fprintf(stderr, "gandiva-scheduler: %s%s\n",
+                   paused ? "paused: " : "", why.c_str());
     });
   }
-  (*server)->Wait();
-  OnStop(nullptr);
-  if (lead) {
-    lead->StopRenewing();
-    // A clean stop hands over at once; after a lost lead there is nothing
-    // to hand.
-    if (!lost) lead->Resign();
+
+  // Without etcd: serve once. With it: campaign, lead until the lead is
+  // lost, then stand by again, until a signal stops it.
+  for (;;) {
+    if (lead) {
+      std::fprintf(stderr,
+                   "gandiva-scheduler: campaigning to lead etcd prefix '%s' "
+                   "at %s\n",
+                   lead_opts.prefix.c_str(), etcd.c_str());
+      const gandiva::core::Status won =
+          lead->Campaign([](const std::string& note) {
+            std::fprintf(stderr, "gandiva-scheduler: %s\n", note.c_str());
+          });
+      if (!won.ok()) return 0;  // stopped by a signal while standing by
+      std::fprintf(stderr, "gandiva-scheduler: leading etcd prefix '%s'\n",
+                   lead_opts.prefix.c_str());
+      o.leadership = lead;
+    }
+
+    auto server = gandiva::runtime::SchedulerServer::Start(o);
+    if (!server.ok()) {
+      if (lead) lead->Resign();
+      return fail(server.status());
+    }
+    std::fprintf(stderr, "gandiva-scheduler: serving on %s (policy %s, %s)\n",
+                 (*server)->address().c_str(), (*server)->policy().c_str(),
+                 lead ? ("etcd prefix '" + lead_opts.prefix + "'").c_str()
+                      : ("db " + o.db_path).c_str());
+    gandiva::runtime::SchedulerServer* raw = server->get();
+    std::atomic<bool> stopping{false};
+    OnStop([raw, &stopping, lead] {
+      stopping = true;
+      if (lead) lead->Cancel();
+      raw->Shutdown();
+    });
+    std::atomic<bool> lost{false};
+    if (lead) {
+      lead->OnLost([raw, &lost](const std::string& why) {
+        std::fprintf(stderr,
+                     "gandiva-scheduler: lost the lead (%s); stopping "
+                     "serving: a standby takes over, and this daemon stands "
+                     "by\n",
+                     why.c_str());
+        lost = true;
+        raw->Shutdown();
+      });
+    }
+    (*server)->Wait();
+    OnStop(lead ? std::function<void()>([lead] { lead->Cancel(); })
+                : std::function<void()>());
+    if (lead) {
+      lead->OnLost(nullptr);
+      // A clean stop hands over at once; after a lost lead there is nothing
+      // to hand.
+      if (!lost) lead->Resign();
+    }
+    server->reset();
+    if (!lead || !lost || stopping) {
+      if (lead) lead->StopRenewing();
+      return 0;
+    }
   }
-  return lost ? 3 : 0;
 }
