@@ -2,6 +2,7 @@
 
 #include <pwd.h>
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -191,6 +193,46 @@ core::Status CheckQuotes(const std::string& text, const YAML::Node& node,
   return core::InvalidArgument(Where(path, node) + ": not valid YAML: the " +
                                (quote == '"' ? "double" : "single") +
                                " quote opened here is never closed");
+}
+
+// yaml-cpp 0.7's LoadAll never returns on a document that starts where no
+// node may (a stray ',', jbeder/yaml-cpp#1040): it reads an empty document
+// there again and again, a node more in memory each time. Reading the
+// documents' events first finds that place: the start of a document that
+// starts where the one before it did.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::optional<YAML::Mark> endless;
+
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (last_ && last_->pos == mark.pos) endless = mark;
+    last_ = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  std::optional<YAML::Mark> last_;
+};
+
+// Where YAML::LoadAll(text) would never return, if anywhere; throws what
+// LoadAll would throw.
+std::optional<YAML::Mark> EndlessDocumentAt(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  while (!starts.endless && parser.HandleNextDocument(starts)) {
+  }
+  return starts.endless;
 }
 
 core::StatusOr<rpc::JobSpec> OnlyOne(
@@ -399,6 +441,12 @@ core::StatusOr<std::vector<rpc::JobSpec>> ParseJobSpecs(
   }
   std::vector<YAML::Node> docs;
   try {
+    if (const auto at = EndlessDocumentAt(yaml_text)) {
+      return core::InvalidArgument(
+          path + ":" + std::to_string(at->line + 1) +
+          ": not valid YAML: unexpected character at column " +
+          std::to_string(at->column + 1));
+    }
     for (YAML::Node& d : YAML::LoadAll(yaml_text)) {
       if (!d.IsNull()) docs.push_back(std::move(d));
     }

@@ -122,6 +122,9 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
        "the double quote opened here is never closed"},
       {"command: 'it''s'\nname: 'a\n", "job.yaml:2: not valid YAML"},
       {"", "empty spec"},
+      // Where no value may start (yaml-cpp 0.7 reads no end to it).
+      {", a\n", "job.yaml:1: not valid YAML: unexpected character at column 1"},
+      {"command: x\n---\n  ,\n", "job.yaml:3: not valid YAML"},
       // Duplicate keys, NUL bytes, bad UTF-8, and the checks the daemon
       // makes too (config::CheckJobSpec).
       {"command: x\ngpus: 1\ngpus: 2\n",

@@ -31,6 +31,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -342,8 +343,10 @@ inline bool EndState(int state) {
 }
 
 // The one name an fnmatch pattern matches, if it has no wildcard (`\`
-// quotes the next character); none for an empty pattern.
-inline std::optional<std::string> LiteralPattern(const std::string& pattern) {
+// quotes the next character); none for an empty pattern. Like fnmatch, it
+// reads the pattern up to a NUL byte.
+inline std::optional<std::string> LiteralPattern(const std::string& text) {
+  const std::string_view pattern(text.c_str());
   if (pattern.empty()) return std::nullopt;
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {

@@ -1,7 +1,10 @@
 #include "runtime/scheduler/event_codec.h"
 
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <type_traits>
+#include <utility>
 
 namespace gandiva::runtime {
 
@@ -15,6 +18,27 @@ struct Overloaded : Ts... {
 };
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// An integer field's value: a JSON integer that T holds, else
+// json::type_error (reported as malformed). get<T>() would take a number
+// with a fraction or an exponent, or cut a larger integer short (undefined
+// behaviour for a float past T's range).
+template <class T>
+T Int(const json& j) {
+  using Limits = std::numeric_limits<T>;
+  if (j.is_number_unsigned()) {
+    const auto v = j.get<uint64_t>();
+    if (std::in_range<T>(v)) return static_cast<T>(v);
+  } else if (j.is_number_integer()) {
+    const auto v = j.get<int64_t>();
+    if (std::in_range<T>(v)) return static_cast<T>(v);
+  }
+  throw json::type_error::create(
+      302,
+      "expected an integer from " + std::to_string(Limits::min()) + " to " +
+          std::to_string(Limits::max()) + ", got " + j.dump(),
+      &j);
+}
 
 json SpecToJson(const core::JobSpec& s) {
   return json{
@@ -39,14 +63,14 @@ core::Carrier CarrierFromJson(const json& j) {
 core::JobSpec SpecFromJson(const json& j) {
   core::JobSpec s;
   s.name = j.at("name").get<std::string>();
-  s.gpus = j.at("gpus").get<int>();
-  s.priority = j.at("priority").get<int>();
+  s.gpus = Int<int>(j.at("gpus"));
+  s.priority = Int<int>(j.at("priority"));
   s.owner = j.at("owner").get<std::string>();
   s.group = j.at("group").get<std::string>();
   s.vc = j.at("vc").get<std::string>();
   s.elastic = j.at("elastic").get<bool>();
-  s.total_minibatches = j.at("total_minibatches").get<int64_t>();
-  s.model = j.at("model").get<int32_t>();
+  s.total_minibatches = Int<int64_t>(j.at("total_minibatches"));
+  s.model = Int<int32_t>(j.at("model"));
   // Absent from logs written before it was logged: moves freely, until
   // the daemon learns otherwise (CarrierKnown).
   if (j.contains("carrier")) s.carrier = CarrierFromJson(j.at("carrier"));
@@ -162,22 +186,22 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
   try {
     const json j = json::parse(text);
     const std::string kind = j.at("kind").get<std::string>();
-    auto job = [&] { return core::JobId(j.at("job").get<int32_t>()); };
+    auto job = [&] { return core::JobId(Int<int32_t>(j.at("job"))); };
     auto took = [&] {
-      return core::Duration::Micros(j.at("took_us").get<int64_t>());
+      return core::Duration::Micros(Int<int64_t>(j.at("took_us")));
     };
     if (kind == "JobArrived") {
-      core::JobArrived e(core::JobId(j.at("id").get<int32_t>()),
+      core::JobArrived e(core::JobId(Int<int32_t>(j.at("id"))),
                          SpecFromJson(j.at("spec")));
       if (j.contains("placed_on")) {
         for (const json& g : j.at("placed_on")) {
-          e.placed_on.emplace_back(g.get<int32_t>());
+          e.placed_on.emplace_back(Int<int32_t>(g));
         }
         e.suspended = j.at("suspended").get<bool>();
       }
       if (j.contains("submitted_us")) {
         e.submitted =
-            core::Time::FromMicros(j.at("submitted_us").get<int64_t>());
+            core::Time::FromMicros(Int<int64_t>(j.at("submitted_us")));
       }
       return core::EventBody(std::move(e));
     }
@@ -189,27 +213,27 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       core::ProfileReport p;
       p.job = job();
       p.minibatch_rate = j.at("minibatch_rate").get<double>();
-      p.minibatches = j.at("minibatches").get<int64_t>();
+      p.minibatches = Int<int64_t>(j.at("minibatches"));
       p.gpu_memory_gb = j.at("gpu_memory_gb").get<double>();
       p.gpu_utilization = j.at("gpu_utilization").get<double>();
       return core::EventBody(p);
     }
     if (kind == "ActionDone") {
       return core::EventBody(core::ActionDone{
-          core::ActionId(j.at("action").get<int64_t>()), job(), took()});
+          core::ActionId(Int<int64_t>(j.at("action"))), job(), took()});
     }
     if (kind == "ActionFailed") {
       return core::EventBody(core::ActionFailed{
-          core::ActionId(j.at("action").get<int64_t>()), job(), took(),
+          core::ActionId(Int<int64_t>(j.at("action"))), job(), took(),
           j.at("reason").get<std::string>(), j.value("permanent", false)});
     }
     if (kind == "ServerUp") {
       core::ServerUp e;
-      e.id = core::ServerId(j.at("id").get<int32_t>());
+      e.id = core::ServerId(Int<int32_t>(j.at("id")));
       e.spec.name = j.at("name").get<std::string>();
-      e.spec.gpus = j.at("gpus").get<int>();
-      e.spec.sockets = j.at("sockets").get<int>();
-      e.spec.switches_per_socket = j.at("switches_per_socket").get<int>();
+      e.spec.gpus = Int<int>(j.at("gpus"));
+      e.spec.sockets = Int<int>(j.at("sockets"));
+      e.spec.switches_per_socket = Int<int>(j.at("switches_per_socket"));
       // Absent from logs written before servers reported it: unknown.
       e.spec.gpu_memory_gb = j.value("gpu_memory_gb", 0.0);
       // Absent from logs written before it was logged: usable.
@@ -219,7 +243,7 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
     }
     if (kind == "ServerDown") {
       return core::EventBody(
-          core::ServerDown{core::ServerId(j.at("id").get<int32_t>())});
+          core::ServerDown{core::ServerId(Int<int32_t>(j.at("id")))});
     }
     if (kind == "Tick") return core::EventBody(core::Tick{});
     if (kind == "KillRequest") {
@@ -228,7 +252,7 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
     }
     if (kind == "PriorityRequest") {
       return core::EventBody(
-          core::PriorityRequest{job(), j.at("priority").get<int>()});
+          core::PriorityRequest{job(), Int<int>(j.at("priority"))});
     }
     if (kind == "HoldRequest") {
       return core::EventBody(
@@ -249,26 +273,26 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       if (!known) {
         return core::InvalidArgument("event: unknown mechanism '" + mech + "'");
       }
-      m.server = core::ServerId(j.at("server").get<int32_t>());
-      m.with = core::JobId(j.at("with").get<int32_t>());
-      m.gpus = j.at("gpus").get<int>();
+      m.server = core::ServerId(Int<int32_t>(j.at("server")));
+      m.with = core::JobId(Int<int32_t>(j.at("with")));
+      m.gpus = Int<int>(j.at("gpus"));
       return core::EventBody(m);
     }
     if (kind == "JobFound") {
       core::JobFound e{job(), {}, j.at("suspended").get<bool>()};
       for (const json& g : j.at("placed_on")) {
-        e.placed_on.emplace_back(g.get<int32_t>());
+        e.placed_on.emplace_back(Int<int32_t>(g));
       }
       return core::EventBody(std::move(e));
     }
     if (kind == "CordonRequest") {
       return core::EventBody(
-          core::CordonRequest{core::ServerId(j.at("server").get<int32_t>()),
+          core::CordonRequest{core::ServerId(Int<int32_t>(j.at("server"))),
                               j.at("cordon").get<bool>()});
     }
     if (kind == "DrainRequest") {
       return core::EventBody(
-          core::DrainRequest{core::ServerId(j.at("server").get<int32_t>()),
+          core::DrainRequest{core::ServerId(Int<int32_t>(j.at("server"))),
                              j.at("cordon_only").get<bool>()});
     }
     if (kind == "CarrierKnown") {

@@ -4311,8 +4311,10 @@ TEST_F(DaemonTest, EndedJobsBeyondTheKeptOnesAreForgottenAndArchived) {
     }
     r.set_name("j[12]");
     EXPECT_EQ(PagedIds(c, r, 1), (std::vector<int64_t>{ids[1], ids[2]}));
-    // A name without wildcards is looked up by name in the store.
-    for (const char* name : {"j1", "\\j\\1"}) {
+    // A name without wildcards is looked up by name in the store; like
+    // fnmatch, it is read up to a NUL byte.
+    for (const std::string& name :
+         {std::string("j1"), std::string("\\j\\1"), std::string("j1\0x", 4)}) {
       r.set_name(name);
       EXPECT_EQ(PagedIds(c, r, 1), (std::vector<int64_t>{ids[1]})) << name;
     }

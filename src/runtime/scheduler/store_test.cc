@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -1178,6 +1179,35 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_EQ(std::string(EventKindName(core::HoldRequest{})), "HoldRequest");
   EXPECT_FALSE(DecodeEvent("{\"kind\":\"Nope\"}").ok());
   EXPECT_FALSE(DecodeEvent("not json").ok());
+}
+
+// A damaged log: an integer field that holds no integer of its type makes
+// the event malformed; it is neither converted (a float past the type's
+// range was undefined behaviour) nor cut short.
+TEST(EventCodecTest, IntegerFieldsTakeOnlyIntegersTheyHold) {
+  for (const char* job : {"2.5", "1e48", "2222222222222222222222222222222222",
+                          "2147483648", "-2147483649", "\"4\"", "true"}) {
+    const std::string text = std::string("{\"kind\":\"JobFinished\",\"job\":") +
+                             job + ",\"success\":true}";
+    auto e = DecodeEvent(text);
+    ASSERT_FALSE(e.ok()) << text;
+    EXPECT_EQ(e.status().code(), core::StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find("malformed"), std::string::npos)
+        << e.status().ToString();
+  }
+  auto last = DecodeEvent(
+      "{\"kind\":\"JobFinished\",\"job\":2147483647,\"success\":true}");
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  EXPECT_EQ(std::get<core::JobFinished>(*last).job, core::JobId(2147483647));
+  auto took = DecodeEvent(
+      "{\"kind\":\"ActionDone\",\"action\":9223372036854775807,\"job\":-1,"
+      "\"took_us\":-9223372036854775808}");
+  ASSERT_TRUE(took.ok()) << took.status().ToString();
+  EXPECT_EQ(std::get<core::ActionDone>(*took).took.micros(),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_FALSE(DecodeEvent("{\"kind\":\"ActionDone\",\"action\":"
+                           "9223372036854775808,\"job\":1,\"took_us\":0}")
+                   .ok());
 }
 
 }  // namespace

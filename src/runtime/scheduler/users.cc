@@ -49,7 +49,11 @@ core::Status Users::Load(const std::string& json) {
   }
   std::map<std::string, UserRecord> by_name;
   std::unordered_map<std::string, std::string> by_hash;
-  for (const auto& [name, rec] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named, not a structured binding: the lambda below refers to them,
+    // which clang before 16 does not take for bindings.
+    const std::string name = item.key();
+    const nlohmann::json& rec = item.value();
     UserRecord u;
     u.name = name;
     auto field = [&](const char* f) -> core::StatusOr<std::string> {
