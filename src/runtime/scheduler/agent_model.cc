@@ -1,6 +1,7 @@
 #include "runtime/scheduler/agent_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 
@@ -816,6 +817,12 @@ std::optional<AgentModel::ProfilePlan> AgentModel::PlanProfile(
   // A new process (after a move, a restart) has reported no metric yet:
   // the job's last one stands.
   plan.progress = p.progress();
+  // A rate or utilization that is no number, or below 0 (a faulty agent):
+  // unknown, 0. It goes into the event log, which takes finite numbers.
+  auto measured = [](double v) { return std::isfinite(v) && v > 0 ? v : 0.0; };
+  plan.progress.set_minibatch_rate(measured(plan.progress.minibatch_rate()));
+  plan.progress.set_gpu_utilization(
+      std::min(1.0, measured(plan.progress.gpu_utilization())));
   if (plan.progress.metric_reports() == 0) {
     CopyMetric(x->progress, &plan.progress);
   }
@@ -840,11 +847,11 @@ std::optional<AgentModel::ProfilePlan> AgentModel::PlanProfile(
   }
   core::ProfileReport& pr = plan.report.emplace();
   pr.job = JobId(id);
-  pr.minibatch_rate = p.progress().minibatch_rate();
+  pr.minibatch_rate = plan.progress.minibatch_rate();
   pr.minibatches = plan.progress.minibatches();
   pr.gpu_memory_gb = static_cast<double>(p.progress().gpu_memory_bytes()) /
                      (1024.0 * 1024.0 * 1024.0);
-  pr.gpu_utilization = p.progress().gpu_utilization();
+  pr.gpu_utilization = plan.progress.gpu_utilization();
   return plan;
 }
 

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/policies/fifo.h"
 #include "core/test_util.h"
+#include "runtime/scheduler/event_codec.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -613,6 +616,22 @@ TEST_F(AgentModelTest, AProfilesPlanFeedsTheCoreOnAGridOfTheInterval) {
   plan = Model().PlanProfile(here, p, 33'000'000, 10'000'000);
   ASSERT_TRUE(plan && plan->report);
   EXPECT_EQ(plan->profile_due_us, 41'000'000);
+  // What is no number, or below 0, is unknown: 0 (the event log takes
+  // finite numbers only); a utilization is at most 1.
+  for (const double bad : {std::nan(""), HUGE_VAL, -2.0}) {
+    p.mutable_progress()->set_minibatch_rate(bad);
+    p.mutable_progress()->set_gpu_utilization(bad);
+    plan = Model().PlanProfile(here, p, 50'000'000, 0);
+    ASSERT_TRUE(plan && plan->report);
+    EXPECT_EQ(plan->report->minibatch_rate, 0.0) << bad;
+    EXPECT_EQ(plan->report->gpu_utilization, 0.0) << bad;
+    EXPECT_EQ(plan->progress.minibatch_rate(), 0.0) << bad;
+    EXPECT_TRUE(DecodeEvent(EncodeEvent(*plan->report)).ok()) << bad;
+  }
+  p.mutable_progress()->set_gpu_utilization(1.5);
+  EXPECT_EQ(
+      Model().PlanProfile(here, p, 50'000'000, 0)->report->gpu_utilization,
+      1.0);
   // Ended: passed by.
   h_.Send(core::JobFinished{JobId(1), true});
   EXPECT_FALSE(Model().PlanProfile(here, p, 50'000'000, 0));
