@@ -131,8 +131,8 @@ int RunUsage(const UsageFlags& f) {
   } else {
     rows.push_back({"QUEUE", "USER", "GPU-HOURS", "SHARE"});
   }
-  auto share = [total](double s) {
-    return total > 0 ? Fixed(100 * s / total, 1) + "%" : std::string("-");
+  auto share = [total](double seconds) {
+    return total > 0 ? Fixed(100 * seconds / total, 1) + "%" : std::string("-");
   };
   for (const auto& [key, seconds] : order) {
     const std::string queue = key.first.empty() ? "(shared)" : key.first;
