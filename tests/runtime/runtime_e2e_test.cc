@@ -838,5 +838,82 @@ TEST(AgentOutOfReachE2eTest, AJobOfAnAgentPausedForAWhileRunsOnInItsProcess) {
   EXPECT_EQ(jobs.find("(?:"), std::string::npos) << jobs;
 }
 
+// An agent that reaches no daemon (the daemon stalls here: SIGSTOP; a
+// network that parts would do the same) suspends its jobs once its
+// placement lease runs out (half of --agent-timeout-s + --agent-grace-s),
+// well before the daemon may place them elsewhere: no second copy could
+// train beside it. When the daemon is back it resumes the job in its
+// process, which finishes having started once.
+TEST(AgentLeaseE2eTest, AnAgentCutOffSuspendsItsJobsAndTheDaemonResumesThem) {
+  if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+  constexpr int kSteps = 1500;
+  TestCluster c(
+      {.policy = "fifo",
+       .agents = 1,
+       .gpus_per_agent = 1,
+       .scheduler_args = {"--agent-timeout-s", "3", "--agent-grace-s", "17"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  const int64_t id =
+      c.Submit(c.TrainSpec("leased", "cnn", kSteps, 1, 20), &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] { return c.Job(id).progress().minibatches() >= 30; }, seconds(120)))
+      << Describe(c, id) << c.Logs();
+  const std::vector<int> pids = PidsRunning("train_cnn.py");
+  ASSERT_EQ(pids.size(), 1u);
+  auto state = [&] {
+    std::ifstream f("/proc/" + std::to_string(pids[0]) + "/stat");
+    std::string stat;
+    std::getline(f, stat);
+    const size_t at = stat.rfind(')');
+    return at == std::string::npos || at + 2 >= stat.size() ? '?'
+                                                            : stat[at + 2];
+  };
+  const fs::path agent_log = c.agent("agent-0")->log();
+
+  const auto t0 = std::chrono::steady_clock::now();
+  c.scheduler()->Signal(SIGSTOP);
+  const bool suspended = WaitUntil(
+      [&] {
+        return Slurp(agent_log).find(
+                   "past the placement lease (10000 ms): "
+                   "suspended job " +
+                   std::to_string(id)) != std::string::npos;
+      },
+      seconds(30));
+  const double suspended_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  const char while_cut_off = state();
+  c.scheduler()->Signal(SIGCONT);
+  ASSERT_TRUE(suspended) << TailOf(agent_log);
+  EXPECT_EQ(while_cut_off, 'T');
+  // The daemon, hearing the job suspended where it has it running, resumes
+  // it there.
+  ASSERT_TRUE(WaitUntil([&] { return state() != 'T'; }, seconds(30)))
+      << TailOf(agent_log) << c.Logs();
+  std::printf(
+      "placement lease 10 s: the job suspended %.1f s after the daemon "
+      "stopped answering, and resumed when it answered again\n",
+      suspended_s);
+  std::fflush(stdout);
+  EXPECT_NE(Slurp(agent_log).find("daemon reached again"), std::string::npos);
+
+  rpc::JobInfo j;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        j = c.Job(id);
+        return IsEnded(j.state());
+      },
+      seconds(180)))
+      << Describe(c, id) << c.Logs();
+  ExpectFinishedExactlyOnce(c, j, kSteps);
+  EXPECT_EQ(CountLines(c.JobLog(j), ": job "), 1) << c.JobLog(j);
+  EXPECT_EQ(c.History(id, "start").size(), 1u) << Describe(c, id);
+  EXPECT_TRUE(c.History(id, "requeue").empty()) << Describe(c, id);
+  EXPECT_TRUE(c.History(id, "restart").empty()) << Describe(c, id);
+}
+
 }  // namespace
 }  // namespace gandiva::e2e

@@ -107,6 +107,7 @@ grpc::Status DaemonLink::Register() {
   grpc::Status s = scheduler_->RegisterAgent(ctx.get(), req, &reply);
   if (s.ok()) {
     server_id_ = reply.server_id();
+    lease_ = std::chrono::milliseconds(reply.placement_lease_ms());
     registered_ = true;
     ++registrations_;
     log_("registered with " + options_.schedulers[sched_at_] + " as server " +
@@ -249,6 +250,30 @@ void DaemonLink::NoteFailure(const char* call, const grpc::Status& s) {
   was_unreachable_ = true;
 }
 
+void DaemonLink::SuspendForLease(std::chrono::milliseconds unreached) {
+  std::string done, failed;
+  for (const JobView& v : supervisor_.Jobs()) {
+    if (v.state != RunState::kRunning) continue;
+    auto r = supervisor_.Suspend(v.job_id);
+    if (r.ok()) {
+      done += (done.empty() ? "" : ", ") + std::to_string(v.job_id);
+    } else {
+      failed +=
+          "; job " + std::to_string(v.job_id) + ": " + r.status().message();
+    }
+  }
+  log_(
+      "no daemon reached for " + std::to_string(unreached.count() / 1000) +
+      " s, past the placement lease (" + std::to_string(lease_.count()) +
+      " ms): " +
+      (done.empty()
+           ? std::string("no job ran here")
+           : "suspended job" +
+                 std::string(done.find(',') == std::string::npos ? " " : "s ") +
+                 done) +
+      ", before a daemon may place them elsewhere" + failed);
+}
+
 void DaemonLink::ReporterLoop() {
   {
     // The first registration carries the capabilities when they come
@@ -263,13 +288,35 @@ void DaemonLink::ReporterLoop() {
       if (stopping_) return;
       wake_ = false;
     }
+    const auto began = std::chrono::steady_clock::now();
     const bool ok = ReportRound();
     std::chrono::milliseconds wait = options_.report_interval;
     if (ok) {
       backoff = min_backoff;
+      reached_ = began;
+      if (suspended_for_lease_) {
+        suspended_for_lease_ = false;
+        log_(
+            "daemon reached again: it resumes the jobs suspended for the "
+            "placement lease");
+      }
     } else {
+      const auto unreached =
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - reached_);
+      if (lease_.count() > 0 && registrations_ > 0 && !suspended_for_lease_ &&
+          unreached >= lease_) {
+        suspended_for_lease_ = true;
+        SuspendForLease(unreached);
+      }
       wait = backoff;
       backoff = std::min(backoff * 2, options_.max_backoff);
+    }
+    // Not past the lease's end unchecked (a call may take rpc_timeout).
+    if (lease_.count() > 0 && registrations_ > 0 && !suspended_for_lease_) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          reached_ + lease_ - std::chrono::steady_clock::now());
+      wait = std::max(std::chrono::milliseconds(0), std::min(wait, left));
     }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, wait, [&] { return stopping_ || wake_; });

@@ -102,6 +102,10 @@ class DaemonLink {
   // One round: register if needed, then report. True when it reached the
   // daemon with this agent known.
   bool ReportRound();
+  // Past the placement lease without reaching a daemon: suspends every job
+  // that runs here (the daemon resumes them once it hears from this agent
+  // again: it sets right a process in another state than it has the job).
+  void SuspendForLease(std::chrono::milliseconds unreached);
   // Connects to schedulers[sched_at_].
   void ConnectScheduler();
   void NoteFailure(const char* call, const grpc::Status& s);
@@ -122,6 +126,12 @@ class DaemonLink {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rpc::Scheduler::Stub> scheduler_;
   bool was_unreachable_ = false;
+  // The placement lease (RegisterAgentReply.placement_lease_ms; 0 none),
+  // when the last round that reached a daemon began, and whether the jobs
+  // were suspended for it since.
+  std::chrono::milliseconds lease_{0};
+  std::chrono::steady_clock::time_point reached_;
+  bool suspended_for_lease_ = false;
 
   std::atomic<bool> registered_{false};
   std::atomic<int> registrations_{0};

@@ -64,6 +64,7 @@ grpc::Status SchedulerService::RegisterAgent(
   if (!r->ok()) return ToGrpc(r->status());
   rep->set_server_id(**r);
   rep->set_cluster_id(d_.cluster_id);
+  rep->set_placement_lease_ms(PlacementLeaseMs(d_.opts));
   return grpc::Status::OK;
 }
 

@@ -2,6 +2,7 @@
 // with its default. A value (sharing `leadership`): thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -90,6 +91,10 @@ struct SchedulerOptions {
   // back before then, its jobs go on as they were. 0: declared down at
   // agent_timeout_s. Default 90 s.
   double agent_grace_s = 90;
+  // The placement lease each agent is given (RegisterAgentReply
+  // .placement_lease_ms, PlacementLeaseMs): half of agent_timeout_s +
+  // agent_grace_s, the time after which this daemon may place an unheard-of
+  // agent's jobs elsewhere.
   // An agent that said it was stopping (Leave: its jobs saved a checkpoint
   // to go on from when it is back) is waited for this long from its stop,
   // its server cordoned, before it is declared down (and at least
@@ -190,5 +195,12 @@ struct SchedulerOptions {
   // compared, and a difference aborts the daemon. Default false.
   bool verify_reused_job_info = false;
 };
+
+// The placement lease agents are given (SchedulerOptions::agent_grace_s):
+// half the time after which the daemon may place an unheard-of agent's
+// jobs elsewhere, so that the agent has suspended them well before.
+inline int64_t PlacementLeaseMs(const SchedulerOptions& o) {
+  return static_cast<int64_t>((o.agent_timeout_s + o.agent_grace_s) * 500);
+}
 
 }  // namespace gandiva::runtime
