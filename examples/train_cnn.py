@@ -69,6 +69,10 @@ def main() -> int:
     ap.add_argument("--min-step-ms", type=float, default=0,
                     help="pad each mini-batch to at least this long (makes a "
                          "tiny job last on a fast machine)")
+    ap.add_argument("--log-steps", type=int, default=0,
+                    help="also print 'step N at T' (T: wall-clock seconds "
+                         "since the epoch) every N mini-batches, to tell "
+                         "when each copy of a job trained (default 0: off)")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads for torch (virtual GPUs share CPUs)")
     args = ap.parse_args()
@@ -128,6 +132,8 @@ def main() -> int:
                 print(f"epoch {epoch} step {step}/{args.steps} "
                       f"loss {loss.item():.4f} ({rate:.1f} steps/s)",
                       flush=True)
+            if args.log_steps > 0 and step % args.log_steps == 0:
+                print(f"step {step} at {time.time():.3f}", flush=True)
             pad = args.min_step_ms / 1000 - (time.monotonic() - started)
             if pad > 0:
                 time.sleep(pad)

@@ -160,12 +160,14 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
   std::ostringstream q;
   q << options_.quantum_s;
   ++scheduler_starts_;
+  const std::string listen =
+      options_.scheduler_host + ":" + std::to_string(port);
   std::vector<std::string> argv = {
-      GANDIVA_SCHEDULER_BIN, "--listen", "127.0.0.1:" + std::to_string(port),
-      "--address-file", addr_file.string(), "--db",
-      (dir_ / "scheduler.db").string(), "--policy", options_.policy,
-      "--quantum-s", q.str(), "--tick-ms", std::to_string(options_.tick_ms),
-      "--profile-interval-s", std::to_string(options_.profile_interval_s),
+      GANDIVA_SCHEDULER_BIN, "--listen", listen, "--address-file",
+      addr_file.string(), "--db", (dir_ / "scheduler.db").string(), "--policy",
+      options_.policy, "--quantum-s", q.str(), "--tick-ms",
+      std::to_string(options_.tick_ms), "--profile-interval-s",
+      std::to_string(options_.profile_interval_s),
       // Aborts on a stale reused job info.
       "--verify-reused-job-info"};
   const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
@@ -207,11 +209,18 @@ std::vector<std::string> TestCluster::AgentArgv(int i) const {
   const std::string name = "agent-" + std::to_string(i);
   const fs::path work = dir_ / name;
   fs::create_directories(work);
+  std::string scheduler = address_;
+  std::string listen = "127.0.0.1:0";
+  if (auto host = options_.agent_hosts.find(name);
+      host != options_.agent_hosts.end()) {
+    scheduler = host->second + address_.substr(address_.rfind(':'));
+    listen = host->second + ":0";
+  }
   std::vector<std::string> argv = {GANDIVA_AGENT_BIN,
                                    "--scheduler",
-                                   address_,
+                                   scheduler,
                                    "--listen",
-                                   "127.0.0.1:0",
+                                   listen,
                                    "--name",
                                    name,
                                    "--virtual-gpus",

@@ -86,6 +86,14 @@ struct ClusterOptions {
   // Mutual TLS (PEM files) for the daemon, the agents, the harness's stubs
   // and the CLI ($GANDIVA_TLS_*); empty: plain connections.
   runtime::TlsFiles tls;
+  // The host the daemon listens on; "0.0.0.0" serves every loopback
+  // address (the harness and the CLI still reach it at 127.0.0.1).
+  std::string scheduler_host = "127.0.0.1";
+  // Agents (by name) that listen on another loopback address and reach the
+  // daemon at it (with the daemon's port), e.g. {"agent-0", "127.0.0.2"}
+  // with scheduler_host "0.0.0.0": a test can then drop that agent's
+  // traffic alone. The others use 127.0.0.1.
+  std::map<std::string, std::string> agent_hosts;
 };
 
 // A scheduler daemon and agents in a temporary directory, as separate

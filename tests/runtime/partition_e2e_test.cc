@@ -1,0 +1,686 @@
+// A network partition, for real: the cluster (daemon, two agents, the CLI)
+// runs in a network namespace of its own, all on loopback, and one agent is
+// cut off by dropping its traffic with nftables rules on that loopback, then
+// let back in. No packet leaves the namespace's loopback, and the host's own
+// firewall is never touched: each test runs itself again under `unshare -n`
+// and touches nftables only there (it checks that it is in another network
+// namespace than the one it was started in first).
+//
+// The cut-off agent listens on 127.0.0.2 and reaches the daemon (listening on
+// 0.0.0.0) at 127.0.0.2; the other agent, the CLI and the test use
+// 127.0.0.1. Dropping every packet to or from 127.0.0.2 parts that agent
+// from the daemon and from the other agent, and nothing else.
+//
+// Each test prints its figures: how long after the cut the agent suspended
+// its job, how long the link was down, and how many mini-batches were done
+// twice. The jobs print a wall-clock time for each mini-batch
+// (train_cnn.py --log-steps 1): from those, no two copies of a job ever
+// trained at the same time.
+//
+// Deadlines are failure guards sized for a loaded 2-core machine.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/runtime/harness.h"
+
+namespace gandiva::e2e {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using SteadyClock = std::chrono::steady_clock;
+
+// Set in the namespace's run to the network namespace it was started from.
+constexpr char kOuterNetns[] = "GANDIVA_E2E_OUTER_NETNS";
+// The loopback address of the agent that is cut off.
+constexpr char kCutHost[] = "127.0.0.2";
+// The nftables table holding the rules of the cut.
+constexpr char kTable[] = "gandiva_partition";
+
+std::string NetnsOfThisProcess() {
+  char buf[128];
+  const ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+std::string ExePath() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+// The full path of `program` on $PATH or in the sbin directories (root's
+// tools are there, and $PATH may leave them out); "" if there is none.
+std::string Which(const std::string& program) {
+  std::string path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+  path += ":/usr/sbin:/sbin:/usr/bin:/bin";
+  std::istringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    if (dir.empty()) continue;
+    const std::string p = dir + "/" + program;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// Runs a command (through sh); its output goes to `log`. True on exit 0.
+bool Shell(const std::string& command, const fs::path& log) {
+  const std::string cmd = command + " >>'" + log.string() + "' 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
+
+// True when a TCP connection to host:port opens within `timeout`.
+bool Connects(const std::string& host, int port, milliseconds timeout) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) == 1) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      ok = err == 0;
+    }
+  }
+  ::close(fd);
+  return ok;
+}
+
+int PortOf(const std::string& address) {
+  return std::stoi(address.substr(address.rfind(':') + 1));
+}
+
+// Drops every packet to or from `host` in this network namespace (an
+// nftables table of its own on the output hook, which every loopback packet
+// passes), until Restore. Restores in its destructor.
+class Partition {
+ public:
+  Partition(fs::path dir, std::string host)
+      : dir_(std::move(dir)), host_(std::move(host)) {}
+  ~Partition() {
+    if (cut_) Restore();
+  }
+
+  bool Cut() {
+    const fs::path rules = dir_ / "partition.nft";
+    std::ofstream(rules) << "table inet " << kTable << " {\n"
+                         << "  chain out {\n"
+                         << "    type filter hook output priority 0;\n"
+                         << "    ip daddr " << host_ << " counter drop\n"
+                         << "    ip saddr " << host_ << " counter drop\n"
+                         << "  }\n"
+                         << "}\n";
+    cut_ = Shell(Which("nft") + " -f '" + rules.string() + "'", log());
+    return cut_;
+  }
+  // The packets dropped so far (read before Restore).
+  long Dropped() {
+    const fs::path out = dir_ / "partition.counters";
+    std::error_code ec;
+    fs::remove(out, ec);
+    if (!Shell(Which("nft") + " list table inet " + kTable, out)) return -1;
+    std::istringstream in(Slurp(out));
+    std::string word;
+    long total = 0;
+    while (in >> word) {
+      if (word == "packets") {
+        long n = 0;
+        in >> n;
+        total += n;
+      }
+    }
+    return total;
+  }
+  bool Restore() {
+    cut_ = !Shell(Which("nft") + " delete table inet " + kTable, log());
+    return !cut_;
+  }
+  fs::path log() const { return dir_ / "nft.log"; }
+
+ private:
+  fs::path dir_;
+  std::string host_;
+  bool cut_ = false;
+};
+
+// A process's state letter from /proc ('T': stopped); '?' if it is gone.
+char ProcState(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t at = stat.rfind(')');
+  return at == std::string::npos || at + 2 >= stat.size() ? '?' : stat[at + 2];
+}
+
+// "step N at T" lines of train_cnn.py --log-steps: (N, T), in log order.
+struct Step {
+  int step;
+  double at;  // wall-clock seconds since the epoch
+};
+std::vector<Step> Steps(const std::string& log) {
+  std::vector<Step> out;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    int step = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "step %d at %lf", &step, &at) == 2) {
+      out.push_back({step, at});
+    }
+  }
+  return out;
+}
+
+double WallNow() {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double SecondsSince(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// The last "parameters sha256 ..." of a log.
+std::string Fingerprint(const std::string& log) {
+  const std::string key = "parameters sha256 ";
+  const size_t at = log.rfind(key);
+  return at == std::string::npos ? "" : log.substr(at + key.size(), 64);
+}
+
+// As in runtime_e2e_test.cc: finished (exit 0) with exactly `steps`
+// mini-batches, its log says so once, and it started from scratch once.
+void ExpectFinishedExactlyOnce(TestCluster& c, const rpc::JobInfo& j,
+                               int steps) {
+  SCOPED_TRACE("job " + std::to_string(j.id()) + " (" + j.spec().name() + ")");
+  EXPECT_EQ(j.state(), rpc::FINISHED);
+  EXPECT_EQ(j.exit_code(), 0);
+  EXPECT_EQ(j.progress().minibatches(), steps);
+  const std::string log = c.JobLog(j);
+  const std::string done = "done: " + std::to_string(steps) + " steps";
+  EXPECT_EQ(CountLines(log, done), 1) << "log:\n" << log;
+  EXPECT_EQ(CountLines(log, "done: "), 1) << "log:\n" << log;
+  const int starts = CountLines(log, ": job ");
+  const int resumed = CountLines(log, "resumed from ");
+  EXPECT_EQ(starts - resumed, 1) << "started from scratch more than once:\n"
+                                 << log;
+}
+
+class PartitionE2eTest : public ::testing::Test {
+ protected:
+  // Outside the namespace: runs this test again in a network namespace of
+  // its own (its output passed on here) and takes its result, or skips.
+  // Inside: checks that it is another namespace than the one it was started
+  // in, and brings its loopback up.
+  void SetUp() override {
+    const char* outer = std::getenv(kOuterNetns);
+    if (outer != nullptr) {
+      const std::string here = NetnsOfThisProcess();
+      ASSERT_FALSE(here.empty());
+      ASSERT_NE(here, outer) << "not in a network namespace of its own: the "
+                                "firewall rules would be the host's";
+      ASSERT_EQ(std::system((Which("ip") + " link set lo up").c_str()), 0);
+      in_namespace_ = true;
+      return;
+    }
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "needs root: it runs in a network namespace of its own "
+                      "(unshare -n) with nftables rules there";
+    }
+    for (const char* tool : {"unshare", "nft", "ip"}) {
+      if (Which(tool).empty()) {
+        GTEST_SKIP() << "needs " << tool
+                     << " (packages util-linux, nftables, iproute2)";
+      }
+    }
+    if (!HaveTorch()) GTEST_SKIP() << GANDIVA_PYTHON << " has no torch";
+    {
+      // Root in a container may still be refused a namespace, or nftables
+      // (no nf_tables in the kernel): tried in a namespace thrown away.
+      const fs::path probe =
+          fs::temp_directory_path() /
+          ("gandiva_partition_probe_" + std::to_string(::getpid()));
+      const bool can =
+          Shell(Which("unshare") + " -n -- " + Which("sh") + " -c '" +
+                    Which("ip") + " link set lo up && " + Which("nft") +
+                    " add table inet " + kTable + "'",
+                probe);
+      const std::string why = Slurp(probe);
+      std::error_code ec;
+      fs::remove(probe, ec);
+      if (!can) {
+        GTEST_SKIP() << "cannot make a network namespace with nftables "
+                        "rules here: "
+                     << why;
+      }
+    }
+    const std::string netns = NetnsOfThisProcess();
+    const std::string exe = ExePath();
+    ASSERT_FALSE(netns.empty());
+    ASSERT_FALSE(exe.empty());
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string filter = std::string("--gtest_filter=") +
+                               info->test_suite_name() + "." + info->name();
+    const std::string unshare = Which("unshare");
+    int out[2];
+    ASSERT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // and its cluster with it
+      if (::getppid() != parent) ::_exit(127);
+      ::dup2(out[1], 1);
+      ::dup2(out[1], 2);
+      ::setenv(kOuterNetns, netns.c_str(), 1);
+      ::execl(unshare.c_str(), "unshare", "-n", "--", exe.c_str(),
+              filter.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string text;
+    char buf[4096];
+    for (;;) {
+      const ssize_t n = ::read(out[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      std::fwrite(buf, 1, static_cast<size_t>(n), stdout);
+      std::fflush(stdout);
+    }
+    ::close(out[0]);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    ran_there_ = true;
+    if (text.find("[  SKIPPED ]") != std::string::npos &&
+        text.find("[  FAILED  ]") == std::string::npos) {
+      GTEST_SKIP() << "skipped in its network namespace (above)";
+    }
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "failed in its network namespace (above; status " << status << ")";
+    ASSERT_NE(text.find("[  PASSED  ] 1 test"), std::string::npos)
+        << "the run in its network namespace ran no test";
+  }
+
+  // True where the test body is to run: in the namespace.
+  bool Here() const { return in_namespace_ && !ran_there_; }
+
+  // A two-agent cluster of one virtual GPU each, agent-0 cut-able on
+  // 127.0.0.2, with these daemon timeouts.
+  static ClusterOptions Options(int timeout_s, int grace_s) {
+    return {.policy = "fifo",
+            .agents = 2,
+            .gpus_per_agent = 1,
+            .scheduler_args = {"--agent-timeout-s", std::to_string(timeout_s),
+                               "--agent-grace-s", std::to_string(grace_s)},
+            .scheduler_host = "0.0.0.0",
+            .agent_hosts = {{"agent-0", kCutHost}}};
+  }
+
+  // Submits a CNN job that prints the time of each mini-batch, placed on
+  // agent-0 (agent-1 is cordoned until it runs there with some progress);
+  // starts a reference run of it outside gandiva, writing `reference`.
+  int64_t SubmitOnAgent0(TestCluster& c, const std::string& name, int steps,
+                         int seed, std::unique_ptr<Process>* reference) {
+    std::string out;
+    EXPECT_EQ(c.Cli({"drain", "agent-1", "--cordon-only"}, &out), 0) << out;
+    rpc::JobSpec spec = c.TrainSpec(name, "cnn", steps, seed, 20);
+    spec.set_command(spec.command() + " --log-steps 1");
+    std::map<std::string, std::string> env(spec.env().begin(),
+                                           spec.env().end());
+    *reference = Process::Start(
+        {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
+         "--steps", std::to_string(steps), "--seed", std::to_string(seed)},
+        c.dir() / (name + ".reference.log"), env);
+    EXPECT_NE(*reference, nullptr);
+    std::string error;
+    const int64_t id = c.Submit(spec, &error);
+    EXPECT_GT(id, 0) << error;
+    if (id <= 0) return 0;
+    const bool running = WaitUntil(
+        [&] {
+          const rpc::JobInfo j = c.Job(id);
+          return j.server() == "agent-0" && j.progress().uses_library() &&
+                 j.progress().minibatches() >= 30;
+        },
+        seconds(120));
+    EXPECT_TRUE(running) << Describe(c, id) << c.Logs();
+    EXPECT_EQ(c.Cli({"drain", "agent-1", "--undo"}, &out), 0) << out;
+    return running ? id : 0;
+  }
+
+  // Checks, by experiment, that the cut parts 127.0.0.2 from the daemon and
+  // nothing else: a connection to the daemon's port opens at 127.0.0.1 and
+  // not at 127.0.0.2.
+  static void ExpectOnlyTheCutHostIsOff(TestCluster& c) {
+    const int port = PortOf(c.address());
+    EXPECT_TRUE(Connects("127.0.0.1", port, milliseconds(2000)));
+    EXPECT_FALSE(Connects(kCutHost, port, milliseconds(1000)));
+  }
+
+  static std::string AgentLog(TestCluster& c, const std::string& name) {
+    Process* p = c.agent(name);
+    return p != nullptr ? Slurp(p->log()) : "";
+  }
+
+  bool in_namespace_ = false;
+  bool ran_there_ = false;
+};
+
+// (a) A cut shorter than the daemon's --agent-timeout-s + --agent-grace-s.
+// The agent cut off suspends its job when its placement lease (half that
+// time) runs out; the daemon keeps the job placed there meanwhile and places
+// no second copy; when the link is back the daemon resumes the job in the
+// same process, which finishes having started once, with the parameters of
+// a run that was never cut off. The other agent's job trains on all through
+// the cut and the CLI keeps working: only the one agent was cut off.
+TEST_F(PartitionE2eTest, ACutShorterThanTheGraceSuspendsAndResumesInPlace) {
+  if (!Here()) return;
+  constexpr int kSteps = 1500;
+  constexpr int kControlSteps = 2400;
+  constexpr int kTimeoutS = 3;
+  constexpr int kGraceS = 27;
+  constexpr int kLeaseMs = (kTimeoutS + kGraceS) * 500;
+  TestCluster c(Options(kTimeoutS, kGraceS));
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  std::unique_ptr<Process> reference;
+  const int64_t id = SubmitOnAgent0(c, "cut-off", kSteps, 3, &reference);
+  ASSERT_GT(id, 0);
+  const int64_t control =
+      c.Submit(c.TrainSpec("control", "cnn", kControlSteps, 4, 20), &error);
+  ASSERT_GT(control, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(control);
+        return j.server() == "agent-1" && j.progress().minibatches() >= 10;
+      },
+      seconds(120)))
+      << Describe(c, control) << c.Logs();
+  // The job's process (not the reference run's: no --min-step-ms there).
+  const std::string needle =
+      "--steps " + std::to_string(kSteps) + " --seed 3 --min-step-ms";
+  const std::vector<int> pids = PidsRunning(needle);
+  ASSERT_EQ(pids.size(), 1u);
+  const std::string lease_line = "past the placement lease (" +
+                                 std::to_string(kLeaseMs) +
+                                 " ms): suspended job " + std::to_string(id);
+
+  Partition cut(c.dir(), kCutHost);
+  const auto t0 = SteadyClock::now();
+  const double cut_wall = WallNow();
+  const int64_t control_at_cut = c.Job(control).progress().minibatches();
+  ASSERT_TRUE(cut.Cut()) << Slurp(cut.log());
+  ExpectOnlyTheCutHostIsOff(c);
+  const bool suspended = WaitUntil(
+      [&] {
+        return AgentLog(c, "agent-0").find(lease_line) != std::string::npos;
+      },
+      milliseconds(kLeaseMs + 30000));
+  const double suspended_s = SecondsSince(t0);
+  // Out of reach, not down; the job kept there, not placed again.
+  std::string servers;
+  const int servers_rc = c.Cli({"servers"}, &servers);
+  const bool stopped =
+      WaitUntil([&] { return ProcState(pids[0]) == 'T'; }, seconds(10));
+  std::this_thread::sleep_for(seconds(2));
+  const rpc::JobInfo during = c.Job(id);
+  const size_t copies_during = PidsRunning(needle).size();
+  const int64_t control_at_restore = c.Job(control).progress().minibatches();
+  const long dropped = cut.Dropped();
+  const double restore_wall = WallNow();
+  ASSERT_TRUE(cut.Restore()) << Slurp(cut.log());
+  const auto t1 = SteadyClock::now();
+  const double down_s = std::chrono::duration<double>(t1 - t0).count();
+  ASSERT_TRUE(suspended) << TailOf(c.agent("agent-0")->log()) << c.Logs();
+  EXPECT_TRUE(stopped) << ProcState(pids[0]);
+  EXPECT_EQ(servers_rc, 0) << servers;
+  EXPECT_NE(servers.find("out of reach ("), std::string::npos) << servers;
+  EXPECT_EQ(during.server(), "agent-0") << Describe(c, id);
+  EXPECT_EQ(during.state(), rpc::RUNNING) << Describe(c, id);
+  EXPECT_EQ(copies_during, 1u) << "a second copy started during the cut";
+  EXPECT_GT(control_at_restore, control_at_cut)
+      << "the other agent's job did not train on while agent-0 was cut off";
+  EXPECT_GT(dropped, 0);
+
+  // Resumed in its process when the daemon hears from the agent again.
+  const bool resumed =
+      WaitUntil([&] { return ProcState(pids[0]) != 'T'; }, seconds(60));
+  const double resumed_s = SecondsSince(t1);
+  ASSERT_TRUE(resumed) << ProcState(pids[0])
+                       << TailOf(c.agent("agent-0")->log()) << c.Logs();
+  EXPECT_NE(AgentLog(c, "agent-0").find("daemon reached again"),
+            std::string::npos);
+
+  rpc::JobInfo j, k;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        j = c.Job(id);
+        k = c.Job(control);
+        return IsEnded(j.state()) && IsEnded(k.state());
+      },
+      seconds(240)))
+      << Describe(c, id) << Describe(c, control) << c.Logs();
+  ExpectFinishedExactlyOnce(c, j, kSteps);
+  ExpectFinishedExactlyOnce(c, k, kControlSteps);
+  EXPECT_EQ(c.History(id, "start").size(), 1u) << Describe(c, id);
+  EXPECT_TRUE(c.History(id, "requeue").empty()) << Describe(c, id);
+  EXPECT_TRUE(c.History(id, "restart").empty()) << Describe(c, id);
+  EXPECT_TRUE(c.History(control, "requeue").empty()) << Describe(c, control);
+  EXPECT_EQ(PidsRunning(needle).size(), 0u);
+
+  // From the job's own log: every mini-batch trained once, in order, none
+  // while the link was down after the suspension.
+  const std::string log = c.JobLog(j);
+  const std::vector<Step> steps = Steps(log);
+  ASSERT_EQ(steps.size(), static_cast<size_t>(kSteps)) << log;
+  double last_before = 0, first_after = 0;
+  int redone = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].step != static_cast<int>(i) + 1) ++redone;
+    if (steps[i].at < restore_wall) last_before = steps[i].at;
+    if (steps[i].at >= restore_wall && first_after == 0) {
+      first_after = steps[i].at;
+    }
+  }
+  EXPECT_EQ(redone, 0) << log;
+  EXPECT_LT(last_before, cut_wall + suspended_s) << "trained after the agent "
+                                                    "said it suspended the job";
+  EXPECT_GT(first_after, restore_wall);
+  ASSERT_NE(reference, nullptr);
+  ASSERT_TRUE(reference->Wait(seconds(120)));
+  const std::string want = Fingerprint(Slurp(reference->log()));
+  EXPECT_FALSE(want.empty()) << Slurp(reference->log());
+  EXPECT_EQ(Fingerprint(log), want) << log;
+
+  std::printf(
+      "partition (a), placement lease %d ms, daemon timeout %d s + grace "
+      "%d s:\n"
+      "  agent-0 cut off; it suspended its job %.1f s after the cut (the "
+      "job's last mini-batch before: %.1f s after the cut)\n"
+      "  link down %.1f s (%ld packets dropped); the job resumed %.1f s "
+      "after the link was back, in the same process (first mini-batch %.1f "
+      "s after)\n"
+      "  training paused %.1f s; mini-batches redone: %d; agent-1's job "
+      "trained %lld mini-batches during the cut\n",
+      kLeaseMs, kTimeoutS, kGraceS, suspended_s, last_before - cut_wall, down_s,
+      dropped, resumed_s, first_after - restore_wall, first_after - last_before,
+      redone, static_cast<long long>(control_at_restore - control_at_cut));
+  std::printf("%s", Describe(c, id).c_str());
+  std::fflush(stdout);
+}
+
+// (b) A cut longer than --agent-timeout-s + --agent-grace-s, with the other
+// agent free. The agent cut off suspends its job at its placement lease;
+// the daemon, not hearing from it past timeout + grace, declares the server
+// down and places the job on the other agent, from the beginning (its
+// checkpoint would be on the agent cut off; it has none). The first copy
+// stood still from its suspension on: from the two copies' own logs, the
+// second one's first mini-batch came after the first one's last. When the
+// link is back the agent lists the old copy; the daemon has it killed (its
+// exit is not counted), and the job finishes once, with exactly the
+// parameters of a run never cut off.
+TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
+  if (!Here()) return;
+  constexpr int kSteps = 1500;
+  constexpr int kTimeoutS = 2;
+  constexpr int kGraceS = 10;
+  constexpr int kLeaseMs = (kTimeoutS + kGraceS) * 500;
+  TestCluster c(Options(kTimeoutS, kGraceS));
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  std::unique_ptr<Process> reference;
+  const int64_t id = SubmitOnAgent0(c, "moved", kSteps, 5, &reference);
+  ASSERT_GT(id, 0);
+  // The job's processes (not the reference run's: no --min-step-ms there).
+  const std::string needle =
+      "--steps " + std::to_string(kSteps) + " --seed 5 --min-step-ms";
+  const std::vector<int> first_copy = PidsRunning(needle);
+  ASSERT_EQ(first_copy.size(), 1u);
+  const fs::path first_log =
+      c.dir() / "agent-0" / "jobs" / std::to_string(id) / "log";
+  const std::string lease_line = "past the placement lease (" +
+                                 std::to_string(kLeaseMs) +
+                                 " ms): suspended job " + std::to_string(id);
+
+  Partition cut(c.dir(), kCutHost);
+  const auto t0 = SteadyClock::now();
+  const double cut_wall = WallNow();
+  ASSERT_TRUE(cut.Cut()) << Slurp(cut.log());
+  ExpectOnlyTheCutHostIsOff(c);
+  const bool suspended = WaitUntil(
+      [&] {
+        return AgentLog(c, "agent-0").find(lease_line) != std::string::npos;
+      },
+      milliseconds(kLeaseMs + 30000));
+  const double suspended_s = SecondsSince(t0);
+  EXPECT_TRUE(suspended) << TailOf(c.agent("agent-0")->log());
+  // Placed again on agent-1 once the daemon declares agent-0 down; the new
+  // copy trains a while before the link comes back.
+  const bool placed = WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.server() == "agent-1" && j.state() == rpc::RUNNING;
+      },
+      seconds(kTimeoutS + kGraceS + 60));
+  const double placed_s = SecondsSince(t0);
+  const fs::path second_log =
+      c.dir() / "agent-1" / "jobs" / std::to_string(id) / "log";
+  const bool trains =
+      placed &&
+      WaitUntil([&] { return Steps(Slurp(second_log)).size() >= 100; },
+                seconds(120));
+  const char first_state = ProcState(first_copy[0]);
+  const std::string first_text = Slurp(first_log);  // before any cleanup
+  const long dropped = cut.Dropped();
+  ASSERT_TRUE(cut.Restore()) << Slurp(cut.log());
+  const auto t1 = SteadyClock::now();
+  const double down_s = std::chrono::duration<double>(t1 - t0).count();
+  ASSERT_TRUE(placed) << Describe(c, id) << c.Logs();
+  ASSERT_TRUE(trains) << Describe(c, id) << c.Logs();
+  EXPECT_EQ(first_state, 'T') << "the first copy is not stopped";
+  EXPECT_GT(dropped, 0);
+  EXPECT_EQ(c.History(id, "requeue").size(), 1u) << Describe(c, id);
+
+  // The agent back: the first copy is killed there.
+  const bool killed = WaitUntil(
+      [&] {
+        const std::vector<int> now = PidsRunning(needle);
+        return std::find(now.begin(), now.end(), first_copy[0]) == now.end();
+      },
+      seconds(60));
+  const double killed_s = SecondsSince(t1);
+  EXPECT_TRUE(killed) << TailOf(c.agent("agent-0")->log()) << c.Logs();
+
+  rpc::JobInfo j;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        j = c.Job(id);
+        return IsEnded(j.state());
+      },
+      seconds(240)))
+      << Describe(c, id) << c.Logs();
+  ExpectFinishedExactlyOnce(c, j, kSteps);
+  EXPECT_EQ(j.server(), "agent-1");
+  EXPECT_EQ(c.History(id, "requeue").size(), 1u) << Describe(c, id);
+  EXPECT_EQ(c.History(id, "start").size(), 2u) << Describe(c, id);
+  // The first copy, listed by its agent back, is killed as a stray.
+  EXPECT_EQ(c.History(id, "kill").size(), 1u) << Describe(c, id);
+  EXPECT_EQ(c.History(id, "exit").size(), 1u) << Describe(c, id);
+  EXPECT_EQ(PidsRunning(needle).size(), 0u);
+
+  // The two copies' own logs: the first one's steps all came before the
+  // second one's first; the second started from the beginning.
+  std::string first_now = Slurp(first_log);
+  if (first_now.size() < first_text.size()) first_now = first_text;
+  const std::vector<Step> old_steps = Steps(first_now);
+  const std::string second_text = c.JobLog(j);
+  const std::vector<Step> new_steps = Steps(second_text);
+  ASSERT_FALSE(old_steps.empty()) << first_now;
+  ASSERT_FALSE(new_steps.empty()) << second_text;
+  EXPECT_EQ(CountLines(first_now, "done: "), 0) << first_now;
+  EXPECT_EQ(CountLines(second_text, "resumed from "), 0) << second_text;
+  double old_last = 0;
+  for (const Step& s : old_steps) old_last = std::max(old_last, s.at);
+  const double new_first = new_steps.front().at;
+  EXPECT_LT(old_last, new_first)
+      << "two copies trained at once: the first copy's last mini-batch came "
+      << old_last - new_first << " s after the second copy's first";
+  EXPECT_LT(old_last, cut_wall + suspended_s)
+      << "the first copy trained after its agent said it suspended it";
+  const int redone = old_steps.back().step - (new_steps.front().step - 1);
+  EXPECT_EQ(new_steps.front().step, 1);
+  ASSERT_NE(reference, nullptr);
+  ASSERT_TRUE(reference->Wait(seconds(120)));
+  const std::string want = Fingerprint(Slurp(reference->log()));
+  EXPECT_FALSE(want.empty()) << Slurp(reference->log());
+  EXPECT_EQ(Fingerprint(second_text), want) << second_text;
+
+  std::printf(
+      "partition (b), placement lease %d ms, daemon timeout %d s + grace "
+      "%d s:\n"
+      "  agent-0 cut off; it suspended its job %.1f s after the cut (the "
+      "first copy's last mini-batch, %d: %.1f s after the cut)\n"
+      "  the daemon placed the job on agent-1 %.1f s after the cut; its "
+      "first mini-batch %.1f s after the cut, %.1f s after the first "
+      "copy's last\n"
+      "  link down %.1f s (%ld packets dropped); the first copy killed %.1f "
+      "s after the link was back\n"
+      "  mini-batches redone: %d (the second copy started from the "
+      "beginning)\n",
+      kLeaseMs, kTimeoutS, kGraceS, suspended_s, old_steps.back().step,
+      old_last - cut_wall, placed_s, new_first - cut_wall, new_first - old_last,
+      down_s, dropped, killed_s, redone);
+  std::printf("%s", Describe(c, id).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace gandiva::e2e
