@@ -315,6 +315,16 @@ TEST_F(HaE2eTest, BothDaemonsRideOutEtcdRestarts) {
         [&] { return Job(*a, id).progress().minibatches() > before + 10; },
         60s))
         << Logs();
+    // A pause ends at the leader's next renewal, which may come after the
+    // submission: its connection to etcd waits out its own backoff (1 s).
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          const std::string log = Slurp(Log(0, 1));
+          return CountLines(log, "paused: ") ==
+                 CountLines(log, "the lease held: leading on");
+        },
+        10s))
+        << Logs();
   }
   // Both alive, the leader still the first: no change of leader.
   EXPECT_TRUE(daemon_[0]->Alive()) << Logs();
