@@ -452,6 +452,16 @@ int RunShow(const JobFlags& f) {
       std::printf("waits for GPUs to try again\n");
     }
   }
+  if (spec.retries() > 0) {
+    std::printf("  retries:      %d of %d taken (see history)",
+                j.run_failures(), spec.retries());
+    if (j.state() == rpc::QUEUED && j.start_failures() == 0 &&
+        j.start_retry_us() > now) {
+      std::printf("; runs again in %s",
+                  FormatAge(j.start_retry_us() - now).c_str());
+    }
+    std::printf("\n");
+  }
   const char* withheld = "(withheld: another user's job)";
   std::printf("  command:      %s\n",
               j.withheld() ? withheld : spec.command().c_str());

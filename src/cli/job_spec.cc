@@ -19,6 +19,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/job.h"
+
 namespace gandiva::cli {
 namespace {
 
@@ -392,6 +394,10 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
                                 Describe(e.second));
         }
       }
+    } else if (field == "retries") {
+      auto v = AsInt(path, value, field, 0, core::kMaxRetries);
+      if (!v.ok()) return v.status();
+      spec.set_retries(static_cast<int32_t>(*v));
     } else if (field == "total_minibatches") {
       auto v =
           AsInt(path, value, field, 0, std::numeric_limits<int64_t>::max());

@@ -24,6 +24,10 @@
 //   env                map of NAME: value (NAME matches [A-Za-z_][A-Za-z0-9_]*;
 //                      values are scalars), default empty
 //   total_minibatches  integer >= 0, default 0 (unknown)
+//   retries            integer 0-100, default the daemon's --default-retries:
+//                      runs that may fail (a nonzero exit, a kill from
+//                      outside) before the job does; each is queued again
+//                      after a backoff, from the beginning
 // Any other top-level key is refused ("job.yaml:3: unknown field 'gpu'").
 //
 // Pure functions of their input (and, for defaults, of the environment and
@@ -44,7 +48,8 @@ namespace gandiva::cli {
 inline constexpr std::string_view kJobSpecFields[] = {
     "name",        "command", "gpus",  "priority",
     "owner",       "queue",   "group", "elastic",
-    "restartable", "workdir", "env",   "total_minibatches"};
+    "restartable", "workdir", "env",   "total_minibatches",
+    "retries"};
 
 // Reads and checks the specs in the file at `path`: one per YAML document
 // (documents separated by `---`; empty ones are skipped). Without a `name`,

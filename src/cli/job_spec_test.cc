@@ -54,13 +54,15 @@ TEST_F(JobSpecTest, Defaults) {
   EXPECT_EQ(spec->workdir(), dir_.lexically_normal().string());
   EXPECT_TRUE(spec->env().empty());
   EXPECT_EQ(spec->total_minibatches(), 0);
+  EXPECT_FALSE(spec->has_retries()) << "the daemon's default";
 }
 
 TEST_F(JobSpecTest, EveryField) {
   auto spec = Load(
       "name: lstm-1\ncommand: [python3, a b.py, --x]\ngpus: 4\npriority: -2\n"
       "owner: bob\nqueue: speech\ngroup: nlp\nelastic: yes\nworkdir: sub\n"
-      "env: {OMP_NUM_THREADS: 1, EMPTY: }\ntotal_minibatches: 300\n");
+      "env: {OMP_NUM_THREADS: 1, EMPTY: }\ntotal_minibatches: 300\n"
+      "retries: 3\n");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->name(), "lstm-1");
   EXPECT_EQ(spec->command(), "python3 'a b.py' --x");
@@ -74,6 +76,8 @@ TEST_F(JobSpecTest, EveryField) {
   EXPECT_EQ(spec->env().at("OMP_NUM_THREADS"), "1");
   EXPECT_EQ(spec->env().at("EMPTY"), "");
   EXPECT_EQ(spec->total_minibatches(), 300);
+  EXPECT_TRUE(spec->has_retries());
+  EXPECT_EQ(spec->retries(), 3);
 }
 
 TEST_F(JobSpecTest, AbsoluteWorkdir) {
@@ -112,6 +116,10 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
        "field 'env': '1A' is not a variable name"},
       {"command: x\nenv: {A: [1]}\n", "field 'env': value of A"},
       {"command: x\ntotal_minibatches: -1\n", "field 'total_minibatches'"},
+      {"command: x\nretries: 101\n", "job.yaml:2: field 'retries'"},
+      {"command: x\nretries: -1\n", "field 'retries'"},
+      {"command: x\nretries: lots\n",
+       "field 'retries': expected an integer, got 'lots'"},
       {"command: x\nname: 'a b'\n", "field 'name'"},
       {"command: x\nowner: ''\n", "field 'owner'"},
       {"command: x\nqueue: [a]\n", "field 'queue'"},

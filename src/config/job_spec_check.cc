@@ -129,6 +129,7 @@ std::string CheckJobSpec(const rpc::JobSpec& spec) {
   core::JobSpec core;
   core.gpus = spec.gpus();
   core.total_minibatches = spec.total_minibatches();
+  core.retries = spec.retries();
   if (std::string err = core::ValidateJobSpec(core); !err.empty()) return err;
   for (const auto& [field, s] :
        {std::pair<std::string_view, const std::string*>{"owner", &spec.owner()},

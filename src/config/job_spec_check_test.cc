@@ -47,6 +47,8 @@ TEST(JobSpecCheckTest, EachBadFieldIsNamed) {
        "field 'gpus': must be a power of two"},
       {[](rpc::JobSpec& s) { s.set_total_minibatches(-1); },
        "field 'total_minibatches': must not be negative"},
+      {[](rpc::JobSpec& s) { s.set_retries(101); },
+       "field 'retries': must be 0 to 100, got 101"},
       {[](rpc::JobSpec& s) { s.set_owner(std::string(257, 'o')); },
        "field 'owner': must be at most 256 bytes, got 257"},
       {[](rpc::JobSpec& s) { s.set_group("ops\n"); },

@@ -53,9 +53,17 @@ struct JobFound {
   bool suspended = false;
 };
 // The job's process ended by itself: `success` when it completed its work.
+// A failure is the job's end unless it has retries left (JobSpec::retries)
+// and is not `permanent` (the job can never run: its command was not found
+// or cannot be executed): then the job is queued again, out of the queue
+// for a backoff first, and its next run goes on from `checkpoint` (one the
+// world kept of this run, saved at a mini-batch boundary: a Resume that
+// relocates it) or starts from the beginning.
 struct JobFinished {
   JobId job;
   bool success = true;
+  bool permanent = false;
+  bool checkpoint = false;
 };
 // A measurement of a running job.
 struct ProfileReport {

@@ -15,6 +15,10 @@ std::string ValidateJobSpec(const JobSpec& spec) {
   if (spec.gpus > (1 << 20)) {
     return "field 'gpus': at most 1048576, got " + std::to_string(spec.gpus);
   }
+  if (spec.retries < 0 || spec.retries > kMaxRetries) {
+    return "field 'retries': must be 0 to " + std::to_string(kMaxRetries) +
+           ", got " + std::to_string(spec.retries);
+  }
   if (spec.total_minibatches < 0) {
     return "field 'total_minibatches': must not be negative, got " +
            std::to_string(spec.total_minibatches);

@@ -60,7 +60,14 @@ struct JobSpec {
   // declares (the runtime: restartable or not), then as the world learns
   // more (CarrierKnown: the runtime sees the job-side library attach).
   Carrier carrier = Carrier::kSelf;
+  // Runs that may fail before the job does: a run that ends in failure
+  // (not a permanent one, JobFinished::permanent) with retries left sends
+  // the job back to the queue, after a backoff (SchedulerOptions::
+  // start_retry_delay, doubling, at most kMaxStartRetryDelay), to go on
+  // from the checkpoint the world kept or from the beginning. 0..kMaxRetries.
+  int retries = 0;
 };
+inline constexpr int kMaxRetries = 100;
 
 // Empty when valid, else "field 'gpus': must be a power of two, got 3".
 std::string ValidateJobSpec(const JobSpec& spec);
@@ -205,6 +212,9 @@ struct Job {
   bool restarting_from_checkpoint = false;
   // Lost processes run again (Restarts that completed).
   int restarts = 0;
+  // Runs that ended in failure and were tried again (JobSpec::retries); the
+  // next waits out of the queue until `start_retry_at`.
+  int run_failures = 0;
   Profile profile;
 
   bool placed() const {

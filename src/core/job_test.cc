@@ -20,6 +20,18 @@ TEST(JobSpecTest, GpusMustBeAPowerOfTwo) {
   EXPECT_NE(ValidateJobSpec(s).find("total_minibatches"), std::string::npos);
 }
 
+TEST(JobSpecTest, RetriesAreZeroToAHundred) {
+  JobSpec s;
+  for (int r : {0, 1, 100}) {
+    s.retries = r;
+    EXPECT_EQ(ValidateJobSpec(s), "") << r;
+  }
+  s.retries = 101;
+  EXPECT_EQ(ValidateJobSpec(s), "field 'retries': must be 0 to 100, got 101");
+  s.retries = -1;
+  EXPECT_EQ(ValidateJobSpec(s), "field 'retries': must be 0 to 100, got -1");
+}
+
 TEST(JobStateTest, Transitions) {
   using S = JobState;
   EXPECT_TRUE(CanTransition(S::kQueued, S::kRunning));

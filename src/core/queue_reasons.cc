@@ -43,6 +43,13 @@ std::string OwnWaitReason(const Job& j, const Cluster& cluster, Time now) {
   if (j.state != JobState::kQueued) return "";
   if (j.held) return kHeldReason;
   if (!j.awaits_start_retry(now)) return "";
+  if (j.start_failures == 0 && j.run_failures > 0) {
+    return "its run failed (" + std::to_string(j.run_failures) + " of " +
+           std::to_string(j.spec.retries) +
+           " retries taken): it waits before it runs again, " +
+           (j.launched ? std::string("from its checkpoint")
+                       : std::string("from the beginning"));
+  }
   const std::string where = StartFailedOn(j, cluster);
   return "its start failed " + std::to_string(j.start_failures) +
          (j.start_failures == 1 ? " time" : " times") + " in a row" +

@@ -446,6 +446,11 @@ Status Scheduler::Apply(const Event& event) {
             GANDIVA_RETURN_IF_ERROR(need_job(e.job));
             Job& job = state_.mutable_job(e.job);
             if (IsTerminal(job.state)) return Status::Ok();  // e.g. killed
+            if (!e.success && !e.permanent && job.placed() &&
+                job.run_failures < job.spec.retries) {
+              RetryRun(job, e.checkpoint);
+              return Status::Ok();
+            }
             OnJobEnded(job,
                        e.success ? JobState::kFinished : JobState::kFailed);
             return Status::Ok();
@@ -1060,6 +1065,18 @@ void Scheduler::RequeueLost(Job& job) {
   job.ran_on.clear();  // its process is gone
   job.waiting_since = state_.now_;
   Queue(job);
+}
+
+void Scheduler::RetryRun(Job& job, bool from_checkpoint) {
+  ++job.run_failures;
+  Duration wait = options_.start_retry_delay;
+  for (int i = 1; i < job.run_failures && wait < kMaxStartRetryDelay; ++i) {
+    wait = wait * 2;
+  }
+  job.start_retry_at = state_.now_ + std::min(wait, kMaxStartRetryDelay);
+  RequeueLost(job);
+  // Run again, it resumes from the checkpoint, wherever it is placed.
+  job.launched = from_checkpoint;
 }
 
 void Scheduler::Queue(Job& job) {

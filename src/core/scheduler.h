@@ -172,6 +172,9 @@ class Scheduler {
   // lower id: where a drain tries to move a job, in order.
   std::vector<ServerId> DrainTargets(ServerId from) const;
   void OnJobEnded(Job& job, JobState end);
+  // A run that failed with retries left: queued again after a backoff, to
+  // resume from the checkpoint kept or start from the beginning.
+  void RetryRun(Job& job, bool from_checkpoint);
   void OnActionDone(Job& job, const ActionDone& done);
   void OnActionFailed(Job& job, const ActionFailed& failed);
   void RequeueLost(Job& job);

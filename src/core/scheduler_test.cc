@@ -8,6 +8,7 @@
 
 #include "core/policies/fifo.h"
 #include "core/policies/registry.h"
+#include "core/queue_reasons.h"
 #include "core/test_util.h"
 
 namespace gandiva::core {
@@ -116,6 +117,110 @@ TEST(SchedulerTest, TracksTheJobsItChangesWhenAsked) {
   ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
   EXPECT_EQ(sorted_unique(restored.TakeChangedJobs()),
             (std::vector<JobId>{a, b}));
+}
+
+// A run that fails with retries left (JobSpec::retries) frees its GPUs and
+// waits out of the queue, 10 s, then 20 s, before it starts again from the
+// beginning; the run after the last retry fails the job. Each wait shows
+// in the job's reason.
+TEST(SchedulerTest, AFailedRunIsTriedAgainWhileItHasRetries) {
+  Harness f(std::make_unique<FifoPolicy>(), 1);  // 4 GPUs
+  JobSpec spec;
+  spec.gpus = 4;
+  spec.retries = 2;
+  const JobId a = f.SubmitSpec(spec);
+  f.CompleteAll();
+  ASSERT_EQ(f.job(a).state, JobState::kRunning);
+  const Time first_started = f.job(a).first_started;
+
+  auto out = f.Send(JobFinished{a, false});
+  EXPECT_EQ(CountKind(out, ActionKind::kStart), 0) << "tried again at once";
+  EXPECT_EQ(f.job(a).state, JobState::kQueued);
+  EXPECT_EQ(f.job(a).run_failures, 1);
+  EXPECT_FALSE(f.job(a).launched) << "no checkpoint: from the beginning";
+  EXPECT_EQ(f.job(a).start_retry_at, f.now() + Duration::Seconds(10));
+  EXPECT_EQ(f.state().cluster().free_gpus(), 4);
+  EXPECT_NE(OwnWaitReason(f.job(a), f.state().cluster(), f.now())
+                .find("its run failed (1 of 2 retries taken)"),
+            std::string::npos);
+  f.Advance(Duration::Seconds(9));
+  EXPECT_EQ(CountKind(f.Tick(), ActionKind::kStart), 0);
+  f.Advance(Duration::Seconds(1));
+  out = f.Tick();
+  ASSERT_EQ(CountKind(out, ActionKind::kStart), 1);
+  f.CompleteAll();
+  EXPECT_EQ(f.job(a).state, JobState::kRunning);
+  EXPECT_EQ(f.job(a).first_started, first_started);
+
+  f.Send(JobFinished{a, false});
+  EXPECT_EQ(f.job(a).run_failures, 2);
+  EXPECT_EQ(f.job(a).start_retry_at, f.now() + Duration::Seconds(20));
+  f.Advance(Duration::Seconds(20));
+  ASSERT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1);
+  f.CompleteAll();
+  f.Send(JobFinished{a, false});  // no retries left
+  EXPECT_EQ(f.job(a).state, JobState::kFailed);
+  EXPECT_EQ(f.state().cluster().free_gpus(), 4);
+}
+
+// A retried run that succeeds finishes the job; a permanent failure (the
+// command cannot run) is never retried; a job without retries fails at
+// its first failed run.
+TEST(SchedulerTest, PermanentFailuresAndJobsWithoutRetriesFailAtOnce) {
+  Harness f(std::make_unique<FifoPolicy>(), 1);
+  JobSpec spec;
+  spec.gpus = 1;
+  spec.retries = 3;
+  const JobId a = f.SubmitSpec(spec);
+  const JobId b = f.SubmitSpec(spec);
+  const JobId c = f.Submit(1);
+  f.CompleteAll();
+  f.Send(JobFinished{a, false, /*permanent=*/true});
+  EXPECT_EQ(f.job(a).state, JobState::kFailed);
+  EXPECT_EQ(f.job(a).run_failures, 0);
+  f.Send(JobFinished{c, false});
+  EXPECT_EQ(f.job(c).state, JobState::kFailed);
+  f.Send(JobFinished{b, false});
+  f.Advance(Duration::Seconds(10));
+  ASSERT_EQ(CountKind(f.Tick(), ActionKind::kStart), 1);
+  f.CompleteAll();
+  f.Send(JobFinished{b, true});
+  EXPECT_EQ(f.job(b).state, JobState::kFinished);
+  EXPECT_EQ(f.job(b).run_failures, 1);
+}
+
+// A failed run whose checkpoint the world kept goes on from it: queued as
+// launched and run nowhere, its next run is a Resume that relocates it.
+// The retry count and the wait survive a snapshot.
+TEST(SchedulerTest, AFailedRunWithACheckpointResumesFromIt) {
+  Harness f(std::make_unique<FifoPolicy>(), 1);
+  JobSpec spec;
+  spec.gpus = 2;
+  spec.retries = 1;
+  const JobId a = f.SubmitSpec(spec);
+  f.CompleteAll();
+  f.Send(JobFinished{a, false, false, /*checkpoint=*/true});
+  EXPECT_EQ(f.job(a).state, JobState::kQueued);
+  EXPECT_TRUE(f.job(a).launched);
+  EXPECT_TRUE(f.job(a).ran_on.empty());
+  EXPECT_NE(OwnWaitReason(f.job(a), f.state().cluster(), f.now())
+                .find("from its checkpoint"),
+            std::string::npos);
+
+  Scheduler restored(std::make_unique<FifoPolicy>());
+  ASSERT_TRUE(restored.Restore(f.scheduler().Snapshot()).ok());
+  EXPECT_EQ(restored.state().job(a).run_failures, 1);
+  EXPECT_EQ(restored.state().job(a).spec.retries, 1);
+  EXPECT_EQ(restored.state().job(a).start_retry_at, f.job(a).start_retry_at);
+  EXPECT_EQ(restored.Snapshot(), f.scheduler().Snapshot());
+
+  f.Advance(Duration::Seconds(10));
+  const auto out = f.Tick();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].kind, ActionKind::kResume);
+  EXPECT_TRUE(out[0].relocates);
+  f.CompleteAll();
+  EXPECT_EQ(f.job(a).state, JobState::kRunning);
 }
 
 // The queue's version changes with the queue (an arrival, a start, a

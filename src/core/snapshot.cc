@@ -19,8 +19,9 @@ constexpr std::string_view kMagic = "gandiva-core-snapshot";
 // Job::start_failed_on; 3: a slot per job id, none forgotten; 4: no
 // JobSpec::carrier nor ServerSpec::process_images_unusable; 5: no
 // Job::ran_on; 6: no Job::restarting_from_checkpoint nor Job::restarts;
-// 7: no usage ledger), refuses others.
-constexpr int32_t kVersion = 8;
+// 7: no usage ledger; 8: no JobSpec::retries nor Job::run_failures),
+// refuses others.
+constexpr int32_t kVersion = 9;
 
 void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.Str(s.name);
@@ -33,6 +34,7 @@ void SaveSpec(SnapshotWriter& w, const JobSpec& s) {
   w.I64(s.total_minibatches);
   w.I32(s.model);
   w.U8(static_cast<uint8_t>(s.carrier));
+  w.I32(s.retries);
 }
 
 JobSpec LoadSpec(SnapshotReader& r, int32_t version) {
@@ -54,6 +56,7 @@ JobSpec LoadSpec(SnapshotReader& r, int32_t version) {
       s.carrier = static_cast<Carrier>(c);
     }
   }
+  if (version >= 9) s.retries = r.I32();
   return s;
 }
 
@@ -121,6 +124,7 @@ void SaveJob(SnapshotWriter& w, const Job& j) {
   w.Ids(j.ran_on);
   w.Bool(j.restarting_from_checkpoint);
   w.I32(j.restarts);
+  w.I32(j.run_failures);
   SaveProfile(w, j.profile);
 }
 
@@ -180,6 +184,7 @@ Job LoadJob(SnapshotReader& r, int32_t version) {
     j.restarting_from_checkpoint = r.Bool();
     j.restarts = r.I32();
   }
+  if (version >= 9) j.run_failures = r.I32();
   j.profile = LoadProfile(r);
   return j;
 }

@@ -454,11 +454,10 @@ TEST(SnapshotTest, ARestartUnderWayGoesOnAfterARestore) {
 TEST(SnapshotTest, OlderVersionsAreRead) {
   // Versions 1 and 2 counted a failed migration as the job's too
   // (MakeHistory's first job has one).
-  const std::pair<const char*, int> files[] = {{"snapshot_v1_gandiva.bin", 1},
-                                               {"snapshot_v2_gandiva.bin", 1},
-                                               {"snapshot_v5_gandiva.bin", 0},
-                                               {"snapshot_v6_gandiva.bin", 0},
-                                               {"snapshot_v7_gandiva.bin", 0}};
+  const std::pair<const char*, int> files[] = {
+      {"snapshot_v1_gandiva.bin", 1}, {"snapshot_v2_gandiva.bin", 1},
+      {"snapshot_v5_gandiva.bin", 0}, {"snapshot_v6_gandiva.bin", 0},
+      {"snapshot_v7_gandiva.bin", 0}, {"snapshot_v8_gandiva.bin", 0}};
   for (const auto& [name, failed_migrations_counted] : files) {
     SCOPED_TRACE(name);
     std::ifstream f(std::string(GANDIVA_CORE_TESTDATA "/") + name,

@@ -603,6 +603,60 @@ TEST_F(RuntimeE2eTest, AnAgentKilledAndRestartedTakesItsJobsBack) {
       ids.size(), static_cast<long long>(redone));
 }
 
+// A job's process SIGKILLed (the kernel's OOM killer, say) while the job
+// has retries left: the job is queued again, waits out its backoff, starts
+// again and finishes; its history holds the failed run and the retry.
+TEST_F(RuntimeE2eTest, AJobWhoseProcessIsKilledRunsAgainWhileItHasRetries) {
+  TestCluster c({.policy = "fifo",
+                 .agents = 1,
+                 .gpus_per_agent = 1,
+                 .scheduler_args = {"--start-retry-s", "1"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  constexpr int kSteps = 400;
+  rpc::JobSpec spec = c.TrainSpec("retried", "cnn", kSteps, 1, 20);
+  spec.set_retries(1);
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] { return c.Job(id).progress().minibatches() >= 50; }, seconds(120)))
+      << Describe(c, id) << c.Logs();
+  const std::vector<int> pids =
+      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) + " ");
+  ASSERT_EQ(pids.size(), 1u);
+  const int64_t at = c.Job(id).progress().minibatches();
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
+
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+  EXPECT_EQ(j.progress().minibatches(), kSteps);
+  EXPECT_EQ(j.run_failures(), 1);
+  const auto retries = c.History(id, "retry");
+  ASSERT_EQ(retries.size(), 1u) << Describe(c, id);
+  EXPECT_EQ(retries[0].detail(),
+            "run 1 of 2 failed: it runs again in 1 s, from the beginning");
+  const auto exits = c.History(id, "exit");
+  ASSERT_EQ(exits.size(), 2u) << Describe(c, id);
+  EXPECT_FALSE(exits[0].ok());
+  EXPECT_TRUE(exits[1].ok());
+  const auto starts = c.History(id, "start");
+  ASSERT_EQ(starts.size(), 2u) << Describe(c, id);
+  EXPECT_GE(starts[1].time_us() - exits[0].time_us(), 900'000)
+      << "it waited out its backoff";
+  const std::string log = c.JobLog(j);
+  EXPECT_EQ(CountLines(log, ": job "), 2) << log;
+  EXPECT_EQ(CountLines(log, "done: " + std::to_string(kSteps) + " steps"), 1)
+      << log;
+  std::printf(
+      "a job's process SIGKILLed at mini-batch %lld ran again %.1f s after "
+      "its exit, from the beginning: about %lld mini-batches trained "
+      "again\n",
+      static_cast<long long>(at),
+      static_cast<double>(starts[1].time_us() - exits[0].time_us()) / 1e6,
+      static_cast<long long>(at));
+}
+
 // Runs gandiva-scheduler with `args` (a backup or a restore) to its end;
 // its exit status (-1: it did not end within a minute), its output in
 // *out.

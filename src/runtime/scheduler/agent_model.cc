@@ -794,7 +794,12 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
   if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
   CopyMetric(e, &x.progress);
   if (plan.verdict == Exit::kAfterEnd) return plan;
-  plan.line = Line{"exit", e.exit_code() == 0, "exit code " + code};
+  plan.permanent = e.exit_code() == 126 || e.exit_code() == 127;
+  plan.line = Line{"exit", e.exit_code() == 0,
+                   "exit code " + code +
+                       (e.exit_code() == 127   ? " (command not found)"
+                        : e.exit_code() == 126 ? " (command not executable)"
+                                               : "")};
   plan.finishes = e.exit_code() == 0;
   // A gang's other parts end with their lead; any still running (a rank
   // hung) are stopped.

@@ -385,7 +385,10 @@ class AgentModel {
     std::optional<JobExtra> record;  // none: unchanged
     std::optional<Line> line;
     std::optional<bool> finishes;  // the job's end: passed or failed
-    std::optional<Proc> stop;      // what of it runs on: its other parts
+    // A failure no retry can mend (JobFinished::permanent): the shell could
+    // not find (exit 127) or execute (126) the command.
+    bool permanent = false;
+    std::optional<Proc> stop;  // what of it runs on: its other parts
   };
   ExitPlan PlanExit(ServerId server, const std::string& agent,
                     const rpc::JobExit& e, int64_t now_us) const;

@@ -291,7 +291,7 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
       History(id, plan.line->what, plan.line->ok, 0, plan.line->detail);
     }
     if (plan.finishes) {
-      (void)Feed(core::JobFinished{JobId(id), *plan.finishes});
+      (void)Feed(core::JobFinished{JobId(id), *plan.finishes, plan.permanent});
       if (journal.unlogged()) {
         // Not logged: as if the exit had not come (the agent keeps it and
         // reports it again), its line and the failure streak it would
@@ -301,6 +301,17 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
         batch.history.pop_back();
         streaks.Forget(id);
         return ReportAgain(id);
+      }
+      const core::Job& j = st().job(JobId(id));
+      if (!*plan.finishes && !core::IsTerminal(j.state)) {
+        // Queued again (JobSpec.retries): the attempt is in the history.
+        History(id, "retry", true, 0,
+                "run " + std::to_string(j.run_failures) + " of " +
+                    std::to_string(j.spec.retries + 1) +
+                    " failed: it runs again in " +
+                    Seconds((j.start_retry_at - st().now()).seconds()) +
+                    (j.launched ? ", from its checkpoint"
+                                : ", from the beginning"));
       }
     }
     if (plan.stop) KillAt(id, *plan.stop, InternalActionId());

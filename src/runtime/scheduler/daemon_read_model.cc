@@ -103,6 +103,7 @@ rpc::JobInfo SchedulerServer::Impl::InfoOf(int32_t id,
   info.set_suspends(j.suspends);
   info.set_resumes(j.resumes);
   info.set_start_failures(j.start_failures);
+  info.set_run_failures(j.run_failures);
   if (j.awaits_start_retry(st().now())) {
     info.set_start_retry_us(j.start_retry_at.micros());
   }

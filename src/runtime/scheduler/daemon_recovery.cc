@@ -291,6 +291,11 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
     }
     check("--queues", "queues", QueuesToJson(*opts.queues));
   }
+  if (opts.default_retries < 0 || opts.default_retries > core::kMaxRetries) {
+    return core::InvalidArgument("--default-retries: must be 0 to " +
+                                 std::to_string(core::kMaxRetries) + ", got " +
+                                 std::to_string(opts.default_retries));
+  }
   if (opts.start_attempts) {
     if (*opts.start_attempts < 0) {
       return core::InvalidArgument("--start-attempts: must not be negative");

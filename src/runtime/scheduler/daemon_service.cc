@@ -105,6 +105,7 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   if (core::Status s = Admit(*who, d_.queues, owned); !s.ok()) {
     return ToGrpc(s);
   }
+  if (!owned.has_retries()) owned.set_retries(d_.opts.default_retries);
   const rpc::JobSpec* spec = &owned;
   auto r = d_.Call<core::StatusOr<std::vector<int64_t>>>([this, &spec] {
     return d_.Submit(std::span<const rpc::JobSpec* const>(&spec, 1));
@@ -146,6 +147,9 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext* ctx,
                                                " of " + std::to_string(n) +
                                                ": " + s.message() +
                                                "; no job was submitted"));
+    }
+    if (!owned[i].has_retries()) {
+      owned[i].set_retries(d_.opts.default_retries);
     }
     specs[i] = &owned[i];
   }

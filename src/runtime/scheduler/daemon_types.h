@@ -130,6 +130,7 @@ inline core::JobSpec ToCoreSpec(const rpc::JobSpec& s) {
   c.vc = s.queue();
   c.elastic = s.elastic();
   c.total_minibatches = s.total_minibatches();
+  c.retries = s.retries();
   c.carrier = CarrierOf(s, false);
   return c;
 }

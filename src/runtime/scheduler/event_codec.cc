@@ -41,12 +41,13 @@ T Int(const json& j) {
 }
 
 json SpecToJson(const core::JobSpec& s) {
-  return json{
-      {"name", s.name},         {"gpus", s.gpus},
-      {"priority", s.priority}, {"owner", s.owner},
-      {"group", s.group},       {"vc", s.vc},
-      {"elastic", s.elastic},   {"total_minibatches", s.total_minibatches},
-      {"model", s.model},       {"carrier", core::CarrierName(s.carrier)}};
+  json j{{"name", s.name},         {"gpus", s.gpus},
+         {"priority", s.priority}, {"owner", s.owner},
+         {"group", s.group},       {"vc", s.vc},
+         {"elastic", s.elastic},   {"total_minibatches", s.total_minibatches},
+         {"model", s.model},       {"carrier", core::CarrierName(s.carrier)}};
+  if (s.retries != 0) j["retries"] = s.retries;
+  return j;
 }
 
 // Throws json::type_error (reported as malformed) for a name no carrier
@@ -74,6 +75,7 @@ core::JobSpec SpecFromJson(const json& j) {
   // Absent from logs written before it was logged: moves freely, until
   // the daemon learns otherwise (CarrierKnown).
   if (j.contains("carrier")) s.carrier = CarrierFromJson(j.at("carrier"));
+  if (j.contains("retries")) s.retries = Int<int>(j.at("retries"));
   return s;
 }
 
@@ -104,7 +106,10 @@ std::string EncodeEvent(const core::EventBody& body) {
             return out;
           },
           [](const core::JobFinished& e) {
-            return json{{"job", e.job.value}, {"success", e.success}};
+            json out{{"job", e.job.value}, {"success", e.success}};
+            if (e.permanent) out["permanent"] = true;
+            if (e.checkpoint) out["checkpoint"] = true;
+            return out;
           },
           [](const core::ProfileReport& e) {
             return json{{"job", e.job.value},
@@ -206,8 +211,9 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
       return core::EventBody(std::move(e));
     }
     if (kind == "JobFinished") {
-      return core::EventBody(
-          core::JobFinished{job(), j.at("success").get<bool>()});
+      return core::EventBody(core::JobFinished{
+          job(), j.at("success").get<bool>(), j.value("permanent", false),
+          j.value("checkpoint", false)});
     }
     if (kind == "ProfileReport") {
       core::ProfileReport p;

@@ -166,8 +166,14 @@ int main(int argc, char** argv) {
   double start_retry_s = 10;
   auto* retry_opt = app.add_option(
       "--start-retry-s", start_retry_s,
-      "wait this long before starting a job again after its start failed, "
-      "doubling each time, at most 300 (default 10)");
+      "wait this long before starting a job again after its start (or a "
+      "run it may retry) failed, doubling each time, at most 300 (default "
+      "10)");
+  app.add_option("--default-retries", o.default_retries,
+                 "runs that may fail before a job does, for a job whose spec "
+                 "sets no retries: (0-100)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
   app.add_option("--profile-interval-s", o.profile_interval_s,
                  "give the policy a job's measured rate at most this often "
                  "(0: every agent report)")

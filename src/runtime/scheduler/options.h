@@ -122,6 +122,9 @@ struct SchedulerOptions {
   // to. Defaults 5 attempts, 10 s.
   std::optional<int> start_attempts;
   std::optional<double> start_retry_s;
+  // Runs that may fail before a job does (JobSpec.retries) for a job
+  // submitted without it; set in its spec at submission. 0..100.
+  int default_retries = 0;
   // The core (and its event log) gets a job's measured rate at most this
   // often; agents report more often (every 500 ms), which shows in `gandiva
   // ls` at once. Each report fed is one event logged and replayed after a

@@ -3772,6 +3772,78 @@ TEST_F(DaemonTest, AStartThatKeepsFailingIsRetriedAfterWaitsThenFailsTheJob) {
   EXPECT_GE(starts[2].time_us() - starts[1].time_us(), 590'000);
 }
 
+// A run that fails with retries left is started again after the backoff,
+// its history saying which run failed and when the next comes; a command
+// that cannot run (exit 127) is not retried; --default-retries is set in
+// a spec that sets none, and a spec's own 0 is kept.
+TEST_F(DaemonTest, AFailedRunIsStartedAgainWhileTheJobHasRetries) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.start_retry_s = 0.3;
+  o.default_retries = 2;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 2, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  const int64_t j = cl.MustSubmit(1, "flaky");
+  EXPECT_EQ(cl.Get(j).spec().retries(), 2);
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(j) == 1; }));
+  agent.Exit(j, -9);  // killed from outside (say, the OOM killer)
+  (void)agent.Report();
+  ASSERT_TRUE(WaitFor([&] {
+    return agent.start_calls(j) == 2 && agent.procs().count(j) == 1;
+  })) << cl.Get(j).DebugString();
+  rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(info.run_failures(), 1);
+  std::vector<std::string> lines;
+  for (const auto& h : info.history()) {
+    lines.push_back(h.action() + ": " + h.detail());
+  }
+  const auto has = [&](const std::string& want) {
+    return std::find(lines.begin(), lines.end(), want) != lines.end();
+  };
+  EXPECT_TRUE(has("exit: exit code -9")) << info.DebugString();
+  EXPECT_TRUE(
+      has("retry: run 1 of 3 failed: it runs again in 0.3 s, from the "
+          "beginning"))
+      << info.DebugString();
+  int64_t exit_us = 0, second_start_us = 0;
+  for (const auto& h : info.history()) {
+    if (h.action() == "exit") exit_us = h.time_us();
+    if (h.action() == "start" && exit_us > 0) second_start_us = h.time_us();
+  }
+  EXPECT_GE(second_start_us - exit_us, 290'000) << "waited out its backoff";
+  agent.Exit(j, 0);
+  (void)agent.Report();
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FINISHED; }));
+
+  const int64_t typo = cl.MustSubmit(1, "typo");
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(typo) == 1; }));
+  agent.Exit(typo, 127);
+  (void)agent.Report();
+  ASSERT_TRUE(WaitFor([&] { return cl.State(typo) == rpc::FAILED; }));
+  Pass(std::chrono::milliseconds(1000));
+  EXPECT_EQ(agent.start_calls(typo), 1) << "a command not found is retried";
+  info = cl.Get(typo);
+  EXPECT_EQ(info.run_failures(), 0);
+  EXPECT_EQ(info.history(info.history_size() - 1).detail(),
+            "exit code 127 (command not found)");
+
+  rpc::JobSpec once;
+  once.set_name("once");
+  once.set_command("python3 train.py");
+  once.set_gpus(1);
+  once.set_retries(0);
+  int64_t id = -1;
+  ASSERT_TRUE(cl.Submit(once, &id).ok());
+  EXPECT_EQ(cl.Get(id).spec().retries(), 0);
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(id) == 1; }));
+  agent.Exit(id, 1);
+  (void)agent.Report();
+  ASSERT_TRUE(WaitFor([&] { return cl.State(id) == rpc::FAILED; }));
+  EXPECT_EQ(agent.start_calls(id), 1);
+}
+
 // A job whose start failed on one server starts on another one next, and
 // its history says where it failed and that the next try goes elsewhere.
 TEST_F(DaemonTest, AStartThatFailedOnOneServerIsTriedOnAnother) {

@@ -1073,6 +1073,7 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   spec.total_minibatches = 1000;
   spec.model = 3;
   spec.carrier = core::Carrier::kProcessImage;
+  spec.retries = 3;
   core::ServerUp up;
   up.spec = core::ServerSpec{"s1", 8, 2, 2, 79.5, "turned off (--no-criu)"};
   up.id = core::ServerId(1);
@@ -1080,6 +1081,8 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   const std::vector<core::EventBody> events = {
       core::JobArrived{core::JobId(4), spec},
       core::JobFinished{core::JobId(4), false},
+      core::JobFinished{core::JobId(4), false, true, false},
+      core::JobFinished{core::JobId(4), false, false, true},
       pr,
       core::ActionDone{core::ActionId(9), core::JobId(4),
                        core::Duration::Micros(77)},
@@ -1124,6 +1127,16 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_EQ(arrived.spec.vc, "vc1");
   EXPECT_EQ(arrived.spec.model, 3);
   EXPECT_EQ(arrived.spec.carrier, core::Carrier::kProcessImage);
+  EXPECT_EQ(arrived.spec.retries, 3);
+  auto failed = std::get<core::JobFinished>(*DecodeEvent(
+      EncodeEvent(core::JobFinished{core::JobId(4), false, false, true})));
+  EXPECT_FALSE(failed.permanent);
+  EXPECT_TRUE(failed.checkpoint);
+  // A log written before the fields: a plain failure.
+  failed = std::get<core::JobFinished>(
+      *DecodeEvent(R"({"kind":"JobFinished","job":4,"success":false})"));
+  EXPECT_FALSE(failed.permanent);
+  EXPECT_FALSE(failed.checkpoint);
   EXPECT_TRUE(arrived.placed_on.empty());
   EXPECT_EQ(EncodeEvent(events[0]).find("placed_on"), std::string::npos);
   auto adopted = std::get<core::JobArrived>(
