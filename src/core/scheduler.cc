@@ -1067,13 +1067,17 @@ void Scheduler::RequeueLost(Job& job) {
   Queue(job);
 }
 
-void Scheduler::RetryRun(Job& job, bool from_checkpoint) {
-  ++job.run_failures;
+Duration Scheduler::RetryDelay(int failures) const {
   Duration wait = options_.start_retry_delay;
-  for (int i = 1; i < job.run_failures && wait < kMaxStartRetryDelay; ++i) {
+  for (int i = 1; i < failures && wait < kMaxStartRetryDelay; ++i) {
     wait = wait * 2;
   }
-  job.start_retry_at = state_.now_ + std::min(wait, kMaxStartRetryDelay);
+  return std::min(wait, kMaxStartRetryDelay);
+}
+
+void Scheduler::RetryRun(Job& job, bool from_checkpoint) {
+  ++job.run_failures;
+  job.start_retry_at = state_.now_ + RetryDelay(job.run_failures);
   RequeueLost(job);
   // Run again, it resumes from the checkpoint, wherever it is placed.
   job.launched = from_checkpoint;
@@ -1236,12 +1240,7 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
         OnJobEnded(job, JobState::kFailed);
         break;
       }
-      Duration wait = options_.start_retry_delay;
-      for (int i = 1; i < job.start_failures && wait < kMaxStartRetryDelay;
-           ++i) {
-        wait = wait * 2;
-      }
-      job.start_retry_at = state_.now_ + std::min(wait, kMaxStartRetryDelay);
+      job.start_retry_at = state_.now_ + RetryDelay(job.start_failures);
       RequeueLost(job);
       break;
     }

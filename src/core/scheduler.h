@@ -172,6 +172,9 @@ class Scheduler {
   // lower id: where a drain tries to move a job, in order.
   std::vector<ServerId> DrainTargets(ServerId from) const;
   void OnJobEnded(Job& job, JobState end);
+  // The wait before the next try after `failures` failed starts (or runs)
+  // in a row: start_retry_delay, doubling, at most kMaxStartRetryDelay.
+  Duration RetryDelay(int failures) const;
   // A run that failed with retries left: queued again after a backoff, to
   // resume from the checkpoint kept or start from the beginning.
   void RetryRun(Job& job, bool from_checkpoint);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "config/queues_file.h"
+#include "core/job.h"
 #include "runtime/scheduler/etcd_client.h"
 #include "runtime/scheduler/leadership.h"
 #include "runtime/scheduler/scheduler_server.h"
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
   app.add_option("--default-retries", o.default_retries,
                  "runs that may fail before a job does, for a job whose spec "
                  "sets no retries: (0-100)")
-      ->check(CLI::Range(0, 100))
+      ->check(CLI::Range(0, gandiva::core::kMaxRetries))
       ->capture_default_str();
   app.add_option("--profile-interval-s", o.profile_interval_s,
                  "give the policy a job's measured rate at most this often "
