@@ -24,14 +24,15 @@ thread; the getters may be called from any thread.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+import os
+from typing import Callable, Optional, Tuple
 
 from gandiva import _lib
 from gandiva._lib import (E_BAD_PAGE, E_HOOK, E_INVALID, E_IO,
                           E_NO_CHECKPOINT_DIR, E_SIGNAL, E_STATE, EXIT_MIGRATE,
                           EXIT_RESIZE, INACTIVE, OK, RESUME_READY_FILE,
                           BULK_ACCEPTED, STREAM_DONE_FILE, STREAM_OFFER_FILE,
-                          STREAM_OK_FILE,
+                          STREAM_OK_FILE, SAVED_FILE,
                           STEP_CHECKPOINT,
                           STEP_CONTINUE, STEP_RESUMED, GandivaError,
                           LibraryNotFoundError)
@@ -41,7 +42,7 @@ __all__ = [
     "active", "job_id", "checkpoint_dir", "resume_from", "target_world_size",
     "restore_begin", "restore_end", "world_size", "RESUME_READY_FILE",
     "STREAM_OK_FILE", "STREAM_OFFER_FILE", "STREAM_DONE_FILE",
-    "BULK_ACCEPTED",
+    "BULK_ACCEPTED", "SAVED_FILE", "checkpoint_every", "checkpoint_saved",
     "set_hooks", "shutdown", "strerror", "GandivaError",
     "LibraryNotFoundError", "OK", "INACTIVE", "STEP_CONTINUE", "STEP_RESUMED",
     "STEP_CHECKPOINT", "EXIT_MIGRATE", "EXIT_RESIZE", "E_IO", "E_BAD_PAGE",
@@ -87,6 +88,41 @@ def checkpoint_done(ok: bool) -> int:
     if rc < 0:
         raise GandivaError("gandiva_checkpoint_done", rc)
     return rc
+
+
+def checkpoint_every() -> Tuple[Optional[int], Optional[float]]:
+    """How often the job should save a checkpoint by itself (the spec's
+    checkpoint_every): (mini-batches, None), (None, seconds), or (None,
+    None) for never. From GANDIVA_CHECKPOINT_EVERY_MINIBATCHES and
+    GANDIVA_CHECKPOINT_EVERY_S; a value that does not read as a positive
+    number counts as unset."""
+    def positive(name, kind):
+        try:
+            v = kind(os.environ.get(name, ""))
+        except ValueError:
+            return None
+        return v if v > 0 else None
+    steps = positive("GANDIVA_CHECKPOINT_EVERY_MINIBATCHES", int)
+    if steps is not None:
+        return steps, None
+    return None, positive("GANDIVA_CHECKPOINT_EVERY_S", float)
+
+
+def checkpoint_saved(path: str, minibatches: int) -> None:
+    """After a periodic save of the checkpoint file `path` (complete, renamed
+    into place in checkpoint_dir()) at mini-batch `minibatches`: writes the
+    note (SAVED_FILE, temp file then rename) by which the agent keeps that
+    checkpoint for the next run if this process fails. Raises OSError when
+    the note cannot be written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    st = os.stat(path)
+    note = os.path.join(directory, SAVED_FILE)
+    tmp = f"{note}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(f"minibatches {int(minibatches)}\n"
+                f"path {os.path.basename(path)}\n"
+                f"mtime_ns {st.st_mtime_ns}\n")
+    os.replace(tmp, note)
 
 
 def minibatches() -> int:
@@ -159,7 +195,6 @@ def restore_end() -> None:
 def world_size() -> int:
     """GANDIVA_WORLD_SIZE: the number of GPUs (data-parallel ranks) the agent
     started the job with; 1 if unset."""
-    import os
     value = os.environ.get("GANDIVA_WORLD_SIZE")
     return int(value) if value else 1
 

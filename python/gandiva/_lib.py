@@ -53,6 +53,9 @@ STREAM_OK_FILE = ".gandiva-stream-ok"
 STREAM_OFFER_FILE = ".gandiva-stream"
 # Written by the job once the stream's last byte came: "received_ns N".
 STREAM_DONE_FILE = ".gandiva-stream-done"
+# Periodic checkpoints (client/progress_page.h): after each save the job
+# writes this note beside it: "minibatches N", "path NAME", "mtime_ns M".
+SAVED_FILE = ".gandiva-saved"
 # The bulk channel's answer to the right token (runtime/agent/bulk_transfer.h).
 BULK_ACCEPTED = b"GNDVBLK1"
 

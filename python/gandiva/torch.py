@@ -18,6 +18,14 @@ What happens at a boundary (after the body of the loop ran for a batch):
     states (torch, CUDA, numpy, python `random`) are saved to
     $GANDIVA_CHECKPOINT_DIR/checkpoint.gdv (temp file + rename), then the
     process exits with status 75 (resize: 76) by raising SystemExit.
+  - periodic checkpoint (the spec's checkpoint_every, given to the process
+    as GANDIVA_CHECKPOINT_EVERY_MINIBATCHES or GANDIVA_CHECKPOINT_EVERY_S):
+    every that many mini-batches (when `steps` is a multiple of it) or
+    once that much time passed since the last save or the start, the same
+    checkpoint is saved there and training goes on; then a note
+    (gandiva.SAVED_FILE) tells the agent, which keeps that checkpoint for
+    the job's next run if the process fails (a crash, an OOM kill). A save
+    that fails is warned about, and training goes on.
 A job started with GANDIVA_RESUME_FROM (a directory holding the checkpoint,
 or the file itself) loads it before the first batch and continues at the
 next mini-batch with identical parameters and random streams: `batches()`
@@ -79,6 +87,7 @@ import pickle
 import random
 import struct
 import sys
+import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -725,6 +734,8 @@ class Job:
         self._resume: Optional[Dict[str, Any]] = None
         self._live: Optional[Tuple[Any, Iterator[Any]]] = None
         self._offloaded: list = []
+        self._every_steps, self._every_s = gandiva.checkpoint_every()
+        self._saved_at = time.monotonic()  # the last periodic save (or start)
         gandiva.init()
         gandiva.set_hooks(offload=self.offload, reload=self.reload)
 
@@ -791,6 +802,7 @@ class Job:
             self.load(resume)
         gandiva.set_minibatches(self.steps)
         gandiva.restore_end()
+        self._saved_at = time.monotonic()
         return True
 
     def _report_received(self, directory: str) -> None:
@@ -893,7 +905,31 @@ class Job:
             self._checkpoint_and_exit()
         elif rc < 0:
             self._warn(rc)
+        if not count_only and self._periodic_due():
+            self._save_periodic()
         return rc
+
+    def _periodic_due(self) -> bool:
+        """Whether a periodic checkpoint is due at this boundary."""
+        if self._every_steps:
+            return self.steps % self._every_steps == 0
+        if self._every_s:
+            return time.monotonic() - self._saved_at >= self._every_s
+        return False
+
+    def _save_periodic(self, **kw) -> None:
+        """Saves the periodic checkpoint, then its note for the agent."""
+        directory = gandiva.checkpoint_dir()
+        self._saved_at = time.monotonic()
+        if not directory:
+            return
+        try:
+            path = self.save(directory, **kw)
+            gandiva.checkpoint_saved(path, self.steps)
+        except Exception as e:  # training goes on; the last one stands
+            warnings.warn(f"gandiva: periodic checkpoint at step "
+                          f"{self.steps} failed: {e!r}")
+        self._saved_at = time.monotonic()
 
     def _warn(self, rc: int) -> None:
         warnings.warn(f"gandiva: request failed at step {self.steps}: "
@@ -907,18 +943,26 @@ class Job:
 
     def _dist_boundary(self, rc: int) -> int:
         """Rank 0 decided (its gandiva.step() returned `rc`; the others'
-        only counted); every rank learns whether to checkpoint."""
+        only counted); every rank learns whether to checkpoint and exit (1)
+        or save a periodic checkpoint and train on (2)."""
         import torch.distributed as dist
-        checkpoint = self._broadcast(
-            1 if self.rank == 0 and rc == gandiva.STEP_CHECKPOINT else 0)
+        decision = 0
+        if self.rank == 0:
+            decision = (1 if rc == gandiva.STEP_CHECKPOINT else
+                        2 if self._periodic_due() else 0)
+        decision = self._broadcast(decision)
         if self.rank == 0 and rc < 0:
             self._warn(rc)
-        if not checkpoint:
+        if not decision:
             return rc if self.rank == 0 else gandiva.STEP_CONTINUE
         # Rank 0 saves one replica plus every rank's RNG streams.
         rngs = (_rng_state(), self._epoch_start_rng)
         gathered = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(rngs, gathered, dst=0)
+        if decision == 2:
+            if self.rank == 0:
+                self._save_periodic(rank_rng=gathered)
+            return rc if self.rank == 0 else gandiva.STEP_CONTINUE
         status = 0
         if self.rank == 0:
             ok = self._try_save(gandiva.checkpoint_dir(), rank_rng=gathered)

@@ -121,6 +121,38 @@ def test_checkpoint_and_warm_restart_at_world_size_2_is_bit_identical(
         assert torch.equal(tensor, migrated[name]), name
 
 
+def test_periodic_checkpoint_at_world_size_2_lets_a_killed_job_go_on(
+        tmp_path, lib_path, reap):
+    import os
+    import signal
+    ref, _ = run_to_end(lib_path, 2, tmp_path / "ref.pt")
+    ckpt = tmp_path / "ckpt"
+    page1 = tmp_path / "progress1"
+    agent.create_page(page1)
+    src = launch(lib_path, 2, None, extra=["--min-step-ms", "3"],
+                 GANDIVA_PROGRESS_FILE=page1, GANDIVA_CHECKPOINT_DIR=ckpt,
+                 GANDIVA_WORLD_SIZE=2, GANDIVA_CHECKPOINT_EVERY_MINIBATCHES=10)
+    reap(src)
+    note = ckpt / gandiva.SAVED_FILE
+    wait_for(lambda: note.exists() and
+             note.read_text().startswith("minibatches 20\n") or
+             src.poll() is not None, "two periodic checkpoints")
+    os.killpg(src.pid, signal.SIGKILL)
+    finish(src)
+    saved = gandiva.torch.read_checkpoint(str(ckpt))
+    assert saved["steps"] >= 20 and saved["steps"] % 10 == 0
+    assert saved["world_size"] == 2 and len(saved["rank_rng"]) == 2
+    page2 = tmp_path / "progress2"
+    agent.create_page(page2)
+    resumed, stdout = run_to_end(lib_path, 2, tmp_path / "resumed.pt",
+                                 GANDIVA_PROGRESS_FILE=page2,
+                                 GANDIVA_RESUME_FROM=ckpt,
+                                 GANDIVA_WORLD_SIZE=2)
+    assert "resumed from" in stdout
+    for name, tensor in ref.items():
+        assert torch.equal(tensor, resumed[name]), name
+
+
 def launch_parts(lib_path, sizes, out=None, extra=(), part_env=()):
     """One launcher per part of a multi-server job (as the agents start
     them), all on this machine: part k runs sizes[k] ranks, with

@@ -164,6 +164,86 @@ def test_migration_resumes_with_identical_parameters(tmp_path, lib_path, reap,
     assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
 
 
+def test_periodic_checkpoint_lets_a_killed_job_go_on(tmp_path, lib_path,
+                                                     reap):
+    steps, seed, every, hold_at = 30, 7, 5, 13
+    ref, _ = run_to_end(tmp_path, lib_path, "ref", steps, seed)
+
+    # Run 1: saves every 5 mini-batches by itself; SIGKILLed during batch 13.
+    page = tmp_path / "progress1"
+    ckpt = tmp_path / "ckpt"
+    hold, release = tmp_path / "hold", tmp_path / "release"
+    agent.create_page(page)
+    proc = start_child(
+        ["--steps", steps, "--seed", seed, "--hold-at", hold_at,
+         "--hold-file", hold, "--release-file", release],
+        child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                  GANDIVA_CHECKPOINT_DIR=ckpt,
+                  GANDIVA_CHECKPOINT_EVERY_MINIBATCHES=every))
+    reap(proc)
+    wait_for(hold.exists, "the job to reach the hold")
+    assert sorted(os.listdir(ckpt)) == [gandiva.SAVED_FILE, "checkpoint.gdv"]
+    note = (ckpt / gandiva.SAVED_FILE).read_text().split("\n")
+    assert note == ["minibatches 10", "path checkpoint.gdv",
+                    f"mtime_ns {os.stat(ckpt / 'checkpoint.gdv').st_mtime_ns}",
+                    ""]
+    os.kill(proc.pid, signal.SIGKILL)
+    status, _, _ = finish(proc)
+    assert status == -signal.SIGKILL
+    assert gandiva.torch.read_checkpoint(str(ckpt))["steps"] == 10
+
+    # Run 2 goes on from it: the parameters of a run never interrupted.
+    page2 = tmp_path / "progress2"
+    agent.create_page(page2)
+    resumed, _ = run_to_end(tmp_path, lib_path, "resumed", steps, seed,
+                            GANDIVA_PROGRESS_FILE=page2,
+                            GANDIVA_RESUME_FROM=ckpt)
+    assert resumed["steps"] == steps
+    for name, tensor in ref["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
+
+
+def test_periodic_checkpoint_by_time(tmp_path, lib_path, reap):
+    page = tmp_path / "progress"
+    ckpt = tmp_path / "ckpt"
+    agent.create_page(page)
+    proc = start_child(
+        ["--steps", 1000000, "--batch-sleep", 0.02],
+        child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                  GANDIVA_CHECKPOINT_DIR=ckpt,
+                  GANDIVA_CHECKPOINT_EVERY_S=0.3))
+    reap(proc)
+    note = ckpt / gandiva.SAVED_FILE
+
+    def saved_at():
+        try:
+            return int(note.read_text().split("\n")[0].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+    wait_for(lambda: saved_at() > 0, "a first periodic checkpoint")
+    first = saved_at()
+    wait_for(lambda: saved_at() > first, "a second one")
+    os.kill(proc.pid, signal.SIGKILL)
+    finish(proc)
+    saved = gandiva.torch.read_checkpoint(str(ckpt))
+    assert saved["steps"] == saved_at()
+
+
+def test_periodic_checkpoint_settings_read_from_the_environment(monkeypatch):
+    for name in ("GANDIVA_CHECKPOINT_EVERY_MINIBATCHES",
+                 "GANDIVA_CHECKPOINT_EVERY_S"):
+        monkeypatch.delenv(name, raising=False)
+    assert gandiva.checkpoint_every() == (None, None)
+    monkeypatch.setenv("GANDIVA_CHECKPOINT_EVERY_S", "90.5")
+    assert gandiva.checkpoint_every() == (None, 90.5)
+    monkeypatch.setenv("GANDIVA_CHECKPOINT_EVERY_MINIBATCHES", "500")
+    assert gandiva.checkpoint_every() == (500, None)
+    monkeypatch.setenv("GANDIVA_CHECKPOINT_EVERY_MINIBATCHES", "lots")
+    monkeypatch.setenv("GANDIVA_CHECKPOINT_EVERY_S", "-1")
+    assert gandiva.checkpoint_every() == (None, None)
+
+
 def test_resize_exits_76(tmp_path, lib_path, reap):
     page = tmp_path / "progress"
     ckpt = tmp_path / "ckpt"

@@ -462,6 +462,13 @@ int RunShow(const JobFlags& f) {
     }
     std::printf("\n");
   }
+  if (spec.checkpoint_every_minibatches() > 0) {
+    std::printf("  checkpoints:  every %lld mini-batches (periodic)\n",
+                static_cast<long long>(spec.checkpoint_every_minibatches()));
+  } else if (spec.checkpoint_every_us() > 0) {
+    std::printf("  checkpoints:  every %s (periodic)\n",
+                FormatAge(spec.checkpoint_every_us()).c_str());
+  }
   const char* withheld = "(withheld: another user's job)";
   std::printf("  command:      %s\n",
               j.withheld() ? withheld : spec.command().c_str());

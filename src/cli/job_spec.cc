@@ -398,6 +398,25 @@ core::StatusOr<rpc::JobSpec> SpecOf(const YAML::Node& root,
       auto v = AsInt(path, value, field, 0, core::kMaxRetries);
       if (!v.ok()) return v.status();
       spec.set_retries(static_cast<int32_t>(*v));
+    } else if (field == "checkpoint_every") {
+      if (!value.IsScalar()) {
+        return FieldError(path, value, field,
+                          "expected a count of mini-batches or a time, got " +
+                              Describe(value));
+      }
+      int64_t minibatches = 0;
+      int64_t us = 0;
+      if (std::string why =
+              config::ParseCheckpointEvery(value.Scalar(), &minibatches, &us);
+          !why.empty()) {
+        return FieldError(path, value, field, why);
+      }
+      if (std::string why = config::CheckCheckpointEvery(minibatches, us);
+          !why.empty()) {
+        return FieldError(path, value, field, why);
+      }
+      spec.set_checkpoint_every_minibatches(minibatches);
+      spec.set_checkpoint_every_us(us);
     } else if (field == "total_minibatches") {
       auto v =
           AsInt(path, value, field, 0, std::numeric_limits<int64_t>::max());

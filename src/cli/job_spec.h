@@ -27,7 +27,12 @@
 //   retries            integer 0-100, default the daemon's --default-retries:
 //                      runs that may fail (a nonzero exit, a kill from
 //                      outside) before the job does; each is queued again
-//                      after a backoff, from the beginning
+//                      after a backoff, from its last periodic checkpoint
+//                      or else from the beginning
+//   checkpoint_every   mini-batches ("500") or a time ("90s", "10m", "1.5h",
+//                      at least 1 s), default none: a job using the
+//                      job-side library saves a checkpoint that often, at a
+//                      mini-batch boundary, which a failed run goes on from
 // Any other top-level key is refused ("job.yaml:3: unknown field 'gpu'").
 //
 // Pure functions of their input (and, for defaults, of the environment and
@@ -46,10 +51,10 @@ namespace gandiva::cli {
 
 // The fields a spec may have, in documentation order.
 inline constexpr std::string_view kJobSpecFields[] = {
-    "name",        "command", "gpus",  "priority",
-    "owner",       "queue",   "group", "elastic",
-    "restartable", "workdir", "env",   "total_minibatches",
-    "retries"};
+    "name",        "command",         "gpus",  "priority",
+    "owner",       "queue",           "group", "elastic",
+    "restartable", "workdir",         "env",   "total_minibatches",
+    "retries",     "checkpoint_every"};
 
 // Reads and checks the specs in the file at `path`: one per YAML document
 // (documents separated by `---`; empty ones are skipped). Without a `name`,

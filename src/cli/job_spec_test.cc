@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 namespace gandiva::cli {
 namespace {
@@ -62,7 +65,7 @@ TEST_F(JobSpecTest, EveryField) {
       "name: lstm-1\ncommand: [python3, a b.py, --x]\ngpus: 4\npriority: -2\n"
       "owner: bob\nqueue: speech\ngroup: nlp\nelastic: yes\nworkdir: sub\n"
       "env: {OMP_NUM_THREADS: 1, EMPTY: }\ntotal_minibatches: 300\n"
-      "retries: 3\n");
+      "retries: 3\ncheckpoint_every: 500\n");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->name(), "lstm-1");
   EXPECT_EQ(spec->command(), "python3 'a b.py' --x");
@@ -78,6 +81,25 @@ TEST_F(JobSpecTest, EveryField) {
   EXPECT_EQ(spec->total_minibatches(), 300);
   EXPECT_TRUE(spec->has_retries());
   EXPECT_EQ(spec->retries(), 3);
+  EXPECT_EQ(spec->checkpoint_every_minibatches(), 500);
+  EXPECT_EQ(spec->checkpoint_every_us(), 0);
+}
+
+TEST_F(JobSpecTest, CheckpointEveryTakesMinibatchesOrATime) {
+  for (const auto& [text, minibatches, us] :
+       std::vector<std::tuple<std::string, int64_t, int64_t>>{
+           {"1", 1, 0},
+           {"90s", 0, 90'000'000},
+           {"10m", 0, 600'000'000},
+           {"1.5h", 0, 5'400'000'000},
+           {"0", 0, 0}}) {
+    auto spec = Load("command: x\ncheckpoint_every: " + text + "\n");
+    ASSERT_TRUE(spec.ok()) << text << ": " << spec.status().message();
+    EXPECT_EQ(spec->checkpoint_every_minibatches(), minibatches) << text;
+    EXPECT_EQ(spec->checkpoint_every_us(), us) << text;
+  }
+  EXPECT_EQ(Load("command: x\n")->checkpoint_every_minibatches(), 0);
+  EXPECT_EQ(Load("command: x\n")->checkpoint_every_us(), 0);
 }
 
 TEST_F(JobSpecTest, AbsoluteWorkdir) {
@@ -120,6 +142,21 @@ TEST_F(JobSpecTest, RefusalsNameTheField) {
       {"command: x\nretries: -1\n", "field 'retries'"},
       {"command: x\nretries: lots\n",
        "field 'retries': expected an integer, got 'lots'"},
+      {"command: x\ncheckpoint_every: 0.5s\n",
+       "job.yaml:2: field 'checkpoint_every': must be a time from 1 s to 30 "
+       "days (0: none), got 500000 us"},
+      {"command: x\ncheckpoint_every: 31d\n",
+       "field 'checkpoint_every': expected a count of mini-batches or a time "
+       "(90s, 10m, 1.5h), got '31d'"},
+      {"command: x\ncheckpoint_every: 800h\n",
+       "field 'checkpoint_every': must be a time from 1 s to 30 days"},
+      {"command: x\ncheckpoint_every: -5\n",
+       "field 'checkpoint_every': must be 1 to 1000000000000 mini-batches"},
+      {"command: x\ncheckpoint_every: often\n",
+       "field 'checkpoint_every': expected a count of mini-batches or a time"},
+      {"command: x\ncheckpoint_every: [1]\n",
+       "field 'checkpoint_every': expected a count of mini-batches or a time, "
+       "got a list"},
       {"command: x\nname: 'a b'\n", "field 'name'"},
       {"command: x\nowner: ''\n", "field 'owner'"},
       {"command: x\nqueue: [a]\n", "field 'queue'"},

@@ -99,6 +99,17 @@ enum gandiva_job_state {
  * of the load. */
 #define GANDIVA_STREAM_DONE_FILE ".gandiva-stream-done"
 
+/* Periodic checkpoints. A job started with GANDIVA_CHECKPOINT_EVERY_MINIBATCHES
+ * (a count) or GANDIVA_CHECKPOINT_EVERY_S (seconds) saves a checkpoint into
+ * GANDIVA_CHECKPOINT_DIR that often, at a boundary, by itself, and after each
+ * save (file complete and renamed into place) writes GANDIVA_SAVED_FILE there
+ * (temp file, then rename): lines "minibatches N" (the boundary it was saved
+ * at), "path NAME" (the file, in that directory) and "mtime_ns M" (that
+ * file's st_mtim in ns). When the job's process fails, the agent keeps that
+ * checkpoint for its next run if the file's mtime still matches (a newer
+ * save whose note did not follow makes it unknown: then none is kept). */
+#define GANDIVA_SAVED_FILE ".gandiva-saved"
+
 /* What the agent asks for (`request`). */
 enum gandiva_request_kind {
   GANDIVA_REQUEST_NONE = 0,

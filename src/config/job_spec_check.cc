@@ -2,6 +2,8 @@
 
 #include <bit>
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 
 #include "core/job.h"
@@ -97,6 +99,64 @@ bool ValidEnvName(std::string_view name) {
   return true;
 }
 
+std::string CheckCheckpointEvery(int64_t minibatches, int64_t us) {
+  if (minibatches != 0 && us != 0) {
+    return "gives both mini-batches (" + std::to_string(minibatches) +
+           ") and a time (" + std::to_string(us) + " us); give one";
+  }
+  if (minibatches < 0 || minibatches > kMaxCheckpointEveryMinibatches) {
+    return "must be 1 to " + std::to_string(kMaxCheckpointEveryMinibatches) +
+           " mini-batches (0: none), got " + std::to_string(minibatches);
+  }
+  if (us != 0 && (us < kMinCheckpointEveryUs || us > kMaxCheckpointEveryUs)) {
+    return "must be a time from 1 s to 30 days (0: none), got " +
+           std::to_string(us) + " us";
+  }
+  return "";
+}
+
+std::string ParseCheckpointEvery(std::string_view text, int64_t* minibatches,
+                                 int64_t* us) {
+  *minibatches = 0;
+  *us = 0;
+  if (text.empty()) return "expected a count of mini-batches or a time, got ''";
+  const char unit = text.back();
+  if (unit >= '0' && unit <= '9') {
+    int64_t v = 0;
+    const auto [ptr, ec] =
+        std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || ptr != text.data() + text.size()) {
+      return "expected a count of mini-batches or a time (90s, 10m, 1.5h), "
+             "got '" +
+             std::string(text) + "'";
+    }
+    *minibatches = v;
+    return "";
+  }
+  const double scale = unit == 's'   ? 1e6
+                       : unit == 'm' ? 60e6
+                       : unit == 'h' ? 3600e6
+                                     : 0;
+  const std::string_view number = text.substr(0, text.size() - 1);
+  double v = 0;
+  const auto [ptr, ec] =
+      std::from_chars(number.data(), number.data() + number.size(), v,
+                      std::chars_format::fixed);
+  if (scale == 0 || number.empty() || ec != std::errc() ||
+      ptr != number.data() + number.size() || !std::isfinite(v) || v < 0) {
+    return "expected a count of mini-batches or a time (90s, 10m, 1.5h), "
+           "got '" +
+           std::string(text) + "'";
+  }
+  const double t = v * scale;
+  // Past the bound: CheckJobSpec names the range.
+  *us = t > static_cast<double>(kMaxCheckpointEveryUs)
+            ? kMaxCheckpointEveryUs + 1
+            : static_cast<int64_t>(std::llround(t));
+  if (*us == 0 && v > 0) *us = 1;
+  return "";
+}
+
 std::string CheckJobSpec(const rpc::JobSpec& spec) {
   for (const auto& [field, s] :
        {std::pair<std::string_view, const std::string*>{"name", &spec.name()},
@@ -131,6 +191,11 @@ std::string CheckJobSpec(const rpc::JobSpec& spec) {
   core.total_minibatches = spec.total_minibatches();
   core.retries = spec.retries();
   if (std::string err = core::ValidateJobSpec(core); !err.empty()) return err;
+  if (std::string why = CheckCheckpointEvery(
+          spec.checkpoint_every_minibatches(), spec.checkpoint_every_us());
+      !why.empty()) {
+    return Field("checkpoint_every", why);
+  }
   for (const auto& [field, s] :
        {std::pair<std::string_view, const std::string*>{"owner", &spec.owner()},
         {"group", &spec.group()},

@@ -10,6 +10,10 @@
 //                      NUL: the agent runs it as `sh -c COMMAND`)
 //   gpus               is not a power of two from 1 to 2^20
 //   total_minibatches  is negative
+//   retries            is not 0 to 100
+//   checkpoint_every   gives both mini-batches and a time, mini-batches
+//                      below 0 or past 10^12, or a time other than 0 or
+//                      1 s to 30 days
 //   owner, group,      are longer than 256 bytes or hold a control
 //   queue              character
 //   workdir            is not an absolute path, is longer than 4095 bytes or
@@ -22,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -34,9 +39,23 @@ inline constexpr size_t kMaxLabelBytes = 256;       // owner, group, queue
 inline constexpr size_t kMaxPathBytes = 4095;
 inline constexpr size_t kMaxEnvVars = 4096;
 inline constexpr size_t kMaxEnvBytes = 1024 * 1024;
+inline constexpr int64_t kMaxCheckpointEveryMinibatches = 1'000'000'000'000;
+inline constexpr int64_t kMinCheckpointEveryUs = 1'000'000;
+inline constexpr int64_t kMaxCheckpointEveryUs = 30LL * 24 * 3600 * 1'000'000;
 
 // "" when `spec` passes, else "field 'F': why".
 std::string CheckJobSpec(const rpc::JobSpec& spec);
+
+// JobSpec's checkpoint_every_* from the text a user writes: a count of
+// mini-batches ("500") or a time, a number with a unit s, m or h ("90s",
+// "10m", "1.5h"). "" when it reads, else why not; the range is
+// CheckJobSpec's.
+std::string ParseCheckpointEvery(std::string_view text, int64_t* minibatches,
+                                 int64_t* us);
+
+// checkpoint_every's rule (above), for JobSpec's two fields; "" when they
+// pass, else why not.
+std::string CheckCheckpointEvery(int64_t minibatches, int64_t us);
 
 // A job name's rule (above); "" when valid, else why not.
 std::string CheckJobName(std::string_view name);

@@ -49,6 +49,18 @@ TEST(JobSpecCheckTest, EachBadFieldIsNamed) {
        "field 'total_minibatches': must not be negative"},
       {[](rpc::JobSpec& s) { s.set_retries(101); },
        "field 'retries': must be 0 to 100, got 101"},
+      {[](rpc::JobSpec& s) {
+         s.set_checkpoint_every_minibatches(10);
+         s.set_checkpoint_every_us(1'000'000);
+       },
+       "field 'checkpoint_every': gives both mini-batches (10) and a time "
+       "(1000000 us); give one"},
+      {[](rpc::JobSpec& s) { s.set_checkpoint_every_minibatches(-1); },
+       "field 'checkpoint_every': must be 1 to 1000000000000 mini-batches "
+       "(0: none), got -1"},
+      {[](rpc::JobSpec& s) { s.set_checkpoint_every_us(999'999); },
+       "field 'checkpoint_every': must be a time from 1 s to 30 days (0: "
+       "none), got 999999 us"},
       {[](rpc::JobSpec& s) { s.set_owner(std::string(257, 'o')); },
        "field 'owner': must be at most 256 bytes, got 257"},
       {[](rpc::JobSpec& s) { s.set_group("ops\n"); },

@@ -130,6 +130,12 @@ int CountLines(const std::string& text, const std::string& needle) {
   return n;
 }
 
+std::string Fingerprint(const std::string& log) {
+  const std::string key = "parameters sha256 ";
+  const size_t at = log.rfind(key);
+  return at == std::string::npos ? "" : log.substr(at + key.size(), 64);
+}
+
 TestCluster::TestCluster(ClusterOptions options)
     : options_(std::move(options)) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -193,4 +193,8 @@ std::vector<int> PidsRunning(const std::string& needle);
 // Lines of `text` that contain `needle`.
 int CountLines(const std::string& text, const std::string& needle);
 
+// The last "parameters sha256 ..." of a training example's log (the
+// fingerprint of its final parameters); "" when there is none.
+std::string Fingerprint(const std::string& log);
+
 }  // namespace gandiva::e2e

@@ -25,14 +25,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-// The last "parameters sha256 ..." line of a log.
-std::string Fingerprint(const std::string& log) {
-  const std::string key = "parameters sha256 ";
-  const size_t at = log.rfind(key);
-  if (at == std::string::npos) return "";
-  return log.substr(at + key.size(), 64);
-}
-
 class MechanismE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -207,13 +207,6 @@ double SecondsSince(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
-// The last "parameters sha256 ..." of a log.
-std::string Fingerprint(const std::string& log) {
-  const std::string key = "parameters sha256 ";
-  const size_t at = log.rfind(key);
-  return at == std::string::npos ? "" : log.substr(at + key.size(), 64);
-}
-
 // As in runtime_e2e_test.cc: finished (exit 0) with exactly `steps`
 // mini-batches, its log says so once, and it started from scratch once.
 void ExpectFinishedExactlyOnce(TestCluster& c, const rpc::JobInfo& j,

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -655,6 +656,96 @@ TEST_F(RuntimeE2eTest, AJobWhoseProcessIsKilledRunsAgainWhileItHasRetries) {
       static_cast<long long>(at),
       static_cast<double>(starts[1].time_us() - exits[0].time_us()) / 1e6,
       static_cast<long long>(at));
+}
+
+// A job that saves a checkpoint every 50 mini-batches (checkpoint_every)
+// and whose process is SIGKILLed runs again from its last one, on its
+// agent: it loses at most those 50, and ends with the parameters of a run
+// never killed.
+TEST_F(RuntimeE2eTest, AKilledJobGoesOnFromItsPeriodicCheckpoint) {
+  TestCluster c({.policy = "fifo",
+                 .agents = 1,
+                 .gpus_per_agent = 1,
+                 .scheduler_args = {"--start-retry-s", "1"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  constexpr int kSteps = 400;
+  constexpr int kEvery = 50;
+  constexpr int kSeed = 5;
+  rpc::JobSpec spec = c.TrainSpec("periodic", "cnn", kSteps, kSeed, 20);
+  spec.set_command(spec.command() + " --log-steps 1");
+  spec.set_retries(1);
+  spec.set_checkpoint_every_minibatches(kEvery);
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  auto ref = Process::Start(
+      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
+       "--steps", std::to_string(kSteps), "--seed", std::to_string(kSeed)},
+      c.dir() / "reference.log", env);
+  ASSERT_NE(ref, nullptr);
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] { return c.Job(id).progress().minibatches() >= 130; }, seconds(120)))
+      << Describe(c, id) << c.Logs();
+  const std::vector<int> pids =
+      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) + " ");
+  ASSERT_EQ(pids.size(), 1u);
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
+
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+  EXPECT_EQ(j.progress().minibatches(), kSteps);
+  EXPECT_EQ(j.run_failures(), 1);
+  const std::string log = c.JobLog(j);
+  // The last step the killed run trained, and where the next went on.
+  const size_t resumed_at = log.find("resumed from ");
+  ASSERT_NE(resumed_at, std::string::npos) << log;
+  const std::string before = log.substr(0, resumed_at);
+  const size_t last = before.rfind("\nstep ");
+  ASSERT_NE(last, std::string::npos) << log;
+  const int killed_at = std::atoi(before.c_str() + last + 6);
+  const size_t at_step = log.find(" at step ", resumed_at);
+  ASSERT_NE(at_step, std::string::npos) << log;
+  const int saved_at = std::atoi(log.c_str() + at_step + 9);
+  EXPECT_EQ(saved_at % kEvery, 0) << log;
+  EXPECT_GT(saved_at, 0) << log;
+  EXPECT_LE(saved_at, killed_at);
+  EXPECT_LE(killed_at - saved_at, kEvery) << "lost more than its interval";
+  const auto retries = c.History(id, "retry");
+  ASSERT_EQ(retries.size(), 1u) << Describe(c, id);
+  EXPECT_EQ(retries[0].detail(),
+            "run 1 of 2 failed: it runs again in 1 s, from its checkpoint at "
+            "mini-batch " +
+                std::to_string(saved_at));
+  const auto exits = c.History(id, "exit");
+  ASSERT_EQ(exits.size(), 2u) << Describe(c, id);
+  // -9, or 137 from the shell that ran it.
+  EXPECT_NE(
+      exits[0].detail().find("; its last periodic checkpoint, at mini-batch " +
+                             std::to_string(saved_at) + ", is kept on agent-0"),
+      std::string::npos)
+      << exits[0].detail();
+  EXPECT_TRUE(exits[1].ok());
+  EXPECT_EQ(CountLines(log, "resumed from "), 1) << log;
+  EXPECT_EQ(CountLines(log, "done: " + std::to_string(kSteps) + " steps"), 1)
+      << log;
+  std::string shown;
+  ASSERT_EQ(c.Cli({"show", std::to_string(id)}, &shown), 0) << shown;
+  EXPECT_NE(shown.find("checkpoints:  every 50 mini-batches (periodic)"),
+            std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find("retries:      1 of 1 taken"), std::string::npos)
+      << shown;
+  ASSERT_TRUE(ref->Wait(seconds(120)));
+  const std::string want = Fingerprint(Slurp(ref->log()));
+  ASSERT_EQ(want.size(), 64u) << Slurp(ref->log());
+  EXPECT_EQ(Fingerprint(log), want) << log;
+  std::printf(
+      "a job saving every %d mini-batches, its process SIGKILLed after "
+      "mini-batch %d, went on from its checkpoint at %d: %d mini-batches "
+      "trained again, same parameters as a run never killed\n",
+      kEvery, killed_at, saved_at, killed_at - saved_at);
 }
 
 // Runs gandiva-scheduler with `args` (a backup or a restore) to its end;

@@ -33,6 +33,9 @@ grpc::Status AgentServer::Impl::StartJob(grpc::ServerContext*,
         p.gpus.assign(req->gpus().begin(), req->gpus().end());
         p.resume_from = req->resume_from();
         p.restartable = req->spec().restartable();
+        p.checkpoint_every_minibatches =
+            req->spec().checkpoint_every_minibatches();
+        p.checkpoint_every_us = req->spec().checkpoint_every_us();
         p.warm = req->warm();
         p.resume_local = req->resume_local();
         p.submitted_us = req->submitted_us();

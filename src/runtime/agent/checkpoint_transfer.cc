@@ -48,7 +48,7 @@ std::vector<std::string> CheckpointFiles(const std::string& dir) {
        it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
     const std::string name = it->path().filename().string();
-    if (IsWarmStartFile(name)) continue;
+    if (IsNoteFile(name)) continue;
     if (name.ends_with(".gandiva-part")) continue;
     out.push_back(std::filesystem::relative(it->path(), dir, ec).string());
   }

@@ -137,7 +137,7 @@ class CheckpointTransfer {
 };
 
 // Regular files under `dir`, relative paths, sorted; the warm start's own
-// files (IsWarmStartFile) and partial files of a transfer are left out.
+// files (IsNoteFile) and partial files of a transfer are left out.
 std::vector<std::string> CheckpointFiles(const std::string& dir);
 
 }  // namespace gandiva::runtime

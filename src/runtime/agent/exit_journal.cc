@@ -57,12 +57,15 @@ size_t ExitJournal::SaveUnreported() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const ExitRecord& e : exits_) {
-      if (e.superseded || e.killed || e.checkpoint_kept || e.agent_stopping) {
+      const bool periodic =
+          e.checkpoint_kept && e.checkpoint_method == "periodic";
+      if (e.superseded || e.killed || (e.checkpoint_kept && !periodic) ||
+          e.agent_stopping) {
         continue;
       }
       text << e.job_id << ' ' << e.exit_code << ' ' << e.minibatches << ' '
            << e.metric.value << ' ' << e.metric.minibatches << ' '
-           << e.metric.reports << '\n';
+           << e.metric.reports << (periodic ? " periodic" : "") << '\n';
       ++n;
     }
   }
@@ -84,6 +87,10 @@ size_t ExitJournal::RecoverUnreported() {
             e.metric.minibatches >> e.metric.reports) ||
           e.job_id <= 0) {
         continue;
+      }
+      if (std::string kept; in >> kept && kept == "periodic") {
+        e.checkpoint_kept = true;
+        e.checkpoint_method = kept;
       }
       e.seq = next_seq_++;
       exits_.push_back(e);

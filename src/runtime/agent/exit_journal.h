@@ -46,7 +46,8 @@ class ExitJournal {
  public:
   // `unreported_path`: the file of SaveUnreported and RecoverUnreported
   // (the supervisor's WORK_DIR/unreported-exits). One exit per line: job
-  // exit_code minibatches metric_value metric_minibatches metric_reports.
+  // exit_code minibatches metric_value metric_minibatches metric_reports,
+  // then "periodic" for a failure whose periodic checkpoint is kept.
   explicit ExitJournal(std::string unreported_path);
   ExitJournal(const ExitJournal&) = delete;
   ExitJournal& operator=(const ExitJournal&) = delete;
@@ -64,8 +65,9 @@ class ExitJournal {
   // Marks the latest kept record of `job_id` checkpoint_kept, saved by
   // `method`; nothing when none is kept.
   void MarkCheckpointKept(int64_t job_id, const std::string& method);
-  // Writes the kept records that are a job's end (not superseded, killed,
-  // checkpoint_kept or agent_stopping) to the file, whole or not at all.
+  // Writes the kept records that are a job's end or may be (not
+  // superseded, killed, agent_stopping or checkpoint_kept other than
+  // "periodic") to the file, whole or not at all.
   // Returns how many; 0 also when writing failed. No file when none.
   size_t SaveUnreported() const;
   // Keeps what SaveUnreported wrote (numbered anew, in order) and removes

@@ -52,9 +52,10 @@ bool Overlaps(const std::vector<int>& a, const std::vector<int>& b) {
 
 }  // namespace
 
-bool IsWarmStartFile(std::string_view name) {
+bool IsNoteFile(std::string_view name) {
   return name.starts_with(GANDIVA_RESUME_READY_FILE) ||
-         name.starts_with(GANDIVA_STREAM_OFFER_FILE);  // and STREAM_OK
+         name.starts_with(GANDIVA_STREAM_OFFER_FILE) ||  // and STREAM_OK
+         name.starts_with(GANDIVA_SAVED_FILE);
 }
 
 Supervisor::Supervisor(SupervisorOptions options,

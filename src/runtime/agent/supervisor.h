@@ -126,6 +126,12 @@ struct StartParams {
   // GANDIVA_MASTER_ADDR, GANDIVA_MASTER_PORT), set over the spec's. Empty:
   // a single-server job.
   std::map<std::string, std::string> gang_env;
+  // JobSpec.checkpoint_every_*: GANDIVA_CHECKPOINT_EVERY_MINIBATCHES or
+  // GANDIVA_CHECKPOINT_EVERY_S for the job-side library (0: none). The
+  // checkpoint a failed process saved so (GANDIVA_SAVED_FILE) is held, its
+  // exit marked checkpoint_kept, method "periodic".
+  int64_t checkpoint_every_minibatches = 0;
+  int64_t checkpoint_every_us = 0;
   // A part other than the lead: its ranks do not attach to the page, so
   // Suspend stops it with SIGSTOP at once rather than waiting for them to.
   bool without_library = false;
@@ -176,10 +182,10 @@ struct WarmReady {
   bool ready = false;    // the job waits for its checkpoint (or restores)
   int64_t ready_us = 0;  // process start -> page state WAITING
 };
-// The warm start's own files in a checkpoint directory (the ready file,
-// the stream files of progress_page.h, their temp files): never part of a
-// checkpoint.
-bool IsWarmStartFile(std::string_view name);
+// The notes a job and its agent leave each other in a checkpoint directory
+// (the warm start's ready file and stream files, a periodic checkpoint's
+// note: progress_page.h; their temp files): never part of a checkpoint.
+bool IsNoteFile(std::string_view name);
 
 struct RestoreResult {
   int64_t warm_us = 0;  // process start -> page state WAITING (0: unseen)
@@ -282,8 +288,8 @@ class Supervisor {
   // `with_criu` any other where CRIU is usable here (a dump, restored by the
   // Start(resume_local) of the next agent), other than a warm start that
   // has not restored its checkpoint yet (one moved here that has trains as
-  // any job) and a part of a multi-server job, is checkpointed as for a migration
-  // (Checkpoint), all at once, each within `timeout`; each saved
+  // any job) and a part of a multi-server job, is checkpointed as for a
+  // migration (Checkpoint), all at once, each within `timeout`; each saved
   // job's exit is marked checkpoint_kept and its checkpoint held (on disk
   // too, for RecoverCheckpoints). The jobs that could not be saved are left
   // as they were (for KillAll), the reasons in *failures when given.

@@ -1,12 +1,15 @@
 #include "runtime/agent/supervisor_files.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "client/progress_page.h"
 #include "runtime/agent/supervisor.h"
 
 namespace gandiva::runtime {
@@ -37,10 +40,44 @@ void DirStats(const std::string& dir, int64_t* bytes, int* files) {
        !ec && it != std::filesystem::recursive_directory_iterator();
        it.increment(ec)) {
     if (!it->is_regular_file(ec)) continue;
-    if (IsWarmStartFile(it->path().filename().string())) continue;
+    if (IsNoteFile(it->path().filename().string())) continue;
     *bytes += static_cast<int64_t>(it->file_size(ec));
     ++*files;
   }
+}
+
+std::optional<int64_t> PeriodicCheckpointAt(const std::string& dir) {
+  std::ifstream f(dir + "/" GANDIVA_SAVED_FILE);
+  if (!f) return std::nullopt;
+  int64_t minibatches = 0;
+  std::string name;
+  long long mtime_ns = -1;
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    std::string key;
+    in >> key;
+    if (key == "minibatches") {
+      in >> minibatches;
+    } else if (key == "path") {
+      in >> name;
+    } else if (key == "mtime_ns") {
+      in >> mtime_ns;
+    }
+  }
+  if (name.empty() || name.find('/') != std::string::npos || name == "." ||
+      name == ".." || mtime_ns < 0 || minibatches < 0) {
+    return std::nullopt;
+  }
+  struct stat st {};
+  if (stat((dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return std::nullopt;
+  }
+  const long long at =
+      static_cast<long long>(st.st_mtim.tv_sec) * 1'000'000'000LL +
+      st.st_mtim.tv_nsec;
+  if (at != mtime_ns) return std::nullopt;
+  return minibatches;
 }
 
 std::optional<int64_t> JobIdOfDirName(const std::string& name) {

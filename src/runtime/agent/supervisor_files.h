@@ -17,9 +17,15 @@ namespace gandiva::runtime {
 bool WriteWhole(const std::string& path, const std::string& text);
 
 // The regular files under `dir` (recursively), less the warm start's own
-// (IsWarmStartFile): their total size in *bytes, their number in *files;
+// (IsNoteFile): their total size in *bytes, their number in *files;
 // 0 and 0 when `dir` cannot be read.
 void DirStats(const std::string& dir, int64_t* bytes, int* files);
+
+// The mini-batch of the periodic checkpoint whose note (GANDIVA_SAVED_FILE,
+// progress_page.h) is in `dir`: when the note reads and the file it names
+// is there, a regular file with the mtime it gives (0: the note gave no
+// mini-batch); nullopt otherwise.
+std::optional<int64_t> PeriodicCheckpointAt(const std::string& dir);
 
 // A job's directory name ("<id>") as its id; nullopt for any other name.
 std::optional<int64_t> JobIdOfDirName(const std::string& name);

@@ -364,6 +364,22 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
   env["GANDIVA_WORLD_SIZE"] = std::to_string(params.gpus.size());
   if (!resume_from.empty()) env["GANDIVA_RESUME_FROM"] = resume_from;
   if (params.warm) env["GANDIVA_RESUME_WAIT"] = "1";
+  env.erase("GANDIVA_CHECKPOINT_EVERY_MINIBATCHES");
+  env.erase("GANDIVA_CHECKPOINT_EVERY_S");
+  if (params.checkpoint_every_minibatches > 0) {
+    env["GANDIVA_CHECKPOINT_EVERY_MINIBATCHES"] =
+        std::to_string(params.checkpoint_every_minibatches);
+  } else if (params.checkpoint_every_us > 0) {
+    char s[32];
+    std::snprintf(s, sizeof s, "%.6f",
+                  static_cast<double>(params.checkpoint_every_us) / 1e6);
+    env["GANDIVA_CHECKPOINT_EVERY_S"] = s;
+  }
+  // A note of a periodic checkpoint is this run's alone: one left by an
+  // earlier run is dropped, unless this run goes on from that checkpoint.
+  if (!params.resume_local || resume_from != checkpoint_dir) {
+    unlink((checkpoint_dir + "/" GANDIVA_SAVED_FILE).c_str());
+  }
   for (const char* name : kGangEnvNames) env.erase(name);
   for (const auto& [k, v] : params.gang_env) env[k] = v;
   if (caps_.mps && !options_.virtual_gpus) {
@@ -403,11 +419,13 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
     program = SetprivPath();
   }
   ExecEnv envp(
-      env, {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS", "GANDIVA_JOB_ID",
-            "GANDIVA_PROGRESS_FILE", "GANDIVA_CHECKPOINT_DIR",
-            "GANDIVA_RESUME_FROM", "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE",
-            kGangEnvNames[0], kGangEnvNames[1], kGangEnvNames[2],
-            kGangEnvNames[3], kGangEnvNames[4], kGangEnvNames[5]});
+      env,
+      {"CUDA_VISIBLE_DEVICES", "GANDIVA_VIRTUAL_GPUS", "GANDIVA_JOB_ID",
+       "GANDIVA_PROGRESS_FILE", "GANDIVA_CHECKPOINT_DIR", "GANDIVA_RESUME_FROM",
+       "GANDIVA_RESUME_WAIT", "GANDIVA_WORLD_SIZE",
+       "GANDIVA_CHECKPOINT_EVERY_MINIBATCHES", "GANDIVA_CHECKPOINT_EVERY_S",
+       kGangEnvNames[0], kGangEnvNames[1], kGangEnvNames[2], kGangEnvNames[3],
+       kGangEnvNames[4], kGangEnvNames[5]});
   // Through the shim: it runs the program and keeps its exit status
   // (job_shim.cc); fd 3 brings back the job's pid and any exec error.
   const std::string exit_file =
@@ -645,13 +663,27 @@ void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   // A job that ended by itself (not to be moved or resized) leaves no
-  // checkpoint to keep on the ramdisk.
-  if (!job->checkpointing.load() && code != GANDIVA_EXIT_MIGRATE &&
-      code != GANDIVA_EXIT_RESIZE) {
+  // checkpoint to keep on the ramdisk, unless it failed and had saved one
+  // by itself (periodic): its next run goes on from that one.
+  const bool left_by_itself = !job->checkpointing.load() &&
+                              code != GANDIVA_EXIT_MIGRATE &&
+                              code != GANDIVA_EXIT_RESIZE;
+  std::optional<int64_t> periodic;
+  if (left_by_itself && code != 0 && !job->kill_requested.load() &&
+      !job->killed_for_stop.load() && !job->gang) {
+    periodic = PeriodicCheckpointAt(CheckpointDir(job->job_id));
+  }
+  if (periodic) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.Hold(job->job_id, CheckpointDir(job->job_id), job->submitted_us,
+               job->spec);
+  } else if (left_by_itself) {
     DropCheckpoint(job->job_id);
   }
   const int64_t minibatches =
-      static_cast<int64_t>(job->reader ? job->reader->minibatches() : 0);
+      periodic
+          ? *periodic
+          : static_cast<int64_t>(job->reader ? job->reader->minibatches() : 0);
   std::optional<client::ProgressSnapshot> last;
   if (job->reader) last = job->reader->Read();
   unlink(job->page_path.c_str());  // the mapping stays readable
@@ -670,6 +702,10 @@ void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
     // A job that finished by itself as it was killed keeps its success.
     rec.agent_stopping =
         job->killed_for_stop.load() && !rec.killed && code != 0;
+    if (periodic) {
+      rec.checkpoint_kept = true;
+      rec.checkpoint_method = "periodic";
+    }
     if (last) {
       rec.metric = last->metric;
     }

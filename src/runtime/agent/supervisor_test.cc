@@ -18,6 +18,7 @@
 
 #include "client/progress_reader.h"
 #include "runtime/agent/criu.h"
+#include "runtime/agent/exit_journal.h"
 #include "runtime/agent/test_util.h"
 
 namespace gandiva::runtime {
@@ -303,6 +304,117 @@ TEST_F(SupervisorTest, AnExitCausedByKillIsMarkedKilled) {
   EXPECT_TRUE(kept[1].killed);
   EXPECT_EQ(kept[2].job_id, 3);
   EXPECT_FALSE(kept[2].killed);
+}
+
+// A job that fails after saving a periodic checkpoint (its note, mtime and
+// all, in GANDIVA_CHECKPOINT_DIR) has that checkpoint held for its next run
+// and its exit marked so; a note its file no longer matches, a success or a
+// kill at the daemon's request keep nothing; a run from the beginning does
+// not reuse an earlier run's note, a run from that checkpoint does.
+TEST_F(SupervisorTest, AFailedJobsPeriodicCheckpointIsKeptForItsNextRun) {
+  Supervisor sup(Options());
+  const std::string save =
+      "cd \"$GANDIVA_CHECKPOINT_DIR\" && echo w > ck.gdv && printf "
+      "'minibatches 40\\npath ck.gdv\\nmtime_ns %s\\n' \"$(stat -c %.9Y "
+      "ck.gdv | tr -d .)\" > " GANDIVA_SAVED_FILE " && ";
+  const std::string every = dir_.path() + "/every";
+  StartParams p =
+      Job(1, save + "echo \"$GANDIVA_CHECKPOINT_EVERY_MINIBATCHES\" > " +
+                 every + "; exit 3");
+  p.checkpoint_every_minibatches = 40;
+  ASSERT_TRUE(sup.Start(p).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 3);
+  EXPECT_EQ(ReadFile(every), "40\n");
+  std::vector<ExitRecord> exits = sup.PendingExits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_TRUE(exits[0].checkpoint_kept);
+  EXPECT_EQ(exits[0].checkpoint_method, "periodic");
+  EXPECT_EQ(exits[0].minibatches, 40);
+  EXPECT_EQ(sup.HeldCheckpoint(1), sup.CheckpointDir(1));
+  EXPECT_EQ(ReadFile(sup.CheckpointDir(1) + "/ck.gdv"), "w\n");
+  sup.AckExits(exits[0].seq);
+
+  // Resumed from it, failing before its next save: kept again.
+  p = Job(1, "exit 5");
+  p.resume_local = true;
+  ASSERT_TRUE(sup.Start(p).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 5);
+  exits = sup.PendingExits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_TRUE(exits[0].checkpoint_kept);
+  EXPECT_EQ(exits[0].minibatches, 40);
+  EXPECT_FALSE(sup.HeldCheckpoint(1).empty());
+  sup.AckExits(exits[0].seq);
+
+  // From the beginning: the earlier run's note is not this run's.
+  ASSERT_TRUE(sup.Start(Job(1, "exit 6")).ok());
+  EXPECT_EQ(Finish(sup, 1).exit_code, 6);
+  // A note its file no longer matches (a newer save whose note did not
+  // follow), a success, a kill: nothing kept, the files gone.
+  ASSERT_TRUE(
+      sup.Start(Job(2, save + "sleep 0.05; echo x >> ck.gdv; exit 3")).ok());
+  EXPECT_EQ(Finish(sup, 2).exit_code, 3);
+  ASSERT_TRUE(sup.Start(Job(3, save + "exit 0")).ok());
+  EXPECT_EQ(Finish(sup, 3).exit_code, 0);
+  ASSERT_TRUE(sup.Start(Job(4, save + "sleep 1000")).ok());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return std::filesystem::exists(sup.CheckpointDir(4) +
+                                       "/" GANDIVA_SAVED_FILE);
+      },
+      10s));
+  ASSERT_TRUE(sup.Kill(4).ok());
+  ASSERT_TRUE(sup.WaitForExit(4, 30s));
+  exits = sup.PendingExits();
+  ASSERT_EQ(exits.size(), 4u);
+  for (const ExitRecord& e : exits) {
+    EXPECT_FALSE(e.checkpoint_kept) << "job " << e.job_id;
+  }
+  for (int64_t id : {1, 2, 3, 4}) {
+    EXPECT_EQ(sup.HeldCheckpoint(id), "") << "job " << id;
+    EXPECT_FALSE(std::filesystem::exists(sup.CheckpointDir(id) + "/ck.gdv"))
+        << "job " << id;
+  }
+}
+
+// The exits an agent stopping could not report are saved for the next: a
+// failure whose periodic checkpoint is kept is one (its end, unless it has
+// retries), and keeps that mark; one saved as the agent stopped is not.
+TEST(ExitJournalTest, AFailureWithItsPeriodicCheckpointOutlivesTheAgent) {
+  TempDir dir;
+  const std::string path = dir.path() + "/unreported-exits";
+  {
+    ExitJournal journal(path);
+    ExitRecord failed;
+    failed.job_id = 1;
+    failed.exit_code = -9;
+    failed.minibatches = 40;
+    failed.checkpoint_kept = true;
+    failed.checkpoint_method = "periodic";
+    ExitRecord stopped;
+    stopped.job_id = 2;
+    stopped.exit_code = -15;
+    stopped.checkpoint_kept = true;
+    stopped.checkpoint_method = "library";
+    ExitRecord plain;
+    plain.job_id = 3;
+    plain.exit_code = 1;
+    journal.Add(failed);
+    journal.Add(stopped);
+    journal.Add(plain);
+    EXPECT_EQ(journal.SaveUnreported(), 2u);
+  }
+  ExitJournal next(path);
+  EXPECT_EQ(next.RecoverUnreported(), 2u);
+  const std::vector<ExitRecord> kept = next.Pending();
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].job_id, 1);
+  EXPECT_EQ(kept[0].exit_code, -9);
+  EXPECT_EQ(kept[0].minibatches, 40);
+  EXPECT_TRUE(kept[0].checkpoint_kept);
+  EXPECT_EQ(kept[0].checkpoint_method, "periodic");
+  EXPECT_EQ(kept[1].job_id, 3);
+  EXPECT_FALSE(kept[1].checkpoint_kept);
 }
 
 // /proc/<pid>/stat's parent PID, or 0 when there is no such process.

@@ -700,6 +700,10 @@ AgentModel::Exit AgentModel::JudgeExit(ServerId server,
                : Exit::kPartFailed;
   }
   if (!x.proc.exists || x.proc.server != server) return Exit::kNotOurs;
+  if (e.checkpoint_kept() && e.checkpoint_method() == "periodic") {
+    // A failure: the checkpoint is for the job's next run, if it has one.
+    return ended ? Exit::kAfterEnd : Exit::kFailedSaved;
+  }
   if (e.checkpoint_kept() && !x.proc.gang()) {
     return ended ? Exit::kNotOurs : Exit::kStoppedSaved;
   }
@@ -766,6 +770,29 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
                    ", kept there: it goes on from it when the agent is back"};
       return plan;
     }
+    case Exit::kFailedSaved: {
+      plan.record = *was;
+      JobExtra& x = *plan.record;
+      x.proc.exists = false;
+      x.proc.checkpoint = true;
+      x.proc.leaving = false;
+      x.kept_at = e.minibatches() > 0 ? e.minibatches() : -1;
+      x.stopped_us = now_us;
+      x.exit_code = e.exit_code();
+      if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
+      CopyMetric(e, &x.progress);
+      x.progress.set_minibatch_rate(0);
+      plan.line =
+          Line{"exit", false,
+               "exit code " + code + "; its last periodic checkpoint, " +
+                   (e.minibatches() > 0
+                        ? "at mini-batch " + std::to_string(e.minibatches())
+                        : std::string("at a mini-batch not known")) +
+                   ", is kept on " + agent};
+      plan.finishes = false;
+      plan.checkpoint = true;
+      return plan;
+    }
     case Exit::kStoppedUnsaved:
       // Its agent stopped and killed it, unsaved: the job stays placed
       // there, as if its process ran on, until the agent registers again
@@ -793,7 +820,14 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
   x.exit_code = e.exit_code();
   if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
   CopyMetric(e, &x.progress);
-  if (plan.verdict == Exit::kAfterEnd) return plan;
+  if (plan.verdict == Exit::kAfterEnd) {
+    if (e.checkpoint_kept()) {
+      // A periodic checkpoint kept for a run that will not come.
+      plan.stop = Proc{server, {}, false};
+      plan.stop->checkpoint = true;
+    }
+    return plan;
+  }
   plan.permanent = e.exit_code() == 126 || e.exit_code() == 127;
   plan.line = Line{"exit", e.exit_code() == 0,
                    "exit code " + code +

@@ -365,6 +365,10 @@ class AgentModel {
                       // fails, its other parts are stopped
     kStoppedSaved,    // its agent stopped, the job saved a checkpoint kept
                       // there first: it waits for the agent, to go on from it
+    kFailedSaved,     // it failed (not killed at a daemon's request), its
+                      // agent keeping the last checkpoint it saved by itself
+                      // (JobSpec.checkpoint_every_*): the job's end, unless
+                      // a retry goes on from that checkpoint
     kStoppedUnsaved,  // its agent stopped and killed it unsaved: it stays
                       // placed, to start again when the agent is back
     kKilledGoesOn,    // killed at a daemon's request while the job goes on
@@ -388,6 +392,9 @@ class AgentModel {
     // A failure no retry can mend (JobFinished::permanent): the shell could
     // not find (exit 127) or execute (126) the command.
     bool permanent = false;
+    // A failure whose periodic checkpoint the agent keeps
+    // (JobFinished::checkpoint): `record` holds it there (proc.checkpoint).
+    bool checkpoint = false;
     std::optional<Proc> stop;  // what of it runs on: its other parts
   };
   ExitPlan PlanExit(ServerId server, const std::string& agent,

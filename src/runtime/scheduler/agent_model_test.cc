@@ -454,11 +454,18 @@ TEST_F(AgentModelTest, AnExitEndsItsJobOnlyFromItsProcessAndOnlyItsOwn) {
   e = ExitOf(1, -9);
   e.set_killed(true);
   EXPECT_EQ(Model().JudgeExit(here, e), Exit::kKilledGoesOn);
+  // Failed, its periodic checkpoint kept.
+  rpc::JobExit periodic = ExitOf(1, -9);
+  periodic.set_checkpoint_kept(true);
+  periodic.set_checkpoint_method("periodic");
+  EXPECT_EQ(Model().JudgeExit(here, periodic), Exit::kFailedSaved);
+  EXPECT_EQ(Model().JudgeExit(there, periodic), Exit::kNotOurs);
   // After the job's end: noted, not its end again; a checkpoint kept for
   // it is passed by.
   h_.Send(core::JobFinished{JobId(1), true});
   EXPECT_EQ(Model().JudgeExit(here, ExitOf(1, 0)), Exit::kAfterEnd);
   EXPECT_EQ(Model().JudgeExit(here, e), Exit::kAfterEnd);
+  EXPECT_EQ(Model().JudgeExit(here, periodic), Exit::kAfterEnd);
   e = ExitOf(1, -15);
   e.set_checkpoint_kept(true);
   EXPECT_EQ(Model().JudgeExit(here, e), Exit::kNotOurs);
@@ -544,12 +551,43 @@ TEST_F(AgentModelTest, AnExitsPlanSaysTheRecordTheLineTheEndAndWhatStops) {
   EXPECT_FALSE(*plan.finishes);
   EXPECT_FALSE(plan.stop);  // one process, gone
   EXPECT_TRUE(*Model().PlanExit(here, "a0", ExitOf(1, 0), 500).finishes);
+  EXPECT_FALSE(plan.checkpoint);
+  // Failed, its periodic checkpoint kept there: no process, the checkpoint
+  // and the mini-batch it was saved at; a failure that has a checkpoint.
+  e = ExitOf(1, -9);
+  e.set_checkpoint_kept(true);
+  e.set_checkpoint_method("periodic");
+  e.set_minibatches(150);
+  plan = Model().PlanExit(here, "a0", e, 600);
+  ASSERT_TRUE(plan.record && plan.line && plan.finishes);
+  EXPECT_FALSE(plan.record->proc.exists);
+  EXPECT_TRUE(plan.record->proc.checkpoint);
+  EXPECT_EQ(plan.record->proc.server, here);
+  EXPECT_EQ(plan.record->kept_at, 150);
+  EXPECT_EQ(plan.record->exit_code, -9);
+  EXPECT_EQ(plan.record->progress.minibatches(), 150);
+  EXPECT_FALSE(*plan.finishes);
+  EXPECT_TRUE(plan.checkpoint);
+  EXPECT_FALSE(plan.permanent || plan.stop);
+  EXPECT_EQ(plan.line->what, "exit");
+  EXPECT_FALSE(plan.line->ok);
+  EXPECT_EQ(plan.line->detail,
+            "exit code -9; its last periodic checkpoint, at mini-batch 150, "
+            "is kept on a0");
+  e.set_minibatches(0);
+  EXPECT_EQ(Model().PlanExit(here, "a0", e, 600).record->kept_at, -1);
   // After the job's end: noted, not ended again.
   h_.Send(core::JobFinished{JobId(1), true});
   plan = Model().PlanExit(here, "a0", ExitOf(1, 0), 500);
   ASSERT_TRUE(plan.record);
   EXPECT_EQ(plan.record->exit_code, 0);
   EXPECT_FALSE(plan.line || plan.finishes || plan.stop);
+  // A periodic checkpoint kept after the end: dropped there.
+  plan = Model().PlanExit(here, "a0", e, 500);
+  ASSERT_TRUE(plan.stop);
+  EXPECT_EQ(plan.stop->server, here);
+  EXPECT_TRUE(plan.stop->checkpoint);
+  EXPECT_FALSE(plan.stop->exists);
 }
 
 // A job spanning servers: a part's failure ends it and stops every part;

@@ -291,7 +291,9 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
       History(id, plan.line->what, plan.line->ok, 0, plan.line->detail);
     }
     if (plan.finishes) {
-      (void)Feed(core::JobFinished{JobId(id), *plan.finishes, plan.permanent});
+      const Proc kept = x->proc;  // where a checkpoint is kept
+      (void)Feed(core::JobFinished{JobId(id), *plan.finishes, plan.permanent,
+                                   plan.checkpoint});
       if (journal.unlogged()) {
         // Not logged: as if the exit had not come (the agent keeps it and
         // reports it again), its line and the failure streak it would
@@ -305,13 +307,20 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
       const core::Job& j = st().job(JobId(id));
       if (!*plan.finishes && !core::IsTerminal(j.state)) {
         // Queued again (JobSpec.retries): the attempt is in the history.
-        History(id, "retry", true, 0,
-                "run " + std::to_string(j.run_failures) + " of " +
-                    std::to_string(j.spec.retries + 1) +
-                    " failed: it runs again in " +
-                    Seconds((j.start_retry_at - st().now()).seconds()) +
-                    (j.launched ? ", from its checkpoint"
-                                : ", from the beginning"));
+        History(
+            id, "retry", true, 0,
+            "run " + std::to_string(j.run_failures) + " of " +
+                std::to_string(j.spec.retries + 1) +
+                " failed: it runs again in " +
+                Seconds((j.start_retry_at - st().now()).seconds()) +
+                (!j.launched       ? ", from the beginning"
+                 : x->kept_at >= 0 ? ", from its checkpoint at mini-batch " +
+                                         std::to_string(x->kept_at)
+                                   : ", from its checkpoint"));
+      } else if (plan.checkpoint) {
+        // Its end after all: the checkpoint kept for a next run goes.
+        x->kept_at = -1;
+        KillAt(id, kept, InternalActionId());
       }
     }
     if (plan.stop) KillAt(id, *plan.stop, InternalActionId());

@@ -67,7 +67,13 @@ void SchedulerServer::Impl::AfterHandle(
     // Before its first start goes out.
     NoteSubmitted(std::array<int32_t, 1>{arrived->id.value});
   } else if (const auto* f = std::get_if<core::JobFinished>(&body)) {
-    if (JobExtra* x = Extra(f->job.value)) x->proc = Proc{};
+    // A failed run whose checkpoint its agent keeps stays placed there,
+    // without a process, while the job runs again.
+    const bool goes_on =
+        f->checkpoint && !core::IsTerminal(st().job(f->job).state);
+    if (JobExtra* x = Extra(f->job.value); x != nullptr && !goes_on) {
+      x->proc = Proc{};
+    }
   } else if (const auto* d = std::get_if<core::ActionDone>(&body)) {
     pending.erase(d->action.value);
   } else if (const auto* fl = std::get_if<core::ActionFailed>(&body)) {

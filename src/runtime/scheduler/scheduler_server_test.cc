@@ -298,6 +298,21 @@ class FakeAgent final : public rpc::Agent::Service {
     e.set_checkpoint_kept(true);
     outbox_.push_back(e);
   }
+  // The job's process failed with `code` after saving a periodic
+  // checkpoint at mini-batch `minibatches`, which the agent keeps
+  // (JobExit.checkpoint_kept, method "periodic").
+  void FailKeepingPeriodic(int64_t job, int code, int64_t minibatches) {
+    std::lock_guard lock(mu_);
+    procs_.erase(job);
+    kept_.insert(job);
+    rpc::JobExit e;
+    e.set_job_id(job);
+    e.set_exit_code(code);
+    e.set_minibatches(minibatches);
+    e.set_checkpoint_kept(true);
+    e.set_checkpoint_method("periodic");
+    outbox_.push_back(e);
+  }
   // Tells the daemon this agent stops (Leave); *reply: how long it waits,
   // and the jobs spanning servers it has save.
   grpc::Status Leave(rpc::LeaveReply* reply = nullptr) {
@@ -3842,6 +3857,62 @@ TEST_F(DaemonTest, AFailedRunIsStartedAgainWhileTheJobHasRetries) {
   (void)agent.Report();
   ASSERT_TRUE(WaitFor([&] { return cl.State(id) == rpc::FAILED; }));
   EXPECT_EQ(agent.start_calls(id), 1);
+}
+
+// A run that fails after a periodic checkpoint its agent keeps goes on from
+// that checkpoint there (a start from the checkpoint held); a job that fails
+// for good has it dropped.
+TEST_F(DaemonTest, AFailedRunGoesOnFromThePeriodicCheckpointItsAgentKeeps) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.start_retry_s = 0.2;
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("periodic");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_retries(1);
+  spec.set_checkpoint_every_minibatches(50);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  EXPECT_EQ(cl.Get(j).spec().checkpoint_every_minibatches(), 50);
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(j) == 1; }));
+  agent.FailKeepingPeriodic(j, -9, 150);
+  (void)agent.Report();
+  ASSERT_TRUE(WaitFor([&] {
+    return agent.resume_local_starts(j) == 1 && agent.procs().count(j) == 1;
+  })) << cl.Get(j).DebugString();
+  rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(info.run_failures(), 1);
+  EXPECT_TRUE(HasEntry(info, "exit", false));
+  std::vector<std::string> lines;
+  for (const auto& h : info.history()) {
+    lines.push_back(h.action() + ": " + h.detail());
+  }
+  const auto has = [&](const std::string& want) {
+    return std::find(lines.begin(), lines.end(), want) != lines.end();
+  };
+  EXPECT_TRUE(
+      has("exit: exit code -9; its last periodic checkpoint, at "
+          "mini-batch 150, is kept on node-a"))
+      << info.DebugString();
+  EXPECT_TRUE(
+      has("retry: run 1 of 2 failed: it runs again in 0.2 s, from "
+          "its checkpoint at mini-batch 150"))
+      << info.DebugString();
+
+  // Its last retry taken: it fails, its checkpoint dropped there.
+  agent.FailKeepingPeriodic(j, 1, 200);
+  (void)agent.Report();
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::FAILED; }))
+      << cl.Get(j).DebugString();
+  ASSERT_TRUE(WaitFor([&] { return agent.kept().count(j) == 0; }))
+      << "the checkpoint of a job that failed for good is kept";
+  Pass(std::chrono::milliseconds(500));
+  EXPECT_EQ(agent.start_calls(j), 2);
 }
 
 // A job whose start failed on one server starts on another one next, and
