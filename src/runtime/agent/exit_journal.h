@@ -3,7 +3,11 @@
 // in the order the exits happened, each numbered (ExitRecord::seq,
 // increasing per journal). What is left unacknowledged when the agent stops
 // can be written to a file (SaveUnreported) for the next agent on the same
-// work dir to take up (RecoverUnreported).
+// work dir to take up (RecoverUnreported). With a records directory, each
+// exit is also written there as it is kept, one file each, until it is
+// acknowledged (or superseded, or its checkpoint kept at the agent's stop):
+// an agent killed before it reported an exit leaves it there for the next,
+// which takes it up too (RecoverUnreported).
 //
 // Thread-safety: thread-safe. It has a mutex of its own and calls nothing
 // outside while holding it, so it may be called with any other lock held
@@ -36,6 +40,8 @@ struct ExitRecord {
   // goes on from there when an agent on this checkpoint root runs it again.
   bool checkpoint_kept = false;
   std::string checkpoint_method;  // with checkpoint_kept: CheckpointResult's
+  // Where the journal keeps it until acknowledged ("" when it does not).
+  std::string file;
   // It was killed by KillAll(agent_stopping) (it had not saved a
   // checkpoint), and did not exit with 0 meanwhile: not the job's end.
   bool agent_stopping = false;
@@ -48,7 +54,10 @@ class ExitJournal {
   // (the supervisor's WORK_DIR/unreported-exits). One exit per line: job
   // exit_code minibatches metric_value metric_minibatches metric_reports,
   // then "periodic" for a failure whose periodic checkpoint is kept.
-  explicit ExitJournal(std::string unreported_path);
+  // `records_dir` (the supervisor's WORK_DIR/exits; empty: none): where
+  // each kept exit is written until it is acknowledged.
+  explicit ExitJournal(std::string unreported_path,
+                       std::string records_dir = "");
   ExitJournal(const ExitJournal&) = delete;
   ExitJournal& operator=(const ExitJournal&) = delete;
 
@@ -71,11 +80,19 @@ class ExitJournal {
   // Returns how many; 0 also when writing failed. No file when none.
   size_t SaveUnreported() const;
   // Keeps what SaveUnreported wrote (numbered anew, in order) and removes
-  // the file. Returns how many; an unreadable line is skipped.
+  // the file; then the exits an earlier journal left in the records
+  // directory that SaveUnreported would have written (in the order they
+  // were kept), their files kept until acknowledged. Returns how many; an
+  // unreadable line or file is skipped.
   size_t RecoverUnreported();
 
  private:
+  // The record's file in records_dir_ ("" without one), written whole.
+  std::string WriteRecord(const ExitRecord& e);
+  void RemoveRecord(ExitRecord& e);
+
   const std::string unreported_path_;
+  const std::string records_dir_;
   mutable std::mutex mu_;
   std::vector<ExitRecord> exits_;  // guarded by mu_
   uint64_t next_seq_ = 1;          // guarded by mu_

@@ -63,7 +63,8 @@ Supervisor::Supervisor(SupervisorOptions options,
     : options_(std::move(options)),
       on_exit_(std::move(on_exit)),
       ops_(options_.process_ops ? options_.process_ops : RealProcessOps()),
-      exits_(options_.work_dir + "/unreported-exits"),
+      exits_(options_.work_dir + "/unreported-exits",
+             options_.work_dir + "/exits"),
       held_(options_.checkpoint_root.empty() ? options_.work_dir
                                              : options_.checkpoint_root),
       shim_(ResolveShim(options_.job_shim)) {

@@ -402,7 +402,10 @@ class Supervisor {
   // daemon, missing the job, would start it again. Returns how many.
   size_t SaveUnreportedExits();
   // Takes up what SaveUnreportedExits wrote (as pending exits, in order)
-  // and removes the file. Returns how many; an unreadable line is skipped.
+  // and removes the file; then the exits an earlier agent on this work dir
+  // kept but had not reported when it was killed (each is written to
+  // WORK_DIR/exits as it comes, until acknowledged). Returns how many; an
+  // unreadable line is skipped.
   size_t RecoverUnreportedExits();
 
   std::string JobDir(int64_t job_id) const;

@@ -637,7 +637,7 @@ int Supervisor::WaitForShim(const JobRec& job) {
   } else if (job.taken_back) {
     code = -SIGKILL;  // the shim was killed: so was the job, or it will be
   }
-  unlink(job.exit_file.c_str());
+  // The exit file goes once the exit is in the journal (Ended).
   return code;
 }
 
@@ -686,9 +686,6 @@ void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
           : static_cast<int64_t>(job->reader ? job->reader->minibatches() : 0);
   std::optional<client::ProgressSnapshot> last;
   if (job->reader) last = job->reader->Read();
-  unlink(job->page_path.c_str());  // the mapping stays readable
-  unlink(ProcessRecordPath(job->job_id, job->pid).c_str());
-  unlink((JobDir(job->job_id) + "/spec." + std::to_string(job->pid)).c_str());
   ExitRecord rec;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -711,6 +708,12 @@ void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
     }
     rec = exits_.Add(rec);
   }
+  // The exit is in the journal (and its file, WORK_DIR/exits): what an
+  // agent killed until now would have told the next goes.
+  unlink(job->page_path.c_str());  // the mapping stays readable
+  unlink(ProcessRecordPath(job->job_id, job->pid).c_str());
+  unlink((JobDir(job->job_id) + "/spec." + std::to_string(job->pid)).c_str());
+  if (!job->exit_file.empty()) unlink(job->exit_file.c_str());
   exited_cv_.notify_all();
   if (on_exit_) on_exit_(rec);
 }

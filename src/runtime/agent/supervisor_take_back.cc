@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -115,7 +116,6 @@ Supervisor::TakenBack Supervisor::TakeBackLeftovers() {
         continue;
       }
     }
-    std::filesystem::remove(path, ec);
     if (r.shim > 0 && !shim_alive && !job_alive) {
       // Ended while no agent ran: the shim wrote how.
       std::ifstream f(r.exit_file);
@@ -128,7 +128,20 @@ Supervisor::TakenBack Supervisor::TakeBackLeftovers() {
           rec.minibatches = static_cast<int64_t>(reader->minibatches());
           rec.metric = reader->Read().metric;
         }
-        if (code != GANDIVA_EXIT_MIGRATE && code != GANDIVA_EXIT_RESIZE) {
+        // As Ended: a failure keeps the periodic checkpoint it saved.
+        std::optional<int64_t> periodic;
+        if (code != 0 && code != GANDIVA_EXIT_MIGRATE &&
+            code != GANDIVA_EXIT_RESIZE && !r.gang) {
+          periodic = PeriodicCheckpointAt(CheckpointDir(id));
+        }
+        if (periodic) {
+          std::lock_guard<std::mutex> lock(mu_);
+          held_.Hold(id, CheckpointDir(id), r.submitted_us, ReadAll(spec_file));
+          rec.minibatches = *periodic;
+          rec.checkpoint_kept = true;
+          rec.checkpoint_method = "periodic";
+        } else if (code != GANDIVA_EXIT_MIGRATE &&
+                   code != GANDIVA_EXIT_RESIZE) {
           DropCheckpoint(id);
         }
         {
@@ -137,11 +150,13 @@ Supervisor::TakenBack Supervisor::TakeBackLeftovers() {
         }
         out.ended.push_back(id);
       }
+      std::filesystem::remove(path, ec);
       std::filesystem::remove(r.exit_file, ec);
       std::filesystem::remove(spec_file, ec);
       if (!r.page.empty()) unlink(r.page.c_str());
       continue;
     }
+    std::filesystem::remove(path, ec);
     std::filesystem::remove(spec_file, ec);
     if (!job_alive) continue;
     // It cannot be taken back: killed, as KillLeftovers does.

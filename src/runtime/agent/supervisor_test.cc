@@ -417,6 +417,94 @@ TEST(ExitJournalTest, AFailureWithItsPeriodicCheckpointOutlivesTheAgent) {
   EXPECT_FALSE(kept[1].checkpoint_kept);
 }
 
+// Each exit kept is written to the records directory until acknowledged:
+// a journal that ends without SaveUnreported (its agent killed) leaves the
+// next those it would have saved, in order, until they are acknowledged;
+// one superseded, killed, or saved at the agent's stop goes at once; one
+// SaveUnreported wrote to its file is not taken up twice.
+TEST(ExitJournalTest, AnExitNotReportedOutlivesAJournalThatDidNotSaveIt) {
+  TempDir dir;
+  const std::string path = dir.path() + "/unreported-exits";
+  const std::string records = dir.path() + "/exits";
+  auto exit_of = [](int64_t job, int code) {
+    ExitRecord e;
+    e.job_id = job;
+    e.exit_code = code;
+    e.minibatches = 10 * job;
+    return e;
+  };
+  {
+    ExitJournal journal(path, records);
+    journal.Add(exit_of(1, 0));
+    ExitRecord periodic = exit_of(2, -9);
+    periodic.checkpoint_kept = true;
+    periodic.checkpoint_method = "periodic";
+    journal.Add(periodic);
+    journal.Add(exit_of(3, 1));
+    journal.Supersede(3);
+    ExitRecord killed = exit_of(4, -15);
+    killed.killed = true;
+    journal.Add(killed);
+    journal.Add(exit_of(5, 75));
+    journal.MarkCheckpointKept(5, "library");
+    journal.Add(exit_of(6, 3));
+    journal.Ack(journal.Pending().back().seq);  // all reported: none left
+    journal.Add(exit_of(7, 0));
+    journal.Add(periodic);
+    // Killed here: no SaveUnreported.
+  }
+  std::vector<ExitRecord> kept;
+  {
+    ExitJournal next(path, records);
+    EXPECT_EQ(next.RecoverUnreported(), 2u);
+    kept = next.Pending();
+    ASSERT_EQ(kept.size(), 2u);
+    EXPECT_EQ(kept[0].job_id, 7);
+    EXPECT_EQ(kept[0].exit_code, 0);
+    EXPECT_EQ(kept[0].minibatches, 70);
+    EXPECT_EQ(kept[1].job_id, 2);
+    EXPECT_TRUE(kept[1].checkpoint_kept);
+    EXPECT_EQ(kept[1].checkpoint_method, "periodic");
+    // Not acknowledged: killed again, the next one has them still.
+  }
+  {
+    ExitJournal next(path, records);
+    EXPECT_EQ(next.RecoverUnreported(), 2u);
+    next.Ack(next.Pending()[0].seq);
+    // Stopping: what is left goes to the file, and only there.
+    EXPECT_EQ(next.SaveUnreported(), 1u);
+  }
+  ExitJournal last(path, records);
+  EXPECT_EQ(last.RecoverUnreported(), 1u);
+  ASSERT_EQ(last.Pending().size(), 1u);
+  EXPECT_EQ(last.Pending()[0].job_id, 2);
+  last.Ack(last.Pending()[0].seq);
+  ExitJournal empty(path, records);
+  EXPECT_EQ(empty.RecoverUnreported(), 0u);
+}
+
+// A job that ends while its agent runs, the agent killed before it reported
+// the exit: the next agent on the work dir reports it (it would otherwise
+// find the job neither running nor ended, and the daemon start it again).
+TEST_F(SupervisorTest,
+       AnExitNotReportedWhenTheAgentIsKilledIsReportedByTheNext) {
+  {
+    Supervisor sup(Options());
+    ASSERT_TRUE(sup.Start(Job(1, "exit 3")).ok());
+    EXPECT_EQ(Finish(sup, 1).exit_code, 3);
+    ASSERT_TRUE(sup.Start(Job(2, "true")).ok());
+    EXPECT_EQ(Finish(sup, 2).exit_code, 0);
+    sup.AckExits(sup.PendingExits()[0].seq);  // job 1's was reported
+  }
+  Supervisor next(Options());
+  EXPECT_TRUE(next.TakeBackLeftovers().ended.empty());
+  EXPECT_EQ(next.RecoverUnreportedExits(), 1u);
+  const std::vector<ExitRecord> exits = next.PendingExits();
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].job_id, 2);
+  EXPECT_EQ(exits[0].exit_code, 0);
+}
+
 // /proc/<pid>/stat's parent PID, or 0 when there is no such process.
 pid_t ParentOf(pid_t pid) {
   const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
