@@ -17,6 +17,10 @@
 // (train_cnn.py --log-steps 1): from those, no two copies of a job ever
 // trained at the same time.
 //
+// The chaos test (ChaosE2eTest) runs in such a namespace too: seeded kills
+// of the daemon, of agents and of jobs' processes, and cuts of one agent,
+// while four jobs train; set GANDIVA_CHAOS_SEED to draw another sequence.
+//
 // Deadlines are failure guards sized for a loaded 2-core machine.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -36,6 +40,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -672,6 +677,294 @@ TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
       old_last - cut_wall, placed_s, new_first - cut_wall, new_first - old_last,
       down_s, dropped, killed_s, redone);
   std::printf("%s", Describe(c, id).c_str());
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------- chaos
+
+// The job id in a process's environment (GANDIVA_JOB_ID); 0 if none.
+int64_t JobOfProcess(int pid) {
+  const std::string env = Slurp("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = std::string("GANDIVA_JOB_ID=");
+  size_t at = 0;
+  while (at < env.size()) {
+    const size_t end = env.find('\0', at);
+    const std::string var =
+        env.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (var.starts_with(key)) return std::atoll(var.c_str() + key.size());
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return 0;
+}
+
+// One run of a job, from its log: the mini-batches its process trained
+// (train_cnn.py --log-steps 1), in order.
+struct JobRun {
+  std::vector<Step> steps;
+};
+// A job's log cut into its runs: each begins at the example's ": job "
+// line (a "resumed from" line comes just before it).
+std::vector<JobRun> RunsOf(const std::string& log) {
+  std::vector<JobRun> runs;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(": job ") != std::string::npos) runs.emplace_back();
+    int step = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "step %d at %lf", &step, &at) == 2) {
+      if (runs.empty()) runs.emplace_back();
+      runs.back().steps.push_back({step, at});
+    }
+  }
+  std::erase_if(runs, [](const JobRun& r) { return r.steps.empty(); });
+  return runs;
+}
+
+class ChaosE2eTest : public PartitionE2eTest {};
+
+// Chaos, bounded: four jobs training on two agents while, in an order and at
+// moments drawn from a seed (GANDIVA_CHAOS_SEED, default 1), the daemon is
+// SIGKILLed and restarted twice, an agent twice, a job's process twice, and
+// agent-0 is cut off twice for 1-4 s (past its placement lease at times,
+// never past the daemon's timeout and grace). Every job saves a checkpoint
+// every 25 mini-batches and may fail 5 times. Then every job has finished
+// exactly once, with the parameters of a run never disturbed; from the
+// jobs' own logs no two copies of a job ever trained at once, a job went
+// back only where its process was killed, and by at most 25 mini-batches.
+// It prints the mini-batches redone per fault kind.
+TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
+  if (!Here()) return;
+  const char* seed_env = std::getenv("GANDIVA_CHAOS_SEED");
+  const unsigned seed =
+      seed_env != nullptr ? static_cast<unsigned>(std::atol(seed_env)) : 1;
+  constexpr int kJobs = 4;
+  constexpr int kSteps = 1500;
+  constexpr int kSeed = 9;
+  constexpr int kEvery = 25;
+  constexpr int kTimeoutS = 2;
+  constexpr int kGraceS = 6;  // placement lease: 4 s
+  ClusterOptions o = Options(kTimeoutS, kGraceS);
+  o.gpus_per_agent = 2;
+  o.scheduler_args.push_back("--start-retry-s");
+  o.scheduler_args.push_back("1");
+  TestCluster c(o);
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec = c.TrainSpec("chaos", "cnn", kSteps, kSeed, 20);
+  spec.set_command(spec.command() + " --log-steps 1");
+  spec.set_retries(5);
+  spec.set_checkpoint_every_minibatches(kEvery);
+  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
+  auto reference = Process::Start(
+      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
+       "--steps", std::to_string(kSteps), "--seed", std::to_string(kSeed)},
+      c.dir() / "reference.log", env);
+  ASSERT_NE(reference, nullptr);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < kJobs; ++i) {
+    spec.set_name("chaos-" + std::to_string(i));
+    const int64_t id = c.Submit(spec, &error);
+    ASSERT_GT(id, 0) << error;
+    ids.push_back(id);
+  }
+  const auto progress = [&](int64_t id) {
+    return c.Job(id).progress().minibatches();
+  };
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (int64_t id : ids) {
+          if (progress(id) < 10) return false;
+        }
+        return true;
+      },
+      seconds(180)))
+      << c.Logs();
+
+  enum Kind { kScheduler, kAgent, kJob, kCut, kKinds };
+  const char* kNames[] = {"daemon SIGKILL", "agent SIGKILL",
+                          "job process SIGKILL", "agent-0 cut off"};
+  std::vector<Kind> plan = {kScheduler, kScheduler, kAgent, kAgent,
+                            kJob,       kJob,       kCut,   kCut};
+  std::mt19937 rng(seed);
+  std::shuffle(plan.begin(), plan.end(), rng);
+  struct Fault {
+    Kind kind;
+    double at;        // wall clock, s
+    int64_t job = 0;  // kJob: the job whose process was killed
+    std::string detail;
+  };
+  std::vector<Fault> faults;
+  const std::string needle = "--steps " + std::to_string(kSteps) + " --seed " +
+                             std::to_string(kSeed) + " --min-step-ms";
+  const int port = PortOf(c.address());
+  for (Kind kind : plan) {
+    std::this_thread::sleep_for(
+        milliseconds(std::uniform_int_distribution<int>(1000, 3000)(rng)));
+    Fault f{kind, WallNow()};
+    switch (kind) {
+      case kScheduler:
+        c.scheduler()->Signal(SIGKILL);
+        ASSERT_TRUE(c.scheduler()->Wait(seconds(10)));
+        std::this_thread::sleep_for(milliseconds(300));
+        ASSERT_TRUE(c.StartScheduler(port, &error)) << error << c.Logs();
+        break;
+      case kAgent: {
+        const std::string name =
+            "agent-" +
+            std::to_string(std::uniform_int_distribution<int>(0, 1)(rng));
+        f.detail = name;
+        c.agent(name)->Signal(SIGKILL);
+        ASSERT_TRUE(c.agent(name)->Wait(seconds(10)));
+        std::this_thread::sleep_for(milliseconds(300));
+        ASSERT_TRUE(c.StartAgent(name, &error)) << error << c.Logs();
+        break;
+      }
+      case kJob: {
+        // A process of a job far from its end (one killed as it ends
+        // would finish twice: once as it printed "done", once resumed).
+        std::vector<std::pair<int, int64_t>> candidates;
+        for (int pid : PidsRunning(needle)) {
+          const int64_t id = JobOfProcess(pid);
+          if (id > 0 && ProcState(pid) != 'T' && progress(id) < kSteps - 150) {
+            candidates.emplace_back(pid, id);
+          }
+        }
+        if (candidates.empty()) {
+          f.detail = "no job far from its end to kill";
+          break;
+        }
+        const auto [pid, id] = candidates[std::uniform_int_distribution<size_t>(
+            0, candidates.size() - 1)(rng)];
+        f.job = id;
+        f.detail = "job " + std::to_string(id) + " at mini-batch ~" +
+                   std::to_string(progress(id));
+        ::kill(pid, SIGKILL);
+        break;
+      }
+      case kCut: {
+        const int ms = std::uniform_int_distribution<int>(1000, 4000)(rng);
+        f.detail = std::to_string(ms) + " ms";
+        Partition cut(c.dir(), kCutHost);
+        ASSERT_TRUE(cut.Cut()) << Slurp(cut.log());
+        std::this_thread::sleep_for(milliseconds(ms));
+        ASSERT_TRUE(cut.Restore()) << Slurp(cut.log());
+        break;
+      }
+      case kKinds:
+        break;
+    }
+    faults.push_back(f);
+    std::printf("chaos: %.1f s: %s %s\n", f.at - faults.front().at,
+                kNames[kind], f.detail.c_str());
+    std::fflush(stdout);
+  }
+
+  std::map<int64_t, rpc::JobInfo> ended;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (int64_t id : ids) {
+          ended[id] = c.Job(id);
+          if (!IsEnded(ended[id].state())) return false;
+        }
+        return true;
+      },
+      seconds(300)))
+      << c.Logs();
+  ASSERT_TRUE(reference->Wait(seconds(120)));
+  const std::string want = Fingerprint(Slurp(reference->log()));
+  ASSERT_EQ(want.size(), 64u) << Slurp(reference->log());
+
+  int restarts[kKinds] = {};
+  int redone[kKinds] = {};
+  int injected[kKinds] = {};
+  for (const Fault& f : faults) {
+    if (f.kind != kJob || f.job > 0) ++injected[f.kind];
+  }
+  EXPECT_GE(injected[kJob], 1) << "no job's process was killed";
+  int job_kills = 0;
+  for (const Fault& f : faults) job_kills += f.job > 0 ? 1 : 0;
+  int runs_after_the_first = 0;
+  for (int64_t id : ids) {
+    const rpc::JobInfo& j = ended[id];
+    SCOPED_TRACE("job " + std::to_string(id));
+    EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+    EXPECT_EQ(j.progress().minibatches(), kSteps);
+    // (Read again while an agent just restarted does not serve it yet.)
+    std::string log;
+    WaitUntil(
+        [&] {
+          log = c.JobLog(j);
+          return log.find("done: ") != std::string::npos;
+        },
+        seconds(30), milliseconds(500));
+    EXPECT_EQ(CountLines(log, "done: "), 1)
+        << log << Describe(c, id) << "server " << j.server() << "\n"
+        << TailOf(c.agent("agent-1")->log(), 60)
+        << TailOf(c.agent("agent-0")->log(), 60);
+    EXPECT_EQ(Fingerprint(log), want) << log;
+    const std::vector<JobRun> runs = RunsOf(log);
+    ASSERT_FALSE(runs.empty()) << log;
+    // One copy at a time: every run's mini-batches come after the last
+    // one's, each run trains its mini-batches in order, and the last run
+    // ends at the last mini-batch.
+    double last_at = 0;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const std::vector<Step>& st = runs[r].steps;
+      EXPECT_GE(st.front().at, last_at)
+          << "run " << r << " trained while an earlier copy did";
+      for (size_t i = 1; i < st.size(); ++i) {
+        EXPECT_EQ(st[i].step, st[i - 1].step + 1) << "run " << r;
+      }
+      last_at = st.back().at;
+      if (r == 0) {
+        EXPECT_EQ(st.front().step, 1);
+        continue;
+      }
+      ++runs_after_the_first;
+      const int back = runs[r - 1].steps.back().step - (st.front().step - 1);
+      EXPECT_GE(back, 0) << "run " << r << " skipped mini-batches";
+      EXPECT_LE(back, kEvery) << "run " << r
+                              << " went back past the last "
+                                 "periodic checkpoint";
+      // The fault behind it: a kill of this job's process between the two
+      // runs, else the last fault before the new run.
+      Kind cause = kKinds;
+      for (const Fault& f : faults) {
+        if (f.at > st.front().at) break;
+        if (f.job == id && f.at >= runs[r - 1].steps.back().at - 1) {
+          cause = kJob;
+        } else if (cause != kJob) {
+          cause = f.kind;
+        }
+      }
+      EXPECT_EQ(cause, kJob) << "run " << r << " after a "
+                             << (cause == kKinds ? "no fault" : kNames[cause])
+                             << ": only a killed process runs again";
+      if (cause != kKinds) {
+        ++restarts[cause];
+        redone[cause] += std::max(back, 0);
+      }
+    }
+    EXPECT_EQ(runs.back().steps.back().step, kSteps);
+  }
+  EXPECT_EQ(runs_after_the_first, job_kills);
+  EXPECT_EQ(PidsRunning(needle).size(), 0u);
+
+  std::printf(
+      "chaos (seed %u): %d jobs of %d mini-batches, a checkpoint "
+      "every %d; faults injected, runs they caused, mini-batches "
+      "redone:\n",
+      seed, kJobs, kSteps, kEvery);
+  for (int k = 0; k < kKinds; ++k) {
+    std::printf("  %-20s %d injected, %d runs again, %d redone\n", kNames[k],
+                injected[k], restarts[k], redone[k]);
+  }
+  std::printf(
+      "  every job finished exactly once with the parameters of a "
+      "run never disturbed: %s\n",
+      ::testing::Test::HasFailure() ? "NO" : "yes");
   std::fflush(stdout);
 }
 
