@@ -136,6 +136,16 @@ std::string Fingerprint(const std::string& log) {
   return at == std::string::npos ? "" : log.substr(at + key.size(), 64);
 }
 
+std::unique_ptr<Process> StartReferenceRun(const rpc::JobSpec& spec, int steps,
+                                           int seed, const fs::path& log) {
+  const std::map<std::string, std::string> env(spec.env().begin(),
+                                               spec.env().end());
+  return Process::Start(
+      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
+       "--steps", std::to_string(steps), "--seed", std::to_string(seed)},
+      log, env);
+}
+
 TestCluster::TestCluster(ClusterOptions options)
     : options_(std::move(options)) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

@@ -197,4 +197,11 @@ int CountLines(const std::string& text, const std::string& needle);
 // fingerprint of its final parameters); "" when there is none.
 std::string Fingerprint(const std::string& log);
 
+// A reference run: examples/train_cnn.py for `steps` mini-batches from
+// `seed`, outside gandiva, with `spec`'s environment (that of a TrainSpec),
+// its output in `log`; its Fingerprint is what a job of the same steps and
+// seed must end with, whatever happened to it. Null if it cannot start.
+std::unique_ptr<Process> StartReferenceRun(const rpc::JobSpec& spec, int steps,
+                                           int seed, const fs::path& log);
+
 }  // namespace gandiva::e2e

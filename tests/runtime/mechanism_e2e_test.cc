@@ -67,11 +67,7 @@ TEST_P(MigrationIdentityTest, MigratedJobMatchesARunNeverMigrated) {
   std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   const rpc::JobSpec spec = c.TrainSpec("cnn-moved", "cnn", kSteps, kSeed, 20);
-  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
-  auto ref = Process::Start(
-      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
-       "--steps", std::to_string(kSteps), "--seed", std::to_string(kSeed)},
-      c.dir() / "reference.log", env);
+  auto ref = StartReferenceRun(spec, kSteps, kSeed, c.dir() / "reference.log");
   ASSERT_NE(ref, nullptr);
 
   const int64_t id = c.Submit(spec, &error);

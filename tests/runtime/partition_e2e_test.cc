@@ -351,12 +351,8 @@ class PartitionE2eTest : public ::testing::Test {
     EXPECT_EQ(c.Cli({"drain", "agent-1", "--cordon-only"}, &out), 0) << out;
     rpc::JobSpec spec = c.TrainSpec(name, "cnn", steps, seed, 20);
     spec.set_command(spec.command() + " --log-steps 1");
-    std::map<std::string, std::string> env(spec.env().begin(),
-                                           spec.env().end());
-    *reference = Process::Start(
-        {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
-         "--steps", std::to_string(steps), "--seed", std::to_string(seed)},
-        c.dir() / (name + ".reference.log"), env);
+    *reference = StartReferenceRun(spec, steps, seed,
+                                   c.dir() / (name + ".reference.log"));
     EXPECT_NE(*reference, nullptr);
     std::string error;
     const int64_t id = c.Submit(spec, &error);
@@ -756,11 +752,8 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
   spec.set_command(spec.command() + " --log-steps 1");
   spec.set_retries(5);
   spec.set_checkpoint_every_minibatches(kEvery);
-  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
-  auto reference = Process::Start(
-      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
-       "--steps", std::to_string(kSteps), "--seed", std::to_string(kSeed)},
-      c.dir() / "reference.log", env);
+  auto reference =
+      StartReferenceRun(spec, kSteps, kSeed, c.dir() / "reference.log");
   ASSERT_NE(reference, nullptr);
   std::vector<int64_t> ids;
   for (int i = 0; i < kJobs; ++i) {

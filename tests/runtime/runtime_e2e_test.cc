@@ -676,19 +676,17 @@ TEST_F(RuntimeE2eTest, AKilledJobGoesOnFromItsPeriodicCheckpoint) {
   spec.set_command(spec.command() + " --log-steps 1");
   spec.set_retries(1);
   spec.set_checkpoint_every_minibatches(kEvery);
-  std::map<std::string, std::string> env(spec.env().begin(), spec.env().end());
-  auto ref = Process::Start(
-      {GANDIVA_PYTHON, std::string(GANDIVA_EXAMPLES_DIR) + "/train_cnn.py",
-       "--steps", std::to_string(kSteps), "--seed", std::to_string(kSeed)},
-      c.dir() / "reference.log", env);
+  auto ref = StartReferenceRun(spec, kSteps, kSeed, c.dir() / "reference.log");
   ASSERT_NE(ref, nullptr);
   const int64_t id = c.Submit(spec, &error);
   ASSERT_GT(id, 0) << error;
   ASSERT_TRUE(WaitUntil(
       [&] { return c.Job(id).progress().minibatches() >= 130; }, seconds(120)))
       << Describe(c, id) << c.Logs();
+  // The job's process, not the reference run's (which pads no mini-batch).
   const std::vector<int> pids =
-      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) + " ");
+      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) +
+                  " --seed " + std::to_string(kSeed) + " --min-step-ms");
   ASSERT_EQ(pids.size(), 1u);
   ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
   ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
