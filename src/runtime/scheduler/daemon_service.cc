@@ -272,6 +272,8 @@ grpc::Status SchedulerService::Migrate(grpc::ServerContext* ctx,
                                        rpc::Empty*) {
   const std::string action = "migrate job " + std::to_string(req->job_id());
   return Mechanism(*ctx, action, [this, req](const Caller& who) {
+    // Before the id is narrowed to a JobId: 2^32 + 1 is no job 1.
+    GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->job_id()));
     auto it = d_.agent_by_name.find(req->server());
     if (it == d_.agent_by_name.end()) {
       return core::NotFound("field 'server': no server named '" +
@@ -306,6 +308,7 @@ grpc::Status SchedulerService::Pack(grpc::ServerContext* ctx,
                                     const rpc::PackRequest* req, rpc::Empty*) {
   const std::string action = "pack job " + std::to_string(req->job_id());
   return Mechanism(*ctx, action, [this, req](const Caller& who) {
+    GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->job_id()));
     GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->with_job_id()));
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kPack;
@@ -321,6 +324,7 @@ grpc::Status SchedulerService::Unpack(grpc::ServerContext* ctx,
                                       rpc::Empty*) {
   const std::string action = "unpack job " + std::to_string(req->job_id());
   return Mechanism(*ctx, action, [this, req](const Caller& who) {
+    GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->job_id()));
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kUnpack;
     m.job = JobId(static_cast<int32_t>(req->job_id()));
@@ -333,6 +337,7 @@ grpc::Status SchedulerService::Resize(grpc::ServerContext* ctx,
                                       rpc::Empty*) {
   const std::string action = "resize job " + std::to_string(req->job_id());
   return Mechanism(*ctx, action, [this, req](const Caller& who) {
+    GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->job_id()));
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kResize;
     m.job = JobId(static_cast<int32_t>(req->job_id()));

@@ -783,6 +783,13 @@ class Client {
     grpc::ClientContext ctx;
     return stub_->Pack(&ctx, r, &e);
   }
+  grpc::Status Unpack(int64_t id) {
+    rpc::JobIdRequest r;
+    r.set_job_id(id);
+    rpc::Empty e;
+    grpc::ClientContext ctx;
+    return stub_->Unpack(&ctx, r, &e);
+  }
   grpc::Status Drain(const std::string& server, rpc::DrainReply* reply,
                      bool cordon_only = false, bool undo = false) {
     rpc::DrainRequest r;
@@ -3913,6 +3920,36 @@ TEST_F(DaemonTest, AFailedRunGoesOnFromThePeriodicCheckpointItsAgentKeeps) {
       << "the checkpoint of a job that failed for good is kept";
   Pass(std::chrono::milliseconds(500));
   EXPECT_EQ(agent.start_calls(j), 2);
+}
+
+// A job id past 2^31 names no job, whatever it would be cut to: an
+// operator's migrate, pack, unpack or resize of job 2^32 + j over raw gRPC
+// is refused, and job j is left alone.
+TEST_F(DaemonTest, AJobIdPastTheRangeNamesNoJobInAnOperatorsRequest) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 2, Mode::kOk);
+  FakeAgent b("node-b", 2, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  const std::string at = cl.Get(j).server();
+  const int64_t wide = (int64_t{1} << 32) + j;
+  const std::string none = "no job " + std::to_string(wide);
+  for (const grpc::Status& s :
+       {cl.Migrate(wide, at == "node-a" ? "node-b" : "node-a"),
+        cl.Resize(wide, 2), cl.Pack(wide, j), cl.Pack(j, wide),
+        cl.Unpack(wide)}) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+    EXPECT_EQ(s.error_message(), none);
+  }
+  Pass(std::chrono::milliseconds(300));
+  const rpc::JobInfo after = cl.Get(j);
+  EXPECT_EQ(after.state(), rpc::RUNNING);
+  EXPECT_EQ(after.server(), at);
+  EXPECT_FALSE(HasEntry(after, "request", true)) << after.DebugString();
 }
 
 // A job whose start failed on one server starts on another one next, and
