@@ -15,16 +15,6 @@ std::string Field(std::string_view field, const std::string& why) {
   return "field '" + std::string(field) + "': " + why;
 }
 
-std::string Shown(std::string_view s) {
-  constexpr size_t kShown = 64;
-  std::string out;
-  for (char c : s.substr(0, kShown)) {
-    const auto u = static_cast<unsigned char>(c);
-    out += (u < 0x20 || u == 0x7f) ? '?' : c;
-  }
-  return "'" + out + (s.size() > kShown ? "...'" : "'");
-}
-
 // owner, group and queue.
 std::string CheckLabel(std::string_view field, std::string_view s) {
   if (s.size() > kMaxLabelBytes) {
@@ -40,6 +30,16 @@ std::string CheckLabel(std::string_view field, std::string_view s) {
 }
 
 }  // namespace
+
+std::string Shown(std::string_view s) {
+  constexpr size_t kShown = 64;
+  std::string out;
+  for (char c : s.substr(0, kShown)) {
+    const auto u = static_cast<unsigned char>(c);
+    out += (u < 0x20 || u == 0x7f) ? '?' : c;
+  }
+  return "'" + out + (s.size() > kShown ? "...'" : "'");
+}
 
 bool ValidUtf8(std::string_view s) {
   size_t i = 0;

@@ -61,6 +61,9 @@ std::string CheckCheckpointEvery(int64_t minibatches, int64_t us);
 std::string CheckJobName(std::string_view name);
 // Whether `name` is an environment variable name POSIX allows.
 bool ValidEnvName(std::string_view name);
+// `s` as a message quotes what a client sent: its first 64 bytes, each
+// control character as '?', in single quotes ("...'" when cut).
+std::string Shown(std::string_view s);
 // Whether `s` is valid UTF-8 (no overlongs, surrogates or code points past
 // U+10FFFF).
 bool ValidUtf8(std::string_view s);

@@ -3,6 +3,7 @@
 // the loop (Call) or read the published snapshot, and map the outcome to
 // a gRPC status.
 
+#include "config/job_spec_check.h"
 #include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_impl.h"
 
@@ -123,8 +124,8 @@ core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
     const rpc::DrainRequest& r, const Caller& by) {
   auto it = agent_by_name.find(r.server());
   if (it == agent_by_name.end() || it->second >= st().cluster().num_servers()) {
-    return core::NotFound("field 'server': no server named '" + r.server() +
-                          "'");
+    return core::NotFound("field 'server': no server named " +
+                          config::Shown(r.server()));
   }
   const ServerId sid(it->second);
   rpc::DrainReply reply;

@@ -135,7 +135,7 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext* ctx,
     if (std::string err = config::CheckJobSpec(spec); !err.empty()) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
               "spec " + std::to_string(i + 1) + " of " + std::to_string(n) +
-                  " ('" + spec.name() + "'): " + err +
+                  " (" + config::Shown(spec.name()) + "): " + err +
                   "; no job was submitted"};
     }
   }
@@ -276,8 +276,8 @@ grpc::Status SchedulerService::Migrate(grpc::ServerContext* ctx,
     GANDIVA_RETURN_IF_ERROR(d_.CheckLiveJob(req->job_id()));
     auto it = d_.agent_by_name.find(req->server());
     if (it == d_.agent_by_name.end()) {
-      return core::NotFound("field 'server': no server named '" +
-                            req->server() + "'");
+      return core::NotFound("field 'server': no server named " +
+                            config::Shown(req->server()));
     }
     core::MechanismRequest m;
     m.kind = core::MechanismRequest::Kind::kMigrate;

@@ -3952,6 +3952,37 @@ TEST_F(DaemonTest, AJobIdPastTheRangeNamesNoJobInAnOperatorsRequest) {
   EXPECT_FALSE(HasEntry(after, "request", true)) << after.DebugString();
 }
 
+// What a raw client sent is quoted in an error as the CLI's checks quote
+// it: 64 bytes at most, a control character as '?' (no line of its own in
+// the CLI's output).
+TEST_F(DaemonTest, TextAClientSentIsQuotedSafelyInAnError) {
+  Client& cl = StartDaemon(Options());
+  FakeAgent a("node-a", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  grpc::Status s = cl.Migrate(j, "node-a\nINJECTED");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(),
+            "field 'server': no server named 'node-a?INJECTED'");
+  rpc::DrainReply reply;
+  s = cl.Drain(std::string(300, 'n'), &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "field 'server': no server named '" +
+                                   std::string(64, 'n') + "...'");
+  rpc::JobSpec good;
+  good.set_name("good");
+  good.set_command("true");
+  good.set_gpus(1);
+  rpc::JobSpec bad = good;
+  bad.set_name("bad\nname");
+  s = cl.SubmitJobs({good, bad});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().find("spec 2 of 2 ('bad?name'): field 'name'"),
+            0u)
+      << s.error_message();
+  EXPECT_EQ(s.error_message().find('\n'), std::string::npos);
+}
+
 // A job whose start failed on one server starts on another one next, and
 // its history says where it failed and that the next try goes elsewhere.
 TEST_F(DaemonTest, AStartThatFailedOnOneServerIsTriedOnAnother) {
