@@ -920,15 +920,13 @@ class Job:
     def _save_periodic(self, **kw) -> None:
         """Saves the periodic checkpoint, then its note for the agent."""
         directory = gandiva.checkpoint_dir()
-        self._saved_at = time.monotonic()
-        if not directory:
-            return
-        try:
-            path = self.save(directory, **kw)
-            gandiva.checkpoint_saved(path, self.steps)
-        except Exception as e:  # training goes on; the last one stands
-            warnings.warn(f"gandiva: periodic checkpoint at step "
-                          f"{self.steps} failed: {e!r}")
+        if directory:
+            try:
+                path = self.save(directory, **kw)
+                gandiva.checkpoint_saved(path, self.steps)
+            except Exception as e:  # training goes on; the last one stands
+                warnings.warn(f"gandiva: periodic checkpoint at step "
+                              f"{self.steps} failed: {e!r}")
         self._saved_at = time.monotonic()
 
     def _warn(self, rc: int) -> None:

@@ -14,13 +14,17 @@
 namespace gandiva::runtime {
 namespace {
 
+// A failure whose periodic checkpoint the agent keeps for its next run.
+bool KeepsPeriodic(const ExitRecord& e) {
+  return e.checkpoint_kept && e.checkpoint_method == "periodic";
+}
+
 // Whether the next agent reports the exit (SaveUnreported's rule): not one
 // superseded, killed at a daemon's request, or ended by the agent's stop
 // (whose checkpoint, if any, the next registration lists instead).
 bool ForTheNextAgent(const ExitRecord& e) {
-  const bool periodic = e.checkpoint_kept && e.checkpoint_method == "periodic";
-  return !e.superseded && !e.killed && (!e.checkpoint_kept || periodic) &&
-         !e.agent_stopping;
+  return !e.superseded && !e.killed &&
+         (!e.checkpoint_kept || KeepsPeriodic(e)) && !e.agent_stopping;
 }
 
 // One exit as a line: job exit_code minibatches metric_value
@@ -29,10 +33,9 @@ bool ForTheNextAgent(const ExitRecord& e) {
 std::string Line(const ExitRecord& e) {
   std::ostringstream text;
   text.precision(17);
-  const bool periodic = e.checkpoint_kept && e.checkpoint_method == "periodic";
   text << e.job_id << ' ' << e.exit_code << ' ' << e.minibatches << ' '
        << e.metric.value << ' ' << e.metric.minibatches << ' '
-       << e.metric.reports << (periodic ? " periodic" : "") << '\n';
+       << e.metric.reports << (KeepsPeriodic(e) ? " periodic" : "") << '\n';
   return text.str();
 }
 
@@ -172,7 +175,8 @@ size_t ExitJournal::RecoverUnreported() {
   }
   std::sort(found.begin(), found.end());
   for (const auto& [name, path] : found) {
-    // A record this journal keeps already (none: it recovers first).
+    // One this journal wrote itself: an exit of a job that ended while no
+    // agent ran (TakeBackLeftovers, before this).
     if (std::any_of(exits_.begin(), exits_.end(),
                     [&](const ExitRecord& e) { return e.file == path; })) {
       continue;

@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -450,6 +451,14 @@ class Supervisor {
   // Records the exit of the job `job` (its process gone): what Wait does
   // once it knows the code.
   void Ended(const std::shared_ptr<JobRec>& job, int code);
+  // What becomes of the checkpoint dir of job `job_id`, whose process
+  // ended: one that left by itself (not to be moved or resized) keeps no
+  // checkpoint there, unless it `failed` having saved a periodic one
+  // (PeriodicCheckpointAt), which is held for its next run. Returns that
+  // one's mini-batch.
+  std::optional<int64_t> SettleCheckpoint(int64_t job_id, bool left_by_itself,
+                                          bool failed, int64_t submitted_us,
+                                          const std::string& spec);
   // TakeBackLeftovers of one record whose shim lives.
   core::Status Adopt(int64_t job_id, const std::string& record_path);
 

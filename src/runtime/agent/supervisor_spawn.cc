@@ -641,6 +641,23 @@ int Supervisor::WaitForShim(const JobRec& job) {
   return code;
 }
 
+std::optional<int64_t> Supervisor::SettleCheckpoint(int64_t job_id,
+                                                    bool left_by_itself,
+                                                    bool failed,
+                                                    int64_t submitted_us,
+                                                    const std::string& spec) {
+  if (!left_by_itself) return std::nullopt;
+  const std::optional<int64_t> periodic =
+      failed ? PeriodicCheckpointAt(CheckpointDir(job_id)) : std::nullopt;
+  if (periodic) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.Hold(job_id, CheckpointDir(job_id), submitted_us, spec);
+  } else {
+    DropCheckpoint(job_id);
+  }
+  return periodic;
+}
+
 void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
   // What the job left behind in its group (workers, background commands),
   // gone before the exit is recorded (they may hold its GPUs): a SIGKILL
@@ -662,24 +679,13 @@ void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
     if (settled()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  // A job that ended by itself (not to be moved or resized) leaves no
-  // checkpoint to keep on the ramdisk, unless it failed and had saved one
-  // by itself (periodic): its next run goes on from that one.
-  const bool left_by_itself = !job->checkpointing.load() &&
-                              code != GANDIVA_EXIT_MIGRATE &&
-                              code != GANDIVA_EXIT_RESIZE;
-  std::optional<int64_t> periodic;
-  if (left_by_itself && code != 0 && !job->kill_requested.load() &&
-      !job->killed_for_stop.load() && !job->gang) {
-    periodic = PeriodicCheckpointAt(CheckpointDir(job->job_id));
-  }
-  if (periodic) {
-    std::lock_guard<std::mutex> lock(mu_);
-    held_.Hold(job->job_id, CheckpointDir(job->job_id), job->submitted_us,
-               job->spec);
-  } else if (left_by_itself) {
-    DropCheckpoint(job->job_id);
-  }
+  const std::optional<int64_t> periodic = SettleCheckpoint(
+      job->job_id,
+      !job->checkpointing.load() && code != GANDIVA_EXIT_MIGRATE &&
+          code != GANDIVA_EXIT_RESIZE,
+      code != 0 && !job->kill_requested.load() &&
+          !job->killed_for_stop.load() && !job->gang,
+      job->submitted_us, job->spec);
   const int64_t minibatches =
       periodic
           ? *periodic

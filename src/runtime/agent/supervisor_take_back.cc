@@ -129,20 +129,12 @@ Supervisor::TakenBack Supervisor::TakeBackLeftovers() {
           rec.metric = reader->Read().metric;
         }
         // As Ended: a failure keeps the periodic checkpoint it saved.
-        std::optional<int64_t> periodic;
-        if (code != 0 && code != GANDIVA_EXIT_MIGRATE &&
-            code != GANDIVA_EXIT_RESIZE && !r.gang) {
-          periodic = PeriodicCheckpointAt(CheckpointDir(id));
-        }
-        if (periodic) {
-          std::lock_guard<std::mutex> lock(mu_);
-          held_.Hold(id, CheckpointDir(id), r.submitted_us, ReadAll(spec_file));
+        if (const std::optional<int64_t> periodic = SettleCheckpoint(
+                id, code != GANDIVA_EXIT_MIGRATE && code != GANDIVA_EXIT_RESIZE,
+                code != 0 && !r.gang, r.submitted_us, ReadAll(spec_file))) {
           rec.minibatches = *periodic;
           rec.checkpoint_kept = true;
           rec.checkpoint_method = "periodic";
-        } else if (code != GANDIVA_EXIT_MIGRATE &&
-                   code != GANDIVA_EXIT_RESIZE) {
-          DropCheckpoint(id);
         }
         {
           std::lock_guard<std::mutex> lock(mu_);
