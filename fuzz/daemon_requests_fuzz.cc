@@ -12,6 +12,12 @@
 //     encodes and decodes to the same text.
 //   ListJobsRequest: a name pattern without wildcards (LiteralPattern, which
 //     looks archived jobs up by name) matches the name it stands for.
+//   RegisterAgentRequest, AgentReport, LeaveRequest (an agent's):
+//     config::CheckAgent*; for a request they accept, what the daemon then
+//     relies on must hold: every job id it names is a job id (it is
+//     narrowed to 32 bits), every GPU a job lists is one of the server's,
+//     and the server it describes is one the core takes
+//     (core::ValidateServerSpec, with PlanServer's defaults).
 // A violation (and any crash, exception or sanitizer report) stops the run.
 #include <fnmatch.h>
 #include <google/protobuf/stubs/logging.h>
@@ -26,7 +32,9 @@
 #include <string>
 #include <vector>
 
+#include "config/agent_check.h"
 #include "config/job_spec_check.h"
+#include "core/cluster.h"
 #include "proto/gandiva.pb.h"
 #include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_types.h"
@@ -140,6 +148,44 @@ void List(const rpc::ListJobsRequest& req) {
   }
 }
 
+bool IsJobId(int64_t id) { return id >= 1 && id == static_cast<int32_t>(id); }
+
+void Register(const rpc::RegisterAgentRequest& r) {
+  if (!config::CheckAgentRegistration(r).empty()) return;
+  for (const rpc::AgentJob& j : r.jobs()) {
+    if (!IsJobId(j.job_id()))
+      Fail("accepted job id " + std::to_string(j.job_id()));
+    for (int32_t g : j.gpus()) {
+      if (g < 0 || g >= r.gpus_size()) {
+        Fail("accepted GPU " + std::to_string(g) + " of " +
+             std::to_string(r.gpus_size()));
+      }
+    }
+  }
+  for (int64_t id : r.checkpoints()) {
+    if (!IsJobId(id)) Fail("accepted checkpoint id " + std::to_string(id));
+  }
+  core::ServerSpec spec;
+  spec.name = r.name();
+  spec.gpus = r.gpus_size();
+  spec.sockets = std::max(1, r.sockets());
+  spec.switches_per_socket = std::max(1, r.switches_per_socket());
+  (void)core::ValidateServerSpec(spec);  // may refuse; must not crash
+}
+
+void Report(const rpc::AgentReport& r) {
+  if (!config::CheckAgentReport(r).empty()) return;
+  for (const rpc::JobExit& e : r.exits()) {
+    if (!IsJobId(e.job_id()))
+      Fail("accepted exit of " + std::to_string(e.job_id()));
+  }
+  for (const rpc::JobProfile& p : r.profiles()) {
+    if (!IsJobId(p.job_id())) {
+      Fail("accepted profile of " + std::to_string(p.job_id()));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gandiva::runtime
 
@@ -156,6 +202,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (gandiva::rpc::ListJobsRequest req; req.ParseFromArray(data, n)) {
     gandiva::runtime::List(req);
+  }
+  if (gandiva::rpc::RegisterAgentRequest req; req.ParseFromArray(data, n)) {
+    gandiva::runtime::Register(req);
+  }
+  if (gandiva::rpc::AgentReport req; req.ParseFromArray(data, n)) {
+    gandiva::runtime::Report(req);
+  }
+  if (gandiva::rpc::LeaveRequest req; req.ParseFromArray(data, n)) {
+    (void)gandiva::config::CheckAgentLeave(req);
   }
   return 0;
 }

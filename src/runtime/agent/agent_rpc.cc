@@ -68,11 +68,21 @@ rpc::AgentJob ToAgentJob(const JobView& v, const GpuInventory& inventory) {
 }
 
 rpc::AgentCapabilities ToCapabilities(const Capabilities& c) {
+  // Within what the daemon takes (config::kMaxDetailBytes), cut at a
+  // character's start: a tool's output can be long.
+  auto clip = [](std::string s) {
+    constexpr size_t kMax = 1024;
+    if (s.size() <= kMax) return s;
+    size_t n = kMax - 3;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+    s.resize(n);
+    return s + "...";
+  };
   rpc::AgentCapabilities out;
   out.set_criu(c.criu);
-  out.set_criu_detail(c.criu_detail);
+  out.set_criu_detail(clip(c.criu_detail));
   out.set_mps(c.mps);
-  out.set_mps_detail(c.mps_detail);
+  out.set_mps_detail(clip(c.mps_detail));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/agent_check.h"
 #include "runtime/agent/agent_impl.h"
 #include "runtime/agent/agent_rpc.h"
 #include "runtime/agent/criu.h"
@@ -150,6 +151,12 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     AgentOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->name = options.name.empty() ? Hostname() : options.name;
+  if (std::string err = config::CheckServerName(impl->name); !err.empty()) {
+    return core::InvalidArgument((options.name.empty()
+                                      ? "--name (by default the hostname): "
+                                      : "--name: ") +
+                                 err);
+  }
   std::vector<std::string> schedulers;
   if (options.report_interval.count() <= 0) {
     return core::InvalidArgument("--report-interval-ms: must be positive");

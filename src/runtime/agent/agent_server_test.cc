@@ -1591,6 +1591,13 @@ TEST(AgentServerOptionsTest, BadOptionsNameTheFlag) {
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("--scheduler"), std::string::npos);
   o.scheduler_address = "";
+  o.name = "node a";
+  a = AgentServer::Start(o);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message(),
+            "--name: may hold only letters, digits, '.', '_' and '-' (a "
+            "hostname's characters), got 'node a'");
+  o.name = "";  // the hostname
   o.virtual_only = true;
   o.virtual_gpus = 3;
   o.sockets = 2;

@@ -753,8 +753,9 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
       // The mini-batch it goes on from: known for a library checkpoint
       // (the restart's history line waits for the one after it), not for
       // a CRIU dump or a job's own checkpoint.
-      x.kept_at =
-          method == "criu" || method == "restart" ? -1 : e.minibatches();
+      x.kept_at = method == "criu" || method == "restart"
+                      ? -1
+                      : std::max<int64_t>(e.minibatches(), -1);
       x.stopped_us = now_us;
       if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
       CopyMetric(e, &x.progress);
@@ -866,8 +867,8 @@ std::optional<AgentModel::ProfilePlan> AgentModel::PlanProfile(
     CopyMetric(x->progress, &plan.progress);
   }
   // Nor has it counted a mini-batch before it has loaded its checkpoint:
-  // the job's count stands until then.
-  if (plan.progress.minibatches() == 0) {
+  // the job's count stands until then (and below 0, from a faulty page).
+  if (plan.progress.minibatches() <= 0) {
     plan.progress.set_minibatches(x->progress.minibatches());
   }
   if (const core::Carrier c = CarrierOf(x->spec, plan.progress.uses_library());

@@ -2,6 +2,7 @@
 
 #include "runtime/scheduler/daemon_service.h"
 
+#include "config/agent_check.h"
 #include "config/job_spec_check.h"
 #include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_impl.h"
@@ -58,6 +59,9 @@ grpc::Status SchedulerService::RegisterAgent(
   if (auto who = Who(*ctx, MayActAsAgent, "register an agent"); !who.ok()) {
     return ToGrpc(who.status());
   }
+  if (std::string err = config::CheckAgentRegistration(*req); !err.empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, err};
+  }
   auto r = d_.Call<core::StatusOr<int32_t>>(
       [this, req] { return d_.RegisterAgent(*req); });
   if (!r) return Unavailable();
@@ -74,6 +78,9 @@ grpc::Status SchedulerService::Report(grpc::ServerContext* ctx,
   if (auto who = Who(*ctx, MayActAsAgent, "report as an agent"); !who.ok()) {
     return ToGrpc(who.status());
   }
+  if (std::string err = config::CheckAgentReport(*req); !err.empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, err};
+  }
   auto r = d_.Call<grpc::Status>([this, req] { return d_.DoReport(*req); });
   return r ? *r : Unavailable();
 }
@@ -83,6 +90,9 @@ grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
                                      rpc::LeaveReply* rep) {
   if (auto who = Who(*ctx, MayActAsAgent, "leave as an agent"); !who.ok()) {
     return ToGrpc(who.status());
+  }
+  if (std::string err = config::CheckAgentLeave(*req); !err.empty()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
   auto r = d_.Call<core::StatusOr<rpc::LeaveReply>>(
       [this, req] { return d_.Leave(*req); });

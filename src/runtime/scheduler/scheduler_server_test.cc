@@ -3983,6 +3983,79 @@ TEST_F(DaemonTest, TextAClientSentIsQuotedSafelyInAnError) {
   EXPECT_EQ(s.error_message().find('\n'), std::string::npos);
 }
 
+// What an agent sends is checked as a client's spec is (config/agent_check.h):
+// a malformed registration, report or leave is refused whole, naming the
+// field, and changes nothing. An exit whose job id lies past the range is
+// not taken as the exit of the job its id narrows to.
+TEST_F(DaemonTest, AnAgentsBadRequestIsRefusedNamingTheFieldAndChangesNothing) {
+  Client& cl = StartDaemon(Options());
+  FakeAgent a("node-a", 2, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  const int64_t j = cl.MustSubmit(1);
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::RUNNING; }));
+  auto stub = SchedulerStubFor(server_.address());
+  auto registration = [&](const std::string& name) {
+    rpc::RegisterAgentRequest r;
+    r.set_name(name);
+    r.set_address("127.0.0.1:1");
+    r.add_gpus()->set_local(0);
+    r.add_gpus()->set_local(1);
+    return r;
+  };
+  auto refused = [&](const rpc::RegisterAgentRequest& r) {
+    rpc::RegisterAgentReply rep;
+    grpc::ClientContext ctx;
+    return stub->RegisterAgent(&ctx, r, &rep);
+  };
+  grpc::Status s = refused(registration("node-b\nINJECTED"));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "field 'name': may hold only letters, digits, '.', '_' and '-' "
+            "(a hostname's characters), got 'node-b?INJECTED'");
+  // node-a's own name, listing job j under an id that narrows to it.
+  rpc::RegisterAgentRequest wide = registration("node-a");
+  rpc::AgentJob* listed = wide.add_jobs();
+  listed->set_job_id((int64_t{1} << 32) + j);
+  listed->set_state(rpc::RUNNING);
+  s = refused(wide);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "field 'jobs[0].job_id': a job id must be 1 to 2147483647, got " +
+                std::to_string((int64_t{1} << 32) + j));
+  rpc::AgentReport report;
+  report.set_name("node-a");
+  rpc::JobExit* exit = report.add_exits();
+  exit->set_job_id((int64_t{1} << 32) + j);
+  exit->set_exit_code(0);
+  {
+    rpc::AgentReportReply rep;
+    grpc::ClientContext ctx;
+    s = stub->Report(&ctx, report, &rep);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().find("field 'exits[0].job_id'"), 0u)
+      << s.error_message();
+  rpc::LeaveRequest leave;
+  leave.set_name(std::string(300, 'n'));
+  {
+    rpc::LeaveReply rep;
+    grpc::ClientContext ctx;
+    s = stub->Leave(&ctx, leave, &rep);
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "field 'name': must be 1 to 253 characters, got 300");
+  Pass(std::chrono::milliseconds(300));
+  const rpc::JobInfo after = cl.Get(j);
+  EXPECT_EQ(after.state(), rpc::RUNNING) << after.DebugString();
+  EXPECT_EQ(after.server(), "node-a");
+  EXPECT_EQ(a.registrations(), 1);
+  const rpc::ListServersReply servers = cl.Servers();
+  ASSERT_EQ(servers.servers_size(), 1);
+  EXPECT_EQ(servers.servers(0).name(), "node-a");
+  EXPECT_TRUE(servers.servers(0).up());
+}
+
 // A job whose start failed on one server starts on another one next, and
 // its history says where it failed and that the next try goes elsewhere.
 TEST_F(DaemonTest, AStartThatFailedOnOneServerIsTriedOnAnother) {
