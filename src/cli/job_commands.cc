@@ -637,10 +637,22 @@ int RunLogs(const LogsFlags& f) {
     return s.Fail("the log of job " + std::to_string(id) + " is on server '" +
                   server + "', which is not known to the scheduler");
   }
+  // The agent reads the log to its owner or an admin: the daemon says
+  // which with a ticket (none from a daemon before tickets).
+  rpc::LogTicketReply ticket;
+  rpc::JobIdRequest for_job;
+  for_job.set_job_id(id);
+  const grpc::Status ticketed =
+      s.stub().LogTicket(Context().get(), for_job, &ticket);
+  if (!ticketed.ok() &&
+      ticketed.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+    return s.Fail(ticketed);
+  }
   auto agent = ConnectAgent(agent_address);
   rpc::TailLogRequest req;
   req.set_job_id(id);
   req.set_follow(f.follow);
+  req.set_ticket(ticket.ticket());
   grpc::ClientContext ctx;
   if (!f.follow) {
     ctx.set_deadline(std::chrono::system_clock::now() +

@@ -791,10 +791,58 @@ TEST_F(CliE2eTest, UsersOfALocalClusterActOnlyOnTheirOwnJobs) {
   const CliRun servers = Gandiva("servers --json " + state);
   EXPECT_EQ(servers.out.find("intruder"), std::string::npos) << servers.out;
   EXPECT_NE(servers.out.find("\"up\":true"), std::string::npos) << servers.out;
+
+  // Nor can bob (any local user) act on a job through agent-0's own port:
+  // it takes job control only with the cluster's control token.
+  const std::string key = "\"address\":\"";
+  const size_t at = servers.out.find(key);
+  ASSERT_NE(at, std::string::npos) << servers.out;
+  const std::string agent_address = servers.out.substr(
+      at + key.size(),
+      servers.out.find('"', at + key.size()) - at - key.size());
+  auto direct = rpc::Agent::NewStub(
+      grpc::CreateChannel(agent_address, grpc::InsecureChannelCredentials()));
+  {
+    rpc::StartJobRequest start;
+    start.set_job_id(999);
+    start.mutable_spec()->set_command("id > /tmp/owned-by-a-local-user");
+    start.mutable_spec()->set_gpus(1);
+    start.add_gpus(0);
+    rpc::StartJobReply reply;
+    grpc::ClientContext ctx;
+    const grpc::Status s = direct->StartJob(&ctx, start, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << s.error_message();
+  }
+  {
+    rpc::JobRequest kill;
+    kill.set_job_id(std::stoll(id));
+    rpc::KillReply reply;
+    grpc::ClientContext ctx;
+    const grpc::Status s = direct->KillJob(&ctx, kill, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << s.error_message();
+  }
+  {
+    rpc::AgentStatusReply status;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(direct->Status(&ctx, {}, &status).ok());
+    EXPECT_EQ(status.DebugString().find("hunter2"), std::string::npos)
+        << status.DebugString();
+  }
   intruder->Stop();
   twin->Stop();
   const CliRun still = Gandiva("servers " + state);
   EXPECT_NE(still.out.find("agent-0"), std::string::npos) << still.out;
+
+  // Bob cannot read her job's log; she can (the daemon's ticket).
+  const CliRun bobs_read = as("bob", "logs " + id);
+  EXPECT_EQ(bobs_read.status, 1) << bobs_read.out;
+  EXPECT_NE(bobs_read.out.find("bob may not read the log of job " + id),
+            std::string::npos)
+      << bobs_read.out;
+  const CliRun alices_read = as("alice", "logs " + id);
+  EXPECT_EQ(alices_read.status, 0) << alices_read.out;
 
   // Alice ends her own job.
   EXPECT_EQ(as("alice", "kill " + id).status, 0);

@@ -477,6 +477,14 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
   lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   rpc::ListServersReply servers;
   if (!stub_->ListServers(&lctx, rpc::Empty(), &servers).ok()) return "";
+  // The agents read a log to whoever the daemon gives a ticket, as to
+  // `gandiva logs`.
+  grpc::ClientContext tctx;
+  tctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  rpc::JobIdRequest for_job;
+  for_job.set_job_id(job.id());
+  rpc::LogTicketReply ticket;
+  if (!stub_->LogTicket(&tctx, for_job, &ticket).ok()) return "";
   // The agent of the job's server serves its whole log (a job that moved
   // brought its log along); without a server, every agent's part.
   std::string text;
@@ -489,6 +497,7 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
                      std::chrono::seconds(10));
     rpc::TailLogRequest req;
     req.set_job_id(job.id());
+    req.set_ticket(ticket.ticket());
     auto reader = agent->TailLog(&ctx, req);
     rpc::LogChunk chunk;
     while (reader->Read(&chunk)) text += chunk.data();

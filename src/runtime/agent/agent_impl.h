@@ -68,6 +68,8 @@ struct AgentServer::Impl final : public rpc::Agent::Service {
 
   // The parts, made by Start once the supervisor is. Declared before it:
   // its exit callback wakes the link.
+  // Who may call the job-control and transfer calls (control_token.h).
+  std::unique_ptr<ControlGate> gate;
   std::unique_ptr<JobLogs> logs;
   std::unique_ptr<CheckpointTransfer> transfer;
   std::unique_ptr<DaemonLink> link;

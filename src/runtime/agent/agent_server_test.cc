@@ -34,6 +34,7 @@
 #include "runtime/agent/log_cap.h"
 #include "runtime/agent/supervisor.h"
 #include "runtime/agent/test_util.h"
+#include "runtime/auth/control_token.h"
 #include "runtime/exec_env.h"
 
 namespace gandiva::runtime {
@@ -74,6 +75,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
     known_.insert(req->name());
     reply->set_server_id(7);
     reply->set_cluster_id(cluster_);
+    reply->set_control_token(control_token_);
     return grpc::Status::OK;
   }
   grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
@@ -104,6 +106,12 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   void SetCluster(const std::string& cluster) {
     std::lock_guard<std::mutex> lock(mu_);
     cluster_ = cluster;
+  }
+  // The control token registrations are answered with from now on ("":
+  // none, as from a daemon before it).
+  void SetControlToken(const std::string& token) {
+    std::lock_guard<std::mutex> lock(mu_);
+    control_token_ = token;
   }
   // Each Leave: the agent's name and how many reports had come before it.
   std::vector<std::pair<std::string, size_t>> leaves() {
@@ -143,6 +151,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   std::vector<std::pair<std::string, size_t>> leaves_;
   int unknown_reports_ = 0;
   std::string cluster_ = "cluster-a";
+  std::string control_token_;
 };
 
 class AgentServerTest : public ::testing::Test {
@@ -175,6 +184,8 @@ class AgentServerTest : public ::testing::Test {
     agent_ = std::move(*a);
     stub_ = rpc::Agent::NewStub(grpc::CreateChannel(
         agent_->address(), grpc::InsecureChannelCredentials()));
+    // Until it has registered it takes no job call (ControlGate).
+    ASSERT_TRUE(WaitUntil([&] { return agent_->registered(); }));
   }
   grpc::Status Start(int64_t job, int64_t action, const std::string& command,
                      rpc::StartJobReply* reply = nullptr,
@@ -562,8 +573,15 @@ TEST_F(AgentServerTest, ProfilesAndSuspendOfAPythonJob) {
 // without a daemon, and helpers for the new calls.
 class MigrationTest : public AgentServerTest {
  protected:
-  void StartSecondAgent() {
+  // `with_daemon`: it registers with the first one's daemon (and so has
+  // the cluster's control token, if it gives one).
+  void StartSecondAgent(bool with_daemon = false) {
     AgentOptions o;
+    if (with_daemon) {
+      o.scheduler_address = daemon_->address();
+      o.report_interval = 100ms;
+      o.max_backoff = 300ms;
+    }
     o.listen_address = "127.0.0.1:0";
     o.name = UniqueName("agent-b");
     o.virtual_gpus = 4;
@@ -580,6 +598,9 @@ class MigrationTest : public AgentServerTest {
     agent2_ = std::move(*a);
     stub2_ = rpc::Agent::NewStub(grpc::CreateChannel(
         agent2_->address(), grpc::InsecureChannelCredentials()));
+    if (with_daemon) {
+      ASSERT_TRUE(WaitUntil([&] { return agent2_->registered(); }));
+    }
   }
   static rpc::StartJobRequest StartReq(int64_t job, int64_t action,
                                        const std::string& command) {
@@ -591,47 +612,72 @@ class MigrationTest : public AgentServerTest {
     req.add_gpus(0);
     return req;
   }
+  // A restartable job: says it started, saves 42 of its own on SIGTERM,
+  // and says so when started from it ("resumed 42").
+  static constexpr char kRestartable[] =
+      "echo started; "
+      "if [ -f \"$GANDIVA_RESUME_FROM/own\" ]; then "
+      "echo \"resumed $(cat \"$GANDIVA_RESUME_FROM/own\")\"; fi; "
+      "trap 'echo 42 > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
+      "while :; do sleep 0.05; done";
   static grpc::Status StartOn(rpc::Agent::Stub* stub,
-                              const rpc::StartJobRequest& req) {
+                              const rpc::StartJobRequest& req,
+                              const std::string& token = "") {
     grpc::ClientContext ctx;
+    AttachControlToken(token, &ctx);
     rpc::StartJobReply r;
     return stub->StartJob(&ctx, req, &r);
   }
   static grpc::Status CheckpointOn(rpc::Agent::Stub* stub, int64_t job,
                                    int64_t action, rpc::CheckpointReply* out,
-                                   int resize_to = 0) {
+                                   int resize_to = 0,
+                                   const std::string& token = "") {
     rpc::CheckpointRequest req;
     req.set_job_id(job);
     req.set_action_id(action);
     req.set_resize_to(resize_to);
     grpc::ClientContext ctx;
+    AttachControlToken(token, &ctx);
     return stub->CheckpointJob(&ctx, req, out);
   }
   static grpc::Status ReceiveOn(rpc::Agent::Stub* stub, int64_t job,
                                 int64_t action, const std::string& source,
-                                rpc::ReceiveCheckpointReply* out) {
+                                rpc::ReceiveCheckpointReply* out,
+                                const std::string& token = "") {
     rpc::ReceiveCheckpointRequest req;
     req.set_job_id(job);
     req.set_action_id(action);
     req.set_source_address(source);
     req.set_await_first_minibatch(true);
     grpc::ClientContext ctx;
+    AttachControlToken(token, &ctx);
     return stub->ReceiveCheckpoint(&ctx, req, out);
   }
   // The job's whole log as the agent serves it (TailLog, not following).
   static std::string TailAll(rpc::Agent::Stub* stub, int64_t job) {
+    grpc::Status s;
+    std::string all = TailWith(stub, job, "", &s);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return all;
+  }
+  // The same with a log ticket (none when empty); *status: how it ended.
+  static std::string TailWith(rpc::Agent::Stub* stub, int64_t job,
+                              const std::string& ticket, grpc::Status* status) {
     grpc::ClientContext ctx;
     rpc::TailLogRequest req;
     req.set_job_id(job);
+    req.set_ticket(ticket);
     auto reader = stub->TailLog(&ctx, req);
     rpc::LogChunk chunk;
     std::string all;
     while (reader->Read(&chunk)) all += chunk.data();
-    EXPECT_TRUE(reader->Finish().ok());
+    *status = reader->Finish();
     return all;
   }
-  static rpc::AgentStatusReply StatusOf(rpc::Agent::Stub* stub) {
+  static rpc::AgentStatusReply StatusOf(rpc::Agent::Stub* stub,
+                                        const std::string& token = "") {
     grpc::ClientContext ctx;
+    AttachControlToken(token, &ctx);
     rpc::AgentStatusReply out;
     EXPECT_TRUE(stub->Status(&ctx, {}, &out).ok());
     return out;
@@ -929,11 +975,7 @@ TEST_F(MigrationTest, ARestartableJobGetsSigterm) {
 TEST_F(MigrationTest, ARestartableJobMovesColdToAnotherAgent) {
   StartAgent();
   StartSecondAgent();
-  const std::string script =
-      "if [ -f \"$GANDIVA_RESUME_FROM/own\" ]; then "
-      "echo \"resumed $(cat \"$GANDIVA_RESUME_FROM/own\")\"; fi; "
-      "trap 'echo 42 > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM; "
-      "while :; do sleep 0.05; done";
+  const std::string script = kRestartable;
   rpc::StartJobRequest req = StartReq(1, 1, script);
   req.mutable_spec()->set_restartable(true);
   ASSERT_TRUE(StartOn(stub_.get(), req).ok());
@@ -951,6 +993,121 @@ TEST_F(MigrationTest, ARestartableJobMovesColdToAnotherAgent) {
   there.mutable_spec()->set_restartable(true);
   there.set_resume_local(true);
   s = StartOn(stub2_.get(), there);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string log = agent2_->supervisor().LogPath(1);
+  ASSERT_TRUE(WaitUntil([&] {
+    return testing::ReadFile(log).find("resumed 42\n") != std::string::npos;
+  })) << testing::ReadFile(log);
+}
+
+// With a daemon that gives a control token, the agent takes job control and
+// checkpoint transfers only with it: a local user who reaches its port can
+// neither start, suspend, kill or checkpoint a job, nor fetch a checkpoint,
+// nor read a job's spec from Status, nor its log without a ticket the
+// daemon signed for that job (LogTicket). An agent of the cluster fetches a
+// checkpoint from another with the token it was given; the daemon's own
+// calls carry it.
+TEST_F(MigrationTest,
+       OnlyTheClustersControlTokenActsOnJobsOrFetchesCheckpoints) {
+  const std::string token = "gdv_control_test";
+  daemon_->SetControlToken(token);
+  StartAgent();
+  StartSecondAgent(/*with_daemon=*/true);
+  const std::string script = kRestartable;
+  rpc::StartJobRequest req = StartReq(1, 1, script);
+  req.mutable_spec()->set_restartable(true);
+  (*req.mutable_spec()->mutable_env())["SECRET"] = "s3cret";
+  grpc::Status s = StartOn(stub_.get(), req);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message(),
+            "StartJob: refused: only the daemon and the cluster's agents may "
+            "call it (the call carries no control token)");
+  s = StartOn(stub_.get(), req, "gdv_another_clusters");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message(),
+            "StartJob: refused: only the daemon and the cluster's agents may "
+            "call it (the call's control token is not this cluster's)");
+  EXPECT_TRUE(agent_->supervisor().Jobs().empty());
+  s = StartOn(stub_.get(), req, token);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+
+  rpc::SuspendReply suspended;
+  s = Suspend(1, 2, &suspended);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message().find("SuspendJob: refused"), 0u);
+  s = Kill(1, 2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(s.error_message().find("KillJob: refused"), 0u);
+  rpc::CheckpointReply c;
+  s = CheckpointOn(stub_.get(), 1, 2, &c);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Status: which jobs run, their specs only with the token.
+  const rpc::AgentJob* listed = nullptr;
+  const rpc::AgentStatusReply open = StatusOf(stub_.get());
+  listed = FindJob(open, 1);
+  ASSERT_NE(listed, nullptr);
+  EXPECT_GT(listed->pid(), 0);
+  EXPECT_FALSE(listed->has_spec()) << listed->DebugString();
+  const rpc::AgentStatusReply whole = StatusOf(stub_.get(), token);
+  listed = FindJob(whole, 1);
+  ASSERT_NE(listed, nullptr);
+  EXPECT_EQ(listed->spec().env().at("SECRET"), "s3cret");
+  // Its log, with a ticket for it and only so.
+  const int64_t now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  const std::string ticket = MakeLogTicket(token, 1, now_us + 60'000'000);
+  grpc::Status tail;
+  ASSERT_TRUE(WaitUntil([&] {
+    return TailWith(stub_.get(), 1, ticket, &tail).find("started") !=
+           std::string::npos;
+  })) << tail.error_message();
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"",
+       "TailLog: refused: only the daemon and the cluster's agents may "
+       "call it (the call carries no control token)"},
+      {MakeLogTicket(token, 2, now_us + 60'000'000),
+       "TailLog: refused: the ticket is for job 2, not job 1"},
+      {MakeLogTicket(token, 1, now_us - 1'000'000),
+       "TailLog: refused: the ticket expired (ask the daemon for another: "
+       "gandiva logs does)"},
+      {MakeLogTicket("gdv_forged", 1, now_us + 60'000'000),
+       "TailLog: refused: the ticket is not one this cluster's daemon gave"},
+      {"1.x.00",
+       "TailLog: refused: the ticket is not one this cluster's "
+       "daemon gave"}};
+  for (const auto& [bad, why] : refused) {
+    EXPECT_EQ(TailWith(stub_.get(), 1, bad, &tail), "");
+    EXPECT_EQ(tail.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(tail.error_message(), why);
+  }
+
+  std::this_thread::sleep_for(100ms);
+  s = CheckpointOn(stub_.get(), 1, 3, &c, 0, token);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Its checkpoint is not read without the token.
+  {
+    grpc::ClientContext ctx;
+    rpc::ReadCheckpointRequest read;
+    read.set_job_id(1);
+    auto reader = stub_->ReadCheckpoint(&ctx, read);
+    rpc::CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  rpc::ReceiveCheckpointReply r;
+  s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The second agent fetches it with the token the daemon gave it.
+  s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r, token);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(r.bytes(), c.bytes());
+  rpc::StartJobRequest there = StartReq(1, 5, script);
+  there.mutable_spec()->set_restartable(true);
+  there.set_resume_local(true);
+  s = StartOn(stub2_.get(), there, token);
   ASSERT_TRUE(s.ok()) << s.error_message();
   const std::string log = agent2_->supervisor().LogPath(1);
   ASSERT_TRUE(WaitUntil([&] {

@@ -2,7 +2,8 @@
 // suspend, resume, kill, checkpoint), status, and the calls served by the
 // agent's parts (checkpoint transfers, logs), each refused while the agent
 // stops where it takes no new work. Every job action is idempotent per
-// action_id (ActionCache).
+// action_id (ActionCache). Job control and transfers are admitted only
+// with the cluster's control token (ControlGate, control_token.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -17,9 +18,10 @@
 
 namespace gandiva::runtime {
 
-grpc::Status AgentServer::Impl::StartJob(grpc::ServerContext*,
+grpc::Status AgentServer::Impl::StartJob(grpc::ServerContext* ctx,
                                          const rpc::StartJobRequest* req,
                                          rpc::StartJobReply* reply) {
+  if (auto s = gate->Admit(*ctx, "StartJob"); !s.ok()) return s;
   if (auto s = RefuseWhileStopping("StartJob"); !s.ok()) return s;
   return actions.Run<rpc::StartJobReply>(
       {"StartJob", req->job_id()}, req->action_id(), reply,
@@ -145,9 +147,10 @@ core::StatusOr<int32_t> AgentServer::Impl::FreeTcpPort() {
   return static_cast<int32_t>(ntohs(addr.sin_port));
 }
 
-grpc::Status AgentServer::Impl::SuspendJob(grpc::ServerContext*,
+grpc::Status AgentServer::Impl::SuspendJob(grpc::ServerContext* ctx,
                                            const rpc::JobRequest* req,
                                            rpc::SuspendReply* reply) {
+  if (auto s = gate->Admit(*ctx, "SuspendJob"); !s.ok()) return s;
   if (auto s = RefuseWhileStopping("SuspendJob", req->job_id()); !s.ok()) {
     return s;
   }
@@ -162,9 +165,10 @@ grpc::Status AgentServer::Impl::SuspendJob(grpc::ServerContext*,
       });
 }
 
-grpc::Status AgentServer::Impl::ResumeJob(grpc::ServerContext*,
+grpc::Status AgentServer::Impl::ResumeJob(grpc::ServerContext* ctx,
                                           const rpc::JobRequest* req,
                                           rpc::ResumeReply* reply) {
+  if (auto s = gate->Admit(*ctx, "ResumeJob"); !s.ok()) return s;
   if (auto s = RefuseWhileStopping("ResumeJob", req->job_id()); !s.ok()) {
     return s;
   }
@@ -178,9 +182,10 @@ grpc::Status AgentServer::Impl::ResumeJob(grpc::ServerContext*,
       });
 }
 
-grpc::Status AgentServer::Impl::KillJob(grpc::ServerContext*,
+grpc::Status AgentServer::Impl::KillJob(grpc::ServerContext* ctx,
                                         const rpc::JobRequest* req,
                                         rpc::KillReply* reply) {
+  if (auto s = gate->Admit(*ctx, "KillJob"); !s.ok()) return s;
   return actions.Run<rpc::KillReply>(
       {"KillJob", req->job_id()}, req->action_id(), reply,
       [&](rpc::KillReply*) {
@@ -194,9 +199,10 @@ grpc::Status AgentServer::Impl::KillJob(grpc::ServerContext*,
       });
 }
 
-grpc::Status AgentServer::Impl::CheckpointJob(grpc::ServerContext*,
+grpc::Status AgentServer::Impl::CheckpointJob(grpc::ServerContext* ctx,
                                               const rpc::CheckpointRequest* req,
                                               rpc::CheckpointReply* reply) {
+  if (auto s = gate->Admit(*ctx, "CheckpointJob"); !s.ok()) return s;
   // Stopping, the agent saves its own jobs (CheckpointForStop); the
   // daemon saves a multi-server job's through its lead's part.
   if (auto s = RefuseWhileStopping("CheckpointJob", req->job_id()); !s.ok()) {
@@ -230,12 +236,16 @@ grpc::Status AgentServer::Impl::CheckpointJob(grpc::ServerContext*,
 grpc::Status AgentServer::Impl::ReadCheckpoint(
     grpc::ServerContext* ctx, const rpc::ReadCheckpointRequest* req,
     grpc::ServerWriter<rpc::CheckpointChunk>* writer) {
+  if (auto s = gate->Admit(*ctx, "ReadCheckpoint"); !s.ok()) return s;
   return transfer->Read(ctx, req, writer);
 }
 
 grpc::Status AgentServer::Impl::OpenCheckpointTransfer(
     grpc::ServerContext* ctx, const rpc::OpenCheckpointTransferRequest* req,
     rpc::OpenCheckpointTransferReply* reply) {
+  if (auto s = gate->Admit(*ctx, "OpenCheckpointTransfer"); !s.ok()) {
+    return s;
+  }
   if (auto s = RefuseWhileStopping("OpenCheckpointTransfer"); !s.ok()) {
     return s;
   }
@@ -249,8 +259,9 @@ grpc::Status AgentServer::Impl::TailLog(
 }
 
 grpc::Status AgentServer::Impl::ReceiveCheckpoint(
-    grpc::ServerContext*, const rpc::ReceiveCheckpointRequest* req,
+    grpc::ServerContext* ctx, const rpc::ReceiveCheckpointRequest* req,
     rpc::ReceiveCheckpointReply* reply) {
+  if (auto s = gate->Admit(*ctx, "ReceiveCheckpoint"); !s.ok()) return s;
   if (auto s = RefuseWhileStopping("ReceiveCheckpoint"); !s.ok()) return s;
   return actions.Run<rpc::ReceiveCheckpointReply>(
       {"ReceiveCheckpoint", req->job_id()}, req->action_id(), reply,
@@ -264,12 +275,17 @@ grpc::Status AgentServer::Impl::ReceiveCheckpoint(
       });
 }
 
-grpc::Status AgentServer::Impl::Status(grpc::ServerContext*,
+grpc::Status AgentServer::Impl::Status(grpc::ServerContext* ctx,
                                        const rpc::AgentStatusRequest*,
                                        rpc::AgentStatusReply* reply) {
   reply->set_server_name(name);
+  // Without the control token: which jobs run, not their specs (their
+  // commands and environments are their owners').
+  const bool whole = gate->Admits(*ctx);
   for (const JobView& v : supervisor->Jobs()) {
-    *reply->add_jobs() = ToAgentJob(v, *inventory);
+    rpc::AgentJob* j = reply->add_jobs();
+    *j = ToAgentJob(v, *inventory);
+    if (!whole) j->clear_spec();
   }
   *reply->mutable_capabilities() = ToCapabilities(supervisor->capabilities());
   return grpc::Status::OK;

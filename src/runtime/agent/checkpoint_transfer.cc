@@ -198,6 +198,7 @@ grpc::Status CheckpointTransfer::FetchBulk(
   const std::string what = "fetching the checkpoint of job " +
                            std::to_string(job_id) + " from " + source;
   grpc::ClientContext ctx;
+  if (options_.gate != nullptr) options_.gate->Attach(&ctx);
   rpc::OpenCheckpointTransferRequest oreq;
   oreq.set_job_id(job_id);
   oreq.set_streams(options_.bulk_streams);
@@ -334,6 +335,7 @@ grpc::Status CheckpointTransfer::FetchStream(
     int64_t job_id, const std::string& source, rpc::Agent::Stub& stub,
     const std::string& dir, Clock::time_point end, int64_t* bytes) {
   grpc::ClientContext ctx;
+  if (options_.gate != nullptr) options_.gate->Attach(&ctx);
   rpc::ReadCheckpointRequest rreq;
   rreq.set_job_id(job_id);
   auto reader = stub.ReadCheckpoint(WithDeadline(&ctx, end), rreq);

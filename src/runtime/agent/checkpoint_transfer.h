@@ -29,6 +29,7 @@
 #include "runtime/agent/bulk_transfer.h"
 #include "runtime/agent/job_logs.h"
 #include "runtime/agent/supervisor.h"
+#include "runtime/auth/control_token.h"
 #include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
@@ -43,6 +44,9 @@ struct CheckpointTransferOptions {
   std::chrono::milliseconds receive_timeout{60000};
   std::string listen_host;
   std::optional<TlsConfig> tls;
+  // What a fetch from another agent carries to be admitted there
+  // (control_token.h); may be null. Must outlive the transfer.
+  const ControlGate* gate = nullptr;
 };
 
 class CheckpointTransfer {

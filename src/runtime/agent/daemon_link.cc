@@ -108,6 +108,7 @@ grpc::Status DaemonLink::Register() {
   if (s.ok()) {
     server_id_ = reply.server_id();
     lease_ = std::chrono::milliseconds(reply.placement_lease_ms());
+    if (options_.gate != nullptr) options_.gate->Set(reply.control_token());
     registered_ = true;
     ++registrations_;
     log_("registered with " + options_.schedulers[sched_at_] + " as server " +

@@ -34,6 +34,7 @@
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/gpu_inventory.h"
 #include "runtime/agent/supervisor.h"
+#include "runtime/auth/control_token.h"
 #include "runtime/auth/credentials.h"
 #include "runtime/tls/tls.h"
 
@@ -50,6 +51,9 @@ struct DaemonLinkOptions {
   std::chrono::milliseconds rpc_timeout{2000};  // deadline of each call
   std::chrono::milliseconds report_interval{500};
   std::chrono::milliseconds max_backoff{5000};
+  // Given each registration's control token (control_token.h); may be
+  // null. Must outlive the link.
+  ControlGate* gate = nullptr;
 };
 
 class DaemonLink {

@@ -19,9 +19,11 @@ namespace gandiva::runtime {
 JobLogs::JobLogs(Supervisor& supervisor, std::optional<TlsConfig> tls,
                  int64_t max_log_bytes, std::chrono::milliseconds cap_interval,
                  const std::atomic<bool>& agent_stopping,
+                 const ControlGate& gate,
                  std::function<void(const std::string&)> log)
     : supervisor_(supervisor),
       tls_(std::move(tls)),
+      gate_(gate),
       max_log_bytes_(max_log_bytes),
       cap_interval_(cap_interval),
       agent_stopping_(agent_stopping),
@@ -46,6 +48,14 @@ grpc::Status JobLogs::Tail(grpc::ServerContext* ctx,
                            const rpc::TailLogRequest* req,
                            grpc::ServerWriter<rpc::LogChunk>* writer) {
   const int64_t job_id = req->job_id();
+  const int64_t now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  if (auto s = gate_.AdmitLogRead(*ctx, job_id, req->ticket(), now_us);
+      !s.ok()) {
+    return s;
+  }
   const std::string path = supervisor_.LogPath(job_id);
   const bool known = supervisor_.Job(job_id).ok();
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -135,6 +145,7 @@ void JobLogs::FetchEarlier(int64_t job_id, const std::string& source,
   }
   auto stub = rpc::Agent::NewStub(MakeChannel(source, tls_));
   grpc::ClientContext ctx;
+  gate_.Attach(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   rpc::TailLogRequest req;
   req.set_job_id(job_id);

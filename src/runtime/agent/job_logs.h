@@ -26,6 +26,7 @@
 
 #include "proto/gandiva.grpc.pb.h"
 #include "runtime/agent/supervisor.h"
+#include "runtime/auth/control_token.h"
 #include "runtime/tls/tls.h"
 
 namespace gandiva::runtime {
@@ -35,10 +36,12 @@ class JobLogs {
   // `supervisor` and `agent_stopping` (true once the agent stops: a
   // following Tail ends) must outlive this. Each log keeps at most
   // `max_log_bytes` (0: unbounded), checked every `cap_interval`. `log`
-  // takes the agent's own messages.
+  // takes the agent's own messages. `gate` (which must outlive this)
+  // admits the reads of a log (Tail) and signs this agent's reads of
+  // another's (FetchEarlier).
   JobLogs(Supervisor& supervisor, std::optional<TlsConfig> tls,
           int64_t max_log_bytes, std::chrono::milliseconds cap_interval,
-          const std::atomic<bool>& agent_stopping,
+          const std::atomic<bool>& agent_stopping, const ControlGate& gate,
           std::function<void(const std::string&)> log);
   // StopCapping.
   ~JobLogs();
@@ -77,6 +80,7 @@ class JobLogs {
 
   Supervisor& supervisor_;
   const std::optional<TlsConfig> tls_;
+  const ControlGate& gate_;
   const int64_t max_log_bytes_;
   const std::chrono::milliseconds cap_interval_;
   const std::atomic<bool>& agent_stopping_;

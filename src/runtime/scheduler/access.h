@@ -1,8 +1,8 @@
 // Access: what each caller may do, as pure rules. A refusal
 // (PermissionDenied) says who asked, for what, and the rule:
-//   owner  - a user acts on (kills, suspends, resumes, reprioritises) only
-//            the jobs they own, which are those they submitted; an admin
-//            acts on any;
+//   owner  - a user acts on (kills, suspends, resumes, reprioritises, reads
+//            the log of) only the jobs they own, which are those they
+//            submitted; an admin acts on any;
 //   admin  - the operator's mechanisms (migrate, pack, unpack, resize),
 //            drain and cordon, and users are for admins;
 //   agent  - only an agent's credential registers, reports and leaves as

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "proto/gandiva.grpc.pb.h"
+#include "runtime/auth/control_token.h"
 #include "runtime/auth/credentials.h"
 #include "runtime/scheduler/scheduler_server.h"
 
@@ -261,6 +263,58 @@ TEST_F(AccessTest, AgentsAndUsersKeepToTheirOwnCalls) {
   EXPECT_EQ(s.error_message(),
             "agent agents may not submit: an agent's credential makes no "
             "user request (rule: agent)");
+}
+
+// An agent's registration brings it the cluster's control token, kept with
+// the store across a restart; a log ticket is for the job's owner or an
+// admin, signed with that token for that job and a few minutes.
+TEST_F(AccessTest, ALogTicketIsForTheJobsOwnerOrAnAdmin) {
+  ASSERT_NO_FATAL_FAILURE(Start(Options()));
+  const std::string root = Token("admin.cred");
+  const std::string alice = AddUser(root, "alice");
+  const std::string bob = AddUser(root, "bob");
+  rpc::RegisterAgentRequest reg;
+  reg.set_name("node-1");
+  reg.set_address("127.0.0.1:1");
+  reg.add_gpus()->set_uuid("virtual-0");
+  auto control_token = [&] {
+    rpc::RegisterAgentReply registered;
+    const grpc::Status s =
+        stub_->RegisterAgent(As(Token("agent.cred")).get(), reg, &registered);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return registered.control_token();
+  };
+  const std::string token = control_token();
+  EXPECT_EQ(token.size(), 68u) << token;  // gdv_ and 64 hex digits
+
+  const int64_t a = Submit(alice, "");
+  rpc::JobIdRequest req;
+  req.set_job_id(a);
+  rpc::LogTicketReply ticket;
+  grpc::Status s = stub_->LogTicket(As(bob).get(), req, &ticket);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "bob may not read the log of job " + std::to_string(a) +
+                ": it is alice's, and only its owner or an admin acts on it "
+                "(rule: owner)");
+  EXPECT_TRUE(ticket.ticket().empty());
+  const int64_t now_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  for (const std::string& who : {alice, root}) {
+    s = stub_->LogTicket(As(who).get(), req, &ticket);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_GT(ticket.expires_us(), now_us);
+    EXPECT_LE(ticket.expires_us(), now_us + 301'000'000);
+    EXPECT_EQ(ticket.ticket(), MakeLogTicket(token, a, ticket.expires_us()));
+  }
+  req.set_job_id(a + 1000);
+  EXPECT_EQ(stub_->LogTicket(As(root).get(), req, &ticket).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  // The same token after a restart on the same store.
+  ASSERT_NO_FATAL_FAILURE(Start(Options()));
+  EXPECT_EQ(control_token(), token);
 }
 
 TEST_F(AccessTest, AdminsManageUsersWhoAreKeptInTheStore) {

@@ -4,6 +4,7 @@
 // guarded by a mutex.
 #pragma once
 
+#include "runtime/auth/control_token.h"
 #include "runtime/scheduler/agent_calls.h"
 #include "runtime/scheduler/agent_model.h"
 #include "runtime/scheduler/daemon_service.h"
@@ -44,6 +45,10 @@ struct SchedulerServer::Impl final {
   // This cluster's id (RegisterAgentReply.cluster_id): set by Open, before
   // the service starts, and never changed.
   std::string cluster_id;
+  // The cluster's control token (runtime/auth/control_token.h), given to
+  // agents at registration and carried by every call to them: set by Open,
+  // before the service starts, and never changed.
+  std::string control_token;
   // The ids of the jobs restores from backups lost (kRestoreLostJobsMeta:
   // RestoreDatabase's, and those agents hold, MarkLostIds): read by Open,
   // added to by MarkLostIds; published with each snapshot.
@@ -295,6 +300,7 @@ struct SchedulerServer::Impl final {
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(
                           opts.agent_rpc_timeout_s * 1e6)));
+    AttachControlToken(control_token, ctx.get());
     return ctx;
   }
 
@@ -743,7 +749,8 @@ struct SchedulerServer::Impl final {
 
   core::Status Open();
 
-  // The cluster's id: made at the first start on a store, and stored.
+  // The cluster's id and control token: made at the first start on a
+  // store, and stored.
   core::Status ResolveClusterId();
 
   core::Status ResolveRestoreLost();

@@ -165,6 +165,7 @@ bool SchedulerServer::Impl::Distribute(int32_t job, const PartConn& source,
       // The job's log so far goes to its new lead only.
       req.set_without_log(!p.lead);
       grpc::ClientContext ctx;
+      AttachControlToken(control_token, &ctx);
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(300));
       p.status = p.to->stub->ReceiveCheckpoint(&ctx, req, &p.reply);
@@ -504,6 +505,7 @@ GangResult SchedulerServer::Impl::CallForGangMove(
       break;
     case GangCall::Kind::kCheckpoint: {
       grpc::ClientContext ctx;
+      AttachControlToken(control_token, &ctx);
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::microseconds(c.timeout_us));
       r.status = src[0].stub->CheckpointJob(&ctx, c.checkpoint, &r.checkpoint);

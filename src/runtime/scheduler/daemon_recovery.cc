@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "runtime/auth/credentials.h"
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
@@ -85,6 +86,15 @@ core::Status SchedulerServer::Impl::Open() {
 }
 
 core::Status SchedulerServer::Impl::ResolveClusterId() {
+  auto token = store->GetMeta("agent_control_token");
+  if (!token.ok()) return token.status();
+  if (token->has_value() && !(*token)->empty()) {
+    control_token = **token;
+  } else {
+    control_token = NewToken();
+    GANDIVA_RETURN_IF_ERROR(
+        store->SetMeta("agent_control_token", control_token));
+  }
   auto stored = store->GetMeta("cluster_id");
   if (!stored.ok()) return stored.status();
   if (stored->has_value() && !(*stored)->empty()) {

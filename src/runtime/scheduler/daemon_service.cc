@@ -11,6 +11,10 @@
 namespace gandiva::runtime {
 namespace {
 
+// How long a log ticket lets a read begin: a `gandiva logs` asks for one
+// just before it reads, and agents' clocks may be a little off the daemon's.
+constexpr int64_t kLogTicketUs = 5 * 60 * int64_t{1'000'000};
+
 grpc::Status Unavailable() {
   return {grpc::StatusCode::UNAVAILABLE, "the scheduler is shutting down"};
 }
@@ -69,6 +73,7 @@ grpc::Status SchedulerService::RegisterAgent(
   rep->set_server_id(**r);
   rep->set_cluster_id(d_.cluster_id);
   rep->set_placement_lease_ms(PlacementLeaseMs(d_.opts));
+  rep->set_control_token(d_.control_token);
   return grpc::Status::OK;
 }
 
@@ -375,6 +380,24 @@ grpc::Status SchedulerService::GetJob(grpc::ServerContext* ctx,
   grpc::Status s = d_.GetJob(req, rep);
   Withhold(*who, rep);
   return s;
+}
+
+grpc::Status SchedulerService::LogTicket(grpc::ServerContext* ctx,
+                                         const rpc::JobIdRequest* req,
+                                         rpc::LogTicketReply* rep) {
+  auto who = Who(*ctx, MayActAsUser, "read a job's log");
+  if (!who.ok()) return ToGrpc(who.status());
+  rpc::JobInfo job;
+  if (grpc::Status s = d_.GetJob(req, &job); !s.ok()) return s;
+  if (core::Status s = MayActOnJob(*who, "read the log of", req->job_id(),
+                                   job.spec().owner());
+      !s.ok()) {
+    return ToGrpc(s);
+  }
+  const int64_t expires_us = d_.Env().WallMicros() + kLogTicketUs;
+  rep->set_ticket(MakeLogTicket(d_.control_token, req->job_id(), expires_us));
+  rep->set_expires_us(expires_us);
+  return grpc::Status::OK;
 }
 
 grpc::Status SchedulerService::ListServers(grpc::ServerContext* ctx,

@@ -63,6 +63,10 @@ class SchedulerService final : public rpc::Scheduler::Service {
                         rpc::ListJobsReply* rep) override;
   grpc::Status GetJob(grpc::ServerContext*, const rpc::JobIdRequest* req,
                       rpc::JobInfo* rep) override;
+  // A ticket to read the job's log at its agents: its owner's or an
+  // admin's (rule owner).
+  grpc::Status LogTicket(grpc::ServerContext*, const rpc::JobIdRequest* req,
+                         rpc::LogTicketReply* rep) override;
   grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
                            rpc::ListServersReply* rep) override;
   grpc::Status ListQueues(grpc::ServerContext*, const rpc::Empty*,
