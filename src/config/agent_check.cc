@@ -1,7 +1,6 @@
 #include "config/agent_check.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <limits>
 #include <set>
@@ -20,27 +19,6 @@ std::string Field(const std::string& field, const std::string& why) {
 
 std::string At(const std::string& field, int i) {
   return field + "[" + std::to_string(i) + "]";
-}
-
-bool HasControl(std::string_view s) {
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) return true;
-  }
-  return false;
-}
-
-// A string an agent makes up itself: at most `max` bytes, no control
-// character.
-std::string CheckText(const std::string& field, std::string_view s,
-                      size_t max) {
-  if (s.size() > max) {
-    return Field(field, "must be at most " + std::to_string(max) +
-                            " bytes, got " + std::to_string(s.size()));
-  }
-  if (HasControl(s)) {
-    return Field(field, "holds a control character: " + Shown(s));
-  }
-  return "";
 }
 
 std::string CheckJobId(const std::string& field, int64_t id) {
@@ -202,14 +180,10 @@ std::string CheckServerName(std::string_view name) {
     return "must be 1 to " + std::to_string(kMaxServerNameBytes) +
            " characters, got " + std::to_string(name.size());
   }
-  for (char c : name) {
-    const auto u = static_cast<unsigned char>(c);
-    if (!(std::isalnum(u) != 0 && u < 0x80) && c != '.' && c != '_' &&
-        c != '-') {
-      return "may hold only letters, digits, '.', '_' and '-' (a hostname's "
-             "characters), got " +
-             Shown(name);
-    }
+  if (!OnlyNameChars(name)) {
+    return "may hold only letters, digits, '.', '_' and '-' (a hostname's "
+           "characters), got " +
+           Shown(name);
   }
   return "";
 }

@@ -17,8 +17,14 @@ std::string Field(std::string_view field, const std::string& why) {
 
 // owner, group and queue.
 std::string CheckLabel(std::string_view field, std::string_view s) {
-  if (s.size() > kMaxLabelBytes) {
-    return Field(field, "must be at most " + std::to_string(kMaxLabelBytes) +
+  return CheckText(field, s, kMaxLabelBytes);
+}
+
+}  // namespace
+
+std::string CheckText(std::string_view field, std::string_view s, size_t max) {
+  if (s.size() > max) {
+    return Field(field, "must be at most " + std::to_string(max) +
                             " bytes, got " + std::to_string(s.size()));
   }
   for (unsigned char c : s) {
@@ -29,7 +35,14 @@ std::string CheckLabel(std::string_view field, std::string_view s) {
   return "";
 }
 
-}  // namespace
+bool OnlyNameChars(std::string_view s) {
+  for (unsigned char c : s) {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                       (c >= '0' && c <= '9');
+    if (!alnum && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
 
 std::string Shown(std::string_view s) {
   constexpr size_t kShown = 64;
@@ -80,11 +93,9 @@ bool ValidUtf8(std::string_view s) {
 std::string CheckJobName(std::string_view name) {
   if (name.empty()) return "must not be empty";
   if (name.size() > 64) return "must be at most 64 characters";
-  for (unsigned char c : name) {
-    if (!std::isalnum(c) && c != '.' && c != '_' && c != '-') {
-      return "may hold only letters, digits, '.', '_' and '-', got " +
-             Shown(name);
-    }
+  if (!OnlyNameChars(name)) {
+    return "may hold only letters, digits, '.', '_' and '-', got " +
+           Shown(name);
   }
   return "";
 }

@@ -59,6 +59,13 @@ std::string CheckCheckpointEvery(int64_t minibatches, int64_t us);
 
 // A job name's rule (above); "" when valid, else why not.
 std::string CheckJobName(std::string_view name);
+// Whether every byte of `s` is one of [A-Za-z0-9._-] (a job's or a
+// server's name).
+bool OnlyNameChars(std::string_view s);
+// A text a client makes up (owner, group, queue; an agent's strings): ""
+// when at most `max` bytes without a control character, else
+// "field 'F': why".
+std::string CheckText(std::string_view field, std::string_view s, size_t max);
 // Whether `name` is an environment variable name POSIX allows.
 bool ValidEnvName(std::string_view name);
 // `s` as a message quotes what a client sent: its first 64 bytes, each

@@ -674,6 +674,16 @@ class MigrationTest : public AgentServerTest {
     *status = reader->Finish();
     return all;
   }
+  // A ReadCheckpoint of `job` that must yield no chunk: how it ended.
+  static grpc::Status ReadNothing(rpc::Agent::Stub* stub, int64_t job) {
+    grpc::ClientContext ctx;
+    rpc::ReadCheckpointRequest req;
+    req.set_job_id(job);
+    auto reader = stub->ReadCheckpoint(&ctx, req);
+    rpc::CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    return reader->Finish();
+  }
   static rpc::AgentStatusReply StatusOf(rpc::Agent::Stub* stub,
                                         const std::string& token = "") {
     grpc::ClientContext ctx;
@@ -1087,16 +1097,8 @@ TEST_F(MigrationTest,
   s = CheckpointOn(stub_.get(), 1, 3, &c, 0, token);
   ASSERT_TRUE(s.ok()) << s.error_message();
   // Its checkpoint is not read without the token.
-  {
-    grpc::ClientContext ctx;
-    rpc::ReadCheckpointRequest read;
-    read.set_job_id(1);
-    auto reader = stub_->ReadCheckpoint(&ctx, read);
-    rpc::CheckpointChunk chunk;
-    EXPECT_FALSE(reader->Read(&chunk));
-    s = reader->Finish();
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  }
+  EXPECT_EQ(ReadNothing(stub_.get(), 1).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
   rpc::ReceiveCheckpointReply r;
   s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
@@ -1366,13 +1368,8 @@ TEST_F(MigrationTest, MigratesBetweenTwoAgentsWithAWarmStart) {
   EXPECT_FALSE(std::filesystem::exists(dir2_.path() + "/ckpt/jobs/1"));
 
   // Nothing to read for an unknown job.
-  grpc::ClientContext ctx2;
-  rpc::ReadCheckpointRequest rr;
-  rr.set_job_id(99);
-  auto reader = stub_->ReadCheckpoint(&ctx2, rr);
-  rpc::CheckpointChunk chunk;
-  EXPECT_FALSE(reader->Read(&chunk));
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ReadNothing(stub_.get(), 99).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 }
 
 // A warm process that can take its checkpoint file from a socket gets the

@@ -1,10 +1,10 @@
 #include "runtime/auth/control_token.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <charconv>
+
+#include "runtime/auth/credentials.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -16,22 +16,8 @@ bool SameSecret(std::string_view a, std::string_view b) {
 
 std::string LogTicketMac(const std::string& token, int64_t job,
                          int64_t expires_us) {
-  const std::string msg =
-      "tail-log:" + std::to_string(job) + ":" + std::to_string(expires_us);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
-           reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac,
-           &len) == nullptr) {
-    return "";
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[mac[i] >> 4];
-    out += kHex[mac[i] & 15];
-  }
-  return out;
+  return HmacSha256Hex(token, "tail-log:" + std::to_string(job) + ":" +
+                                  std::to_string(expires_us));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,6 +97,17 @@ std::string Sha256Hex(std::string_view data) {
     std::abort();
   }
   return Hex(digest, n);
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(data.data()), data.size(),
+           mac, &n) == nullptr) {
+    std::abort();
+  }
+  return Hex(mac, n);
 }
 
 core::Status CheckUserName(const std::string& name) {

@@ -40,6 +40,8 @@ core::Status WriteCredential(const std::string& path, const Credential& c);
 std::string NewToken();
 // The SHA-256 of `data`, as 64 lower-case hex digits.
 std::string Sha256Hex(std::string_view data);
+// The HMAC-SHA256 of `data` keyed by `key`, as 64 lower-case hex digits.
+std::string HmacSha256Hex(std::string_view key, std::string_view data);
 
 // A user's name (and so a certificate's CN) is 1-64 of [A-Za-z0-9._@-],
 // starting with a letter or digit. InvalidArgument naming the field 'name'

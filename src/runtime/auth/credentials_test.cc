@@ -63,5 +63,11 @@ TEST(CredentialsTest, TokensAreRandomAndHashedWithSha256) {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+// RFC 4231, test case 2.
+TEST(CredentialsTest, HmacSha256IsTheStandardOne) {
+  EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
 }  // namespace
 }  // namespace gandiva::runtime

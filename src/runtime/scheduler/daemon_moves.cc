@@ -164,11 +164,10 @@ bool SchedulerServer::Impl::Distribute(int32_t job, const PartConn& source,
       req.set_source_address(source.address);
       // The job's log so far goes to its new lead only.
       req.set_without_log(!p.lead);
-      grpc::ClientContext ctx;
-      AttachControlToken(control_token, &ctx);
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(300));
-      p.status = p.to->stub->ReceiveCheckpoint(&ctx, req, &p.reply);
+      auto ctx = Ctx();
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(300));
+      p.status = p.to->stub->ReceiveCheckpoint(ctx.get(), req, &p.reply);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -504,11 +503,11 @@ GangResult SchedulerServer::Impl::CallForGangMove(
       ContinueOrStopFollowers(job, src, ids, c.resume);
       break;
     case GangCall::Kind::kCheckpoint: {
-      grpc::ClientContext ctx;
-      AttachControlToken(control_token, &ctx);
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::microseconds(c.timeout_us));
-      r.status = src[0].stub->CheckpointJob(&ctx, c.checkpoint, &r.checkpoint);
+      auto ctx = Ctx();
+      ctx->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(c.timeout_us));
+      r.status =
+          src[0].stub->CheckpointJob(ctx.get(), c.checkpoint, &r.checkpoint);
       break;
     }
     case GangCall::Kind::kKillPart:

@@ -86,26 +86,30 @@ core::Status SchedulerServer::Impl::Open() {
 }
 
 core::Status SchedulerServer::Impl::ResolveClusterId() {
-  auto token = store->GetMeta("agent_control_token");
-  if (!token.ok()) return token.status();
-  if (token->has_value() && !(*token)->empty()) {
-    control_token = **token;
-  } else {
-    control_token = NewToken();
-    GANDIVA_RETURN_IF_ERROR(
-        store->SetMeta("agent_control_token", control_token));
-  }
-  auto stored = store->GetMeta("cluster_id");
-  if (!stored.ok()) return stored.status();
-  if (stored->has_value() && !(*stored)->empty()) {
-    cluster_id = **stored;
-    return core::Status::Ok();
-  }
-  std::random_device rd;
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(), rd());
-  cluster_id = buf;
-  return store->SetMeta("cluster_id", cluster_id);
+  // The stored value of meta `key`, else one made by `make` and stored.
+  auto stored_or_made = [this](const char* key, auto make,
+                               std::string* out) -> core::Status {
+    auto stored = store->GetMeta(key);
+    if (!stored.ok()) return stored.status();
+    if (stored->has_value() && !(*stored)->empty()) {
+      *out = **stored;
+      return core::Status::Ok();
+    }
+    *out = make();
+    return store->SetMeta(key, *out);
+  };
+  GANDIVA_RETURN_IF_ERROR(
+      stored_or_made("agent_control_token", NewToken, &control_token));
+  return stored_or_made(
+      "cluster_id",
+      [] {
+        std::random_device rd;
+        char buf[33];
+        std::snprintf(buf, sizeof buf, "%08x%08x%08x%08x", rd(), rd(), rd(),
+                      rd());
+        return std::string(buf);
+      },
+      &cluster_id);
 }
 
 core::Status SchedulerServer::Impl::ResolveRestoreLost() {
