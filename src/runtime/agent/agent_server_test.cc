@@ -21,9 +21,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "client/progress_page.h"
 #include "client/progress_reader.h"
@@ -70,12 +72,17 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   grpc::Status RegisterAgent(grpc::ServerContext*,
                              const rpc::RegisterAgentRequest* req,
                              rpc::RegisterAgentReply* reply) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    registrations_.push_back(*req);
-    known_.insert(req->name());
-    reply->set_server_id(7);
-    reply->set_cluster_id(cluster_);
-    reply->set_control_token(control_token_);
+    std::function<void(const rpc::RegisterAgentRequest&)> hook;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      registrations_.push_back(*req);
+      known_.insert(req->name());
+      reply->set_server_id(7);
+      reply->set_cluster_id(cluster_);
+      reply->set_control_token(control_token_);
+      hook = std::exchange(on_register_, nullptr);
+    }
+    if (hook) hook(*req);
     return grpc::Status::OK;
   }
   grpc::Status Report(grpc::ServerContext*, const rpc::AgentReport* req,
@@ -112,6 +119,12 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   void SetControlToken(const std::string& token) {
     std::lock_guard<std::mutex> lock(mu_);
     control_token_ = token;
+  }
+  // Called once, with the next registration, before it is answered.
+  void OnNextRegistration(
+      std::function<void(const rpc::RegisterAgentRequest&)> hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_register_ = std::move(hook);
   }
   // Each Leave: the agent's name and how many reports had come before it.
   std::vector<std::pair<std::string, size_t>> leaves() {
@@ -152,6 +165,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
   int unknown_reports_ = 0;
   std::string cluster_ = "cluster-a";
   std::string control_token_;
+  std::function<void(const rpc::RegisterAgentRequest&)> on_register_;
 };
 
 class AgentServerTest : public ::testing::Test {
@@ -1008,6 +1022,29 @@ TEST_F(MigrationTest, ARestartableJobMovesColdToAnotherAgent) {
   ASSERT_TRUE(WaitUntil([&] {
     return testing::ReadFile(log).find("resumed 42\n") != std::string::npos;
   })) << testing::ReadFile(log);
+}
+
+// The daemon sends its first calls to an agent once it has registered it,
+// and one can overtake the registration's reply, which carries the control
+// token: the agent waits for the reply rather than refuse it.
+TEST_F(MigrationTest, ACallThatOvertakesTheRegistrationsReplyWaitsForIt) {
+  const std::string token = "gdv_control_test";
+  daemon_->SetControlToken(token);
+  grpc::Status overtaking(grpc::StatusCode::UNKNOWN, "not called");
+  std::thread caller;
+  daemon_->OnNextRegistration([&](const rpc::RegisterAgentRequest& r) {
+    caller = std::thread([&, address = r.address()] {
+      auto stub = rpc::Agent::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      overtaking = StartOn(stub.get(), StartReq(1, 1, "sleep 30"), token);
+    });
+    std::this_thread::sleep_for(500ms);  // the reply comes after the call
+  });
+  StartAgent();
+  caller.join();
+  EXPECT_TRUE(overtaking.ok()) << overtaking.error_message();
+  EXPECT_EQ(agent_->supervisor().Jobs().size(), 1u);
+  EXPECT_TRUE(Kill(1, 2).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
 // With a daemon that gives a control token, the agent takes job control and

@@ -36,14 +36,26 @@ ControlGate::ControlGate(bool has_daemon)
     : state_(has_daemon ? State::kAwaiting : State::kOpen) {}
 
 void ControlGate::Set(const std::string& token) {
-  std::lock_guard lock(mu_);
-  token_ = token;
-  state_ = token.empty() ? State::kOpen : State::kSet;
+  {
+    std::lock_guard lock(mu_);
+    token_ = token;
+    state_ = token.empty() ? State::kOpen : State::kSet;
+  }
+  set_.notify_all();
 }
 
 grpc::Status ControlGate::Admit(const grpc::ServerContext& ctx,
                                 std::string_view call) const {
-  std::lock_guard lock(mu_);
+  return Check(ctx, call, /*wait=*/true);
+}
+
+grpc::Status ControlGate::Check(const grpc::ServerContext& ctx,
+                                std::string_view call, bool wait) const {
+  std::unique_lock lock(mu_);
+  if (wait) {
+    set_.wait_for(lock, kAwaitReply,
+                  [&] { return state_ != State::kAwaiting; });
+  }
   if (state_ == State::kOpen) return grpc::Status::OK;
   if (state_ == State::kAwaiting) {
     return {grpc::StatusCode::UNAVAILABLE,
@@ -70,7 +82,7 @@ grpc::Status ControlGate::Admit(const grpc::ServerContext& ctx,
 }
 
 bool ControlGate::Admits(const grpc::ServerContext& ctx) const {
-  return Admit(ctx, "").ok();
+  return Check(ctx, "", /*wait=*/false).ok();
 }
 
 grpc::Status ControlGate::AdmitLogRead(const grpc::ServerContext& ctx,

@@ -20,6 +20,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -45,16 +47,22 @@ class ControlGate {
   // (an agent serving alone, as in tests) every caller is admitted.
   explicit ControlGate(bool has_daemon);
 
+  // How long a control call that comes before the first registration's
+  // reply waits for it.
+  static constexpr std::chrono::seconds kAwaitReply{10};
+
   // The token of a registration's reply. "" (a daemon from before the
   // token): every caller is admitted.
   void Set(const std::string& token);
 
   // OK when the call carries the token (or the gate is open); else
-  // UNAUTHENTICATED naming `call` and why, or UNAVAILABLE before the
-  // first registration.
+  // UNAUTHENTICATED naming `call` and why. Before the first registration
+  // it waits up to kAwaitReply for its reply (the daemon's first calls
+  // can overtake it: it sends them once it has registered the agent),
+  // then refuses UNAVAILABLE.
   grpc::Status Admit(const grpc::ServerContext& ctx,
                      std::string_view call) const;
-  // Whether Admit would admit it.
+  // Whether Admit would admit it now (without waiting).
   bool Admits(const grpc::ServerContext& ctx) const;
 
   // A read of job `job`'s log (TailLog): admitted as Admit does, or with
@@ -68,9 +76,13 @@ class ControlGate {
 
  private:
   enum class State { kOpen, kAwaiting, kSet };
+  grpc::Status Check(const grpc::ServerContext& ctx, std::string_view call,
+                     bool wait) const;
+
   mutable std::mutex mu_;
-  State state_;        // guarded by mu_
-  std::string token_;  // guarded by mu_
+  mutable std::condition_variable set_;  // the state leaves kAwaiting
+  State state_;                          // guarded by mu_
+  std::string token_;                    // guarded by mu_
 };
 
 }  // namespace gandiva::runtime

@@ -181,11 +181,21 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
   // checkpoint it kept, or, when it is back without it, from the
   // beginning (the core decides, told that the one from the checkpoint
   // failed).
+  SendWaitingRestarts(a, /*unreached_only=*/false);
+  a.reconcile_pending = true;
+}
+
+void SchedulerServer::Impl::SendWaitingRestarts(AgentConn& a,
+                                                bool unreached_only) {
+  const int64_t now_us = Env().WallMicros();
+  const auto retry_us = static_cast<int64_t>(kRetryUnreachedS * 1e6);
   std::vector<int64_t> waiting;
   for (const auto& [aid, p] : pending) {
     auto x = extras.find(p.action.job.value);
     if (p.action.kind == ActionKind::kRestart && !p.sent && x != extras.end() &&
-        x->second.proc.On(a.id) && !x->second.proc.exists) {
+        x->second.proc.On(a.id) && !x->second.proc.exists &&
+        (!unreached_only ||
+         (p.unreached_us > 0 && now_us - p.unreached_us >= retry_us))) {
       waiting.push_back(aid);
     }
   }
@@ -201,7 +211,6 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
       DispatchRestart(it->second);
     }
   }
-  a.reconcile_pending = true;
 }
 
 PendingAction* SchedulerServer::Impl::InFlight(int32_t id) {
@@ -344,6 +353,10 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
     x.profile_due_us = plan->profile_due_us;
     if (plan->report) Defer(*plan->report, opts.log_profile_reports_together);
   }
+  // A restart whose StartJob did not get through though the agent is
+  // registered (a call that failed on the way) is tried again: the agent
+  // reaches the daemon, so the daemon may well reach it.
+  SendWaitingRestarts(a, /*unreached_only=*/true);
   if (a.reconcile_pending) {
     a.reconcile_pending = false;
     std::set<int32_t> missing;

@@ -575,13 +575,18 @@ void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
             s.error_code() == grpc::StatusCode::UNAVAILABLE ||
             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
         if (from_checkpoint && unreachable) {
-          // The agent went away again: the job waits for it with its
-          // checkpoint (restarted from it at its next registration, or
+          // The agent went away again, or the call did not get through:
+          // the job waits for it with its checkpoint (restarted from it at
+          // its next registration or at a report from it a while on, or
           // placed again if its server is declared down).
           y->proc.checkpoint = true;
           pit->second.sent = false;
+          pit->second.unreached_us = Env().WallMicros();
           History(job, "restart", false, took,
-                  detail + "; it waits for the agent, with its checkpoint");
+                  detail +
+                      "; it waits for the agent, with its checkpoint (tried "
+                      "again when the agent registers, or reports " +
+                      Seconds(kRetryUnreachedS) + " on)");
           return;
         }
         // The agent could not start it from its checkpoint (gone,

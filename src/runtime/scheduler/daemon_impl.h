@@ -335,8 +335,16 @@ struct SchedulerServer::Impl final {
   // The process counts as there from now on: an action that comes
   // meanwhile is queued behind the start and acts on it. An agent away, or
   // out of reach for a restart from its checkpoint, is waited for: the
-  // action stays pending, unsent, until it registers (Reconcile).
+  // action stays pending, unsent, until it registers (Reconcile) or, when
+  // the agent was registered but its StartJob did not get through, until
+  // a report from it kRetryUnreachedS on.
   void DispatchRestart(PendingAction& p);
+  static constexpr double kRetryUnreachedS = 5;
+  // Sends the restarts waiting for agent `a` (DispatchRestart), or fails
+  // those from a checkpoint it no longer holds (the core then restarts
+  // them from the beginning). `unreached_only`: only those whose StartJob
+  // did not reach it, kRetryUnreachedS or more ago.
+  void SendWaitingRestarts(AgentConn& a, bool unreached_only);
 
   // ------------------------------------------------------------ gangs
   //

@@ -325,6 +325,9 @@ struct PendingAction {
   // Sent to an agent by this daemon process (not replayed from the log):
   // its reply will come.
   bool sent = false;
+  // A restart from a checkpoint kept at an agent that could not be
+  // reached: when (wall clock), for the retry at a report from it.
+  int64_t unreached_us = 0;
   // A move concluded (FinishMove): where it left the process is set, and
   // its failure must not reset it.
   bool settled = false;

@@ -1759,6 +1759,37 @@ TEST_F(AgentStopTest, ARestartFromAKeptCheckpointThatFailsDoesNotFailTheJob) {
   ASSERT_TRUE(FinishesOn(cl, agent, j));
 }
 
+// A registered agent's StartJob that did not get through (the call failed
+// on the way) is tried again at a report from it a while on: the job goes
+// on from its checkpoint without waiting for another registration.
+TEST_F(AgentStopTest, ARestartThatDidNotReachARegisteredAgentIsTriedAgain) {
+  Client& cl = *cl_;
+  FakeAgent& agent = agent_;
+  const int64_t j = Started();
+  ASSERT_NO_FATAL_FAILURE(RestartWaitsForItsAgent(cl, agent, j));
+  EXPECT_NE(HistoryOf(cl, j, "restart")[0].detail().find(
+                "(tried again when the agent registers, or reports 5 s on)"),
+            std::string::npos);
+  agent.FailResumeLocal(grpc::StatusCode::OK);
+  ASSERT_TRUE(agent.Report().ok());  // too soon: not tried again yet
+  server_->Sync();
+  EXPECT_EQ(agent.start_calls(j), 2);
+  Pass(std::chrono::milliseconds(5100));
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.resume_local_starts(j) == 1; }));
+  agent.SetProgress(j, 41, 5.0);  // it trains past the checkpoint
+  ASSERT_TRUE(WaitFor([&] { return HistoryOf(cl, j, "restart").size() == 2; }))
+      << cl.Get(j).DebugString();
+  EXPECT_EQ(agent.start_calls(j), 3);
+  const auto restart = HistoryOf(cl, j, "restart")[1];
+  EXPECT_TRUE(restart.ok()) << restart.detail();
+  EXPECT_NE(restart.detail().find("from the checkpoint kept there"),
+            std::string::npos)
+      << restart.detail();
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  ASSERT_TRUE(FinishesOn(cl, agent, j));
+}
+
 // A lost process is the core's to restart (ProcessLost, then its Restart
 // action): without a checkpoint it starts from the beginning, and when
 // that start fails too the job fails, which the core decides.
