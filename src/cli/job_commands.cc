@@ -640,8 +640,9 @@ int RunLogs(const LogsFlags& f) {
   // The agent reads the log to its owner or an admin: the daemon says
   // which with a ticket (none from a daemon before tickets).
   rpc::LogTicketReply ticket;
-  rpc::JobIdRequest for_job;
+  rpc::LogTicketRequest for_job;
   for_job.set_job_id(id);
+  for_job.set_server(server);
   const grpc::Status ticketed =
       s.stub().LogTicket(Context().get(), for_job, &ticket);
   if (!ticketed.ok() &&

@@ -479,18 +479,20 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
   if (!stub_->ListServers(&lctx, rpc::Empty(), &servers).ok()) return "";
   // The agents read a log to whoever the daemon gives a ticket, as to
   // `gandiva logs`.
-  grpc::ClientContext tctx;
-  tctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  rpc::JobIdRequest for_job;
-  for_job.set_job_id(job.id());
-  rpc::LogTicketReply ticket;
-  if (!stub_->LogTicket(&tctx, for_job, &ticket).ok()) return "";
   // The agent of the job's server serves its whole log (a job that moved
   // brought its log along); without a server, every agent's part.
   std::string text;
   for (const auto& s : servers.servers()) {
     if (s.address().empty()) continue;
     if (!job.server().empty() && s.name() != job.server()) continue;
+    grpc::ClientContext tctx;
+    tctx.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(5));
+    rpc::LogTicketRequest for_job;
+    for_job.set_job_id(job.id());
+    for_job.set_server(s.name());
+    rpc::LogTicketReply ticket;
+    if (!stub_->LogTicket(&tctx, for_job, &ticket).ok()) return "";
     auto agent = rpc::Agent::NewStub(runtime::MakeChannel(s.address(), tls_));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +

@@ -284,10 +284,9 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
       });
   auto log = [raw](const std::string& m) { raw->Log(m); };
   impl->gate = std::make_unique<ControlGate>(!schedulers.empty());
-  impl->logs =
-      std::make_unique<JobLogs>(*impl->supervisor, impl->tls, o.max_log_bytes,
-                                o.report_interval, impl->shutting_down,
-                                *impl->gate, log);
+  impl->logs = std::make_unique<JobLogs>(*impl->supervisor, impl->tls,
+                                         o.max_log_bytes, o.report_interval,
+                                         impl->shutting_down, *impl->gate, log);
   CheckpointTransferOptions topts;
   topts.bulk_transfer = o.bulk_transfer;
   topts.stream_to_job = o.stream_to_job;
@@ -296,7 +295,6 @@ core::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   topts.receive_timeout = o.receive_timeout;
   topts.listen_host = listen->first;
   topts.tls = impl->tls;
-  topts.gate = impl->gate.get();
   impl->transfer = std::make_unique<CheckpointTransfer>(
       std::move(topts), *impl->supervisor, *impl->logs, impl->shutting_down,
       log);

@@ -79,7 +79,7 @@ class FakeScheduler final : public rpc::Scheduler::Service {
       known_.insert(req->name());
       reply->set_server_id(7);
       reply->set_cluster_id(cluster_);
-      reply->set_control_token(control_token_);
+      reply->set_control_token(AgentControlToken(control_token_, req->name()));
       hook = std::exchange(on_register_, nullptr);
     }
     if (hook) hook(*req);
@@ -114,8 +114,9 @@ class FakeScheduler final : public rpc::Scheduler::Service {
     std::lock_guard<std::mutex> lock(mu_);
     cluster_ = cluster;
   }
-  // The control token registrations are answered with from now on ("":
-  // none, as from a daemon before it).
+  // The cluster's secret registrations are answered with, each with the
+  // agent's own token derived from it (AgentControlToken), from now on
+  // ("": none, as from a daemon before it).
   void SetControlToken(const std::string& token) {
     std::lock_guard<std::mutex> lock(mu_);
     control_token_ = token;
@@ -657,11 +658,13 @@ class MigrationTest : public AgentServerTest {
   static grpc::Status ReceiveOn(rpc::Agent::Stub* stub, int64_t job,
                                 int64_t action, const std::string& source,
                                 rpc::ReceiveCheckpointReply* out,
-                                const std::string& token = "") {
+                                const std::string& token = "",
+                                const std::string& fetch_ticket = "") {
     rpc::ReceiveCheckpointRequest req;
     req.set_job_id(job);
     req.set_action_id(action);
     req.set_source_address(source);
+    req.set_fetch_ticket(fetch_ticket);
     req.set_await_first_minibatch(true);
     grpc::ClientContext ctx;
     AttachControlToken(token, &ctx);
@@ -689,8 +692,10 @@ class MigrationTest : public AgentServerTest {
     return all;
   }
   // A ReadCheckpoint of `job` that must yield no chunk: how it ended.
-  static grpc::Status ReadNothing(rpc::Agent::Stub* stub, int64_t job) {
+  static grpc::Status ReadNothing(rpc::Agent::Stub* stub, int64_t job,
+                                  const std::string& fetch_ticket = "") {
     grpc::ClientContext ctx;
+    AttachFetchTicket(fetch_ticket, &ctx);
     rpc::ReadCheckpointRequest req;
     req.set_job_id(job);
     auto reader = stub->ReadCheckpoint(&ctx, req);
@@ -1033,10 +1038,11 @@ TEST_F(MigrationTest, ACallThatOvertakesTheRegistrationsReplyWaitsForIt) {
   grpc::Status overtaking(grpc::StatusCode::UNKNOWN, "not called");
   std::thread caller;
   daemon_->OnNextRegistration([&](const rpc::RegisterAgentRequest& r) {
-    caller = std::thread([&, address = r.address()] {
+    caller = std::thread([&, address = r.address(), name = r.name()] {
       auto stub = rpc::Agent::NewStub(
           grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-      overtaking = StartOn(stub.get(), StartReq(1, 1, "sleep 30"), token);
+      overtaking = StartOn(stub.get(), StartReq(1, 1, "sleep 30"),
+                           AgentControlToken(token, name));
     });
     std::this_thread::sleep_for(500ms);  // the reply comes after the call
   });
@@ -1047,19 +1053,23 @@ TEST_F(MigrationTest, ACallThatOvertakesTheRegistrationsReplyWaitsForIt) {
   EXPECT_TRUE(Kill(1, 2).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
-// With a daemon that gives a control token, the agent takes job control and
-// checkpoint transfers only with it: a local user who reaches its port can
-// neither start, suspend, kill or checkpoint a job, nor fetch a checkpoint,
-// nor read a job's spec from Status, nor its log without a ticket the
-// daemon signed for that job (LogTicket). An agent of the cluster fetches a
-// checkpoint from another with the token it was given; the daemon's own
-// calls carry it.
+// With a daemon that gives control tokens, an agent takes job control and
+// checkpoint transfers only with its own: a local user who reaches its
+// port, or another agent with its own token, can neither start, suspend,
+// kill or checkpoint a job, nor fetch a checkpoint, nor read a job's spec
+// from Status, nor its log without a ticket the daemon signed for that job
+// there (LogTicket). An agent fetches a checkpoint from another with the
+// fetch ticket the daemon gave it for that job (ReceiveCheckpointRequest),
+// and with it reads nothing else.
 TEST_F(MigrationTest,
-       OnlyTheClustersControlTokenActsOnJobsOrFetchesCheckpoints) {
-  const std::string token = "gdv_control_test";
-  daemon_->SetControlToken(token);
+       OnlyTheAgentsOwnControlTokenActsOnJobsOrFetchesCheckpoints) {
+  const std::string master = "gdv_control_test";
+  daemon_->SetControlToken(master);
   StartAgent();
   StartSecondAgent(/*with_daemon=*/true);
+  const std::string token = AgentControlToken(master, agent_->name());
+  const std::string token2 = AgentControlToken(master, agent2_->name());
+  ASSERT_NE(token, token2);
   const std::string script = kRestartable;
   rpc::StartJobRequest req = StartReq(1, 1, script);
   req.mutable_spec()->set_restartable(true);
@@ -1069,11 +1079,14 @@ TEST_F(MigrationTest,
   EXPECT_EQ(s.error_message(),
             "StartJob: refused: only the daemon and the cluster's agents may "
             "call it (the call carries no control token)");
-  s = StartOn(stub_.get(), req, "gdv_another_clusters");
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(s.error_message(),
-            "StartJob: refused: only the daemon and the cluster's agents may "
-            "call it (the call's control token is not this cluster's)");
+  for (const std::string& other :
+       {std::string("gdv_another_clusters"), master, token2}) {
+    s = StartOn(stub_.get(), req, other);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << other;
+    EXPECT_EQ(s.error_message(),
+              "StartJob: refused: only the daemon and the cluster's agents "
+              "may call it (the call's control token is not this cluster's)");
+  }
   EXPECT_TRUE(agent_->supervisor().Jobs().empty());
   s = StartOn(stub_.get(), req, token);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -1095,11 +1108,12 @@ TEST_F(MigrationTest,
   ASSERT_NE(listed, nullptr);
   EXPECT_GT(listed->pid(), 0);
   EXPECT_FALSE(listed->has_spec()) << listed->DebugString();
+  EXPECT_FALSE(FindJob(StatusOf(stub_.get(), token2), 1)->has_spec());
   const rpc::AgentStatusReply whole = StatusOf(stub_.get(), token);
   listed = FindJob(whole, 1);
   ASSERT_NE(listed, nullptr);
   EXPECT_EQ(listed->spec().env().at("SECRET"), "s3cret");
-  // Its log, with a ticket for it and only so.
+  // Its log, with a ticket for it there and only so.
   const int64_t now_us =
       std::chrono::duration_cast<std::chrono::microseconds>(
           std::chrono::system_clock::now().time_since_epoch())
@@ -1119,11 +1133,15 @@ TEST_F(MigrationTest,
       {MakeLogTicket(token, 1, now_us - 1'000'000),
        "TailLog: refused: the ticket expired (ask the daemon for another: "
        "gandiva logs does)"},
+      {MakeLogTicket(token2, 1, now_us + 60'000'000),
+       "TailLog: refused: the log ticket is not one this cluster's daemon "
+       "gave for this agent"},
       {MakeLogTicket("gdv_forged", 1, now_us + 60'000'000),
-       "TailLog: refused: the ticket is not one this cluster's daemon gave"},
+       "TailLog: refused: the log ticket is not one this cluster's daemon "
+       "gave for this agent"},
       {"1.x.00",
-       "TailLog: refused: the ticket is not one this cluster's "
-       "daemon gave"}};
+       "TailLog: refused: the log ticket is not one this cluster's "
+       "daemon gave for this agent"}};
   for (const auto& [bad, why] : refused) {
     EXPECT_EQ(TailWith(stub_.get(), 1, bad, &tail), "");
     EXPECT_EQ(tail.error_code(), grpc::StatusCode::UNAUTHENTICATED);
@@ -1133,25 +1151,56 @@ TEST_F(MigrationTest,
   std::this_thread::sleep_for(100ms);
   s = CheckpointOn(stub_.get(), 1, 3, &c, 0, token);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  // Its checkpoint is not read without the token.
+  // Its checkpoint is not read without the token or a fetch ticket for it.
+  const std::string fetch =
+      MakeFetchTicket(token, 1, agent2_->name(), now_us + 60'000'000);
   EXPECT_EQ(ReadNothing(stub_.get(), 1).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+  for (const std::string& bad :
+       {MakeFetchTicket(token, 2, agent2_->name(), now_us + 60'000'000),
+        MakeFetchTicket(token, 1, agent2_->name(), now_us - 1'000'000),
+        MakeFetchTicket(token2, 1, agent2_->name(), now_us + 60'000'000),
+        fetch + "x"}) {
+    EXPECT_EQ(ReadNothing(stub_.get(), 1, bad).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED)
+        << bad;
+  }
+  // A fetch ticket reads that job's checkpoint and log, and acts on
+  // nothing.
+  {
+    grpc::ClientContext ctx;
+    AttachFetchTicket(fetch, &ctx);
+    rpc::KillReply out;
+    EXPECT_EQ(stub_->KillJob(&ctx, Req(1, 9), &out).error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+  }
   rpc::ReceiveCheckpointReply r;
   s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  // The second agent fetches it with the token the daemon gave it.
-  s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r, token);
+  // The second agent's own token, without a fetch ticket, is not the
+  // source's: the fetch is refused there.
+  s = ReceiveOn(stub2_.get(), 1, 4, agent_->address(), &r, token2);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.error_message().find("ReadCheckpoint: refused: "),
+            std::string::npos)
+      << s.error_message();
+  // With the fetch ticket the daemon would give it, it fetches the
+  // checkpoint and the log.
+  s = ReceiveOn(stub2_.get(), 1, 5, agent_->address(), &r, token2, fetch);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(r.bytes(), c.bytes());
-  rpc::StartJobRequest there = StartReq(1, 5, script);
+  rpc::StartJobRequest there = StartReq(1, 6, script);
   there.mutable_spec()->set_restartable(true);
   there.set_resume_local(true);
-  s = StartOn(stub2_.get(), there, token);
+  s = StartOn(stub2_.get(), there, token2);
   ASSERT_TRUE(s.ok()) << s.error_message();
   const std::string log = agent2_->supervisor().LogPath(1);
   ASSERT_TRUE(WaitUntil([&] {
     return testing::ReadFile(log).find("resumed 42\n") != std::string::npos;
   })) << testing::ReadFile(log);
+  EXPECT_NE(testing::ReadFile(agent2_->supervisor().EarlierLogPath(1))
+                .find("started"),
+            std::string::npos);
 }
 
 // A job with neither the library nor checkpoints of its own moves by CRIU

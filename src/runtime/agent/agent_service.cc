@@ -3,13 +3,15 @@
 // agent's parts (checkpoint transfers, logs), each refused while the agent
 // stops where it takes no new work. Every job action is idempotent per
 // action_id (ActionCache). Job control and transfers are admitted only
-// with the cluster's control token (ControlGate, control_token.h).
+// with this agent's control token, a checkpoint's reads also with a fetch
+// ticket (ControlGate, control_token.h).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -17,6 +19,15 @@
 #include "runtime/agent/agent_rpc.h"
 
 namespace gandiva::runtime {
+namespace {
+
+int64_t WallNowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
 
 grpc::Status AgentServer::Impl::StartJob(grpc::ServerContext* ctx,
                                          const rpc::StartJobRequest* req,
@@ -236,14 +247,20 @@ grpc::Status AgentServer::Impl::CheckpointJob(grpc::ServerContext* ctx,
 grpc::Status AgentServer::Impl::ReadCheckpoint(
     grpc::ServerContext* ctx, const rpc::ReadCheckpointRequest* req,
     grpc::ServerWriter<rpc::CheckpointChunk>* writer) {
-  if (auto s = gate->Admit(*ctx, "ReadCheckpoint"); !s.ok()) return s;
+  if (auto s =
+          gate->AdmitFetch(*ctx, "ReadCheckpoint", req->job_id(), WallNowUs());
+      !s.ok()) {
+    return s;
+  }
   return transfer->Read(ctx, req, writer);
 }
 
 grpc::Status AgentServer::Impl::OpenCheckpointTransfer(
     grpc::ServerContext* ctx, const rpc::OpenCheckpointTransferRequest* req,
     rpc::OpenCheckpointTransferReply* reply) {
-  if (auto s = gate->Admit(*ctx, "OpenCheckpointTransfer"); !s.ok()) {
+  if (auto s = gate->AdmitFetch(*ctx, "OpenCheckpointTransfer", req->job_id(),
+                                WallNowUs());
+      !s.ok()) {
     return s;
   }
   if (auto s = RefuseWhileStopping("OpenCheckpointTransfer"); !s.ok()) {

@@ -165,9 +165,9 @@ grpc::Status CheckpointTransfer::Offer(
 }
 
 grpc::Status CheckpointTransfer::FetchCheckpoint(
-    int64_t job_id, const std::string& source, const std::string& dir,
-    Clock::time_point end, int64_t* bytes, std::string* via,
-    const std::string& stream_file, bool* streamed) {
+    int64_t job_id, const std::string& source, const std::string& ticket,
+    const std::string& dir, Clock::time_point end, int64_t* bytes,
+    std::string* via, const std::string& stream_file, bool* streamed) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -176,7 +176,7 @@ grpc::Status CheckpointTransfer::FetchCheckpoint(
   if (options_.bulk_transfer) {
     bool fall_back = false;
     int streams = 1;
-    grpc::Status s = FetchBulk(job_id, source, *stub, dir, end, bytes,
+    grpc::Status s = FetchBulk(job_id, source, ticket, *stub, dir, end, bytes,
                                &fall_back, &streams, stream_file, streamed);
     if (s.ok()) {
       *via = streams > 1 ? "tcp x" + std::to_string(streams) : "tcp";
@@ -187,18 +187,18 @@ grpc::Status CheckpointTransfer::FetchCheckpoint(
          "; fetching the checkpoint over the gRPC stream instead");
   }
   *via = "grpc";
-  return FetchStream(job_id, source, *stub, dir, end, bytes);
+  return FetchStream(job_id, source, ticket, *stub, dir, end, bytes);
 }
 
 grpc::Status CheckpointTransfer::FetchBulk(
-    int64_t job_id, const std::string& source, rpc::Agent::Stub& stub,
-    const std::string& dir, Clock::time_point end, int64_t* bytes,
-    bool* fall_back, int* streams, const std::string& stream_file,
-    bool* streamed) {
+    int64_t job_id, const std::string& source, const std::string& ticket,
+    rpc::Agent::Stub& stub, const std::string& dir, Clock::time_point end,
+    int64_t* bytes, bool* fall_back, int* streams,
+    const std::string& stream_file, bool* streamed) {
   const std::string what = "fetching the checkpoint of job " +
                            std::to_string(job_id) + " from " + source;
   grpc::ClientContext ctx;
-  if (options_.gate != nullptr) options_.gate->Attach(&ctx);
+  AttachFetchTicket(ticket, &ctx);
   rpc::OpenCheckpointTransferRequest oreq;
   oreq.set_job_id(job_id);
   oreq.set_streams(options_.bulk_streams);
@@ -332,10 +332,11 @@ std::string CheckpointTransfer::StreamFileOf(const std::string& dir) const {
 }
 
 grpc::Status CheckpointTransfer::FetchStream(
-    int64_t job_id, const std::string& source, rpc::Agent::Stub& stub,
-    const std::string& dir, Clock::time_point end, int64_t* bytes) {
+    int64_t job_id, const std::string& source, const std::string& ticket,
+    rpc::Agent::Stub& stub, const std::string& dir, Clock::time_point end,
+    int64_t* bytes) {
   grpc::ClientContext ctx;
-  if (options_.gate != nullptr) options_.gate->Attach(&ctx);
+  AttachFetchTicket(ticket, &ctx);
   rpc::ReadCheckpointRequest rreq;
   rreq.set_job_id(job_id);
   auto reader = stub.ReadCheckpoint(WithDeadline(&ctx, end), rreq);
@@ -478,10 +479,11 @@ grpc::Status CheckpointTransfer::Receive(
   const std::string stream_file =
       cold || req.source_address().empty() ? "" : StreamFileOf(dir);
   const auto transfer0 = Clock::now();
-  grpc::Status s = req.source_address().empty()
-                       ? MoveLocalCheckpoint(job_id, dir, &bytes)
-                       : FetchCheckpoint(job_id, req.source_address(), dir, end,
-                                         &bytes, &via, stream_file, &streamed);
+  grpc::Status s =
+      req.source_address().empty()
+          ? MoveLocalCheckpoint(job_id, dir, &bytes)
+          : FetchCheckpoint(job_id, req.source_address(), req.fetch_ticket(),
+                            dir, end, &bytes, &via, stream_file, &streamed);
   if (!s.ok()) return s;
   int64_t transfer_us = MicrosSince(transfer0);
   out->set_channel(via);
@@ -491,7 +493,8 @@ grpc::Status CheckpointTransfer::Receive(
     if (!req.source_address().empty() && !req.without_log()) {
       // The job starts here from the checkpoint: its log so far is the
       // source's, and what an earlier stay here left is not repeated.
-      logs_.FetchEarlier(job_id, req.source_address(), /*truncate_log=*/true);
+      logs_.FetchEarlier(job_id, req.source_address(), req.fetch_ticket(),
+                         /*truncate_log=*/true);
     }
     out->set_bytes(bytes);
     out->set_transfer_us(transfer_us);
@@ -543,7 +546,8 @@ grpc::Status CheckpointTransfer::Receive(
   }
   // Training goes on here: now the job's log so far, from the source.
   if (!req.source_address().empty()) {
-    logs_.FetchEarlier(job_id, req.source_address(), /*truncate_log=*/false);
+    logs_.FetchEarlier(job_id, req.source_address(), req.fetch_ticket(),
+                       /*truncate_log=*/false);
   }
   out->set_bytes(bytes);
   out->set_transfer_us(transfer_us);

@@ -44,9 +44,6 @@ struct CheckpointTransferOptions {
   std::chrono::milliseconds receive_timeout{60000};
   std::string listen_host;
   std::optional<TlsConfig> tls;
-  // What a fetch from another agent carries to be admitted there
-  // (control_token.h); may be null. Must outlive the transfer.
-  const ControlGate* gate = nullptr;
 };
 
 class CheckpointTransfer {
@@ -93,7 +90,9 @@ class CheckpointTransfer {
   // checkpoint is that file alone, nothing is received: the offer is
   // written to `dir` (GANDIVA_STREAM_OFFER_FILE), *streamed is set and
   // *bytes is the file's size.
+  // `ticket`: the request's fetch ticket, which the source admits it with.
   grpc::Status FetchCheckpoint(int64_t job_id, const std::string& source,
+                               const std::string& ticket,
                                const std::string& dir, Clock::time_point end,
                                int64_t* bytes, std::string* via,
                                const std::string& stream_file = "",
@@ -104,10 +103,10 @@ class CheckpointTransfer {
   // came (the source does not offer it, it cannot be reached, a stream
   // cannot connect) sets *fall_back.
   grpc::Status FetchBulk(int64_t job_id, const std::string& source,
-                         rpc::Agent::Stub& stub, const std::string& dir,
-                         Clock::time_point end, int64_t* bytes, bool* fall_back,
-                         int* streams, const std::string& stream_file,
-                         bool* streamed);
+                         const std::string& ticket, rpc::Agent::Stub& stub,
+                         const std::string& dir, Clock::time_point end,
+                         int64_t* bytes, bool* fall_back, int* streams,
+                         const std::string& stream_file, bool* streamed);
   // GANDIVA_STREAM_OFFER_FILE in `dir` (progress_page.h): where the warm
   // process connects for its checkpoint file (one file), the token, and
   // the slice of the file each of the `streams` granted carries
@@ -125,8 +124,9 @@ class CheckpointTransfer {
   // Writes the files of a ReadCheckpoint stream into `dir` (temp names, then
   // rename). Adds the bytes written to *bytes.
   grpc::Status FetchStream(int64_t job_id, const std::string& source,
-                           rpc::Agent::Stub& stub, const std::string& dir,
-                           Clock::time_point end, int64_t* bytes);
+                           const std::string& ticket, rpc::Agent::Stub& stub,
+                           const std::string& dir, Clock::time_point end,
+                           int64_t* bytes);
   // Moves (rename, else copy) the checkpoint held here into `dir`.
   grpc::Status MoveLocalCheckpoint(int64_t job_id, const std::string& dir,
                                    int64_t* bytes);

@@ -130,7 +130,7 @@ grpc::Status JobLogs::Tail(grpc::ServerContext* ctx,
 }
 
 void JobLogs::FetchEarlier(int64_t job_id, const std::string& source,
-                           bool truncate_log) {
+                           const std::string& ticket, bool truncate_log) {
   const std::string path = supervisor_.EarlierLogPath(job_id);
   const std::string part = path + ".gandiva-part";
   std::error_code ec;
@@ -145,7 +145,7 @@ void JobLogs::FetchEarlier(int64_t job_id, const std::string& source,
   }
   auto stub = rpc::Agent::NewStub(MakeChannel(source, tls_));
   grpc::ClientContext ctx;
-  gate_.Attach(&ctx);
+  AttachFetchTicket(ticket, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   rpc::TailLogRequest req;
   req.set_job_id(job_id);

@@ -63,10 +63,11 @@ class JobLogs {
 
   // Copies the job's whole log at `source` (its TailLog: the earlier part
   // and its own) into EarlierLogPath, replacing it; truncate_log also
-  // empties LogPath (no process of the job writes it). A failure is logged
-  // and otherwise ignored: the move does not depend on it.
+  // empties LogPath (no process of the job writes it). `ticket`: the move's
+  // fetch ticket, which the source admits the read with. A failure is
+  // logged and otherwise ignored: the move does not depend on it.
   void FetchEarlier(int64_t job_id, const std::string& source,
-                    bool truncate_log);
+                    const std::string& ticket, bool truncate_log);
 
   // Drops the oldest output of the job's log beyond the bound; `earlier`:
   // of its copy of the log from earlier servers. A file system that cannot

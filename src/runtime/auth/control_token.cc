@@ -14,22 +14,86 @@ bool SameSecret(std::string_view a, std::string_view b) {
          CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-std::string LogTicketMac(const std::string& token, int64_t job,
-                         int64_t expires_us) {
-  return HmacSha256Hex(token, "tail-log:" + std::to_string(job) + ":" +
-                                  std::to_string(expires_us));
+// The MAC of a ticket of `kind` for `job` until `expires_us`; `tail` (a
+// fetch ticket's destination) is signed too when not empty.
+std::string TicketMac(const std::string& token, std::string_view kind,
+                      int64_t job, int64_t expires_us, std::string_view tail) {
+  std::string what = std::string(kind) + ":" + std::to_string(job) + ":" +
+                     std::to_string(expires_us);
+  if (!tail.empty()) what += ":" + std::string(tail);
+  return HmacSha256Hex(token, what);
 }
+
+std::string MakeTicket(const std::string& token, std::string_view kind,
+                       int64_t job, int64_t expires_us,
+                       const std::string& tail) {
+  std::string t = std::to_string(job) + "." + std::to_string(expires_us) + "." +
+                  TicketMac(token, kind, job, expires_us, tail);
+  if (!tail.empty()) t += "." + tail;
+  return t;
+}
+
+class TokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit TokenInterceptor(const std::string& token) : token_(token) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* m) override {
+    if (m->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      m->GetSendInitialMetadata()->insert({kControlTokenKey, token_});
+    }
+    m->Proceed();
+  }
+
+ private:
+  const std::string& token_;  // the factory's, which outlives the channel
+};
+
+class TokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit TokenInterceptorFactory(std::string token)
+      : token_(std::move(token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
+    return new TokenInterceptor(token_);
+  }
+
+ private:
+  const std::string token_;
+};
 
 }  // namespace
 
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+ControlTokenInterceptor(const std::string& token) {
+  if (token.empty()) return nullptr;
+  return std::make_unique<TokenInterceptorFactory>(token);
+}
+
+std::string AgentControlToken(const std::string& master,
+                              const std::string& name) {
+  if (master.empty()) return "";
+  return "gdv_agent_" + HmacSha256Hex(master, "agent:" + name);
+}
+
 std::string MakeLogTicket(const std::string& token, int64_t job,
                           int64_t expires_us) {
-  return std::to_string(job) + "." + std::to_string(expires_us) + "." +
-         LogTicketMac(token, job, expires_us);
+  return MakeTicket(token, "tail-log", job, expires_us, "");
+}
+
+std::string MakeFetchTicket(const std::string& token, int64_t job,
+                            const std::string& destination,
+                            int64_t expires_us) {
+  return MakeTicket(token, "fetch", job, expires_us, destination);
 }
 
 void AttachControlToken(const std::string& token, grpc::ClientContext* ctx) {
   if (!token.empty()) ctx->AddMetadata(kControlTokenKey, token);
+}
+
+void AttachFetchTicket(const std::string& ticket, grpc::ClientContext* ctx) {
+  if (!ticket.empty()) ctx->AddMetadata(kFetchTicketKey, ticket);
 }
 
 ControlGate::ControlGate(bool has_daemon)
@@ -85,50 +149,76 @@ bool ControlGate::Admits(const grpc::ServerContext& ctx) const {
   return Check(ctx, "", /*wait=*/false).ok();
 }
 
+grpc::Status ControlGate::AdmitFetch(const grpc::ServerContext& ctx,
+                                     std::string_view call, int64_t job,
+                                     int64_t now_us) const {
+  grpc::Status by_token = Admit(ctx, call);
+  if (by_token.ok() || by_token.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return by_token;
+  }
+  const auto& md = ctx.client_metadata();
+  auto it = md.find(kFetchTicketKey);
+  if (it == md.end()) return by_token;
+  return CheckTicket(call, "fetch",
+                     std::string_view(it->second.data(), it->second.size()),
+                     job, now_us);
+}
+
 grpc::Status ControlGate::AdmitLogRead(const grpc::ServerContext& ctx,
                                        int64_t job, const std::string& ticket,
                                        int64_t now_us) const {
-  grpc::Status by_token = Admit(ctx, "TailLog");
-  if (by_token.ok() || ticket.empty() ||
-      by_token.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return by_token;
+  grpc::Status by_fetch = AdmitFetch(ctx, "TailLog", job, now_us);
+  if (by_fetch.ok() || ticket.empty() ||
+      by_fetch.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return by_fetch;
   }
+  return CheckTicket("TailLog", "tail-log", ticket, job, now_us);
+}
+
+grpc::Status ControlGate::CheckTicket(std::string_view call,
+                                      std::string_view kind,
+                                      std::string_view ticket, int64_t job,
+                                      int64_t now_us) const {
   std::string token;
   {
     std::lock_guard lock(mu_);
     token = token_;
   }
-  // JOB.EXPIRES_US.MAC
+  // JOB.EXPIRES_US.MAC[.TAIL]
   const size_t a = ticket.find('.');
-  const size_t b = a == std::string::npos ? a : ticket.find('.', a + 1);
+  const size_t b = a == std::string_view::npos ? a : ticket.find('.', a + 1);
+  const size_t c = b == std::string_view::npos ? b : ticket.find('.', b + 1);
+  const std::string_view tail =
+      c == std::string_view::npos ? "" : ticket.substr(c + 1);
   int64_t for_job = 0;
   int64_t expires_us = 0;
   const char* s = ticket.data();
-  if (b == std::string::npos ||
+  if (b == std::string_view::npos ||
       std::from_chars(s, s + a, for_job).ptr != s + a ||
       std::from_chars(s + a + 1, s + b, expires_us).ptr != s + b ||
-      !SameSecret(std::string_view(ticket).substr(b + 1),
-                  LogTicketMac(token, for_job, expires_us))) {
+      !SameSecret(ticket.substr(b + 1, c == std::string_view::npos
+                                           ? std::string_view::npos
+                                           : c - b - 1),
+                  TicketMac(token, kind, for_job, expires_us, tail))) {
     return {grpc::StatusCode::UNAUTHENTICATED,
-            "TailLog: refused: the ticket is not one this cluster's daemon "
-            "gave"};
+            std::string(call) + ": refused: the " +
+                (kind == "fetch" ? "fetch" : "log") +
+                " ticket is not one this cluster's daemon gave for this agent"};
   }
   if (for_job != job) {
     return {grpc::StatusCode::UNAUTHENTICATED,
-            "TailLog: refused: the ticket is for job " +
+            std::string(call) + ": refused: the ticket is for job " +
                 std::to_string(for_job) + ", not job " + std::to_string(job)};
   }
   if (expires_us < now_us) {
-    return {grpc::StatusCode::UNAUTHENTICATED,
-            "TailLog: refused: the ticket expired (ask the daemon for "
-            "another: gandiva logs does)"};
+    return {
+        grpc::StatusCode::UNAUTHENTICATED,
+        std::string(call) + ": refused: the ticket expired" +
+            (kind == "fetch" ? std::string(" (the move that gave it is over)")
+                             : " (ask the daemon for another: gandiva "
+                               "logs does)")};
   }
   return grpc::Status::OK;
-}
-
-void ControlGate::Attach(grpc::ClientContext* ctx) const {
-  std::lock_guard lock(mu_);
-  AttachControlToken(token_, ctx);
 }
 
 }  // namespace gandiva::runtime

@@ -1,28 +1,38 @@
-// The cluster's control token: what lets a call into an agent's Agent
-// service act on jobs.
+// Control tokens: what lets a call into an agent's Agent service act on
+// jobs.
 //
-// The daemon makes it once with its store (meta key "agent_control_token",
-// shared by an HA pair) and gives it to each agent in its registration's
-// reply (RegisterAgentReply.control_token), which only an agent's
-// credential obtains. The daemon's calls to agents carry it, and so do an
-// agent's calls to another agent (a checkpoint's transfer), as the
-// metadata "gandiva-control-token: TOKEN". An agent admits a job-control
-// or transfer call only with the token it was last given; a local user who
-// reaches its port cannot start, stop or read a job through it.
+// The daemon makes the cluster's secret once with its store (meta key
+// "agent_control_token", shared by an HA pair). Each agent's control token
+// is derived from it and the agent's name (AgentControlToken), and given
+// to that agent alone in its registration's reply
+// (RegisterAgentReply.control_token), which only an agent's credential
+// obtains. The daemon's calls to an agent carry that agent's token as the
+// metadata "gandiva-control-token: TOKEN". An agent admits a job-control or
+// transfer call only with its own token: a local user who reaches its
+// port, or another agent, cannot start, stop or read a job through it.
 //
-// A job's log is read with the token or with a ticket the daemon gives the
-// job's owner or an admin (Scheduler.LogTicket): "JOB.EXPIRES_US.MAC", MAC
-// the HMAC-SHA256 of "tail-log:JOB:EXPIRES_US" keyed by the token, so that
-// an agent checks it with what it holds, without asking the daemon.
+// Tickets, signed by the daemon with an agent's token and checked by that
+// agent with what it holds, without asking the daemon:
+//  - a log ticket (Scheduler.LogTicket, for the job's owner or an admin):
+//    "JOB.EXPIRES_US.MAC", MAC the HMAC-SHA256 of "tail-log:JOB:EXPIRES_US";
+//    it reads job JOB's log there (TailLog);
+//  - a fetch ticket (ReceiveCheckpointRequest.fetch_ticket, given to the
+//    destination of a move): "JOB.EXPIRES_US.MAC.DEST", MAC that of
+//    "fetch:JOB:EXPIRES_US:DEST"; sent as the metadata
+//    "gandiva-fetch-ticket", it reads job JOB's checkpoint and log from the
+//    source (ReadCheckpoint, OpenCheckpointTransfer, TailLog), and nothing
+//    else.
 //
 // ControlGate is the agent's side: thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -30,14 +40,30 @@
 namespace gandiva::runtime {
 
 inline constexpr char kControlTokenKey[] = "gandiva-control-token";
+inline constexpr char kFetchTicketKey[] = "gandiva-fetch-ticket";
 
-// Adds `token` to a call's metadata (nothing when empty).
+// Agent `name`'s control token, from the cluster's secret `master` ("":
+// none, when `master` is "").
+std::string AgentControlToken(const std::string& master,
+                              const std::string& name);
+
+// Adds `token` to every call made on a channel built with it (the daemon's
+// channel to one agent); none when `token` is empty.
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+ControlTokenInterceptor(const std::string& token);
+
+// Add `token` or `ticket` to a call's metadata (nothing when empty).
 void AttachControlToken(const std::string& token, grpc::ClientContext* ctx);
+void AttachFetchTicket(const std::string& ticket, grpc::ClientContext* ctx);
 
-// A ticket to read job `job`'s log until `expires_us` (wall clock),
-// signed with `token`.
+// A ticket to read job `job`'s log until `expires_us` (wall clock), from
+// the agent whose control token is `token`.
 std::string MakeLogTicket(const std::string& token, int64_t job,
                           int64_t expires_us);
+// A ticket for agent `destination` to fetch job `job`'s checkpoint and log
+// until `expires_us` from the agent whose control token is `token`.
+std::string MakeFetchTicket(const std::string& token, int64_t job,
+                            const std::string& destination, int64_t expires_us);
 
 class ControlGate {
  public:
@@ -65,19 +91,26 @@ class ControlGate {
   // Whether Admit would admit it now (without waiting).
   bool Admits(const grpc::ServerContext& ctx) const;
 
-  // A read of job `job`'s log (TailLog): admitted as Admit does, or with
-  // `ticket` (MakeLogTicket with this gate's token) for that job, not
+  // A read of job `job`'s checkpoint (`call`): admitted as Admit does, or
+  // with a fetch ticket for that job (MakeFetchTicket with this gate's
+  // token) not expired at `now_us`; else UNAUTHENTICATED saying why.
+  grpc::Status AdmitFetch(const grpc::ServerContext& ctx, std::string_view call,
+                          int64_t job, int64_t now_us) const;
+
+  // A read of job `job`'s log (TailLog): admitted as AdmitFetch does, or
+  // with `ticket` (MakeLogTicket with this gate's token) for that job, not
   // expired at `now_us`; else UNAUTHENTICATED saying why.
   grpc::Status AdmitLogRead(const grpc::ServerContext& ctx, int64_t job,
                             const std::string& ticket, int64_t now_us) const;
-
-  // Adds the token to a call this agent makes to another agent.
-  void Attach(grpc::ClientContext* ctx) const;
 
  private:
   enum class State { kOpen, kAwaiting, kSet };
   grpc::Status Check(const grpc::ServerContext& ctx, std::string_view call,
                      bool wait) const;
+  // A ticket of `kind` ("tail-log" or "fetch") checked against the token.
+  grpc::Status CheckTicket(std::string_view call, std::string_view kind,
+                           std::string_view ticket, int64_t job,
+                           int64_t now_us) const;
 
   mutable std::mutex mu_;
   mutable std::condition_variable set_;  // the state leaves kAwaiting

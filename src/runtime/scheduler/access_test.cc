@@ -265,9 +265,11 @@ TEST_F(AccessTest, AgentsAndUsersKeepToTheirOwnCalls) {
             "user request (rule: agent)");
 }
 
-// An agent's registration brings it the cluster's control token, kept with
-// the store across a restart; a log ticket is for the job's owner or an
-// admin, signed with that token for that job and a few minutes.
+// An agent's registration brings it its own control token (derived from
+// the cluster's secret, kept with the store across a restart, and the
+// agent's name); a log ticket is for the job's owner or an admin, signed
+// with the token of the agent it is read from, for that job and a few
+// minutes.
 TEST_F(AccessTest, ALogTicketIsForTheJobsOwnerOrAnAdmin) {
   ASSERT_NO_FATAL_FAILURE(Start(Options()));
   const std::string root = Token("admin.cred");
@@ -278,6 +280,7 @@ TEST_F(AccessTest, ALogTicketIsForTheJobsOwnerOrAnAdmin) {
   reg.set_address("127.0.0.1:1");
   reg.add_gpus()->set_uuid("virtual-0");
   auto control_token = [&] {
+    reg.set_name("node-1");
     rpc::RegisterAgentReply registered;
     const grpc::Status s =
         stub_->RegisterAgent(As(Token("agent.cred")).get(), reg, &registered);
@@ -285,11 +288,24 @@ TEST_F(AccessTest, ALogTicketIsForTheJobsOwnerOrAnAdmin) {
     return registered.control_token();
   };
   const std::string token = control_token();
-  EXPECT_EQ(token.size(), 68u) << token;  // gdv_ and 64 hex digits
+  EXPECT_EQ(token.size(), 74u) << token;  // gdv_agent_ and 64 hex digits
+  std::string token2;
+  {
+    reg.set_name("node-2");
+    reg.set_address("127.0.0.1:2");
+    rpc::RegisterAgentReply registered;
+    ASSERT_TRUE(
+        stub_->RegisterAgent(As(Token("agent.cred")).get(), reg, &registered)
+            .ok());
+    token2 = registered.control_token();
+    reg.set_address("127.0.0.1:1");
+  }
+  EXPECT_NE(token2, token);
 
   const int64_t a = Submit(alice, "");
-  rpc::JobIdRequest req;
+  rpc::LogTicketRequest req;
   req.set_job_id(a);
+  req.set_server("node-1");
   rpc::LogTicketReply ticket;
   grpc::Status s = stub_->LogTicket(As(bob).get(), req, &ticket);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -309,6 +325,15 @@ TEST_F(AccessTest, ALogTicketIsForTheJobsOwnerOrAnAdmin) {
     EXPECT_LE(ticket.expires_us(), now_us + 301'000'000);
     EXPECT_EQ(ticket.ticket(), MakeLogTicket(token, a, ticket.expires_us()));
   }
+  req.set_server("node-2");
+  ASSERT_TRUE(stub_->LogTicket(As(alice).get(), req, &ticket).ok());
+  EXPECT_EQ(ticket.ticket(), MakeLogTicket(token2, a, ticket.expires_us()));
+  req.set_server("node 2");
+  s = stub_->LogTicket(As(alice).get(), req, &ticket);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message().find("field 'server': "), 0u)
+      << s.error_message();
+  req.set_server("node-1");
   req.set_job_id(a + 1000);
   EXPECT_EQ(stub_->LogTicket(As(root).get(), req, &ticket).error_code(),
             grpc::StatusCode::NOT_FOUND);

@@ -50,7 +50,8 @@ core::StatusOr<int32_t> SchedulerServer::Impl::RegisterAgent(
   a.switches_per_socket = spec.switches_per_socket;
   if (a.address != r.address() || a.stub == nullptr) {
     a.address = r.address();
-    a.stub = Env().AgentStub(a.address, tls);
+    a.stub = Env().AgentStub(a.address, tls,
+                             AgentControlToken(control_token, a.name));
   }
   const WasUnreachable was = Registered(a, Now());
   const bool was_away = was.away;

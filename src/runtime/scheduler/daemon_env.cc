@@ -2,6 +2,10 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/auth/control_token.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -29,9 +33,20 @@ class RealEnv final : public DaemonEnv {
     std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
   std::shared_ptr<rpc::Agent::StubInterface> AgentStub(
-      const std::string& address,
-      const std::optional<TlsConfig>& tls) override {
-    return rpc::Agent::NewStub(MakeChannel(address, tls));
+      const std::string& address, const std::optional<TlsConfig>& tls,
+      const std::string& control_token) override {
+    if (control_token.empty()) {
+      return rpc::Agent::NewStub(MakeChannel(address, tls));
+    }
+    grpc::ChannelArguments args;
+    AddTlsArguments(tls, &args);
+    std::vector<
+        std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(ControlTokenInterceptor(control_token));
+    return rpc::Agent::NewStub(
+        grpc::experimental::CreateCustomChannelWithInterceptors(
+            address, ChannelCredentials(tls), args, std::move(interceptors)));
   }
 };
 

@@ -42,10 +42,13 @@ class DaemonEnv {
   // Blocks the calling thread for `us` microseconds of this env's time.
   virtual void SleepFor(int64_t us) = 0;
   // A client of the Agent service an agent registered at `address`, with
-  // mutual TLS when `tls` is set. Calls to an agent that cannot be reached
-  // fail (UNAVAILABLE, or DEADLINE_EXCEEDED at the call's deadline).
+  // mutual TLS when `tls` is set; each call carries `control_token`, the
+  // agent's (control_token.h), when not empty. Calls to an agent that
+  // cannot be reached fail (UNAVAILABLE, or DEADLINE_EXCEEDED at the call's
+  // deadline).
   virtual std::shared_ptr<rpc::Agent::StubInterface> AgentStub(
-      const std::string& address, const std::optional<TlsConfig>& tls) = 0;
+      const std::string& address, const std::optional<TlsConfig>& tls,
+      const std::string& control_token) = 0;
 };
 
 // The system's clocks and gRPC channels (MakeChannel). One shared instance.

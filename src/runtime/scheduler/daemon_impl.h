@@ -45,9 +45,10 @@ struct SchedulerServer::Impl final {
   // This cluster's id (RegisterAgentReply.cluster_id): set by Open, before
   // the service starts, and never changed.
   std::string cluster_id;
-  // The cluster's control token (runtime/auth/control_token.h), given to
-  // agents at registration and carried by every call to them: set by Open,
-  // before the service starts, and never changed.
+  // The cluster's secret, from which each agent's control token is derived
+  // (AgentControlToken, runtime/auth/control_token.h), given to that agent
+  // at registration and carried by every call to it: set by Open, before
+  // the service starts, and never changed.
   std::string control_token;
   // The ids of the jobs restores from backups lost (kRestoreLostJobsMeta:
   // RestoreDatabase's, and those agents hold, MarkLostIds): read by Open,
@@ -295,12 +296,21 @@ struct SchedulerServer::Impl final {
     return agents[static_cast<size_t>(s.value)].name;
   }
 
+  // A ticket for agent `destination` to fetch job `job`'s checkpoint and
+  // log from agent `source` (MakeFetchTicket), for an hour: what a
+  // ReceiveCheckpointRequest carries. Thread-safe.
+  std::string FetchTicket(int32_t job, const std::string& source,
+                          const std::string& destination) {
+    return MakeFetchTicket(AgentControlToken(control_token, source), job,
+                           destination,
+                           Env().WallMicros() + int64_t{3600} * 1'000'000);
+  }
+
   std::unique_ptr<grpc::ClientContext> Ctx() const {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() +
                       std::chrono::microseconds(static_cast<int64_t>(
                           opts.agent_rpc_timeout_s * 1e6)));
-    AttachControlToken(control_token, ctx.get());
     return ctx;
   }
 

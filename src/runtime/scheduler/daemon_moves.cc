@@ -162,6 +162,7 @@ bool SchedulerServer::Impl::Distribute(int32_t job, const PartConn& source,
       req.set_submitted_us(SubmittedUs(job));
       req.set_action_id(p.id);
       req.set_source_address(source.address);
+      req.set_fetch_ticket(FetchTicket(job, source.name, p.to->name));
       // The job's log so far goes to its new lead only.
       req.set_without_log(!p.lead);
       auto ctx = Ctx();
@@ -584,6 +585,10 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
   // A checkpoint kept without a process: the mini-batch it was saved at.
   plan.kept_at = from.exists ? -1 : x.kept_at;
   plan.source_address = src_address;
+  if (has_source && !same_server) {
+    plan.fetch_ticket =
+        FetchTicket(job, AgentName(from.server), AgentName(to.server));
+  }
   plan.where = where;
   plan.warm_ready_timeout_us =
       static_cast<int64_t>(opts.warm_ready_timeout_s * 1e6);

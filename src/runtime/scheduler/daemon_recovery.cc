@@ -419,7 +419,8 @@ core::Status SchedulerServer::Impl::Recover() {
     } catch (const json::exception& e) {
       return core::IoError("server '" + row.name + "': " + e.what());
     }
-    a.stub = Env().AgentStub(a.address, tls);
+    a.stub = Env().AgentStub(a.address, tls,
+                             AgentControlToken(control_token, a.name));
     Await(a, now, row.away_since_us);
     a.away_cordon = row.away_cordon;
     agent_by_name[a.name] = row.id;

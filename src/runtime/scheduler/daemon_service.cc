@@ -73,7 +73,7 @@ grpc::Status SchedulerService::RegisterAgent(
   rep->set_server_id(**r);
   rep->set_cluster_id(d_.cluster_id);
   rep->set_placement_lease_ms(PlacementLeaseMs(d_.opts));
-  rep->set_control_token(d_.control_token);
+  rep->set_control_token(AgentControlToken(d_.control_token, req->name()));
   return grpc::Status::OK;
 }
 
@@ -383,19 +383,36 @@ grpc::Status SchedulerService::GetJob(grpc::ServerContext* ctx,
 }
 
 grpc::Status SchedulerService::LogTicket(grpc::ServerContext* ctx,
-                                         const rpc::JobIdRequest* req,
+                                         const rpc::LogTicketRequest* req,
                                          rpc::LogTicketReply* rep) {
   auto who = Who(*ctx, MayActAsUser, "read a job's log");
   if (!who.ok()) return ToGrpc(who.status());
+  if (!req->server().empty()) {
+    if (std::string err = config::CheckServerName(req->server());
+        !err.empty()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT, "field 'server': " + err};
+    }
+  }
   rpc::JobInfo job;
-  if (grpc::Status s = d_.GetJob(req, &job); !s.ok()) return s;
+  rpc::JobIdRequest for_job;
+  for_job.set_job_id(req->job_id());
+  if (grpc::Status s = d_.GetJob(&for_job, &job); !s.ok()) return s;
   if (core::Status s = MayActOnJob(*who, "read the log of", req->job_id(),
                                    job.spec().owner());
       !s.ok()) {
     return ToGrpc(s);
   }
+  const std::string& server =
+      req->server().empty() ? job.server() : req->server();
+  if (server.empty()) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            "job " + std::to_string(req->job_id()) +
+                " runs on no server: name the server whose agent holds its "
+                "log (server)"};
+  }
   const int64_t expires_us = d_.Env().WallMicros() + kLogTicketUs;
-  rep->set_ticket(MakeLogTicket(d_.control_token, req->job_id(), expires_us));
+  rep->set_ticket(MakeLogTicket(AgentControlToken(d_.control_token, server),
+                                req->job_id(), expires_us));
   rep->set_expires_us(expires_us);
   return grpc::Status::OK;
 }

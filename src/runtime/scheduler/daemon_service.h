@@ -65,7 +65,7 @@ class SchedulerService final : public rpc::Scheduler::Service {
                       rpc::JobInfo* rep) override;
   // A ticket to read the job's log at its agents: its owner's or an
   // admin's (rule owner).
-  grpc::Status LogTicket(grpc::ServerContext*, const rpc::JobIdRequest* req,
+  grpc::Status LogTicket(grpc::ServerContext*, const rpc::LogTicketRequest* req,
                          rpc::LogTicketReply* rep) override;
   grpc::Status ListServers(grpc::ServerContext*, const rpc::Empty*,
                            rpc::ListServersReply* rep) override;

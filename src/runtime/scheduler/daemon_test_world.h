@@ -240,8 +240,10 @@ class FakeDaemonEnv final : public DaemonEnv {
     sleepers_.erase(it);
     ++generation_;
   }
+  // The control token is not checked: the fake agents take every call.
   std::shared_ptr<rpc::Agent::StubInterface> AgentStub(
-      const std::string& address, const std::optional<TlsConfig>&) override {
+      const std::string& address, const std::optional<TlsConfig>&,
+      const std::string&) override {
     auto e = InProcess::Get().Agent(address);
     if (e == nullptr) {
       // Nothing there: every call fails as a refused connection does.

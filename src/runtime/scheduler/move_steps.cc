@@ -117,6 +117,7 @@ MoveSteps::Step MoveSteps::AfterCheckpoint(int64_t now_us) {
   c.receive.set_submitted_us(plan_.submitted_us);
   c.receive.set_action_id(plan_.ids.receive);
   c.receive.set_source_address(plan_.source_address);
+  c.receive.set_fetch_ticket(plan_.fetch_ticket);
   c.receive.set_await_first_minibatch(plan_.warm);
   c.timeout_us = kReceiveTimeoutUs;
   return c;

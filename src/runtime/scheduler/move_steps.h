@@ -52,6 +52,7 @@ struct MovePlan {
   bool warm = false;            // warm start at the destination first
   int64_t kept_at = -1;         // a kept checkpoint's mini-batch (-1: unknown)
   std::string source_address;   // the source agent's (for the receive)
+  std::string fetch_ticket;     // the receive's (Impl::FetchTicket)
   std::string where;            // "from a to gpus [0] on b", for the history
   int64_t warm_ready_timeout_us = 60'000'000;
   int64_t rpc_timeout_us = 120'000'000;  // --agent-rpc-timeout-s
