@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -19,15 +18,6 @@
 #include "runtime/agent/agent_rpc.h"
 
 namespace gandiva::runtime {
-namespace {
-
-int64_t WallNowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 grpc::Status AgentServer::Impl::StartJob(grpc::ServerContext* ctx,
                                          const rpc::StartJobRequest* req,
@@ -247,8 +237,7 @@ grpc::Status AgentServer::Impl::CheckpointJob(grpc::ServerContext* ctx,
 grpc::Status AgentServer::Impl::ReadCheckpoint(
     grpc::ServerContext* ctx, const rpc::ReadCheckpointRequest* req,
     grpc::ServerWriter<rpc::CheckpointChunk>* writer) {
-  if (auto s =
-          gate->AdmitFetch(*ctx, "ReadCheckpoint", req->job_id(), WallNowUs());
+  if (auto s = gate->AdmitFetch(*ctx, "ReadCheckpoint", req->job_id());
       !s.ok()) {
     return s;
   }
@@ -258,8 +247,7 @@ grpc::Status AgentServer::Impl::ReadCheckpoint(
 grpc::Status AgentServer::Impl::OpenCheckpointTransfer(
     grpc::ServerContext* ctx, const rpc::OpenCheckpointTransferRequest* req,
     rpc::OpenCheckpointTransferReply* reply) {
-  if (auto s = gate->AdmitFetch(*ctx, "OpenCheckpointTransfer", req->job_id(),
-                                WallNowUs());
+  if (auto s = gate->AdmitFetch(*ctx, "OpenCheckpointTransfer", req->job_id());
       !s.ok()) {
     return s;
   }

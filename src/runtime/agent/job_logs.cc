@@ -48,12 +48,7 @@ grpc::Status JobLogs::Tail(grpc::ServerContext* ctx,
                            const rpc::TailLogRequest* req,
                            grpc::ServerWriter<rpc::LogChunk>* writer) {
   const int64_t job_id = req->job_id();
-  const int64_t now_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count();
-  if (auto s = gate_.AdmitLogRead(*ctx, job_id, req->ticket(), now_us);
-      !s.ok()) {
+  if (auto s = gate_.AdmitLogRead(*ctx, job_id, req->ticket()); !s.ok()) {
     return s;
   }
   const std::string path = supervisor_.LogPath(job_id);

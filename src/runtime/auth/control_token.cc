@@ -3,11 +3,18 @@
 #include <openssl/crypto.h>
 
 #include <charconv>
+#include <chrono>
 
 #include "runtime/auth/credentials.h"
 
 namespace gandiva::runtime {
 namespace {
+
+int64_t WallNowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 bool SameSecret(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
@@ -150,8 +157,7 @@ bool ControlGate::Admits(const grpc::ServerContext& ctx) const {
 }
 
 grpc::Status ControlGate::AdmitFetch(const grpc::ServerContext& ctx,
-                                     std::string_view call, int64_t job,
-                                     int64_t now_us) const {
+                                     std::string_view call, int64_t job) const {
   grpc::Status by_token = Admit(ctx, call);
   if (by_token.ok() || by_token.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return by_token;
@@ -161,24 +167,24 @@ grpc::Status ControlGate::AdmitFetch(const grpc::ServerContext& ctx,
   if (it == md.end()) return by_token;
   return CheckTicket(call, "fetch",
                      std::string_view(it->second.data(), it->second.size()),
-                     job, now_us);
+                     job);
 }
 
 grpc::Status ControlGate::AdmitLogRead(const grpc::ServerContext& ctx,
-                                       int64_t job, const std::string& ticket,
-                                       int64_t now_us) const {
-  grpc::Status by_fetch = AdmitFetch(ctx, "TailLog", job, now_us);
+                                       int64_t job,
+                                       const std::string& ticket) const {
+  grpc::Status by_fetch = AdmitFetch(ctx, "TailLog", job);
   if (by_fetch.ok() || ticket.empty() ||
       by_fetch.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return by_fetch;
   }
-  return CheckTicket("TailLog", "tail-log", ticket, job, now_us);
+  return CheckTicket("TailLog", "tail-log", ticket, job);
 }
 
 grpc::Status ControlGate::CheckTicket(std::string_view call,
                                       std::string_view kind,
-                                      std::string_view ticket, int64_t job,
-                                      int64_t now_us) const {
+                                      std::string_view ticket,
+                                      int64_t job) const {
   std::string token;
   {
     std::lock_guard lock(mu_);
@@ -210,7 +216,7 @@ grpc::Status ControlGate::CheckTicket(std::string_view call,
             std::string(call) + ": refused: the ticket is for job " +
                 std::to_string(for_job) + ", not job " + std::to_string(job)};
   }
-  if (expires_us < now_us) {
+  if (expires_us < WallNowUs()) {
     return {
         grpc::StatusCode::UNAUTHENTICATED,
         std::string(call) + ": refused: the ticket expired" +

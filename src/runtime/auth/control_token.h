@@ -93,15 +93,16 @@ class ControlGate {
 
   // A read of job `job`'s checkpoint (`call`): admitted as Admit does, or
   // with a fetch ticket for that job (MakeFetchTicket with this gate's
-  // token) not expired at `now_us`; else UNAUTHENTICATED saying why.
+  // token) not expired now (the wall clock); else UNAUTHENTICATED saying
+  // why.
   grpc::Status AdmitFetch(const grpc::ServerContext& ctx, std::string_view call,
-                          int64_t job, int64_t now_us) const;
+                          int64_t job) const;
 
   // A read of job `job`'s log (TailLog): admitted as AdmitFetch does, or
   // with `ticket` (MakeLogTicket with this gate's token) for that job, not
-  // expired at `now_us`; else UNAUTHENTICATED saying why.
+  // expired now; else UNAUTHENTICATED saying why.
   grpc::Status AdmitLogRead(const grpc::ServerContext& ctx, int64_t job,
-                            const std::string& ticket, int64_t now_us) const;
+                            const std::string& ticket) const;
 
  private:
   enum class State { kOpen, kAwaiting, kSet };
@@ -109,8 +110,7 @@ class ControlGate {
                      bool wait) const;
   // A ticket of `kind` ("tail-log" or "fetch") checked against the token.
   grpc::Status CheckTicket(std::string_view call, std::string_view kind,
-                           std::string_view ticket, int64_t job,
-                           int64_t now_us) const;
+                           std::string_view ticket, int64_t job) const;
 
   mutable std::mutex mu_;
   mutable std::condition_variable set_;  // the state leaves kAwaiting

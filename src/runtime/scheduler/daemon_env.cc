@@ -35,18 +35,14 @@ class RealEnv final : public DaemonEnv {
   std::shared_ptr<rpc::Agent::StubInterface> AgentStub(
       const std::string& address, const std::optional<TlsConfig>& tls,
       const std::string& control_token) override {
-    if (control_token.empty()) {
-      return rpc::Agent::NewStub(MakeChannel(address, tls));
-    }
-    grpc::ChannelArguments args;
-    AddTlsArguments(tls, &args);
     std::vector<
         std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
         interceptors;
-    interceptors.push_back(ControlTokenInterceptor(control_token));
+    if (auto token = ControlTokenInterceptor(control_token)) {
+      interceptors.push_back(std::move(token));
+    }
     return rpc::Agent::NewStub(
-        grpc::experimental::CreateCustomChannelWithInterceptors(
-            address, ChannelCredentials(tls), args, std::move(interceptors)));
+        MakeChannel(address, tls, {}, std::move(interceptors)));
   }
 };
 

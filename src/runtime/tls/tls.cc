@@ -108,11 +108,18 @@ void AddTlsArguments(const std::optional<TlsConfig>& tls,
   if (tls && !tls->name.empty()) args->SetSslTargetNameOverride(tls->name);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           const std::optional<TlsConfig>& tls,
-                                           grpc::ChannelArguments args) {
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const std::optional<TlsConfig>& tls,
+    grpc::ChannelArguments args,
+    std::vector<
+        std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors) {
   AddTlsArguments(tls, &args);
-  return grpc::CreateCustomChannel(address, ChannelCredentials(tls), args);
+  if (interceptors.empty()) {
+    return grpc::CreateCustomChannel(address, ChannelCredentials(tls), args);
+  }
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, ChannelCredentials(tls), args, std::move(interceptors));
 }
 
 }  // namespace gandiva::runtime

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include <memory>
 #include <optional>
@@ -69,9 +70,13 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(
 // Sets the expected server name on `args` when `tls` has one.
 void AddTlsArguments(const std::optional<TlsConfig>& tls,
                      grpc::ChannelArguments* args);
-// A channel to `address` with both of the above.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
-                                           const std::optional<TlsConfig>& tls,
-                                           grpc::ChannelArguments args = {});
+// A channel to `address` with both of the above, its calls passed through
+// `interceptors` (none: a plain channel).
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const std::optional<TlsConfig>& tls,
+    grpc::ChannelArguments args = {},
+    std::vector<
+        std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+        interceptors = {});
 
 }  // namespace gandiva::runtime
