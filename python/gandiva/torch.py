@@ -25,7 +25,10 @@ What happens at a boundary (after the body of the loop ran for a batch):
     checkpoint is saved there and training goes on; then a note
     (gandiva.SAVED_FILE) tells the agent, which keeps that checkpoint for
     the job's next run if the process fails (a crash, an OOM kill). A save
-    that fails is warned about, and training goes on.
+    that fails is warned about, and training goes on. A run that went on
+    from a checkpoint (a move's, a resize's) makes it the periodic one as
+    it starts: a file received elsewhere is linked there (copied where it
+    cannot be), one streamed into memory is saved there.
 A job started with GANDIVA_RESUME_FROM (a directory holding the checkpoint,
 or the file itself) loads it before the first batch and continues at the
 next mini-batch with identical parameters and random streams: `batches()`
@@ -85,6 +88,7 @@ import io
 import os
 import pickle
 import random
+import shutil
 import struct
 import sys
 import time
@@ -801,9 +805,56 @@ class Job:
         else:
             self.load(resume)
         gandiva.set_minibatches(self.steps)
+        self._keep_as_periodic(streamed=offer is not None)
         gandiva.restore_end()
         self._saved_at = time.monotonic()
         return True
+
+    def _keep_as_periodic(self, streamed: bool) -> None:
+        """With periodic checkpoints on, the checkpoint this run went on
+        from becomes the job's last periodic one at once, with its note
+        (a move's, a resize's, one saved as its agent stopped: none of
+        them left one): a process that fails before its first save goes
+        on from there, not from the beginning. A file received elsewhere
+        is linked into the checkpoint directory (copied where it cannot
+        be); one streamed into memory, which left no file, is saved from
+        memory before the first mini-batch."""
+        directory = gandiva.checkpoint_dir()
+        if (not (self._every_steps or self._every_s) or not directory
+                or (self._dist and self.rank != 0)):
+            return
+        try:
+            if streamed:
+                path = self.save(directory)
+            elif (os.path.dirname(os.path.realpath(self.restored_from)) ==
+                  os.path.realpath(directory)):
+                path = self.restored_from  # there already
+            else:
+                path = self._link_into(directory, self.restored_from)
+            gandiva.checkpoint_saved(path, self.steps)
+        except Exception as e:  # training goes on; its first save will do
+            warnings.warn(f"gandiva: keeping the checkpoint of step "
+                          f"{self.steps} as the periodic one failed: {e!r}")
+
+    def _link_into(self, directory: str, source: str) -> str:
+        """Puts the checkpoint file `source` into `directory` under the
+        name load() looks for first: a hard link, or a copy across file
+        systems or where the kernel refuses the link (a file owned by
+        another user); returns its path."""
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, self.checkpoint_name)
+        tmp = os.path.join(directory,
+                           f".{self.checkpoint_name}.tmp.{os.getpid()}")
+        try:
+            try:
+                os.link(source, tmp)
+            except OSError:
+                shutil.copyfile(source, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+        return path
 
     def _report_received(self, directory: str) -> None:
         """Tells the agent when the stream's last byte came
@@ -1010,7 +1061,11 @@ class Job:
             "optimizer": (self.optimizer.state_dict()
                           if self.optimizer is not None else None),
             "rng": _rng_state(),
-            "epoch_start_rng": self._epoch_start_rng,
+            # Restored but not yet replayed (between start() and the first
+            # batches()): the restored epoch's start.
+            "epoch_start_rng": (self._resume["epoch_start_rng"]
+                                if self._resume is not None else
+                                self._epoch_start_rng),
             "extra": {name: get() for name, (get, _) in self._extra.items()},
         }
 

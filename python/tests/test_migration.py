@@ -369,6 +369,108 @@ def test_warm_start_takes_its_checkpoint_straight_from_the_source(
     assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_moved_job_saving_periodically_keeps_the_moves_checkpoint_at_once(
+        tmp_path, lib_path, reap, streamed):
+    """A job with periodic checkpoints makes the checkpoint it was moved
+    with its last periodic one as it starts: SIGKILLed before its first
+    save at its new place, it goes on from the move, not from the
+    beginning. A received file is linked, not copied; a streamed one is
+    saved from memory."""
+    steps, seed, hold_at, killed_at, every = 30, 5, 11, 17, 100
+    ref, _ = run_to_end(tmp_path, lib_path, "ref", steps, seed)
+    incoming = tmp_path / "incoming"
+    mine = tmp_path / "mine"
+    incoming.mkdir()
+    page = tmp_path / "progress-warm"
+    agent.create_page(page)
+    hold, release = tmp_path / "hold-warm", tmp_path / "release-warm"
+    warm = start_child(
+        ["--steps", steps, "--seed", seed, "--hold-at", killed_at,
+         "--hold-file", hold, "--release-file", release],
+        child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                  GANDIVA_RESUME_FROM=incoming, GANDIVA_RESUME_WAIT=1,
+                  GANDIVA_CHECKPOINT_DIR=mine,
+                  GANDIVA_CHECKPOINT_EVERY_MINIBATCHES=every))
+    reap(warm)
+    wait_for(lambda: agent.read_page(page).state == agent.STATE_WAITING,
+             "the warm process to wait")
+    source = None
+    if streamed:
+        ckpt = tmp_path / "ckpt"
+        checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at, ckpt)
+        source = FakeSource(ckpt / gandiva.torch.CHECKPOINT_NAME)
+        source.offer(incoming)
+    else:
+        checkpoint_at(tmp_path, lib_path, reap, steps, seed, hold_at,
+                      incoming)
+    agent.mark_ready(incoming)
+    wait_for(hold.exists, "the moved job to reach the hold")
+    if source is not None:
+        source.close()
+    os.kill(warm.pid, signal.SIGKILL)
+    status, _, _ = finish(warm)
+    assert status == -signal.SIGKILL
+
+    # What the agent keeps for the next run: the move's checkpoint.
+    name = gandiva.torch.CHECKPOINT_NAME
+    kept = mine / name
+    note = (mine / gandiva.SAVED_FILE).read_text().split("\n")
+    assert note == [f"minibatches {hold_at + 1}", f"path {name}",
+                    f"mtime_ns {kept.stat().st_mtime_ns}", ""]
+    if streamed:
+        assert not (incoming / name).exists()
+    else:
+        assert kept.stat().st_ino == (incoming / name).stat().st_ino
+    assert gandiva.torch.read_checkpoint(str(mine))["steps"] == hold_at + 1
+
+    # The next run goes on from it: the parameters of a run never moved.
+    page2 = tmp_path / "progress2"
+    agent.create_page(page2)
+    resumed, _ = run_to_end(tmp_path, lib_path, "resumed", steps, seed,
+                            GANDIVA_PROGRESS_FILE=page2,
+                            GANDIVA_RESUME_FROM=mine,
+                            GANDIVA_CHECKPOINT_DIR=mine,
+                            GANDIVA_CHECKPOINT_EVERY_MINIBATCHES=every)
+    assert resumed["steps"] == steps
+    for name, tensor in ref["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert torch.equal(ref["rng_sample"], resumed["rng_sample"])
+
+
+def test_a_run_going_on_from_a_checkpoint_in_its_own_directory_notes_it(
+        tmp_path, lib_path, reap):
+    """A run that goes on from a checkpoint already in its checkpoint
+    directory but saved with no note (a resize's, one saved as its agent
+    stopped) notes that file as its periodic checkpoint, in place: no
+    copy."""
+    steps, seed, every = 12, 5, 100
+    mine = tmp_path / "mine"
+    checkpoint_at(tmp_path, lib_path, reap, steps, seed, 4, mine)
+    name = gandiva.torch.CHECKPOINT_NAME
+    assert not (mine / gandiva.SAVED_FILE).exists()
+    ino = (mine / name).stat().st_ino
+    page = tmp_path / "progress2"
+    agent.create_page(page)
+    hold, release = tmp_path / "hold2", tmp_path / "release2"
+    proc = start_child(
+        ["--steps", steps, "--seed", seed, "--hold-at", 7,
+         "--hold-file", hold, "--release-file", release],
+        child_env(lib_path, GANDIVA_PROGRESS_FILE=page,
+                  GANDIVA_RESUME_FROM=mine, GANDIVA_CHECKPOINT_DIR=mine,
+                  GANDIVA_CHECKPOINT_EVERY_MINIBATCHES=every))
+    reap(proc)
+    wait_for(hold.exists, "the job to reach the hold")
+    assert (mine / name).stat().st_ino == ino
+    assert sorted(os.listdir(mine)) == [gandiva.SAVED_FILE, name]
+    assert (mine / gandiva.SAVED_FILE).read_text().split("\n") == [
+        "minibatches 5", f"path {name}",
+        f"mtime_ns {(mine / name).stat().st_mtime_ns}", ""]
+    release.touch()
+    status, _, err = finish(proc)
+    assert status == 0, err
+
+
 @pytest.mark.parametrize("cut", ["token", "short"])
 def test_a_stream_that_fails_fails_the_warm_process_with_the_reason(
         tmp_path, lib_path, reap, cut):
