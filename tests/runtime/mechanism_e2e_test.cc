@@ -8,6 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -121,6 +124,113 @@ TEST_P(MigrationIdentityTest, MigratedJobMatchesARunNeverMigrated) {
   ASSERT_EQ(want.size(), 64u) << ref_log;
   EXPECT_EQ(Fingerprint(log), want) << "job log:\n" << log;
   if (tls) fs::remove_all(certs);
+}
+
+// The steps at which the job's runs went on ("resumed from ... at step
+// N" in its log), in order.
+std::vector<int> ResumedAt(const std::string& log) {
+  std::vector<int> at;
+  for (size_t i = log.find("resumed from "); i != std::string::npos;
+       i = log.find("resumed from ", i + 1)) {
+    const size_t step = log.find(" at step ", i);
+    if (step == std::string::npos) break;
+    at.push_back(std::atoi(log.c_str() + step + 9));
+  }
+  return at;
+}
+
+// A job that saves periodic checkpoints, moved to another agent and
+// SIGKILLed there before its first save there, goes on from the move's
+// checkpoint on that agent (the library made it the job's periodic one as
+// the job started there), not from the beginning; it ends with the
+// parameters of a run never moved nor killed. Whether the checkpoint came
+// straight into the job's memory or as files first.
+class MovedPeriodicTest : public MechanismE2eTest,
+                          public ::testing::WithParamInterface<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Channels, MovedPeriodicTest,
+                         ::testing::Values("StraightIntoTheJob", "FilesFirst"),
+                         [](const auto& p) { return p.param; });
+
+TEST_P(MovedPeriodicTest, KilledBeforeItsFirstSaveThereItGoesOnFromTheMove) {
+  constexpr int kSteps = 400;
+  constexpr int kEvery = 300;
+  constexpr int kSeed = 13;
+  ClusterOptions o{.policy = "fifo",
+                   .agents = 2,
+                   .gpus_per_agent = 1,
+                   .scheduler_args = {"--start-retry-s", "1"}};
+  if (GetParam() == "FilesFirst") o.agent_args = {"--no-stream-to-job"};
+  TestCluster c(o);
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec = c.TrainSpec("moved-periodic", "cnn", kSteps, kSeed, 20);
+  spec.set_command(spec.command() + " --log-steps 1");
+  spec.set_retries(1);
+  spec.set_checkpoint_every_minibatches(kEvery);
+  auto ref = StartReferenceRun(spec, kSteps, kSeed, c.dir() / "reference.log");
+  ASSERT_NE(ref, nullptr);
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const rpc::JobInfo j = c.Job(id);
+        return j.progress().uses_library() && j.progress().minibatches() >= 40;
+      },
+      seconds(120)))
+      << Describe(c, id) << c.Logs();
+  const std::string from = c.Job(id).server();
+  const std::string to = from == "agent-0" ? "agent-1" : "agent-0";
+  std::string out;
+  ASSERT_EQ(c.Cli({"migrate", std::to_string(id), "--to", to}, &out), 0)
+      << out << Describe(c, id) << c.Logs();
+  // The move is done once the job trained its first mini-batch there: long
+  // before its first periodic save there (mini-batch 300).
+  const std::vector<int> pids =
+      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) +
+                  " --seed " + std::to_string(kSeed) + " --min-step-ms");
+  ASSERT_EQ(pids.size(), 1u);
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
+
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.state(), rpc::FINISHED) << Describe(c, id);
+  EXPECT_EQ(j.progress().minibatches(), kSteps);
+  EXPECT_EQ(j.run_failures(), 1);
+  // Its log: the source's part came along with the move, and the killed
+  // run's part with the checkpoint, wherever the job ran again.
+  const std::string log = c.JobLog(j);
+  const std::vector<int> resumed = ResumedAt(log);
+  ASSERT_EQ(resumed.size(), 2u) << log;
+  // The last step the killed run trained.
+  const std::string before =
+      log.substr(0, log.find("resumed from ", log.find("resumed from ") + 1));
+  const size_t last = before.rfind("\nstep ");
+  ASSERT_NE(last, std::string::npos) << log;
+  const int killed_at = std::atoi(before.c_str() + last + 6);
+  EXPECT_GE(killed_at, resumed[0]) << log;
+  EXPECT_LT(killed_at, kEvery) << "killed before its first save there";
+  EXPECT_GE(resumed[0], 40) << log;
+  EXPECT_LT(resumed[0], kEvery) << log;
+  EXPECT_EQ(resumed[1], resumed[0]) << "went on from the move\n" << log;
+  const auto retries = c.History(id, "retry");
+  ASSERT_EQ(retries.size(), 1u) << Describe(c, id);
+  EXPECT_EQ(retries[0].detail(),
+            "run 1 of 2 failed: it runs again in 1 s, from its checkpoint at "
+            "mini-batch " +
+                std::to_string(resumed[0]));
+  EXPECT_EQ(CountLines(log, "done: " + std::to_string(kSteps) + " steps"), 1)
+      << log;
+  ASSERT_TRUE(ref->Wait(seconds(240)));
+  const std::string want = Fingerprint(Slurp(ref->log()));
+  ASSERT_EQ(want.size(), 64u) << Slurp(ref->log());
+  EXPECT_EQ(Fingerprint(log), want) << log;
+  std::printf(
+      "a job saving every %d mini-batches, moved at mini-batch %d (%s) and "
+      "SIGKILLed there after mini-batch %d, went on from the move's "
+      "checkpoint: %d mini-batches trained again\n",
+      kEvery, resumed[0], GetParam().c_str(), killed_at,
+      killed_at - resumed[0]);
 }
 
 // A job without the library that keeps its own checkpoints (restartable)
