@@ -18,6 +18,11 @@
 //     narrowed to 32 bits), every GPU a job lists is one of the server's,
 //     and the server it describes is one the core takes
 //     (core::ValidateServerSpec, with PlanServer's defaults).
+//   ApplyQueuesRequest: config::ParseQueues on its text; for queues it
+//     accepts, what the daemon then relies on must hold: they make a tree
+//     (core::CheckQueues, which the core applies), they are stored as they
+//     are (QueuesToJson reads back to the same), and a QueuesChanged of
+//     them encodes and decodes to the same text.
 // A violation (and any crash, exception or sanitizer report) stops the run.
 #include <fnmatch.h>
 #include <google/protobuf/stubs/logging.h>
@@ -34,6 +39,7 @@
 
 #include "config/agent_check.h"
 #include "config/job_spec_check.h"
+#include "config/queues_file.h"
 #include "core/cluster.h"
 #include "proto/gandiva.pb.h"
 #include "runtime/scheduler/access.h"
@@ -186,6 +192,25 @@ void Report(const rpc::AgentReport& r) {
   }
 }
 
+void Apply(const rpc::ApplyQueuesRequest& r) {
+  if (r.yaml().size() > kMaxQueuesFileBytes) return;
+  auto parsed = config::ParseQueues(r.yaml(), "queues");
+  if (!parsed.ok()) return;
+  if (core::Status s = core::CheckQueues(*parsed); !s.ok()) {
+    Fail("ParseQueues accepted queues CheckQueues refuses: " + s.message());
+  }
+  const std::string stored = QueuesToJson(*parsed).dump();
+  auto back = QueuesFromJson(nlohmann::json::parse(stored));
+  if (!back.ok()) Fail("stored queues do not read back: " + stored);
+  if (QueuesToJson(*back).dump() != stored) {
+    Fail("stored queues read back otherwise: " + stored);
+  }
+  const std::string text = EncodeEvent(core::QueuesChanged{*parsed, {}});
+  auto event = DecodeEvent(text);
+  if (!event.ok()) Fail("QueuesChanged does not decode: " + text);
+  if (EncodeEvent(*event) != text) Fail("QueuesChanged decodes otherwise");
+}
+
 }  // namespace
 }  // namespace gandiva::runtime
 
@@ -211,6 +236,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (gandiva::rpc::LeaveRequest req; req.ParseFromArray(data, n)) {
     (void)gandiva::config::CheckAgentLeave(req);
+  }
+  if (gandiva::rpc::ApplyQueuesRequest req; req.ParseFromArray(data, n)) {
+    gandiva::runtime::Apply(req);
   }
   return 0;
 }

@@ -915,7 +915,8 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
     up->add_option("--queues", f->queues,
                    "YAML file of the queues (teams) and their GPU quotas "
                    "(see `gandiva-scheduler --help`; default: the "
-                   "database's, else none)");
+                   "database's, else none; others than the database's are "
+                   "applied as `gandiva queues apply` would)");
     up->add_option("--quantum-s", f->quantum_s,
                    "Time-slice in seconds (default: the database's, else 60)");
     up->add_option("--tick-ms", f->tick_ms,

@@ -4,14 +4,18 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/format.h"
 #include "cli/scheduler_client.h"
+#include "config/queues_file.h"
 
 namespace gandiva::cli {
 namespace {
@@ -66,6 +70,48 @@ int RunQueues(const QueuesFlags& f) {
          members.empty() ? "-" : members});
   }
   std::fputs(FormatTable(rows).c_str(), stdout);
+  return 0;
+}
+
+struct ApplyFlags {
+  ConnectionFlags conn;
+  std::string file;
+  bool dry_run = false;
+};
+
+// `gandiva queues apply FILE`: the file checked here, then by the daemon,
+// which takes it at once.
+int RunApply(const ApplyFlags& f) {
+  SchedulerSession s("queues apply", f.conn);
+  std::error_code ec;
+  if (std::filesystem::is_directory(f.file, ec)) {
+    return s.Fail(f.file + ": is a directory, not a queues file");
+  }
+  std::ifstream in(f.file, std::ios::binary);
+  if (!in) return s.Fail(f.file + ": cannot read the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return s.Fail(f.file + ": read error");
+  if (auto parsed = config::ParseQueues(text.str(), f.file); !parsed.ok()) {
+    return s.Fail(parsed.status().message());
+  }
+  rpc::ApplyQueuesRequest req;
+  req.set_yaml(text.str());
+  req.set_source(f.file);
+  req.set_dry_run(f.dry_run);
+  rpc::ApplyQueuesReply reply;
+  const grpc::Status st = s.stub().ApplyQueues(Context().get(), req, &reply);
+  if (!st.ok()) return s.Fail(st);
+  if (reply.changes().empty()) {
+    std::printf("the queues are as %s has them: nothing to change\n",
+                f.file.c_str());
+    return 0;
+  }
+  std::printf("%s\n", reply.applied() ? "queues changed:"
+                                      : "would change (--dry-run):");
+  for (const std::string& line : reply.changes()) {
+    std::printf("  %s\n", line.c_str());
+  }
   return 0;
 }
 
@@ -165,7 +211,20 @@ void AddQueueCommands(CLI::App& app, int& exit_code) {
     sub->add_flag("--json", f->json,
                   "Print the ListQueuesReply message as JSON for scripts");
     AddConnectionFlags(sub, &f->conn);
-    sub->callback([f, &exit_code] { exit_code = RunQueues(*f); });
+    auto a = std::make_shared<ApplyFlags>();
+    CLI::App* apply = sub->add_subcommand(
+        "apply",
+        "Replace the queues with those of a YAML file (as gandiva-scheduler "
+        "--queues takes it), at once and kept: a queue given more gets it "
+        "back from the borrowers by suspends (admins only)");
+    apply->add_option("FILE", a->file, "The queues file")->required();
+    apply->add_flag("--dry-run", a->dry_run,
+                    "Only check the file and say what would change");
+    AddConnectionFlags(apply, &a->conn);
+    apply->callback([a, &exit_code] { exit_code = RunApply(*a); });
+    sub->callback([f, apply, &exit_code] {
+      if (!apply->parsed()) exit_code = RunQueues(*f);
+    });
   }
   {
     auto f = std::make_shared<UsageFlags>();

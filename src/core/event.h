@@ -12,6 +12,7 @@
 #include "core/cluster.h"
 #include "core/ids.h"
 #include "core/job.h"
+#include "core/queue_config.h"
 #include "core/time.h"
 
 namespace gandiva::core {
@@ -184,11 +185,25 @@ struct MechanismRequest {
 };
 const char* MechanismKindName(MechanismRequest::Kind kind);
 
+// An operator replaces the queues (teams, quotas, weights, limits) while
+// jobs run: the queue-aware policies take `queues` from now on (what a
+// queue was owed carries over where its name stays) and act on them at
+// once, a reclaim included. A job whose VC names no leaf any more is in
+// the shared queue. Refused, changing nothing, unless `queues` make a tree
+// (CheckQueues). `previous`: the queues until now, the world's record (a
+// log replayed from before this event starts under them); the core does
+// not read it.
+struct QueuesChanged {
+  std::vector<QueueConfig> queues;
+  std::vector<QueueConfig> previous;
+};
+
 using EventBody =
     std::variant<JobArrived, JobFinished, ProfileReport, ActionDone,
                  ActionFailed, ServerUp, ServerDown, Tick, KillRequest,
                  PriorityRequest, HoldRequest, MechanismRequest, CordonRequest,
-                 JobFound, DrainRequest, CarrierKnown, ProcessLost>;
+                 JobFound, DrainRequest, CarrierKnown, ProcessLost,
+                 QueuesChanged>;
 
 struct Event {
   Time time;

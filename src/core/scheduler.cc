@@ -8,6 +8,8 @@
 #include <string>
 #include <utility>
 
+#include "core/policies/queues.h"
+
 namespace gandiva::core {
 
 namespace {
@@ -36,7 +38,7 @@ const char* EventName(const EventBody& body) {
       "ActionFailed",  "ServerUp",        "ServerDown",    "Tick",
       "KillRequest",   "PriorityRequest", "HoldRequest",   "MechanismRequest",
       "CordonRequest", "JobFound",        "DrainRequest",  "CarrierKnown",
-      "ProcessLost"};
+      "ProcessLost",   "QueuesChanged"};
   static_assert(std::size(kNames) == std::variant_size_v<EventBody>);
   return kNames[body.index()];
 }
@@ -566,6 +568,9 @@ Status Scheduler::Apply(const Event& event) {
             }
             state_.cluster_.SetCordoned(e.server, e.cordon);
             return Status::Ok();
+          },
+          [&](const QueuesChanged& e) -> Status {
+            return CheckQueues(e.queues);
           },
           [&](const DrainRequest& e) -> Status {
             GANDIVA_RETURN_IF_ERROR(CheckDrain(e));

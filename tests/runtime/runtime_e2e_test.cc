@@ -195,6 +195,74 @@ TEST_F(RuntimeE2eTest, SixJobsTimeSliceOnFourGpus) {
   for (int64_t id : ids) ExpectFinishedExactlyOnce(c, jobs[id], kSteps);
 }
 
+// `gandiva queues apply FILE` changes the queues of a running cluster: a
+// dry run says what would change; applied, `gandiva queues` shows the new
+// ones. A file that is no tree is refused by the CLI itself, naming the
+// file, the queue and the field; one that would remove a queue holding a
+// live job is refused by the daemon, naming the job.
+TEST_F(RuntimeE2eTest, QueuesChangeWhileJobsRun) {
+  const fs::path dir = fs::temp_directory_path() /
+                       ("gandiva-queues-apply-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "start.yaml") << "queues:\n  - {name: a, quota: 1}\n"
+                                    << "  - {name: b, quota: 1}\n";
+  TestCluster c(
+      {.policy = "gandiva-fair",
+       .agents = 1,
+       .gpus_per_agent = 2,
+       .scheduler_args = {"--queues", (dir / "start.yaml").string()}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec;
+  spec.set_name("sleeper");
+  spec.set_command("sleep 600");
+  spec.set_gpus(1);
+  spec.set_owner("e2e");
+  spec.set_queue("a");
+  spec.set_workdir(c.dir().string());
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+
+  std::ofstream(dir / "more.yaml") << "queues:\n  - {name: a, quota: 2}\n"
+                                   << "  - {name: b, quota: 0}\n"
+                                   << "  - {name: c, quota: 0}\n";
+  std::string out;
+  ASSERT_EQ(
+      c.Cli({"queues", "apply", (dir / "more.yaml").string(), "--dry-run"},
+            &out),
+      0)
+      << out;
+  EXPECT_NE(out.find("would change (--dry-run):\n  queue 'a': quota 1 -> "
+                     "2\n  queue 'b': quota 1 -> 0\n  queue 'c' added "
+                     "(quota 0)\n"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(c.Cli({"queues", "--json"}, &out), 0) << out;
+  EXPECT_EQ(out.find("\"c\""), std::string::npos) << "a dry run: " << out;
+  ASSERT_EQ(c.Cli({"queues", "apply", (dir / "more.yaml").string()}, &out), 0)
+      << out;
+  EXPECT_NE(out.find("queues changed:"), std::string::npos) << out;
+  ASSERT_EQ(c.Cli({"queues"}, &out), 0) << out;
+  EXPECT_NE(out.find("\nc "), std::string::npos) << out;
+  ASSERT_EQ(c.Cli({"queues", "apply", (dir / "more.yaml").string()}, &out), 0)
+      << out;
+  EXPECT_NE(out.find("nothing to change"), std::string::npos) << out;
+
+  std::ofstream(dir / "bad.yaml") << "queues:\n  - {name: a, quota: 1}\n"
+                                  << "  - {name: b, quota: lots}\n";
+  EXPECT_EQ(c.Cli({"queues", "apply", (dir / "bad.yaml").string()}, &out), 1);
+  EXPECT_NE(out.find((dir / "bad.yaml").string()), std::string::npos) << out;
+  EXPECT_NE(out.find("field 'quota'"), std::string::npos) << out;
+  std::ofstream(dir / "fewer.yaml") << "queues:\n  - {name: b, quota: 2}\n";
+  EXPECT_EQ(c.Cli({"queues", "apply", (dir / "fewer.yaml").string()}, &out), 1);
+  EXPECT_NE(out.find("queue 'a' holds live jobs (" + std::to_string(id) +
+                     ") and would be removed"),
+            std::string::npos)
+      << out;
+  ASSERT_EQ(c.Cli({"kill", std::to_string(id)}, &out), 0) << out;
+  fs::remove_all(dir);
+}
+
 // Queues a and b with quotas of 2 GPUs each on 4 virtual GPUs, under
 // gandiva-fair. b borrows all 4 while a is idle. a submits two jobs: two
 // of b's are suspended at a mini-batch boundary, not killed (no b job's

@@ -43,6 +43,9 @@ void DrfReclaimPolicy::decide(const ClusterState& state, const Event& event,
                               Actions& out) {
   live_.Keep(state, event);
   if (std::holds_alternative<ProfileReport>(event.body)) return;
+  if (const auto* changed = std::get_if<QueuesChanged>(&event.body)) {
+    queues_ = QueueQuotas(changed->queues);
+  }
   const Cluster& cluster = state.cluster();
   // 1. Preempted jobs that have stopped (or failed to resume) give their
   // GPUs back.

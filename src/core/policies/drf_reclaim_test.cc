@@ -141,5 +141,29 @@ TEST(DrfReclaimTest, PriorityOrdersAQueue) {
   EXPECT_EQ(h.job(low).state, JobState::kQueued);
 }
 
+// New queues take effect at once: a queue given a quota takes it back from
+// the borrowers.
+TEST(DrfReclaimTest, NewQueuesTakeEffectAtOnce) {
+  const std::vector<QueueConfig> before = FlatQueues({{"b", 2}});
+  Harness h(
+      std::make_unique<DrfReclaimPolicy>(DrfReclaimOptions{.queues = before}),
+      1, Gpus(2));
+  std::vector<JobId> b;
+  for (int i = 0; i < 2; ++i) {
+    b.push_back(h.Submit(1, 0, false, "b"));
+    h.CompleteAll();
+    h.Advance(Duration::Seconds(10));
+  }
+  const JobId a0 = h.Submit(1, 0, false, "a");
+  EXPECT_TRUE(h.last().empty()) << "a is no queue yet: b keeps its quota";
+  const std::vector<Action> acted =
+      h.Send(QueuesChanged{FlatQueues({{"a", 1}, {"b", 1}}), before});
+  ASSERT_EQ(acted.size(), 1u);
+  EXPECT_EQ(acted[0].kind, ActionKind::kSuspend);
+  EXPECT_EQ(acted[0].job, b[1]) << "the latest started";
+  h.CompleteAll();
+  EXPECT_EQ(h.job(a0).state, JobState::kRunning);
+}
+
 }  // namespace
 }  // namespace gandiva::core

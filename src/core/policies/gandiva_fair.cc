@@ -90,6 +90,25 @@ void GandivaFairPolicy::Forget(const ClusterState& /*state*/,
   }
 }
 
+void GandivaFairPolicy::TakeQueues(const std::vector<QueueConfig>& queues) {
+  QueueQuotas next(queues);
+  Credits c;
+  c.at = credits_.at;
+  c.credit.assign(next.size(), 0.0);
+  c.share.assign(next.size(), 0.0);
+  c.holds.assign(next.size(), 0.0);
+  for (size_t q = 0; q < queues_.size(); ++q) {
+    if (const std::optional<size_t> now = next.Find(queues_.name(q))) {
+      c.credit[*now] = credits_.credit[q];
+    }
+  }
+  options_.queues = queues;
+  queues_ = std::move(next);
+  credits_ = std::move(c);
+  // Every job's queue may have changed.
+  tally_stale_ = true;
+}
+
 void GandivaFairPolicy::Integrate(Credits& c, Time now) const {
   if (c.at == Time::Never() || now <= c.at) return;
   // dc/dt = share - holds - c ln2 / half_life, with share and holds as
@@ -305,6 +324,9 @@ void GandivaFairPolicy::decide(const ClusterState& state, const Event& event,
   // The credits up to now, under the shares and holdings since the last
   // event; then those of now.
   Integrate(credits_, state.now());
+  if (const auto* changed = std::get_if<QueuesChanged>(&event.body)) {
+    TakeQueues(changed->queues);
+  }
   if (tally_stale_) {
     tally_stale_ = false;
     parts_.clear();
@@ -327,7 +349,9 @@ void GandivaFairPolicy::decide(const ClusterState& state, const Event& event,
 void GandivaFairPolicy::Act(const ClusterState& state, const Event& event,
                             Actions& out) {
   const Cluster& cluster = state.cluster();
-  const bool tick = std::holds_alternative<Tick>(event.body);
+  // New queues are acted on at once, as at a tick.
+  const bool tick = std::holds_alternative<Tick>(event.body) ||
+                    std::holds_alternative<QueuesChanged>(event.body);
   if (const auto* e = std::get_if<ActionFailed>(&event.body)) {
     // A failed resume leaves the job where it was: let it be placed anew
     // rather than retried on the same GPUs.

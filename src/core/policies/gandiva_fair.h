@@ -112,6 +112,9 @@ class GandivaFairPolicy final : public Policy {
     std::vector<double> share;   // fair share at `at`, GPUs
     std::vector<double> holds;   // GPUs running at `at`
   };
+  // The queues from now on (QueuesChanged): each queue's credit carries
+  // over to the queue of its name, if any; a new queue starts at 0.
+  void TakeQueues(const std::vector<QueueConfig>& queues);
   // `c.credit` brought up to `now` under c's shares and holdings.
   void Integrate(Credits& c, Time now) const;
   // Job `id`'s part of its queue's demand and holdings made current.

@@ -262,6 +262,59 @@ TEST(GandivaFairTest, AQueuedJobsReasonNamesItsQueuesDeal) {
       << why;
 }
 
+// New queues (an operator's `gandiva queues apply`) are acted on at once,
+// not at the next Tick: a queue given a larger quota gets it back from
+// the borrowers by suspends. What each queue was owed, or owed, carries
+// over to the queue of its name. A change that is no tree is refused and
+// changes nothing.
+TEST(GandivaFairTest, NewQueuesAreActedOnAtOnceAndCreditsCarryOver) {
+  const std::vector<QueueConfig> before = FlatQueues({{"a", 1}, {"b", 1}});
+  Harness h(
+      std::make_unique<GandivaFairPolicy>(GandivaFairOptions{.queues = before}),
+      1, Gpus(2));
+  std::vector<JobId> b;
+  for (int i = 0; i < 2; ++i) b.push_back(h.Submit(1, 0, false, "b"));
+  h.CompleteAll();
+  std::vector<JobId> a;
+  for (int i = 0; i < 3; ++i) a.push_back(h.Submit(1, 0, false, "a"));
+  // For 10 minutes, no Tick: a is owed its GPU, b owes it.
+  // (1 - 2^(-600/3600)) * 3600 / ln 2 = 566.5 GPU-seconds, 0.16 hours.
+  h.Advance(Duration::Seconds(600));
+  h.Send(ProfileReport{b[0], 1.0});
+  EXPECT_NE(h.scheduler().ExplainQueue()->Why(a[2], 1).find(
+                "quota 1, owed 0.16 GPU-hours"),
+            std::string::npos)
+      << h.scheduler().ExplainQueue()->Why(a[2], 1);
+
+  const std::vector<QueueConfig> after = FlatQueues({{"a", 2}, {"b", 0}});
+  const std::vector<Action> acted = h.Send(QueuesChanged{after, before});
+  EXPECT_EQ(CountKind(acted, ActionKind::kSuspend), 2) << "no Tick needed";
+  EXPECT_EQ(CountKind(acted, ActionKind::kKill), 0);
+  h.CompleteAll();
+  EXPECT_EQ(Running(h, a), 2);
+  EXPECT_EQ(Running(h, b), 0);
+  for (JobId id : b) EXPECT_TRUE(h.job(id).launched) << "suspended, not lost";
+  const auto reasons = h.scheduler().ExplainQueue();
+  EXPECT_NE(reasons->Why(a[2], 1).find("quota 2, owed 0.16 GPU-hours"),
+            std::string::npos)
+      << reasons->Why(a[2], 1);
+  EXPECT_NE(reasons->Why(b[0], 1).find("quota 0, owing 0.16 GPU-hours"),
+            std::string::npos)
+      << reasons->Why(b[0], 1);
+
+  std::vector<QueueConfig> bad = after;
+  bad.push_back({.name = "c", .parent = "nowhere", .quota = 1});
+  const Status refused = h.TrySend(QueuesChanged{bad, after});
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("'c'"), std::string::npos)
+      << refused.message();
+  EXPECT_NE(refused.message().find("parent"), std::string::npos)
+      << refused.message();
+  EXPECT_NE(h.scheduler().ExplainQueue()->Why(a[2], 1).find("quota 2"),
+            std::string::npos)
+      << "the queues stay as they were";
+}
+
 // A tree: the top queues share the cluster by quota and weight, each
 // queue's share split among its children alike; a limit caps a queue and
 // the queues under it, and what it cannot take goes to the others.

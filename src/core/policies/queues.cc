@@ -206,6 +206,12 @@ size_t QueueQuotas::Of(const std::string& vc) const {
   return it != index_.end() && leaf(it->second) ? it->second : index_.at("");
 }
 
+std::optional<size_t> QueueQuotas::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::vector<double> QueueQuotas::Shares(const std::vector<double>& demand,
                                         double gpus) const {
   const size_t n = names_.size();

@@ -15,38 +15,12 @@
 #include <vector>
 
 #include "core/event.h"
+#include "core/queue_config.h"
 #include "core/queue_reasons.h"
 #include "core/state.h"
 #include "core/status.h"
 
 namespace gandiva::core {
-
-// One queue as configured.
-struct QueueConfig {
-  std::string name{};
-  // The queue it is part of; "" at the top.
-  std::string parent{};
-  // GPUs guaranteed while its jobs ask for them. The quotas of a queue's
-  // children add up to at most its own.
-  int quota = 0;
-  // Its part of the GPUs lent beyond the quotas, among its siblings still
-  // short; below 0: its quota. Queues of weight 0 share what the weighted
-  // ones leave, equally.
-  double weight = -1;
-  // The most GPUs its jobs (its children's, for a queue with children)
-  // hold at once; below 0: no limit.
-  int limit = -1;
-  // Read by the daemon, not by the policies: the users who may submit to
-  // it (and to the queues under it); empty: anyone, unless a queue above
-  // names members.
-  std::vector<std::string> members{};
-  // Read by the daemon: the highest priority a user who is not an admin
-  // may give a job of this queue (the lowest of those along its path).
-  std::optional<int> max_priority{};
-
-  double Weight() const { return weight < 0 ? quota : weight; }
-  bool operator==(const QueueConfig&) const = default;
-};
 
 // Queues at the top, one per (name, quota), with the default weight and no
 // limit.
@@ -83,6 +57,8 @@ class QueueQuotas {
   bool tree() const { return tree_; }
   // The leaf a VC's jobs are in.
   size_t Of(const std::string& vc) const;
+  // The queue of that name, if any (leaf or not).
+  std::optional<size_t> Find(const std::string& name) const;
   // "queue 'NAME'", or "the shared queue" for "".
   std::string Describe(size_t q) const;
   // Each queue's fair share of `gpus` GPUs, for the GPUs each leaf's jobs

@@ -547,6 +547,24 @@ TEST_F(AccessTest, UsersSubmitToTheirOwnQueuesWithinTheirPriorityBounds) {
   EXPECT_EQ(queues.queues(3).max_priority(), 5);
   EXPECT_EQ(queues.queues(0).weight(), 1);
   EXPECT_EQ(queues.queues(3).weight(), 2) << "its quota by default";
+  // Only an admin changes the queues.
+  rpc::ApplyQueuesRequest apply;
+  apply.set_yaml("queues:\n  - name: ops\n    quota: 1\n");
+  apply.set_dry_run(true);
+  rpc::ApplyQueuesReply applied;
+  s = stub_->ApplyQueues(As(alice).get(), apply, &applied);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            "alice may not change the queues: only an admin does (rule: "
+            "admin)");
+  s = stub_->ApplyQueues(As(root).get(), apply, &applied);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "research's teams hold live jobs: " << s.error_message();
+  apply.set_source(std::string(5000, 'x'));
+  s = stub_->ApplyQueues(As(root).get(), apply, &applied);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("field 'source'"), std::string::npos)
+      << s.error_message();
 }
 
 }  // namespace

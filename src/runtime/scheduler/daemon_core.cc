@@ -92,6 +92,9 @@ void SchedulerServer::Impl::AfterHandle(
       }
       pending.erase(it);
     }
+  } else if (const auto* q = std::get_if<core::QueuesChanged>(&body)) {
+    // As the core took them (it refuses what is no tree).
+    if (core::CheckQueues(q->queues).ok()) SetQueues(q->queues);
   } else if (const auto* down = std::get_if<core::ServerDown>(&body)) {
     // A restart there waits no longer: the core queued the job again.
     std::erase_if(pending, [&](const auto& e) {

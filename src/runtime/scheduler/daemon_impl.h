@@ -23,9 +23,32 @@ namespace gandiva::runtime {
 struct SchedulerServer::Impl final {
   SchedulerOptions opts;
   std::string policy_name;
-  // The queues (--queues, stored with the policy options): jobs name
-  // leaves; members and priority bounds are checked at submission.
-  std::vector<core::QueueConfig> queues;
+  // The queues in force (--queues, stored with the policy options; changed
+  // by ApplyQueues as a QueuesChanged event): jobs name leaves; members and
+  // priority bounds are checked at submission. Read on any thread;
+  // replaced on the loop (SetQueues).
+  std::shared_ptr<const std::vector<core::QueueConfig>> Queues() const {
+    std::lock_guard<std::mutex> lock(queues_mu);
+    return queues_in_force;
+  }
+  void SetQueues(std::vector<core::QueueConfig> q) {
+    auto next =
+        std::make_shared<const std::vector<core::QueueConfig>>(std::move(q));
+    std::lock_guard<std::mutex> lock(queues_mu);
+    queues_in_force = std::move(next);
+  }
+  mutable std::mutex queues_mu;
+  std::shared_ptr<const std::vector<core::QueueConfig>> queues_in_force =
+      std::make_shared<const std::vector<core::QueueConfig>>();
+  // The queues in force are not the stored ones yet (storing them after
+  // their change failed): stored before the next compaction. The loop's.
+  bool queues_unstored = false;
+  // --queues when it differs from the stored queues: applied once the
+  // state is recovered (ChangeQueues), as `gandiva queues apply` would.
+  std::optional<std::vector<core::QueueConfig>> start_queues;
+  // What the core is made with (ResolvePolicy; BuildScheduler).
+  core::PolicyOptions policy_options;
+  core::SchedulerOptions scheduler_options;
   // The cluster's users (users.h; the handlers identify callers by them).
   Users users;
   std::string address;
@@ -631,6 +654,16 @@ struct SchedulerServer::Impl final {
   core::StatusOr<rpc::DrainReply> Drain(const rpc::DrainRequest& r,
                                         const Caller& by);
 
+  // New queues from a queues file's text (ApplyQueuesRequest).
+  core::StatusOr<rpc::ApplyQueuesReply> ApplyQueues(
+      const rpc::ApplyQueuesRequest& r);
+  // `next` as the queues from now on: checked (a tree; every live job's
+  // queue still a leaf), then, unless a dry run or the same as now, fed to
+  // the core (QueuesChanged, logged) and stored. The reply lists what
+  // changes.
+  core::StatusOr<rpc::ApplyQueuesReply> ChangeQueues(
+      std::vector<core::QueueConfig> next, bool dry_run);
+
   // A change of a live job's priority (history `priority`), by its owner or
   // an admin (access.h); its priority before.
   core::StatusOr<int32_t> SetPriority(int64_t id, int32_t priority,
@@ -813,6 +846,14 @@ struct SchedulerServer::Impl final {
              std::set<int32_t>* killed);
 
   core::Status ResolvePolicy();
+  // `sched` afresh, its policy given `queues`.
+  core::Status BuildScheduler(const std::vector<core::QueueConfig>& queues);
+  // The queues in force where the log (after the snapshot, `after`)
+  // starts, if it holds a change of them (QueuesChanged: its previous).
+  core::StatusOr<std::optional<std::vector<core::QueueConfig>>>
+  QueuesAtLogStart(int64_t after);
+  // Writes `queues` into the stored policy options.
+  core::Status StoreQueues(const std::vector<core::QueueConfig>& queues);
 
   core::Status Recover();
 

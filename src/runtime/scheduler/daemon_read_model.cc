@@ -381,10 +381,10 @@ void SchedulerServer::Impl::PersistAndPublish(bool all_progress) {
 
 void SchedulerServer::Impl::ListQueues(rpc::ListQueuesReply* rep) {
   const std::shared_ptr<const Snapshot> sn = Snap();
-  // `queues` is set at the start, before any reader.
-  const core::QueueQuotas tree(queues);
+  const std::shared_ptr<const std::vector<core::QueueConfig>> queues = Queues();
+  const core::QueueQuotas tree(*queues);
   std::map<std::string, const core::QueueConfig*> config;
-  for (const core::QueueConfig& q : queues) config[q.name] = &q;
+  for (const core::QueueConfig& q : *queues) config[q.name] = &q;
   std::vector<rpc::QueueInfo> out(tree.size());
   // Calls `f` on the row of the queue jobs naming `name` go to, and on each
   // row above it: a parent's figures are its children's, summed.
@@ -679,6 +679,15 @@ void SchedulerServer::Impl::CompactLog() {
   events_since_compaction = 0;
   const int64_t seq = store->LastEventSeq();
   if (seq <= compacted_seq) return;
+  // The snapshot holds the policy under the queues in force: the stored
+  // ones must be those first (a recovery builds the policy from them).
+  if (queues_unstored) {
+    if (const core::Status q = StoreQueues(*Queues()); !q.ok()) {
+      Warn("cannot compact the event log: storing the queues: " + q.ToString());
+      return;
+    }
+    queues_unstored = false;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> forgotten = ForgetEndedJobs();
   SnapshotRow row{seq, clock_us, sched->Snapshot(), DaemonState().dump()};

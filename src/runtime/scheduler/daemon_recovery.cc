@@ -8,53 +8,6 @@
 #include "runtime/scheduler/daemon_impl.h"
 
 namespace gandiva::runtime {
-namespace {
-
-// The queues as stored with the policy options: a list of objects, by
-// name; the fields left at their defaults are left out. A store made
-// before queues had trees holds an object of quotas by name.
-json QueuesToJson(std::vector<core::QueueConfig> queues) {
-  std::sort(queues.begin(), queues.end(),
-            [](const auto& a, const auto& b) { return a.name < b.name; });
-  json out = json::array();
-  for (const core::QueueConfig& q : queues) {
-    json o = {{"name", q.name}, {"quota", q.quota}};
-    if (!q.parent.empty()) o["parent"] = q.parent;
-    if (q.weight >= 0) o["weight"] = q.weight;
-    if (q.limit >= 0) o["limit"] = q.limit;
-    if (!q.members.empty()) o["members"] = q.members;
-    if (q.max_priority) o["max_priority"] = *q.max_priority;
-    out.push_back(std::move(o));
-  }
-  return out;
-}
-
-core::StatusOr<std::vector<core::QueueConfig>> QueuesFromJson(const json& j) {
-  try {
-    if (j.is_object()) {
-      return core::FlatQueues(j.get<std::map<std::string, int>>());
-    }
-    std::vector<core::QueueConfig> out;
-    for (const json& o : j) {
-      core::QueueConfig q;
-      q.name = o.at("name").get<std::string>();
-      q.quota = o.at("quota").get<int>();
-      q.parent = o.value("parent", "");
-      q.weight = o.value("weight", -1.0);
-      q.limit = o.value("limit", -1);
-      q.members = o.value("members", std::vector<std::string>{});
-      if (o.contains("max_priority")) {
-        q.max_priority = o.at("max_priority").get<int>();
-      }
-      out.push_back(std::move(q));
-    }
-    return out;
-  } catch (const json::exception& e) {
-    return core::IoError(std::string("stored queues: ") + e.what());
-  }
-}
-
-}  // namespace
 
 core::Status SchedulerServer::Impl::Open() {
   if (opts.leadership) {
@@ -82,7 +35,24 @@ core::Status SchedulerServer::Impl::Open() {
                     : std::to_string(users.List().size()) +
                           " users: every call must prove whose it is");
   GANDIVA_RETURN_IF_ERROR(ResolveRestoreLost());
-  return Recover();
+  GANDIVA_RETURN_IF_ERROR(Recover());
+  if (start_queues) {
+    std::vector<core::QueueConfig> given = std::move(*start_queues);
+    start_queues.reset();
+    auto changed = ChangeQueues(std::move(given), /*dry_run=*/false);
+    if (!changed.ok()) {
+      return core::Status(changed.status().code(),
+                          "--queues: " + changed.status().message());
+    }
+    if (changed->applied()) {
+      std::string what;
+      for (const std::string& line : changed->changes()) {
+        what += (what.empty() ? "" : "; ") + line;
+      }
+      Log("--queues differs from the stored queues: applied (" + what + ")");
+    }
+  }
+  return core::Status::Ok();
 }
 
 core::Status SchedulerServer::Impl::ResolveClusterId() {
@@ -296,14 +266,22 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   if (!want.contains("queues")) want["queues"] = json::object();
   {
     auto stored_queues = QueuesFromJson(want.at("queues"));
-    if (!stored_queues.ok()) return stored_queues.status();
+    if (!stored_queues.ok()) {
+      return core::IoError("stored " + stored_queues.status().message());
+    }
     want["queues"] = QueuesToJson(*stored_queues);
   }
   if (opts.queues) {
     if (core::Status s = core::CheckQueues(*opts.queues); !s.ok()) {
       return core::InvalidArgument("--queues: " + s.message());
     }
-    check("--queues", "queues", QueuesToJson(*opts.queues));
+    if (stored->has_value()) {
+      // Applied as a change once the state is recovered (the log may
+      // hold changes since the stored options were written).
+      start_queues = *opts.queues;
+    } else {
+      want["queues"] = QueuesToJson(*opts.queues);
+    }
   }
   if (opts.default_retries < 0 || opts.default_retries > core::kMaxRetries) {
     return core::InvalidArgument("--default-retries: must be 0 to " +
@@ -348,9 +326,11 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   po.gandiva.allow_split = false;
   po.fifo.relax_locality = false;
   auto queues_now = QueuesFromJson(want.at("queues"));
-  if (!queues_now.ok()) return queues_now.status();
+  if (!queues_now.ok()) {
+    return core::IoError("stored " + queues_now.status().message());
+  }
   po.queues = *queues_now;
-  queues = std::move(*queues_now);
+  SetQueues(std::move(*queues_now));
   policy_name = want.at("policy").get<std::string>();
   for (const core::PolicyInfo& known : core::KnownPolicies()) {
     if (known.name == policy_name && known.simulator_only) {
@@ -360,18 +340,66 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
           "which the daemon does not do");
     }
   }
-  auto policy = core::MakePolicy(policy_name, po);
-  if (!policy.ok()) return policy.status();
-  core::SchedulerOptions so;
-  so.keep_usage = kKeepUsage;
-  so.start_attempts = want.at("start_attempts").get<int>();
-  so.start_retry_delay =
+  policy_options = po;
+  scheduler_options.keep_usage = kKeepUsage;
+  scheduler_options.start_attempts = want.at("start_attempts").get<int>();
+  scheduler_options.start_retry_delay =
       core::Duration::Micros(want.at("start_retry_us").get<int64_t>());
-  sched = std::make_unique<core::Scheduler>(std::move(*policy), so);
+  GANDIVA_RETURN_IF_ERROR(BuildScheduler(po.queues));
   if (!stored->has_value() || stored_options != want) {
     GANDIVA_RETURN_IF_ERROR(store->SetMeta("policy", want.dump()));
   }
   return core::Status::Ok();
+}
+
+core::Status SchedulerServer::Impl::BuildScheduler(
+    const std::vector<core::QueueConfig>& queues) {
+  core::PolicyOptions po = policy_options;
+  po.queues = queues;
+  auto policy = core::MakePolicy(policy_name, po);
+  if (!policy.ok()) return policy.status();
+  sched =
+      std::make_unique<core::Scheduler>(std::move(*policy), scheduler_options);
+  return core::Status::Ok();
+}
+
+core::StatusOr<std::optional<std::vector<core::QueueConfig>>>
+SchedulerServer::Impl::QueuesAtLogStart(int64_t after) {
+  std::optional<std::vector<core::QueueConfig>> first;
+  GANDIVA_RETURN_IF_ERROR(store->ForEachEvent(
+      [&](const EventRow& e) -> core::Status {
+        if (first || e.kind != "QueuesChanged") return core::Status::Ok();
+        auto body = DecodeEvent(e.json);
+        if (!body.ok()) {
+          return core::IoError("event log entry " + std::to_string(e.seq) +
+                               ": " + body.status().message());
+        }
+        const auto* changed = std::get_if<core::QueuesChanged>(&*body);
+        if (changed == nullptr) {
+          return core::IoError("event log entry " + std::to_string(e.seq) +
+                               ": not a QueuesChanged");
+        }
+        first = changed->previous;
+        return core::Status::Ok();
+      },
+      after));
+  return first;
+}
+
+core::Status SchedulerServer::Impl::StoreQueues(
+    const std::vector<core::QueueConfig>& queues) {
+  auto stored = store->GetMeta("policy");
+  if (!stored.ok()) return stored.status();
+  json options = json::object();
+  if (stored->has_value()) {
+    try {
+      options = json::parse(**stored);
+    } catch (const json::exception& e) {
+      return core::IoError(std::string("stored policy options: ") + e.what());
+    }
+  }
+  options["queues"] = QueuesToJson(queues);
+  return store->SetMeta("policy", options.dump());
 }
 
 core::Status SchedulerServer::Impl::Recover() {
@@ -430,6 +458,15 @@ core::Status SchedulerServer::Impl::Recover() {
   // `compacted_seq`, whose events are gone.
   auto snapshot = store->LoadSnapshot();
   if (!snapshot.ok()) return snapshot.status();
+  // The stored queues are the latest; a change of them still in the log
+  // was made under the queues before it, which the replay starts from.
+  auto log_start =
+      QueuesAtLogStart(snapshot->has_value() ? (*snapshot)->seq : 0);
+  if (!log_start.ok()) return log_start.status();
+  if (log_start->has_value()) {
+    GANDIVA_RETURN_IF_ERROR(BuildScheduler(**log_start));
+    SetQueues(**log_start);
+  }
   if (snapshot->has_value()) {
     const SnapshotRow& row = **snapshot;
     core::Status s = sched->Restore(row.core);
@@ -481,6 +518,9 @@ core::Status SchedulerServer::Impl::Recover() {
       },
       compacted_seq));
   events_since_compaction = replayed;
+  // The stored queues lag the log's last change after a crash between the
+  // two.
+  if (log_start->has_value()) GANDIVA_RETURN_IF_ERROR(StoreQueues(*Queues()));
   // Jobs the core forgot whose rows are not archived yet (the daemon
   // stopped between writing the snapshot and archiving them).
   std::vector<int32_t> forgotten;

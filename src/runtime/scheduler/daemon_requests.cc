@@ -4,6 +4,7 @@
 // a gRPC status.
 
 #include "config/job_spec_check.h"
+#include "config/queues_file.h"
 #include "runtime/scheduler/access.h"
 #include "runtime/scheduler/daemon_impl.h"
 
@@ -161,6 +162,143 @@ core::StatusOr<rpc::DrainReply> SchedulerServer::Impl::Drain(
   return reply;
 }
 
+namespace {
+
+std::string Names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out.empty() ? "anyone" : out;
+}
+
+// What changes from `was` to `now`, a line each: queues added, removed,
+// and each field changed, by name.
+std::vector<std::string> QueueChanges(
+    const std::vector<core::QueueConfig>& was,
+    const std::vector<core::QueueConfig>& now) {
+  std::map<std::string, const core::QueueConfig*> before, after;
+  for (const core::QueueConfig& q : was) before[q.name] = &q;
+  for (const core::QueueConfig& q : now) after[q.name] = &q;
+  auto weight = [](const core::QueueConfig& q) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", q.weight);
+    return q.weight < 0 ? std::string("its quota") : std::string(buf);
+  };
+  auto limit = [](const core::QueueConfig& q) {
+    return q.limit < 0 ? std::string("none") : std::to_string(q.limit);
+  };
+  auto top = [](const std::string& parent) {
+    return parent.empty() ? std::string("(top)") : "'" + parent + "'";
+  };
+  auto bound = [](const std::optional<int>& p) {
+    return p ? std::to_string(*p) : std::string("none");
+  };
+  std::vector<std::string> lines;
+  for (const auto& [name, q] : before) {
+    if (!after.contains(name)) lines.push_back("queue '" + name + "' removed");
+  }
+  for (const auto& [name, q] : after) {
+    auto it = before.find(name);
+    if (it == before.end()) {
+      lines.push_back("queue '" + name + "' added (quota " +
+                      std::to_string(q->quota) + ")");
+      continue;
+    }
+    const core::QueueConfig& b = *it->second;
+    const std::string who = "queue '" + name + "': ";
+    if (b.parent != q->parent) {
+      lines.push_back(who + "parent " + top(b.parent) + " -> " +
+                      top(q->parent));
+    }
+    if (b.quota != q->quota) {
+      lines.push_back(who + "quota " + std::to_string(b.quota) + " -> " +
+                      std::to_string(q->quota));
+    }
+    if (b.weight != q->weight) {
+      lines.push_back(who + "weight " + weight(b) + " -> " + weight(*q));
+    }
+    if (b.limit != q->limit) {
+      lines.push_back(who + "limit " + limit(b) + " -> " + limit(*q));
+    }
+    if (b.members != q->members) {
+      lines.push_back(who + "members " + Names(b.members) + " -> " +
+                      Names(q->members));
+    }
+    if (b.max_priority != q->max_priority) {
+      lines.push_back(who + "max_priority " + bound(b.max_priority) + " -> " +
+                      bound(q->max_priority));
+    }
+  }
+  return lines;
+}
+
+}  // namespace
+
+core::StatusOr<rpc::ApplyQueuesReply> SchedulerServer::Impl::ApplyQueues(
+    const rpc::ApplyQueuesRequest& r) {
+  const std::string source =
+      r.source().empty() ? std::string("queues") : config::Shown(r.source());
+  auto parsed = config::ParseQueues(r.yaml(), source);
+  if (!parsed.ok()) return core::InvalidArgument(parsed.status().message());
+  return ChangeQueues(std::move(*parsed), r.dry_run());
+}
+
+core::StatusOr<rpc::ApplyQueuesReply> SchedulerServer::Impl::ChangeQueues(
+    std::vector<core::QueueConfig> next, bool dry_run) {
+  GANDIVA_RETURN_IF_ERROR(core::CheckQueues(next));
+  const std::shared_ptr<const std::vector<core::QueueConfig>> was = Queues();
+  // A live job's queue stays a leaf: its jobs would go to the shared
+  // queue, or to none a user may name.
+  const core::QueueQuotas tree(next);
+  std::map<std::string, std::vector<int32_t>> stranded;
+  st().ForEachJob([&](const core::Job& j) {
+    if (core::IsTerminal(j.state) || j.spec.vc.empty()) return;
+    const std::optional<size_t> q = tree.Find(j.spec.vc);
+    if (!q || !tree.leaf(*q)) stranded[j.spec.vc].push_back(j.id.value);
+  });
+  if (!stranded.empty()) {
+    std::string why;
+    for (const auto& [name, jobs] : stranded) {
+      std::string ids;
+      for (size_t i = 0; i < jobs.size() && i < 5; ++i) {
+        ids += (i == 0 ? "" : ", ") + std::to_string(jobs[i]);
+      }
+      if (jobs.size() > 5) {
+        ids += " and " + std::to_string(jobs.size() - 5) + " more";
+      }
+      why += std::string(why.empty() ? "" : "; ") + "queue '" + name +
+             "' holds live jobs (" + ids + ") and would " +
+             (tree.Find(name) ? "have queues under it" : "be removed");
+    }
+    return core::FailedPrecondition(
+        why +
+        ": keep it a queue without children until its jobs end, or "
+        "kill them");
+  }
+  rpc::ApplyQueuesReply reply;
+  for (std::string& line : QueueChanges(*was, next)) {
+    reply.add_changes(std::move(line));
+  }
+  if (dry_run || reply.changes().empty()) return reply;
+  GANDIVA_RETURN_IF_ERROR(Feed(core::QueuesChanged{next, *was}));
+  // After the event: a crash in between leaves the log's change, which
+  // recovery stores. In effect now, whether stored or not: stored again
+  // before the log is compacted past the change (CompactLog).
+  if (const core::Status s = StoreQueues(next); !s.ok()) {
+    queues_unstored = true;
+    Warn(
+        "the queues changed, but storing them failed (tried again before "
+        "the log is compacted): " +
+        s.ToString());
+  }
+  std::string what;
+  for (const std::string& line : reply.changes()) {
+    what += (what.empty() ? "" : "; ") + line;
+  }
+  Log("queues changed: " + what);
+  reply.set_applied(true);
+  return reply;
+}
+
 core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
                                                            int32_t priority,
                                                            const Caller& by) {
@@ -170,7 +308,7 @@ core::StatusOr<int32_t> SchedulerServer::Impl::SetPriority(int64_t id,
       MayActOnJob(by, "reprioritise", id, st().job(JobId(job)).spec.owner));
   GANDIVA_RETURN_IF_ERROR(
       MayUsePriority(by, "reprioritise job " + std::to_string(id),
-                     st().job(JobId(job)).spec.vc, priority, queues));
+                     st().job(JobId(job)).spec.vc, priority, *Queues()));
   const int32_t was = st().job(JobId(job)).spec.priority;
   if (was == priority) return was;
   GANDIVA_RETURN_IF_ERROR(Feed(core::PriorityRequest{JobId(job), priority}));

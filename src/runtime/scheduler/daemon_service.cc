@@ -117,7 +117,7 @@ grpc::Status SchedulerService::Submit(grpc::ServerContext* ctx,
   }
   // d_.queues is set at the start, before any handler.
   rpc::JobSpec owned = req->spec();
-  if (core::Status s = Admit(*who, d_.queues, owned); !s.ok()) {
+  if (core::Status s = Admit(*who, *d_.Queues(), owned); !s.ok()) {
     return ToGrpc(s);
   }
   if (!owned.has_retries()) owned.set_retries(d_.opts.default_retries);
@@ -157,7 +157,7 @@ grpc::Status SchedulerService::SubmitJobs(grpc::ServerContext* ctx,
   std::vector<rpc::JobSpec> owned(req->specs().begin(), req->specs().end());
   std::vector<const rpc::JobSpec*> specs(owned.size());
   for (size_t i = 0; i < owned.size(); ++i) {
-    if (core::Status s = Admit(*who, d_.queues, owned[i]); !s.ok()) {
+    if (core::Status s = Admit(*who, *d_.Queues(), owned[i]); !s.ok()) {
       return ToGrpc(core::Status(s.code(), "spec " + std::to_string(i + 1) +
                                                " of " + std::to_string(n) +
                                                ": " + s.message() +
@@ -433,6 +433,31 @@ grpc::Status SchedulerService::ListQueues(grpc::ServerContext* ctx,
   auto who = Who(*ctx, MayActAsUser, "list queues");
   if (!who.ok()) return ToGrpc(who.status());
   d_.ListQueues(rep);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ApplyQueues(grpc::ServerContext* ctx,
+                                           const rpc::ApplyQueuesRequest* req,
+                                           rpc::ApplyQueuesReply* rep) {
+  auto who = Who(*ctx, MayOperate, "change the queues");
+  if (!who.ok()) return ToGrpc(who.status());
+  if (req->yaml().size() > kMaxQueuesFileBytes) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'yaml': " + std::to_string(req->yaml().size()) +
+                " bytes, more than a queues file may have (" +
+                std::to_string(kMaxQueuesFileBytes) + ")"};
+  }
+  if (req->source().size() > kMaxQueuesSourceBytes) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "field 'source': " + std::to_string(req->source().size()) +
+                " bytes, more than a file's name may have (" +
+                std::to_string(kMaxQueuesSourceBytes) + ")"};
+  }
+  auto r = d_.Call<core::StatusOr<rpc::ApplyQueuesReply>>(
+      [this, req] { return d_.ApplyQueues(*req); });
+  if (!r) return Unavailable();
+  if (!r->ok()) return ToGrpc(r->status());
+  *rep = std::move(**r);
   return grpc::Status::OK;
 }
 

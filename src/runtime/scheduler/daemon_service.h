@@ -71,6 +71,9 @@ class SchedulerService final : public rpc::Scheduler::Service {
                            rpc::ListServersReply* rep) override;
   grpc::Status ListQueues(grpc::ServerContext*, const rpc::Empty*,
                           rpc::ListQueuesReply* rep) override;
+  grpc::Status ApplyQueues(grpc::ServerContext*,
+                           const rpc::ApplyQueuesRequest* req,
+                           rpc::ApplyQueuesReply* rep) override;
   grpc::Status GetUsage(grpc::ServerContext*, const rpc::UsageRequest* req,
                         rpc::UsageReply* rep) override;
   // Users (users.h): admins only, but WhoAmI.

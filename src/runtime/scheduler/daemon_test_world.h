@@ -182,6 +182,7 @@ class InProcessSchedulerStub final
     GANDIVA_FORWARD_TO(e, SetPriority);
     GANDIVA_FORWARD_TO(e, ListServers);
     GANDIVA_FORWARD_TO(e, ListQueues);
+    GANDIVA_FORWARD_TO(e, ApplyQueues);
     GANDIVA_FORWARD_TO(e, GetUsage);
     GANDIVA_FORWARD_TO(e, Migrate);
     GANDIVA_FORWARD_TO(e, Drain);

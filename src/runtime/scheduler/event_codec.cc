@@ -1,5 +1,6 @@
 #include "runtime/scheduler/event_codec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,50 @@ T Int(const json& j) {
       "expected an integer from " + std::to_string(Limits::min()) + " to " +
           std::to_string(Limits::max()) + ", got " + j.dump(),
       &j);
+}
+
+// Throws json::type_error (reported as malformed) for a member list that
+// is not one of strings.
+std::vector<std::string> Strings(const json& j) {
+  if (!j.is_array()) {
+    throw json::type_error::create(302, "expected a list of names", &j);
+  }
+  std::vector<std::string> out;
+  for (const json& v : j) out.push_back(v.get<std::string>());
+  return out;
+}
+
+// Throws json::exception (reported as malformed).
+std::vector<core::QueueConfig> QueuesOf(const json& j) {
+  std::vector<core::QueueConfig> out;
+  if (j.is_object()) {
+    for (const auto& [name, quota] : j.items()) {
+      out.push_back({.name = name, .quota = Int<int>(quota)});
+    }
+    return out;
+  }
+  if (!j.is_array()) {
+    throw json::type_error::create(302, "expected a list of queues", &j);
+  }
+  for (const json& o : j) {
+    core::QueueConfig q;
+    q.name = o.at("name").get<std::string>();
+    q.quota = Int<int>(o.at("quota"));
+    q.parent = o.value("parent", "");
+    if (o.contains("weight")) {
+      if (!o.at("weight").is_number()) {
+        throw json::type_error::create(302, "expected a number", &o);
+      }
+      q.weight = o.at("weight").get<double>();
+    }
+    if (o.contains("limit")) q.limit = Int<int>(o.at("limit"));
+    if (o.contains("members")) q.members = Strings(o.at("members"));
+    if (o.contains("max_priority")) {
+      q.max_priority = Int<int>(o.at("max_priority"));
+    }
+    out.push_back(std::move(q));
+  }
+  return out;
 }
 
 json SpecToJson(const core::JobSpec& s) {
@@ -87,6 +132,30 @@ const char* EventKindName(const core::EventBody& body) {
 
 std::string EncodeCoreSpec(const core::JobSpec& spec) {
   return SpecToJson(spec).dump();
+}
+
+json QueuesToJson(std::vector<core::QueueConfig> queues) {
+  std::sort(queues.begin(), queues.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  json out = json::array();
+  for (const core::QueueConfig& q : queues) {
+    json o = {{"name", q.name}, {"quota", q.quota}};
+    if (!q.parent.empty()) o["parent"] = q.parent;
+    if (q.weight >= 0) o["weight"] = q.weight;
+    if (q.limit >= 0) o["limit"] = q.limit;
+    if (!q.members.empty()) o["members"] = q.members;
+    if (q.max_priority) o["max_priority"] = *q.max_priority;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+core::StatusOr<std::vector<core::QueueConfig>> QueuesFromJson(const json& j) {
+  try {
+    return QueuesOf(j);
+  } catch (const json::exception& e) {
+    return core::InvalidArgument(std::string("queues: ") + e.what());
+  }
 }
 
 std::string EncodeEvent(const core::EventBody& body) {
@@ -180,6 +249,10 @@ std::string EncodeEvent(const core::EventBody& body) {
           },
           [](const core::ProcessLost& e) {
             return json{{"job", e.job.value}, {"checkpoint", e.checkpoint}};
+          },
+          [](const core::QueuesChanged& e) {
+            return json{{"queues", QueuesToJson(e.queues)},
+                        {"previous", QueuesToJson(e.previous)}};
           },
       },
       body);
@@ -308,6 +381,10 @@ core::StatusOr<core::EventBody> DecodeEvent(const std::string& text) {
     if (kind == "ProcessLost") {
       return core::EventBody(
           core::ProcessLost{job(), j.at("checkpoint").get<bool>()});
+    }
+    if (kind == "QueuesChanged") {
+      return core::EventBody(core::QueuesChanged{QueuesOf(j.at("queues")),
+                                                 QueuesOf(j.at("previous"))});
     }
     return core::InvalidArgument("event: unknown kind '" + kind + "'");
   } catch (const json::exception& e) {

@@ -6,7 +6,9 @@
 // thread-safe.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "core/event.h"
 #include "core/job.h"
@@ -22,6 +24,16 @@ const char* EventKindName(const core::EventBody& body);
 std::string EncodeEvent(const core::EventBody& body);
 // Inverse of EncodeEvent; InvalidArgument on anything malformed.
 core::StatusOr<core::EventBody> DecodeEvent(const std::string& json);
+
+// Queues as JSON, as the daemon stores them with its policy options and in
+// QueuesChanged: a list of objects, by name; the fields left at their
+// defaults are left out.
+nlohmann::json QueuesToJson(std::vector<core::QueueConfig> queues);
+// Inverse of QueuesToJson; an object of quotas by name (a store made
+// before queues had trees) reads as queues at the top. InvalidArgument
+// ("queues: ...") on anything malformed.
+core::StatusOr<std::vector<core::QueueConfig>> QueuesFromJson(
+    const nlohmann::json& j);
 
 // A core JobSpec as JSON and back (also used inside JobArrived).
 std::string EncodeCoreSpec(const core::JobSpec& spec);

@@ -16,4 +16,9 @@ inline constexpr int kDefaultJobsPerPage = 1000;
 inline constexpr int kMaxJobsPerPage = 10000;
 inline constexpr size_t kMaxPageBytes = size_t{1} << 20;
 
+// An ApplyQueues request: the most bytes of its queues file, and of the
+// file's name.
+inline constexpr size_t kMaxQueuesFileBytes = size_t{1} << 20;
+inline constexpr size_t kMaxQueuesSourceBytes = 4096;
+
 }  // namespace gandiva::runtime

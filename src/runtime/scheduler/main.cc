@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
   app.add_option("--queues", queues_file,
                  "YAML file of the queues (teams) and their GPU quotas that "
                  "jobs name (see the README; stored with the policy "
-                 "options)");
+                 "options; other queues than the stored ones are applied "
+                 "as `gandiva queues apply` would)");
   auto* height_opt =
       app.add_option("--max-height", max_height,
                      "most jobs time-sharing a GPU, 0 = no cap (default 4)");

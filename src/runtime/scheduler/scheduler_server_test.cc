@@ -759,6 +759,15 @@ class Client {
     grpc::ClientContext ctx;
     return stub_->Kill(&ctx, r, &e);
   }
+  grpc::Status ApplyQueues(const std::string& yaml, bool dry_run,
+                           rpc::ApplyQueuesReply* rep) {
+    rpc::ApplyQueuesRequest r;
+    r.set_yaml(yaml);
+    r.set_source("teams.yaml");
+    r.set_dry_run(dry_run);
+    grpc::ClientContext ctx;
+    return stub_->ApplyQueues(&ctx, r, rep);
+  }
   grpc::Status Migrate(int64_t id, const std::string& server) {
     rpc::MigrateRequest r;
     r.set_job_id(id);
@@ -3341,20 +3350,32 @@ TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
       << refused.error_message();
   EXPECT_EQ(c.List(true).size(), 2u) << "nothing of a refused request";
 
+  // Other queues at a restart are a change, as `gandiva queues apply`
+  // makes one: taken, and kept; refused, naming the queue and its jobs,
+  // when a queue with live jobs would go.
   server_.reset();
-  o.queues = core::FlatQueues({{"a", 3}, {"b", 1}});
+  o.queues = core::FlatQueues({{"b", 1}});
   auto other = SchedulerServer::Start(o);
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find(
-                R"(--queues [{"name":"a","quota":3},{"name":"b","quota":1}] )"
-                R"((the database has [{"name":"a","quota":2},)"
-                R"({"name":"b","quota":2}]))"),
+                "--queues: queue 'a' holds live jobs (" + std::to_string(a) +
+                ") and would be removed"),
             std::string::npos)
       << other.status().ToString();
+  o.queues = core::FlatQueues({{"a", 3}, {"b", 1}});
+  {
+    Client& changed = StartDaemon(o);
+    const rpc::ListQueuesReply q = changed.Queues();
+    ASSERT_EQ(q.queues_size(), 3);
+    EXPECT_EQ(q.queues(0).quota(), 3);
+    EXPECT_EQ(q.queues(1).quota(), 1);
+  }
+  server_.reset();
   o.queues.reset();
   Client& again = StartDaemon(o);
   spec.set_queue("b");
   EXPECT_TRUE(again.Submit(spec).ok()) << "the stored queues";
+  EXPECT_EQ(again.Queues().queues(0).quota(), 3);
 
   // A store made before queues had trees holds quotas by name; it is read
   // as flat queues, and the same queues given again are no change.
@@ -3366,18 +3387,130 @@ TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
     ASSERT_TRUE(meta.ok() && meta->has_value());
     std::string policy = **meta;
     const std::string tree =
-        R"([{"name":"a","quota":2},{"name":"b","quota":2}])";
+        R"([{"name":"a","quota":3},{"name":"b","quota":1}])";
     const size_t at = policy.find(tree);
     ASSERT_NE(at, std::string::npos) << policy;
-    policy.replace(at, tree.size(), R"({"a":2,"b":2})");
+    policy.replace(at, tree.size(), R"({"a":3,"b":1})");
     ASSERT_TRUE((*store)->SetMeta("policy", policy).ok());
   }
-  o.queues = core::FlatQueues({{"a", 2}, {"b", 2}});
+  o.queues = core::FlatQueues({{"a", 3}, {"b", 1}});
   Client& old = StartDaemon(o);
   spec.set_queue("a");
   EXPECT_TRUE(old.Submit(spec).ok());
   spec.set_queue("c");
   EXPECT_FALSE(old.Submit(spec).ok());
+}
+
+// `gandiva queues apply`: new queues while jobs run. A dry run only says
+// what would change. Applied, they are acted on at once (a queue given a
+// quota gets it back from the borrowers by suspends) and kept: a restart
+// replays the log from before the change under the queues before it, and
+// takes the new ones. A file that is no tree is refused naming the queue
+// and field, and a change that would strand live jobs naming them.
+TEST_F(DaemonTest, QueuesAppliedLiveTakeEffectAtOnceAndAreKept) {
+  SchedulerOptions o = Options();
+  o.policy = "gandiva-fair";
+  o.queues = core::FlatQueues({{"a", 0}, {"b", 4}});
+  Client& c = StartDaemon(o);
+  FakeAgent agent("node", 4, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_queue("b");
+  std::vector<int64_t> b, a;
+  for (int i = 0; i < 4; ++i) {
+    int64_t id = 0;
+    ASSERT_TRUE(c.Submit(spec, &id).ok());
+    b.push_back(id);
+  }
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().size() == 4; }));
+  spec.set_queue("a");
+  for (int i = 0; i < 2; ++i) {
+    int64_t id = 0;
+    ASSERT_TRUE(c.Submit(spec, &id).ok());
+    a.push_back(id);
+  }
+  server_->Sync();
+  EXPECT_EQ(c.State(a[0]), rpc::QUEUED) << "a has no quota yet";
+
+  const std::string halves =
+      "queues:\n  - name: a\n    quota: 2\n  - name: b\n    quota: 2\n"
+      "    members: [ann]\n";
+  rpc::ApplyQueuesReply rep;
+  ASSERT_TRUE(c.ApplyQueues(halves, /*dry_run=*/true, &rep).ok());
+  EXPECT_FALSE(rep.applied());
+  EXPECT_EQ(
+      std::vector<std::string>(rep.changes().begin(), rep.changes().end()),
+      (std::vector<std::string>{"queue 'a': quota 0 -> 2",
+                                "queue 'b': quota 4 -> 2",
+                                "queue 'b': members anyone -> ann"}));
+  EXPECT_EQ(c.Queues().queues(0).quota(), 0) << "a dry run changes nothing";
+  EXPECT_EQ(agent.suspends(), 0);
+
+  rep.Clear();
+  ASSERT_TRUE(c.ApplyQueues(halves, false, &rep).ok());
+  EXPECT_TRUE(rep.applied());
+  ASSERT_TRUE(WaitFor([&] {
+    return c.State(a[0]) == rpc::RUNNING && c.State(a[1]) == rpc::RUNNING;
+  })) << "a's quota back at once, no time slice waited";
+  EXPECT_EQ(agent.suspends(), 2) << "suspended, not killed";
+  int b_running = 0;
+  for (int64_t id : b) b_running += c.State(id) == rpc::RUNNING;
+  EXPECT_EQ(b_running, 2);
+  rpc::ListQueuesReply q = c.Queues();
+  ASSERT_EQ(q.queues_size(), 3);
+  EXPECT_EQ(q.queues(0).quota(), 2);
+  EXPECT_EQ(q.queues(1).quota(), 2);
+  EXPECT_EQ(q.queues(1).members_size(), 1);
+  rep.Clear();
+  ASSERT_TRUE(c.ApplyQueues(halves, false, &rep).ok());
+  EXPECT_FALSE(rep.applied()) << "the same queues again: nothing to change";
+  EXPECT_EQ(rep.changes_size(), 0);
+
+  grpc::Status refused =
+      c.ApplyQueues("queues:\n  - name: a\n    quota: -1\n", false, &rep);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("teams.yaml"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("'a'"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("quota"), std::string::npos)
+      << refused.error_message();
+  refused = c.ApplyQueues("queues:\n  - name: a\n    quota: 2\n", false, &rep);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find(
+                "queue 'b' holds live jobs (" + std::to_string(b[0]) + ", " +
+                std::to_string(b[1]) + ", " + std::to_string(b[2]) + ", " +
+                std::to_string(b[3]) + ") and would be removed"),
+            std::string::npos)
+      << refused.error_message();
+  refused = c.ApplyQueues(
+      "queues:\n  - name: a\n    quota: 2\n  - name: b\n    quota: 2\n"
+      "    queues:\n      - name: b1\n        quota: 1\n",
+      false, &rep);
+  EXPECT_NE(refused.error_message().find("would have queues under it"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(c.Queues().queues(1).quota(), 2) << "refused: nothing changed";
+
+  // A restart replays the change where it was logged, and keeps it.
+  std::map<int64_t, rpc::JobState> before;
+  for (int64_t id : a) before[id] = c.State(id);
+  for (int64_t id : b) before[id] = c.State(id);
+  server_.reset();
+  o.queues.reset();
+  Client& again = StartDaemon(o);
+  q = again.Queues();
+  ASSERT_EQ(q.queues_size(), 3);
+  EXPECT_EQ(q.queues(0).quota(), 2);
+  EXPECT_EQ(q.queues(1).quota(), 2);
+  for (const auto& [id, state] : before) {
+    EXPECT_EQ(again.State(id), state) << "job " << id;
+  }
+  spec.set_queue("b");
+  spec.set_owner("bob");
+  EXPECT_TRUE(again.Submit(spec).ok()) << "an open daemon: an admin";
 }
 
 // ListQueues: each queue's quota, its fair share of the GPUs up for what

@@ -11,6 +11,7 @@
 #include <optional>
 #include <tuple>
 
+#include "core/policies/queues.h"
 #include "runtime/scheduler/etcd_store.h"
 #include "runtime/scheduler/etcd_test_util.h"
 #include "runtime/scheduler/event_codec.h"
@@ -1113,6 +1114,14 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
         e.submitted = core::Time::FromMicros(1234);
         return e;
       }(),
+      core::QueuesChanged{{{.name = "org",
+                            .quota = 4,
+                            .weight = 2,
+                            .limit = 6,
+                            .members = {"ann", "bob"},
+                            .max_priority = 5},
+                           {.name = "team", .parent = "org", .quota = 2}},
+                          core::FlatQueues({{"a", 3}})},
       core::JobFound{core::JobId(6), {core::GpuId(1)}, false},
   };
   for (const core::EventBody& e : events) {
@@ -1140,7 +1149,7 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
   EXPECT_TRUE(arrived.placed_on.empty());
   EXPECT_EQ(EncodeEvent(events[0]).find("placed_on"), std::string::npos);
   auto adopted = std::get<core::JobArrived>(
-      *DecodeEvent(EncodeEvent(events[events.size() - 2])));
+      *DecodeEvent(EncodeEvent(events[events.size() - 3])));
   EXPECT_EQ(adopted.placed_on,
             (std::vector<core::GpuId>{core::GpuId(3), core::GpuId(2)}));
   EXPECT_TRUE(adopted.suspended);
@@ -1166,6 +1175,20 @@ TEST(EventCodecTest, EveryKindRoundTrips) {
       *DecodeEvent(EncodeEvent(core::ProcessLost{core::JobId(8), true})));
   EXPECT_EQ(lost.job, core::JobId(8));
   EXPECT_TRUE(lost.checkpoint);
+  auto queues = std::get<core::QueuesChanged>(
+      *DecodeEvent(EncodeEvent(events[events.size() - 2])));
+  EXPECT_EQ(queues.queues,
+            std::get<core::QueuesChanged>(events[events.size() - 2]).queues);
+  EXPECT_EQ(queues.previous, core::FlatQueues({{"a", 3}}));
+  for (const char* bad :
+       {R"({"kind":"QueuesChanged","queues":[{"name":"a","quota":1.5}],)"
+        R"("previous":[]})",
+        R"({"kind":"QueuesChanged","queues":[{"name":"a","quota":1,)"
+        R"("members":"ann"}],"previous":[]})",
+        R"({"kind":"QueuesChanged","queues":"a","previous":[]})",
+        R"({"kind":"QueuesChanged","queues":[]})"}) {
+    EXPECT_FALSE(DecodeEvent(bad).ok()) << bad;
+  }
   auto bad_carrier = DecodeEvent(
       "{\"kind\":\"CarrierKnown\",\"job\":7,\"carrier\":\"teleport\"}");
   ASSERT_FALSE(bad_carrier.ok());
