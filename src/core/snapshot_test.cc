@@ -164,7 +164,8 @@ void ExpectSameState(const ClusterState& a, const ClusterState& b) {
 }
 
 TEST(SnapshotTest, ARestoredSchedulerHoldsTheSameState) {
-  for (const char* policy : {"gandiva", "fifo", "tiresias-las", "packs"}) {
+  for (const char* policy :
+       {"gandiva", "fifo", "tiresias-las", "gandiva-fair", "packs"}) {
     SCOPED_TRACE(policy);
     const bool packs = std::string(policy) == "packs";
     if (packs) policy = "gandiva";
@@ -216,6 +217,7 @@ class Twins {
       s.gpus = round % 12 == 0 ? 2 : 1;
       s.elastic = round % 21 == 0;
       s.vc = round % 4 == 0 ? "a" : "b";
+      s.owner = round % 3 == 0 ? "ann" : "bob";
       Both(JobArrived{JobId(next_job_++), s});
     }
     Both(Tick{});
@@ -269,7 +271,8 @@ class Twins {
 };
 
 TEST(SnapshotTest, ARestoredSchedulerTakesTheSameActions) {
-  for (const char* policy : {"gandiva", "fifo", "tiresias-las"}) {
+  for (const char* policy :
+       {"gandiva", "fifo", "tiresias-las", "gandiva-fair"}) {
     SCOPED_TRACE(policy);
     Harness h(Make(policy), 4, Spec());
     MakeHistory(h);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string_view>
 #include <tuple>
@@ -55,6 +56,14 @@ void GandivaFairPolicy::SaveState(SnapshotWriter& w) const {
     w.F64(credits_.share[q]);
     w.F64(credits_.holds[q]);
   }
+  w.I64(static_cast<int64_t>(credits_.users.size()));
+  for (const auto& [key, u] : credits_.users) {
+    w.I64(static_cast<int64_t>(key.first));
+    w.Str(key.second);
+    w.F64(u.credit);
+    w.F64(u.share);
+    w.F64(u.holds);
+  }
 }
 
 void GandivaFairPolicy::LoadState(SnapshotReader& r) {
@@ -74,6 +83,23 @@ void GandivaFairPolicy::LoadState(SnapshotReader& r) {
     c.share.push_back(r.F64());
     c.holds.push_back(r.F64());
   }
+  // Users' credits: none in a snapshot from before they were kept.
+  if (r.ok() && !r.at_end()) {
+    const int64_t users = r.I64();
+    for (int64_t i = 0; i < users && r.ok(); ++i) {
+      const int64_t q = r.I64();
+      std::string owner = r.Str();
+      UserCredit u;
+      u.credit = r.F64();
+      u.share = r.F64();
+      u.holds = r.F64();
+      if (r.ok() && (q < 0 || q >= n)) {
+        r.Fail("a user's credit names queue " + std::to_string(q) + " of " +
+               std::to_string(n));
+      }
+      if (r.ok()) c.users[{static_cast<size_t>(q), std::move(owner)}] = u;
+    }
+  }
   if (!r.ok() || !r.at_end()) return;
   credits_ = std::move(c);
 }
@@ -83,11 +109,20 @@ void GandivaFairPolicy::Forget(const ClusterState& /*state*/,
   live_.Forget(jobs);
   for (JobId id : jobs) {
     if (auto it = parts_.find(id); it != parts_.end()) {
-      demand_[it->second.queue] -= it->second.demand;
-      holds_[it->second.queue] -= it->second.holds;
+      Untally(it->second);
       parts_.erase(it);
     }
   }
+}
+
+void GandivaFairPolicy::Untally(const Part& part) {
+  demand_[part.queue] -= part.demand;
+  holds_[part.queue] -= part.holds;
+  auto u = users_.find({part.queue, part.owner});
+  if (u == users_.end()) return;
+  u->second.first -= part.demand;
+  u->second.second -= part.holds;
+  if (u->second.first == 0 && u->second.second == 0) users_.erase(u);
 }
 
 void GandivaFairPolicy::TakeQueues(const std::vector<QueueConfig>& queues) {
@@ -100,6 +135,11 @@ void GandivaFairPolicy::TakeQueues(const std::vector<QueueConfig>& queues) {
   for (size_t q = 0; q < queues_.size(); ++q) {
     if (const std::optional<size_t> now = next.Find(queues_.name(q))) {
       c.credit[*now] = credits_.credit[q];
+    }
+  }
+  for (const auto& [key, u] : credits_.users) {
+    if (const std::optional<size_t> now = next.Find(queues_.name(key.first))) {
+      c.users[{*now, key.second}] = u;
     }
   }
   options_.queues = queues;
@@ -120,23 +160,28 @@ void GandivaFairPolicy::Integrate(Credits& c, Time now) const {
     c.credit[q] =
         c.credit[q] * kept + (c.share[q] - c.holds[q]) * (1 - kept) / rate;
   }
+  for (auto& [key, u] : c.users) {
+    u.credit = u.credit * kept + (u.share - u.holds) * (1 - kept) / rate;
+  }
   c.at = now;
 }
 
 void GandivaFairPolicy::Retally(const ClusterState& state, JobId id) {
   if (auto it = parts_.find(id); it != parts_.end()) {
-    demand_[it->second.queue] -= it->second.demand;
-    holds_[it->second.queue] -= it->second.holds;
+    Untally(it->second);
     parts_.erase(it);
   }
   if (!state.has_job(id)) return;
   const Job& j = state.job(id);
   if (IsTerminal(j.state)) return;
-  Part part{queues_.Of(j.spec.vc), j.held ? 0 : GpusOf(j),
+  Part part{queues_.Of(j.spec.vc), j.spec.owner, j.held ? 0 : GpusOf(j),
             j.state == JobState::kRunning ? GpusOf(j) : 0};
   demand_[part.queue] += part.demand;
   holds_[part.queue] += part.holds;
-  parts_.emplace(id, part);
+  auto& user = users_[{part.queue, part.owner}];
+  user.first += part.demand;
+  user.second += part.holds;
+  parts_.emplace(id, std::move(part));
 }
 
 void GandivaFairPolicy::Refresh(const ClusterState& state) {
@@ -151,6 +196,36 @@ void GandivaFairPolicy::Refresh(const ClusterState& state) {
   for (size_t q = 0; q < n; ++q) {
     if (!queues_.leaf(q)) credits_.share[q] = 0;
   }
+  // Each leaf's share split among its users asking, max-min (none gets
+  // more than they ask; what one cannot use goes to the others).
+  for (auto it = credits_.users.begin(); it != credits_.users.end();) {
+    UserCredit& u = it->second;
+    u.share = 0;
+    u.holds = 0;
+    // A user owed or owing next to nothing, with no job: forgotten.
+    if (!users_.contains(it->first) && std::abs(u.credit) < 1e-3) {
+      it = credits_.users.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = users_.begin(); it != users_.end();) {
+    const size_t q = it->first.first;
+    auto end = it;
+    std::vector<double> asks;
+    while (end != users_.end() && end->first.first == q) {
+      asks.push_back(end->second.first);
+      ++end;
+    }
+    const std::vector<double> split =
+        FairShares(asks, std::vector<double>(asks.size(), 0.0),
+                   std::vector<double>(asks.size(), 1.0), credits_.share[q]);
+    for (size_t k = 0; it != end; ++it, ++k) {
+      UserCredit& u = credits_.users[it->first];
+      u.share = split[k];
+      u.holds = it->second.second;
+    }
+  }
   credits_.at = state.now();
 }
 
@@ -163,18 +238,18 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
   deal.taken.assign(queues, 0);
   int left = state.cluster().up_gpus();
   // Each queue's candidates in its order: (key, job, GPUs).
-  // (-priority, tier, turn of its owner, since, id): tier 0 runs in its
-  // slice, 1 takes turns, 2 waits for a place among the turns; the owner's
-  // turn (0 for each owner's first job of the tier, 1 for the second, ...)
-  // makes a queue's users take turns job by job.
-  using Key = std::tuple<int, int, int, Time, int32_t>;
-  std::vector<std::vector<std::tuple<Key, JobId, int>>> lines(queues);
+  // (-priority, tier, since, id): tier 0 runs in its slice, 1 takes turns,
+  // 2 waits for a place among the turns; within a priority and tier the
+  // queue's users then take turns by their claims (by_users).
+  using Key = std::tuple<int, int, Time, int32_t>;
+  using Entry = std::tuple<Key, JobId, int>;
+  std::vector<std::vector<Entry>> lines(queues);
   // Jobs never run yet, by queue, in arrival order; and each queue's jobs
   // taking turns (run before, or holding GPUs).
-  std::vector<std::vector<std::tuple<Key, JobId, int>>> fresh(queues);
+  std::vector<std::vector<Entry>> fresh(queues);
   std::vector<int> turning(queues, 0);
-  // Each queue's jobs decided already (starting or moving), by owner: they
-  // count as their owners' first turns.
+  // The GPUs of each queue's jobs decided already (starting or moving), by
+  // owner: dealt to their owners first.
   std::vector<std::map<std::string_view, int>> decided(queues);
   for (JobId id : live) {
     const Job& j = state.job(id);
@@ -185,14 +260,14 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
       deal.chosen.insert(id);
       deal.taken[q] += d;
       left -= d;
-      ++decided[q][j.spec.owner];
+      decided[q][j.spec.owner] += d;
       continue;
     }
     if (j.held || j.busy() || j.awaits_start_retry(now)) continue;
     const bool running = j.state == JobState::kRunning;
     const bool in_slice = running && now - j.run_since < options_.quantum;
     const Time since = in_slice ? j.run_since : running ? now : j.waiting_since;
-    const Key key{-j.spec.priority, in_slice ? 0 : 1, 0, since, id.value};
+    const Key key{-j.spec.priority, in_slice ? 0 : 1, since, id.value};
     if (!running && !j.launched) {
       fresh[q].emplace_back(key, id, d);
       continue;
@@ -200,16 +275,17 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
     ++turning[q];
     lines[q].emplace_back(key, id, d);
   }
-  // A queue's jobs take turns, at most rotation_per_gpu of them per GPU of
-  // its fair share: the first fresh jobs join the turns while there is
-  // room; the others wait after every job taking turns, in arrival order.
-  // Sorted; then, within a priority and tier, each owner's jobs in their
-  // order and the owners in turn.
-  auto interleave = [&state](std::vector<std::tuple<Key, JobId, int>>& line,
-                             const std::map<std::string_view, int>& before) {
-    for (auto& entry : line) std::get<2>(std::get<0>(entry)) = 0;
+  // Sorted; then, within a priority and tier, the queue's users take
+  // turns: the one with the largest claim takes their next job, where a
+  // user's claim is their share of the queue now + their credit / quantum
+  // - the GPUs dealt to them so far (those decided already first); ties to
+  // the job first in the line. So users of equal standing take turns job
+  // by job, and one owed GPU time in the queue goes first.
+  const double quantum_s = options_.quantum.seconds();
+  auto by_users = [&](std::vector<Entry>& line, size_t q,
+                      const std::map<std::string_view, int>& before) {
     std::sort(line.begin(), line.end());
-    // One owner, and no other's job starting: turns keep this order.
+    // One owner, and no other's job decided: nothing to reorder.
     const std::string* only = nullptr;
     bool one = true;
     for (const auto& [key, id, d] : line) {
@@ -225,17 +301,59 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
                                    before.begin()->first == *only))) {
       return;
     }
-    std::map<std::tuple<int, int, std::string_view>, int> turns;
-    for (auto& [key, id, d] : line) {
+    std::map<std::string_view, double> claim;
+    for (const auto& [key, id, d] : line) {
       const std::string& owner = state.job(id).spec.owner;
-      const auto b = before.find(owner);
-      std::get<2>(key) = (b == before.end() ? 0 : b->second) +
-                         turns[{std::get<0>(key), std::get<1>(key), owner}]++;
+      if (claim.contains(owner)) continue;
+      double c = 0;
+      if (auto u = credits.users.find({q, owner}); u != credits.users.end()) {
+        c = u->second.share + u->second.credit / quantum_s;
+      }
+      if (auto b = before.find(owner); b != before.end()) c -= b->second;
+      claim.emplace(owner, c);
     }
-    std::sort(line.begin(), line.end());
+    std::vector<Entry> out;
+    out.reserve(line.size());
+    for (size_t i = 0; i < line.size();) {
+      size_t end = i;
+      while (end < line.size() &&
+             std::get<0>(std::get<0>(line[end])) ==
+                 std::get<0>(std::get<0>(line[i])) &&
+             std::get<1>(std::get<0>(line[end])) ==
+                 std::get<1>(std::get<0>(line[i]))) {
+        ++end;
+      }
+      // Each owner's jobs of the run, in order.
+      std::map<std::string_view, std::vector<size_t>> mine;
+      for (size_t k = i; k < end; ++k) {
+        mine[state.job(std::get<1>(line[k])).spec.owner].push_back(k);
+      }
+      // (claim, -next index, owner): the largest on top.
+      using Turn = std::tuple<double, std::ptrdiff_t, std::string_view>;
+      std::priority_queue<Turn> turns;
+      std::map<std::string_view, size_t> at;
+      for (const auto& [owner, ks] : mine) {
+        turns.emplace(claim[owner], -static_cast<std::ptrdiff_t>(ks[0]), owner);
+        at[owner] = 0;
+      }
+      while (!turns.empty()) {
+        const std::string_view owner = std::get<2>(turns.top());
+        turns.pop();
+        const std::vector<size_t>& ks = mine[owner];
+        const size_t k = ks[at[owner]++];
+        out.push_back(line[k]);
+        double& c = claim[owner];
+        c -= std::get<2>(line[k]);
+        if (at[owner] < ks.size()) {
+          turns.emplace(c, -static_cast<std::ptrdiff_t>(ks[at[owner]]), owner);
+        }
+      }
+      i = end;
+    }
+    line = std::move(out);
   };
   for (size_t q = 0; q < queues; ++q) {
-    interleave(fresh[q], decided[q]);
+    by_users(fresh[q], q, decided[q]);
     const double cap =
         options_.rotation_per_gpu > 0
             ? options_.rotation_per_gpu * std::max(1.0, credits.share[q])
@@ -249,7 +367,7 @@ GandivaFairPolicy::Deal GandivaFairPolicy::DealGpus(
       lines[q].emplace_back(key, id, d);
     }
   }
-  for (size_t q = 0; q < queues; ++q) interleave(lines[q], decided[q]);
+  for (size_t q = 0; q < queues; ++q) by_users(lines[q], q, decided[q]);
   std::vector<std::vector<bool>> taken(queues);
   // What each queue's limit still allows, and whether any limits it.
   std::vector<int> room(queues, std::numeric_limits<int>::max());
@@ -330,6 +448,7 @@ void GandivaFairPolicy::decide(const ClusterState& state, const Event& event,
   if (tally_stale_) {
     tally_stale_ = false;
     parts_.clear();
+    users_.clear();
     demand_.assign(queues_.size(), 0);
     holds_.assign(queues_.size(), 0);
     for (JobId id : live_.jobs()) Retally(state, id);

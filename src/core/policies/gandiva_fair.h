@@ -33,9 +33,14 @@
 // wait, a running job whose slice is over as if it began now (round
 // robin: each job taking turns gets a quantum in turn); then the jobs
 // waiting to take turns, in arrival order; ties by id. Within each of
-// these (and a priority), the queue's users take turns job by job: each
-// owner's jobs keep that order, an owner's first job goes before another's
-// second, and jobs already starting count as their owners' first. Jobs
+// these (and a priority), the queue's users take turns by claim, as the
+// queues do: each user (a job's owner) is owed their part of the queue's
+// share (split among its users asking, max-min) with a credit kept like a
+// queue's, and the user with the largest claim (their part + credit /
+// quantum - the GPUs dealt to them, jobs already starting first) takes
+// their next job, in that order; ties to the job first in the order. So
+// users of equal standing take turns job by job, and one owed GPU time in
+// the queue goes first. Jobs
 // that ran before take turns, and a job not run yet joins them while they are
 // fewer than `rotation_per_gpu` per GPU of the queue's fair share (as
 // gandiva caps the jobs time-sharing a GPU): so each job gets feedback
@@ -105,12 +110,24 @@ class GandivaFairPolicy final : public Policy {
     std::vector<JobId> order;  // the chosen, in the order dealt
     std::vector<int> taken;    // GPUs taken, by queue
   };
+  // A user's within their queue, like a queue's: their part of its share
+  // (split among its users asking, max-min), the GPUs their jobs hold, and
+  // the difference integrated and fading alike.
+  struct UserCredit {
+    double credit = 0;  // GPU-seconds
+    double share = 0;   // GPUs at `at`
+    double holds = 0;   // GPUs running at `at`
+  };
+  // (queue, owner).
+  using UserKey = std::pair<size_t, std::string>;
   // Each queue's credit, shares and holdings, as of `now`.
   struct Credits {
     Time at = Time::Never();
     std::vector<double> credit;  // GPU-seconds, by queue
     std::vector<double> share;   // fair share at `at`, GPUs
     std::vector<double> holds;   // GPUs running at `at`
+    // Users with a job live, or owed or owing still.
+    std::map<UserKey, UserCredit> users;
   };
   // The queues from now on (QueuesChanged): each queue's credit carries
   // over to the queue of its name, if any; a new queue starts at 0.
@@ -133,11 +150,17 @@ class GandivaFairPolicy final : public Policy {
   // aside) and holdings (GPUs running), and their sums by queue.
   struct Part {
     size_t queue = 0;
+    std::string owner;
     int demand = 0;
     int holds = 0;
   };
+  // A job's part taken out of the tallies.
+  void Untally(const Part& part);
   std::map<JobId, Part> parts_;
   std::vector<int> demand_, holds_;
+  // The same by user within their queue: (demand, holds); users with none
+  // are left out.
+  std::map<UserKey, std::pair<int, int>> users_;
   // The tallies are taken afresh at the next decision (at first, and
   // after LoadState).
   bool tally_stale_ = true;

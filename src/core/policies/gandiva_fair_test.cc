@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/snapshot.h"
 #include "core/test_util.h"
 
 namespace gandiva::core {
@@ -190,6 +191,76 @@ TEST(GandivaFairTest, UsersOfAQueueTakeTurns) {
       << "bob's first job before alice's third and fourth";
   EXPECT_EQ(Running(h, {alice[2], alice[3]}), 1);
   EXPECT_EQ(Running(h, {alice[0], alice[1]}), 0);
+}
+
+// Within a queue each user is owed their part of its share over time, as
+// queues are of the cluster: bob asked for half the GPU for half an hour
+// and got none (alice's job had a higher priority). Later, when alice and
+// bob each wait with a job, bob's goes first, though alice's came first;
+// without that history alice's would.
+TEST(GandivaFairTest, AUserOwedTimeInTheirQueueGoesFirst) {
+  for (const bool history : {true, false}) {
+    SCOPED_TRACE(history ? "bob owed" : "no history");
+    Harness h(Fair({}), 1, Gpus(1));
+    auto submit = [&](const std::string& owner, int priority) {
+      JobSpec spec;
+      spec.owner = owner;
+      spec.priority = priority;
+      return h.SubmitSpec(spec);
+    };
+    const JobId a1 = submit("alice", 1);
+    h.CompleteAll();
+    if (history) {
+      const JobId b1 = submit("bob", 0);
+      for (int i = 0; i < 30; ++i) {
+        h.Advance(Duration::Seconds(60));
+        h.Tick();
+        h.CompleteAll();
+      }
+      EXPECT_EQ(h.job(a1).state, JobState::kRunning);
+      EXPECT_EQ(h.job(b1).state, JobState::kQueued) << "a lower priority";
+      h.Send(KillRequest{b1, "test"});
+    } else {
+      h.Advance(Duration::Seconds(1800));
+    }
+    h.Send(JobFinished{a1, true});
+    const JobId c = submit("carol", 0);
+    h.CompleteAll();
+    ASSERT_EQ(h.job(c).state, JobState::kRunning);
+    h.Advance(Duration::Seconds(1));
+    const JobId a2 = submit("alice", 0);
+    h.Advance(Duration::Seconds(1));
+    const JobId b2 = submit("bob", 0);
+    h.Send(JobFinished{c, true});
+    h.CompleteAll();
+    EXPECT_EQ(h.job(history ? b2 : a2).state, JobState::kRunning);
+    EXPECT_EQ(h.job(history ? a2 : b2).state, JobState::kQueued);
+  }
+}
+
+// The policy's state from before users' credits were kept (the queues'
+// alone) reads, with no user owed anything; what it writes now reads back
+// the same.
+TEST(GandivaFairTest, StateFromBeforeUsersCreditsReads) {
+  GandivaFairPolicy policy(
+      GandivaFairOptions{.queues = FlatQueues({{"a", 1}})});
+  SnapshotWriter w;
+  policy.SaveState(w);
+  std::string bytes = w.Take();
+  ASSERT_GE(bytes.size(), 8u);
+  const std::string users_count = bytes.substr(bytes.size() - 8);
+  EXPECT_EQ(users_count, std::string(8, '\0')) << "no user yet";
+  GandivaFairPolicy restored(
+      GandivaFairOptions{.queues = FlatQueues({{"a", 1}})});
+  SnapshotReader older(std::string_view(bytes).substr(0, bytes.size() - 8));
+  restored.LoadState(older);
+  EXPECT_TRUE(older.ok());
+  SnapshotWriter again;
+  restored.SaveState(again);
+  EXPECT_EQ(again.bytes(), bytes);
+  SnapshotReader bad(bytes + "x");
+  restored.LoadState(bad);
+  EXPECT_FALSE(bad.ok() && bad.at_end()) << "nothing more than it wrote";
 }
 
 // At most rotation_per_gpu jobs of a queue take turns per GPU of its

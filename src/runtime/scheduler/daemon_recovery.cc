@@ -231,6 +231,18 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
     check("--quantum-s", "quantum_us",
           core::Duration::FromSeconds(*opts.quantum_s).micros());
   }
+  if (opts.share_half_life_s) {
+    if (!(*opts.share_half_life_s > 0) || *opts.share_half_life_s > 1e9) {
+      return core::InvalidArgument(
+          "--share-half-life-s: must be a positive number of seconds, at "
+          "most 1e9");
+    }
+    if (stored->has_value() && !want.contains("share_half_life_us")) {
+      want["share_half_life_us"] = core::Duration::Seconds(3600).micros();
+    }
+    check("--share-half-life-s", "share_half_life_us",
+          core::Duration::FromSeconds(*opts.share_half_life_s).micros());
+  }
   if (opts.max_height) {
     if (*opts.max_height < 0) {
       return core::InvalidArgument("--max-height: must not be negative");
@@ -317,6 +329,10 @@ core::Status SchedulerServer::Impl::ResolvePolicy() {
   if (want.contains("pack_settle_us")) {
     po.gandiva.pack_settle =
         core::Duration::Micros(want.at("pack_settle_us").get<int64_t>());
+  }
+  if (want.contains("share_half_life_us")) {
+    po.share_half_life =
+        core::Duration::Micros(want.at("share_half_life_us").get<int64_t>());
   }
   // Rates come every --profile-interval-s (2 s): judge them past a job's
   // warm-up.

@@ -112,6 +112,11 @@ int main(int argc, char** argv) {
       "scheduling policy (default gandiva; a database keeps its own)");
   auto* quantum_opt = app.add_option(
       "--quantum-s", quantum_s, "time-slice length in seconds (default 60)");
+  double half_life_s = 0;
+  auto* half_life_opt = app.add_option(
+      "--share-half-life-s", half_life_s,
+      "gandiva-fair: half-life in seconds of what a queue, or a user within "
+      "it, is owed or owes (default 3600; a database keeps its own)");
   std::string queues_file;
   app.add_option("--queues", queues_file,
                  "YAML file of the queues (teams) and their GPU quotas that "
@@ -237,6 +242,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (policy_opt->count() > 0) o.policy = policy;
   if (quantum_opt->count() > 0) o.quantum_s = quantum_s;
+  if (half_life_opt->count() > 0) o.share_half_life_s = half_life_s;
   if (height_opt->count() > 0) o.max_height = max_height;
   if (attempts_opt->count() > 0) o.start_attempts = start_attempts;
   if (retry_opt->count() > 0) o.start_retry_s = start_retry_s;

@@ -59,6 +59,9 @@ struct SchedulerOptions {
   std::optional<std::string> policy;
   // Time-slice length in seconds (gandiva policies). Default 60.
   std::optional<double> quantum_s;
+  // gandiva-fair: how fast what a queue, or a user within it, is owed or
+  // owes fades (its half-life), in seconds. Default 3600.
+  std::optional<double> share_half_life_s;
   // The most jobs time-sharing a GPU (a server's height cap, gandiva
   // policies; 0 = no cap). Default 4.
   std::optional<int> max_height;

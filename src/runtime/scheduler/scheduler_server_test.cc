@@ -3655,6 +3655,23 @@ TEST_F(DaemonTest, PolicyOptionsMustMatchTheDatabase) {
       std::string::npos)
       << s.status().ToString();
   o.start_attempts.reset();
+  // gandiva-fair's half-life: stored like the others (a database from
+  // before it has the default, 3600 s); checked when given.
+  o.share_half_life_s = 0;
+  s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("--share-half-life-s: must be a "
+                                      "positive number of seconds"),
+            std::string::npos)
+      << s.status().ToString();
+  o.share_half_life_s = 600;
+  s = SchedulerServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(
+                "--share-half-life-s 600000000 (the database has 3600000000)"),
+            std::string::npos)
+      << s.status().ToString();
+  o.share_half_life_s = 3600;
   auto again = SchedulerServer::Start(o);
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ((*again)->policy(), "fifo");
