@@ -512,6 +512,18 @@ int ProcessesRunning(const std::string& needle) {
   return static_cast<int>(PidsRunning(needle).size());
 }
 
+int TrainingPid(int steps, int seed) {
+  const std::vector<int> pids =
+      PidsRunning("train_cnn.py --steps " + std::to_string(steps) + " --seed " +
+                  std::to_string(seed) + " --min-step-ms");
+  return pids.size() == 1 ? pids[0] : -1;
+}
+
+int LastStepBefore(const std::string& log, size_t end) {
+  const size_t last = log.substr(0, end).rfind("\nstep ");
+  return last == std::string::npos ? -1 : std::atoi(log.c_str() + last + 6);
+}
+
 std::vector<int> PidsRunning(const std::string& needle) {
   std::vector<int> pids;
   for (const auto& e : fs::directory_iterator("/proc")) {

@@ -189,6 +189,13 @@ bool WaitEnded(TestCluster& c, int64_t id, std::chrono::seconds timeout);
 int ProcessesRunning(const std::string& needle);
 // Their pids, ascending.
 std::vector<int> PidsRunning(const std::string& needle);
+// The pid of the one process of a job TrainSpec made with these steps and
+// seed (not its reference run's: that pads no mini-batch); -1 unless
+// exactly one runs.
+int TrainingPid(int steps, int seed);
+// The step of the last "step N at T" line (TrainSpec's --log-steps 1) of
+// `log` before `end`; -1 if none.
+int LastStepBefore(const std::string& log, size_t end);
 
 // Lines of `text` that contain `needle`.
 int CountLines(const std::string& text, const std::string& needle);

@@ -186,11 +186,9 @@ TEST_P(MovedPeriodicTest, KilledBeforeItsFirstSaveThereItGoesOnFromTheMove) {
       << out << Describe(c, id) << c.Logs();
   // The move is done once the job trained its first mini-batch there: long
   // before its first periodic save there (mini-batch 300).
-  const std::vector<int> pids =
-      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) +
-                  " --seed " + std::to_string(kSeed) + " --min-step-ms");
-  ASSERT_EQ(pids.size(), 1u);
-  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  const int pid = TrainingPid(kSteps, kSeed);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
 
   const rpc::JobInfo j = c.Job(id);
@@ -203,11 +201,9 @@ TEST_P(MovedPeriodicTest, KilledBeforeItsFirstSaveThereItGoesOnFromTheMove) {
   const std::vector<int> resumed = ResumedAt(log);
   ASSERT_EQ(resumed.size(), 2u) << log;
   // The last step the killed run trained.
-  const std::string before =
-      log.substr(0, log.find("resumed from ", log.find("resumed from ") + 1));
-  const size_t last = before.rfind("\nstep ");
-  ASSERT_NE(last, std::string::npos) << log;
-  const int killed_at = std::atoi(before.c_str() + last + 6);
+  const int killed_at = LastStepBefore(
+      log, log.find("resumed from ", log.find("resumed from ") + 1));
+  ASSERT_GE(killed_at, 0) << log;
   EXPECT_GE(killed_at, resumed[0]) << log;
   EXPECT_LT(killed_at, kEvery) << "killed before its first save there";
   EXPECT_GE(resumed[0], 40) << log;

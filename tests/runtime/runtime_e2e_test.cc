@@ -751,12 +751,9 @@ TEST_F(RuntimeE2eTest, AKilledJobGoesOnFromItsPeriodicCheckpoint) {
   ASSERT_TRUE(WaitUntil(
       [&] { return c.Job(id).progress().minibatches() >= 130; }, seconds(120)))
       << Describe(c, id) << c.Logs();
-  // The job's process, not the reference run's (which pads no mini-batch).
-  const std::vector<int> pids =
-      PidsRunning("train_cnn.py --steps " + std::to_string(kSteps) +
-                  " --seed " + std::to_string(kSeed) + " --min-step-ms");
-  ASSERT_EQ(pids.size(), 1u);
-  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  const int pid = TrainingPid(kSteps, kSeed);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE(WaitEnded(c, id, seconds(240))) << Describe(c, id) << c.Logs();
 
   const rpc::JobInfo j = c.Job(id);
@@ -767,10 +764,8 @@ TEST_F(RuntimeE2eTest, AKilledJobGoesOnFromItsPeriodicCheckpoint) {
   // The last step the killed run trained, and where the next went on.
   const size_t resumed_at = log.find("resumed from ");
   ASSERT_NE(resumed_at, std::string::npos) << log;
-  const std::string before = log.substr(0, resumed_at);
-  const size_t last = before.rfind("\nstep ");
-  ASSERT_NE(last, std::string::npos) << log;
-  const int killed_at = std::atoi(before.c_str() + last + 6);
+  const int killed_at = LastStepBefore(log, resumed_at);
+  ASSERT_GE(killed_at, 0) << log;
   const size_t at_step = log.find(" at step ", resumed_at);
   ASSERT_NE(at_step, std::string::npos) << log;
   const int saved_at = std::atoi(log.c_str() + at_step + 9);
