@@ -77,6 +77,7 @@ struct UpFlags {
   std::optional<std::string> policy;
   std::optional<std::string> queues;
   std::optional<double> quantum_s;
+  std::optional<double> share_half_life_s;
   std::optional<int> tick_ms;
   bool demo = false;
   bool real_gpus = false;
@@ -657,6 +658,11 @@ int RunUp(const UpFlags& f) {
     q << *quantum;
     sargv.insert(sargv.end(), {"--quantum-s", q.str()});
   }
+  if (f.share_half_life_s) {
+    std::ostringstream h;
+    h << *f.share_half_life_s;
+    sargv.insert(sargv.end(), {"--share-half-life-s", h.str()});
+  }
   if (f.tick_ms) {
     sargv.insert(sargv.end(), {"--tick-ms", std::to_string(*f.tick_ms)});
   }
@@ -919,6 +925,10 @@ void AddClusterCommands(CLI::App& app, int& exit_code) {
                    "applied as `gandiva queues apply` would)");
     up->add_option("--quantum-s", f->quantum_s,
                    "Time-slice in seconds (default: the database's, else 60)");
+    up->add_option("--share-half-life-s", f->share_half_life_s,
+                   "gandiva-fair: half-life in seconds of what a queue, or a "
+                   "user within it, is owed or owes (default: the "
+                   "database's, else 3600)");
     up->add_option("--tick-ms", f->tick_ms,
                    "Milliseconds between scheduling ticks (default: the "
                    "daemon's)");

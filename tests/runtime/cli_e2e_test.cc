@@ -187,7 +187,7 @@ TEST_F(CliE2eTest, UpLsDown) {
   }
   CliRun up = Gandiva("up " + state +
                       " --agents 1 --gpus-per-agent 2 --quantum-s 2 "
-                      "--tick-ms 200");
+                      "--share-half-life-s 900 --tick-ms 200");
   ASSERT_EQ(up.status, 0) << up.out;
   EXPECT_NE(up.out.find("local cluster up"), std::string::npos) << up.out;
   {
@@ -466,6 +466,15 @@ TEST_F(CliE2eTest, UpLsDown) {
     const CliRun r = Gandiva("ls " + state);
     EXPECT_EQ(r.status, 1) << r.out;
     EXPECT_NE(r.out.find("run `gandiva up`"), std::string::npos) << r.out;
+  }
+  {
+    // The half-life given at the first `up` is the database's: another
+    // is refused, naming it.
+    const CliRun other = Gandiva("up --share-half-life-s 1800 " + state);
+    EXPECT_NE(other.status, 0) << other.out;
+    EXPECT_NE(other.out.find("--share-half-life-s"), std::string::npos)
+        << other.out;
+    EXPECT_NE(other.out.find("900"), std::string::npos) << other.out;
   }
   // Up again: the saver goes on from its checkpoint.
   up = Gandiva("up " + state);

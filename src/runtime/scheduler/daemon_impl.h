@@ -656,13 +656,14 @@ struct SchedulerServer::Impl final {
 
   // New queues from a queues file's text (ApplyQueuesRequest).
   core::StatusOr<rpc::ApplyQueuesReply> ApplyQueues(
-      const rpc::ApplyQueuesRequest& r);
+      const rpc::ApplyQueuesRequest& r, const Caller& by);
   // `next` as the queues from now on: checked (a tree; every live job's
   // queue still a leaf), then, unless a dry run or the same as now, fed to
-  // the core (QueuesChanged, logged) and stored. The reply lists what
-  // changes.
+  // the core (QueuesChanged, logged) and stored, and the daemon's log says
+  // what changed and who asked (`by`: "by alice from teams.yaml"). The
+  // reply lists what changes.
   core::StatusOr<rpc::ApplyQueuesReply> ChangeQueues(
-      std::vector<core::QueueConfig> next, bool dry_run);
+      std::vector<core::QueueConfig> next, bool dry_run, std::string_view by);
 
   // A change of a live job's priority (history `priority`), by its owner or
   // an admin (access.h); its priority before.

@@ -39,17 +39,12 @@ core::Status SchedulerServer::Impl::Open() {
   if (start_queues) {
     std::vector<core::QueueConfig> given = std::move(*start_queues);
     start_queues.reset();
-    auto changed = ChangeQueues(std::move(given), /*dry_run=*/false);
+    auto changed =
+        ChangeQueues(std::move(given), /*dry_run=*/false,
+                     "by --queues, which differs from the stored queues");
     if (!changed.ok()) {
       return core::Status(changed.status().code(),
                           "--queues: " + changed.status().message());
-    }
-    if (changed->applied()) {
-      std::string what;
-      for (const std::string& line : changed->changes()) {
-        what += (what.empty() ? "" : "; ") + line;
-      }
-      Log("--queues differs from the stored queues: applied (" + what + ")");
     }
   }
   return core::Status::Ok();
@@ -381,25 +376,21 @@ core::Status SchedulerServer::Impl::BuildScheduler(
 
 core::StatusOr<std::optional<std::vector<core::QueueConfig>>>
 SchedulerServer::Impl::QueuesAtLogStart(int64_t after) {
-  std::optional<std::vector<core::QueueConfig>> first;
-  GANDIVA_RETURN_IF_ERROR(store->ForEachEvent(
-      [&](const EventRow& e) -> core::Status {
-        if (first || e.kind != "QueuesChanged") return core::Status::Ok();
-        auto body = DecodeEvent(e.json);
-        if (!body.ok()) {
-          return core::IoError("event log entry " + std::to_string(e.seq) +
-                               ": " + body.status().message());
-        }
-        const auto* changed = std::get_if<core::QueuesChanged>(&*body);
-        if (changed == nullptr) {
-          return core::IoError("event log entry " + std::to_string(e.seq) +
-                               ": not a QueuesChanged");
-        }
-        first = changed->previous;
-        return core::Status::Ok();
-      },
-      after));
-  return first;
+  auto row = store->FirstEventOfKind("QueuesChanged", after);
+  if (!row.ok()) return row.status();
+  if (!row->has_value()) return std::optional<std::vector<core::QueueConfig>>();
+  const EventRow& e = **row;
+  auto body = DecodeEvent(e.json);
+  if (!body.ok()) {
+    return core::IoError("event log entry " + std::to_string(e.seq) + ": " +
+                         body.status().message());
+  }
+  const auto* changed = std::get_if<core::QueuesChanged>(&*body);
+  if (changed == nullptr) {
+    return core::IoError("event log entry " + std::to_string(e.seq) +
+                         ": not a QueuesChanged");
+  }
+  return std::optional<std::vector<core::QueueConfig>>(changed->previous);
 }
 
 core::Status SchedulerServer::Impl::StoreQueues(

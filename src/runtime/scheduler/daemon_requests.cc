@@ -234,16 +234,17 @@ std::vector<std::string> QueueChanges(
 }  // namespace
 
 core::StatusOr<rpc::ApplyQueuesReply> SchedulerServer::Impl::ApplyQueues(
-    const rpc::ApplyQueuesRequest& r) {
+    const rpc::ApplyQueuesRequest& r, const Caller& by) {
   const std::string source =
       r.source().empty() ? std::string("queues") : config::Shown(r.source());
   auto parsed = config::ParseQueues(r.yaml(), source);
   if (!parsed.ok()) return core::InvalidArgument(parsed.status().message());
-  return ChangeQueues(std::move(*parsed), r.dry_run());
+  return ChangeQueues(std::move(*parsed), r.dry_run(),
+                      "by " + by.Describe() + " from " + source);
 }
 
 core::StatusOr<rpc::ApplyQueuesReply> SchedulerServer::Impl::ChangeQueues(
-    std::vector<core::QueueConfig> next, bool dry_run) {
+    std::vector<core::QueueConfig> next, bool dry_run, std::string_view by) {
   GANDIVA_RETURN_IF_ERROR(core::CheckQueues(next));
   const std::shared_ptr<const std::vector<core::QueueConfig>> was = Queues();
   // A live job's queue stays a leaf: its jobs would go to the shared
@@ -294,7 +295,7 @@ core::StatusOr<rpc::ApplyQueuesReply> SchedulerServer::Impl::ChangeQueues(
   for (const std::string& line : reply.changes()) {
     what += (what.empty() ? "" : "; ") + line;
   }
-  Log("queues changed: " + what);
+  Log("queues changed " + std::string(by) + ": " + what);
   reply.set_applied(true);
   return reply;
 }

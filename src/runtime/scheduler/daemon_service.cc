@@ -454,7 +454,7 @@ grpc::Status SchedulerService::ApplyQueues(grpc::ServerContext* ctx,
                 std::to_string(kMaxQueuesSourceBytes) + ")"};
   }
   auto r = d_.Call<core::StatusOr<rpc::ApplyQueuesReply>>(
-      [this, req] { return d_.ApplyQueues(*req); });
+      [this, req, by = *who] { return d_.ApplyQueues(*req, by); });
   if (!r) return Unavailable();
   if (!r->ok()) return ToGrpc(r->status());
   *rep = std::move(**r);

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 #include <utility>
+
+#include "core/policies/queues.h"
 
 namespace gandiva::runtime {
 
@@ -55,11 +58,10 @@ std::vector<std::string> Strings(const json& j) {
 // Throws json::exception (reported as malformed).
 std::vector<core::QueueConfig> QueuesOf(const json& j) {
   std::vector<core::QueueConfig> out;
-  if (j.is_object()) {
-    for (const auto& [name, quota] : j.items()) {
-      out.push_back({.name = name, .quota = Int<int>(quota)});
-    }
-    return out;
+  if (j.is_object()) {  // an older store's {"name": quota}
+    std::map<std::string, int> quotas;
+    for (const auto& [name, quota] : j.items()) quotas[name] = Int<int>(quota);
+    return core::FlatQueues(quotas);
   }
   if (!j.is_array()) {
     throw json::type_error::create(302, "expected a list of queues", &j);

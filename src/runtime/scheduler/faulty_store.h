@@ -120,6 +120,10 @@ class FaultyStore final : public Store {
       int64_t after) override {
     return inner_->ForEachEvent(f, after);
   }
+  core::StatusOr<std::optional<EventRow>> FirstEventOfKind(
+      const std::string& kind, int64_t after) override {
+    return inner_->FirstEventOfKind(kind, after);
+  }
   core::StatusOr<int64_t> EventCount() override { return inner_->EventCount(); }
   int64_t LastEventSeq() override { return inner_->LastEventSeq(); }
   core::Status WriteSnapshot(const SnapshotRow& snap) override {

@@ -3318,8 +3318,9 @@ TEST_F(DaemonTest, RefusesASimulatorOnlyPolicy) {
 
 // Jobs name one of the daemon's queues (or none: the shared queue); a
 // queue it does not have is refused by field, and nothing is stored. The
-// queues are kept with the policy options: a restart with others is
-// refused, one without takes the stored ones.
+// queues are kept with the policy options: a restart with others applies
+// them as a change (refused when it would strand live jobs), one without
+// takes the stored ones.
 TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
   SchedulerOptions o = Options();
   o.policy = "gandiva-fair";
@@ -3364,7 +3365,19 @@ TEST_F(DaemonTest, JobsNameTheDaemonsQueues) {
       << other.status().ToString();
   o.queues = core::FlatQueues({{"a", 3}, {"b", 1}});
   {
+    // The daemon's log says once what changed, and why.
+    o.verbose = true;
+    ::testing::internal::CaptureStderr();
     Client& changed = StartDaemon(o);
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    o.verbose = false;
+    const std::string line =
+        "queues changed by --queues, which differs from the stored queues: "
+        "queue 'a': quota 2 -> 3";
+    const size_t at = log.find(line);
+    EXPECT_NE(at, std::string::npos) << log;
+    EXPECT_EQ(log.find("quota 2 -> 3", at + line.size()), std::string::npos)
+        << "logged twice: " << log;
     const rpc::ListQueuesReply q = changed.Queues();
     ASSERT_EQ(q.queues_size(), 3);
     EXPECT_EQ(q.queues(0).quota(), 3);

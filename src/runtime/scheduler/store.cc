@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -190,6 +191,8 @@ class SqliteStore final : public Store {
   core::Status ForEachEvent(
       const std::function<core::Status(const EventRow&)>& f,
       int64_t after) override;
+  core::StatusOr<std::optional<EventRow>> FirstEventOfKind(
+      const std::string& kind, int64_t after) override;
   core::StatusOr<int64_t> EventCount() override;
   int64_t LastEventSeq() override {
     std::lock_guard lock(mu_);
@@ -272,7 +275,12 @@ core::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
       "CREATE INDEX IF NOT EXISTS jobs_archived_by_end ON jobs(ended_us) "
       "WHERE archived = 1;"
       "CREATE INDEX IF NOT EXISTS jobs_archived_by_name ON jobs(" +
-      std::string(kSpecName) + ", id) WHERE archived = 1";
+      std::string(kSpecName) +
+      ", id) WHERE archived = 1;"
+      // A change of the queues is looked for at every start
+      // (FirstEventOfKind); the index holds those events alone.
+      "CREATE INDEX IF NOT EXISTS events_queues_changed ON events(seq) "
+      "WHERE kind = 'QueuesChanged'";
   GANDIVA_RETURN_IF_ERROR(store->Exec(indexes.c_str()));
   // Events are numbered on from the last one logged or compacted away.
   Stmt s(db,
@@ -663,6 +671,23 @@ core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
   return core::Status::Ok();
 }
 
+core::StatusOr<std::optional<EventRow>> Store::FirstEventOfKind(
+    const std::string& kind, int64_t after) {
+  std::optional<EventRow> first;
+  // Stops the read at the first found; the status is the read's own
+  // unless it was this stop.
+  const core::Status found = core::AlreadyExists("found");
+  const core::Status s = ForEachEvent(
+      [&](const EventRow& e) -> core::Status {
+        if (e.kind != kind) return core::Status::Ok();
+        first = e;
+        return found;
+      },
+      after);
+  if (!s.ok() && !first) return s;
+  return first;
+}
+
 core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
                                            const std::string& kind,
                                            const std::string& json) {
@@ -709,6 +734,32 @@ core::Status SqliteStore::ForEachEvent(
   }
   if (rc != SQLITE_DONE) return s.StepError();
   return core::Status::Ok();
+}
+
+core::StatusOr<std::optional<EventRow>> SqliteStore::FirstEventOfKind(
+    const std::string& kind, int64_t after) {
+  // The kind as a literal, so that the partial index on it is used: the
+  // kinds are the codec's names, letters alone.
+  if (kind.empty() || !std::all_of(kind.begin(), kind.end(), [](char c) {
+        return std::isalpha(static_cast<unsigned char>(c)) != 0;
+      })) {
+    return core::InvalidArgument("event kind '" + kind +
+                                 "': not a name of letters");
+  }
+  std::lock_guard lock(mu_);
+  const std::string sql =
+      "SELECT seq, time_us, kind, body FROM events WHERE kind = '" + kind +
+      "' AND seq > ? ORDER BY seq LIMIT 1";
+  Stmt s(db_, sql.c_str());
+  GANDIVA_RETURN_IF_ERROR(s.prepared());
+  s.Bind(1, after);
+  const int rc = s.Step();
+  if (rc == SQLITE_ROW) {
+    return std::optional<EventRow>(
+        EventRow{s.Int(0), s.Int(1), s.Text(2), s.Text(3)});
+  }
+  if (rc != SQLITE_DONE) return s.StepError();
+  return std::optional<EventRow>();
 }
 
 core::Status SqliteStore::WriteSnapshot(const SnapshotRow& snap) {

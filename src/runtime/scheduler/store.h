@@ -210,6 +210,10 @@ class Store {
   virtual core::Status ForEachEvent(
       const std::function<core::Status(const EventRow&)>& f,
       int64_t after = 0) = 0;
+  // The first logged event of `kind` after seq `after`, if any. This reads
+  // the log up to it; SQLite finds a QueuesChanged by an index instead.
+  virtual core::StatusOr<std::optional<EventRow>> FirstEventOfKind(
+      const std::string& kind, int64_t after);
   // Events in the log (those compacted into a snapshot are gone).
   virtual core::StatusOr<int64_t> EventCount() = 0;
   // The seq of the last event logged (0: none ever).

@@ -303,6 +303,44 @@ TEST_P(StoreTest, EventsAppendedTogetherAreLoggedInOrder) {
   EXPECT_EQ(*next, 257);
 }
 
+// A start looks for the first change of the queues in the log: found
+// after any seq, by kind alone, and none past the last; a kind that is no
+// name is refused.
+TEST_P(StoreTest, TheFirstEventOfAKindIsFoundAfterAnySeq) {
+  auto s = Open();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Store& st = **s;
+  auto first = st.FirstEventOfKind("QueuesChanged", 0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(first->has_value());
+  const std::vector<EventRow> log = {
+      {0, 1, "Tick", "{}"},          {0, 2, "QueuesChanged", "{\"a\":1}"},
+      {0, 3, "ProfileReport", "{}"}, {0, 4, "QueuesChanged", "{\"b\":2}"},
+      {0, 5, "Tick", "{}"},
+  };
+  ASSERT_TRUE(st.AppendEvents(log).status.ok());
+  auto at = [&](const std::string& kind, int64_t after) -> int64_t {
+    auto e = st.FirstEventOfKind(kind, after);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() && e->has_value() ? (*e)->seq : 0;
+  };
+  EXPECT_EQ(at("QueuesChanged", 0), 2);
+  EXPECT_EQ(at("QueuesChanged", 1), 2);
+  EXPECT_EQ(at("QueuesChanged", 2), 4);
+  EXPECT_EQ(at("QueuesChanged", 4), 0);
+  EXPECT_EQ(at("Tick", 1), 5);
+  EXPECT_EQ(at("JobArrived", 0), 0);
+  auto e = st.FirstEventOfKind("QueuesChanged", 3);
+  ASSERT_TRUE(e.ok() && e->has_value());
+  EXPECT_EQ((*e)->time_us, 4);
+  EXPECT_EQ((*e)->kind, "QueuesChanged");
+  EXPECT_EQ((*e)->json, "{\"b\":2}");
+  if (GetParam() == "sqlite") {
+    auto bad = st.FirstEventOfKind("Tick' OR '1", 0);
+    EXPECT_EQ(bad.status().code(), core::StatusCode::kInvalidArgument);
+  }
+}
+
 // A batch that fails says how many of its events were logged: on etcd
 // (here with an event over etcd's request limit, in the second
 // transaction) those before the transaction that failed, and no gap; on
