@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -401,6 +403,98 @@ TEST_F(GangE2eTest, APartThatFailsEndsTheJobEverywhere) {
       WaitUntil([&] { return ProcessesRunning(script) == 0; }, seconds(30)))
       << ProcessesRunning(script) << " processes left\n"
       << Describe(c, id);
+}
+
+// The pid of the process of `needle` whose environment holds `env` (such
+// as "RANK=1"); -1 unless exactly one.
+int PidWithEnv(const std::string& needle, const std::string& env) {
+  int found = -1;
+  int count = 0;
+  for (int pid : PidsRunning(needle)) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/environ");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string all = '\0' + ss.str();
+    if (all.find('\0' + env + '\0') != std::string::npos) {
+      found = pid;
+      ++count;
+    }
+  }
+  return count == 1 ? found : -1;
+}
+
+// A two-rank job saving periodic checkpoints, one of its ranks SIGKILLed
+// (rank 1, on the other server; rank 0, at the lead): the run fails as a
+// whole, its lead keeping its last periodic checkpoint (whether the lead
+// failed first, of its own or of the lost peer, or was stopped for the
+// other part's failure), and the retry goes on from it on both servers,
+// not from the beginning; it finishes its samples once.
+class GangPeriodicTest : public GangE2eTest,
+                         public ::testing::WithParamInterface<int> {};
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GangPeriodicTest, ::testing::Values(1, 0),
+                         [](const auto& p) {
+                           return p.param == 0 ? std::string("Rank0AtTheLead")
+                                               : std::string("Rank1Elsewhere");
+                         });
+
+TEST_P(GangPeriodicTest, AKilledRankGoesOnFromTheLastPeriodicSave) {
+  constexpr int kSamples = 16 * 700;  // 700 mini-batches of 2 x 8
+  constexpr int kEvery = 100;
+  TestCluster c({.policy = "fifo",
+                 .agents = 2,
+                 .gpus_per_agent = 1,
+                 .scheduler_args = {"--start-retry-s", "1"}});
+  std::string error;
+  ASSERT_TRUE(c.Start(&error)) << error;
+  rpc::JobSpec spec = DdpOn(c, 2, kSamples);
+  spec.set_retries(1);
+  spec.set_checkpoint_every_minibatches(kEvery);
+  const int64_t id = c.Submit(spec, &error);
+  ASSERT_GT(id, 0) << error;
+  ASSERT_TRUE(TrainsOn(c, id, 2, 2 * kEvery + 30))
+      << Describe(c, id) << c.Logs();
+  const int64_t at_kill = c.Job(id).progress().minibatches();
+  const std::string lead = c.Job(id).parts(0).server();
+  const int rank =
+      PidWithEnv("train_ddp.py --samples " + std::to_string(kSamples),
+                 "RANK=" + std::to_string(GetParam()));
+  ASSERT_GT(rank, 0) << Describe(c, id);
+  ASSERT_EQ(::kill(rank, SIGKILL), 0);
+
+  const std::string log = FinishedOnce(c, id, kSamples);
+  const rpc::JobInfo j = c.Job(id);
+  EXPECT_EQ(j.run_failures(), 1) << Describe(c, id);
+  const auto retries = c.History(id, "retry");
+  ASSERT_EQ(retries.size(), 1u) << Describe(c, id);
+  const std::string& retry = retries[0].detail();
+  const std::string from = "from its checkpoint at mini-batch ";
+  const size_t at = retry.find(from);
+  ASSERT_NE(at, std::string::npos) << Describe(c, id);
+  const int64_t kept = std::stoll(retry.substr(at + from.size()));
+  EXPECT_GE(kept, 2 * kEvery) << Describe(c, id);
+  EXPECT_EQ(kept % kEvery, 0) << Describe(c, id);
+  EXPECT_LE(kept, at_kill + kEvery) << Describe(c, id);
+  // Its exit lines name the lead's agent keeping the checkpoint.
+  bool named = false;
+  for (const auto& e : c.History(id, "exit")) {
+    named = named || e.detail().find(
+                         "its last periodic checkpoint, at "
+                         "mini-batch " +
+                         std::to_string(kept) + ", is kept on " + lead) !=
+                         std::string::npos;
+  }
+  EXPECT_TRUE(named) << Describe(c, id);
+  // The second run resumed there, on both servers.
+  EXPECT_EQ(CountLines(log, "steps=" + std::to_string(kept) +
+                                " (saved at world size 2, now 2)"),
+            1)
+      << log;
+  std::printf(
+      "a 2-rank job saving every %d mini-batches, rank %d SIGKILLed at about "
+      "mini-batch %lld, went on from mini-batch %lld\n",
+      kEvery, GetParam(), static_cast<long long>(at_kill),
+      static_cast<long long>(kept));
 }
 
 }  // namespace

@@ -190,8 +190,8 @@ grpc::Status AgentServer::Impl::KillJob(grpc::ServerContext* ctx,
   return actions.Run<rpc::KillReply>(
       {"KillJob", req->job_id()}, req->action_id(), reply,
       [&](rpc::KillReply*) {
-        core::Status s = supervisor->Kill(req->job_id());
-        const bool had = !req->keep_checkpoint() &&
+        core::Status s = supervisor->Kill(req->job_id(), req->keep_periodic());
+        const bool had = !req->keep_checkpoint() && !req->keep_periodic() &&
                          supervisor->DropCheckpoint(req->job_id());
         if (s.code() == core::StatusCode::kNotFound && had) {
           return grpc::Status::OK;  // only its checkpoint was left here

@@ -279,8 +279,11 @@ class Supervisor {
   // it has exited.
   core::StatusOr<ResumeResult> Resume(int64_t job_id);
   // SIGCONT + SIGTERM to the group, SIGKILL after kill_grace; returns once the
-  // job has exited. Ok for a job that already exited.
-  core::Status Kill(int64_t job_id);
+  // job has exited. Ok for a job that already exited. With keep_periodic
+  // (a multi-server job's lead, stopped because another part failed) its
+  // exit is a failure's: its last periodic checkpoint is kept, as if it
+  // had failed itself.
+  core::Status Kill(int64_t job_id, bool keep_periodic = false);
   // Kills every live job concurrently, as Kill does; with agent_stopping
   // (the agent shuts down) their exits are marked so.
   void KillAll(bool agent_stopping = false);

@@ -92,6 +92,9 @@ struct Supervisor::JobRec {
   std::atomic<bool> checkpointing{false};
   // Set by Kill(): the daemon asked for its end (ExitRecord::killed).
   std::atomic<bool> kill_requested{false};
+  // Killed as a failure elsewhere (Kill's keep_periodic): its periodic
+  // checkpoint is kept.
+  std::atomic<bool> kill_keeps_periodic{false};
   // Set by KillAll(agent_stopping): killed because the agent stops.
   std::atomic<bool> killed_for_stop{false};
   // Guarded by Supervisor::mu_.

@@ -159,12 +159,15 @@ core::StatusOr<ResumeResult> Supervisor::Resume(int64_t job_id) {
   return ResumeResult{took};
 }
 
-core::Status Supervisor::Kill(int64_t job_id) {
+core::Status Supervisor::Kill(int64_t job_id, bool keep_periodic) {
   auto job = Find(job_id);
   if (!job)
     return core::NotFound(JobIdText(job_id) + " is not known to this agent");
   std::lock_guard<std::mutex> action(job->action_mu);
-  if (!job->exited.load()) job->kill_requested.store(true);
+  if (!job->exited.load()) {
+    if (keep_periodic) job->kill_keeps_periodic.store(true);
+    job->kill_requested.store(true);
+  }
   return KillLocked(*job);
 }
 

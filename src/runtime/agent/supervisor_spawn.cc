@@ -683,8 +683,9 @@ void Supervisor::Ended(const std::shared_ptr<JobRec>& job, int code) {
       job->job_id,
       !job->checkpointing.load() && code != GANDIVA_EXIT_MIGRATE &&
           code != GANDIVA_EXIT_RESIZE,
-      code != 0 && !job->kill_requested.load() &&
-          !job->killed_for_stop.load() && !job->gang,
+      code != 0 &&
+          (!job->kill_requested.load() || job->kill_keeps_periodic.load()) &&
+          !job->killed_for_stop.load(),
       job->submitted_us, job->spec);
   const int64_t minibatches =
       periodic

@@ -534,6 +534,12 @@ constexpr char kLostNote[] =
     "submitted after the backup this store was restored from, its record "
     "lost";
 
+// The job saves checkpoints by itself (JobSpec.checkpoint_every_*).
+bool SavesPeriodically(const rpc::JobSpec& spec) {
+  return spec.checkpoint_every_minibatches() > 0 ||
+         spec.checkpoint_every_us() > 0;
+}
+
 }  // namespace
 
 AgentModel::LostJobPlan AgentModel::LostJobAdoption(
@@ -694,8 +700,10 @@ AgentModel::Exit AgentModel::JudgeExit(ServerId server,
   const bool ended = Ended(id);
   if (x.proc.exists && x.proc.server != server && x.proc.FollowerOn(server)) {
     // Killed as its agent stopped: the lead's agent decides, or the
-    // server is declared down.
-    return e.killed() || e.agent_stopped() || e.exit_code() == 0 || ended
+    // server is declared down. After a part failed already, the lead's
+    // exit ends the run.
+    return e.killed() || e.agent_stopped() || e.exit_code() == 0 || ended ||
+                   x.part_failed
                ? Exit::kPartPassed
                : Exit::kPartFailed;
   }
@@ -704,6 +712,9 @@ AgentModel::Exit AgentModel::JudgeExit(ServerId server,
     // A failure: the checkpoint is for the job's next run, if it has one.
     return ended ? Exit::kAfterEnd : Exit::kFailedSaved;
   }
+  // The lead of a job whose other part failed, stopped for it: the run's
+  // end, a failure.
+  if (x.part_failed) return ended ? Exit::kAfterEnd : Exit::kEnds;
   if (e.checkpoint_kept() && !x.proc.gang()) {
     return ended ? Exit::kNotOurs : Exit::kStoppedSaved;
   }
@@ -736,13 +747,25 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
       return plan;
     case Exit::kPartFailed:
       plan.record = *was;
+      plan.stop = was->proc;
+      if (SavesPeriodically(was->spec)) {
+        // Its lead's agent keeps its last periodic checkpoint as the lead
+        // is stopped: the run ends at the lead's exit, which says whether
+        // one was saved.
+        plan.record->part_failed = e.exit_code();
+        plan.stop_keeps_periodic = true;
+        plan.line = Line{"exit", false,
+                         "exit code " + code + " of its part on " + agent +
+                             "; its other parts are stopped, its lead "
+                             "keeping its last periodic checkpoint"};
+        return plan;
+      }
       plan.record->proc = Proc{};
       plan.record->exit_code = e.exit_code();
       plan.line = Line{"exit", false,
                        "exit code " + code + " of its part on " + agent +
                            "; its other parts are stopped"};
       plan.finishes = false;
-      plan.stop = was->proc;
       return plan;
     case Exit::kStoppedSaved: {
       plan.record = *was;
@@ -779,17 +802,31 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
       x.proc.leaving = false;
       x.kept_at = e.minibatches() > 0 ? e.minibatches() : -1;
       x.stopped_us = now_us;
-      x.exit_code = e.exit_code();
+      x.exit_code = x.part_failed ? *x.part_failed : e.exit_code();
       if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
       CopyMetric(e, &x.progress);
       x.progress.set_minibatch_rate(0);
+      const std::string at =
+          e.minibatches() > 0
+              ? "at mini-batch " + std::to_string(e.minibatches())
+              : std::string("at a mini-batch not known");
       plan.line =
           Line{"exit", false,
-               "exit code " + code + "; its last periodic checkpoint, " +
-                   (e.minibatches() > 0
-                        ? "at mini-batch " + std::to_string(e.minibatches())
-                        : std::string("at a mini-batch not known")) +
-                   ", is kept on " + agent};
+               x.part_failed
+                   ? "its lead stopped after its part failed (exit code " +
+                         std::to_string(*x.part_failed) +
+                         "); its last periodic checkpoint, " + at +
+                         ", is kept on " + agent
+                   : "exit code " + code + "; its last periodic checkpoint, " +
+                         at + ", is kept on " + agent};
+      x.part_failed.reset();
+      if (x.proc.gang()) {
+        // Its other parts, if any runs on, are stopped; the checkpoint, one
+        // for every part, is its lead's: the next run starts from there.
+        plan.stop = x.proc;
+        plan.stop->server = ServerId();
+        x.proc.followers.clear();
+      }
       plan.finishes = false;
       plan.checkpoint = true;
       return plan;
@@ -821,6 +858,24 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
   x.exit_code = e.exit_code();
   if (e.minibatches() > 0) x.progress.set_minibatches(e.minibatches());
   CopyMetric(e, &x.progress);
+  if (const std::optional<int32_t> failed = std::exchange(x.part_failed, {});
+      failed && plan.verdict == Exit::kEnds &&
+      (e.killed() || e.exit_code() != 0)) {
+    // Stopped after its part failed, with no periodic checkpoint saved
+    // yet: the run failed with the part's exit code.
+    x.exit_code = *failed;
+    plan.line = Line{"exit", false,
+                     "its lead stopped after its part failed (exit code " +
+                         std::to_string(*failed) +
+                         "), no periodic checkpoint saved yet (exit code " +
+                         code + ")"};
+    plan.finishes = false;
+    if (was->proc.gang()) {
+      plan.stop = was->proc;
+      plan.stop->server = ServerId();
+    }
+    return plan;
+  }
   if (plan.verdict == Exit::kAfterEnd) {
     if (e.checkpoint_kept()) {
       // A periodic checkpoint kept for a run that will not come.

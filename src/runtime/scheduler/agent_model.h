@@ -361,8 +361,10 @@ class AgentModel {
     kPartPassed,      // a part of a job spanning servers, not its lead, ended
                       // killed, with its agent, or cleanly (the lead's exit is
                       // the job's), or after the job's end: passed by
-    kPartFailed,      // such a part ended in failure (a rank crashed): the job
-                      // fails, its other parts are stopped
+    kPartFailed,      // such a part ended in failure (a rank crashed): the
+                      // run fails, its other parts are stopped (a job saving
+                      // periodic checkpoints: its lead keeping its last one,
+                      // and the run ends at the lead's exit)
     kStoppedSaved,    // its agent stopped, the job saved a checkpoint kept
                       // there first: it waits for the agent, to go on from it
     kFailedSaved,     // it failed (not killed at a daemon's request), its
@@ -396,6 +398,9 @@ class AgentModel {
     // (JobFinished::checkpoint): `record` holds it there (proc.checkpoint).
     bool checkpoint = false;
     std::optional<Proc> stop;  // what of it runs on: its other parts
+    // The lead of `stop` is stopped keeping its last periodic checkpoint
+    // (JobRequest.keep_periodic).
+    bool stop_keeps_periodic = false;
   };
   ExitPlan PlanExit(ServerId server, const std::string& agent,
                     const rpc::JobExit& e, int64_t now_us) const;

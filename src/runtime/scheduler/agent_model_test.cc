@@ -612,6 +612,93 @@ TEST_F(AgentModelTest, AGangsEndStopsItsOtherParts) {
   EXPECT_EQ(plan.stop->followers[0].server, other);
 }
 
+// A job spanning servers that saves periodic checkpoints: a part's
+// failure stops its lead keeping its last one, and the run ends at the
+// lead's exit, going on from that checkpoint (kept on the lead's server)
+// if one was saved; later parts' exits are passed by.
+TEST_F(AgentModelTest, AGangSavingPeriodicallyEndsItsRunAtItsLeadsExit) {
+  Arrive(2, 100);
+  const ServerId lead = ServerOf(2);
+  const ServerId other(1 - lead.value);
+  jobs_[2].proc.followers.push_back(Part{other, {0}});
+  jobs_[2].spec.set_checkpoint_every_minibatches(100);
+  AgentModel::ExitPlan plan = Model().PlanExit(other, "a1", ExitOf(2, 1), 7);
+  EXPECT_EQ(plan.verdict, Exit::kPartFailed);
+  EXPECT_FALSE(plan.finishes) << "the lead's exit ends the run";
+  ASSERT_TRUE(plan.stop && plan.line && plan.record);
+  EXPECT_EQ(plan.stop->server, lead);
+  EXPECT_TRUE(plan.stop_keeps_periodic);
+  EXPECT_EQ(plan.line->detail,
+            "exit code 1 of its part on a1; its other parts are stopped, its "
+            "lead keeping its last periodic checkpoint");
+  EXPECT_EQ(plan.record->part_failed, 1);
+  EXPECT_TRUE(plan.record->proc.exists);
+  const JobExtra before = jobs_[2];
+  jobs_[2] = *plan.record;
+  // Another part failing meanwhile, or one killed: passed by.
+  EXPECT_EQ(Model().JudgeExit(other, ExitOf(2, 1)), Exit::kPartPassed);
+
+  // The lead, killed, kept its checkpoint: the run failed with the part's
+  // code, the checkpoint on the lead's server for the next.
+  rpc::JobExit kept = ExitOf(2, -15);
+  kept.set_killed(true);
+  kept.set_checkpoint_kept(true);
+  kept.set_checkpoint_method("periodic");
+  kept.set_minibatches(300);
+  plan = Model().PlanExit(lead, "a0", kept, 9);
+  EXPECT_EQ(plan.verdict, Exit::kFailedSaved);
+  ASSERT_TRUE(plan.finishes && plan.record && plan.line && plan.stop);
+  EXPECT_FALSE(*plan.finishes);
+  EXPECT_TRUE(plan.checkpoint);
+  EXPECT_EQ(plan.record->exit_code, 1);
+  EXPECT_FALSE(plan.record->part_failed);
+  EXPECT_EQ(plan.record->kept_at, 300);
+  EXPECT_EQ(plan.record->proc.server, lead);
+  EXPECT_TRUE(plan.record->proc.checkpoint);
+  EXPECT_FALSE(plan.record->proc.exists);
+  EXPECT_FALSE(plan.record->proc.gang()) << "the checkpoint is the lead's";
+  EXPECT_FALSE(plan.stop->server.valid());
+  ASSERT_EQ(plan.stop->followers.size(), 1u);
+  EXPECT_EQ(plan.line->detail,
+            "its lead stopped after its part failed (exit code 1); its last "
+            "periodic checkpoint, at mini-batch 300, is kept on a0");
+
+  // Killed before any save: the run failed with the part's code.
+  rpc::JobExit unsaved = ExitOf(2, -15);
+  unsaved.set_killed(true);
+  EXPECT_EQ(Model().JudgeExit(lead, unsaved), Exit::kEnds);
+  plan = Model().PlanExit(lead, "a0", unsaved, 9);
+  ASSERT_TRUE(plan.finishes && plan.record && plan.line);
+  EXPECT_FALSE(*plan.finishes);
+  EXPECT_FALSE(plan.checkpoint);
+  EXPECT_EQ(plan.record->exit_code, 1);
+  EXPECT_FALSE(plan.record->part_failed);
+  EXPECT_FALSE(plan.record->proc.exists);
+  EXPECT_EQ(plan.line->detail,
+            "its lead stopped after its part failed (exit code 1), no "
+            "periodic checkpoint saved yet (exit code -15)");
+
+  // The lead failing first, by itself, with its checkpoint: the run's end,
+  // its other parts stopped.
+  jobs_[2] = before;
+  rpc::JobExit own = ExitOf(2, 1);
+  own.set_checkpoint_kept(true);
+  own.set_checkpoint_method("periodic");
+  own.set_minibatches(200);
+  plan = Model().PlanExit(lead, "a0", own, 9);
+  EXPECT_EQ(plan.verdict, Exit::kFailedSaved);
+  ASSERT_TRUE(plan.stop && plan.record && plan.line);
+  EXPECT_FALSE(plan.stop->server.valid());
+  ASSERT_EQ(plan.stop->followers.size(), 1u);
+  EXPECT_EQ(plan.stop->followers[0].server, other);
+  EXPECT_EQ(plan.record->exit_code, 1);
+  EXPECT_EQ(plan.line->detail,
+            "exit code 1; its last periodic checkpoint, at mini-batch 200, is "
+            "kept on a0");
+  jobs_[2] = *plan.record;
+  EXPECT_EQ(Model().JudgeExit(other, ExitOf(2, 1)), Exit::kNotOurs);
+}
+
 // A profile's plan: the job's progress (its last metric and count stand
 // until the new process reports its own), the core told of the library,
 // and the report fed on a grid of the interval.

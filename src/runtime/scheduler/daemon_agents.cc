@@ -333,7 +333,9 @@ grpc::Status SchedulerServer::Impl::DoReport(const rpc::AgentReport& r) {
         KillAt(id, kept, InternalActionId());
       }
     }
-    if (plan.stop) KillAt(id, *plan.stop, InternalActionId());
+    if (plan.stop) {
+      KillAt(id, *plan.stop, InternalActionId(), plan.stop_keeps_periodic);
+    }
   }
   const int64_t every = static_cast<int64_t>(opts.profile_interval_s * 1e6);
   for (const rpc::JobProfile& p : r.profiles()) {

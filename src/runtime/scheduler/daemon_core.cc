@@ -305,16 +305,17 @@ void SchedulerServer::Impl::KillIgnoringExit(int32_t job, ServerId server,
 }
 
 void SchedulerServer::Impl::KillAt(int32_t job, const Proc& where,
-                                   int64_t action_id) {
+                                   int64_t action_id, bool keep_periodic) {
   for (const Part& f : where.followers) {
     KillAt(job, Proc{f.server, f.local, true}, InternalActionId());
   }
   auto stub = StubOf(where.server);
   if (stub == nullptr) return;
-  executor->Run(job, [this, stub, job, action_id] {
+  executor->Run(job, [this, stub, job, action_id, keep_periodic] {
     rpc::JobRequest req;
     req.set_job_id(job);
     req.set_action_id(action_id);
+    req.set_keep_periodic(keep_periodic);
     rpc::KillReply rep;
     auto ctx = Ctx();
     grpc::Status s = stub->KillJob(ctx.get(), req, &rep);

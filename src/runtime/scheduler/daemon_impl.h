@@ -344,8 +344,10 @@ struct SchedulerServer::Impl final {
                         rpc::Agent::StubInterface& stub, int64_t action_id);
 
   // Kills a process the daemon no longer wants (fire and forget); a gang's
-  // parts on every server.
-  void KillAt(int32_t job, const Proc& where, int64_t action_id);
+  // parts on every server. With keep_periodic, its lead's agent keeps its
+  // last periodic checkpoint (JobRequest.keep_periodic).
+  void KillAt(int32_t job, const Proc& where, int64_t action_id,
+              bool keep_periodic = false);
 
   // Carries out a start, a resume or a suspend at the agent where x.proc
   // says the job's process is (moves are Move()'s).

@@ -257,6 +257,13 @@ struct JobExtra {
   int64_t stopped_us = 0;
   // Why its process was lost (LoseProcess), for the restart's history line.
   std::string restart_why;
+  // A part of it on another server than its lead's failed, with this exit
+  // code, and its lead was stopped keeping its last periodic checkpoint
+  // (JobRequest.keep_periodic): the lead's exit, awaited, ends the run,
+  // with that checkpoint for a retry if one was saved. In memory alone: a
+  // daemon started again meanwhile finds the lead's process gone at its
+  // agent's next list, and the core restarts the job.
+  std::optional<int32_t> part_failed;
   // Ended, with nothing of it left anywhere, and published as such in
   // Impl::settled_jobs: PersistAndPublish passes it by. Cleared whenever the
   // loop looks it up (Extra()), which is how anything could change it.
