@@ -118,11 +118,8 @@ TEST(TlsE2eTest, CertificatesNameTheirUsersAndRoles) {
   std::string out;
   ASSERT_EQ(cli({"certs", "ca", "--dir", certs.string()}, {}, &out), 0) << out;
   const std::vector<std::pair<std::string, std::string>> holders = {
-      {"head", "daemon"},
-      {"node-1", "agent"},
-      {"alice", "user"},
-      {"bob", "user"},
-      {"ops", "admin"}};
+      {"head", "daemon"}, {"node-1", "agent"}, {"node-2", "agent"},
+      {"alice", "user"},  {"bob", "user"},     {"ops", "admin"}};
   for (const auto& [name, role] : holders) {
     ASSERT_EQ(
         cli({"certs", "issue", name, "--role", role, "--dir", certs.string()},
@@ -191,16 +188,27 @@ TEST(TlsE2eTest, CertificatesNameTheirUsersAndRoles) {
   };
   auto node = agent("node-1", "node-1");
   auto intruder = agent("intruder", "bob");
-  ASSERT_TRUE(node && intruder);
+  // An agent's certificate names the one agent it is.
+  auto impostor = agent("node-9", "node-1");
+  ASSERT_TRUE(node && intruder && impostor);
   ASSERT_TRUE(WaitUntil(
       [&] {
         return Slurp(dir / "node-1.log").find("registered with") !=
                    std::string::npos &&
                Slurp(dir / "intruder.log").find("(rule: agent)") !=
+                   std::string::npos &&
+               Slurp(dir / "node-9.log").find("(rule: agent name)") !=
                    std::string::npos;
       },
       std::chrono::seconds(30)))
-      << TailOf(dir / "node-1.log") << TailOf(dir / "intruder.log");
+      << TailOf(dir / "node-1.log") << TailOf(dir / "intruder.log")
+      << TailOf(dir / "node-9.log");
+  EXPECT_NE(Slurp(dir / "node-9.log")
+                .find("agent node-1 may not register as agent 'node-9': its "
+                      "certificate names agent 'node-1'"),
+            std::string::npos)
+      << TailOf(dir / "node-9.log");
+  impostor->Stop();
 
   const std::string sched = "--scheduler=" + address;
   std::ofstream(dir / "job.yaml")
@@ -226,6 +234,50 @@ TEST(TlsE2eTest, CertificatesNameTheirUsersAndRoles) {
   EXPECT_EQ(cli({"kill", id, sched}, as("ops"), &out), 0) << out;
   ASSERT_EQ(cli({"show", id, sched}, as("alice"), &out), 0) << out;
   EXPECT_NE(out.find("kill by a user (ops)"), std::string::npos) << out;
+
+  // A move between two agents, each with its own certificate: the
+  // destination fetches the checkpoint with its ticket, as the agent the
+  // ticket names.
+  auto node2 = agent("node-2", "node-2");
+  ASSERT_NE(node2, nullptr);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Slurp(dir / "node-2.log").find("registered with") !=
+               std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << TailOf(dir / "node-2.log");
+  std::ofstream(dir / "own.yaml")
+      << "name: own\nrestartable: true\ncommand: |\n"
+         "  if [ -f \"$GANDIVA_RESUME_FROM/own\" ]; then echo \"resumed "
+         "$(cat \"$GANDIVA_RESUME_FROM/own\")\"; fi\n"
+         "  trap 'echo 42 > \"$GANDIVA_CHECKPOINT_DIR/own\"; exit 0' TERM\n"
+         "  while :; do sleep 0.05; done\n";
+  ASSERT_EQ(
+      cli({"submit", (dir / "own.yaml").string(), sched}, as("alice"), &out), 0)
+      << out;
+  const std::string own = out.substr(0, out.find('\n'));
+  std::string where;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        cli({"show", own, sched}, as("alice"), &out);
+        return out.find("state:        running") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << out;
+  const std::string to =
+      out.find("node-1") != std::string::npos ? "node-2" : "node-1";
+  ASSERT_EQ(cli({"migrate", own, "--to", to, sched}, as("ops"), &out), 0)
+      << out << TailOf(dir / "scheduler.log") << TailOf(dir / "node-1.log")
+      << TailOf(dir / "node-2.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        cli({"logs", own, sched}, as("alice"), &out);
+        return out.find("resumed 42") != std::string::npos;
+      },
+      std::chrono::seconds(60)))
+      << out;
+  node2->Stop();
 
   intruder->Stop();
   node->Stop();

@@ -1,11 +1,14 @@
 #include "runtime/auth/control_token.h"
 
+#include <grpc/grpc_security_constants.h>
 #include <openssl/crypto.h>
 
 #include <charconv>
 #include <chrono>
+#include <vector>
 
 #include "runtime/auth/credentials.h"
+#include "runtime/auth/subject.h"
 
 namespace gandiva::runtime {
 namespace {
@@ -165,9 +168,30 @@ grpc::Status ControlGate::AdmitFetch(const grpc::ServerContext& ctx,
   const auto& md = ctx.client_metadata();
   auto it = md.find(kFetchTicketKey);
   if (it == md.end()) return by_token;
-  return CheckTicket(call, "fetch",
-                     std::string_view(it->second.data(), it->second.size()),
-                     job);
+  const std::string_view ticket(it->second.data(), it->second.size());
+  if (grpc::Status s = CheckTicket(call, "fetch", ticket, job); !s.ok()) {
+    return s;
+  }
+  // A caller with an agent's certificate is the agent the ticket names
+  // (JOB.EXPIRES.MAC.DESTINATION; the MAC covers the destination).
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return grpc::Status::OK;
+  std::vector<std::string> subjects;
+  for (const auto& v :
+       auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME)) {
+    subjects.emplace_back(v.data(), v.size());
+  }
+  size_t dot = 0;
+  for (int i = 0; i < 3 && dot != std::string_view::npos; ++i) {
+    dot = ticket.find('.', i == 0 ? 0 : dot + 1);
+  }
+  const std::string_view destination =
+      dot == std::string_view::npos ? "" : ticket.substr(dot + 1);
+  if (std::string why = CheckFetchCaller(subjects, destination); !why.empty()) {
+    return {grpc::StatusCode::PERMISSION_DENIED,
+            std::string(call) + ": refused: " + why};
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status ControlGate::AdmitLogRead(const grpc::ServerContext& ctx,

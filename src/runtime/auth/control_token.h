@@ -94,7 +94,9 @@ class ControlGate {
   // A read of job `job`'s checkpoint (`call`): admitted as Admit does, or
   // with a fetch ticket for that job (MakeFetchTicket with this gate's
   // token) not expired now (the wall clock); else UNAUTHENTICATED saying
-  // why.
+  // why. Over mutual TLS, a caller whose certificate is an agent's
+  // (OU=agent) must be the ticket's destination (its CN): else
+  // PERMISSION_DENIED naming both (CheckFetchCaller).
   grpc::Status AdmitFetch(const grpc::ServerContext& ctx, std::string_view call,
                           int64_t job) const;
 

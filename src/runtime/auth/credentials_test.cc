@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "runtime/auth/subject.h"
+
 namespace gandiva::runtime {
 namespace {
 
@@ -49,9 +51,9 @@ TEST(CredentialsTest, ABadFileIsRefusedNamingItAndTheField) {
                 "field 'user': is not a non-empty string"),
             std::string::npos);
   std::ofstream(path) << "user: bob";
-  EXPECT_NE(ReadCredential(path).status().message().find(
-                "is not a JSON object"),
-            std::string::npos);
+  EXPECT_NE(
+      ReadCredential(path).status().message().find("is not a JSON object"),
+      std::string::npos);
 }
 
 TEST(CredentialsTest, TokensAreRandomAndHashedWithSha256) {
@@ -67,6 +69,26 @@ TEST(CredentialsTest, TokensAreRandomAndHashedWithSha256) {
 TEST(CredentialsTest, HmacSha256IsTheStandardOne) {
   EXPECT_EQ(HmacSha256Hex("Jefe", "what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+// A certificate's subject: its attributes, the agent it names, and whether
+// its holder may use a fetch ticket made for another agent.
+TEST(SubjectTest, AnAgentsCertificateIsHeldToTheTicketsDestination) {
+  EXPECT_EQ(SubjectAttributes("CN=node-1,OU=agent,O=lab"),
+            (std::vector<std::pair<std::string, std::string>>{
+                {"CN", "node-1"}, {"OU", "agent"}, {"O", "lab"}}));
+  EXPECT_EQ(SubjectAttributes("CN=a\\,b+OU=x").size(), 2u);
+  EXPECT_EQ(AgentOfSubject("O=lab,OU=agent,CN=node-1"), "node-1");
+  EXPECT_EQ(AgentOfSubject("CN=alice,OU=user"), "");
+  EXPECT_EQ(AgentOfSubject("CN=cluster"), "") << "no role: no agent";
+  EXPECT_EQ(AgentOfSubject("CN=x\\,OU=agent"), "") << "an escaped comma";
+  EXPECT_EQ(CheckFetchCaller({"CN=node-2,OU=agent"}, "node-2"), "");
+  EXPECT_EQ(CheckFetchCaller({}, "node-2"), "") << "no certificate";
+  EXPECT_EQ(CheckFetchCaller({"CN=cluster"}, "node-2"), "")
+      << "a certificate of no agent: nothing to hold it to";
+  EXPECT_EQ(CheckFetchCaller({"CN=node-3,OU=agent"}, "node-2"),
+            "the fetch ticket is for agent 'node-2', and the caller's "
+            "certificate names agent 'node-3'");
 }
 
 }  // namespace

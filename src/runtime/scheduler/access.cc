@@ -151,6 +151,16 @@ core::Status MayActAsAgent(const Caller& c, std::string_view action) {
   return Denied(c, action, "only a node agent's credential does", "agent");
 }
 
+core::Status MayActAsAgentNamed(const Caller& c, std::string_view action,
+                                std::string_view name) {
+  GANDIVA_RETURN_IF_ERROR(MayActAsAgent(c, action));
+  if (c.open() || !c.certified || c.user == name) return core::Status::Ok();
+  return Denied(c, action,
+                "its certificate names agent '" + c.user +
+                    "', which acts as that agent only (its --name)",
+                "agent name");
+}
+
 core::Status MayActAsUser(const Caller& c, std::string_view action) {
   if (c.open() || c.role != Role::kAgent) return core::Status::Ok();
   return Denied(c, action, "an agent's credential makes no user request",

@@ -37,6 +37,11 @@ core::Status MayActOnJob(const Caller& c, std::string_view action, int64_t job,
 core::Status MayOperate(const Caller& c, std::string_view action);
 // A node agent's `action` (rule agent).
 core::Status MayActAsAgent(const Caller& c, std::string_view action);
+// MayActAsAgent, as agent `name` (registering, reporting, leaving): an
+// agent proven by its certificate acts only as the agent it names (its
+// CN); the agents' shared token, as any.
+core::Status MayActAsAgentNamed(const Caller& c, std::string_view action,
+                                std::string_view name);
 // A user's `action` that acts on no job of another (submit, list, read):
 // anyone but an agent (rule agent).
 core::Status MayActAsUser(const Caller& c, std::string_view action);

@@ -60,11 +60,15 @@ core::StatusOr<Caller> SchedulerService::Who(const grpc::ServerContext& ctx,
 grpc::Status SchedulerService::RegisterAgent(
     grpc::ServerContext* ctx, const rpc::RegisterAgentRequest* req,
     rpc::RegisterAgentReply* rep) {
-  if (auto who = Who(*ctx, MayActAsAgent, "register an agent"); !who.ok()) {
-    return ToGrpc(who.status());
-  }
+  auto who = Who(*ctx, MayActAsAgent, "register an agent");
+  if (!who.ok()) return ToGrpc(who.status());
   if (std::string err = config::CheckAgentRegistration(*req); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
+  }
+  if (core::Status s = MayActAsAgentNamed(
+          *who, "register as agent '" + req->name() + "'", req->name());
+      !s.ok()) {
+    return ToGrpc(s);
   }
   auto r = d_.Call<core::StatusOr<int32_t>>(
       [this, req] { return d_.RegisterAgent(*req); });
@@ -80,11 +84,15 @@ grpc::Status SchedulerService::RegisterAgent(
 grpc::Status SchedulerService::Report(grpc::ServerContext* ctx,
                                       const rpc::AgentReport* req,
                                       rpc::AgentReportReply*) {
-  if (auto who = Who(*ctx, MayActAsAgent, "report as an agent"); !who.ok()) {
-    return ToGrpc(who.status());
-  }
+  auto who = Who(*ctx, MayActAsAgent, "report as an agent");
+  if (!who.ok()) return ToGrpc(who.status());
   if (std::string err = config::CheckAgentReport(*req); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
+  }
+  if (core::Status s = MayActAsAgentNamed(
+          *who, "report as agent '" + req->name() + "'", req->name());
+      !s.ok()) {
+    return ToGrpc(s);
   }
   auto r = d_.Call<grpc::Status>([this, req] { return d_.DoReport(*req); });
   return r ? *r : Unavailable();
@@ -93,11 +101,15 @@ grpc::Status SchedulerService::Report(grpc::ServerContext* ctx,
 grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
                                      const rpc::LeaveRequest* req,
                                      rpc::LeaveReply* rep) {
-  if (auto who = Who(*ctx, MayActAsAgent, "leave as an agent"); !who.ok()) {
-    return ToGrpc(who.status());
-  }
+  auto who = Who(*ctx, MayActAsAgent, "leave as an agent");
+  if (!who.ok()) return ToGrpc(who.status());
   if (std::string err = config::CheckAgentLeave(*req); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
+  }
+  if (core::Status s = MayActAsAgentNamed(
+          *who, "leave as agent '" + req->name() + "'", req->name());
+      !s.ok()) {
+    return ToGrpc(s);
   }
   auto r = d_.Call<core::StatusOr<rpc::LeaveReply>>(
       [this, req] { return d_.Leave(*req); });

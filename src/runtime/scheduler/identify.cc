@@ -5,37 +5,9 @@
 #include <vector>
 
 #include "runtime/auth/credentials.h"
+#include "runtime/auth/subject.h"
 
 namespace gandiva::runtime {
-namespace {
-
-// The subject's attributes, split at unescaped commas, unescaped.
-std::vector<std::pair<std::string, std::string>> Attributes(
-    std::string_view subject) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::string part;
-  auto flush = [&] {
-    const size_t eq = part.find('=');
-    if (eq != std::string::npos) {
-      out.emplace_back(part.substr(0, eq), part.substr(eq + 1));
-    }
-    part.clear();
-  };
-  for (size_t i = 0; i < subject.size(); ++i) {
-    const char c = subject[i];
-    if (c == '\\' && i + 1 < subject.size()) {
-      part += subject[++i];
-    } else if (c == ',' || c == '+') {
-      flush();
-    } else {
-      part += c;
-    }
-  }
-  flush();
-  return out;
-}
-
-}  // namespace
 
 bool IsLoopbackPeer(std::string_view peer) {
   return peer.starts_with("ipv4:127.") || peer.starts_with("ipv6:[::1]") ||
@@ -46,12 +18,12 @@ bool IsLoopbackPeer(std::string_view peer) {
 std::optional<Caller> CallerFromSubject(std::string_view subject) {
   std::string cn;
   std::optional<Role> role;
-  for (const auto& [key, value] : Attributes(subject)) {
+  for (const auto& [key, value] : SubjectAttributes(subject)) {
     if (key == "CN") cn = value;
     if (key == "OU" && !role) role = ParseRole(value);
   }
   if (cn.empty() || !role || !Users::CheckName(cn).ok()) return std::nullopt;
-  return Caller{cn, *role};
+  return Caller{cn, *role, /*certified=*/true};
 }
 
 core::StatusOr<Caller> Identify(const Users& users,

@@ -35,6 +35,9 @@ std::optional<Role> ParseRole(std::string_view name);
 struct Caller {
   std::string user;  // empty: the daemon has no users (open)
   Role role = Role::kAdmin;
+  // Proven by a client certificate (CN=user, OU=role), not a token: an
+  // agent's names the one agent it is.
+  bool certified = false;
   bool open() const { return user.empty(); }
   bool admin() const { return role == Role::kAdmin; }
   // "alice", "alice (admin)", "agent node-agents", or "a caller" when open.

@@ -118,6 +118,23 @@ TEST(AccessTest, OperatorsAreAdminsAndAgentsOnlyAgents) {
   EXPECT_FALSE(MayActAsAgent(bob, "report as an agent").ok());
   EXPECT_TRUE(MayActAsAgent(Caller{}, "register an agent").ok());
 
+  // An agent's certificate names the agent it is: it registers, reports
+  // and leaves as that agent alone; the agents' shared token as any.
+  const Caller node1{"node-1", Role::kAgent, /*certified=*/true};
+  EXPECT_TRUE(
+      MayActAsAgentNamed(node1, "register as agent 'node-1'", "node-1").ok());
+  const core::Status other =
+      MayActAsAgentNamed(node1, "register as agent 'node-2'", "node-2");
+  EXPECT_EQ(other.code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(other.message(),
+            "agent node-1 may not register as agent 'node-2': its certificate "
+            "names agent 'node-1', which acts as that agent only (its --name) "
+            "(rule: agent name)");
+  EXPECT_TRUE(
+      MayActAsAgentNamed(agent, "report as agent 'node-2'", "node-2").ok());
+  EXPECT_TRUE(MayActAsAgentNamed(Caller{}, "leave as agent 'x'", "x").ok());
+  EXPECT_FALSE(MayActAsAgentNamed(bob, "leave as agent 'bob'", "bob").ok());
+
   EXPECT_TRUE(MayActAsUser(bob, "submit").ok());
   EXPECT_EQ(MayActAsUser(agent, "submit").message(),
             "agent agents may not submit: an agent's credential makes no "
@@ -138,6 +155,7 @@ TEST(IdentifyTest, ACertificateNamesItsUserAndRole) {
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->user, "alice");
   EXPECT_EQ(c->role, Role::kAdmin);
+  EXPECT_TRUE(c->certified);
   EXPECT_EQ(CallerFromSubject("O=lab,OU=agent,CN=node-1")->role, Role::kAgent);
   EXPECT_EQ(CallerFromSubject("CN=bob,OU=user")->role, Role::kUser);
   EXPECT_FALSE(CallerFromSubject("CN=bob").has_value());
