@@ -121,6 +121,24 @@ TEST_F(CliSimTest, BadInputIsRefusedWithTheField) {
   EXPECT_NE(r.out.find("num_gpus"), std::string::npos) << r.out;
 }
 
+// A usage error exits 2, whatever it is, saying what is wrong; --help
+// exits 0.
+TEST_F(CliSimTest, UsageErrorsExit2) {
+  CliRun r = Gandiva("sim --no-such-flag");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--no-such-flag"), std::string::npos) << r.out;
+  r = Gandiva("sim --jobs many");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--jobs"), std::string::npos) << r.out;
+  r = Gandiva("");
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = Gandiva("no-such-command");
+  EXPECT_EQ(r.status, 2) << r.out;
+  r = Gandiva("sim --help");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("--policy"), std::string::npos) << r.out;
+}
+
 // Queues from a file, a tree: jobs go to the leaves their VC names, and the
 // fairness is measured over the leaves; a bad file is refused naming the
 // file, the queue and the field.

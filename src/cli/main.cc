@@ -25,6 +25,12 @@ int main(int argc, char** argv) {
                   p.simulator_only ? " (simulator only)" : "");
     }
   });
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help prints and succeeds; a usage error (an unknown flag, a missing
+    // or malformed argument) prints why and exits 2, whichever it is.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return exit_code;
 }
