@@ -671,23 +671,6 @@ core::Status SqliteStore::WriteLocked(const WriteBatch& batch) {
   return core::Status::Ok();
 }
 
-core::StatusOr<std::optional<EventRow>> Store::FirstEventOfKind(
-    const std::string& kind, int64_t after) {
-  std::optional<EventRow> first;
-  // Stops the read at the first found; the status is the read's own
-  // unless it was this stop.
-  const core::Status found = core::AlreadyExists("found");
-  const core::Status s = ForEachEvent(
-      [&](const EventRow& e) -> core::Status {
-        if (e.kind != kind) return core::Status::Ok();
-        first = e;
-        return found;
-      },
-      after);
-  if (!s.ok() && !first) return s;
-  return first;
-}
-
 core::StatusOr<int64_t> Store::AppendEvent(int64_t time_us,
                                            const std::string& kind,
                                            const std::string& json) {

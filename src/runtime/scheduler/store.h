@@ -212,8 +212,24 @@ class Store {
       int64_t after = 0) = 0;
   // The first logged event of `kind` after seq `after`, if any. This reads
   // the log up to it; SQLite finds a QueuesChanged by an index instead.
+  // Defined here: an out-of-line virtual would make store.cc the only home
+  // of Store's type information, which code holding a Store* without
+  // linking store.cc (the request fuzzer) needs.
   virtual core::StatusOr<std::optional<EventRow>> FirstEventOfKind(
-      const std::string& kind, int64_t after);
+      const std::string& kind, int64_t after) {
+    std::optional<EventRow> first;
+    // Stops the read at the first found; the status is the read's own
+    // unless it was this stop.
+    const core::Status s = ForEachEvent(
+        [&](const EventRow& e) -> core::Status {
+          if (e.kind != kind) return core::Status::Ok();
+          first = e;
+          return core::AlreadyExists("found");
+        },
+        after);
+    if (!s.ok() && !first) return s;
+    return first;
+  }
   // Events in the log (those compacted into a snapshot are gone).
   virtual core::StatusOr<int64_t> EventCount() = 0;
   // The seq of the last event logged (0: none ever).
