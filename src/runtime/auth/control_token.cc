@@ -169,7 +169,9 @@ grpc::Status ControlGate::AdmitFetch(const grpc::ServerContext& ctx,
   auto it = md.find(kFetchTicketKey);
   if (it == md.end()) return by_token;
   const std::string_view ticket(it->second.data(), it->second.size());
-  if (grpc::Status s = CheckTicket(call, "fetch", ticket, job); !s.ok()) {
+  std::string_view destination;
+  if (grpc::Status s = CheckTicket(call, "fetch", ticket, job, &destination);
+      !s.ok()) {
     return s;
   }
   // A caller with an agent's certificate is the agent the ticket names
@@ -181,12 +183,6 @@ grpc::Status ControlGate::AdmitFetch(const grpc::ServerContext& ctx,
        auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME)) {
     subjects.emplace_back(v.data(), v.size());
   }
-  size_t dot = 0;
-  for (int i = 0; i < 3 && dot != std::string_view::npos; ++i) {
-    dot = ticket.find('.', i == 0 ? 0 : dot + 1);
-  }
-  const std::string_view destination =
-      dot == std::string_view::npos ? "" : ticket.substr(dot + 1);
   if (std::string why = CheckFetchCaller(subjects, destination); !why.empty()) {
     return {grpc::StatusCode::PERMISSION_DENIED,
             std::string(call) + ": refused: " + why};
@@ -207,8 +203,8 @@ grpc::Status ControlGate::AdmitLogRead(const grpc::ServerContext& ctx,
 
 grpc::Status ControlGate::CheckTicket(std::string_view call,
                                       std::string_view kind,
-                                      std::string_view ticket,
-                                      int64_t job) const {
+                                      std::string_view ticket, int64_t job,
+                                      std::string_view* tail_out) const {
   std::string token;
   {
     std::lock_guard lock(mu_);
@@ -248,6 +244,7 @@ grpc::Status ControlGate::CheckTicket(std::string_view call,
                              : " (ask the daemon for another: gandiva "
                                "logs does)")};
   }
+  if (tail_out != nullptr) *tail_out = tail;
   return grpc::Status::OK;
 }
 

@@ -110,9 +110,12 @@ class ControlGate {
   enum class State { kOpen, kAwaiting, kSet };
   grpc::Status Check(const grpc::ServerContext& ctx, std::string_view call,
                      bool wait) const;
-  // A ticket of `kind` ("tail-log" or "fetch") checked against the token.
+  // A ticket of `kind` ("tail-log" or "fetch") checked against the token;
+  // `tail`, if given, is set to the part the MAC covers after it (a fetch
+  // ticket's destination), a view into `ticket`.
   grpc::Status CheckTicket(std::string_view call, std::string_view kind,
-                           std::string_view ticket, int64_t job) const;
+                           std::string_view ticket, int64_t job,
+                           std::string_view* tail = nullptr) const;
 
   mutable std::mutex mu_;
   mutable std::condition_variable set_;  // the state leaves kAwaiting

@@ -154,6 +154,11 @@ core::Status MayActAsAgent(const Caller& c, std::string_view action) {
 core::Status MayActAsAgentNamed(const Caller& c, std::string_view action,
                                 std::string_view name) {
   GANDIVA_RETURN_IF_ERROR(MayActAsAgent(c, action));
+  return MayUseAgentName(c, action, name);
+}
+
+core::Status MayUseAgentName(const Caller& c, std::string_view action,
+                             std::string_view name) {
   if (c.open() || !c.certified || c.user == name) return core::Status::Ok();
   return Denied(c, action,
                 "its certificate names agent '" + c.user +

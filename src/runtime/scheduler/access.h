@@ -42,6 +42,9 @@ core::Status MayActAsAgent(const Caller& c, std::string_view action);
 // CN); the agents' shared token, as any.
 core::Status MayActAsAgentNamed(const Caller& c, std::string_view action,
                                 std::string_view name);
+// Its name part alone, for a caller MayActAsAgent already admitted.
+core::Status MayUseAgentName(const Caller& c, std::string_view action,
+                             std::string_view name);
 // A user's `action` that acts on no job of another (submit, list, read):
 // anyone but an agent (rule agent).
 core::Status MayActAsUser(const Caller& c, std::string_view action);

@@ -812,19 +812,17 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
               : std::string("at a mini-batch not known");
       plan.line =
           Line{"exit", false,
-               x.part_failed
-                   ? "its lead stopped after its part failed (exit code " +
-                         std::to_string(*x.part_failed) +
-                         "); its last periodic checkpoint, " + at +
-                         ", is kept on " + agent
-                   : "exit code " + code + "; its last periodic checkpoint, " +
-                         at + ", is kept on " + agent};
+               (x.part_failed
+                    ? "its lead stopped after its part failed (exit code " +
+                          std::to_string(*x.part_failed) + ")"
+                    : "exit code " + code) +
+                   "; its last periodic checkpoint, " + at + ", is kept on " +
+                   agent};
       x.part_failed.reset();
       if (x.proc.gang()) {
         // Its other parts, if any runs on, are stopped; the checkpoint, one
         // for every part, is its lead's: the next run starts from there.
-        plan.stop = x.proc;
-        plan.stop->server = ServerId();
+        plan.stop = x.proc.FollowersOnly();
         x.proc.followers.clear();
       }
       plan.finishes = false;
@@ -871,8 +869,7 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
                          code + ")"};
     plan.finishes = false;
     if (was->proc.gang()) {
-      plan.stop = was->proc;
-      plan.stop->server = ServerId();
+      plan.stop = was->proc.FollowersOnly();
     }
     return plan;
   }
@@ -894,8 +891,7 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
   // A gang's other parts end with their lead; any still running (a rank
   // hung) are stopped.
   if (was->proc.gang()) {
-    plan.stop = was->proc;
-    plan.stop->server = ServerId();
+    plan.stop = was->proc.FollowersOnly();
   }
   return plan;
 }

@@ -65,7 +65,7 @@ grpc::Status SchedulerService::RegisterAgent(
   if (std::string err = config::CheckAgentRegistration(*req); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
-  if (core::Status s = MayActAsAgentNamed(
+  if (core::Status s = MayUseAgentName(
           *who, "register as agent '" + req->name() + "'", req->name());
       !s.ok()) {
     return ToGrpc(s);
@@ -89,7 +89,7 @@ grpc::Status SchedulerService::Report(grpc::ServerContext* ctx,
   if (std::string err = config::CheckAgentReport(*req); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
-  if (core::Status s = MayActAsAgentNamed(
+  if (core::Status s = MayUseAgentName(
           *who, "report as agent '" + req->name() + "'", req->name());
       !s.ok()) {
     return ToGrpc(s);
@@ -106,7 +106,7 @@ grpc::Status SchedulerService::Leave(grpc::ServerContext* ctx,
   if (std::string err = config::CheckAgentLeave(*req); !err.empty()) {
     return {grpc::StatusCode::INVALID_ARGUMENT, err};
   }
-  if (core::Status s = MayActAsAgentNamed(
+  if (core::Status s = MayUseAgentName(
           *who, "leave as agent '" + req->name() + "'", req->name());
       !s.ok()) {
     return ToGrpc(s);

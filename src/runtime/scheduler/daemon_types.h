@@ -197,6 +197,12 @@ struct Proc {
     p.checkpoint = true;
     return p;
   }
+  // Its other parts alone, to stop: no lead (an invalid server).
+  Proc FollowersOnly() const {
+    Proc p = *this;
+    p.server = ServerId();
+    return p;
+  }
   static Proc At(const std::vector<Part>& parts) {
     Proc p;
     if (parts.empty()) return p;

@@ -134,6 +134,12 @@ TEST(AccessTest, OperatorsAreAdminsAndAgentsOnlyAgents) {
       MayActAsAgentNamed(agent, "report as agent 'node-2'", "node-2").ok());
   EXPECT_TRUE(MayActAsAgentNamed(Caller{}, "leave as agent 'x'", "x").ok());
   EXPECT_FALSE(MayActAsAgentNamed(bob, "leave as agent 'bob'", "bob").ok());
+  // The name part alone, for a caller already admitted as an agent.
+  EXPECT_EQ(MayUseAgentName(node1, "report as agent 'node-2'", "node-2").code(),
+            core::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(
+      MayUseAgentName(node1, "report as agent 'node-1'", "node-1").ok());
+  EXPECT_TRUE(MayUseAgentName(agent, "leave as agent 'node-2'", "node-2").ok());
 
   EXPECT_TRUE(MayActAsUser(bob, "submit").ok());
   EXPECT_EQ(MayActAsUser(agent, "submit").message(),
