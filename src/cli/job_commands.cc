@@ -452,6 +452,15 @@ int RunShow(const JobFlags& f) {
       std::printf("waits for GPUs to try again\n");
     }
   }
+  if (j.state() == rpc::SUSPENDED && j.start_failures() > 0) {
+    std::printf("  resume:       failed %d time%s in a row (see history)",
+                j.start_failures(), j.start_failures() == 1 ? "" : "s");
+    if (j.start_retry_us() > now) {
+      std::printf("; tried again in %s",
+                  FormatAge(j.start_retry_us() - now).c_str());
+    }
+    std::printf("\n");
+  }
   if (spec.retries() > 0) {
     std::printf("  retries:      %d of %d taken (see history)",
                 j.run_failures(), spec.retries());

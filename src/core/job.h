@@ -184,7 +184,10 @@ struct Job {
   // failed start the job waits out of the queue until `start_retry_at`
   // (SchedulerOptions::start_retry_delay, doubling, at most
   // kMaxStartRetryDelay); at SchedulerOptions::start_attempts failures it
-  // fails.
+  // fails. A failed resume counts here too and waits as long, suspended
+  // where it was (out of the waiting jobs), but never fails the job: its
+  // process or checkpoint is still there to go on from. A resume that
+  // succeeds clears both.
   int start_failures = 0;
   Time start_retry_at = Time::Zero();
   // The servers those failed starts were on (the latest
@@ -222,9 +225,11 @@ struct Job {
            state == JobState::kMigrating;
   }
   bool busy() const { return in_flight != ActionKind::kNone; }
-  // Queued, but waiting out a failed start: out of the queue until then.
+  // Queued or suspended, but waiting out a failed start or resume: out of
+  // the queue (or the waiting jobs) until then, and not to be run.
   bool awaits_start_retry(Time now) const {
-    return state == JobState::kQueued && start_retry_at > now;
+    return (state == JobState::kQueued || state == JobState::kSuspended) &&
+           start_retry_at > now;
   }
 };
 

@@ -40,6 +40,12 @@ std::string StartFailedOn(const Job& j, const Cluster& cluster) {
 }
 
 std::string OwnWaitReason(const Job& j, const Cluster& cluster, Time now) {
+  if (j.state == JobState::kSuspended && !j.busy() && !j.held &&
+      j.awaits_start_retry(now)) {
+    return "its resume failed " + std::to_string(j.start_failures) +
+           (j.start_failures == 1 ? " time" : " times") +
+           " in a row: it waits before it is tried again";
+  }
   if (j.state != JobState::kQueued) return "";
   if (j.held) return kHeldReason;
   if (!j.awaits_start_retry(now)) return "";

@@ -74,8 +74,9 @@ std::string StartFailedOn(const Job& j, const Cluster& cluster);
 
 // Why a queued job does not run when that is its own state rather than
 // its policy's choice: held by an operator, or waiting out failed starts
-// before it is tried again (on another server if one has room); "" for
-// any other job, whose reason is its policy's (QueueReasons::Why).
+// before it is tried again (on another server if one has room); for a
+// suspended job, waiting out failed resumes; "" for any other job, whose
+// reason is its policy's (QueueReasons::Why).
 std::string OwnWaitReason(const Job& j, const Cluster& cluster, Time now);
 
 // Why the jobs of the queue do not run. Immutable once made: any thread may

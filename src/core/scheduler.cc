@@ -1010,7 +1010,10 @@ void Scheduler::Adopt(Job& job, const std::vector<GpuId>& gpus,
 }
 
 void Scheduler::SetWaiting(Job& job, bool waiting) {
-  if (waiting && !job.held) {
+  if (waiting && job.awaits_start_retry(state_.now_)) {
+    // Waiting out a failed resume: ReleaseStartRetries adds it then.
+    state_.start_retries_.insert({job.start_retry_at, job.id});
+  } else if (waiting && !job.held) {
     state_.AddWaiting(job);
   } else {
     state_.RemoveWaiting(job);
@@ -1103,9 +1106,14 @@ void Scheduler::ReleaseStartRetries() {
   while (!retries.empty() && retries.begin()->first <= state_.now_) {
     const JobId id = retries.begin()->second;
     retries.erase(retries.begin());
+    if (!state_.has_job(id)) continue;  // forgotten since
     Job& job = state_.mutable_job(id);
-    if (job.state == JobState::kQueued && !job.held) {
+    if (job.held || job.awaits_start_retry(state_.now_)) continue;
+    if (job.state == JobState::kQueued) {
       state_.Enqueue(job);
+      state_.start_retries_released_ = true;
+    } else if (job.state == JobState::kSuspended && !job.busy()) {
+      state_.AddWaiting(job);  // its resume is due again
       state_.start_retries_released_ = true;
     }
   }
@@ -1127,6 +1135,8 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
       job.run_since = state_.now_;
       break;
     case ActionKind::kResume:
+      job.start_failures = 0;
+      job.start_retry_at = Time::Zero();
       job.run_since = state_.now_;
       break;
     case ActionKind::kMigrate:
@@ -1250,8 +1260,13 @@ void Scheduler::OnActionFailed(Job& job, const ActionFailed& failed) {
       break;
     }
     case ActionKind::kResume:
+      // Suspended where it was, out of the waiting jobs until its retry:
+      // a resume that cannot be carried out now (its checkpoint not
+      // fetched, its agent not answering) is not tried again at once.
       state_.cluster_.Deactivate(job.gpus);
       job.state = JobState::kSuspended;
+      ++job.start_failures;
+      job.start_retry_at = state_.now_ + RetryDelay(job.start_failures);
       SetWaiting(job, true);
       break;
     case ActionKind::kSuspend:

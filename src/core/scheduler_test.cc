@@ -575,6 +575,83 @@ TEST(SchedulerTest, ASuspendedJobWhoseProcessIsLostGoesOnWhenRunAgain) {
   }
 }
 
+// A resume that fails (its checkpoint not fetched, its agent not
+// answering) is not tried again at once: the job waits suspended, out of
+// the waiting jobs, 10 s, then 20 s, as a failed start does, and says so;
+// the wait survives a snapshot, and a resume that succeeds ends it. It
+// never fails the job. Every policy.
+TEST(SchedulerTest, AFailedResumeWaitsBeforeItIsTriedAgain) {
+  for (const char* name : {"fifo", "gandiva", "gandiva-reactive",
+                           "tiresias-las", "gandiva-fair", "drf-reclaim"}) {
+    SCOPED_TRACE(name);
+    auto policy = MakePolicy(name);
+    ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+    Harness h(std::move(*policy), 1);
+    const JobId a = h.Submit(4);
+    h.CompleteAll();
+    h.Send(HoldRequest{a, true});
+    h.CompleteAll();
+    // Held: suspended where it ran (tiresias-las: queued, its GPUs given
+    // back); its process lost, its next run is a relocating resume.
+    ASSERT_TRUE(h.job(a).state == JobState::kSuspended ||
+                h.job(a).state == JobState::kQueued);
+    h.Send(ProcessLost{a, /*checkpoint=*/true});
+    auto runs = [&](const std::vector<Action>& out) {
+      return CountKind(out, ActionKind::kResume) +
+             CountKind(out, ActionKind::kMigrate) +
+             CountKind(out, ActionKind::kPack);
+    };
+    ASSERT_EQ(runs(h.Send(HoldRequest{a, false})), 1);
+    int start_failures = 0;
+    for (const int wait_s : {10, 20}) {
+      SCOPED_TRACE(wait_s);
+      auto out = h.Fail(a);
+      EXPECT_EQ(runs(out), 0) << "tried again at once";
+      for (int i = 0; i < 5; ++i) EXPECT_EQ(runs(h.Tick()), 0);
+      ++start_failures;
+      const Job& j = h.job(a);
+      EXPECT_NE(j.state, JobState::kFailed);
+      EXPECT_EQ(j.start_failures, start_failures);
+      EXPECT_EQ(j.start_retry_at, h.now() + Duration::Seconds(wait_s));
+      EXPECT_TRUE(j.awaits_start_retry(h.now()));
+      if (j.state == JobState::kSuspended) {
+        EXPECT_EQ(OwnWaitReason(j, h.state().cluster(), h.now()),
+                  "its resume failed " + std::to_string(start_failures) +
+                      (start_failures == 1 ? " time" : " times") +
+                      " in a row: it waits before it is tried again");
+      }
+      // A scheduler restored from a snapshot waits as long.
+      auto restored_policy = MakePolicy(name);
+      Scheduler restored(std::move(*restored_policy));
+      ASSERT_TRUE(restored.Restore(h.scheduler().Snapshot()).ok());
+      EXPECT_EQ(restored.Snapshot(), h.scheduler().Snapshot());
+      std::vector<Action> early;
+      ASSERT_TRUE(restored
+                      .Handle(Event{h.now() + Duration::Seconds(wait_s - 1),
+                                    core::Tick{}},
+                              early)
+                      .ok());
+      EXPECT_EQ(runs(early), 0);
+      std::vector<Action> due;
+      ASSERT_TRUE(
+          restored
+              .Handle(Event{h.now() + Duration::Seconds(wait_s), core::Tick{}},
+                      due)
+              .ok());
+      EXPECT_EQ(runs(due), 1) << "the restored scheduler runs it when due";
+
+      h.Advance(Duration::Seconds(wait_s - 1));
+      EXPECT_EQ(runs(h.Tick()), 0);
+      h.Advance(Duration::Seconds(1));
+      EXPECT_EQ(runs(h.Tick()), 1);
+    }
+    h.CompleteAll();
+    EXPECT_EQ(h.job(a).state, JobState::kRunning);
+    EXPECT_EQ(h.job(a).start_failures, 0);
+    EXPECT_EQ(h.job(a).start_retry_at, Time::Zero());
+  }
+}
+
 // A job whose process is lost while an action of it is under way: the
 // world settles that action first.
 TEST(SchedulerTest, AProcessLostWhileAnActionIsUnderWayIsRefused) {

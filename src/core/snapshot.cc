@@ -421,6 +421,13 @@ Status Scheduler::Restore(std::string_view bytes) {
       }
       st.start_retries_.insert({j.start_retry_at, j.id});
     }
+    // A suspended job out of the waiting jobs waits to try its resume
+    // again (OnActionFailed); it is released at the next event if due.
+    if (j.state == JobState::kSuspended && !j.held && !j.busy() &&
+        j.start_retry_at != Time::Zero() &&
+        !st.waiting_.contains(ClusterState::WaitKey(j))) {
+      st.start_retries_.insert({j.start_retry_at, j.id});
+    }
   }
 
   // The policy last: it changes itself only when its state is good.

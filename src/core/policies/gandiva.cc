@@ -42,7 +42,8 @@ void GandivaPolicy::decide(const ClusterState& state, const Event& event,
           place = true;
         } else if constexpr (std::is_same_v<E, PriorityRequest>) {
           const Job& j = state.job(e.job);
-          if (j.state == JobState::kSuspended && !j.busy()) {
+          if (j.state == JobState::kSuspended && !j.busy() &&
+              !j.awaits_start_retry(state.now())) {
             PreemptFor(state, j, /*tick=*/false, out);
           }
           place = true;
@@ -328,7 +329,8 @@ bool GandivaPolicy::ClaimedByOther(const ClusterState& state, GpuId gpu,
   const JobId c = claim_[gpu.value];
   if (!c.valid() || c == job) return false;
   const Job& claimant = state.job(c);
-  return claimant.state == JobState::kSuspended && !claimant.busy();
+  return claimant.state == JobState::kSuspended && !claimant.busy() &&
+         !claimant.awaits_start_retry(state.now());
 }
 
 void GandivaPolicy::FillIdle(const ClusterState& state,
@@ -340,7 +342,7 @@ void GandivaPolicy::FillIdle(const ClusterState& state,
     for (JobId id : cluster.gpu(g).jobs) {
       const Job& j = state.job(id);
       if (j.state == JobState::kSuspended && !j.busy() && !j.held &&
-          !moving_.count(j.id)) {
+          !j.awaits_start_retry(state.now()) && !moving_.count(j.id)) {
         candidates.push_back({-j.spec.priority, j.waiting_since, j.id});
       }
     }
@@ -480,6 +482,7 @@ void GandivaPolicy::TryPack(const ClusterState& state, Actions& out) {
     for (JobId id : cluster.gpu(j.gpus[0]).jobs) {
       const Job& o = state.job(id);
       if (o.state == JobState::kSuspended && !o.busy() && !o.held &&
+          !o.awaits_start_retry(state.now()) &&
           JobOrder{-o.spec.priority, o.waiting_since, o.id} < mine) {
         first = false;
         break;

@@ -370,12 +370,11 @@ TEST_F(BulkTransferTest, ASourceWithoutTheChannelFallsBackToTheGrpcStream) {
   // No checkpoint at the source: an error, not a fallback that hides it.
   rpc::ReceiveCheckpointReply r;
   grpc::Status s = Receive(b.stub.get(), 99, a.server->address(), &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   TestAgent c = StartAgent(scratch_, true);
   ASSERT_TRUE(c.server);
   s = Receive(b.stub.get(), 99, c.server->address(), &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
-      << s.error_message();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
 }
 
 // A source that offers a bulk channel and then does what the test says.

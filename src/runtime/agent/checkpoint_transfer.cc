@@ -206,7 +206,7 @@ grpc::Status CheckpointTransfer::FetchBulk(
   grpc::Status s =
       stub.OpenCheckpointTransfer(WithDeadline(&ctx, end), oreq, &offer);
   if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         what + ": " + s.error_message());
   }
   *fall_back = true;
@@ -404,7 +404,7 @@ grpc::Status CheckpointTransfer::FetchStream(
   grpc::Status s = reader->Finish();
   if (!s.ok()) {
     return grpc::Status(s.error_code() == grpc::StatusCode::NOT_FOUND
-                            ? grpc::StatusCode::FAILED_PRECONDITION
+                            ? grpc::StatusCode::NOT_FOUND
                             : grpc::StatusCode::UNAVAILABLE,
                         "fetching the checkpoint of job " +
                             std::to_string(job_id) + " from " + source + ": " +
@@ -418,7 +418,7 @@ grpc::Status CheckpointTransfer::MoveLocalCheckpoint(int64_t job_id,
                                                      int64_t* bytes) {
   const std::string held = supervisor_.HeldCheckpoint(job_id);
   if (held.empty()) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         "no checkpoint of job " + std::to_string(job_id) +
                             " on this agent to receive from");
   }

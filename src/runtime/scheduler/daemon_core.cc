@@ -270,7 +270,8 @@ void SchedulerServer::Impl::Conclude(int32_t job, int64_t action,
       char wait[32];
       std::snprintf(wait, sizeof wait, "%g s",
                     (after.start_retry_at - st().now()).seconds());
-      line += "; start " + std::to_string(after.start_failures) +
+      line += (what == "start" ? "; start " : "; " + what + " ") +
+              std::to_string(after.start_failures) +
               " failed in a row, tried again in " + wait;
       // Where it is not tried first (core: Job::start_failed_on).
       const std::string avoid = core::StartFailedOn(after, st().cluster());
@@ -475,6 +476,16 @@ void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
         !x->proc.exists && x->proc.checkpoint &&
         x->proc.server == from.server) {
       LoseProcess(job, true, "the move failed");
+    }
+    // Its checkpoint went missing on the way (the source no longer held
+    // it): nothing is left of it anywhere, and the core, which took it back
+    // to its GPUs at the source, running, restarts it there afresh.
+    if (current && moved == MovedTo::kNowhere && LiveJob(job) &&
+        st().job(JobId(job)).state == core::JobState::kRunning &&
+        !x->proc.exists && !x->proc.checkpoint && from.server.valid()) {
+      x->proc = from;
+      LoseProcess(job, false,
+                  "the move failed, and no checkpoint of it is left");
     }
   });
 }

@@ -438,10 +438,11 @@ struct SchedulerServer::Impl final {
   // checkpoint the source holds (held there for StartParts(resume_local)),
   // all at once (each pull is its own offer at the source). *summary: the
   // slowest transfer, bytes and channel ("" if none); *err: the first part
-  // that failed.
+  // that failed; *gone (if given): the source holds no checkpoint of the
+  // job (a part's ReceiveCheckpoint answered NOT_FOUND).
   bool Distribute(int32_t job, const PartConn& source,
                   const std::vector<PartConn>& parts, Ids& ids,
-                  std::string* err, std::string* summary);
+                  std::string* err, std::string* summary, bool* gone = nullptr);
 
   // A start, suspend or resume of a gang where x.proc says its parts are.
   void DispatchGang(const PendingAction& p, bool starts, bool suspends);

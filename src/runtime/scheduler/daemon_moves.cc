@@ -141,7 +141,7 @@ bool SchedulerServer::Impl::StartParts(int32_t job, const rpc::JobSpec& spec,
 bool SchedulerServer::Impl::Distribute(int32_t job, const PartConn& source,
                                        const std::vector<PartConn>& parts,
                                        Ids& ids, std::string* err,
-                                       std::string* summary) {
+                                       std::string* summary, bool* gone) {
   struct Pull {
     const PartConn* to;
     int64_t id;
@@ -179,6 +179,9 @@ bool SchedulerServer::Impl::Distribute(int32_t job, const PartConn& source,
     if (!p.status.ok()) {
       *err =
           "to " + p.to->name + ": " + RpcError("ReceiveCheckpoint", p.status);
+      if (gone != nullptr) {
+        *gone = p.status.error_code() == grpc::StatusCode::NOT_FOUND;
+      }
       return false;
     }
     bytes = p.reply.bytes();
@@ -516,7 +519,8 @@ GangResult SchedulerServer::Impl::CallForGangMove(
                c.keep_checkpoint);
       break;
     case GangCall::Kind::kDistribute:
-      r.ok = Distribute(job, src[0], dst, ids, &r.error, &r.summary);
+      r.ok = Distribute(job, src[0], dst, ids, &r.error, &r.summary,
+                        &r.checkpoint_gone);
       break;
     case GangCall::Kind::kStartParts:
       r.ok = StartParts(job, spec, dst, c.resume_local, ids, &r.error);

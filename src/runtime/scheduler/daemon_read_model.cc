@@ -110,9 +110,11 @@ rpc::JobInfo SchedulerServer::Impl::InfoOf(int32_t id,
   if (j.state == core::JobState::kQueued) {
     info.set_waiting_reason(core::OwnWaitReason(j, st().cluster(), st().now()));
   } else if (j.state == core::JobState::kSuspended && !j.busy()) {
+    std::string own = core::OwnWaitReason(j, st().cluster(), st().now());
     info.set_waiting_reason(
-        j.held       ? core::kHeldReason
-        : j.launched ? "time-sliced: it waits for its next turn on its GPUs"
+        j.held         ? core::kHeldReason
+        : !own.empty() ? std::move(own)
+        : j.launched   ? "time-sliced: it waits for its next turn on its GPUs"
                      : "time-sliced: it waits for its first turn on its GPUs");
   } else if (j.state == core::JobState::kRunning &&
              (!j.busy() || j.in_flight == ActionKind::kRestart) &&

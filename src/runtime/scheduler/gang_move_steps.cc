@@ -166,10 +166,16 @@ GangMoveSteps::Step GangMoveSteps::Next(const GangResult& r) {
       return NextLeftover(now);
     case At::kDistribute:
       if (!r.ok) {
-        failed_ =
-            MoveDone{false, false, 0,
-                     r.error + "; the checkpoint stays on " + plan_.source_name,
-                     MovedTo::kCheckpointAtSource};
+        // The source holds no checkpoint of it (lost, or removed by hand):
+        // nothing is left of it; else the checkpoint stays there.
+        failed_ = r.checkpoint_gone
+                      ? MoveDone{false, false, 0,
+                                 r.error + "; no checkpoint of it is left",
+                                 MovedTo::kNowhere}
+                      : MoveDone{false, false, 0,
+                                 r.error + "; the checkpoint stays on " +
+                                     plan_.source_name,
+                                 MovedTo::kCheckpointAtSource};
         next_part_ = 0;
         return NextDropCopy(now);
       }

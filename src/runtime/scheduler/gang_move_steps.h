@@ -85,6 +85,8 @@ struct GangResult {
   grpc::Status status;  // kCheckpoint
   bool ok = true;       // kDistribute, kStartParts
   std::string error;
+  // kDistribute failed because the source holds no checkpoint of the job.
+  bool checkpoint_gone = false;
   std::string summary;
   rpc::CheckpointReply checkpoint;
   int64_t first_us = -1;  // kAwaitFirstMinibatch

@@ -190,6 +190,28 @@ TEST(GangMoveStepsTest, AFailedTransferOrStartDropsTheCopiesAndKeepsTheSource) {
   }
 }
 
+// The source holds no checkpoint of the job when a part asks for it (lost
+// there): the copies go, and nothing of the job is left anywhere.
+TEST(GangMoveStepsTest, ACheckpointMissingAtTheSourceLeavesTheJobNowhere) {
+  GangMovePlan plan = Plan();
+  plan.to = {ServerId(0), ServerId(2), ServerId(3)};
+  Script s(plan);
+  s.Answer(Checkpointed(40));
+  s.ExpectKill(true, 1);
+  GangResult gone;
+  gone.ok = false;
+  gone.checkpoint_gone = true;
+  gone.error = "to c: ReceiveCheckpoint: no checkpoint of job 7 (code 5)";
+  s.Answer(gone);
+  s.ExpectKill(false, 1);
+  s.ExpectKill(false, 2);
+  EXPECT_FALSE(s.result().ok);
+  EXPECT_EQ(s.result().moved, MovedTo::kNowhere);
+  EXPECT_EQ(s.result().detail,
+            "to c: ReceiveCheckpoint: no checkpoint of job 7 (code 5); no "
+            "checkpoint of it is left");
+}
+
 TEST(GangMoveStepsTest, AKeptCheckpointOrALostGangIsStartedWhereItGoes) {
   GangMovePlan kept = Plan();
   kept.from_exists = false;  // its lead's agent keeps its checkpoint

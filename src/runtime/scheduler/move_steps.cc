@@ -238,6 +238,24 @@ MoveSteps::Step MoveSteps::Next(const MoveResult& r) {
                                      : ", no mini-batch within a minute of it"),
           MovedTo::kDestination, now);
     case At::kReceive:
+      if (r.status.error_code() == grpc::StatusCode::NOT_FOUND) {
+        // The source holds no checkpoint of it (lost, or removed by hand):
+        // nothing is left to resume from. A resume starts it afresh here
+        // now; another move leaves it nowhere.
+        const std::string gone = RpcError("ReceiveCheckpoint", r.status);
+        if (plan_.fresh_fallback) {
+          fallback_why_ = "no checkpoint of it is left: " + gone;
+          at_ = At::kFallbackKill;
+          fallback_killed_source_ = !plan_.warm;
+          if (plan_.warm) return Kill(false, plan_.ids.kill_destination);
+          MoveCall c = Kill(true, plan_.ids.kill_source);
+          c.ignore_exit = true;
+          return c;
+        }
+        return Undo(false, MoveDone{false, false, 0,
+                                    gone + "; no checkpoint of it is left",
+                                    MovedTo::kNowhere});
+      }
       if (!r.status.ok()) {
         return Undo(false, MoveDone{false, false, 0,
                                     RpcError("ReceiveCheckpoint", r.status) +

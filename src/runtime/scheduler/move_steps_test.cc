@@ -269,6 +269,51 @@ TEST(MoveStepsTest, AFailedTransferKeepsTheCheckpointAtTheSource) {
             "13)");
 }
 
+// The source holds no checkpoint of the job after all (lost, or removed
+// by hand): a resume starts it afresh at once; a migration leaves it
+// nowhere, not "at the source", whence it would be fetched again.
+TEST(MoveStepsTest, ACheckpointMissingAtTheSourceIsTakenAsGone) {
+  for (const bool resume : {true, false}) {
+    SCOPED_TRACE(resume);
+    MovePlan plan = Plan();
+    plan.from = plan.from.CheckpointOnly();  // suspended, saved there
+    plan.fresh_fallback = resume;
+    Script s(plan);
+    ASSERT_EQ(s.call().kind, Kind::kReceive);
+    s.Fail(grpc::StatusCode::NOT_FOUND,
+           "fetching the checkpoint of job 7 from 10.0.0.1:7071: no "
+           "checkpoint of job 7 on this agent");
+    const std::string gone =
+        "ReceiveCheckpoint: fetching the checkpoint of job 7 from "
+        "10.0.0.1:7071: no checkpoint of job 7 on this agent (code 5)";
+    if (!resume) {
+      ASSERT_EQ(s.call().kind, Kind::kKill);  // whatever it received goes
+      EXPECT_FALSE(s.call().at_source);
+      s.Ok();
+      EXPECT_FALSE(s.result().ok);
+      EXPECT_FALSE(s.result().permanent);
+      EXPECT_EQ(s.result().moved, MovedTo::kNowhere);
+      EXPECT_EQ(s.result().detail, gone + "; no checkpoint of it is left");
+      continue;
+    }
+    // Whatever is left at the source goes, its exit not the job's end;
+    // then a start from the beginning.
+    ASSERT_EQ(s.call().kind, Kind::kKill);
+    EXPECT_TRUE(s.call().at_source);
+    EXPECT_TRUE(s.call().ignore_exit);
+    s.Ok();
+    ASSERT_EQ(s.call().kind, Kind::kStart);
+    EXPECT_FALSE(s.call().start.resume_local());
+    s.Ok();
+    EXPECT_TRUE(s.result().ok);
+    EXPECT_EQ(s.result().moved, MovedTo::kDestination);
+    EXPECT_EQ(s.result().detail,
+              "from a to gpus [1] on b; restarted from scratch (no checkpoint "
+              "of it is left: " +
+                  gone + ")");
+  }
+}
+
 MovePlan Resize() {
   MovePlan p = Plan();
   p.resize = true;

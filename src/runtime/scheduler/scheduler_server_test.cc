@@ -201,6 +201,14 @@ class FakeAgent final : public rpc::Agent::Service {
     if (mode_ == Mode::kFailReceive) {
       return {grpc::StatusCode::UNAVAILABLE, "the source went away"};
     }
+    {
+      std::lock_guard lock(mu_);
+      if (receive_finds_nothing_) {
+        return {grpc::StatusCode::NOT_FOUND, "no checkpoint of job " +
+                                                 std::to_string(r->job_id()) +
+                                                 " on the source"};
+      }
+    }
     rep->set_bytes(100);
     return grpc::Status::OK;
   }
@@ -240,6 +248,12 @@ class FakeAgent final : public rpc::Agent::Service {
   void AdvertiseAs(const std::string& address) {
     std::lock_guard lock(mu_);
     advertised_ = address;
+  }
+  // ReceiveCheckpoint answers NOT_FOUND: the source holds no checkpoint of
+  // the job (as an agent does when the source lost it).
+  void ReceiveFindsNothing(bool nothing) {
+    std::lock_guard lock(mu_);
+    receive_finds_nothing_ = nothing;
   }
   // CheckpointJob fails (UNAVAILABLE) and leaves the process running.
   void FailCheckpoints(bool fail) {
@@ -630,8 +644,9 @@ class FakeAgent final : public rpc::Agent::Service {
   std::map<int64_t, int> resume_local_starts_;
   std::map<int64_t, std::vector<std::string>> received_from_;
   std::map<int64_t, int> reported_exits_;
-  bool fail_checkpoints_ = false;  // guarded by mu_
-  bool fail_starts_ = false;       // guarded by mu_
+  bool fail_checkpoints_ = false;       // guarded by mu_
+  bool receive_finds_nothing_ = false;  // guarded by mu_
+  bool fail_starts_ = false;            // guarded by mu_
   grpc::StatusCode resume_local_error_ = grpc::StatusCode::OK;  // mu_
   bool fail_suspends_ = false;  // guarded by mu_
   int suspend_calls_ = 0;       // guarded by mu_
@@ -3253,6 +3268,57 @@ TEST_F(FailingMoveTest,
   EXPECT_EQ(info.server(), src.name());
   // Its process there is the one the daemon follows: its exit ends it.
   ASSERT_TRUE(FinishesOn(cl, src, j));
+}
+
+// A move whose checkpoint is not at the source when the destination asks
+// for it (lost there) leaves nothing of the job anywhere: the move fails
+// saying so, and the job starts again from the beginning, not "from the
+// checkpoint at the source" (which would fail at every try).
+TEST_F(DaemonTest, AMoveWhoseCheckpointIsGoneStartsTheJobAgain) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("own-checkpoints");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_restartable(true);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(j) == rpc::RUNNING && HasEntry(cl.Get(j), "start", true);
+  }));
+  FakeAgent& src = a.procs().count(j) ? a : b;
+  FakeAgent& dst = &src == &a ? b : a;
+  dst.ReceiveFindsNothing(true);
+  ASSERT_TRUE(cl.Migrate(j, dst.name()).ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(j), "restart", true); }))
+      << cl.Get(j).DebugString();
+  const rpc::JobInfo info = cl.Get(j);
+  ASSERT_TRUE(HasEntry(info, "migrate", false)) << info.DebugString();
+  for (const rpc::HistoryEntry& h : info.history()) {
+    if (h.action() == "migrate" && !h.ok()) {
+      EXPECT_NE(h.detail().find("no checkpoint of job " + std::to_string(j) +
+                                " on the source (code 5); no checkpoint of "
+                                "it is left"),
+                std::string::npos)
+          << h.detail();
+    }
+    if (h.action() == "restart") {
+      EXPECT_EQ(h.detail(),
+                "relaunched a lost process (the move failed, and no "
+                "checkpoint of it is left)");
+    }
+  }
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(src.resume_local_starts(j), 0) << "no checkpoint to resume from";
+  EXPECT_EQ(src.procs().count(j) + dst.procs().count(j), 1u);
+  FakeAgent& now = src.procs().count(j) ? src : dst;
+  ASSERT_TRUE(FinishesOn(cl, now, j));
 }
 
 // A move that fails before the job checkpointed (its save failed) leaves
