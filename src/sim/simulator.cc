@@ -76,8 +76,9 @@ struct SimJob {
   int64_t since_ckpt_us = 0;
   // Preempted: its next run launches a new process from the checkpoint.
   bool relaunch = false;
-  int gpus_now = 0;        // GPUs while training (0 when not)
-  double busy_gpu_s = 0;   // modelled GPU-busy seconds (see gpu_busy)
+  int gpus_now = 0;                  // GPUs while training (0 when not)
+  std::vector<int32_t> training_on;  // those GPUs (ids)
+  double busy_gpu_s = 0;             // modelled GPU-busy seconds (see gpu_busy)
   double iso_rate = 0;     // isolated rate at its size, ideal placement
   double utilization = 0;  // the catalog's GPU utilisation when alone
   ActionKind pending = ActionKind::kNone;
@@ -193,8 +194,17 @@ class World final : public SimControl {
   uint64_t seq_ = 0;
   int64_t now_ = 0;
   int64_t ended_ = 0;
-  int64_t training_jobs_gpus_ = 0;  // GPUs of jobs training now
-  int64_t busy_jobs_ = 0;           // jobs training or in a mechanism
+  // GPUs with a job training on them now (two packed jobs: one GPU), as
+  // the runtime counts them; per GPU, how many train there.
+  int64_t gpus_training_ = 0;
+  std::vector<int32_t> trainers_on_gpu_;
+  // Its integral over time (GPU-microseconds) up to busy_since_, and its
+  // value at the last sample (taken at sampled_at_, -1 before the first).
+  double busy_gpu_us_ = 0;
+  int64_t busy_since_ = 0;
+  double sampled_busy_gpu_us_ = 0;
+  int64_t sampled_at_ = -1;
+  int64_t busy_jobs_ = 0;  // jobs training or in a mechanism
   int64_t events_since_progress_ = 0;
   bool acted_ = false;  // the last core event caused an action
   std::vector<Action> actions_;
@@ -508,11 +518,22 @@ void World::RefreshPartnerOf(int32_t j) {
 void World::SetRate(int32_t j, double rate) {
   Advance(j);
   SimJob& s = jobs_[j];
-  training_jobs_gpus_ -= s.gpus_now;
-  s.gpus_now =
-      rate > 0 ? static_cast<int>(scheduler_.state().job(JobId(j)).gpus.size())
-               : 0;
-  training_jobs_gpus_ += s.gpus_now;
+  busy_gpu_us_ += static_cast<double>(gpus_training_) *
+                  static_cast<double>(now_ - busy_since_);
+  busy_since_ = now_;
+  for (const int32_t g : s.training_on) {
+    if (--trainers_on_gpu_[static_cast<size_t>(g)] == 0) --gpus_training_;
+  }
+  s.training_on.clear();
+  if (rate > 0) {
+    for (const core::GpuId g : scheduler_.state().job(JobId(j)).gpus) {
+      const auto at = static_cast<size_t>(g.value);
+      if (at >= trainers_on_gpu_.size()) trainers_on_gpu_.resize(at + 1, 0);
+      if (trainers_on_gpu_[at]++ == 0) ++gpus_training_;
+      s.training_on.push_back(g.value);
+    }
+  }
+  s.gpus_now = static_cast<int>(s.training_on.size());
   s.rate = rate;
   s.finish_at = -1;
   if (rate > 0) {
@@ -627,10 +648,20 @@ void World::Sample() {
   t.queued_jobs = static_cast<int>(st.queue().size());
   t.suspended_jobs = static_cast<int>(st.waiting().size());
   t.running_jobs = static_cast<int>(st.placed_jobs()) - t.suspended_jobs;
-  t.gpus_training =
-      st.cluster().up_gpus() == 0
-          ? 0
-          : static_cast<double>(training_jobs_gpus_) / st.cluster().up_gpus();
+  // The mean over the interval since the last sample: an instant would
+  // catch time-slicing's rotations (every job of a GPU stopped at once)
+  // more or less often as its period beats with theirs.
+  busy_gpu_us_ += static_cast<double>(gpus_training_) *
+                  static_cast<double>(now_ - busy_since_);
+  busy_since_ = now_;
+  const double up = static_cast<double>(st.cluster().up_gpus());
+  const double busy = sampled_at_ >= 0 && now_ > sampled_at_
+                          ? (busy_gpu_us_ - sampled_busy_gpu_us_) /
+                                static_cast<double>(now_ - sampled_at_)
+                          : static_cast<double>(gpus_training_);
+  sampled_busy_gpu_us_ = busy_gpu_us_;
+  sampled_at_ = now_;
+  t.gpus_training = up == 0 ? 0 : std::min(1.0, busy / up);
   t.cluster_height = st.cluster().height();
   timeline_.push_back(t);
 }

@@ -195,7 +195,10 @@ struct TimelineSample {
   int running_jobs = 0;
   int queued_jobs = 0;
   int suspended_jobs = 0;
-  // Share of GPUs a job is training on.
+  // Share of the up GPUs with a job training on them (packed jobs share
+  // one, as the runtime's gpus_training counts them), averaged over the
+  // interval since the previous sample (the first: at its instant); at
+  // most 1.
   double gpus_training = 0;
   int cluster_height = 0;
 };

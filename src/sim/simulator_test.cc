@@ -117,6 +117,54 @@ TEST_F(SimulatorTest, PackingFitsTheCatalogsGpuMemory) {
   EXPECT_GT(r->suspends, 0);  // time-sliced instead
 }
 
+// Two jobs packed on one GPU keep one GPU training, not two: the timeline
+// counts GPUs as the runtime does, never above the cluster.
+TEST_F(SimulatorTest, PackedJobsKeepOneGpuTraining) {
+  Workload w;
+  w.jobs = {Job("a", 0, 3000, 1, resnet_), Job("b", 0, 3000, 1, resnet_)};
+  auto policy = core::MakePolicy("gandiva");
+  ASSERT_TRUE(policy.ok());
+  SimOptions o = Small(1, 1);
+  o.timeline_every = Duration::Seconds(10);
+  auto r = Simulate(w, *catalog_, std::move(*policy), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs_finished, 2);
+  ASSERT_GT(r->packs, 0);
+  int packed = 0;
+  for (const TimelineSample& t : r->timeline) {
+    EXPECT_LE(t.gpus_training, 1.0) << t.time.seconds();
+    packed += t.running_jobs == 2;
+  }
+  EXPECT_GT(packed, 0);
+}
+
+// A sample is the mean over its interval, not the state at its instant:
+// the samples, each weighted by its interval, add up to the GPU time spent
+// training (time-slicing's rotations, when one job stops and the next
+// starts, count for what they last, however a sample falls).
+TEST_F(SimulatorTest, TimelineSamplesAverageOverTheirInterval) {
+  Workload w;
+  w.jobs = {Job("a", 0, 3000, 1, resnet_), Job("b", 0, 3000, 1, resnet_)};
+  auto policy = core::MakePolicy("gandiva-timeslice");
+  ASSERT_TRUE(policy.ok());
+  SimOptions o = Small(1, 1);
+  o.timeline_every = Duration::Seconds(7);
+  auto r = Simulate(w, *catalog_, std::move(*policy), o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GT(r->suspends, 2);
+  ASSERT_GT(r->timeline.size(), 10u);
+  double busy_s = 0;
+  int partial = 0;
+  for (size_t i = 1; i < r->timeline.size(); ++i) {
+    const TimelineSample& t = r->timeline[i];
+    busy_s += t.gpus_training * (t.time - r->timeline[i - 1].time).seconds();
+    partial += t.gpus_training > 0 && t.gpus_training < 1;
+  }
+  EXPECT_GT(partial, 0) << "no interval held a rotation";
+  const double training_s = r->gpu_utilization * r->makespan_s;  // 1 GPU
+  EXPECT_NEAR(busy_s, training_s, 1e-3 * training_s);
+}
+
 TEST_F(SimulatorTest, TimeSlicingGivesEarlyFeedback) {
   Workload w;
   w.jobs = {Job("a", 0, 3000), Job("b", 0, 3000), Job("c", 0, 3000)};

@@ -944,7 +944,18 @@ core::StatusOr<ExperimentOutput> RunExperiment(
   out.dir = ctx.dir;
   out.files = ctx.files;
   out.report = md;
-  out.summary = "wrote " + ctx.dir + "/report.md";
+  // The headline figures, set against the paper's: the report's section
+  // of them, then where the rest is.
+  const std::string compared = "## Compared with the paper\n\n";
+  if (const size_t at = md.find(compared); at != std::string::npos) {
+    const size_t from = at + compared.size();
+    const size_t end = md.find("\n## ", from);
+    std::string headline =
+        md.substr(from, end == std::string::npos ? end : end - from);
+    while (!headline.empty() && headline.back() == '\n') headline.pop_back();
+    out.summary = headline + "\n\n";
+  }
+  out.summary += "wrote " + ctx.dir + "/report.md";
   if (!ctx.unavailable.empty()) {
     out.summary += " (skipped, not in this build:";
     for (const std::string& n : ctx.unavailable) out.summary += " " + n;

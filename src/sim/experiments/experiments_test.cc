@@ -45,6 +45,17 @@ TEST_P(ExperimentsTest, QuickRunWritesAReportWithItsTables) {
   EXPECT_NE(report.find("| `fifo` |"), std::string::npos);
   EXPECT_NE(report.find("| `gandiva` |"), std::string::npos);
   EXPECT_NE(report.find("## Compared with the paper"), std::string::npos);
+  // The terminal gets that section's figures, then where the report is.
+  const size_t compared = report.find("## Compared with the paper\n\n");
+  ASSERT_NE(compared, std::string::npos);
+  const std::string first_line = report.substr(
+      compared + 28, report.find('\n', compared + 28) - (compared + 28));
+  EXPECT_FALSE(first_line.empty());
+  EXPECT_EQ(r->summary.rfind(first_line, 0), 0u) << r->summary;
+  EXPECT_NE(r->summary.find("\n\nwrote " + dir + "/report.md"),
+            std::string::npos)
+      << r->summary;
+  EXPECT_EQ(r->summary.find("## "), std::string::npos) << r->summary;
   EXPECT_NE(report.find("![JCT CDF](jct_cdf.svg)"), std::string::npos);
   for (const char* f : {"fifo.json", "gandiva.json", "jct_cdf.svg",
                         "gpu_utilization.svg", "queue.svg"}) {
