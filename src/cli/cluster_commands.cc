@@ -135,6 +135,19 @@ std::string FindExamplesDir(const fs::path& bin) {
   return demo.empty() ? "" : fs::path(demo).parent_path().string();
 }
 
+// `file` as a user standing in the current directory types it: relative
+// when it lies below, else absolute.
+std::string PathFromHere(const fs::path& file) {
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(file, ec);
+  const fs::path cwd = fs::current_path(ec);
+  if (!ec && !cwd.empty()) {
+    const fs::path rel = abs.lexically_relative(cwd);
+    if (!rel.empty() && *rel.begin() != "..") return rel.string();
+  }
+  return abs.string();
+}
+
 std::string FindClientLib(const fs::path& bin) {
   return FirstExisting(
       {bin / "../lib/libgandiva_client.so", fs::path(GANDIVA_CLIENT_LIB_PATH)});
@@ -796,12 +809,18 @@ int RunUp(const UpFlags& f) {
     std::printf("  point the CLI at it: export GANDIVA_STATE_DIR=%s\n",
                 dir.c_str());
   }
+  // The example job's spec, as found from where the user stands.
+  const std::string examples = FindExamplesDir(bin);
+  const std::string example =
+      examples.empty() ? "JOB.yaml"
+                       : PathFromHere(fs::path(examples) / "cnn.yaml");
   std::printf(
-      "  submit a job:   %s submit examples/cnn.yaml\n"
+      "  submit a job:   %s submit %s\n"
       "  list jobs:      %s ls\n"
       "  see the GPUs:   %s servers\n"
       "  stop it all:    %s down%s\n",
-      self.c_str(), self.c_str(), self.c_str(), self.c_str(), hint_dir.c_str());
+      self.c_str(), example.c_str(), self.c_str(), self.c_str(), self.c_str(),
+      hint_dir.c_str());
   if (f.demo) {
     if (!SubmitDemo(address, bin)) return 1;
     std::printf("watch it with: %s ls%s\n", self.c_str(), hint_dir.c_str());

@@ -107,6 +107,18 @@ std::string Placement(const rpc::JobInfo& job) {
   return job.server() + ":" + JoinGpus(job.gpus());
 }
 
+int GpusOf(const rpc::JobInfo& job) {
+  const bool placed =
+      job.state() == rpc::RUNNING || job.state() == rpc::SUSPENDED;
+  if (!placed || job.server().empty()) return job.spec().gpus();
+  if (job.parts_size() > 1) {
+    int n = 0;
+    for (const rpc::JobPart& p : job.parts()) n += p.gpus_size();
+    return n;
+  }
+  return job.gpus_size() > 0 ? job.gpus_size() : job.spec().gpus();
+}
+
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& row : rows) {

@@ -30,6 +30,9 @@ std::string JoinGpus(const google::protobuf::RepeatedField<int32_t>& gpus);
 // Where a job is: "agent-1:0,1"; for a job that spans servers every part in
 // rank order, "agent-1:0,1+agent-2:0"; "-" when it is nowhere.
 std::string Placement(const rpc::JobInfo& job);
+// The GPUs a job holds while it is placed (running or suspended: a resize
+// changes them), else those its spec asks for.
+int GpusOf(const rpc::JobInfo& job);
 
 // Rows of cells printed as left-aligned columns separated by two spaces (the
 // first row is the header). Trailing spaces are trimmed.

@@ -52,5 +52,31 @@ TEST(FormatTest, PlacementNamesEveryPartOfAJobThatSpansServers) {
   EXPECT_EQ(Placement(j), "agent-1:0,1+agent-2:3");
 }
 
+// A placed job counts the GPUs it holds (a resize changes them); any other
+// the GPUs its spec asks for.
+TEST(FormatTest, AJobsGpusAreThoseItHoldsWhilePlaced) {
+  rpc::JobInfo j;
+  j.mutable_spec()->set_gpus(1);
+  j.set_state(rpc::QUEUED);
+  EXPECT_EQ(GpusOf(j), 1);
+  j.set_state(rpc::RUNNING);
+  j.set_server("agent-1");
+  j.add_gpus(0);
+  j.add_gpus(1);  // grown to 2
+  EXPECT_EQ(GpusOf(j), 2);
+  j.set_state(rpc::SUSPENDED);
+  EXPECT_EQ(GpusOf(j), 2);
+  rpc::JobPart* a = j.add_parts();
+  a->set_server("agent-1");
+  a->add_gpus(0);
+  a->add_gpus(1);
+  rpc::JobPart* b = j.add_parts();
+  b->set_server("agent-2");
+  b->add_gpus(3);
+  EXPECT_EQ(GpusOf(j), 3);
+  j.set_state(rpc::FINISHED);  // where it last ran: not held
+  EXPECT_EQ(GpusOf(j), 1);
+}
+
 }  // namespace
 }  // namespace gandiva::cli

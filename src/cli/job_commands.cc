@@ -321,7 +321,7 @@ int RunLs(const LsFlags& f) {
     rows.push_back(
         {std::to_string(j->id()), j->spec().name(),
          StateName(j->state()) + (unknown ? "?" : ""),
-         std::to_string(j->spec().gpus()), server,
+         std::to_string(GpusOf(*j)), server,
          FormatProgress(j->progress().minibatches(),
                         j->spec().total_minibatches()),
          rate, metric, std::to_string(j->suspends()),
@@ -482,7 +482,12 @@ int RunShow(const JobFlags& f) {
   std::printf("  command:      %s\n",
               j.withheld() ? withheld : spec.command().c_str());
   std::printf("  workdir:      %s\n", spec.workdir().c_str());
-  std::printf("  gpus:         %d\n", spec.gpus());
+  if (GpusOf(j) != spec.gpus()) {
+    std::printf("  gpus:         %d (submitted with %d; resized)\n", GpusOf(j),
+                spec.gpus());
+  } else {
+    std::printf("  gpus:         %d\n", spec.gpus());
+  }
   if (j.priority() != spec.priority()) {
     std::printf("  priority:     %d (submitted with %d)\n", j.priority(),
                 spec.priority());
@@ -739,7 +744,10 @@ int RunAct(Act act, const ActFlags& f) {
                                : s.stub().ResumeJobs(ctx.get(), req, &reply);
     if (!st.ok()) return s.Fail(st);
     for (const rpc::JobOutcome& o : reply.outcomes()) {
-      if (o.code() == 0) {
+      if (o.code() == 0 && !o.note().empty()) {
+        std::printf("job %lld: %s\n", static_cast<long long>(o.job_id()),
+                    o.note().c_str());
+      } else if (o.code() == 0) {
         std::printf("job %lld %s\n", static_cast<long long>(o.job_id()), done);
       } else {
         status = s.Fail(s.JobError(
@@ -806,9 +814,9 @@ int AwaitOutcome(Session& s, int64_t id, const std::vector<std::string>& names,
         continue;
       }
       if (h.ok()) {
-        std::printf("job %lld: %s done in %s: %s\n", static_cast<long long>(id),
+        std::printf("job %lld: %s done in %s%s%s\n", static_cast<long long>(id),
                     h.action().c_str(), FormatTook(h.took_us()).c_str(),
-                    h.detail().c_str());
+                    h.detail().empty() ? "" : ": ", h.detail().c_str());
         return 0;
       }
       return s.Fail("job " + std::to_string(id) + ": " + h.action() +

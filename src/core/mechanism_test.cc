@@ -122,7 +122,8 @@ TEST(MechanismTest, APermanentFailureMakesTheJobImmovable) {
   h.Fail(a, /*permanent=*/true);
   EXPECT_TRUE(h.job(a).immovable);
   EXPECT_EQ(h.job(a).immovable_reason, "test");
-  ExpectRefused(h, Migrate(a, 1 - ServerOf(h, a)), "cannot be checkpointed");
+  ExpectRefused(h, Migrate(a, 1 - ServerOf(h, a)),
+                "it cannot be checkpointed: test");
 }
 
 TEST(MechanismTest, PacksAQueuedJobAndUnpacksIt) {

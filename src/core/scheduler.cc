@@ -112,6 +112,7 @@ void Actions::Run(JobId id) {
   job.state = JobState::kRunning;
   if (!job.launched) {
     job.launched = true;
+    job.profile.minibatches = 0;  // a run from the beginning
     if (job.first_started == Time::Never()) job.first_started = st.now_;
     ++st.counters_.starts;
     Emit(job, ActionKind::kStart, true).gpus = job.gpus;
@@ -186,6 +187,7 @@ void Actions::Pack(JobId id, JobId with) {
   a.relocates = job.launched && !st.cluster_.SameLayout(job.ran_on, job.gpus);
   if (!job.launched) {
     job.launched = true;
+    job.profile.minibatches = 0;  // a run from the beginning
     if (job.first_started == Time::Never()) job.first_started = st.now_;
   }
   ++job.packs;
@@ -725,8 +727,7 @@ Status Scheduler::PlanGpus(const MechanismRequest& m,
                       "; unpack it first");
       }
       if (job.launched && job.immovable) {
-        return refuse("it cannot be checkpointed (" + job.immovable_reason +
-                      ")");
+        return refuse("it cannot be checkpointed: " + job.immovable_reason);
       }
       if (!m.server.valid() || m.server.value >= cluster.num_servers()) {
         return refuse("unknown server " + std::to_string(m.server.value));
@@ -791,8 +792,8 @@ Status Scheduler::PlanGpus(const MechanismRequest& m,
                       std::to_string(peer.gpus.size()));
       }
       if (job.launched && job.immovable && job.gpus != peer.gpus) {
-        return refuse("it would have to move and cannot be checkpointed (" +
-                      job.immovable_reason + ")");
+        return refuse("it would have to move and cannot be checkpointed: " +
+                      job.immovable_reason);
       }
       for (GpuId g : peer.gpus) {
         if (cluster.gpu(g).active != 1) {
@@ -1055,6 +1056,7 @@ void Scheduler::OnJobEnded(Job& job, JobState end) {
 
 void Scheduler::Restart(Job& job, bool from_checkpoint, Actions& actions) {
   job.restarting_from_checkpoint = from_checkpoint;
+  if (!from_checkpoint) job.profile.minibatches = 0;  // from the beginning
   Action& a = actions.Emit(job, ActionKind::kRestart, /*mechanism=*/true);
   a.gpus = job.gpus;
   a.relocates = from_checkpoint;

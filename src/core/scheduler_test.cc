@@ -132,6 +132,8 @@ TEST(SchedulerTest, AFailedRunIsTriedAgainWhileItHasRetries) {
   f.CompleteAll();
   ASSERT_EQ(f.job(a).state, JobState::kRunning);
   const Time first_started = f.job(a).first_started;
+  f.Send(ProfileReport{a, 10.0, 300, 2.0, 0.5});
+  EXPECT_EQ(f.job(a).profile.minibatches, 300);
 
   auto out = f.Send(JobFinished{a, false});
   EXPECT_EQ(CountKind(out, ActionKind::kStart), 0) << "tried again at once";
@@ -148,6 +150,7 @@ TEST(SchedulerTest, AFailedRunIsTriedAgainWhileItHasRetries) {
   f.Advance(Duration::Seconds(1));
   out = f.Tick();
   ASSERT_EQ(CountKind(out, ActionKind::kStart), 1);
+  EXPECT_EQ(f.job(a).profile.minibatches, 0) << "a run from the beginning";
   f.CompleteAll();
   EXPECT_EQ(f.job(a).state, JobState::kRunning);
   EXPECT_EQ(f.job(a).first_started, first_started);

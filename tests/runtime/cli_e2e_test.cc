@@ -191,6 +191,21 @@ TEST_F(CliE2eTest, UpLsDown) {
   ASSERT_EQ(up.status, 0) << up.out;
   EXPECT_NE(up.out.find("local cluster up"), std::string::npos) << up.out;
   {
+    // The example it suggests is there from where the user stands.
+    const std::string key = " submit ";
+    const size_t hint = up.out.find("submit a job:");
+    ASSERT_NE(hint, std::string::npos) << up.out;
+    const size_t at = up.out.find(key, hint);
+    ASSERT_NE(at, std::string::npos) << up.out;
+    const size_t from = at + key.size();
+    const std::string example =
+        up.out.substr(from, up.out.find('\n', from) - from);
+    EXPECT_TRUE(fs::exists(example))
+        << example << " from " << fs::current_path() << "\n"
+        << up.out;
+    EXPECT_EQ(fs::path(example).filename(), "cnn.yaml") << up.out;
+  }
+  {
     const CliRun again = Gandiva("up " + state);
     EXPECT_EQ(again.status, 0) << again.out;
     EXPECT_NE(again.out.find("already up"), std::string::npos) << again.out;

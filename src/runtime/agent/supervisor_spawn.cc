@@ -442,11 +442,27 @@ core::StatusOr<StartResult> Supervisor::Start(const StartParams& params) {
 
   // A warm start is the destination of a move: the job's whole log so far
   // comes from the source (EarlierLogPath), so what an earlier stay here
-  // left is dropped, not repeated.
-  const int log_fd = open(
-      job->log_path.c_str(),
-      O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (params.warm ? O_TRUNC : 0),
-      0644);
+  // left is dropped, not repeated. The log here is one part's: a start as
+  // another part of a job spanning servers than the one that wrote it (a
+  // part where its lead ran before, the lead where a part did) begins it
+  // afresh; the lead's lines went with the lead.
+  const auto rank = params.gang_env.find("GANDIVA_NODE_RANK");
+  const std::string part = rank == params.gang_env.end() ? "0" : rank->second;
+  const std::string part_file = JobDir(params.job_id) + "/log.part";
+  std::string wrote;
+  {
+    std::ifstream in(part_file);
+    std::getline(in, wrote);
+  }
+  const bool other_part = wrote.empty() ? part != "0" : wrote != part;
+  {
+    std::ofstream out(part_file, std::ios::trunc);
+    out << part << "\n";
+  }
+  const int log_fd = open(job->log_path.c_str(),
+                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC |
+                              (params.warm || other_part ? O_TRUNC : 0),
+                          0644);
   if (log_fd < 0) {
     return core::IoError("opening log " + job->log_path + ": " + Errno(errno));
   }

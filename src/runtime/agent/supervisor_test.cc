@@ -137,6 +137,31 @@ TEST_F(SupervisorTest, AJobRunsAsItsOwnersAccount) {
   EXPECT_EQ(ReadFile(rooted.LogPath(3)), "0\n");
 }
 
+// The log here is one part's: a part of a job spanning servers started
+// where its lead ran before begins the log afresh (the lead's lines went
+// with it), a part started again goes on with its own lines, and the lead
+// back here begins afresh too.
+TEST_F(SupervisorTest, ALogHoldsOnePartsLines) {
+  Supervisor sup(Options());
+  const auto start = [&](const std::string& rank, const std::string& line) {
+    StartParams p = Job(5, "echo " + line);
+    if (!rank.empty()) {
+      p.gang_env = {{"GANDIVA_NODE_RANK", rank}, {"GANDIVA_NNODES", "2"}};
+    }
+    ASSERT_TRUE(sup.Start(p).ok());
+    EXPECT_EQ(Finish(sup, 5).exit_code, 0);
+  };
+  start("", "lead-alone");
+  start("", "lead-again");
+  EXPECT_EQ(ReadFile(sup.LogPath(5)), "lead-alone\nlead-again\n");
+  start("1", "part-1");
+  EXPECT_EQ(ReadFile(sup.LogPath(5)), "part-1\n");
+  start("1", "part-1-again");
+  EXPECT_EQ(ReadFile(sup.LogPath(5)), "part-1\npart-1-again\n");
+  start("0", "lead-back");
+  EXPECT_EQ(ReadFile(sup.LogPath(5)), "lead-back\n");
+}
+
 TEST_F(SupervisorTest, EnvironmentLogAndWorkdir) {
   Supervisor sup(Options());
   StartParams p =

@@ -48,6 +48,24 @@ inline std::string RpcError(const char* call, const grpc::Status& s) {
          std::to_string(static_cast<int>(s.error_code())) + ")";
 }
 
+// Why an agent cannot checkpoint a job (CheckpointJob's FAILED_PRECONDITION
+// or UNIMPLEMENTED), in its own words, less a leading "job N cannot be
+// migrated: " (or resized) that the core's refusal says itself: the reason
+// the job is immovable.
+inline std::string CannotCheckpointWhy(const grpc::Status& s) {
+  const std::string& m = s.error_message();
+  if (m.rfind("job ", 0) == 0) {
+    const size_t digits = m.find_first_not_of("0123456789", 4);
+    const std::string cannot = " cannot be ";
+    if (digits != std::string::npos && digits > 4 &&
+        m.compare(digits, cannot.size(), cannot) == 0) {
+      const size_t colon = m.find(": ", digits);
+      if (colon != std::string::npos) return m.substr(colon + 2);
+    }
+  }
+  return m;
+}
+
 // "gpus [0,1] on a + [0] on b": where a job's parts are.
 inline std::string Placement(const std::vector<PartConn>& parts) {
   std::string s = "gpus ";

@@ -185,6 +185,10 @@ void SchedulerServer::Impl::Execute(const core::Action& a, bool live) {
       // from a checkpoint kept elsewhere.
       p.relocate =
           a.relocates || from_checkpoint || (resume_like && !old.exists);
+      if (live && a.kind == ActionKind::kStart && !from_checkpoint) {
+        ForgetRunProgress(&x->progress);  // a run from the beginning
+        x->dirty = true;
+      }
       x->proc = Proc::At(parts);
       x->proc.leaving = p.relocate;
       p.sent = live;
@@ -403,10 +407,16 @@ void SchedulerServer::Impl::Dispatch(const PendingAction& p) {
   rpc::JobRequest req;
   req.set_job_id(job);
   req.set_action_id(aid);
+  // A pack in place resumes the job beside its partner.
+  const std::string packed_with =
+      a.kind == ActionKind::kPack && a.peer.valid()
+          ? "with job " + std::to_string(a.peer.value) + ", gpus " +
+                json(x.proc.local).dump() + " on " + AgentName(x.proc.server)
+          : "";
   executor->Run(job, [=, this] {
     auto ctx = Ctx();
     int64_t agent_took = 0;
-    std::string detail;
+    std::string detail = packed_with;
     bool at_boundary = false;
     grpc::Status s = SuspendOrResume(*stub, ctx.get(), req, suspends,
                                      &agent_took, &at_boundary);
@@ -433,7 +443,7 @@ void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
                                        const std::string& what, bool ok,
                                        bool permanent, int64_t took_us,
                                        const std::string& detail, MovedTo moved,
-                                       Proc from) {
+                                       Proc from, bool afresh) {
   Post([=, this]() mutable {
     JobExtra* x = Extra(job);
     if (x == nullptr) return;
@@ -446,6 +456,10 @@ void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
           x->proc.exists = true;
           x->proc.leaving = false;
           x->proc.checkpoint = false;
+          if (afresh) {
+            ForgetRunProgress(&x->progress);  // restarted from scratch
+            x->dirty = true;
+          }
           break;
         case MovedTo::kAsBefore:
           x->proc = from;
@@ -518,6 +532,10 @@ void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
     return;
   }
   p.sent = true;
+  if (!from_checkpoint) {
+    ForgetRunProgress(&x.progress);  // a run from the beginning
+    x.dirty = true;
+  }
   const std::string why =
       x.restart_why.empty() ? "its process was lost" : x.restart_why;
   const int64_t saved = from_checkpoint ? x.kept_at : -1;

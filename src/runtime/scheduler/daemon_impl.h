@@ -357,7 +357,7 @@ struct SchedulerServer::Impl final {
   // the history line, and the event for the core.
   void FinishMove(int32_t job, int64_t action, const std::string& what, bool ok,
                   bool permanent, int64_t took_us, const std::string& detail,
-                  MovedTo moved, Proc from);
+                  MovedTo moved, Proc from, bool afresh = false);
 
   // A running job's process is gone (its agent no longer runs it, a move
   // failed and left its checkpoint at the source, its agent is back after
@@ -641,10 +641,13 @@ struct SchedulerServer::Impl final {
 
   // Kills (`kill`), or holds or releases (`hold`), the jobs `ids`, their
   // requests logged in one append: each one's outcome, in order (a job
-  // named twice: the outcome of its first).
-  std::vector<core::Status> ActOnJobs(std::span<const int64_t> ids, bool kill,
-                                      bool hold, const std::string& reason,
-                                      const Caller& by);
+  // named twice: the outcome of its first). `notes`, if given, gets one
+  // per job: for a release that leaves the job waiting (queued, or
+  // suspended for its turn), what it waits for; else "".
+  std::vector<core::Status> ActOnJobs(
+      std::span<const int64_t> ids, bool kill, bool hold,
+      const std::string& reason, const Caller& by,
+      std::vector<std::string>* notes = nullptr);
 
   // An operator's request for a mechanism: refused with the core's reason
   // (Scheduler::Check: room, state, and whether the job's work can be

@@ -493,7 +493,7 @@ void SchedulerServer::Impl::MoveGang(const PendingAction& p, const Proc& from) {
     }
     const MoveDone& d = std::get<MoveDone>(step);
     FinishMove(job, aid, what, d.ok, d.permanent, d.took_us, d.detail, d.moved,
-               from);
+               from, d.afresh);
   });
 }
 
@@ -613,7 +613,7 @@ void SchedulerServer::Impl::Move(const PendingAction& p, const Proc& from) {
     }
     const MoveDone& d = std::get<MoveDone>(step);
     FinishMove(job, aid, what, d.ok, d.permanent, d.took_us, d.detail, d.moved,
-               from);
+               from, d.afresh);
   });
 }
 

@@ -65,7 +65,8 @@ core::Status SchedulerServer::Impl::CheckLiveJob(int64_t id) const {
 
 std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
     std::span<const int64_t> ids, bool kill, bool hold,
-    const std::string& reason, const Caller& by) {
+    const std::string& reason, const Caller& by,
+    std::vector<std::string>* notes) {
   const std::string who = by.open() ? "operator" : by.user;
   std::vector<core::Status> out(ids.size());
   std::vector<core::EventBody> events;
@@ -107,6 +108,24 @@ std::vector<core::Status> SchedulerServer::Impl::ActOnJobs(
   const std::vector<core::Status> handled = FeedTogether(std::move(events));
   for (size_t k = 0; k < fed.size(); ++k) out[fed[k]] = handled[k];
   for (size_t i = 0; i < ids.size(); ++i) out[i] = out[first.at(ids[i])];
+  if (notes != nullptr) {
+    // A released job that did not run at once waits for its turn.
+    notes->assign(ids.size(), "");
+    for (size_t i = 0; i < ids.size() && !kill && !hold; ++i) {
+      if (!out[i].ok() || !LiveJob(ids[i])) continue;
+      const core::Job& j = st().job(JobId(static_cast<int32_t>(ids[i])));
+      if (j.held || j.state == core::JobState::kRunning ||
+          j.state == core::JobState::kMigrating || core::IsTerminal(j.state)) {
+        continue;
+      }
+      (*notes)[i] =
+          std::string(j.state == core::JobState::kQueued
+                          ? "released from its hold; it is queued"
+                          : "released from its hold; it waits, suspended, "
+                            "for its turn on its GPUs") +
+          " (gandiva show " + std::to_string(ids[i]) + " says why)";
+    }
+  }
   return out;
 }
 

@@ -236,12 +236,14 @@ grpc::Status SchedulerService::ActOnJobs(const grpc::ServerContext& ctx,
                 " jobs, at most " + std::to_string(kMaxJobsPerRequest) +
                 " a request"};
   }
-  auto r = d_.Call<std::vector<core::Status>>([this, &req, kill, hold, &who] {
-    return d_.ActOnJobs(
-        std::span<const int64_t>(req.job_ids().data(),
-                                 static_cast<size_t>(req.job_ids_size())),
-        kill, hold, req.reason(), *who);
-  });
+  std::vector<std::string> notes;
+  auto r = d_.Call<std::vector<core::Status>>(
+      [this, &req, kill, hold, &who, &notes] {
+        return d_.ActOnJobs(
+            std::span<const int64_t>(req.job_ids().data(),
+                                     static_cast<size_t>(req.job_ids_size())),
+            kill, hold, req.reason(), *who, &notes);
+      });
   if (!r) return Unavailable();
   for (int i = 0; i < req.job_ids_size(); ++i) {
     rpc::JobOutcome* o = rep->add_outcomes();
@@ -249,6 +251,9 @@ grpc::Status SchedulerService::ActOnJobs(const grpc::ServerContext& ctx,
     const grpc::Status g = ToGrpc((*r)[static_cast<size_t>(i)]);
     o->set_code(static_cast<int32_t>(g.error_code()));
     o->set_error(g.error_message());
+    if (static_cast<size_t>(i) < notes.size()) {
+      o->set_note(notes[static_cast<size_t>(i)]);
+    }
   }
   return grpc::Status::OK;
 }

@@ -465,6 +465,15 @@ void CopyMetric(const From& from, rpc::Progress* to) {
   to->set_metric_reports(from.metric_reports());
 }
 
+// A run that starts from the beginning: the last run's count and metric
+// are not its own.
+inline void ForgetRunProgress(rpc::Progress* p) {
+  p->set_minibatches(0);
+  p->set_metric(0);
+  p->set_metric_minibatches(0);
+  p->set_metric_reports(0);
+}
+
 inline std::string HostPortForClients(const std::string& listen, int port) {
   std::string host = listen.substr(0, listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {

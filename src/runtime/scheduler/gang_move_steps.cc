@@ -120,11 +120,15 @@ GangMoveSteps::Step GangMoveSteps::Next(const GangResult& r) {
   switch (at_) {
     case At::kFreshKills:
       return NextFreshKill();
-    case At::kFreshStart:
-      return Done(r.ok, false,
-                  r.ok ? plan_.where + "; restarted from scratch (" + why_ + ")"
-                       : r.error,
-                  r.ok ? MovedTo::kDestination : MovedTo::kNowhere, now);
+    case At::kFreshStart: {
+      Step d =
+          Done(r.ok, false,
+               r.ok ? plan_.where + "; restarted from scratch (" + why_ + ")"
+                    : r.error,
+               r.ok ? MovedTo::kDestination : MovedTo::kNowhere, now);
+      std::get<MoveDone>(d).afresh = r.ok;
+      return d;
+    }
     case At::kContinue:
       return Checkpoint();
     case At::kCheckpoint: {
@@ -135,9 +139,10 @@ GangMoveSteps::Step GangMoveSteps::Next(const GangResult& r) {
         if (cannot && plan_.was_suspended) {
           return Fresh(r.status.error_message());
         }
-        failed_ =
-            MoveDone{false, cannot, 0, RpcError("CheckpointJob", r.status),
-                     MovedTo::kAsBefore};
+        failed_ = MoveDone{false, cannot, 0,
+                           cannot ? CannotCheckpointWhy(r.status)
+                                  : RpcError("CheckpointJob", r.status),
+                           MovedTo::kAsBefore};
         if (plan_.was_suspended) {
           // As it was: a suspended gang's other parts stop again.
           at_ = At::kStopAgain;

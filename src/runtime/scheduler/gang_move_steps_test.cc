@@ -163,6 +163,7 @@ TEST(GangMoveStepsTest, AGangWithoutTheLibraryFailsForGoodOrStartsAfresh) {
                                    "servers moves only with the gandiva"),
             std::string::npos)
       << t.result().detail;
+  EXPECT_TRUE(t.result().afresh);
 }
 
 TEST(GangMoveStepsTest, AFailedTransferOrStartDropsTheCopiesAndKeepsTheSource) {

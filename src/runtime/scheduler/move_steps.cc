@@ -128,11 +128,13 @@ MoveSteps::Step MoveSteps::Next(const MoveResult& r) {
   switch (at_) {
     case At::kFreshStart: {
       const bool ok = r.status.ok();
-      return Done(
+      Step d = Done(
           ok, false,
           ok ? plan_.where + "; restarted from scratch (" + fallback_why_ + ")"
              : RpcError("StartJob", r.status),
           ok ? MovedTo::kDestination : MovedTo::kNowhere, now);
+      std::get<MoveDone>(d).afresh = ok;
+      return d;
     }
     case At::kWarmStart:
       if (!r.status.ok()) {
@@ -151,7 +153,9 @@ MoveSteps::Step MoveSteps::Next(const MoveResult& r) {
         const bool cannot =
             r.status.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
             r.status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
-        MoveDone failed{false, cannot, 0, RpcError("CheckpointJob", r.status),
+        MoveDone failed{false, cannot, 0,
+                        cannot ? CannotCheckpointWhy(r.status)
+                               : RpcError("CheckpointJob", r.status),
                         MovedTo::kAsBefore};
         if (cannot && plan_.fresh_fallback) {
           // Nothing to carry over: the source's process goes (a warm one at

@@ -109,6 +109,8 @@ struct MoveDone {
   int64_t took_us = 0;
   std::string detail;
   MovedTo moved = MovedTo::kAsBefore;
+  // Done by starting the job from the beginning (nothing to carry over).
+  bool afresh = false;
 };
 
 class MoveSteps {

@@ -201,6 +201,21 @@ TEST(MoveStepsTest, AJobThatCannotBeCheckpointedFailsAMigrationForGood) {
     EXPECT_FALSE(s.result().ok);
     EXPECT_TRUE(s.result().permanent);
     EXPECT_EQ(s.result().moved, MovedTo::kAsBefore);
+    // The agent's reason alone: the core's refusal of the next migrate
+    // quotes it ("it cannot be checkpointed: no library, no CRIU").
+    EXPECT_EQ(s.result().detail, "no library, no CRIU");
+  }
+  {
+    // The agent's "job N cannot be migrated: " is said by the refusal.
+    Script t(Plan());
+    t.Fail(grpc::StatusCode::FAILED_PRECONDITION,
+           "job 7 cannot be migrated: it does not use the gandiva job-side "
+           "library, is not declared restartable, and CRIU is not usable on "
+           "this server (no criu)");
+    EXPECT_TRUE(t.result().permanent);
+    EXPECT_EQ(t.result().detail,
+              "it does not use the gandiva job-side library, is not declared "
+              "restartable, and CRIU is not usable on this server (no criu)");
   }
   // A checkpoint that failed otherwise (the save): tried again later.
   Script s(Plan());
@@ -239,6 +254,7 @@ TEST(MoveStepsTest,
     EXPECT_EQ(s.result().detail,
               "from a to gpus [1] on b; restarted from scratch (not "
               "restartable)");
+    EXPECT_TRUE(s.result().afresh);
   }
 }
 
@@ -311,6 +327,7 @@ TEST(MoveStepsTest, ACheckpointMissingAtTheSourceIsTakenAsGone) {
               "from a to gpus [1] on b; restarted from scratch (no checkpoint "
               "of it is left: " +
                   gone + ")");
+    EXPECT_TRUE(s.result().afresh);
   }
 }
 
@@ -413,6 +430,7 @@ TEST(MoveStepsTest, AJobWhoseProcessWasLostStartsAfresh) {
               ok ? "from a to gpus [1] on b; restarted from scratch (its "
                    "process was lost)"
                  : "StartJob: no GPUs today (code 8)");
+    EXPECT_EQ(s.result().afresh, ok);
   }
 }
 

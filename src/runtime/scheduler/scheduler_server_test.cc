@@ -424,6 +424,19 @@ class FakeAgent final : public rpc::Agent::Service {
     p.set_gpu_memory_bytes(gpu_memory_bytes);
     p.set_uses_library(true);
   }
+  // The job's reported metric (as its progress page gives it).
+  void SetMetric(int64_t job, double metric, int64_t at_minibatch) {
+    std::lock_guard lock(mu_);
+    rpc::Progress& p = progress_[job];
+    p.set_metric(metric);
+    p.set_metric_minibatches(at_minibatch);
+    p.set_metric_reports(p.metric_reports() + 1);
+  }
+  // Reports nothing more of the job's progress (its process is gone).
+  void ForgetProgress(int64_t job) {
+    std::lock_guard lock(mu_);
+    progress_.erase(job);
+  }
   // Sends a report (exits kept so far); re-registers when told to, as a
   // real agent does.
   grpc::Status Report(
@@ -722,9 +735,11 @@ class Client {
     return {rep.jobs().begin(), rep.jobs().end()};
   }
   // KillJobs, SuspendJobs or ResumeJobs ("kill", "suspend", "resume") of
-  // `ids`: each job's outcome as (code, error).
+  // `ids`: each job's outcome as (code, error), and its note in `notes`
+  // if given.
   grpc::Status Act(const std::string& what, const std::vector<int64_t>& ids,
-                   std::vector<std::pair<int, std::string>>* outcomes) {
+                   std::vector<std::pair<int, std::string>>* outcomes,
+                   std::vector<std::string>* notes = nullptr) {
     rpc::JobsRequest r;
     for (int64_t id : ids) r.add_job_ids(id);
     r.set_reason("test");
@@ -735,9 +750,11 @@ class Client {
                                ? stub_->SuspendJobs(&ctx, r, &rep)
                                : stub_->ResumeJobs(&ctx, r, &rep);
     outcomes->clear();
+    if (notes != nullptr) notes->clear();
     for (const rpc::JobOutcome& o : rep.outcomes()) {
       EXPECT_EQ(o.job_id(), ids[outcomes->size()]);
       outcomes->emplace_back(o.code(), o.error());
+      if (notes != nullptr) notes->push_back(o.note());
     }
     return s;
   }
@@ -4182,6 +4199,52 @@ TEST_F(DaemonTest, AFailedRunGoesOnFromThePeriodicCheckpointItsAgentKeeps) {
   EXPECT_EQ(agent.start_calls(j), 2);
 }
 
+// A run tried again from the beginning (no checkpoint) shows neither the
+// count nor the metric of the run that failed: until it reports its own,
+// it has none.
+TEST_F(DaemonTest, ARunFromTheBeginningShowsNoMetricOfTheLastOne) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  Client& cl = StartDaemon(o);
+  FakeAgent agent("node-a", 1, Mode::kOk);
+  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("no-checkpoints");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_retries(1);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] { return agent.procs().count(j) == 1; }));
+  agent.SetProgress(j, 300, 5.0);
+  agent.SetMetric(j, 0.75, 300);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::Progress p = cl.Get(j).progress();
+    return p.metric_reports() == 1 && p.minibatches() == 300;
+  })) << cl.Get(j).DebugString();
+  agent.ForgetProgress(j);
+  agent.Exit(j, 1);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return agent.start_calls(j) == 2 && agent.procs().count(j) == 1;
+  })) << cl.Get(j).DebugString();
+  rpc::JobInfo info = cl.Get(j);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(info.progress().metric_reports(), 0) << info.DebugString();
+  EXPECT_EQ(info.progress().metric(), 0);
+  EXPECT_EQ(info.progress().minibatches(), 0);
+  // Its own, once reported.
+  agent.SetProgress(j, 20, 5.0);
+  agent.SetMetric(j, 2.5, 20);
+  ASSERT_TRUE(agent.Report().ok());
+  ASSERT_TRUE(WaitFor([&] {
+    const rpc::Progress p = cl.Get(j).progress();
+    return p.metric_reports() == 1 && p.metric() == 2.5 &&
+           p.minibatches() == 20;
+  })) << cl.Get(j).DebugString();
+}
+
 // A job id past 2^31 names no job, whatever it would be cut to: an
 // operator's migrate, pack, unpack or resize of job 2^32 + j over raw gRPC
 // is refused, and job j is left alone.
@@ -5391,11 +5454,17 @@ TEST_F(DaemonTest, SeveralJobsAreKilledSuspendedAndResumedInOneRequest) {
       (Outcomes{{kOk, ""}, {kOk, ""}, {kNotFound, "no job 99"}, {kOk, ""}}));
   EXPECT_EQ(c.Get(ids[1]).waiting_reason(),
             "held by an operator (gandiva resume releases it)");
-  ASSERT_TRUE(c.Act("resume", {ids[0], ids[2]}, &out).ok());
+  std::vector<std::string> notes;
+  ASSERT_TRUE(c.Act("resume", {ids[0], ids[2]}, &out, &notes).ok());
   EXPECT_EQ(out, (Outcomes{{kOk, ""},
                            {kRefused, "job " + std::to_string(ids[2]) +
                                           " is not suspended by an "
                                           "operator"}}));
+  // Released, but with no GPUs it does not run: said, not "resumed".
+  EXPECT_EQ(notes, (std::vector<std::string>{
+                       "released from its hold; it is queued (gandiva show " +
+                           std::to_string(ids[0]) + " says why)",
+                       ""}));
   EXPECT_TRUE(HasEntry(c.Get(ids[0]), "release", true));
 
   server_->Sync();
@@ -5517,6 +5586,54 @@ TEST_F(DaemonTest, APackOntoAJobOfAnotherServerMovesTheSuspendedJob) {
 // Drain: the server is cordoned, its jobs migrate to the open server with
 // room, new jobs go elsewhere; with nowhere to go a job stays, with the
 // reason; undo opens it again.
+// A release of a held job says whether it runs again: nothing more when
+// it does (the CLI prints "resumed"); when its GPU is taken meanwhile, that
+// it waits.
+TEST_F(DaemonTest, AReleaseSaysWhetherTheJobRuns) {
+  FakeAgent a("node-a", 1, Mode::kOk);
+  Client& cl = StartFifoDaemonWith(a);
+  const int64_t first = cl.MustSubmit(1, "first");
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(first) == rpc::RUNNING &&
+           HasEntry(cl.Get(first), "start", true);
+  }));
+  std::vector<std::pair<int, std::string>> out;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(cl.Act("suspend", {first}, &out, &notes).ok());
+  ASSERT_TRUE(WaitFor([&] { return cl.State(first) == rpc::SUSPENDED; }));
+  ASSERT_TRUE(cl.Act("resume", {first}, &out, &notes).ok());
+  EXPECT_EQ(notes, std::vector<std::string>{""});
+  ASSERT_TRUE(WaitFor([&] { return cl.State(first) == rpc::RUNNING; }));
+}
+
+// A pack of a job already on its partner's GPU (unpacked there, suspended)
+// resumes it in place, and its history says with whom and where.
+TEST_F(DaemonTest, APackInPlaceSaysWithWhomAndWhere) {
+  FakeAgent a("node-a", 1, Mode::kOk);
+  Client& cl = StartFifoDaemonWith(a);
+  const int64_t first = cl.MustSubmit(1, "first", true);
+  const int64_t second = cl.MustSubmit(1, "second", true);
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(first) == rpc::RUNNING &&
+           HasEntry(cl.Get(first), "start", true);
+  }));
+  ASSERT_TRUE(cl.Pack(second, first).ok());
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(cl.Get(second), "pack", true); }));
+  ASSERT_TRUE(cl.Unpack(second).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return cl.State(second) == rpc::SUSPENDED &&
+           HasEntry(cl.Get(second), "unpack", true);
+  }));
+  ASSERT_TRUE(cl.Pack(second, first).ok());
+  ASSERT_TRUE(
+      WaitFor([&] { return HistoryOf(cl, second, "pack").size() == 2; }));
+  const rpc::HistoryEntry again = HistoryOf(cl, second, "pack").back();
+  EXPECT_TRUE(again.ok());
+  EXPECT_EQ(again.detail(),
+            "with job " + std::to_string(first) + ", gpus [0] on node-a");
+  EXPECT_EQ(a.start_calls(second), 1) << "resumed in place, not restarted";
+}
+
 // A packed pair cannot move: a drain unpacks it, and the next drain moves
 // both jobs off.
 TEST_F(DaemonTest, DrainUnpacksAPackedPairAndTheNextDrainMovesIt) {
