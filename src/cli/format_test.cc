@@ -35,6 +35,14 @@ TEST(FormatTest, TableAlignsColumns) {
             "ID  NAME  X\n10  a\n");
 }
 
+// Adds a part on `server` with `gpus` to `j`.
+void AddPart(rpc::JobInfo& j, const std::string& server,
+             std::initializer_list<int32_t> gpus) {
+  rpc::JobPart* p = j.add_parts();
+  p->set_server(server);
+  for (int32_t g : gpus) p->add_gpus(g);
+}
+
 TEST(FormatTest, PlacementNamesEveryPartOfAJobThatSpansServers) {
   rpc::JobInfo j;
   EXPECT_EQ(Placement(j), "-");
@@ -42,13 +50,8 @@ TEST(FormatTest, PlacementNamesEveryPartOfAJobThatSpansServers) {
   j.add_gpus(0);
   j.add_gpus(1);
   EXPECT_EQ(Placement(j), "agent-1:0,1");
-  rpc::JobPart* a = j.add_parts();
-  a->set_server("agent-1");
-  a->add_gpus(0);
-  a->add_gpus(1);
-  rpc::JobPart* b = j.add_parts();
-  b->set_server("agent-2");
-  b->add_gpus(3);
+  AddPart(j, "agent-1", {0, 1});
+  AddPart(j, "agent-2", {3});
   EXPECT_EQ(Placement(j), "agent-1:0,1+agent-2:3");
 }
 
@@ -66,13 +69,8 @@ TEST(FormatTest, AJobsGpusAreThoseItHoldsWhilePlaced) {
   EXPECT_EQ(GpusOf(j), 2);
   j.set_state(rpc::SUSPENDED);
   EXPECT_EQ(GpusOf(j), 2);
-  rpc::JobPart* a = j.add_parts();
-  a->set_server("agent-1");
-  a->add_gpus(0);
-  a->add_gpus(1);
-  rpc::JobPart* b = j.add_parts();
-  b->set_server("agent-2");
-  b->add_gpus(3);
+  AddPart(j, "agent-1", {0, 1});
+  AddPart(j, "agent-2", {3});
   EXPECT_EQ(GpusOf(j), 3);
   j.set_state(rpc::FINISHED);  // where it last ran: not held
   EXPECT_EQ(GpusOf(j), 1);

@@ -1137,18 +1137,19 @@ void Scheduler::OnActionDone(Job& job, const ActionDone&) {
       job.run_since = state_.now_;
       break;
     case ActionKind::kResume:
+    case ActionKind::kPack:
+      // It runs again: the resumes (or start) that failed before are over.
       job.start_failures = 0;
       job.start_retry_at = Time::Zero();
       job.run_since = state_.now_;
       break;
     case ActionKind::kMigrate:
+      job.start_failures = 0;  // as a resume's (a suspended job's move)
+      job.start_retry_at = Time::Zero();
       job.state = JobState::kRunning;
       job.run_since = state_.now_;
       job.migrating_from.clear();
       job.migrating_running = false;
-      break;
-    case ActionKind::kPack:
-      job.run_since = state_.now_;
       break;
     case ActionKind::kRestart:
       job.run_since = state_.now_;

@@ -71,6 +71,19 @@ class SimulatorTest : public ::testing::Test {
     return o;
   }
 
+  // Two one-GPU jobs sharing one GPU under `policy`, the cluster sampled
+  // every `every`.
+  core::StatusOr<SimResult> TwoJobsOnOneGpu(const std::string& policy,
+                                            Duration every) {
+    Workload w;
+    w.jobs = {Job("a", 0, 3000), Job("b", 0, 3000)};
+    auto p = core::MakePolicy(policy);
+    if (!p.ok()) return p.status();
+    SimOptions o = Small(1, 1);
+    o.timeline_every = every;
+    return Simulate(w, *catalog_, std::move(*p), o);
+  }
+
   std::unique_ptr<Catalog> catalog_;
   ModelId resnet_ = 0, vgg_ = 0;
 };
@@ -120,13 +133,7 @@ TEST_F(SimulatorTest, PackingFitsTheCatalogsGpuMemory) {
 // Two jobs packed on one GPU keep one GPU training, not two: the timeline
 // counts GPUs as the runtime does, never above the cluster.
 TEST_F(SimulatorTest, PackedJobsKeepOneGpuTraining) {
-  Workload w;
-  w.jobs = {Job("a", 0, 3000, 1, resnet_), Job("b", 0, 3000, 1, resnet_)};
-  auto policy = core::MakePolicy("gandiva");
-  ASSERT_TRUE(policy.ok());
-  SimOptions o = Small(1, 1);
-  o.timeline_every = Duration::Seconds(10);
-  auto r = Simulate(w, *catalog_, std::move(*policy), o);
+  auto r = TwoJobsOnOneGpu("gandiva", Duration::Seconds(10));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->jobs_finished, 2);
   ASSERT_GT(r->packs, 0);
@@ -143,13 +150,7 @@ TEST_F(SimulatorTest, PackedJobsKeepOneGpuTraining) {
 // training (time-slicing's rotations, when one job stops and the next
 // starts, count for what they last, however a sample falls).
 TEST_F(SimulatorTest, TimelineSamplesAverageOverTheirInterval) {
-  Workload w;
-  w.jobs = {Job("a", 0, 3000, 1, resnet_), Job("b", 0, 3000, 1, resnet_)};
-  auto policy = core::MakePolicy("gandiva-timeslice");
-  ASSERT_TRUE(policy.ok());
-  SimOptions o = Small(1, 1);
-  o.timeline_every = Duration::Seconds(7);
-  auto r = Simulate(w, *catalog_, std::move(*policy), o);
+  auto r = TwoJobsOnOneGpu("gandiva-timeslice", Duration::Seconds(7));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_GT(r->suspends, 2);
   ASSERT_GT(r->timeline.size(), 10u);

@@ -236,24 +236,27 @@ grpc::Status SchedulerService::ActOnJobs(const grpc::ServerContext& ctx,
                 " jobs, at most " + std::to_string(kMaxJobsPerRequest) +
                 " a request"};
   }
-  std::vector<std::string> notes;
-  auto r = d_.Call<std::vector<core::Status>>(
-      [this, &req, kill, hold, &who, &notes] {
-        return d_.ActOnJobs(
-            std::span<const int64_t>(req.job_ids().data(),
-                                     static_cast<size_t>(req.job_ids_size())),
-            kill, hold, req.reason(), *who, &notes);
-      });
+  // Each job's outcome and note.
+  using Outcomes =
+      std::pair<std::vector<core::Status>, std::vector<std::string>>;
+  auto r = d_.Call<Outcomes>([this, &req, kill, hold, &who] {
+    Outcomes out;
+    out.first = d_.ActOnJobs(
+        std::span<const int64_t>(req.job_ids().data(),
+                                 static_cast<size_t>(req.job_ids_size())),
+        kill, hold, req.reason(), *who, &out.second);
+    return out;
+  });
   if (!r) return Unavailable();
+  const auto& [statuses, notes] = *r;
   for (int i = 0; i < req.job_ids_size(); ++i) {
+    const auto at = static_cast<size_t>(i);
     rpc::JobOutcome* o = rep->add_outcomes();
     o->set_job_id(req.job_ids(i));
-    const grpc::Status g = ToGrpc((*r)[static_cast<size_t>(i)]);
+    const grpc::Status g = ToGrpc(statuses[at]);
     o->set_code(static_cast<int32_t>(g.error_code()));
     o->set_error(g.error_message());
-    if (static_cast<size_t>(i) < notes.size()) {
-      o->set_note(notes[static_cast<size_t>(i)]);
-    }
+    if (at < notes.size()) o->set_note(notes[at]);
   }
   return grpc::Status::OK;
 }

@@ -72,6 +72,18 @@ std::string MoveSteps::RestartPhase(int64_t us) const {
   return (method_ == "criu" ? ", restore " : ", restart ") + Ms(us);
 }
 
+MoveSteps::Step MoveSteps::StartAfresh(std::string why) {
+  // Nothing to carry over: the source's process goes (a warm one at the
+  // destination first), and the job starts afresh where the core wants it.
+  fallback_why_ = std::move(why);
+  at_ = At::kFallbackKill;
+  fallback_killed_source_ = !plan_.warm;
+  if (plan_.warm) return Kill(false, plan_.ids.kill_destination);
+  MoveCall c = Kill(true, plan_.ids.kill_source);
+  c.ignore_exit = true;
+  return c;
+}
+
 MoveSteps::Step MoveSteps::Start() {
   if (!HasSource()) {
     at_ = At::kFreshStart;
@@ -158,16 +170,7 @@ MoveSteps::Step MoveSteps::Next(const MoveResult& r) {
                                : RpcError("CheckpointJob", r.status),
                         MovedTo::kAsBefore};
         if (cannot && plan_.fresh_fallback) {
-          // Nothing to carry over: the source's process goes (a warm one at
-          // the destination first), and the job starts afresh where the
-          // core wants it.
-          fallback_why_ = r.status.error_message();
-          at_ = At::kFallbackKill;
-          fallback_killed_source_ = !plan_.warm;
-          if (plan_.warm) return Kill(false, plan_.ids.kill_destination);
-          MoveCall c = Kill(true, plan_.ids.kill_source);
-          c.ignore_exit = true;
-          return c;
+          return StartAfresh(r.status.error_message());
         }
         if (plan_.warm) return Undo(false, std::move(failed));
         failed.took_us = now - t0_;
@@ -248,13 +251,7 @@ MoveSteps::Step MoveSteps::Next(const MoveResult& r) {
         // now; another move leaves it nowhere.
         const std::string gone = RpcError("ReceiveCheckpoint", r.status);
         if (plan_.fresh_fallback) {
-          fallback_why_ = "no checkpoint of it is left: " + gone;
-          at_ = At::kFallbackKill;
-          fallback_killed_source_ = !plan_.warm;
-          if (plan_.warm) return Kill(false, plan_.ids.kill_destination);
-          MoveCall c = Kill(true, plan_.ids.kill_source);
-          c.ignore_exit = true;
-          return c;
+          return StartAfresh("no checkpoint of it is left: " + gone);
         }
         return Undo(false, MoveDone{false, false, 0,
                                     gone + "; no checkpoint of it is left",

@@ -151,6 +151,10 @@ class MoveSteps {
             int64_t now_us) const;
   // Kills `at_source`'s new process, then ends as `then`.
   Step Undo(bool at_source, MoveDone then);
+  // The job cannot be carried over (`why`): whatever is left of it goes,
+  // and it starts from the beginning at the destination (a resume's or a
+  // pack's fallback).
+  Step StartAfresh(std::string why);
   Step CheckpointOrOn(int64_t now_us);
   Step AfterCheckpoint(int64_t now_us);
   Step Finish(int64_t now_us);

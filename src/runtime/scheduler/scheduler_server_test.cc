@@ -969,13 +969,16 @@ class DaemonTest : public ::testing::Test {
     client_ = std::make_unique<Client>(server_.address());
     return *client_;
   }
-  // A daemon with the test options and the fifo policy, and `agent`
-  // registered with it: its client.
-  Client& StartFifoDaemonWith(FakeAgent& agent) {
+  // A daemon with the test options and the fifo policy, and `agent` (then
+  // `other`, if given) registered with it: its client.
+  Client& StartFifoDaemonWith(FakeAgent& agent, FakeAgent* other = nullptr) {
     SchedulerOptions o = Options();
     o.policy = "fifo";
     Client& c = StartDaemon(o);
     EXPECT_TRUE(agent.Register(server_.address()).ok());
+    if (other != nullptr) {
+      EXPECT_TRUE(other->Register(server_.address()).ok());
+    }
     return c;
   }
   // A daemon with `o` and the fifo policy, agents `a` and `b` of one GPU
@@ -3292,13 +3295,9 @@ TEST_F(FailingMoveTest,
 // saying so, and the job starts again from the beginning, not "from the
 // checkpoint at the source" (which would fail at every try).
 TEST_F(DaemonTest, AMoveWhoseCheckpointIsGoneStartsTheJobAgain) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent a("node-a", 1, Mode::kOk);
   FakeAgent b("node-b", 1, Mode::kOk);
-  ASSERT_TRUE(a.Register(server_.address()).ok());
-  ASSERT_TRUE(b.Register(server_.address()).ok());
+  Client& cl = StartFifoDaemonWith(a, &b);
   rpc::JobSpec spec;
   spec.set_name("own-checkpoints");
   spec.set_command("python3 train.py");
@@ -4203,11 +4202,8 @@ TEST_F(DaemonTest, AFailedRunGoesOnFromThePeriodicCheckpointItsAgentKeeps) {
 // count nor the metric of the run that failed: until it reports its own,
 // it has none.
 TEST_F(DaemonTest, ARunFromTheBeginningShowsNoMetricOfTheLastOne) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  Client& cl = StartDaemon(o);
   FakeAgent agent("node-a", 1, Mode::kOk);
-  ASSERT_TRUE(agent.Register(server_.address()).ok());
+  Client& cl = StartFifoDaemonWith(agent);
   rpc::JobSpec spec;
   spec.set_name("no-checkpoints");
   spec.set_command("python3 train.py");
