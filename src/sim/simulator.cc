@@ -76,8 +76,8 @@ struct SimJob {
   int64_t since_ckpt_us = 0;
   // Preempted: its next run launches a new process from the checkpoint.
   bool relaunch = false;
-  int gpus_now = 0;                  // GPUs while training (0 when not)
-  std::vector<int32_t> training_on;  // those GPUs (ids)
+  int gpus_now() const { return static_cast<int>(training_on.size()); }
+  std::vector<int32_t> training_on;  // GPUs while training (none when not)
   double busy_gpu_s = 0;             // modelled GPU-busy seconds (see gpu_busy)
   double iso_rate = 0;     // isolated rate at its size, ideal placement
   double utilization = 0;  // the catalog's GPU utilisation when alone
@@ -172,6 +172,12 @@ class World final : public SimControl {
   void RefreshRate(int32_t j);
   void RefreshPartnerOf(int32_t j);
   void Sample();
+  // Adds gpus_training_ over [busy_since_, now_) to busy_gpu_us_.
+  void AccrueBusy() {
+    busy_gpu_us_ += static_cast<double>(gpus_training_) *
+                    static_cast<double>(now_ - busy_since_);
+    busy_since_ = now_;
+  }
   // Fairness measures (SimOptions::queues): each job's queue.
   void SetUpQueues(int total_gpus);
   void QueueArrived(int32_t j);
@@ -412,17 +418,17 @@ void World::Advance(int32_t j) {
       const int64_t into = t / every * every - s.since_ckpt_us;
       s.ckpt_done =
           std::min(s.total, before + s.rate * static_cast<double>(into) / 1e6);
-      s.ckpt_gpu_us = s.training_gpu_us + into * s.gpus_now;
+      s.ckpt_gpu_us = s.training_gpu_us + into * s.gpus_now();
     }
     s.since_ckpt_us = t % every;
   }
   s.done = std::min(s.total, s.done + s.rate * static_cast<double>(dt) / 1e6);
   s.training_us += dt;
-  s.training_gpu_us += dt * s.gpus_now;
-  if (fairness_ && s.gpus_now > 0) {
+  s.training_gpu_us += dt * s.gpus_now();
+  if (fairness_ && s.gpus_now() > 0) {
     // A job packed with another has half of its GPUs.
     fairness_->AddReceived(queue_of_[static_cast<size_t>(j)], now_ - dt, now_,
-                           s.gpus_now * (ActivePartner(j) >= 0 ? 0.5 : 1.0));
+                           s.gpus_now() * (ActivePartner(j) >= 0 ? 0.5 : 1.0));
   }
   // Busy share of its GPUs: utilisation scaled by its rate; two packed jobs
   // together keep a GPU at most fully busy (scaled down in proportion).
@@ -434,7 +440,7 @@ void World::Advance(int32_t j) {
     if (both > 1.0) busy /= both;
   }
   s.busy_gpu_s +=
-      busy * static_cast<double>(s.gpus_now) * static_cast<double>(dt) / 1e6;
+      busy * static_cast<double>(s.gpus_now()) * static_cast<double>(dt) / 1e6;
   JobResult& r = results_[j];
   if (r.feedback == Time::Never() && s.done >= s.feedback_at) {
     const double need = std::max(0.0, s.feedback_at - before);
@@ -518,9 +524,7 @@ void World::RefreshPartnerOf(int32_t j) {
 void World::SetRate(int32_t j, double rate) {
   Advance(j);
   SimJob& s = jobs_[j];
-  busy_gpu_us_ += static_cast<double>(gpus_training_) *
-                  static_cast<double>(now_ - busy_since_);
-  busy_since_ = now_;
+  AccrueBusy();
   for (const int32_t g : s.training_on) {
     if (--trainers_on_gpu_[static_cast<size_t>(g)] == 0) --gpus_training_;
   }
@@ -533,7 +537,6 @@ void World::SetRate(int32_t j, double rate) {
       s.training_on.push_back(g.value);
     }
   }
-  s.gpus_now = static_cast<int>(s.training_on.size());
   s.rate = rate;
   s.finish_at = -1;
   if (rate > 0) {
@@ -651,9 +654,7 @@ void World::Sample() {
   // The mean over the interval since the last sample: an instant would
   // catch time-slicing's rotations (every job of a GPU stopped at once)
   // more or less often as its period beats with theirs.
-  busy_gpu_us_ += static_cast<double>(gpus_training_) *
-                  static_cast<double>(now_ - busy_since_);
-  busy_since_ = now_;
+  AccrueBusy();
   const double up = static_cast<double>(st.cluster().up_gpus());
   const double busy = sampled_at_ >= 0 && now_ > sampled_at_
                           ? (busy_gpu_us_ - sampled_busy_gpu_us_) /

@@ -483,23 +483,22 @@ void SchedulerServer::Impl::FinishMove(int32_t job, int64_t action,
     }
     Conclude(job, action, what, ok, took_us, detail, permanent);
     // The core takes a failed migrate (grow, shrink) back to the GPUs the
-    // job had, running; its process is gone and its checkpoint is at the
-    // source: it restarts there from it.
-    if (current && moved == MovedTo::kCheckpointAtSource && LiveJob(job) &&
+    // job had, running; its process is gone. With its checkpoint at the
+    // source, it restarts there from it; with its checkpoint gone on the
+    // way (the source no longer held it), nothing is left of it anywhere,
+    // and it restarts there afresh.
+    if (current && LiveJob(job) &&
         st().job(JobId(job)).state == core::JobState::kRunning &&
-        !x->proc.exists && x->proc.checkpoint &&
-        x->proc.server == from.server) {
-      LoseProcess(job, true, "the move failed");
-    }
-    // Its checkpoint went missing on the way (the source no longer held
-    // it): nothing is left of it anywhere, and the core, which took it back
-    // to its GPUs at the source, running, restarts it there afresh.
-    if (current && moved == MovedTo::kNowhere && LiveJob(job) &&
-        st().job(JobId(job)).state == core::JobState::kRunning &&
-        !x->proc.exists && !x->proc.checkpoint && from.server.valid()) {
-      x->proc = from;
-      LoseProcess(job, false,
-                  "the move failed, and no checkpoint of it is left");
+        !x->proc.exists) {
+      if (moved == MovedTo::kCheckpointAtSource && x->proc.checkpoint &&
+          x->proc.server == from.server) {
+        LoseProcess(job, true, "the move failed");
+      } else if (moved == MovedTo::kNowhere && !x->proc.checkpoint &&
+                 from.server.valid()) {
+        x->proc = from;
+        LoseProcess(job, false,
+                    "the move failed, and no checkpoint of it is left");
+      }
     }
   });
 }
