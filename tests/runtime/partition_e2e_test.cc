@@ -212,6 +212,30 @@ double SecondsSince(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
+// One run of a job, from its log: the mini-batches its process trained
+// (train_cnn.py --log-steps 1), in order.
+struct JobRun {
+  std::vector<Step> steps;
+};
+// A job's log cut into its runs: each begins at the example's ": job "
+// line (a "resumed from" line comes just before it).
+std::vector<JobRun> RunsOf(const std::string& log) {
+  std::vector<JobRun> runs;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(": job ") != std::string::npos) runs.emplace_back();
+    int step = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "step %d at %lf", &step, &at) == 2) {
+      if (runs.empty()) runs.emplace_back();
+      runs.back().steps.push_back({step, at});
+    }
+  }
+  std::erase_if(runs, [](const JobRun& r) { return r.steps.empty(); });
+  return runs;
+}
+
 // As in runtime_e2e_test.cc: finished (exit 0) with exactly `steps`
 // mini-batches, its log says so once, and it started from scratch once.
 void ExpectFinishedExactlyOnce(TestCluster& c, const rpc::JobInfo& j,
@@ -538,12 +562,15 @@ TEST_F(PartitionE2eTest, ACutShorterThanTheGraceSuspendsAndResumesInPlace) {
 // checkpoint would be on the agent cut off; it has none). The first copy
 // stood still from its suspension on: from the two copies' own logs, the
 // second one's first mini-batch came after the first one's last. When the
-// link is back the agent lists the old copy; the daemon has it killed (its
-// exit is not counted), and the job finishes once, with exactly the
+// link is back the agent lists the first copy, further on than the second:
+// it saves a checkpoint, the second copy is stopped, and the job goes on
+// from the first copy's last mini-batch on agent-1 (nothing of its progress
+// lost, nothing trained twice), and finishes once, with exactly the
 // parameters of a run never cut off.
-TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
+TEST_F(PartitionE2eTest, ACutLongerThanTheGraceGoesOnFromTheCopyFurtherOn) {
   if (!Here()) return;
-  constexpr int kSteps = 1500;
+  constexpr int kSteps = 2000;
+  constexpr int kBeforeCut = 500;  // the first copy's, before the cut
   constexpr int kTimeoutS = 2;
   constexpr int kGraceS = 10;
   constexpr int kLeaseMs = (kTimeoutS + kGraceS) * 500;
@@ -560,6 +587,10 @@ TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
   ASSERT_EQ(first_copy.size(), 1u);
   const fs::path first_log =
       c.dir() / "agent-0" / "jobs" / std::to_string(id) / "log";
+  ASSERT_TRUE(WaitUntil(
+      [&] { return c.Job(id).progress().minibatches() >= kBeforeCut; },
+      seconds(120)))
+      << Describe(c, id);
   const std::string lease_line = "past the placement lease (" +
                                  std::to_string(kLeaseMs) +
                                  " ms): suspended job " + std::to_string(id);
@@ -577,7 +608,7 @@ TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
   const double suspended_s = SecondsSince(t0);
   EXPECT_TRUE(suspended) << TailOf(c.agent("agent-0")->log());
   // Placed again on agent-1 once the daemon declares agent-0 down; the new
-  // copy trains a while before the link comes back.
+  // copy trains a while (less than the first did) before the link is back.
   const bool placed = WaitUntil(
       [&] {
         const rpc::JobInfo j = c.Job(id);
@@ -588,11 +619,16 @@ TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
   const fs::path second_log =
       c.dir() / "agent-1" / "jobs" / std::to_string(id) / "log";
   const bool trains =
-      placed &&
-      WaitUntil([&] { return Steps(Slurp(second_log)).size() >= 100; },
-                seconds(120));
+      placed && WaitUntil([&] { return Steps(Slurp(second_log)).size() >= 20; },
+                          seconds(120));
   const char first_state = ProcState(first_copy[0]);
-  const std::string first_text = Slurp(first_log);  // before any cleanup
+  const std::vector<Step> old_steps = Steps(Slurp(first_log));
+  // The second copy's process, and its mini-batches so far (its log goes
+  // when the job goes on from the first copy: a job's log follows its
+  // checkpoint).
+  std::vector<int> second_copy = PidsRunning(needle);
+  std::erase(second_copy, first_copy[0]);
+  const std::vector<Step> second_steps = Steps(Slurp(second_log));
   const long dropped = cut.Dropped();
   ASSERT_TRUE(cut.Restore()) << Slurp(cut.log());
   const auto t1 = SteadyClock::now();
@@ -602,16 +638,36 @@ TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
   EXPECT_EQ(first_state, 'T') << "the first copy is not stopped";
   EXPECT_GT(dropped, 0);
   EXPECT_EQ(c.History(id, "requeue").size(), 1u) << Describe(c, id);
+  ASSERT_FALSE(old_steps.empty());
+  const int old_last_step = old_steps.back().step;
+  EXPECT_GE(old_last_step, kBeforeCut);
 
-  // The agent back: the first copy is killed there.
-  const bool killed = WaitUntil(
+  ASSERT_EQ(second_copy.size(), 1u);
+  ASSERT_FALSE(second_steps.empty());
+
+  // The agent back: the first copy saves and leaves, the second copy is
+  // stopped, and the job goes on from the first's checkpoint on agent-1.
+  // When the second copy ended, to 10 ms.
+  double second_gone = 0;
+  while (SecondsSince(t1) < 120) {
+    if (kill(second_copy[0], 0) != 0 || ProcState(second_copy[0]) == 'Z') {
+      second_gone = WallNow();
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_GT(second_gone, 0) << "the second copy was not stopped";
+  const bool restarted = WaitUntil(
+      [&] { return !c.History(id, "restart").empty(); }, seconds(120));
+  const double restarted_s = SecondsSince(t1);
+  EXPECT_TRUE(restarted) << Describe(c, id) << c.Logs();
+  EXPECT_TRUE(WaitUntil(
       [&] {
         const std::vector<int> now = PidsRunning(needle);
         return std::find(now.begin(), now.end(), first_copy[0]) == now.end();
       },
-      seconds(60));
-  const double killed_s = SecondsSince(t1);
-  EXPECT_TRUE(killed) << TailOf(c.agent("agent-0")->log()) << c.Logs();
+      seconds(60)))
+      << TailOf(c.agent("agent-0")->log()) << c.Logs();
 
   rpc::JobInfo j;
   ASSERT_TRUE(WaitUntil(
@@ -625,53 +681,66 @@ TEST_F(PartitionE2eTest, ACutLongerThanTheGracePlacesTheJobElsewhereOnce) {
   EXPECT_EQ(j.server(), "agent-1");
   EXPECT_EQ(c.History(id, "requeue").size(), 1u) << Describe(c, id);
   EXPECT_EQ(c.History(id, "start").size(), 2u) << Describe(c, id);
-  // The first copy, listed by its agent back, is killed as a stray.
-  EXPECT_EQ(c.History(id, "kill").size(), 1u) << Describe(c, id);
+  EXPECT_EQ(c.History(id, "restart").size(), 1u) << Describe(c, id);
+  const std::vector<rpc::HistoryEntry> reconciled = c.History(id, "reconcile");
+  ASSERT_EQ(reconciled.size(), 1u) << Describe(c, id);
+  EXPECT_NE(reconciled[0].detail().find("saved a checkpoint at mini-batch " +
+                                        std::to_string(old_last_step) +
+                                        ", further on than its run"),
+            std::string::npos)
+      << reconciled[0].detail();
+  EXPECT_EQ(c.History(id, "kill").size(), 0u) << Describe(c, id);
   EXPECT_EQ(c.History(id, "exit").size(), 1u) << Describe(c, id);
   EXPECT_EQ(PidsRunning(needle).size(), 0u);
 
-  // The two copies' own logs: the first one's steps all came before the
-  // second one's first; the second started from the beginning.
-  std::string first_now = Slurp(first_log);
-  if (first_now.size() < first_text.size()) first_now = first_text;
-  const std::vector<Step> old_steps = Steps(first_now);
-  const std::string second_text = c.JobLog(j);
-  const std::vector<Step> new_steps = Steps(second_text);
-  ASSERT_FALSE(old_steps.empty()) << first_now;
-  ASSERT_FALSE(new_steps.empty()) << second_text;
-  EXPECT_EQ(CountLines(first_now, "done: "), 0) << first_now;
-  EXPECT_EQ(CountLines(second_text, "resumed from "), 0) << second_text;
-  double old_last = 0;
-  for (const Step& s : old_steps) old_last = std::max(old_last, s.at);
-  const double new_first = new_steps.front().at;
-  EXPECT_LT(old_last, new_first)
+  // The copies' own logs. The first copy trained nothing after its
+  // suspension, not even to save; the second copy (from the beginning)
+  // trained only after the first stood still, and ended before the run from
+  // the first copy's checkpoint began, at the mini-batch after the first
+  // copy's last. The job's log is the first copy's, then that run's.
+  const std::vector<Step> old_now = Steps(Slurp(first_log));
+  ASSERT_FALSE(old_now.empty());
+  EXPECT_EQ(old_now.back().step, old_last_step);
+  const double old_last = old_now.back().at;
+  const std::string job_text = c.JobLog(j);
+  const std::vector<JobRun> runs = RunsOf(job_text);
+  ASSERT_EQ(runs.size(), 2u) << job_text;
+  EXPECT_EQ(runs[0].steps.back().step, old_last_step) << job_text;
+  const std::vector<Step>& resumed = runs[1].steps;
+  EXPECT_EQ(second_steps.front().step, 1);
+  EXPECT_LT(old_last, second_steps.front().at)
       << "two copies trained at once: the first copy's last mini-batch came "
-      << old_last - new_first << " s after the second copy's first";
+      << old_last - second_steps.front().at
+      << " s after the second copy's first";
   EXPECT_LT(old_last, cut_wall + suspended_s)
       << "the first copy trained after its agent said it suspended it";
-  const int redone = old_steps.back().step - (new_steps.front().step - 1);
-  EXPECT_EQ(new_steps.front().step, 1);
+  EXPECT_LT(second_gone, resumed.front().at)
+      << "the second copy ran after the run from the checkpoint began";
+  EXPECT_EQ(resumed.front().step, old_last_step + 1) << job_text;
+  EXPECT_EQ(resumed.back().step, kSteps);
   ASSERT_NE(reference, nullptr);
   ASSERT_TRUE(reference->Wait(seconds(120)));
   const std::string want = Fingerprint(Slurp(reference->log()));
   EXPECT_FALSE(want.empty()) << Slurp(reference->log());
-  EXPECT_EQ(Fingerprint(second_text), want) << second_text;
+  EXPECT_EQ(Fingerprint(job_text), want) << job_text;
 
   std::printf(
       "partition (b), placement lease %d ms, daemon timeout %d s + grace "
       "%d s:\n"
-      "  agent-0 cut off; it suspended its job %.1f s after the cut (the "
-      "first copy's last mini-batch, %d: %.1f s after the cut)\n"
-      "  the daemon placed the job on agent-1 %.1f s after the cut; its "
-      "first mini-batch %.1f s after the cut, %.1f s after the first "
-      "copy's last\n"
-      "  link down %.1f s (%ld packets dropped); the first copy killed %.1f "
-      "s after the link was back\n"
-      "  mini-batches redone: %d (the second copy started from the "
-      "beginning)\n",
-      kLeaseMs, kTimeoutS, kGraceS, suspended_s, old_steps.back().step,
-      old_last - cut_wall, placed_s, new_first - cut_wall, new_first - old_last,
-      down_s, dropped, killed_s, redone);
+      "  agent-0 cut off at mini-batch %d; it suspended its job %.1f s after "
+      "the cut (the first copy's last mini-batch, %d: %.1f s after the "
+      "cut)\n"
+      "  the daemon placed the job on agent-1 %.1f s after the cut, from the "
+      "beginning\n"
+      "  link down %.1f s (%ld packets dropped); %.1f s after it was back the "
+      "job went on from the first copy's checkpoint (mini-batch %d)\n"
+      "  mini-batches lost: %d; the second copy's discarded (%zu by the "
+      "time the link was back); it ended %.2f s before the run from the "
+      "checkpoint's first mini-batch\n",
+      kLeaseMs, kTimeoutS, kGraceS, kBeforeCut, suspended_s, old_last_step,
+      old_last - cut_wall, placed_s, down_s, dropped, restarted_s,
+      old_last_step, resumed.front().step - 1 - old_last_step,
+      second_steps.size(), resumed.front().at - second_gone);
   std::printf("%s", Describe(c, id).c_str());
   std::fflush(stdout);
 }
@@ -692,30 +761,6 @@ int64_t JobOfProcess(int pid) {
     at = end + 1;
   }
   return 0;
-}
-
-// One run of a job, from its log: the mini-batches its process trained
-// (train_cnn.py --log-steps 1), in order.
-struct JobRun {
-  std::vector<Step> steps;
-};
-// A job's log cut into its runs: each begins at the example's ": job "
-// line (a "resumed from" line comes just before it).
-std::vector<JobRun> RunsOf(const std::string& log) {
-  std::vector<JobRun> runs;
-  std::istringstream in(log);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find(": job ") != std::string::npos) runs.emplace_back();
-    int step = 0;
-    double at = 0;
-    if (std::sscanf(line.c_str(), "step %d at %lf", &step, &at) == 2) {
-      if (runs.empty()) runs.emplace_back();
-      runs.back().steps.push_back({step, at});
-    }
-  }
-  std::erase_if(runs, [](const JobRun& r) { return r.steps.empty(); });
-  return runs;
 }
 
 class ChaosE2eTest : public PartitionE2eTest {};

@@ -169,7 +169,27 @@ AgentModel::Process AgentModel::JudgeProcess(
   if (!other && placed_here) return Process::kOurs;
   if (!other && Adoptable(id, server, listed.state())) return Process::kAdopt;
   if (other && placed_here) return Process::kReplacedByStart;
+  if (!other && StrayAhead(server, listed)) return Process::kSaveStray;
   return Process::kStray;
+}
+
+bool AgentModel::StrayAhead(ServerId server,
+                            const rpc::AgentJob& listed) const {
+  const auto id = static_cast<int32_t>(listed.job_id());
+  const JobExtra* x = Record(id);
+  const int64_t at = listed.progress().minibatches();
+  if (x == nullptr || Ended(id) || x->proc.On(server) || !listed.has_spec() ||
+      !listed.progress().uses_library() || at <= 0 ||
+      OtherSubmission(id, listed.submitted_us())) {
+    return false;
+  }
+  const core::Job& j = core_.job(JobId(id));
+  if (j.busy() || j.spec.gpus != listed.gpus_size()) return false;
+  if (j.state == JobState::kQueued) {
+    return !x->proc.exists && !x->proc.checkpoint;
+  }
+  return (j.state == JobState::kRunning || j.state == JobState::kSuspended) &&
+         x->proc.exists && !x->proc.gang() && x->progress.minibatches() < at;
 }
 
 AgentModel::Checkpoint AgentModel::JudgeCheckpoint(
@@ -218,6 +238,8 @@ AgentModel::ListedProcess AgentModel::PlanListedProcess(
                            "store was restored from a backup): this job's "
                            "start there replaces it"};
       break;
+    case Process::kSaveStray:
+      break;  // the daemon has it save (SaveStray)
     case Process::kStray:
       if (Record(id) != nullptr) {
         step.ignore_exit = true;

@@ -139,12 +139,24 @@ class AgentModel {
     // Another job of this id, where this job's own start is under way: the
     // start replaces it (a start finding a process kills it first).
     kReplacedByStart,
+    // This job's own copy on a server alone, cut off while the job was
+    // placed again (its agent out of reach past the daemon's timeout and
+    // grace), further on than the job is now (StrayAhead): the daemon has
+    // it save a checkpoint there, and the job goes on from it.
+    kSaveStray,
     // Not wanted there (killed, requeued, moved while the daemon or the
     // agent was away; or of another job of this id): killed, its exit
     // ignored.
     kStray,
   };
   Process JudgeProcess(ServerId server, const rpc::AgentJob& listed) const;
+  // A process listed on `server` of this job's own submission, not where
+  // the daemon has the job, that attached the job-side library (it can
+  // save a checkpoint) and has trained mini-batches, on one server alone,
+  // with no action under way for the job, and further on than the job: a
+  // queued job with nothing of it kept anywhere, or one placed elsewhere
+  // (on a server alone) whose run has trained fewer mini-batches.
+  bool StrayAhead(ServerId server, const rpc::AgentJob& listed) const;
   // The verdict and what is done about it, the agent named `agent`.
   struct ListedProcess {
     Process verdict;

@@ -129,6 +129,60 @@ TEST_F(AgentModelTest,
             Process::kStray);
 }
 
+// A copy of a job on a server alone, listed by an agent where the daemon
+// does not have the job (cut off while the job was placed again), is saved
+// to go on from when it is further on than the job: a queued job with
+// nothing of it kept anywhere, or a run elsewhere that trained fewer
+// mini-batches. Else it is a stray: behind, without the library, of
+// another size or submission, a part of a gang (no spec listed), while an
+// action is under way, or once the job ended.
+TEST_F(AgentModelTest, ACopyFurtherOnThanTheJobIsSavedToGoOnFrom) {
+  Arrive(1, 100, true, 2);
+  Arrive(3, 300, true, 2);
+  Arrive(2, 200, false);  // no room: queued
+  ASSERT_EQ(h_.job(JobId(2)).state, JobState::kQueued);
+  ASSERT_FALSE(h_.job(JobId(2)).busy());
+  const ServerId one = ServerOf(1);
+  const ServerId three = ServerOf(3);
+  auto copy = [](int64_t id, int64_t submitted, int64_t minibatches, int gpus) {
+    rpc::AgentJob j = Listed(id, rpc::SUSPENDED, submitted);
+    j.mutable_spec()->set_gpus(gpus);  // listed for a job on a server alone
+    for (int g = 0; g < gpus; ++g) j.add_gpus(g);
+    j.mutable_progress()->set_minibatches(minibatches);
+    j.mutable_progress()->set_uses_library(true);
+    return j;
+  };
+  // Queued: any mini-batch is further on, unless something of it is kept.
+  EXPECT_EQ(Model().JudgeProcess(one, copy(2, 200, 30, 1)),
+            Process::kSaveStray);
+  EXPECT_EQ(Model().JudgeProcess(one, copy(2, 200, 0, 1)), Process::kStray);
+  jobs_[2].proc = Proc{three, {0}, false, true};
+  EXPECT_EQ(Model().JudgeProcess(one, copy(2, 200, 30, 1)), Process::kStray);
+
+  // Placed elsewhere: further on than its run there.
+  jobs_[1].progress.set_minibatches(40);
+  EXPECT_EQ(Model().JudgeProcess(three, copy(1, 100, 500, 2)),
+            Process::kSaveStray);
+  EXPECT_EQ(Model().JudgeProcess(three, copy(1, 0, 500, 2)),
+            Process::kSaveStray);  // submission not said
+  EXPECT_EQ(Model().JudgeProcess(three, copy(1, 100, 40, 2)), Process::kStray);
+  EXPECT_EQ(Model().JudgeProcess(three, copy(1, 99, 500, 2)), Process::kStray);
+  EXPECT_EQ(Model().JudgeProcess(three, copy(1, 100, 500, 1)), Process::kStray);
+  rpc::AgentJob plain = copy(1, 100, 500, 2);
+  plain.mutable_progress()->set_uses_library(false);
+  EXPECT_EQ(Model().JudgeProcess(three, plain), Process::kStray);
+  rpc::AgentJob part = copy(1, 100, 500, 2);
+  part.clear_spec();
+  EXPECT_EQ(Model().JudgeProcess(three, part), Process::kStray);
+  // Where the daemon has it: its own.
+  EXPECT_EQ(Model().JudgeProcess(one, copy(1, 100, 500, 2)), Process::kOurs);
+  h_.Send(core::HoldRequest{JobId(1), true});
+  ASSERT_TRUE(h_.job(JobId(1)).busy());
+  EXPECT_EQ(Model().JudgeProcess(three, copy(1, 100, 500, 2)), Process::kStray);
+  h_.Send(core::KillRequest{JobId(3), "test"});
+  EXPECT_EQ(Model().JudgeProcess(one, copy(3, 300, 500, 2)), Process::kStray);
+}
+
 TEST_F(AgentModelTest, AProcessOfAJobThatEndedOrIsUnknownIsAStray) {
   Arrive(1, 100);
   const ServerId here = ServerOf(1);

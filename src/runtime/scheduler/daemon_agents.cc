@@ -141,6 +141,10 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
     (void)Extra(id);  // published again, whatever is decided
     AgentModel::ListedProcess listed =
         Model().PlanListedProcess(a.id, a.name, j);
+    if (listed.verdict == AgentModel::Process::kSaveStray) {
+      SaveStray(a, j);
+      continue;
+    }
     if (listed.verdict == AgentModel::Process::kOurs ||
         listed.verdict == AgentModel::Process::kAdopt) {
       reported[id] = j.state();
@@ -184,6 +188,97 @@ void SchedulerServer::Impl::Reconcile(AgentConn& a,
   // failed).
   SendWaitingRestarts(a, /*unreached_only=*/false);
   a.reconcile_pending = true;
+}
+
+void SchedulerServer::Impl::SaveStray(const AgentConn& a,
+                                      const rpc::AgentJob& listed) {
+  const auto id = static_cast<int32_t>(listed.job_id());
+  const Proc at{a.id, {listed.gpus().begin(), listed.gpus().end()}, true};
+  // Its exit, once it saved (or was killed when it could not), is not the
+  // job's.
+  ++Extra(id)->ignore_exits[a.id.value];
+  auto stub = StubOf(a.id);
+  if (stub == nullptr) {
+    KillAt(id, at, InternalActionId());
+    return;
+  }
+  const std::string name = a.name;
+  const int64_t action = InternalActionId();
+  executor->Run(id, [=, this] {
+    const int64_t t0 = Env().SteadyMicros();
+    rpc::CheckpointRequest req;
+    req.set_job_id(id);
+    req.set_action_id(action);
+    rpc::CheckpointReply rep;
+    auto ctx = Ctx();
+    const grpc::Status s = stub->CheckpointJob(ctx.get(), req, &rep);
+    const int64_t took = UsSince(t0);
+    Post([=, this] { StrayCheckpointed(id, at, name, s, rep, took); });
+  });
+}
+
+void SchedulerServer::Impl::StrayCheckpointed(int32_t id, const Proc& at,
+                                              const std::string& name,
+                                              const grpc::Status& s,
+                                              const rpc::CheckpointReply& rep,
+                                              int64_t took_us) {
+  JobExtra* x = Extra(id);
+  if (x == nullptr) return;
+  const std::string copy =
+      "its copy on " + name + ", cut off while the job was placed again,";
+  if (!s.ok()) {
+    History(id, "kill", true, took_us,
+            "stray process on " + name +
+                " (cut off while the job was placed again): it could not "
+                "save a checkpoint (" +
+                RpcError("CheckpointJob", s) + ")");
+    KillAt(id, at, InternalActionId());
+    return;
+  }
+  const Proc kept = at.CheckpointOnly();
+  const int64_t saved = rep.minibatches();
+  const std::string saved_at =
+      copy + " saved a checkpoint at mini-batch " + std::to_string(saved);
+  auto drop = [&](const std::string& why) {
+    History(id, "reconcile", true, took_us, saved_at + ", not used: " + why);
+    KillAt(id, kept, InternalActionId());  // drops it there
+  };
+  if (IsEnded(id)) return drop("the job has ended");
+  const core::Job& j = st().job(JobId(id));
+  if (j.busy()) return drop("an action on the job was under way");
+  auto keep = [&] {
+    x->proc = kept;
+    x->kept_at = saved;
+    x->stopped_us = 0;
+    x->progress.set_minibatches(saved);
+    x->progress.set_minibatch_rate(0);
+    x->dirty = true;
+  };
+  if (j.state == core::JobState::kQueued) {
+    if (x->proc.exists || x->proc.checkpoint) {
+      return drop("the job has a checkpoint elsewhere");
+    }
+    keep();
+    History(id, "reconcile", true, took_us,
+            saved_at + ": its next start goes on from it");
+    return;
+  }
+  const int64_t now_at = x->progress.minibatches();
+  if (!x->proc.exists || x->proc.gang() || now_at >= saved) {
+    return drop("the job has gone further since (mini-batch " +
+                std::to_string(now_at) + ")");
+  }
+  const Proc run = x->proc;
+  ++x->ignore_exits[run.server.value];
+  KillAt(id, run, InternalActionId());
+  keep();
+  History(id, "reconcile", true, took_us,
+          saved_at + ", further on than its run on " + AgentName(run.server) +
+              " (at mini-batch " + std::to_string(now_at) +
+              "), which is stopped: the job goes on from the checkpoint");
+  LoseProcess(id, true,
+              "its copy on " + name + " was further on than its run on " +
+                  AgentName(run.server));
 }
 
 void SchedulerServer::Impl::SendWaitingRestarts(AgentConn& a,

@@ -518,6 +518,22 @@ void SchedulerServer::Impl::DispatchRestart(PendingAction& p) {
   const int64_t aid = p.action.id.value;
   const bool from_checkpoint = p.action.relocates;
   JobExtra& x = *Extra(job);
+  if (const std::vector<Part> dest = Parts(p.action.gpus);
+      !x.proc.gang() && dest.size() == 1 && dest[0].server != x.proc.server) {
+    // Its checkpoint is kept elsewhere than the GPUs the core restarts it
+    // on (a copy further on was found there: StrayCheckpointed): moved to
+    // them. From the beginning: there, and what is kept elsewhere dropped.
+    const Proc kept = x.proc;
+    x.proc = Proc::At(dest);
+    if (from_checkpoint && kept.checkpoint) {
+      x.proc.leaving = true;
+      p.sent = true;
+      p.relocate = true;
+      Move(p, kept);
+      return;
+    }
+    if (kept.checkpoint) KillAt(job, kept, InternalActionId());
+  }
   const Proc at = x.proc;
   auto stub = StubOf(at.server);
   std::string missing;

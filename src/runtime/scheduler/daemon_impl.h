@@ -548,6 +548,21 @@ struct SchedulerServer::Impl final {
   // (AgentModel::Step); a failure to feed its event is warned of.
   void Carry(int32_t id, AgentModel::Step step);
 
+  // A copy of a job that a registering agent `a` lists, cut off while the
+  // job was placed again, and further on than the job is now
+  // (AgentModel::Process::kSaveStray): it saves a checkpoint there
+  // (CheckpointJob), and then StrayCheckpointed.
+  void SaveStray(const AgentConn& a, const rpc::AgentJob& listed);
+  // The job goes on from the copy's checkpoint, kept at `at`: a queued job
+  // at its next start; a job placed elsewhere at once, its run there
+  // stopped, if the copy is still further on than that run (the core
+  // restarts it from the checkpoint, which is moved to its GPUs:
+  // DispatchRestart); else the checkpoint is dropped. A copy that could
+  // not save is killed.
+  void StrayCheckpointed(int32_t id, const Proc& at, const std::string& name,
+                         const grpc::Status& s, const rpc::CheckpointReply& rep,
+                         int64_t took_us);
+
   // A job the daemon placed on `a` that the agent no longer runs and whose
   // exit never came: its process is lost.
   void Lost(AgentConn& a, int32_t id);

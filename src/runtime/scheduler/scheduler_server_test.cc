@@ -600,6 +600,9 @@ class FakeAgent final : public rpc::Agent::Service {
       for (int32_t g : p.gpus) j->add_gpus(g);
       j->set_submitted_us(p.submitted_us);
       if (p.spec) *j->mutable_spec() = *p.spec;
+      if (auto it = progress_.find(id); it != progress_.end()) {
+        *j->mutable_progress() = it->second;
+      }
     }
     for (int64_t id : kept_) {
       r.add_checkpoints(id);
@@ -3083,6 +3086,93 @@ TEST_F(DaemonTest, AnAgentOutOfReachPastItsGraceIsDeclaredDown) {
   EXPECT_FALSE(down.up());
   EXPECT_EQ(down.silent_since_us(), 0);
   EXPECT_FALSE(HistoryOf(cl, j, "requeue").empty()) << cl.Get(j).DebugString();
+}
+
+// An agent out of reach past its timeout and grace comes back with its
+// copy of a job that was meanwhile placed again elsewhere, from the
+// beginning. The copy, suspended by its placement lease and further on,
+// saves a checkpoint there; the run elsewhere is stopped, and the job goes
+// on from the checkpoint, moved to the GPUs it holds. A copy behind the
+// run is killed as a stray.
+TEST_F(DaemonTest, ACopyCutOffFurtherOnIsWhatTheJobGoesOnFrom) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 0.3;
+  o.agent_grace_s = 1;
+  Client& cl = StartDaemon(o);
+  FakeAgent node("node", 1, Mode::kOk);
+  ASSERT_TRUE(node.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("long");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] { return node.start_calls(j) == 1; }));
+  node.SetProgress(j, 500, 5.0);
+  ASSERT_TRUE(node.Report().ok());
+  FakeAgent spare("spare", 1, Mode::kOk);
+  ASSERT_TRUE(spare.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        (void)spare.Report();
+        return spare.start_calls(j) == 1;
+      },
+      20))
+      << cl.Get(j).DebugString();
+  spare.SetProgress(j, 30, 5.0);
+  ASSERT_TRUE(spare.Report().ok());
+  server_->Sync();
+  ASSERT_EQ(cl.Get(j).progress().minibatches(), 30);
+  // Back, its copy suspended (its placement lease ran out) at 500.
+  node.PlantWithSpec(j, spec, cl.Get(j).submitted_us(), {0}, rpc::SUSPENDED);
+  ASSERT_TRUE(node.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    // Started from the checkpoint: its first mini-batch after it.
+    if (spare.resume_local_starts(j) == 1) spare.SetProgress(j, 501, 5.0);
+    (void)spare.Report();
+    (void)node.Report();
+    return HasEntry(cl.Get(j), "restart", true);
+  })) << cl.Get(j).DebugString();
+  const rpc::JobInfo info = cl.Get(j);
+  bool said = false;
+  for (const rpc::HistoryEntry& h : info.history()) {
+    if (h.action() == "reconcile") {
+      said = true;
+      EXPECT_EQ(h.detail(),
+                "its copy on node, cut off while the job was placed again, "
+                "saved a checkpoint at mini-batch 500, further on than its "
+                "run on spare (at mini-batch 30), which is stopped: the job "
+                "goes on from the checkpoint");
+    }
+  }
+  EXPECT_TRUE(said) << info.DebugString();
+  EXPECT_FALSE(HasEntry(info, "kill", true)) << info.DebugString();
+  EXPECT_EQ(node.procs().count(j), 0u);  // it saved and left
+  const int dropped = node.kills(j);     // its checkpoint, once moved
+  EXPECT_LE(dropped, 1);
+  EXPECT_EQ(spare.kills(j), 1);  // the run from the beginning
+  EXPECT_EQ(spare.received_from(j), std::vector<std::string>{node.address()});
+  EXPECT_EQ(spare.resume_local_starts(j), 1);
+  EXPECT_EQ(info.state(), rpc::RUNNING);
+  EXPECT_EQ(info.server(), "spare");
+  EXPECT_GE(info.progress().minibatches(), 500);
+
+  // Cut off again, back behind the run there: a stray, killed.
+  spare.SetProgress(j, 600, 5.0);
+  ASSERT_TRUE(spare.Report().ok());
+  server_->Sync();
+  node.PlantWithSpec(j, spec, cl.Get(j).submitted_us(), {0}, rpc::SUSPENDED);
+  ASSERT_TRUE(node.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    (void)spare.Report();
+    (void)node.Report();
+    return node.kills(j) == dropped + 1;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(spare.kills(j), 1);
+  EXPECT_EQ(cl.State(j), rpc::RUNNING);
+  EXPECT_EQ(cl.Get(j).server(), "spare");
+  EXPECT_TRUE(HasEntry(cl.Get(j), "kill", true)) << cl.Get(j).DebugString();
 }
 
 // A job stored but never handed to the core (the daemon died in between)
