@@ -225,11 +225,11 @@ void SchedulerServer::Impl::StrayCheckpointed(int32_t id, const Proc& at,
   JobExtra* x = Extra(id);
   if (x == nullptr) return;
   const std::string copy =
-      "its copy on " + name + ", cut off while the job was placed again,";
+      "its copy on " + name + ", cut off while the job was requeued,";
   if (!s.ok()) {
     History(id, "kill", true, took_us,
             "stray process on " + name +
-                " (cut off while the job was placed again): it could not "
+                " (cut off while the job was requeued): it could not "
                 "save a checkpoint (" +
                 RpcError("CheckpointJob", s) + ")");
     KillAt(id, at, InternalActionId());

@@ -73,6 +73,14 @@ void SchedulerServer::Impl::AfterHandle(
         f->checkpoint && !core::IsTerminal(st().job(f->job).state);
     if (JobExtra* x = Extra(f->job.value); x != nullptr && !goes_on) {
       x->proc = Proc{};
+    } else if (x != nullptr && !live && x->proc.exists) {
+      // Replayed: the exit (AgentModel::PlanExit, kFailedSaved) left it
+      // kept where its lead ran, which the log does not say otherwise.
+      // Else the job's next run, due before that agent registers again,
+      // would take its process for running there, and start afresh.
+      x->proc.exists = x->proc.leaving = false;
+      x->proc.checkpoint = true;
+      x->proc.followers.clear();
     }
   } else if (const auto* d = std::get_if<core::ActionDone>(&body)) {
     pending.erase(d->action.value);

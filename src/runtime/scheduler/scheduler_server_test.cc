@@ -180,6 +180,12 @@ class FakeAgent final : public rpc::Agent::Service {
       return {grpc::StatusCode::UNAVAILABLE, "the save failed"};
     }
     if (procs_.erase(r->job_id()) == 0) {
+      // One whose process ended, keeping its checkpoint here (as an
+      // agent answers).
+      if (kept_.contains(r->job_id())) {
+        return {grpc::StatusCode::FAILED_PRECONDITION,
+                "job " + std::to_string(r->job_id()) + " has exited"};
+      }
       return {grpc::StatusCode::NOT_FOUND, "no such job"};
     }
     rep->set_method("restart");
@@ -3140,7 +3146,7 @@ TEST_F(DaemonTest, ACopyCutOffFurtherOnIsWhatTheJobGoesOnFrom) {
     if (h.action() == "reconcile") {
       said = true;
       EXPECT_EQ(h.detail(),
-                "its copy on node, cut off while the job was placed again, "
+                "its copy on node, cut off while the job was requeued, "
                 "saved a checkpoint at mini-batch 500, further on than its "
                 "run on spare (at mini-batch 30), which is stopped: the job "
                 "goes on from the checkpoint");
@@ -3173,6 +3179,61 @@ TEST_F(DaemonTest, ACopyCutOffFurtherOnIsWhatTheJobGoesOnFrom) {
   EXPECT_EQ(cl.State(j), rpc::RUNNING);
   EXPECT_EQ(cl.Get(j).server(), "spare");
   EXPECT_TRUE(HasEntry(cl.Get(j), "kill", true)) << cl.Get(j).DebugString();
+}
+
+// The same for a job still queued when its agent is back, which cannot
+// keep the copy where it runs (the job is held): the copy saves a
+// checkpoint there, and the job, released, starts from it.
+TEST_F(DaemonTest, ACopyCutOffOfAQueuedJobIsWhatItStartsFrom) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.agent_timeout_s = 0.3;
+  o.agent_grace_s = 1;
+  Client& cl = StartDaemon(o);
+  FakeAgent node("node", 1, Mode::kOk);
+  ASSERT_TRUE(node.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("long");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  int64_t j = -1;
+  ASSERT_TRUE(cl.Submit(spec, &j).ok());
+  ASSERT_TRUE(WaitFor([&] { return node.start_calls(j) == 1; }));
+  node.SetProgress(j, 500, 5.0);
+  ASSERT_TRUE(node.Report().ok());
+  // Declared down, with no other server: queued again.
+  ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }, 20))
+      << cl.Get(j).DebugString();
+  ASSERT_TRUE(cl.Suspend(j).ok());  // held
+  server_->Sync();
+  node.PlantWithSpec(j, spec, cl.Get(j).submitted_us(), {0}, rpc::SUSPENDED);
+  ASSERT_TRUE(node.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    (void)node.Report();
+    return HasEntry(cl.Get(j), "reconcile", true);
+  })) << cl.Get(j).DebugString();
+  const rpc::JobInfo saved = cl.Get(j);
+  for (const rpc::HistoryEntry& h : saved.history()) {
+    if (h.action() == "reconcile") {
+      EXPECT_EQ(h.detail(),
+                "its copy on node, cut off while the job was requeued, saved "
+                "a checkpoint at mini-batch 500: its next start goes on from "
+                "it");
+    }
+  }
+  EXPECT_EQ(node.procs().count(j), 0u);  // it saved and left
+  EXPECT_EQ(node.kills(j), 0);
+  EXPECT_EQ(cl.State(j), rpc::QUEUED);
+  ASSERT_TRUE(cl.Resume(j).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    // Started from the checkpoint: its first mini-batch after it.
+    if (node.resume_local_starts(j) == 1) node.SetProgress(j, 501, 5.0);
+    (void)node.Report();
+    return cl.State(j) == rpc::RUNNING && HasEntry(cl.Get(j), "start", true) &&
+           cl.Get(j).progress().minibatches() > 500;
+  })) << cl.Get(j).DebugString();
+  EXPECT_EQ(node.resume_local_starts(j), 1);
+  EXPECT_EQ(node.start_calls(j), 2);  // the first run's, and this one
 }
 
 // A job stored but never handed to the core (the daemon died in between)
@@ -4286,6 +4347,62 @@ TEST_F(DaemonTest, AFailedRunGoesOnFromThePeriodicCheckpointItsAgentKeeps) {
       << "the checkpoint of a job that failed for good is kept";
   Pass(std::chrono::milliseconds(500));
   EXPECT_EQ(agent.start_calls(j), 2);
+}
+
+// The daemon restarted while a failed run waits for its retry (its log
+// replayed: which does not say where the checkpoint is kept), and the
+// agent that keeps it registers after the other: the retry still goes on
+// from that periodic checkpoint, never from the beginning.
+TEST_F(DaemonTest, ARetryAfterARestartGoesOnFromThePeriodicCheckpoint) {
+  SchedulerOptions o = Options();
+  o.policy = "fifo";
+  o.start_retry_s = 1;
+  o.snapshot_every_events = 0;  // the restart replays every event
+  FakeAgent a("node-a", 1, Mode::kOk);
+  FakeAgent b("node-b", 1, Mode::kOk);
+  StartDaemon(o);
+  ASSERT_TRUE(a.Register(server_.address()).ok());
+  ASSERT_TRUE(b.Register(server_.address()).ok());
+  rpc::JobSpec spec;
+  spec.set_name("periodic");
+  spec.set_command("python3 train.py");
+  spec.set_gpus(1);
+  spec.set_retries(2);
+  spec.set_checkpoint_every_minibatches(50);
+  int64_t j = -1;
+  ASSERT_TRUE(client_->Submit(spec, &j).ok());
+  ASSERT_TRUE(
+      WaitFor([&] { return a.procs().count(j) + b.procs().count(j) == 1; }));
+  FakeAgent& src = a.procs().count(j) ? a : b;
+  FakeAgent& dst = &src == &a ? b : a;
+  src.FailKeepingPeriodic(j, -9, 150);
+  (void)src.Report();
+  ASSERT_TRUE(WaitFor([&] { return HasEntry(client_->Get(j), "retry", true); }))
+      << client_->Get(j).DebugString();
+  server_.reset();
+  StartDaemon(o);
+  Client& again = *client_;
+  // Past the retry's wait, before the checkpoint's agent is back: the job
+  // is placed on the other, from the checkpoint (that agent's process
+  // serves it to the other).
+  ASSERT_TRUE(dst.Register(server_.address()).ok());
+  Pass(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(src.Register(server_.address()).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    // Started from the checkpoint: its first mini-batch after it.
+    for (FakeAgent* f : {&src, &dst}) {
+      if (f->resume_local_starts(j) == 1) f->SetProgress(j, 151, 5.0);
+      (void)f->Report();
+    }
+    return again.State(j) == rpc::RUNNING &&
+           src.resume_local_starts(j) + dst.resume_local_starts(j) == 1;
+  })) << again.Get(j).DebugString();
+  // Every start after the first from the checkpoint.
+  EXPECT_EQ(src.start_calls(j) + dst.start_calls(j), 2)
+      << again.Get(j).DebugString();
+  if (dst.resume_local_starts(j) == 1) {
+    EXPECT_EQ(dst.received_from(j), std::vector<std::string>{src.address()});
+  }
 }
 
 // A run tried again from the beginning (no checkpoint) shows neither the
