@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "runtime/exec_env.h"
+#include "runtime/scheduler/etcd_test_util.h"
 
 namespace gandiva::e2e {
 
@@ -157,12 +158,20 @@ TestCluster::TestCluster(ClusterOptions options)
   auto tls = runtime::LoadTls(options_.tls, "tls.");
   EXPECT_TRUE(tls.ok()) << tls.status().ToString();
   if (tls.ok()) tls_ = std::move(*tls);
+  if (ha()) {
+    ports_[0] = runtime::FreeLoopbackPort();
+    do {
+      ports_[1] = runtime::FreeLoopbackPort();
+    } while (ports_[1] == ports_[0]);
+  }
 }
 
 TestCluster::~TestCluster() {
-  // Agents first (they kill their jobs), then the daemon.
+  // Agents first (they kill their jobs), then the daemons.
   for (auto& a : agents_) a->Stop();
-  if (scheduler_) scheduler_->Stop();
+  for (auto& d : daemons_) {
+    if (d) d->Stop();
+  }
   if (std::getenv("GANDIVA_E2E_KEEP") == nullptr) {
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -170,6 +179,7 @@ TestCluster::~TestCluster() {
 }
 
 bool TestCluster::StartScheduler(int port, std::string* error) {
+  if (ha()) return StartDaemon(0, /*lead=*/true, error);
   const fs::path addr_file = dir_ / "scheduler.addr";
   std::error_code ec;
   fs::remove(addr_file, ec);
@@ -190,8 +200,8 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
   argv.insert(argv.end(), tls.begin(), tls.end());
   argv.insert(argv.end(), options_.scheduler_args.begin(),
               options_.scheduler_args.end());
-  scheduler_ = Process::Start(argv, dir_ / "scheduler.log");
-  if (scheduler_ == nullptr) {
+  daemons_[0] = Process::Start(argv, dir_ / "scheduler.log");
+  if (daemons_[0] == nullptr) {
     *error = "cannot start " GANDIVA_SCHEDULER_BIN;
     return false;
   }
@@ -200,7 +210,7 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
       [&] {
         std::ifstream f(addr_file);
         std::getline(f, address);
-        return !address.empty() || !scheduler_->Alive();
+        return !address.empty() || !daemons_[0]->Alive();
       },
       std::chrono::seconds(60), milliseconds(50));
   if (!up || address.empty()) {
@@ -214,6 +224,83 @@ bool TestCluster::StartScheduler(int port, std::string* error) {
   return true;
 }
 
+bool TestCluster::StartDaemon(int i, bool lead, std::string* error) {
+  if (!ha() || i < 0 || i > 1) {
+    *error = "StartDaemon: no daemon pair (ClusterOptions.etcd_endpoint)";
+    return false;
+  }
+  const std::string n = std::to_string(i);
+  const fs::path addr_file = dir_ / ("scheduler-" + n + ".addr");
+  std::error_code ec;
+  fs::remove(addr_file, ec);
+  std::ostringstream q, ttl;
+  q << options_.quantum_s;
+  ttl << options_.lease_ttl_s;
+  const fs::path log = dir_ / ("scheduler-" + n + "." +
+                               std::to_string(++scheduler_starts_) + ".log");
+  std::vector<std::string> argv = {
+      GANDIVA_SCHEDULER_BIN,
+      "--listen",
+      options_.scheduler_host + ":" + std::to_string(ports_[i]),
+      "--address-file",
+      addr_file.string(),
+      "--etcd",
+      options_.etcd_endpoint,
+      "--etcd-prefix",
+      "/e2e/",
+      "--lease-ttl-s",
+      ttl.str(),
+      "--policy",
+      options_.policy,
+      "--quantum-s",
+      q.str(),
+      "--tick-ms",
+      std::to_string(options_.tick_ms),
+      "--profile-interval-s",
+      std::to_string(options_.profile_interval_s),
+      "--verify-reused-job-info"};
+  const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
+  argv.insert(argv.end(), tls.begin(), tls.end());
+  argv.insert(argv.end(), options_.scheduler_args.begin(),
+              options_.scheduler_args.end());
+  daemons_[i] = Process::Start(argv, log);
+  if (daemons_[i] == nullptr) {
+    *error = "cannot start " GANDIVA_SCHEDULER_BIN;
+    return false;
+  }
+  if (!lead) return true;
+  const bool up = WaitUntil(
+      [&] {
+        std::ifstream f(addr_file);
+        std::string address;
+        std::getline(f, address);
+        return !address.empty() || !daemons_[i]->Alive();
+      },
+      std::chrono::seconds(60), milliseconds(50));
+  if (!up || !daemons_[i]->Alive()) {
+    *error = "gandiva-scheduler " + n + " did not lead:\n" + TailOf(log);
+    return false;
+  }
+  UseDaemon(i);
+  return true;
+}
+
+std::string TestCluster::SchedulerList(const std::string& host) const {
+  if (!ha()) return host + address_.substr(address_.rfind(':'));
+  return host + ":" + std::to_string(ports_[0]) + "," + host + ":" +
+         std::to_string(ports_[1]);
+}
+
+void TestCluster::UseDaemon(int i) {
+  current_ = i;
+  address_ = "127.0.0.1:" + std::to_string(ports_[i]);
+  stub_ = rpc::Scheduler::NewStub(runtime::MakeChannel(address_, tls_));
+}
+
+void TestCluster::CallFailed() {
+  if (ha()) UseDaemon(1 - current_);
+}
+
 Process* TestCluster::agent(const std::string& name) {
   for (size_t i = 0; i < agents_.size(); ++i) {
     if ("agent-" + std::to_string(i) == name) return agents_[i].get();
@@ -225,11 +312,11 @@ std::vector<std::string> TestCluster::AgentArgv(int i) const {
   const std::string name = "agent-" + std::to_string(i);
   const fs::path work = dir_ / name;
   fs::create_directories(work);
-  std::string scheduler = address_;
+  std::string scheduler = SchedulerList();
   std::string listen = "127.0.0.1:0";
   if (auto host = options_.agent_hosts.find(name);
       host != options_.agent_hosts.end()) {
-    scheduler = host->second + address_.substr(address_.rfind(':'));
+    scheduler = SchedulerList(host->second);
     listen = host->second + ":0";
   }
   std::vector<std::string> argv = {GANDIVA_AGENT_BIN,
@@ -263,7 +350,10 @@ bool TestCluster::AgentsUp(const std::set<std::string>& names,
         ctx.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
         rpc::ListServersReply reply;
-        if (!stub_->ListServers(&ctx, rpc::Empty(), &reply).ok()) return false;
+        if (!stub_->ListServers(&ctx, rpc::Empty(), &reply).ok()) {
+          CallFailed();
+          return false;
+        }
         size_t up = 0;
         for (const auto& s : reply.servers()) {
           up += s.up() && names.contains(s.name()) ? 1 : 0;
@@ -327,11 +417,18 @@ bool TestCluster::StartAgent(const std::string& name, std::string* error) {
 }
 
 bool TestCluster::Start(std::string* error) {
+  if (ha()) {
+    return StartDaemon(0, /*lead=*/true, error) &&
+           StartDaemon(1, /*lead=*/false, error) && StartAgents(error);
+  }
   return StartScheduler(0, error) && StartAgents(error);
 }
 
 std::string TestCluster::Logs() const {
-  std::string out = "scheduler.log:\n" + TailOf(dir_ / "scheduler.log");
+  std::string out;
+  for (const auto& d : daemons_) {
+    if (d) out += d->log().filename().string() + ":\n" + TailOf(d->log());
+  }
   for (size_t i = 0; i < agents_.size(); ++i) {
     out += "agent-" + std::to_string(i) + ".log:\n" +
            TailOf(agents_[i]->log(), 15);
@@ -346,7 +443,7 @@ int TestCluster::Cli(const std::vector<std::string>& args,
   std::vector<std::string> argv = {GANDIVA_CLI};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("--scheduler");
-  argv.push_back(address_);
+  argv.push_back(ha() ? SchedulerList() : address_);
   std::map<std::string, std::string> env;
   if (!options_.tls.empty()) {
     env = {{"GANDIVA_TLS_CA", options_.tls.ca},
@@ -443,6 +540,7 @@ int64_t TestCluster::Submit(const rpc::JobSpec& spec, std::string* error) {
   rpc::SubmitReply reply;
   const grpc::Status st = stub_->Submit(&ctx, req, &reply);
   if (!st.ok()) {
+    CallFailed();
     *error = "Submit: " + st.error_message();
     return 0;
   }
@@ -456,6 +554,7 @@ std::map<int64_t, rpc::JobInfo> TestCluster::Jobs(bool* ok) {
   req.set_all(true);
   rpc::ListJobsReply reply;
   const bool good = stub_->ListJobs(&ctx, req, &reply).ok();
+  if (!good) CallFailed();
   if (ok != nullptr) *ok = good;
   std::map<int64_t, rpc::JobInfo> out;
   for (const auto& j : reply.jobs()) out[j.id()] = j;
@@ -468,7 +567,10 @@ rpc::JobInfo TestCluster::Job(int64_t id) {
   rpc::JobIdRequest req;
   req.set_job_id(id);
   rpc::JobInfo info;
-  if (!stub_->GetJob(&ctx, req, &info).ok()) return rpc::JobInfo();
+  if (!stub_->GetJob(&ctx, req, &info).ok()) {
+    CallFailed();
+    return rpc::JobInfo();
+  }
   return info;
 }
 
@@ -476,7 +578,10 @@ std::string TestCluster::JobLog(const rpc::JobInfo& job) {
   grpc::ClientContext lctx;
   lctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   rpc::ListServersReply servers;
-  if (!stub_->ListServers(&lctx, rpc::Empty(), &servers).ok()) return "";
+  if (!stub_->ListServers(&lctx, rpc::Empty(), &servers).ok()) {
+    CallFailed();
+    return "";
+  }
   // The agents read a log to whoever the daemon gives a ticket, as to
   // `gandiva logs`.
   // The agent of the job's server serves its whole log (a job that moved

@@ -94,6 +94,13 @@ struct ClusterOptions {
   // with scheduler_host "0.0.0.0": a test can then drop that agent's
   // traffic alone. The others use 127.0.0.1.
   std::map<std::string, std::string> agent_hosts;
+  // A pair of daemons sharing etcd at this endpoint (started by the test,
+  // runtime::EtcdForTest) rather than one on SQLite: each on a port fixed
+  // at the start, leading in turn (`--lease-ttl-s`); the agents and the CLI
+  // are given both addresses, and the harness's calls go to the one that
+  // answers (after a call fails, the other is tried next).
+  std::string etcd_endpoint;
+  double lease_ttl_s = 2;
 };
 
 // A scheduler daemon and agents in a temporary directory, as separate
@@ -106,7 +113,11 @@ class TestCluster {
   const fs::path& dir() const { return dir_; }
   const std::string& address() const { return address_; }
   rpc::Scheduler::Stub& stub() { return *stub_; }
-  Process* scheduler() { return scheduler_.get(); }
+  // The daemon (with a pair: the one the harness's calls go to now).
+  Process* scheduler() { return daemons_[current_].get(); }
+  // With etcd_endpoint: daemon `i` of the pair (0 or 1).
+  Process* daemon(int i) { return daemons_[i].get(); }
+  bool ha() const { return !options_.etcd_endpoint.empty(); }
   // The agent named `name` ("agent-0", ...); null if there is none.
   Process* agent(const std::string& name);
 
@@ -114,6 +125,11 @@ class TestCluster {
   // which); returns false (with the reason in *error) when it does not
   // serve within the deadline.
   bool StartScheduler(int port, std::string* error);
+  // With etcd_endpoint: starts daemon `i` of the pair on its port; with
+  // `lead`, waits until it serves (it leads) and sends the harness's calls
+  // to it; without, returns once it started (it stands by while the other
+  // leads).
+  bool StartDaemon(int i, bool lead, std::string* error);
   // Starts every agent and waits until all are registered and up.
   bool StartAgents(std::string* error);
   // Stops the agent (SIGTERM, as Process::Stop; nothing if it has exited)
@@ -159,12 +175,21 @@ class TestCluster {
   std::string address_;
   std::unique_ptr<rpc::Scheduler::Stub> stub_;
   std::optional<runtime::TlsConfig> tls_;
-  std::unique_ptr<Process> scheduler_;
+  std::unique_ptr<Process> daemons_[2];
+  int ports_[2] = {0, 0};  // with etcd_endpoint
+  int current_ = 0;        // the daemon the harness's calls go to
   std::vector<std::unique_ptr<Process>> agents_;
   int scheduler_starts_ = 0;
   int agent_restarts_ = 0;
 
   std::vector<std::string> AgentArgv(int i) const;
+  // Every daemon's address, comma-separated, as the agents and the CLI
+  // take them; `host` for the host part (the default: 127.0.0.1).
+  std::string SchedulerList(const std::string& host = "127.0.0.1") const;
+  // The harness's calls go to daemon `i` from now on.
+  void UseDaemon(int i);
+  // A call to the daemon failed: with a pair, the next goes to the other.
+  void CallFailed();
   // Waits until the daemon lists these agents as up.
   bool AgentsUp(const std::set<std::string>& names, std::string* error);
 };

@@ -20,6 +20,8 @@
 // The chaos test (ChaosE2eTest) runs in such a namespace too: seeded kills
 // of the daemon, of agents and of jobs' processes, and cuts of one agent,
 // while four jobs train; set GANDIVA_CHAOS_SEED to draw another sequence.
+// Its long version (bench/chaos_bench.sh) adds a daemon pair on etcd and
+// restarts of etcd.
 //
 // Deadlines are failure guards sized for a loaded 2-core machine.
 #include <arpa/inet.h>
@@ -46,6 +48,7 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/scheduler/etcd_test_util.h"
 #include "tests/runtime/harness.h"
 
 namespace gandiva::e2e {
@@ -763,35 +766,60 @@ int64_t JobOfProcess(int pid) {
   return 0;
 }
 
-class ChaosE2eTest : public PartitionE2eTest {};
+// A chaos run: `jobs` jobs training on two agents while, in an order and
+// at moments drawn from a seed (GANDIVA_CHAOS_SEED, default 1), `faults` of
+// each kind are injected: the daemon SIGKILLed and restarted, an agent
+// likewise, a job's process SIGKILLed, agent-0 cut off for 1-4 s (past its
+// placement lease at times, never past the daemon's timeout and grace);
+// with `etcd`, the daemon is a pair on etcd (the leader is the one killed,
+// and started again to stand by) and etcd is restarted after 0.5-3 s down.
+// Every job saves a checkpoint every 25 mini-batches and may fail 5 times.
+// Then every job has finished exactly once, with the parameters of a run
+// never disturbed; from the jobs' own logs no two copies of a job ever
+// trained at once, a job went back only where its process was killed, and
+// by at most 25 mini-batches (after another fault, a new run goes on where
+// the last one stopped: from a checkpoint elsewhere); with etcd, the CLI
+// answered within 10 s of each restart of etcd and both daemons are alive at
+// the end. It prints the mini-batches redone per fault kind.
+struct ChaosSetup {
+  int jobs = 4;
+  int steps = 1500;
+  int gpus_per_agent = 2;
+  int faults = 2;  // of each kind
+  bool etcd = false;
+  int end_s = 300;  // for every job to end, after the faults
+};
 
-// Chaos, bounded: four jobs training on two agents while, in an order and at
-// moments drawn from a seed (GANDIVA_CHAOS_SEED, default 1), the daemon is
-// SIGKILLed and restarted twice, an agent twice, a job's process twice, and
-// agent-0 is cut off twice for 1-4 s (past its placement lease at times,
-// never past the daemon's timeout and grace). Every job saves a checkpoint
-// every 25 mini-batches and may fail 5 times. Then every job has finished
-// exactly once, with the parameters of a run never disturbed; from the
-// jobs' own logs no two copies of a job ever trained at once, a job went
-// back only where its process was killed, and by at most 25 mini-batches.
-// It prints the mini-batches redone per fault kind.
-TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
-  if (!Here()) return;
-  const char* seed_env = std::getenv("GANDIVA_CHAOS_SEED");
-  const unsigned seed =
-      seed_env != nullptr ? static_cast<unsigned>(std::atol(seed_env)) : 1;
-  constexpr int kJobs = 4;
-  constexpr int kSteps = 1500;
+int EnvInt(const char* name, int otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : otherwise;
+}
+
+class ChaosE2eTest : public PartitionE2eTest {
+ protected:
+  void RunChaos(const ChaosSetup& setup);
+};
+
+void ChaosE2eTest::RunChaos(const ChaosSetup& setup) {
+  const unsigned seed = static_cast<unsigned>(EnvInt("GANDIVA_CHAOS_SEED", 1));
+  const int kJobs = setup.jobs;
+  const int kSteps = setup.steps;
   constexpr int kSeed = 9;
   constexpr int kEvery = 25;
   constexpr int kTimeoutS = 2;
   constexpr int kGraceS = 6;  // placement lease: 4 s
+  std::string error;
+  std::unique_ptr<runtime::EtcdForTest> etcd;
+  if (setup.etcd) {
+    etcd = runtime::EtcdForTest::Start(&error);
+    ASSERT_NE(etcd, nullptr) << error;
+  }
   ClusterOptions o = Options(kTimeoutS, kGraceS);
-  o.gpus_per_agent = 2;
+  o.gpus_per_agent = setup.gpus_per_agent;
   o.scheduler_args.push_back("--start-retry-s");
   o.scheduler_args.push_back("1");
+  if (etcd) o.etcd_endpoint = etcd->endpoint();
   TestCluster c(o);
-  std::string error;
   ASSERT_TRUE(c.Start(&error)) << error;
   rpc::JobSpec spec = c.TrainSpec("chaos", "cnn", kSteps, kSeed, 20);
   spec.set_command(spec.command() + " --log-steps 1");
@@ -820,11 +848,15 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
       seconds(180)))
       << c.Logs();
 
-  enum Kind { kScheduler, kAgent, kJob, kCut, kKinds };
+  enum Kind { kScheduler, kAgent, kJob, kCut, kEtcd, kKinds };
   const char* kNames[] = {"daemon SIGKILL", "agent SIGKILL",
-                          "job process SIGKILL", "agent-0 cut off"};
-  std::vector<Kind> plan = {kScheduler, kScheduler, kAgent, kAgent,
-                            kJob,       kJob,       kCut,   kCut};
+                          "job process SIGKILL", "agent-0 cut off",
+                          "etcd restart"};
+  std::vector<Kind> plan;
+  for (int i = 0; i < setup.faults; ++i) {
+    plan.insert(plan.end(), {kScheduler, kAgent, kJob, kCut});
+    if (etcd) plan.push_back(kEtcd);
+  }
   std::mt19937 rng(seed);
   std::shuffle(plan.begin(), plan.end(), rng);
   struct Fault {
@@ -837,17 +869,54 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
   const std::string needle = "--steps " + std::to_string(kSteps) + " --seed " +
                              std::to_string(kSeed) + " --min-step-ms";
   const int port = PortOf(c.address());
+  std::vector<double> etcd_answers;  // s after each etcd restart; -1 none
+  // A job that waits for a GPU (all are taken): what the CLI submits after
+  // an etcd restart.
+  const fs::path probe = c.dir() / "probe.yaml";
+  std::ofstream(probe) << "name: probe\ncommand: \"true\"\ngpus: 1\n";
   for (Kind kind : plan) {
     std::this_thread::sleep_for(
         milliseconds(std::uniform_int_distribution<int>(1000, 3000)(rng)));
     Fault f{kind, WallNow()};
     switch (kind) {
       case kScheduler:
+        if (etcd) {
+          // The leader (the daemon that answers), started again to stand
+          // by: the other takes over.
+          (void)c.Jobs();
+          (void)c.Jobs();
+          const int i = c.scheduler() == c.daemon(0) ? 0 : 1;
+          f.detail = "the leader, daemon " + std::to_string(i);
+          c.daemon(i)->Signal(SIGKILL);
+          ASSERT_TRUE(c.daemon(i)->Wait(seconds(10)));
+          std::this_thread::sleep_for(milliseconds(300));
+          ASSERT_TRUE(c.StartDaemon(i, /*lead=*/false, &error)) << error;
+          break;
+        }
         c.scheduler()->Signal(SIGKILL);
         ASSERT_TRUE(c.scheduler()->Wait(seconds(10)));
         std::this_thread::sleep_for(milliseconds(300));
         ASSERT_TRUE(c.StartScheduler(port, &error)) << error << c.Logs();
         break;
+      case kEtcd: {
+        // Down 0.5-3 s; then how long until the CLI's submission (which
+        // the leader logs in etcd) is answered.
+        const int ms = std::uniform_int_distribution<int>(500, 3000)(rng);
+        etcd->Kill();
+        std::this_thread::sleep_for(milliseconds(ms));
+        ASSERT_TRUE(etcd->Restart(&error)) << error;
+        const auto back = SteadyClock::now();
+        std::string out;
+        const int rc = c.Cli({"submit", probe.string()}, &out);
+        const double answered_s = SecondsSince(back);
+        etcd_answers.push_back(rc == 0 ? answered_s : -1);
+        char text[96];
+        std::snprintf(text, sizeof text,
+                      "%d ms down; the CLI answered %.1f s after (exit %d)", ms,
+                      answered_s, rc);
+        f.detail = text;
+        break;
+      }
       case kAgent: {
         const std::string name =
             "agent-" +
@@ -908,7 +977,7 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
         }
         return true;
       },
-      seconds(300)))
+      seconds(setup.end_s)))
       << c.Logs();
   ASSERT_TRUE(reference->Wait(seconds(120)));
   const std::string want = Fingerprint(Slurp(reference->log()));
@@ -923,7 +992,7 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
   EXPECT_GE(injected[kJob], 1) << "no job's process was killed";
   int job_kills = 0;
   for (const Fault& f : faults) job_kills += f.job > 0 ? 1 : 0;
-  int runs_after_the_first = 0;
+  int job_kill_runs = 0;
   for (int64_t id : ids) {
     const rpc::JobInfo& j = ended[id];
     SCOPED_TRACE("job " + std::to_string(id));
@@ -944,6 +1013,9 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
     EXPECT_EQ(Fingerprint(log), want) << log;
     const std::vector<JobRun> runs = RunsOf(log);
     ASSERT_FALSE(runs.empty()) << log;
+    int kills_of_this = 0;
+    for (const Fault& f : faults) kills_of_this += f.job == id ? 1 : 0;
+    int kill_runs_of_this = 0;
     // One copy at a time: every run's mini-batches come after the last
     // one's, each run trains its mini-batches in order, and the last run
     // ends at the last mini-batch.
@@ -960,12 +1032,12 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
         EXPECT_EQ(st.front().step, 1);
         continue;
       }
-      ++runs_after_the_first;
       const int back = runs[r - 1].steps.back().step - (st.front().step - 1);
       EXPECT_GE(back, 0) << "run " << r << " skipped mini-batches";
       EXPECT_LE(back, kEvery) << "run " << r
                               << " went back past the last "
-                                 "periodic checkpoint";
+                                 "periodic checkpoint\n"
+                              << Describe(c, id);
       // The fault behind it: a kill of this job's process between the two
       // runs, else the last fault before the new run.
       Kind cause = kKinds;
@@ -973,37 +1045,90 @@ TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
         if (f.at > st.front().at) break;
         if (f.job == id && f.at >= runs[r - 1].steps.back().at - 1) {
           cause = kJob;
-        } else if (cause != kJob) {
+        } else if (cause != kJob && f.kind != kJob) {
           cause = f.kind;
         }
       }
-      EXPECT_EQ(cause, kJob) << "run " << r << " after a "
-                             << (cause == kKinds ? "no fault" : kNames[cause])
-                             << ": only a killed process runs again";
+      if (cause == kJob) {
+        ++kill_runs_of_this;
+      } else {
+        // Not its process's kill: the job went on from a checkpoint
+        // elsewhere (its server declared down while a daemon took over,
+        // say), where the last run stopped, nothing trained twice.
+        EXPECT_EQ(back, 0) << "run " << r << " went back after a "
+                           << (cause == kKinds ? "no fault" : kNames[cause])
+                           << ": only a killed process goes back\n"
+                           << Describe(c, id);
+      }
       if (cause != kKinds) {
         ++restarts[cause];
         redone[cause] += std::max(back, 0);
       }
     }
+    EXPECT_EQ(kill_runs_of_this, kills_of_this)
+        << "runs after a kill of its process, against those kills\n"
+        << Describe(c, id);
+    job_kill_runs += kill_runs_of_this;
     EXPECT_EQ(runs.back().steps.back().step, kSteps);
   }
-  EXPECT_EQ(runs_after_the_first, job_kills);
+  EXPECT_EQ(job_kill_runs, job_kills);
   EXPECT_EQ(PidsRunning(needle).size(), 0u);
+  for (double s : etcd_answers) {
+    EXPECT_GE(s, 0) << "the CLI did not answer after an etcd restart";
+    EXPECT_LE(s, 10) << "the CLI answered more than 10 s after etcd was back";
+  }
+  if (etcd) {
+    EXPECT_TRUE(c.daemon(0)->Alive()) << c.Logs();
+    EXPECT_TRUE(c.daemon(1)->Alive()) << c.Logs();
+  }
 
   std::printf(
       "chaos (seed %u): %d jobs of %d mini-batches, a checkpoint "
-      "every %d; faults injected, runs they caused, mini-batches "
+      "every %d, %s; faults injected, runs they caused, mini-batches "
       "redone:\n",
-      seed, kJobs, kSteps, kEvery);
+      seed, kJobs, kSteps, kEvery,
+      etcd ? "a daemon pair on etcd" : "one daemon on SQLite");
   for (int k = 0; k < kKinds; ++k) {
+    if (k == kEtcd && !etcd) continue;
     std::printf("  %-20s %d injected, %d runs again, %d redone\n", kNames[k],
                 injected[k], restarts[k], redone[k]);
+  }
+  if (etcd) {
+    std::printf("  both daemons alive at the end: %s\n",
+                c.daemon(0)->Alive() && c.daemon(1)->Alive() ? "yes" : "NO");
   }
   std::printf(
       "  every job finished exactly once with the parameters of a "
       "run never disturbed: %s\n",
       ::testing::Test::HasFailure() ? "NO" : "yes");
   std::fflush(stdout);
+}
+
+// Bounded (the test suite): four jobs, two faults of each kind, one daemon
+// on SQLite.
+TEST_F(ChaosE2eTest, SeededKillsAndCutsLoseNothingAndTrainNothingTwice) {
+  if (!Here()) return;
+  RunChaos(ChaosSetup{});
+}
+
+// The long version, run from bench/chaos_bench.sh (GANDIVA_CHAOS_LONG=1;
+// skipped otherwise): a daemon pair on etcd, etcd restarts among the
+// faults, GANDIVA_CHAOS_JOBS jobs (default 6, on two agents of 3 GPUs) of
+// GANDIVA_CHAOS_STEPS mini-batches (3,000) and GANDIVA_CHAOS_FAULTS of each
+// kind (default 4).
+TEST_F(ChaosE2eTest, LongWithADaemonPairOnEtcd) {
+  if (std::getenv("GANDIVA_CHAOS_LONG") == nullptr) {
+    GTEST_SKIP() << "the long chaos run: bench/chaos_bench.sh";
+  }
+  if (!Here()) return;
+  ChaosSetup setup;
+  setup.jobs = EnvInt("GANDIVA_CHAOS_JOBS", 6);
+  setup.steps = EnvInt("GANDIVA_CHAOS_STEPS", 3000);
+  setup.gpus_per_agent = (setup.jobs + 1) / 2;
+  setup.faults = EnvInt("GANDIVA_CHAOS_FAULTS", 4);
+  setup.etcd = true;
+  setup.end_s = 900;
+  RunChaos(setup);
 }
 
 }  // namespace
