@@ -178,42 +178,63 @@ TestCluster::~TestCluster() {
   }
 }
 
+std::vector<std::string> TestCluster::DaemonArgv(
+    int port, const fs::path& addr_file,
+    const std::vector<std::string>& store) const {
+  std::ostringstream q;
+  q << options_.quantum_s;
+  std::vector<std::string> argv = {
+      GANDIVA_SCHEDULER_BIN, "--listen",
+      options_.scheduler_host + ":" + std::to_string(port), "--address-file",
+      addr_file.string()};
+  argv.insert(argv.end(), store.begin(), store.end());
+  const std::vector<std::string> rest = {
+      "--policy", options_.policy, "--quantum-s", q.str(), "--tick-ms",
+      std::to_string(options_.tick_ms), "--profile-interval-s",
+      std::to_string(options_.profile_interval_s),
+      // Aborts on a stale reused job info.
+      "--verify-reused-job-info"};
+  argv.insert(argv.end(), rest.begin(), rest.end());
+  const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
+  argv.insert(argv.end(), tls.begin(), tls.end());
+  argv.insert(argv.end(), options_.scheduler_args.begin(),
+              options_.scheduler_args.end());
+  return argv;
+}
+
+namespace {
+
+// The address a daemon wrote to `addr_file` once it served; "" when it
+// exited first, or did not within a minute.
+std::string ServedAddress(const fs::path& addr_file, Process& daemon) {
+  std::string address;
+  WaitUntil(
+      [&] {
+        std::ifstream f(addr_file);
+        std::getline(f, address);
+        return !address.empty() || !daemon.Alive();
+      },
+      std::chrono::seconds(60), milliseconds(50));
+  return address;
+}
+
+}  // namespace
+
 bool TestCluster::StartScheduler(int port, std::string* error) {
   if (ha()) return StartDaemon(0, /*lead=*/true, error);
   const fs::path addr_file = dir_ / "scheduler.addr";
   std::error_code ec;
   fs::remove(addr_file, ec);
-  std::ostringstream q;
-  q << options_.quantum_s;
   ++scheduler_starts_;
-  const std::string listen =
-      options_.scheduler_host + ":" + std::to_string(port);
-  std::vector<std::string> argv = {
-      GANDIVA_SCHEDULER_BIN, "--listen", listen, "--address-file",
-      addr_file.string(), "--db", (dir_ / "scheduler.db").string(), "--policy",
-      options_.policy, "--quantum-s", q.str(), "--tick-ms",
-      std::to_string(options_.tick_ms), "--profile-interval-s",
-      std::to_string(options_.profile_interval_s),
-      // Aborts on a stale reused job info.
-      "--verify-reused-job-info"};
-  const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
-  argv.insert(argv.end(), tls.begin(), tls.end());
-  argv.insert(argv.end(), options_.scheduler_args.begin(),
-              options_.scheduler_args.end());
-  daemons_[0] = Process::Start(argv, dir_ / "scheduler.log");
+  daemons_[0] = Process::Start(
+      DaemonArgv(port, addr_file, {"--db", (dir_ / "scheduler.db").string()}),
+      dir_ / "scheduler.log");
   if (daemons_[0] == nullptr) {
     *error = "cannot start " GANDIVA_SCHEDULER_BIN;
     return false;
   }
-  std::string address;
-  const bool up = WaitUntil(
-      [&] {
-        std::ifstream f(addr_file);
-        std::getline(f, address);
-        return !address.empty() || !daemons_[0]->Alive();
-      },
-      std::chrono::seconds(60), milliseconds(50));
-  if (!up || address.empty()) {
+  const std::string address = ServedAddress(addr_file, *daemons_[0]);
+  if (address.empty()) {
     *error = "gandiva-scheduler did not serve (start " +
              std::to_string(scheduler_starts_) + "):\n" +
              TailOf(dir_ / "scheduler.log");
@@ -233,51 +254,21 @@ bool TestCluster::StartDaemon(int i, bool lead, std::string* error) {
   const fs::path addr_file = dir_ / ("scheduler-" + n + ".addr");
   std::error_code ec;
   fs::remove(addr_file, ec);
-  std::ostringstream q, ttl;
-  q << options_.quantum_s;
+  std::ostringstream ttl;
   ttl << options_.lease_ttl_s;
   const fs::path log = dir_ / ("scheduler-" + n + "." +
                                std::to_string(++scheduler_starts_) + ".log");
-  std::vector<std::string> argv = {
-      GANDIVA_SCHEDULER_BIN,
-      "--listen",
-      options_.scheduler_host + ":" + std::to_string(ports_[i]),
-      "--address-file",
-      addr_file.string(),
-      "--etcd",
-      options_.etcd_endpoint,
-      "--etcd-prefix",
-      "/e2e/",
-      "--lease-ttl-s",
-      ttl.str(),
-      "--policy",
-      options_.policy,
-      "--quantum-s",
-      q.str(),
-      "--tick-ms",
-      std::to_string(options_.tick_ms),
-      "--profile-interval-s",
-      std::to_string(options_.profile_interval_s),
-      "--verify-reused-job-info"};
-  const std::vector<std::string> tls = runtime::TlsArgs(options_.tls);
-  argv.insert(argv.end(), tls.begin(), tls.end());
-  argv.insert(argv.end(), options_.scheduler_args.begin(),
-              options_.scheduler_args.end());
-  daemons_[i] = Process::Start(argv, log);
+  daemons_[i] = Process::Start(
+      DaemonArgv(ports_[i], addr_file,
+                 {"--etcd", options_.etcd_endpoint, "--etcd-prefix", "/e2e/",
+                  "--lease-ttl-s", ttl.str()}),
+      log);
   if (daemons_[i] == nullptr) {
     *error = "cannot start " GANDIVA_SCHEDULER_BIN;
     return false;
   }
   if (!lead) return true;
-  const bool up = WaitUntil(
-      [&] {
-        std::ifstream f(addr_file);
-        std::string address;
-        std::getline(f, address);
-        return !address.empty() || !daemons_[i]->Alive();
-      },
-      std::chrono::seconds(60), milliseconds(50));
-  if (!up || !daemons_[i]->Alive()) {
+  if (ServedAddress(addr_file, *daemons_[i]).empty()) {
     *error = "gandiva-scheduler " + n + " did not lead:\n" + TailOf(log);
     return false;
   }

@@ -183,6 +183,11 @@ class TestCluster {
   int agent_restarts_ = 0;
 
   std::vector<std::string> AgentArgv(int i) const;
+  // A daemon's command line: listening on `port`, writing `addr_file`
+  // once it serves, with `store`'s arguments (--db, or --etcd ...).
+  std::vector<std::string> DaemonArgv(
+      int port, const fs::path& addr_file,
+      const std::vector<std::string>& store) const;
   // Every daemon's address, comma-separated, as the agents and the CLI
   // take them; `host` for the host part (the default: 127.0.0.1).
   std::string SchedulerList(const std::string& host = "127.0.0.1") const;

@@ -852,10 +852,11 @@ void ChaosE2eTest::RunChaos(const ChaosSetup& setup) {
   const char* kNames[] = {"daemon SIGKILL", "agent SIGKILL",
                           "job process SIGKILL", "agent-0 cut off",
                           "etcd restart"};
+  // `faults` of each kind, kind by kind, then shuffled from the seed.
   std::vector<Kind> plan;
-  for (int i = 0; i < setup.faults; ++i) {
-    plan.insert(plan.end(), {kScheduler, kAgent, kJob, kCut});
-    if (etcd) plan.push_back(kEtcd);
+  for (Kind k : {kScheduler, kAgent, kJob, kCut, kEtcd}) {
+    if (k == kEtcd && !etcd) continue;
+    plan.insert(plan.end(), static_cast<size_t>(setup.faults), k);
   }
   std::mt19937 rng(seed);
   std::shuffle(plan.begin(), plan.end(), rng);

@@ -3094,29 +3094,51 @@ TEST_F(DaemonTest, AnAgentOutOfReachPastItsGraceIsDeclaredDown) {
   EXPECT_FALSE(HistoryOf(cl, j, "requeue").empty()) << cl.Get(j).DebugString();
 }
 
+// Agents out of reach after 0.3 s and declared down 1 s later, and a job
+// running on one of them: what becomes of its copy there when the agent
+// comes back.
+class CutOffCopyTest : public DaemonTest {
+ protected:
+  // A daemon (fifo) with `node` registered and job "long" (one GPU,
+  // spec_) started there, at mini-batch 500 in node's report: its id; -1,
+  // with a test failure, when it does not start.
+  int64_t StartLongJob(FakeAgent& node) {
+    SchedulerOptions o = Options();
+    o.policy = "fifo";
+    o.agent_timeout_s = 0.3;
+    o.agent_grace_s = 1;
+    Client& cl = StartDaemon(o);
+    spec_.set_name("long");
+    spec_.set_command("python3 train.py");
+    spec_.set_gpus(1);
+    int64_t j = -1;
+    if (!node.Register(server_.address()).ok() || !cl.Submit(spec_, &j).ok() ||
+        !WaitFor([&] { return node.start_calls(j) == 1; })) {
+      ADD_FAILURE() << "job 'long' did not start on " << node.name();
+      return -1;
+    }
+    node.SetProgress(j, 500, 5.0);
+    if (!node.Report().ok()) {
+      ADD_FAILURE() << "Report";
+      return -1;
+    }
+    return j;
+  }
+  rpc::JobSpec spec_;
+};
+
 // An agent out of reach past its timeout and grace comes back with its
 // copy of a job that was meanwhile placed again elsewhere, from the
 // beginning. The copy, suspended by its placement lease and further on,
 // saves a checkpoint there; the run elsewhere is stopped, and the job goes
 // on from the checkpoint, moved to the GPUs it holds. A copy behind the
 // run is killed as a stray.
-TEST_F(DaemonTest, ACopyCutOffFurtherOnIsWhatTheJobGoesOnFrom) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  o.agent_timeout_s = 0.3;
-  o.agent_grace_s = 1;
-  Client& cl = StartDaemon(o);
+TEST_F(CutOffCopyTest, AFurtherOnCopyIsWhatTheJobGoesOnFrom) {
   FakeAgent node("node", 1, Mode::kOk);
-  ASSERT_TRUE(node.Register(server_.address()).ok());
-  rpc::JobSpec spec;
-  spec.set_name("long");
-  spec.set_command("python3 train.py");
-  spec.set_gpus(1);
-  int64_t j = -1;
-  ASSERT_TRUE(cl.Submit(spec, &j).ok());
-  ASSERT_TRUE(WaitFor([&] { return node.start_calls(j) == 1; }));
-  node.SetProgress(j, 500, 5.0);
-  ASSERT_TRUE(node.Report().ok());
+  const int64_t j = StartLongJob(node);
+  ASSERT_GT(j, 0);
+  Client& cl = *client_;
+  const rpc::JobSpec& spec = spec_;
   FakeAgent spare("spare", 1, Mode::kOk);
   ASSERT_TRUE(spare.Register(server_.address()).ok());
   ASSERT_TRUE(WaitFor(
@@ -3184,23 +3206,12 @@ TEST_F(DaemonTest, ACopyCutOffFurtherOnIsWhatTheJobGoesOnFrom) {
 // The same for a job still queued when its agent is back, which cannot
 // keep the copy where it runs (the job is held): the copy saves a
 // checkpoint there, and the job, released, starts from it.
-TEST_F(DaemonTest, ACopyCutOffOfAQueuedJobIsWhatItStartsFrom) {
-  SchedulerOptions o = Options();
-  o.policy = "fifo";
-  o.agent_timeout_s = 0.3;
-  o.agent_grace_s = 1;
-  Client& cl = StartDaemon(o);
+TEST_F(CutOffCopyTest, AQueuedJobsCopyIsWhatItStartsFrom) {
   FakeAgent node("node", 1, Mode::kOk);
-  ASSERT_TRUE(node.Register(server_.address()).ok());
-  rpc::JobSpec spec;
-  spec.set_name("long");
-  spec.set_command("python3 train.py");
-  spec.set_gpus(1);
-  int64_t j = -1;
-  ASSERT_TRUE(cl.Submit(spec, &j).ok());
-  ASSERT_TRUE(WaitFor([&] { return node.start_calls(j) == 1; }));
-  node.SetProgress(j, 500, 5.0);
-  ASSERT_TRUE(node.Report().ok());
+  const int64_t j = StartLongJob(node);
+  ASSERT_GT(j, 0);
+  Client& cl = *client_;
+  const rpc::JobSpec& spec = spec_;
   // Declared down, with no other server: queued again.
   ASSERT_TRUE(WaitFor([&] { return cl.State(j) == rpc::QUEUED; }, 20))
       << cl.Get(j).DebugString();
