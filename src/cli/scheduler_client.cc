@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "cli/local_cluster.h"
 
@@ -64,7 +65,8 @@ void UseCredential(const ConnectionFlags& flags, const SchedulerAddress& at) {
 void AddConnectionFlags(CLI::App* sub, ConnectionFlags* flags) {
   sub->add_option("--scheduler", flags->scheduler,
                   "The daemon's HOST:PORT; several, comma-separated, for a "
-                  "leader and its standbys (default: $GANDIVA_SCHEDULER, "
+                  "leader and its standbys (while none leads, it waits up "
+                  "to 15 s for one) (default: $GANDIVA_SCHEDULER, "
                   "else the local cluster's, else " +
                       std::string(kDefaultSchedulerAddress) + ")");
   sub->add_option("--state-dir", flags->state_dir,
@@ -146,7 +148,7 @@ const std::optional<runtime::TlsConfig>& ClientTls() {
 }
 
 std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
-    const std::string& address) {
+    const std::string& address, std::chrono::milliseconds leader_wait) {
   std::vector<std::string> list;
   std::stringstream in(address);
   for (std::string one; std::getline(in, one, ',');) {
@@ -156,18 +158,24 @@ std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
     return rpc::Scheduler::NewStub(
         runtime::MakeChannel(list.empty() ? address : list[0], ClientTls()));
   }
-  // A leader and its standbys: only the leader listens.
-  for (const std::string& one : list) {
-    auto channel = runtime::MakeChannel(one, ClientTls());
-    const auto deadline =
-        std::chrono::system_clock::now() + std::chrono::seconds(3);
-    grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
-    while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_TRANSIENT_FAILURE &&
-           st != GRPC_CHANNEL_SHUTDOWN &&
-           channel->WaitForStateChange(st, deadline)) {
-      st = channel->GetState(true);
+  // A leader and its standbys: only the leader listens. While none does,
+  // one is taking over: tried again, a while.
+  const auto give_up = std::chrono::steady_clock::now() + leader_wait;
+  for (;;) {
+    for (const std::string& one : list) {
+      auto channel = runtime::MakeChannel(one, ClientTls());
+      const auto deadline =
+          std::chrono::system_clock::now() + std::chrono::seconds(3);
+      grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
+      while (st != GRPC_CHANNEL_READY && st != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+             st != GRPC_CHANNEL_SHUTDOWN &&
+             channel->WaitForStateChange(st, deadline)) {
+        st = channel->GetState(true);
+      }
+      if (st == GRPC_CHANNEL_READY) return rpc::Scheduler::NewStub(channel);
     }
-    if (st == GRPC_CHANNEL_READY) return rpc::Scheduler::NewStub(channel);
+    if (std::chrono::steady_clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return rpc::Scheduler::NewStub(runtime::MakeChannel(list[0], ClientTls()));
 }

@@ -69,9 +69,17 @@ void UseLocalAdminCredential(const std::string& state_dir);
 // print the reason and exit with status 2.
 const std::optional<runtime::TlsConfig>& ClientTls();
 
-// Stubs over channels with ClientTls().
+// How long the CLI waits for one of several daemons to lead (a standby
+// taking over after the leader died, or through an etcd restart).
+inline constexpr std::chrono::milliseconds kLeaderWait{15000};
+
+// Stubs over channels with ClientTls(). Of several comma-separated
+// addresses (a leader and its standbys, of which only the leader listens),
+// the first that accepts a connection; while none does, tried again until
+// `leader_wait` has passed, then the first.
 std::unique_ptr<rpc::Scheduler::Stub> ConnectScheduler(
-    const std::string& address);
+    const std::string& address,
+    std::chrono::milliseconds leader_wait = kLeaderWait);
 std::unique_ptr<rpc::Agent::Stub> ConnectAgent(const std::string& address);
 
 // A client context with a deadline `timeout` from now, carrying the
