@@ -819,9 +819,7 @@ AgentModel::ExitPlan AgentModel::PlanExit(ServerId server,
     case Exit::kFailedSaved: {
       plan.record = *was;
       JobExtra& x = *plan.record;
-      x.proc.exists = false;
-      x.proc.checkpoint = true;
-      x.proc.leaving = false;
+      x.proc = x.proc.CheckpointOnly();
       x.kept_at = e.minibatches() > 0 ? e.minibatches() : -1;
       x.stopped_us = now_us;
       x.exit_code = x.part_failed ? *x.part_failed : e.exit_code();

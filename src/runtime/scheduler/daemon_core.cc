@@ -78,8 +78,7 @@ void SchedulerServer::Impl::AfterHandle(
       // kept where its lead ran, which the log does not say otherwise.
       // Else the job's next run, due before that agent registers again,
       // would take its process for running there, and start afresh.
-      x->proc.exists = x->proc.leaving = false;
-      x->proc.checkpoint = true;
+      x->proc = x->proc.CheckpointOnly();
       x->proc.followers.clear();
     }
   } else if (const auto* d = std::get_if<core::ActionDone>(&body)) {
